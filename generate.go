@@ -1,0 +1,6 @@
+// Package aep is the root of the aep host: a Go host for the
+// Agent-Environment Protocol. This file holds the project's go:generate
+// lines; the generators are pinned in go.mod.
+package aep
+
+//go:generate go run ./tools/aepgen -schemas schemas -out gen/msg -pkg msg -codes wire/codes.gen.go -docs docs/protocol.md

@@ -1,0 +1,220 @@
+package wire
+
+import (
+	stdjson "encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	json "github.com/goccy/go-json"
+)
+
+// The JSON codec of the project lives behind these two functions so that it
+// can be swapped in one place; goccy/go-json was chosen by benchmark
+// (docs/PERFORMANCE.md).
+
+// Marshal encodes v as compact JSON.
+func Marshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// Unmarshal decodes JSON into v.
+func Unmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func stdUnmarshal(b []byte, v any) error { return stdjson.Unmarshal(b, v) }
+
+var idCounter atomic.Uint64
+
+var idPrefix = "h" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-"
+
+// NewID returns a message id unique within this process run.
+func NewID() string {
+	return idPrefix + strconv.FormatUint(idCounter.Add(1), 36)
+}
+
+// Now returns the current time as envelope `ts`: Unix epoch seconds.
+func Now() float64 { return float64(time.Now().UnixMicro()) / 1e6 }
+
+// AppendEncode appends the one-line JSON encoding of m with its envelope to
+// dst: the envelope fields first, then the body's fields (DESIGN Wire).
+func AppendEncode(dst []byte, env *Envelope, m Message) ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return dst, fmt.Errorf("encode %s: %w", env.Type, err)
+	}
+	if len(body) < 2 || body[0] != '{' {
+		return dst, fmt.Errorf("encode %s: body is not a JSON object", env.Type)
+	}
+	dst = append(dst, `{"type":`...)
+	dst = appendString(dst, env.Type)
+	dst = append(dst, `,"id":`...)
+	dst = appendString(dst, env.ID)
+	dst = append(dst, `,"proto":"`+ProtoVersion+`","ts":`...)
+	ts := env.TS
+	if ts == 0 {
+		ts = Now()
+	}
+	dst = strconv.AppendFloat(dst, ts, 'f', -1, 64)
+	if env.ReqID != "" {
+		dst = append(dst, `,"req_id":`...)
+		dst = appendString(dst, env.ReqID)
+	}
+	if len(body) > 2 {
+		dst = append(dst, ',')
+	}
+	return append(dst, body[1:]...), nil
+}
+
+// Encode returns the one-line JSON encoding of m with its envelope, without
+// the trailing newline.
+func Encode(env *Envelope, m Message) ([]byte, error) {
+	return AppendEncode(make([]byte, 0, 256), env, m)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD so
+// the output is always valid.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// Decode scans line, looks its type up in reg and decodes the body into a
+// fresh model. Every failure is an *Error with code parse_error or
+// schema_violation (DESIGN Wire); sc is filled as far as the scan got, so
+// the caller can answer with the line's id.
+func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
+	if err := Scan(line, sc); err != nil {
+		return nil, nil, &Error{Code: CodeParseError, Message: err.Error(), Err: err}
+	}
+	if sc.TypeNotString {
+		return nil, nil, &Error{Code: CodeParseError, Message: `field "type" must be a string`}
+	}
+	if sc.Type == "" {
+		return nil, nil, &Error{Code: CodeParseError, Message: `missing field "type"`}
+	}
+	e := reg.Lookup(sc.Type)
+	if e == nil {
+		return nil, nil, &Error{Code: CodeParseError, Message: fmt.Sprintf("unknown type %q", sc.Type)}
+	}
+	if !e.Kind.AgentSends() {
+		return e, nil, &Error{Code: CodeParseError, Message: fmt.Sprintf("type %q is sent only by the host", sc.Type)}
+	}
+	if !sc.HasID || sc.IDNotString || sc.ID == "" {
+		return e, nil, &Error{Code: CodeSchemaViolation, Message: `field "id": a non-empty string is required`, Detail: map[string]any{"field": "id"}}
+	}
+	for _, f := range e.Required {
+		if !sc.Has(f) {
+			return e, nil, missing(f)
+		}
+	}
+	if e.Shape != nil {
+		if err := checkShape(line, e.Shape); err != nil {
+			return e, nil, AsError(err)
+		}
+	}
+	m := e.New()
+	if err := json.Unmarshal(line, m); err != nil {
+		return e, nil, decodeError(err)
+	}
+	if err := m.Validate(); err != nil {
+		return e, nil, AsError(err)
+	}
+	return e, m, nil
+}
+
+func missing(field string) *Error {
+	return &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("missing required field %q", field), Detail: map[string]any{"field": field}}
+}
+
+// decodeError turns a JSON decoder failure into a schema_violation that names
+// the field when the decoder says which one.
+func decodeError(err error) *Error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if field == "" {
+			field = te.Struct
+		}
+		return &Error{Code: CodeSchemaViolation,
+			Message: fmt.Sprintf("field %q: expected %s, got %s", field, te.Type, te.Value),
+			Detail:  map[string]any{"field": field}, Err: err}
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "json: "); i >= 0 {
+		msg = msg[i+6:]
+	}
+	return &Error{Code: CodeSchemaViolation, Message: msg, Err: err}
+}
+
+// DecodeBody decodes a line already known to be of entry e (the client side,
+// for host messages, where the framing rules are not enforced).
+func DecodeBody(e *Entry, line []byte) (Message, error) {
+	m := e.New()
+	if err := json.Unmarshal(line, m); err != nil {
+		return nil, decodeError(err)
+	}
+	return m, nil
+}
+
+// Check validates a typed value handed over by the direct codec the same way
+// Decode validates a line, as far as a Go value allows (DESIGN Transports).
+func (reg *Registry) Check(env *Envelope, m Message) (*Entry, error) {
+	if m == nil {
+		return nil, &Error{Code: CodeParseError, Message: "nil message"}
+	}
+	t := m.MessageType()
+	e := reg.Lookup(t)
+	if e == nil {
+		return nil, &Error{Code: CodeParseError, Message: fmt.Sprintf("unknown type %q", t)}
+	}
+	if !e.Kind.AgentSends() {
+		return e, &Error{Code: CodeParseError, Message: fmt.Sprintf("type %q is sent only by the host", t)}
+	}
+	if env.ID == "" {
+		return e, &Error{Code: CodeSchemaViolation, Message: `field "id": a non-empty string is required`, Detail: map[string]any{"field": "id"}}
+	}
+	if err := m.Validate(); err != nil {
+		return e, AsError(err)
+	}
+	return e, nil
+}

@@ -1,0 +1,110 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Error is a protocol error: it becomes an `error` message (SPEC 2.3) on the
+// wire. Err is the cause, kept for logs and errors.Is; it never reaches the wire.
+type Error struct {
+	Code       Code
+	Message    string
+	Detail     any
+	Capability string
+	Err        error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Retryable reports the retry flag of the error's code (SPEC 7).
+func (e *Error) Retryable() bool { return e.Code.Retryable() }
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// FieldError reports a schema violation at one field; the decoder and the
+// generated validators return it so the error message names the field.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("field %q: %s", e.Field, e.Reason) }
+
+// Sentinel causes. Handlers wrap these with %w; AsError maps them to codes.
+var (
+	// ErrDecline is returned by a broadcast handler that leaves the request
+	// to other plugins (DESIGN Dispatch).
+	ErrDecline = errors.New("declined")
+	// ErrNotInFlight is returned by Scope.Emit after the reply was sent.
+	ErrNotInFlight = errors.New("request is no longer in flight")
+	// ErrTimeout marks an operation that ran out of time.
+	ErrTimeout = errors.New("timed out")
+	// ErrInvalid marks input that violates a message's contract.
+	ErrInvalid = errors.New("invalid input")
+	// ErrNotFound marks a reference to something that does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrDenied marks an operation refused by policy or scope.
+	ErrDenied = errors.New("denied")
+	// ErrOutOfMemory marks a sandbox that hit its memory limit.
+	ErrOutOfMemory = errors.New("out of memory")
+	// ErrSandboxCrash marks a sandboxed process killed by a signal.
+	ErrSandboxCrash = errors.New("sandbox crashed")
+	// ErrCancelled marks a request stopped by `cancel`.
+	ErrCancelled = errors.New("cancelled")
+	// ErrOverloaded marks a request refused because the session's admission
+	// queue is full.
+	ErrOverloaded = errors.New("overloaded")
+)
+
+// AsError maps any error to the protocol error that answers it. This is the
+// one place where causes become wire codes.
+func AsError(err error) *Error {
+	var we *Error
+	if errors.As(err, &we) {
+		return we
+	}
+	var fe *FieldError
+	switch {
+	case errors.As(err, &fe):
+		return &Error{Code: CodeSchemaViolation, Message: fe.Error(), Detail: map[string]any{"field": fe.Field}, Err: err}
+	case errors.Is(err, ErrCancelled):
+		return &Error{Code: CodeCancelled, Message: "request cancelled", Err: err}
+	case errors.Is(err, ErrTimeout):
+		return &Error{Code: CodeTimeout, Message: err.Error(), Err: err}
+	case errors.Is(err, ErrOutOfMemory):
+		return &Error{Code: CodeOutOfMemory, Message: err.Error(), Err: err}
+	case errors.Is(err, ErrSandboxCrash):
+		return &Error{Code: CodeSandboxCrash, Message: err.Error(), Err: err}
+	case errors.Is(err, ErrInvalid):
+		return &Error{Code: CodeSchemaViolation, Message: err.Error(), Err: err}
+	case errors.Is(err, ErrOverloaded):
+		return &Error{Code: CodeRuntimeError, Message: "session overloaded", Detail: map[string]any{"reason": "overloaded"}, Err: err}
+	}
+	return &Error{Code: CodeRuntimeError, Message: err.Error(), Err: err}
+}
+
+// Nest prefixes the field of a FieldError with the path of the value that
+// holds it; other errors pass through.
+func Nest(prefix string, err error) error {
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	sep := "."
+	if strings.HasPrefix(fe.Field, "[") {
+		sep = ""
+	}
+	return &FieldError{Field: prefix + sep + fe.Field, Reason: fe.Reason}
+}

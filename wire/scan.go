@@ -1,0 +1,385 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// maxDepth bounds nesting so a hostile line cannot exhaust the stack.
+const maxDepth = 128
+
+// Scanned is what one pass over a line found: the envelope fields and the
+// top-level keys, kept as spans of the line.
+type Scanned struct {
+	Envelope
+	// SessionID is a top-level `session_id` field of the body, if any.
+	SessionID string
+	// TypeNotString is set when `type` is present but not a string.
+	TypeNotString bool
+	// IDNotString is set when `id` is present but not a string.
+	IDNotString bool
+	HasID       bool
+	line        []byte
+	keys        []span
+	inline      [24]span
+}
+
+type span struct {
+	start, end int32
+	escaped    bool
+}
+
+// Has reports whether the line has the top-level key.
+func (s *Scanned) Has(key string) bool {
+	for _, k := range s.keys {
+		if !k.escaped {
+			if string(s.line[k.start:k.end]) == key {
+				return true
+			}
+			continue
+		}
+		if unquote(s.line[k.start:k.end]) == key {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrSyntax is the cause of every framing failure found by Scan.
+var ErrSyntax = errors.New("malformed message")
+
+// Scan checks the framing rules of DESIGN Wire in one pass over line: exactly
+// one JSON object, valid UTF-8, no duplicate keys at any depth, nothing but
+// white space after the object. It fills out with the envelope fields.
+func Scan(line []byte, out *Scanned) error {
+	*out = Scanned{line: line}
+	out.keys = out.inline[:0]
+	sc := scanner{b: line, out: out}
+	sc.ws()
+	if sc.i >= len(sc.b) || sc.b[sc.i] != '{' {
+		return sc.fail("a message must be a JSON object")
+	}
+	if err := sc.object(0, true); err != nil {
+		return err
+	}
+	sc.ws()
+	if sc.i != len(sc.b) {
+		return sc.fail("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+type scanner struct {
+	b     []byte
+	i     int
+	out   *Scanned
+	stack []span // keys of the objects being scanned, for duplicate checks
+}
+
+func (s *scanner) fail(msg string) error {
+	return fmt.Errorf("%w: %s at byte %d", ErrSyntax, msg, s.i)
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *scanner) value(depth int) error {
+	if depth > maxDepth {
+		return s.fail("nesting too deep")
+	}
+	if s.i >= len(s.b) {
+		return s.fail("unexpected end of input")
+	}
+	switch c := s.b[s.i]; {
+	case c == '{':
+		return s.object(depth, false)
+	case c == '[':
+		return s.array(depth)
+	case c == '"':
+		_, err := s.str()
+		return err
+	case c == 't':
+		return s.lit("true")
+	case c == 'f':
+		return s.lit("false")
+	case c == 'n':
+		return s.lit("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.number()
+	default:
+		return s.fail("invalid character")
+	}
+}
+
+func (s *scanner) lit(word string) error {
+	if !bytes.HasPrefix(s.b[s.i:], []byte(word)) {
+		return s.fail("invalid literal")
+	}
+	s.i += len(word)
+	return nil
+}
+
+func (s *scanner) number() error {
+	start := s.i
+	if s.b[s.i] == '-' {
+		s.i++
+	}
+	digits := func() int {
+		n := 0
+		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+			s.i++
+			n++
+		}
+		return n
+	}
+	if s.i < len(s.b) && s.b[s.i] == '0' {
+		s.i++
+	} else if digits() == 0 {
+		return s.fail("invalid number")
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if digits() == 0 {
+			return s.fail("invalid number")
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if digits() == 0 {
+			return s.fail("invalid number")
+		}
+	}
+	_ = start
+	return nil
+}
+
+// str scans a string starting at the opening quote and returns the span of
+// its contents.
+func (s *scanner) str() (span, error) {
+	s.i++ // opening quote
+	sp := span{start: int32(s.i)}
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			sp.end = int32(s.i)
+			s.i++
+			return sp, nil
+		case c == '\\':
+			sp.escaped = true
+			s.i++
+			if s.i >= len(s.b) {
+				return sp, s.fail("unterminated string")
+			}
+			switch s.b[s.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i++
+			case 'u':
+				if s.i+4 >= len(s.b) {
+					return sp, s.fail("invalid unicode escape")
+				}
+				for _, h := range s.b[s.i+1 : s.i+5] {
+					if !isHex(h) {
+						return sp, s.fail("invalid unicode escape")
+					}
+				}
+				s.i += 5
+			default:
+				return sp, s.fail("invalid escape")
+			}
+		case c < 0x20:
+			return sp, s.fail("control character in string")
+		case c < utf8.RuneSelf:
+			s.i++
+		default:
+			r, size := utf8.DecodeRune(s.b[s.i:])
+			if r == utf8.RuneError && size == 1 {
+				return sp, s.fail("invalid UTF-8")
+			}
+			s.i += size
+		}
+	}
+	return sp, s.fail("unterminated string")
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func (s *scanner) array(depth int) error {
+	s.i++
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == ']' {
+		s.i++
+		return nil
+	}
+	for {
+		s.ws()
+		if err := s.value(depth + 1); err != nil {
+			return err
+		}
+		s.ws()
+		if s.i >= len(s.b) {
+			return s.fail("unterminated array")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return nil
+		default:
+			return s.fail("expected , or ]")
+		}
+	}
+}
+
+func (s *scanner) sameKey(a, b span) bool {
+	x, y := s.b[a.start:a.end], s.b[b.start:b.end]
+	if !a.escaped && !b.escaped {
+		return bytes.Equal(x, y)
+	}
+	return unquote(x) == unquote(y)
+}
+
+func (s *scanner) object(depth int, top bool) error {
+	s.i++
+	base := len(s.stack)
+	defer func() { s.stack = s.stack[:base] }()
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != '"' {
+			return s.fail("expected a string key")
+		}
+		key, err := s.str()
+		if err != nil {
+			return err
+		}
+		for _, k := range s.stack[base:] {
+			if s.sameKey(k, key) {
+				return s.fail(fmt.Sprintf("duplicate key %q", unquote(s.b[key.start:key.end])))
+			}
+		}
+		s.stack = append(s.stack, key)
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			return s.fail("expected :")
+		}
+		s.i++
+		s.ws()
+		if top {
+			s.out.keys = append(s.out.keys, key)
+			if err := s.envelopeValue(key); err != nil {
+				return err
+			}
+		} else if err := s.value(depth + 1); err != nil {
+			return err
+		}
+		s.ws()
+		if s.i >= len(s.b) {
+			return s.fail("unterminated object")
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.fail("expected , or }")
+		}
+	}
+}
+
+// envelopeValue scans a top-level value and captures it when key is an
+// envelope field.
+func (s *scanner) envelopeValue(key span) error {
+	var name string
+	if !key.escaped {
+		switch k := s.b[key.start:key.end]; string(k) {
+		case "type", "id", "proto", "req_id", "session_id", "ts":
+			name = string(k)
+		}
+	} else {
+		name = unquote(s.b[key.start:key.end])
+	}
+	isString := s.i < len(s.b) && s.b[s.i] == '"'
+	start := s.i
+	switch name {
+	case "type", "id", "proto", "req_id", "session_id":
+		if !isString {
+			switch name {
+			case "type":
+				s.out.TypeNotString = true
+			case "id":
+				s.out.HasID, s.out.IDNotString = true, true
+			}
+			return s.value(1)
+		}
+		sp, err := s.str()
+		if err != nil {
+			return err
+		}
+		v := string(s.b[sp.start:sp.end])
+		if sp.escaped {
+			v = unquote(s.b[sp.start:sp.end])
+		}
+		switch name {
+		case "type":
+			s.out.Type = v
+		case "id":
+			s.out.ID, s.out.HasID = v, true
+		case "proto":
+			s.out.Proto = v
+		case "req_id":
+			s.out.ReqID = v
+		case "session_id":
+			s.out.SessionID = v
+		}
+		return nil
+	case "ts":
+		if err := s.value(1); err != nil {
+			return err
+		}
+		if f, err := strconv.ParseFloat(string(s.b[start:s.i]), 64); err == nil {
+			s.out.TS = f
+		}
+		return nil
+	}
+	return s.value(1)
+}
+
+// unquote decodes the contents of a JSON string already checked by the scanner.
+func unquote(b []byte) string {
+	if bytes.IndexByte(b, '\\') < 0 {
+		return string(b)
+	}
+	q := make([]byte, 0, len(b)+2)
+	q = append(q, '"')
+	q = append(q, b...)
+	q = append(q, '"')
+	var out string
+	if err := stdUnmarshal(q, &out); err != nil {
+		return string(b)
+	}
+	return out
+}
