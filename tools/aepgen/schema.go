@@ -14,13 +14,13 @@ import (
 // schemaFile is one file of schemas/, as far as aepgen reads it.
 type schemaFile struct {
 	Path        string
-	Base        string // file name without .json
-	ID          string `json:"$id"`
-	Title       string `json:"title"`
-	Description string `json:"description"`
-	Namespace   string `json:"x-aep-namespace"`
-	Capability  string `json:"x-aep-capability"`
-	Kernel      bool   `json:"x-aep-kernel"`
+	Base        string                 // file name without .json
+	ID          string                 `json:"$id"`
+	Title       string                 `json:"title"`
+	Description string                 `json:"description"`
+	Namespace   string                 `json:"x-aep-namespace"`
+	Capability  string                 `json:"x-aep-capability"`
+	Kernel      bool                   `json:"x-aep-kernel"`
 	Codes       map[string]codeInfo    `json:"x-aep-codes"`
 	Defs        map[string]*schemaNode `json:"$defs"`
 	Hash        string
