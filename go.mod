@@ -4,7 +4,11 @@ go 1.26
 
 tool github.com/atombender/go-jsonschema
 
-require github.com/goccy/go-json v0.12.0
+require (
+	github.com/goccy/go-json v0.12.0
+	gopkg.in/natefinch/lumberjack.v2 v2.2.1
+	gopkg.in/yaml.v3 v3.0.1
+)
 
 require (
 	dario.cat/mergo v1.0.2 // indirect

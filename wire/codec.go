@@ -4,6 +4,7 @@ import (
 	stdjson "encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -11,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
+	"github.com/goccy/go-json/jsontext"
+	jsonv2 "github.com/goccy/go-json/v2"
 )
 
 // The JSON codec of the project lives behind these two functions so that it
@@ -153,8 +156,8 @@ func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
 		}
 	}
 	m := e.New()
-	if err := json.Unmarshal(line, m); err != nil {
-		return e, nil, decodeError(err)
+	if err := decodeModel(line, m); err != nil {
+		return e, nil, err
 	}
 	if err := m.Validate(); err != nil {
 		return e, nil, AsError(err)
@@ -166,17 +169,39 @@ func missing(field string) *Error {
 	return &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("missing required field %q", field), Detail: map[string]any{"field": field}}
 }
 
+// decodeModel decodes a scanned line into the model m. It uses the v2
+// semantics of go-json, where object members match struct fields by their
+// exact name: the v1 semantics of Unmarshal match case-insensitively, so an
+// unknown member such as "AGENT_ID" (which DESIGN Wire says is ignored) would
+// overwrite or fail on agent_id, and the host would disagree with the schema
+// about a line that is valid under it. The other v2 checks (duplicate names,
+// invalid UTF-8) repeat what Scan already enforces.
+func decodeModel(line []byte, m Message) *Error {
+	if err := jsonv2.Unmarshal(line, m); err != nil {
+		return decodeError(err, m)
+	}
+	return nil
+}
+
 // decodeError turns a JSON decoder failure into a schema_violation that names
-// the field when the decoder says which one.
-func decodeError(err error) *Error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		field := te.Field
-		if field == "" {
-			field = te.Struct
+// the field, as a path in the style of [Nest] ("caps[0].name"), when the
+// decoder says which one.
+func decodeError(err error, m Message) *Error {
+	var se *jsonv2.SemanticError
+	if errors.As(err, &se) && se.JSONPointer != "" {
+		field := fieldPath(reflect.TypeOf(m), se.JSONPointer)
+		reason := fmt.Sprintf("expected %s, got %s", jsonTypeName(se.GoType), kindName(se.JSONKind))
+		if se.JSONKind == jsontext.KindNumber && se.Err != nil {
+			// A number that does not fit the Go type (1.5 or 1e400 for an
+			// integer, 1e400 for a float): say which number.
+			if want := jsonTypeName(se.GoType); want == "integer" {
+				reason = fmt.Sprintf("expected integer, got number %s", truncate(string(se.JSONValue), 32))
+			} else {
+				reason = fmt.Sprintf("number %s is out of range", truncate(string(se.JSONValue), 32))
+			}
 		}
 		return &Error{Code: CodeSchemaViolation,
-			Message: fmt.Sprintf("field %q: expected %s, got %s", field, te.Type, te.Value),
+			Message: fmt.Sprintf("field %q: %s", field, reason),
 			Detail:  map[string]any{"field": field}, Err: err}
 	}
 	msg := err.Error()
@@ -186,12 +211,118 @@ func decodeError(err error) *Error {
 	return &Error{Code: CodeSchemaViolation, Message: msg, Err: err}
 }
 
+// fieldPath renders a JSON pointer into the model as a field path. It walks
+// the model's Go type alongside the pointer because the pointer alone cannot
+// tell an array index from an object member named "0".
+func fieldPath(t reflect.Type, ptr jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range ptr.Tokens() {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			b.WriteString("[" + tok + "]")
+			t = t.Elem()
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+		switch {
+		case t == nil:
+		case t.Kind() == reflect.Map:
+			t = t.Elem()
+		case t.Kind() == reflect.Struct:
+			t = fieldType(t, tok)
+		default:
+			t = nil // an interface: the rest of the path is untyped
+		}
+	}
+	return b.String()
+}
+
+// fieldType returns the type of the struct field whose JSON name is name, or
+// nil. The generated models name every field with a json tag.
+func fieldType(t reflect.Type, name string) reflect.Type {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == name || (tag == "" && f.Name == name) {
+			return f.Type
+		}
+		if f.Anonymous && tag == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				if inner := fieldType(ft, name); inner != nil {
+					return inner
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// jsonTypeName names the JSON type a Go type is decoded from, so that an
+// agent reads "expected string" rather than a Go type name.
+func jsonTypeName(t reflect.Type) string {
+	if t == nil {
+		return "a different type"
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.String:
+		return "string"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	case reflect.Pointer:
+		return jsonTypeName(t.Elem())
+	}
+	return t.String()
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case jsontext.KindNull:
+		return "null"
+	case jsontext.KindTrue, jsontext.KindFalse:
+		return "boolean"
+	case jsontext.KindString:
+		return "string"
+	case jsontext.KindNumber:
+		return "number"
+	case jsontext.KindBeginObject:
+		return "object"
+	case jsontext.KindBeginArray:
+		return "array"
+	}
+	return "another type"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
 // DecodeBody decodes a line already known to be of entry e (the client side,
 // for host messages, where the framing rules are not enforced).
 func DecodeBody(e *Entry, line []byte) (Message, error) {
 	m := e.New()
-	if err := json.Unmarshal(line, m); err != nil {
-		return nil, decodeError(err)
+	if err := decodeModel(line, m); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -207,3 +207,21 @@ func FillTemplate(tmpl string, req Message) []byte {
 	}
 	return []byte(out)
 }
+
+// Union returns a registry holding the entries of r and of others; a type
+// defined twice panics.
+func (r *Registry) Union(others ...*Registry) *Registry {
+	out := NewRegistry()
+	for _, src := range append([]*Registry{r}, others...) {
+		for _, n := range src.namespaces {
+			out.AddNamespace(n)
+		}
+		for _, e := range src.byType {
+			out.Add(e)
+		}
+		for a, t := range src.aliases {
+			out.aliases[a] = t
+		}
+	}
+	return out
+}

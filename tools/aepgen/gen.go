@@ -130,6 +130,14 @@ func (g *generator) file(f *schemaFile) ([]byte, error) {
 
 	for _, m := range msgs {
 		fmt.Fprintf(&w, "// MessageType returns %q.\nfunc (*%s) MessageType() string { return %q }\n\n", m.node.XType, m.name, m.node.XType)
+		g.accessors(&w, m)
+	}
+	// The event body has no type of its own: the envelope carries the
+	// namespace's `<ns>/event` type, so MessageType is empty.
+	for _, name := range sortedKeys(f.Defs) {
+		if n := f.Defs[name]; n.XType == "" && n.XKind == "event" && g.models[name] != nil {
+			fmt.Fprintf(&w, "// MessageType is empty: the envelope of an event carries its namespace's event type.\nfunc (*%s) MessageType() string { return \"\" }\n\n", name)
+		}
 	}
 	// Validators for every struct def of the file, so nested values validate too.
 	for _, name := range sortedKeys(f.Defs) {
@@ -458,4 +466,27 @@ func (g *generator) codes() ([]byte, error) {
 	w.WriteString(strings.Join(retry, ", "))
 	w.WriteString(":\nreturn true\n}\nreturn false\n}\n")
 	return w.Bytes(), nil
+}
+
+// accessors gives the kernel typed access to body fields it cares about
+// without reflection: correlation_id for audit, session_id for the
+// session check of DESIGN Wire.
+func (g *generator) accessors(w *bytes.Buffer, m *message) {
+	gs := g.models[m.name]
+	for _, pm := range [][2]string{{"correlation_id", "GetCorrelationID"}, {"session_id", "BodySessionID"}} {
+		prop, meth := pm[0], pm[1]
+		if m.kind != "request" {
+			continue
+		}
+		f := gs.Fields[prop]
+		if f == nil || strings.TrimPrefix(f.Type, "*") != "string" {
+			continue
+		}
+		fmt.Fprintf(w, "// %s returns the %s field.\nfunc (m *%s) %s() string {\n", meth, prop, m.name, meth)
+		if f.Pointer {
+			fmt.Fprintf(w, "if m.%s == nil { return \"\" }\nreturn *m.%s\n}\n\n", f.Name, f.Name)
+		} else {
+			fmt.Fprintf(w, "return m.%s\n}\n\n", f.Name)
+		}
+	}
 }

@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gopkg.in/natefinch/lumberjack.v2"
+)
+
+// AuditRecord is one handler invocation (SPEC 1.7, DESIGN: fields of the
+// audit line). It holds sizes and codes, never message bodies, so secrets
+// cannot reach the audit log through it.
+type AuditRecord struct {
+	TS            time.Time `json:"ts"`
+	SessionID     string    `json:"session_id"`
+	ReqID         string    `json:"req_id"`
+	CorrelationID string    `json:"correlation_id,omitempty"`
+	Type          string    `json:"type"`
+	Capability    string    `json:"capability,omitempty"`
+	Plugin        string    `json:"plugin"`
+	Success       bool      `json:"success"`
+	Declined      bool      `json:"declined,omitempty"`
+	ErrorCode     string    `json:"error_code,omitempty"`
+	DurationMS    float64   `json:"duration_ms"`
+	InputBytes    int       `json:"input_bytes"`
+	OutputBytes   int       `json:"output_bytes"`
+}
+
+// Auditor receives audit records. Record must not block and must not fail
+// the request: auditing is best-effort (SPEC 1.7).
+type Auditor interface {
+	Record(r AuditRecord)
+}
+
+type nopAuditor struct{}
+
+func (nopAuditor) Record(AuditRecord) {}
+
+// record hands r to the auditor and to in-process subscribers.
+func (h *Host) record(r AuditRecord) {
+	h.auditor.Record(r)
+	h.subsMu.RLock()
+	for _, f := range h.subs {
+		f(r)
+	}
+	h.subsMu.RUnlock()
+}
+
+// SubscribeAudit calls f for every audit record, in process (the learn
+// capability's stats use it instead of re-reading files). f must be fast and
+// must not block. The returned function unsubscribes.
+func (h *Host) SubscribeAudit(f func(AuditRecord)) (unsubscribe func()) {
+	h.subsMu.Lock()
+	h.subSeq++
+	id := h.subSeq
+	h.subs[id] = f
+	h.subsMu.Unlock()
+	return func() {
+		h.subsMu.Lock()
+		delete(h.subs, id)
+		h.subsMu.Unlock()
+	}
+}
+
+// FileAuditor writes audit records as JSON lines, asynchronously and in
+// batches, to a file rotated by lumberjack (SPEC 8: 10 MB, 5 backups).
+type FileAuditor struct {
+	ch       chan AuditRecord
+	w        io.WriteCloser
+	log      *slog.Logger
+	dropped  atomic.Int64
+	failures atomic.Int64
+	warnOnce sync.Once
+	done     chan struct{}
+	closing  sync.Once
+}
+
+// NewFileAuditor starts an auditor writing to path.
+func NewFileAuditor(path string, maxSizeMB, maxBackups int, log *slog.Logger) *FileAuditor {
+	return NewAuditor(&lumberjack.Logger{Filename: path, MaxSize: maxSizeMB, MaxBackups: maxBackups}, log)
+}
+
+// NewAuditor starts an auditor writing JSON lines to w.
+func NewAuditor(w io.WriteCloser, log *slog.Logger) *FileAuditor {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &FileAuditor{ch: make(chan AuditRecord, 8192), w: w, log: log, done: make(chan struct{})}
+	go a.loop()
+	return a
+}
+
+// Record queues r; when the queue is full the record is dropped and counted,
+// so a slow disk never slows a request.
+func (a *FileAuditor) Record(r AuditRecord) {
+	select {
+	case a.ch <- r:
+	default:
+		a.dropped.Add(1)
+	}
+}
+
+// Dropped returns how many records were dropped because the queue was full.
+func (a *FileAuditor) Dropped() int64 { return a.dropped.Load() }
+
+// Failures returns how many batches failed to be written.
+func (a *FileAuditor) Failures() int64 { return a.failures.Load() }
+
+func (a *FileAuditor) loop() {
+	defer close(a.done)
+	buf := make([]byte, 0, 64<<10)
+	for r := range a.ch {
+		buf = appendRecord(buf[:0], r)
+	batch:
+		for len(buf) < 60<<10 {
+			select {
+			case r, ok := <-a.ch:
+				if !ok {
+					break batch
+				}
+				buf = appendRecord(buf, r)
+			default:
+				break batch
+			}
+		}
+		if _, err := a.w.Write(buf); err != nil {
+			a.failures.Add(1)
+			a.warnOnce.Do(func() { a.log.Warn("audit write failed; further failures are counted, not logged", "err", err) })
+		}
+	}
+}
+
+func appendRecord(buf []byte, r AuditRecord) []byte {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return buf
+	}
+	buf = append(buf, b...)
+	return append(buf, '\n')
+}
+
+// Close writes what is queued and closes the file.
+func (a *FileAuditor) Close(ctx context.Context) error {
+	a.closing.Do(func() { close(a.ch) })
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return a.w.Close()
+}

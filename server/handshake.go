@@ -1,0 +1,71 @@
+package server
+
+import (
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/wire"
+)
+
+// handshake answers handshake/req (SPEC 2.4, 5, 9; DESIGN Wire). It always
+// answers; on failure ok is false, the error names the code and the session
+// stays unhandshaken, so no session exists for the agent.
+func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
+	h := s.h
+	reply := func(resp *msg.HandshakeResp) {
+		resp.MaxParallel = h.cfg.Server.MaxParallel
+		if resp.AcceptedCaps == nil {
+			resp.AcceptedCaps = []msg.CapabilityEntry{}
+		}
+		s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: env.ID}, Msg: resp})
+	}
+	fail := func(code wire.Code, reason string) {
+		reply(&msg.HandshakeResp{Ok: false, Reason: &reason,
+			Error: &msg.ErrorBody{Code: string(code), Message: reason, Retryable: code.Retryable()}})
+	}
+	switch {
+	case sessionState(s.state.Load()) != stateNew:
+		fail(wire.CodeSchemaViolation, "this session has already handshaken")
+		return
+	case env.Proto == "":
+		fail(wire.CodeSchemaViolation, `missing field "proto"`)
+		return
+	case env.Proto != wire.ProtoVersion:
+		// SPEC 9 rule 2.
+		fail(wire.CodeVersionMismatch, "protocol version "+env.Proto+" is not supported; this host speaks "+wire.ProtoVersion)
+		return
+	}
+	want := h.token
+	if s.token != nil {
+		want = *s.token // a child session accepts only its own token
+	}
+	if !tokenOK(want, req.AuthToken) {
+		// SPEC 5 rule 3: not retryable; the fix is to correct auth_token.
+		fail(wire.CodeUnauthorized, "invalid auth_token")
+		return
+	}
+	var allowed map[string]bool
+	if s.parent != nil {
+		allowed = s.childCaps
+	}
+	enabled := map[string]bool{}
+	accepted := make([]msg.CapabilityEntry, 0, len(req.AgentCaps))
+	for _, name := range req.AgentCaps {
+		c := CanonicalCapability(name)
+		on := h.served[c] && (allowed == nil || allowed[c])
+		if on {
+			enabled[c] = true
+		}
+		// One entry per requested capability, echoing the agent's spelling (SPEC 2.2).
+		accepted = append(accepted, msg.CapabilityEntry{Name: name, Enabled: on})
+	}
+	s.mu.Lock()
+	s.agentID = req.AgentID
+	s.accepted = accepted
+	s.mu.Unlock()
+	s.enabled.Store(&enabled)
+	if !s.state.CompareAndSwap(int32(stateNew), int32(stateLive)) {
+		fail(wire.CodeSchemaViolation, "this session has already handshaken")
+		return
+	}
+	id := s.id
+	reply(&msg.HandshakeResp{Ok: true, SessionID: &id, AcceptedCaps: accepted})
+}

@@ -1,0 +1,301 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/wire"
+)
+
+// capabilityAliases maps the prior SDK's spellings to ours (DESIGN Wire).
+var capabilityAliases = map[string]string{"learning": "learn", "skill": "skills"}
+
+// CanonicalCapability returns the capability name an agent's spelling means.
+func CanonicalCapability(name string) string {
+	if c, ok := capabilityAliases[name]; ok {
+		return c
+	}
+	return name
+}
+
+// Option configures a Host.
+type Option func(*hostOptions)
+
+type hostOptions struct {
+	registry *wire.Registry
+	logger   *slog.Logger
+	auditor  Auditor
+	plugins  []PluginSpec
+	dataDir  string
+	now      func() time.Time
+}
+
+// WithRegistry replaces the type registry (tests add their own namespaces).
+func WithRegistry(r *wire.Registry) Option { return func(o *hostOptions) { o.registry = r } }
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(o *hostOptions) { o.logger = l } }
+
+// WithAuditor sets the audit sink; the default records nothing.
+func WithAuditor(a Auditor) Option { return func(o *hostOptions) { o.auditor = a } }
+
+// WithPlugin adds a plugin instance after those of the config.
+func WithPlugin(p PluginSpec) Option { return func(o *hostOptions) { o.plugins = append(o.plugins, p) } }
+
+// WithDataDir sets the data directory handed to plugins.
+func WithDataDir(dir string) Option { return func(o *hostOptions) { o.dataDir = dir } }
+
+// Host is a running aep kernel.
+type Host struct {
+	cfg     Config
+	reg     *wire.Registry
+	log     *slog.Logger
+	auditor Auditor
+	claims  *Claims
+	dataDir string
+
+	plugins []*plugin
+	routes  map[string]*route
+	served  map[string]bool // capabilities some plugin serves
+	token   [32]byte
+	started time.Time
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	closed   bool
+	stop     chan struct{}
+	janitor  sync.WaitGroup
+
+	subsMu sync.RWMutex
+	subs   map[int]func(AuditRecord)
+	subSeq int
+}
+
+// New provisions the plugins of cfg and returns a running host. On error
+// every plugin started so far has been cleaned up.
+func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	o := hostOptions{registry: msg.Registry(), logger: slog.New(slog.DiscardHandler), auditor: nopAuditor{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if cfg.Server.AuthToken == "" {
+		return nil, errors.New("server.auth_token is empty")
+	}
+	h := &Host{
+		cfg: cfg, reg: o.registry, log: o.logger, auditor: o.auditor, claims: NewClaims(),
+		dataDir: o.dataDir, token: sha256.Sum256([]byte(cfg.Server.AuthToken)), started: time.Now(),
+		sessions: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
+	}
+	specs, err := instantiate(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The kernel's own plugin serves the session namespace; it runs first so
+	// that config plugins cannot shadow it by accident.
+	specs = append([]PluginSpec{{Name: "session", Type: "session", Impl: &sessionPlugin{h: h}}}, specs...)
+	specs = append(specs, o.plugins...)
+	h.plugins, err = start(ctx, specs, h.pluginEnv, h.claims)
+	if err != nil {
+		return nil, err
+	}
+	h.routes = buildRoutes(h.reg, h.plugins)
+	h.served = map[string]bool{}
+	for _, p := range h.plugins {
+		h.served[CanonicalCapability(p.Type)] = true
+	}
+	for _, r := range h.routes {
+		if len(r.plugins) > 0 && r.entry.Capability != "" {
+			h.served[r.entry.Capability] = true
+		}
+	}
+	h.janitor.Add(1)
+	go h.expire()
+	return h, nil
+}
+
+func (h *Host) pluginEnv(p PluginSpec) PluginEnv {
+	dir := ""
+	if h.dataDir != "" {
+		dir = filepath.Join(h.dataDir, p.Name)
+	}
+	return PluginEnv{Name: p.Name, Type: p.Type, DataDir: dir, Logger: h.log.With("plugin", p.Name), Claims: h.claims, Host: h}
+}
+
+// Config returns the host's effective configuration.
+func (h *Host) Config() Config { return h.cfg }
+
+// Registry returns the host's type registry.
+func (h *Host) Registry() *wire.Registry { return h.reg }
+
+// Logger returns the host's logger.
+func (h *Host) Logger() *slog.Logger { return h.log }
+
+// DataDir returns the host's data directory ("" when none).
+func (h *Host) DataDir() string { return h.dataDir }
+
+// Served returns the capabilities that some plugin serves, sorted.
+func (h *Host) Served() []string {
+	out := make([]string, 0, len(h.served))
+	for c := range h.served {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Plugins returns the names of the loaded plugins in start order.
+func (h *Host) Plugins() []string {
+	out := make([]string, len(h.plugins))
+	for i, p := range h.plugins {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// PluginImpl returns the implementation of a loaded plugin by name.
+func (h *Host) PluginImpl(name string) (any, bool) {
+	for _, p := range h.plugins {
+		if p.Name == name {
+			return p.Impl, true
+		}
+	}
+	return nil, false
+}
+
+// ErrTooManySessions is returned when the host is at server.limits.max_sessions.
+var ErrTooManySessions = errors.New("too many sessions")
+
+// ErrClosed is returned by a host that has been closed.
+var ErrClosed = errors.New("host closed")
+
+// NewSession creates a session that waits for its handshake. The transport
+// attaches a Sink to receive what the host sends.
+func (h *Host) NewSession(sink Sink) (*Session, error) {
+	return h.newSession(sink, nil, nil)
+}
+
+func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte) (*Session, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	if len(h.sessions) >= h.cfg.Server.Limits.MaxSessions {
+		return nil, ErrTooManySessions
+	}
+	s := newSession(h, sink, parent, token)
+	h.sessions[s.id] = s
+	return s, nil
+}
+
+// Session returns a session by id.
+func (h *Host) Session(id string) (*Session, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.sessions[id]
+	return s, ok
+}
+
+// LiveSessions returns the number of handshaken sessions.
+func (h *Host) LiveSessions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, s := range h.sessions {
+		if s.Live() {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *Host) forget(s *Session) {
+	h.mu.Lock()
+	delete(h.sessions, s.id)
+	h.mu.Unlock()
+	for _, p := range h.plugins {
+		if o, ok := p.Impl.(SessionObserver); ok {
+			o.SessionClosed(s.id)
+		}
+	}
+}
+
+// expire closes sessions that stayed idle or never handshook (DESIGN Dispatch defaults).
+func (h *Host) expire() {
+	defer h.janitor.Done()
+	lim := h.cfg.Server.Limits
+	tick := time.Duration(min(lim.IdleTimeout, lim.HandshakeTimeout)) / 4
+	tick = max(tick, 5*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case now := <-t.C:
+			h.mu.Lock()
+			var stale []*Session
+			for _, s := range h.sessions {
+				if s.expired(now, time.Duration(lim.HandshakeTimeout), time.Duration(lim.IdleTimeout)) {
+					stale = append(stale, s)
+				}
+			}
+			h.mu.Unlock()
+			for _, s := range stale {
+				h.log.Info("session expired", "session_id", s.id)
+				s.Close()
+			}
+		}
+	}
+}
+
+// Close ends every session and cleans up the plugins.
+func (h *Host) Close(ctx context.Context) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	sessions := make([]*Session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		sessions = append(sessions, s)
+	}
+	h.mu.Unlock()
+	close(h.stop)
+	h.janitor.Wait()
+	for _, s := range sessions {
+		s.Close()
+	}
+	err := cleanup(h.plugins)
+	if c, ok := h.auditor.(interface{ Close(context.Context) error }); ok {
+		err = errors.Join(err, c.Close(ctx))
+	}
+	return err
+}
+
+// tokenOK compares in constant time: both sides are hashed first, so neither
+// the content nor the length of the secret leaks through timing (SPEC 5).
+func tokenOK(want [32]byte, got string) bool {
+	sum := sha256.Sum256([]byte(got))
+	var diff byte
+	for i := range want {
+		diff |= want[i] ^ sum[i]
+	}
+	return diff == 0
+}
+
+// GenerateToken returns a random token for hosts started without one.
+func GenerateToken() string { return rand.Text() }

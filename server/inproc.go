@@ -1,0 +1,166 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/aephost/aep/wire"
+)
+
+// ErrSessionClosed is returned by in-process pipes whose session ended.
+var ErrSessionClosed = errors.New("session closed")
+
+// queue is the bounded host→agent queue of one in-process connection. The
+// agent→host direction needs no queue of its own: a send hands the message
+// to the session, which only queues requests for its workers and never
+// waits on a handler.
+type queue[T any] struct {
+	ch     chan T
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newQueue[T any](n int) *queue[T] {
+	if n <= 0 {
+		n = 256
+	}
+	return &queue[T]{ch: make(chan T, n), closed: make(chan struct{})}
+}
+
+// put blocks while the queue is full, applying backpressure to this
+// session's handlers only, until the session closes.
+func (q *queue[T]) put(v T) error {
+	select {
+	case q.ch <- v:
+		return nil
+	case <-q.closed:
+		return ErrSessionClosed
+	}
+}
+
+func (q *queue[T]) get(ctx context.Context) (T, error) {
+	var zero T
+	select {
+	case v := <-q.ch:
+		return v, nil
+	default:
+	}
+	select {
+	case v := <-q.ch:
+		return v, nil
+	case <-q.closed:
+		// Deliver what was queued before the close.
+		select {
+		case v := <-q.ch:
+			return v, nil
+		default:
+			return zero, ErrSessionClosed
+		}
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+func (q *queue[T]) close() { q.once.Do(func() { close(q.closed) }) }
+
+// LinePipe is the agent's end of an in-process connection with the JSON
+// codec: the same NDJSON lines as the other transports cross it, so it
+// exercises the real decoder.
+type LinePipe struct {
+	s *Session
+	q *queue[[]byte]
+}
+
+type lineSink struct{ q *queue[[]byte] }
+
+func (k lineSink) Send(p *wire.Packet) (int, error) {
+	line, err := wire.Encode(&p.Envelope, p.Msg)
+	if err != nil {
+		return 0, err
+	}
+	return len(line), k.q.put(line)
+}
+
+func (k lineSink) Close() { k.q.close() }
+
+// ConnectLines opens a session reached through a LinePipe. buffer bounds
+// the host→agent queue.
+func (h *Host) ConnectLines(buffer int) (*LinePipe, error) {
+	q := newQueue[[]byte](buffer)
+	s, err := h.NewSession(lineSink{q})
+	if err != nil {
+		return nil, err
+	}
+	return &LinePipe{s: s, q: q}, nil
+}
+
+// Session returns the session behind the pipe.
+func (p *LinePipe) Session() *Session { return p.s }
+
+// WriteLine sends one line to the host.
+func (p *LinePipe) WriteLine(ctx context.Context, line []byte) error {
+	select {
+	case <-p.s.done:
+		return ErrSessionClosed
+	default:
+	}
+	p.s.ReceiveLine(line)
+	return nil
+}
+
+// ReadLine returns the next line the host sent.
+func (p *LinePipe) ReadLine(ctx context.Context) ([]byte, error) { return p.q.get(ctx) }
+
+// Close ends the session.
+func (p *LinePipe) Close() error {
+	p.s.Close()
+	return nil
+}
+
+// DirectPipe is the agent's end of an in-process connection with the direct
+// codec: typed values cross it without JSON, still validated by the
+// generated validators (DESIGN Transports). Values are shared, not copied:
+// neither side may change a message after sending it.
+type DirectPipe struct {
+	s *Session
+	q *queue[*wire.Packet]
+}
+
+type directSink struct{ q *queue[*wire.Packet] }
+
+func (k directSink) Send(p *wire.Packet) (int, error) { return 0, k.q.put(p) }
+func (k directSink) Close()                            { k.q.close() }
+
+// ConnectDirect opens a session reached through a DirectPipe.
+func (h *Host) ConnectDirect(buffer int) (*DirectPipe, error) {
+	q := newQueue[*wire.Packet](buffer)
+	s, err := h.NewSession(directSink{q})
+	if err != nil {
+		return nil, err
+	}
+	return &DirectPipe{s: s, q: q}, nil
+}
+
+// Session returns the session behind the pipe.
+func (p *DirectPipe) Session() *Session { return p.s }
+
+// Send hands one message to the host.
+func (p *DirectPipe) Send(ctx context.Context, env *wire.Envelope, m wire.Message) error {
+	select {
+	case <-p.s.done:
+		return ErrSessionClosed
+	default:
+	}
+	p.s.ReceivePacket(env, m)
+	return nil
+}
+
+// Recv returns the next message the host sent.
+func (p *DirectPipe) Recv(ctx context.Context) (*wire.Packet, error) { return p.q.get(ctx) }
+
+// Close ends the session.
+func (p *DirectPipe) Close() error {
+	p.s.Close()
+	return nil
+}

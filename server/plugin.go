@@ -1,0 +1,300 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/aephost/aep/wire"
+)
+
+// Module is a plugin implementation registered at init under an ID such as
+// "aep.tools.builtin"; a config entry's `cls` names it (DESIGN: Go has no
+// dynamic import, so this follows Caddy's module pattern).
+type Module struct {
+	ID string
+	// New returns a fresh, unprovisioned plugin. It must have no side effects.
+	New func() any
+}
+
+var (
+	modulesMu sync.RWMutex
+	modules   = map[string]Module{}
+)
+
+// RegisterModule makes a plugin implementation available to configs. It
+// panics on a duplicate or malformed ID, at init, where the mistake is made.
+func RegisterModule(m Module) {
+	if m.ID == "" || m.New == nil || strings.ContainsAny(m.ID, " /") {
+		panic(fmt.Sprintf("server: invalid module %q", m.ID))
+	}
+	modulesMu.Lock()
+	defer modulesMu.Unlock()
+	if _, dup := modules[m.ID]; dup {
+		panic(fmt.Sprintf("server: module %q registered twice", m.ID))
+	}
+	modules[m.ID] = m
+}
+
+// Modules returns the registered module IDs, sorted.
+func Modules() []string {
+	modulesMu.RLock()
+	defer modulesMu.RUnlock()
+	out := make([]string, 0, len(modules))
+	for id := range modules {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func lookupModule(id string) (Module, bool) {
+	modulesMu.RLock()
+	defer modulesMu.RUnlock()
+	m, ok := modules[id]
+	return m, ok
+}
+
+// PluginEnv is what a plugin learns about its host when it is provisioned.
+type PluginEnv struct {
+	// Name is the plugin's name from the config.
+	Name string
+	// Type is the capability named by the config entry.
+	Type string
+	// DataDir is the host's data directory; a plugin keeps its files below
+	// DataDir/<Name>.
+	DataDir string
+	Logger  *slog.Logger
+	// Claims is the host's register of owned names (tools, environments…).
+	Claims *Claims
+	// Host gives access to kernel services (audit subscription, sessions).
+	Host *Host
+}
+
+// Provisioner is implemented by plugins that need set-up after their
+// settings are decoded: opening files, connecting, starting goroutines.
+type Provisioner interface {
+	Provision(ctx context.Context, env PluginEnv) error
+}
+
+// Validator is implemented by plugins that check their settings after provisioning.
+type Validator interface {
+	Validate() error
+}
+
+// CleanerUpper is implemented by plugins that hold resources. Cleanup runs
+// when the host stops, and also when a later lifecycle step fails, so a
+// partly started plugin never leaks (unlike caddy #7067).
+type CleanerUpper interface {
+	Cleanup() error
+}
+
+// SessionObserver is implemented by plugins that keep per-session state;
+// SessionClosed runs when a session ends for any reason.
+type SessionObserver interface {
+	SessionClosed(sessionID string)
+}
+
+// Snapshotter is implemented by plugins whose per-session state is saved in
+// snapshots. Snapshot must leave out secrets; Restore replaces the session's
+// state with the saved one.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, sessionID string) ([]byte, error)
+	Restore(ctx context.Context, sessionID string, state []byte) error
+}
+
+// Claimer is implemented by plugins that own names fixed at start-up (for
+// example the tools they serve). Claims are checked for uniqueness across
+// plugins when the host starts (DESIGN Dispatch: ownership is unique).
+type Claimer interface {
+	Claims() []Claim
+}
+
+// Claim is ownership of one name of one kind, such as ("tool", "read_file").
+type Claim struct {
+	Kind string
+	Name string
+}
+
+// ErrClaimed is the cause when a name is already owned by another plugin.
+var ErrClaimed = errors.New("already claimed")
+
+// Claims registers which plugin owns which name, so that a broadcast request
+// is answered by at most one plugin.
+type Claims struct {
+	mu     sync.RWMutex
+	owners map[Claim]string
+}
+
+// NewClaims returns an empty register.
+func NewClaims() *Claims { return &Claims{owners: map[Claim]string{}} }
+
+// Claim records that owner owns c; a name owned by another owner is refused.
+func (r *Claims) Claim(c Claim, owner string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.owners[c]; ok && prev != owner {
+		return fmt.Errorf("%s %q of plugin %q: %w by plugin %q", c.Kind, c.Name, owner, ErrClaimed, prev)
+	}
+	r.owners[c] = owner
+	return nil
+}
+
+// Release gives up a claim held by owner.
+func (r *Claims) Release(c Claim, owner string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.owners[c] == owner {
+		delete(r.owners, c)
+	}
+}
+
+// Owner returns the owner of c.
+func (r *Claims) Owner(c Claim) (string, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	o, ok := r.owners[c]
+	return o, ok
+}
+
+// PluginSpec describes one plugin instance to the host: from a config entry,
+// or given directly (tests, embedding).
+type PluginSpec struct {
+	Name      string
+	Type      string // capability named by the plugin
+	Priority  int
+	Exclusive bool
+	Impl      any
+}
+
+// plugin is one loaded instance.
+type plugin struct {
+	PluginSpec
+	order int // position in the config, for ties in priority
+}
+
+// decodeSettings decodes a plugin's `config` node strictly into impl.
+func decodeSettings(node *yaml.Node, impl any) error {
+	if node == nil || node.Kind == 0 {
+		return nil
+	}
+	raw, err := yaml.Marshal(node)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(impl); err != nil {
+		return err
+	}
+	return nil
+}
+
+// instantiate builds the plugins of cfg from registered modules.
+func instantiate(cfg Config) ([]PluginSpec, error) {
+	var out []PluginSpec
+	for _, pc := range cfg.Plugins {
+		if !pc.Metadata.IsEnabled() {
+			continue
+		}
+		m, ok := lookupModule(pc.Cls)
+		if !ok {
+			return nil, fmt.Errorf("plugin %q: unknown cls %q; registered: %s", pc.Name, pc.Cls, strings.Join(Modules(), ", "))
+		}
+		impl := m.New()
+		if err := decodeSettings(&pc.Config, impl); err != nil {
+			return nil, fmt.Errorf("plugin %q: config: %w", pc.Name, err)
+		}
+		out = append(out, PluginSpec{Name: pc.Name, Type: pc.Type, Priority: pc.Metadata.Priority, Exclusive: pc.Metadata.Exclusive, Impl: impl})
+	}
+	return out, nil
+}
+
+// start provisions and validates plugins in order. On failure every plugin
+// touched so far, the failing one included, is cleaned up.
+func start(ctx context.Context, specs []PluginSpec, env func(PluginSpec) PluginEnv, claims *Claims) ([]*plugin, error) {
+	var started []*plugin
+	fail := func(p PluginSpec, err error) ([]*plugin, error) {
+		cleanup(append(started, &plugin{PluginSpec: p}))
+		return nil, fmt.Errorf("plugin %q: %w", p.Name, err)
+	}
+	for i, spec := range specs {
+		if pv, ok := spec.Impl.(Provisioner); ok {
+			if err := pv.Provision(ctx, env(spec)); err != nil {
+				return fail(spec, fmt.Errorf("provision: %w", err))
+			}
+		}
+		if v, ok := spec.Impl.(Validator); ok {
+			if err := v.Validate(); err != nil {
+				return fail(spec, fmt.Errorf("validate: %w", err))
+			}
+		}
+		if c, ok := spec.Impl.(Claimer); ok {
+			for _, cl := range c.Claims() {
+				if err := claims.Claim(cl, spec.Name); err != nil {
+					return fail(spec, err)
+				}
+			}
+		}
+		started = append(started, &plugin{PluginSpec: spec, order: i})
+	}
+	return started, nil
+}
+
+// cleanup runs Cleanup of plugins in reverse start order.
+func cleanup(ps []*plugin) error {
+	var errs []error
+	for i := len(ps) - 1; i >= 0; i-- {
+		if c, ok := ps[i].Impl.(CleanerUpper); ok {
+			if err := c.Cleanup(); err != nil {
+				errs = append(errs, fmt.Errorf("plugin %q: cleanup: %w", ps[i].Name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// route is the dispatch table row of one type.
+type route struct {
+	entry   *wire.Entry
+	plugins []*plugin // descending priority, ties in config order
+}
+
+// buildRoutes maps every plugin-served request type to its plugins
+// (SPEC 1 dispatch rules 2–4).
+func buildRoutes(reg *wire.Registry, ps []*plugin) map[string]*route {
+	routes := map[string]*route{}
+	for _, e := range reg.Entries() {
+		if e.Kind != wire.KindRequest || e.Kernel || e.Handles == nil {
+			continue
+		}
+		r := &route{entry: e}
+		for _, p := range ps {
+			if e.Handles(p.Impl) {
+				r.plugins = append(r.plugins, p)
+			}
+		}
+		sort.SliceStable(r.plugins, func(i, j int) bool {
+			if r.plugins[i].Priority != r.plugins[j].Priority {
+				return r.plugins[i].Priority > r.plugins[j].Priority
+			}
+			return r.plugins[i].order < r.plugins[j].order
+		})
+		// The highest-priority exclusive plugin handles its types alone (SPEC 1 rule 4).
+		for i, p := range r.plugins {
+			if p.Exclusive {
+				r.plugins = r.plugins[i : i+1]
+				break
+			}
+		}
+		routes[e.Type] = r
+	}
+	return routes
+}

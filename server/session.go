@@ -1,0 +1,497 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/wire"
+)
+
+// Sink receives what the host sends to one session's agent. Send must be
+// safe for concurrent use and may block to apply backpressure to that
+// session only. It returns the encoded size when it encodes (for audit).
+type Sink interface {
+	Send(p *wire.Packet) (int, error)
+	// Close tells the transport the session ended.
+	Close()
+}
+
+type sessionState int32
+
+const (
+	stateNew sessionState = iota
+	stateLive
+	stateDraining
+	stateClosed
+)
+
+// Session is one isolated agent session (SPEC 1, 5 rule 4).
+type Session struct {
+	h       *Host
+	id      string
+	parent  *Session
+	token   *[32]byte // a child's own token; nil means the host's
+	// childCaps limits a child session to a subset of its parent's capabilities.
+	childCaps map[string]bool
+	created time.Time
+
+	state      atomic.Int32
+	lastActive atomic.Int64 // unix nanos
+	enabled    atomic.Pointer[map[string]bool]
+
+	mu       sync.Mutex
+	sink     Sink
+	agentID  string
+	accepted []msg.CapabilityEntry
+	inflight map[string]*call
+	pending  int // admitted and not finished
+	workers  int
+	queue    chan *call
+	drained  chan struct{} // closed when pending drops to 0 while draining
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newSession(h *Host, sink Sink, parent *Session, token *[32]byte) *Session {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Session{
+		h: h, id: newSessionID(), parent: parent, token: token, created: time.Now(),
+		sink: sink, inflight: map[string]*call{},
+		queue: make(chan *call, h.cfg.Server.Limits.QueueSize),
+		ctx:   ctx, cancel: cancel, done: make(chan struct{}),
+	}
+	s.touch()
+	return s
+}
+
+func newSessionID() string { return "s-" + rand16() }
+
+// ID returns the session id, which the handshake reports.
+func (s *Session) ID() string { return s.id }
+
+// Parent returns the parent session of a child session, or nil.
+func (s *Session) Parent() *Session { return s.parent }
+
+// Live reports whether the session has handshaken and not ended.
+func (s *Session) Live() bool { return sessionState(s.state.Load()) == stateLive }
+
+// Done is closed when the session has ended.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Context is cancelled when the session ends.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// Attach replaces the session's sink (a transport reconnecting).
+func (s *Session) Attach(sink Sink) {
+	s.mu.Lock()
+	s.sink = sink
+	s.mu.Unlock()
+}
+
+// Enabled reports whether a capability is enabled for the session.
+func (s *Session) Enabled(capability string) bool {
+	m := s.enabled.Load()
+	return m != nil && (*m)[capability]
+}
+
+func (s *Session) touch() { s.lastActive.Store(time.Now().UnixNano()) }
+
+func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
+	switch sessionState(s.state.Load()) {
+	case stateNew:
+		return now.Sub(s.created) > handshake
+	case stateLive:
+		s.mu.Lock()
+		busy := s.pending > 0
+		s.mu.Unlock()
+		return !busy && now.Sub(time.Unix(0, s.lastActive.Load())) > idle
+	}
+	return false
+}
+
+func (s *Session) send(p *wire.Packet) int {
+	s.mu.Lock()
+	sink := s.sink
+	s.mu.Unlock()
+	if sink == nil {
+		return 0
+	}
+	n, err := sink.Send(p)
+	if err != nil {
+		s.h.log.Warn("send failed", "session_id", s.id, "type", p.Type, "err", err)
+	}
+	return n
+}
+
+// sendError answers reqID with an error message.
+func (s *Session) sendError(reqID string, e *wire.Error) int {
+	return s.send(&wire.Packet{Envelope: wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: reqID}, Msg: errorMessage(e)})
+}
+
+func errorMessage(e *wire.Error) *msg.Error {
+	m := &msg.Error{Code: string(e.Code), Message: e.Message, Detail: e.Detail, Retryable: e.Retryable()}
+	if e.Capability != "" {
+		c := e.Capability
+		m.CapabilityName = &c
+	}
+	return m
+}
+
+// ReceiveLine handles one line of the JSON codec. It never blocks on a
+// handler: requests are queued for the session's workers.
+func (s *Session) ReceiveLine(line []byte) {
+	if max := s.h.cfg.Server.Limits.MaxMessageBytes; len(line) > max {
+		s.sendError("", &wire.Error{Code: wire.CodeParseError,
+			Message: fmt.Sprintf("message of %d bytes is over the limit of %d bytes", len(line), max),
+			Detail:  map[string]any{"reason": "too_large", "limit": max}})
+		return
+	}
+	var sc wire.Scanned
+	e, m, err := s.h.reg.Decode(line, &sc)
+	if err != nil {
+		s.sendError(sc.ID, wire.AsError(err))
+		return
+	}
+	s.receive(e, &sc.Envelope, m, len(line), sc.SessionID)
+}
+
+// ReceivePacket handles one typed message of the direct codec, validated by
+// the generated validators like a decoded line.
+func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) {
+	e, err := s.h.reg.Check(env, m)
+	if err != nil {
+		s.sendError(env.ID, wire.AsError(err))
+		return
+	}
+	bodySession := ""
+	if b, ok := m.(interface{ BodySessionID() string }); ok {
+		bodySession = b.BodySessionID()
+	}
+	s.receive(e, env, m, 0, bodySession)
+}
+
+func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, size int, bodySession string) {
+	s.touch()
+	switch e.Type {
+	case "handshake/req":
+		s.handshake(env, m.(*msg.HandshakeReq))
+		return
+	case "cancel":
+		if s.Live() || sessionState(s.state.Load()) == stateDraining {
+			s.cancelCall(m.(*msg.Cancel).ReqID)
+		}
+		return
+	}
+	st := sessionState(s.state.Load())
+	if st == stateNew {
+		s.sendError(env.ID, &wire.Error{Code: wire.CodeUnauthorized, Message: "handshake required before " + e.Type})
+		return
+	}
+	if st != stateLive {
+		s.sendError(env.ID, &wire.Error{Code: wire.CodeRuntimeError, Message: "session is shutting down", Detail: map[string]any{"reason": "shutting_down"}})
+		return
+	}
+	if bodySession != "" && bodySession != s.id {
+		s.sendError(env.ID, &wire.Error{Code: wire.CodeUnauthorized, Message: "session_id does not match the sender's session"})
+		return
+	}
+	switch e.Type {
+	case "ping":
+		s.send(&wire.Packet{Envelope: wire.Envelope{Type: "pong", ID: wire.NewID(), ReqID: env.ID},
+			Msg: &msg.Pong{UptimeSeconds: time.Since(s.h.started).Seconds()}})
+		return
+	case "shutdown":
+		s.shutdown(m.(*msg.Shutdown).Timeout)
+		return
+	}
+	if e.Capability != "" && !s.Enabled(e.Capability) {
+		s.sendError(env.ID, &wire.Error{Code: wire.CodeCapabilityMissing, Capability: e.Capability,
+			Message: fmt.Sprintf("capability %q is not enabled for this session", e.Capability)})
+		return
+	}
+	s.admit(&call{s: s, id: env.ID, entry: e, msg: m, inBytes: size})
+}
+
+// admit queues a request for the session's workers: up to max_parallel run
+// at once, up to queue_size wait, and beyond that the request is refused as
+// overloaded (DESIGN Dispatch).
+func (s *Session) admit(c *call) {
+	s.mu.Lock()
+	if _, dup := s.inflight[c.id]; dup {
+		s.mu.Unlock()
+		s.sendError(c.id, &wire.Error{Code: wire.CodeSchemaViolation, Message: fmt.Sprintf("a request with id %q is already in flight", c.id), Detail: map[string]any{"field": "id"}})
+		return
+	}
+	select {
+	case s.queue <- c:
+	default:
+		s.mu.Unlock()
+		s.sendError(c.id, wire.AsError(wire.ErrOverloaded))
+		return
+	}
+	s.inflight[c.id] = c
+	s.pending++
+	if s.pending > s.workers && s.workers < s.h.cfg.Server.MaxParallel {
+		s.workers++
+		go s.work()
+	}
+	s.mu.Unlock()
+}
+
+func (s *Session) work() {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case c := <-s.queue:
+			s.run(c)
+			s.finish(c)
+		}
+	}
+}
+
+func (s *Session) finish(c *call) {
+	s.mu.Lock()
+	delete(s.inflight, c.id)
+	s.pending--
+	if s.pending == 0 && s.drained != nil {
+		close(s.drained)
+		s.drained = nil
+	}
+	s.mu.Unlock()
+	s.touch()
+}
+
+// run executes one admitted request on a worker.
+func (s *Session) run(c *call) {
+	ctx, cancel := context.WithTimeout(s.ctx, time.Duration(s.h.cfg.Server.Limits.RequestTimeout))
+	defer cancel()
+	if !c.start(cancel) {
+		return // cancelled while queued; already answered
+	}
+	resp, err := s.h.dispatch(ctx, c, c.entry, c.msg)
+	if ctx.Err() != nil && err == nil && resp == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || (ctx.Err() == context.DeadlineExceeded && errors.Is(err, context.Canceled)) {
+			err = fmt.Errorf("request exceeded %s: %w", time.Duration(s.h.cfg.Server.Limits.RequestTimeout), wire.ErrTimeout)
+		}
+		c.replyError(wire.AsError(err))
+		s.h.flushAudit(c, 0)
+		return
+	}
+	s.h.flushAudit(c, c.reply(resp))
+}
+
+// cancelCall stops an in-flight or queued request; it is answered with
+// `cancelled` at once, whatever its handler does next (DESIGN Wire).
+func (s *Session) cancelCall(reqID string) {
+	s.mu.Lock()
+	c := s.inflight[reqID]
+	s.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.cancelNow()
+}
+
+// shutdown drains the session: nothing new is admitted, requests in flight
+// are answered (or cancelled after timeout seconds), then the session closes.
+func (s *Session) shutdown(timeout float64) {
+	if !s.state.CompareAndSwap(int32(stateLive), int32(stateDraining)) {
+		return
+	}
+	s.mu.Lock()
+	var drained chan struct{}
+	if s.pending > 0 {
+		drained = make(chan struct{})
+		s.drained = drained
+	}
+	s.mu.Unlock()
+	go func() {
+		if drained != nil {
+			select {
+			case <-drained:
+			case <-time.After(time.Duration(timeout * float64(time.Second))):
+			}
+		}
+		s.Close()
+	}()
+}
+
+// Close ends the session: requests in flight are cancelled, plugins are told,
+// and the transport's sink is closed. Children of the session are closed too.
+func (s *Session) Close() {
+	for {
+		st := s.state.Load()
+		if sessionState(st) == stateClosed {
+			return
+		}
+		if s.state.CompareAndSwap(st, int32(stateClosed)) {
+			break
+		}
+	}
+	s.mu.Lock()
+	calls := make([]*call, 0, len(s.inflight))
+	for _, c := range s.inflight {
+		calls = append(calls, c)
+	}
+	s.mu.Unlock()
+	for _, c := range calls {
+		c.cancelNow()
+	}
+	s.cancel()
+	s.h.forget(s)
+	s.mu.Lock()
+	sink := s.sink
+	s.mu.Unlock()
+	if sink != nil {
+		sink.Close()
+	}
+	close(s.done)
+}
+
+// call is one request in flight; it is the Scope its handlers receive.
+type call struct {
+	s       *Session
+	id      string
+	entry   *wire.Entry
+	msg     wire.Message
+	inBytes int
+	parent  *call // set for internal requests
+	depth   int
+	// answered is the plugin whose reply is being sent; answerRec its audit
+	// record, completed with the reply's size.
+	answered  *plugin
+	answerRec *AuditRecord
+
+	mu        sync.Mutex
+	started   bool
+	cancelled bool
+	replied   bool
+	cancelFn  context.CancelFunc
+	seq       int
+}
+
+var _ wire.Scope = (*call)(nil)
+
+func (c *call) SessionID() string { return c.s.id }
+func (c *call) RequestID() string { return c.id }
+func (c *call) Enabled(capability string) bool {
+	return c.s.Enabled(CanonicalCapability(capability))
+}
+
+// start marks the call running; false if it was cancelled while queued.
+func (c *call) start(cancel context.CancelFunc) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancelled {
+		return false
+	}
+	c.started = true
+	c.cancelFn = cancel
+	return true
+}
+
+func (c *call) cancelNow() {
+	c.mu.Lock()
+	c.cancelled = true
+	if c.cancelFn != nil {
+		c.cancelFn()
+	}
+	c.mu.Unlock()
+	c.replyError(wire.AsError(wire.ErrCancelled))
+}
+
+// Emit sends an event of the request's namespace while it is in flight
+// (SPEC 6, DESIGN Wire: seq counts from 0 per request).
+func (c *call) Emit(kind wire.EventKind, data map[string]any) error {
+	return c.emit(c.entry.Namespace+"/event", kind, data)
+}
+
+func (c *call) emit(typ string, kind wire.EventKind, data map[string]any) error {
+	if c.parent != nil {
+		return c.parent.emit(typ, kind, data)
+	}
+	if data == nil {
+		data = map[string]any{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.replied {
+		return wire.ErrNotInFlight
+	}
+	ev := &msg.Event{Kind: msg.EventKind(kind), Data: msg.EventData(data), Seq: c.seq}
+	c.seq++
+	c.s.send(&wire.Packet{Envelope: wire.Envelope{Type: typ, ID: wire.NewID(), ReqID: c.id}, Msg: ev})
+	return nil
+}
+
+// reply sends the answer unless one was already sent; it returns the encoded size.
+func (c *call) reply(m wire.Message) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.replied {
+		return 0
+	}
+	c.replied = true
+	typ := m.MessageType()
+	if typ == "" {
+		typ = c.entry.Reply
+	}
+	return c.s.send(&wire.Packet{Envelope: wire.Envelope{Type: typ, ID: wire.NewID(), ReqID: c.id}, Msg: m})
+}
+
+func (c *call) replyError(e *wire.Error) int {
+	if e.Capability == "" {
+		e.Capability = c.entry.Capability
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.replied {
+		return 0
+	}
+	c.replied = true
+	return c.s.send(&wire.Packet{Envelope: wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: c.id}, Msg: errorMessage(e)})
+}
+
+// Dispatch runs req through the kernel as this session would, for
+// capabilities that drive others (DESIGN Dispatch: internal requests bypass
+// the admission queue and are bounded by a nesting depth instead).
+func (c *call) Dispatch(ctx context.Context, req wire.Message) (wire.Message, error) {
+	if c.depth+1 > c.s.h.cfg.Server.Limits.MaxDepth {
+		return nil, &wire.Error{Code: wire.CodeRuntimeError, Message: fmt.Sprintf("internal dispatch nested deeper than %d", c.s.h.cfg.Server.Limits.MaxDepth), Detail: map[string]any{"reason": "depth_limit"}}
+	}
+	env := wire.Envelope{ID: wire.NewID()}
+	e, err := c.s.h.reg.Check(&env, req)
+	if err != nil {
+		return nil, err
+	}
+	if e.Kind != wire.KindRequest || e.Kernel {
+		return nil, wire.Errorf(wire.CodeSchemaViolation, "%s cannot be dispatched internally", e.Type)
+	}
+	if e.Capability != "" && !c.s.Enabled(e.Capability) {
+		return nil, &wire.Error{Code: wire.CodeCapabilityMissing, Capability: e.Capability, Message: fmt.Sprintf("capability %q is not enabled for this session", e.Capability)}
+	}
+	inner := &call{s: c.s, id: env.ID, entry: e, msg: req, parent: c, depth: c.depth + 1}
+	resp, err := c.s.h.dispatch(ctx, inner, e, req)
+	c.s.h.flushAudit(inner, 0)
+	return resp, err
+}
+
+// panicError turns a recovered panic into a runtime_error that carries a
+// correlation id instead of the stack, which goes to the log only.
+func (h *Host) panicError(c *call, plugin string, v any) *wire.Error {
+	corr := "err-" + rand16()
+	h.log.Error("handler panic", "correlation", corr, "session_id", c.s.id, "type", c.entry.Type, "plugin", plugin, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	return &wire.Error{Code: wire.CodeRuntimeError, Message: "internal error in plugin " + plugin + " (correlation " + corr + ")", Detail: map[string]any{"correlation_id": corr}}
+}
