@@ -48,7 +48,9 @@ func WithLogger(l *slog.Logger) Option { return func(o *hostOptions) { o.logger 
 func WithAuditor(a Auditor) Option { return func(o *hostOptions) { o.auditor = a } }
 
 // WithPlugin adds a plugin instance after those of the config.
-func WithPlugin(p PluginSpec) Option { return func(o *hostOptions) { o.plugins = append(o.plugins, p) } }
+func WithPlugin(p PluginSpec) Option {
+	return func(o *hostOptions) { o.plugins = append(o.plugins, p) }
+}
 
 // WithDataDir sets the data directory handed to plugins.
 func WithDataDir(dir string) Option { return func(o *hostOptions) { o.dataDir = dir } }

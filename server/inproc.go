@@ -130,7 +130,7 @@ type DirectPipe struct {
 type directSink struct{ q *queue[*wire.Packet] }
 
 func (k directSink) Send(p *wire.Packet) (int, error) { return 0, k.q.put(p) }
-func (k directSink) Close()                            { k.q.close() }
+func (k directSink) Close()                           { k.q.close() }
 
 // ConnectDirect opens a session reached through a DirectPipe.
 func (h *Host) ConnectDirect(buffer int) (*DirectPipe, error) {

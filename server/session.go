@@ -33,13 +33,13 @@ const (
 
 // Session is one isolated agent session (SPEC 1, 5 rule 4).
 type Session struct {
-	h       *Host
-	id      string
-	parent  *Session
-	token   *[32]byte // a child's own token; nil means the host's
+	h      *Host
+	id     string
+	parent *Session
+	token  *[32]byte // a child's own token; nil means the host's
 	// childCaps limits a child session to a subset of its parent's capabilities.
 	childCaps map[string]bool
-	created time.Time
+	created   time.Time
 
 	state      atomic.Int32
 	lastActive atomic.Int64 // unix nanos
