@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -81,7 +82,7 @@ func AsError(err error) *Error {
 		return &Error{Code: CodeSchemaViolation, Message: fe.Error(), Detail: map[string]any{"field": fe.Field}, Err: err}
 	case errors.Is(err, ErrCancelled):
 		return &Error{Code: CodeCancelled, Message: "request cancelled", Err: err}
-	case errors.Is(err, ErrTimeout):
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return &Error{Code: CodeTimeout, Message: err.Error(), Err: err}
 	case errors.Is(err, ErrOutOfMemory):
 		return &Error{Code: CodeOutOfMemory, Message: err.Error(), Err: err}
