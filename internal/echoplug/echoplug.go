@@ -6,6 +6,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aephost/aep/internal/testproto"
@@ -28,7 +29,19 @@ type Plugin struct {
 	gates map[string]chan struct{}
 	// Started receives the gate name of every echo/wait that starts waiting.
 	Started chan string
+	// CtxDone receives the gate name of every echo/wait that stopped
+	// because its context ended, so tests can see a cancel reach the handler.
+	CtxDone chan string
+	// Scopes receives the scope of every echo/wait before it returns, so a
+	// test can try to emit after the reply.
+	Scopes chan wire.Scope
+
+	running    atomic.Int32
+	maxRunning atomic.Int32
 }
+
+// MaxRunning returns the most echo/wait handlers that ran at once.
+func (p *Plugin) MaxRunning() int { return int(p.maxRunning.Load()) }
 
 var _ testproto.EchoHandler = (*Plugin)(nil)
 
@@ -76,6 +89,17 @@ func (p *Plugin) EchoFind(ctx context.Context, s wire.Scope, req *testproto.Echo
 }
 
 func (p *Plugin) EchoWait(ctx context.Context, s wire.Scope, req *testproto.EchoWaitReq) (*testproto.EchoWaitResp, error) {
+	n := p.running.Add(1)
+	defer p.running.Add(-1)
+	for {
+		m := p.maxRunning.Load()
+		if n <= m || p.maxRunning.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if p.Scopes != nil {
+		defer func() { p.Scopes <- s }()
+	}
 	if req.Panic != nil && *req.Panic {
 		panic("echo: asked to panic")
 	}
@@ -104,6 +128,9 @@ func (p *Plugin) EchoWait(ctx context.Context, s wire.Scope, req *testproto.Echo
 	case <-wait:
 	case <-timer:
 	case <-ctx.Done():
+		if p.CtxDone != nil && req.Gate != nil {
+			p.CtxDone <- *req.Gate
+		}
 		return nil, ctx.Err()
 	}
 	return &testproto.EchoWaitResp{Waited: true}, nil
