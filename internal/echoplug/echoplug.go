@@ -17,24 +17,24 @@ import (
 // Plugin serves the echo namespace. Its fields choose how it behaves.
 type Plugin struct {
 	// Name is reported in `by` fields.
-	Name string
+	Name string `yaml:"name"`
 	// Items is what it answers to echo/list.
-	Items []string
+	Items []string `yaml:"items"`
 	// Owns lists the names it answers echo/find for; others it declines.
-	Owns []string
+	Owns []string `yaml:"owns"`
 	// DeclineSay makes it decline echo/say.
-	DeclineSay bool
+	DeclineSay bool `yaml:"decline_say"`
 
 	mu    sync.Mutex
 	gates map[string]chan struct{}
 	// Started receives the gate name of every echo/wait that starts waiting.
-	Started chan string
+	Started chan string `yaml:"-"`
 	// CtxDone receives the gate name of every echo/wait that stopped
 	// because its context ended, so tests can see a cancel reach the handler.
-	CtxDone chan string
+	CtxDone chan string `yaml:"-"`
 	// Scopes receives the scope of every echo/wait before it returns, so a
 	// test can try to emit after the reply.
-	Scopes chan wire.Scope
+	Scopes chan wire.Scope `yaml:"-"`
 
 	running    atomic.Int32
 	maxRunning atomic.Int32
