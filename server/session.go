@@ -148,10 +148,8 @@ func errorMessage(e *wire.Error) *msg.Error {
 // ReceiveLine handles one line of the JSON codec. It never blocks on a
 // handler: requests are queued for the session's workers.
 func (s *Session) ReceiveLine(line []byte) {
-	if max := s.h.cfg.Server.Limits.MaxMessageBytes; len(line) > max {
-		s.sendError("", &wire.Error{Code: wire.CodeParseError,
-			Message: fmt.Sprintf("message of %d bytes is over the limit of %d bytes", len(line), max),
-			Detail:  map[string]any{"reason": "too_large", "limit": max}})
+	if len(line) > s.h.cfg.Server.Limits.MaxMessageBytes {
+		s.RejectOversized(len(line))
 		return
 	}
 	var sc wire.Scanned
@@ -162,6 +160,21 @@ func (s *Session) ReceiveLine(line []byte) {
 	}
 	s.receive(e, &sc.Envelope, m, len(line), sc.SessionID)
 }
+
+// RejectOversized answers a line of n bytes that was over the message limit
+// without handing it to the decoder. Streaming transports call it after
+// discarding such a line up to its newline, so they never buffer more than
+// the limit (DESIGN Wire: the connection goes on with the next line).
+func (s *Session) RejectOversized(n int) {
+	s.touch()
+	max := s.h.cfg.Server.Limits.MaxMessageBytes
+	s.sendError("", &wire.Error{Code: wire.CodeParseError,
+		Message: fmt.Sprintf("message of %d bytes is over the limit of %d bytes", n, max),
+		Detail:  map[string]any{"reason": "too_large", "limit": max}})
+}
+
+// MaxMessageBytes returns the line limit of server.limits.max_message_bytes.
+func (s *Session) MaxMessageBytes() int { return s.h.cfg.Server.Limits.MaxMessageBytes }
 
 // ReceivePacket handles one typed message of the direct codec, validated by
 // the generated validators like a decoded line.

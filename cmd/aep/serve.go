@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aephost/aep/server"
+)
+
+// serveHTTP runs the HTTP+SSE transport until ctx is done. It is nil until
+// the transport is linked in (http.go), and serve refuses to start without it.
+var serveHTTP func(ctx context.Context, h *server.Host, listen string) error
+
+// shutdownGrace bounds how long closing the host may take on exit.
+const shutdownGrace = 10 * time.Second
+
+func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	f := newFlags("serve", stderr)
+	configPath := f.String("config", "", "YAML configuration `FILE` (default: every built-in capability, DESIGN defaults)")
+	listen := f.String("listen", "127.0.0.1:8765", "HTTP listen `ADDR` (overrides server.listen)")
+	dataDir := f.String("data-dir", "./aep-data", "`DIR` for the store, the audit log and plugin files")
+	stdio := f.Bool("stdio", false, "serve one session as NDJSON on stdin/stdout instead of HTTP")
+	logLevel := f.String("log-level", "info", "log `LEVEL`: debug, info, warn or error (logs go to stderr)")
+	f.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: aep serve [flags]\n\nRuns the host. The auth token is server.auth_token, else $AEP_AUTH_TOKEN, else generated and printed once to stderr.\n\n")
+		f.PrintDefaults()
+	}
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	if f.NArg() != 0 {
+		f.Usage()
+		return errUsage
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	// Logs go to stderr only: in --stdio mode stdout carries the protocol.
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := loadServeConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	if flagSet(f, "listen") || cfg.Server.Listen == "" {
+		cfg.Server.Listen = *listen
+	}
+	useStdio := *stdio || cfg.Transport.Type == "stdio"
+	if !useStdio && serveHTTP == nil {
+		return errors.New("HTTP transport not built yet; use --stdio")
+	}
+	if err := checkModules(cfg); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	switch {
+	case cfg.Server.AuthToken != "":
+	case os.Getenv("AEP_AUTH_TOKEN") != "":
+		cfg.Server.AuthToken = os.Getenv("AEP_AUTH_TOKEN")
+	default:
+		// Printed once, to stderr and never to the log handler, so the
+		// secret is not repeated in structured logs (DESIGN Plugins and
+		// configuration).
+		cfg.Server.AuthToken = server.GenerateToken()
+		fmt.Fprintf(stderr, "aep: no auth token configured; generated one for this run:\n\n    AEP_AUTH_TOKEN=%s\n\n", cfg.Server.AuthToken)
+	}
+
+	opts := []server.Option{server.WithLogger(log), server.WithDataDir(*dataDir)}
+	if cfg.Audit.Enabled == nil || *cfg.Audit.Enabled {
+		path := cfg.Audit.Path
+		if path == "" {
+			path = filepath.Join(*dataDir, "audit.jsonl")
+		}
+		opts = append(opts, server.WithAuditor(server.NewFileAuditor(path, cfg.Audit.MaxSizeMB, cfg.Audit.MaxBackups, log)))
+		log.Info("audit on", "path", path)
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	h, err := server.New(ctx, cfg, opts...)
+	if err != nil {
+		return err
+	}
+	log.Info("host started", "plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir)
+
+	var serveErr error
+	if useStdio {
+		serveErr = server.ServeStdio(ctx, h, stdin, stdout)
+	} else {
+		log.Info("listening", "addr", cfg.Server.Listen)
+		serveErr = serveHTTP(ctx, h, cfg.Server.Listen)
+	}
+	// Closing the host ends every session, cleans up the plugins and flushes
+	// the audit log; it stops nothing outside this process.
+	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	closeErr := h.Close(closeCtx)
+	if ctx.Err() != nil {
+		log.Info("stopped by signal")
+	}
+	if errors.Is(serveErr, context.Canceled) {
+		serveErr = nil
+	}
+	return errors.Join(serveErr, closeErr)
+}
+
+// loadServeConfig reads path, or builds the default configuration when path
+// is empty.
+func loadServeConfig(path string) (server.Config, error) {
+	if path != "" {
+		return server.LoadConfig(path)
+	}
+	return defaultConfig(), nil
+}
+
+// defaultConfig is DESIGN's configuration for `aep serve` without --config:
+// the DESIGN defaults with one plugin for every built-in module. A built-in
+// module has an ID "aep.<capability>.<implementation>"; its plugin is named
+// "<capability>.<implementation>" and serves <capability>.
+func defaultConfig() server.Config {
+	cfg := server.Defaults()
+	for _, id := range server.Modules() {
+		parts := strings.SplitN(id, ".", 3)
+		if len(parts) != 3 || parts[0] != "aep" {
+			continue // test or third-party modules are opted into by config only
+		}
+		cfg.Plugins = append(cfg.Plugins, server.PluginConfig{Name: parts[1] + "." + parts[2], Type: parts[1], Cls: id})
+	}
+	return cfg
+}
+
+func flagSet(f *flag.FlagSet, name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}
