@@ -60,7 +60,10 @@ func AppendEncode(dst []byte, env *Envelope, m Message) ([]byte, error) {
 		ts = Now()
 	}
 	dst = strconv.AppendFloat(dst, ts, 'f', -1, 64)
-	if env.ReqID != "" {
+	// An error always carries req_id, empty when the line it answers had no
+	// readable id (schemas/core.json Error), so an agent can tell it apart
+	// from an error about a request it sent.
+	if env.ReqID != "" || env.Type == "error" {
 		dst = append(dst, `,"req_id":`...)
 		dst = appendString(dst, env.ReqID)
 	}
