@@ -4,3 +4,4 @@
 package aep
 
 //go:generate go run ./tools/aepgen -schemas schemas -out gen/msg -pkg msg -codes wire/codes.gen.go -docs docs/protocol.md
+//go:generate go tool oapi-codegen -config httpapi.cfg.yaml openapi.yaml
