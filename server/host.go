@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
 
@@ -35,6 +36,7 @@ type hostOptions struct {
 	auditor  Auditor
 	plugins  []PluginSpec
 	dataDir  string
+	store    *store.Store
 	now      func() time.Time
 }
 
@@ -55,6 +57,10 @@ func WithPlugin(p PluginSpec) Option {
 // WithDataDir sets the data directory handed to plugins.
 func WithDataDir(dir string) Option { return func(o *hostOptions) { o.dataDir = dir } }
 
+// WithStore sets the shared store: the kernel keeps "sql" snapshots in it and
+// plugins get it as [PluginEnv.Store]. The caller opens and closes it.
+func WithStore(st *store.Store) Option { return func(o *hostOptions) { o.store = st } }
+
 // Host is a running aep kernel.
 type Host struct {
 	cfg     Config
@@ -63,6 +69,7 @@ type Host struct {
 	auditor Auditor
 	claims  *Claims
 	dataDir string
+	store   *store.Store
 
 	plugins []*plugin
 	routes  map[string]*route
@@ -97,7 +104,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	}
 	h := &Host{
 		cfg: cfg, reg: o.registry, log: o.logger, auditor: o.auditor, claims: NewClaims(),
-		dataDir: o.dataDir, token: sha256.Sum256([]byte(cfg.Server.AuthToken)), started: time.Now(),
+		dataDir: o.dataDir, store: o.store, token: sha256.Sum256([]byte(cfg.Server.AuthToken)), started: time.Now(),
 		sessions: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
 	specs, err := instantiate(cfg)
@@ -132,7 +139,7 @@ func (h *Host) pluginEnv(p PluginSpec) PluginEnv {
 	if h.dataDir != "" {
 		dir = filepath.Join(h.dataDir, p.Name)
 	}
-	return PluginEnv{Name: p.Name, Type: p.Type, DataDir: dir, Logger: h.log.With("plugin", p.Name), Claims: h.claims, Host: h}
+	return PluginEnv{Name: p.Name, Type: p.Type, DataDir: dir, Logger: h.log.With("plugin", p.Name), Claims: h.claims, Host: h, Store: h.store}
 }
 
 // Config returns the host's effective configuration.
@@ -146,6 +153,9 @@ func (h *Host) Logger() *slog.Logger { return h.log }
 
 // DataDir returns the host's data directory ("" when none).
 func (h *Host) DataDir() string { return h.dataDir }
+
+// Store returns the host's shared store (nil when none).
+func (h *Host) Store() *store.Store { return h.store }
 
 // Served returns the capabilities that some plugin serves, sorted.
 func (h *Host) Served() []string {

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
 
@@ -76,6 +77,10 @@ type PluginEnv struct {
 	Claims *Claims
 	// Host gives access to kernel services (audit subscription, sessions).
 	Host *Host
+	// Store is the host's shared persistent store (its ent client serves
+	// every entity of ent/schema), or nil on a host without one; see package
+	// server/store.
+	Store *store.Store
 }
 
 // Provisioner is implemented by plugins that need set-up after their

@@ -1,0 +1,141 @@
+// Package store opens aep's persistent store: an ent client on SQLite
+// (modernc.org/sqlite, pure Go) by default (DESIGN State). PostgreSQL is a
+// later step behind the same client; its DSNs are refused with a clear error
+// for now.
+//
+// One store serves the whole host. The kernel keeps session snapshots in it
+// (target "sql"), and capability plugins reach the same shared client through
+// server.PluginEnv.Store: a plugin adds its entities as schemas in ent/schema
+// (one file per entity, named after the capability), runs `go generate ./...`,
+// and uses env.Store.Client in Provision. Open migrates every entity, so a
+// plugin never runs migrations itself. env.Store is nil on a host started
+// without a store; a plugin that needs one fails Provision with a clear error.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/aephost/aep/ent"
+)
+
+// DefaultFile is the SQLite file of a host's store, under its data directory.
+const DefaultFile = "aep.db"
+
+// ErrUnsupported is the cause when a DSN names a database this build cannot open yet.
+var ErrUnsupported = errors.New("unsupported store")
+
+// Store is an open store. Its Client is shared by the kernel and every plugin
+// and is safe for concurrent use.
+type Store struct {
+	// Client is the ent client of every entity of ent/schema.
+	Client *ent.Client
+	db     *sql.DB
+	path   string
+}
+
+// pragmas are applied to every SQLite connection of the pool (modernc's
+// `_pragma` DSN parameter runs them on connect, not once per database):
+// foreign keys are off by default in SQLite and ent's migration requires
+// them; WAL lets readers run beside the writer; busy_timeout makes
+// concurrent writers wait instead of failing with SQLITE_BUSY; `_txlock`
+// takes the write lock at BEGIN so a read-then-write transaction cannot
+// deadlock against another one.
+var pragmas = []string{"foreign_keys(1)", "journal_mode(WAL)", "busy_timeout(10000)", "synchronous(NORMAL)"}
+
+// Open opens the store that dsn names and migrates its schema.
+//
+//   - "" opens SQLite at <dataDir>/aep.db (DESIGN State default);
+//   - "sqlite://PATH", "file:PATH" or a plain PATH opens that SQLite file;
+//     a relative PATH is taken relative to dataDir when one is given;
+//   - "postgres://" and "postgresql://" are refused with [ErrUnsupported].
+//
+// The database file is created with mode 0600: snapshots and memories are
+// the user's data.
+func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
+	path, query, err := sqlitePath(dsn, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	// SQLite would create the file with the process umask (usually 0644).
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	f.Close()
+	for _, p := range pragmas {
+		query.Add("_pragma", p)
+	}
+	if query.Get("_txlock") == "" {
+		query.Set("_txlock", "immediate")
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?"+query.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.SQLite, db)))
+	if err := client.Schema.Create(ctx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("store: migrate %s: %w", path, err)
+	}
+	return &Store{Client: client, db: db, path: path}, nil
+}
+
+// sqlitePath resolves dsn to a SQLite file path and its extra DSN parameters.
+func sqlitePath(dsn, dataDir string) (string, url.Values, error) {
+	query := url.Values{}
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return "", nil, fmt.Errorf("store: %w: PostgreSQL is not supported yet; leave store.dsn empty to use SQLite under the data directory", ErrUnsupported)
+	case dsn == "":
+		if dataDir == "" {
+			return "", nil, errors.New("store: no data directory and no store.dsn; one of them is needed to place the database")
+		}
+		return filepath.Join(dataDir, DefaultFile), query, nil
+	}
+	rest := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "file:")
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		q, err := url.ParseQuery(rest[i+1:])
+		if err != nil {
+			return "", nil, fmt.Errorf("store: dsn parameters: %w", err)
+		}
+		query, rest = q, rest[:i]
+	}
+	if scheme, _, ok := strings.Cut(rest, "://"); ok {
+		return "", nil, fmt.Errorf("store: %w: scheme %q; use a SQLite path", ErrUnsupported, scheme)
+	}
+	if rest == "" || rest == ":memory:" || strings.HasPrefix(rest, ":") {
+		return "", nil, fmt.Errorf("store: dsn %q names no database file", dsn)
+	}
+	if !filepath.IsAbs(rest) && dataDir != "" {
+		rest = filepath.Join(dataDir, rest)
+	}
+	return rest, query, nil
+}
+
+// Path returns the SQLite file of the store.
+func (s *Store) Path() string { return s.path }
+
+// DB returns the underlying database handle, for checks and raw queries the
+// ent client cannot express.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the client and its database.
+func (s *Store) Close() error { return s.Client.Close() }
