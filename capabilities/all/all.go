@@ -6,3 +6,7 @@
 //
 // A new capability adds one blank import here and nothing else.
 package all
+
+import (
+	_ "github.com/aephost/aep/capabilities/env"
+)

@@ -1,0 +1,418 @@
+package env
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/wire"
+)
+
+// The data plane (SPEC 4.2 Env data plane): each session works in
+// <DataRoot>/<session_id>/. Every access goes through an os.Root so no wire
+// path, symlink included, reaches outside its root. Temporary directories
+// live in DataRoot beside the session directories (same filesystem, so the
+// final renames are atomic) under names no session id can take.
+
+const tmpPrefix = ".aep-tmp-"
+
+// ErrNoDataPlane marks a host whose data root is unusable.
+var ErrNoDataPlane = errors.New("env data plane unavailable")
+
+// dataRoot opens the host's data root and the session's directory in it.
+func (p *Plugin) dataRoot(sessionID string) (*os.Root, string, error) {
+	if p.dataErr != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrNoDataPlane, p.dataErr)
+	}
+	sid, err := cleanRel("session_id", sessionID)
+	if err != nil || strings.Contains(sid, "/") || strings.HasPrefix(sid, ".") {
+		return nil, "", fmt.Errorf("%w: session id %q cannot name a directory", ErrNoDataPlane, sessionID)
+	}
+	root, err := os.OpenRoot(p.DataRoot)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrNoDataPlane, err)
+	}
+	if err := root.Mkdir(sid, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		root.Close()
+		return nil, "", fmt.Errorf("%w: %v", ErrNoDataPlane, err)
+	}
+	return root, sid, nil
+}
+
+func tmpName() string { return tmpPrefix + newEpisodeID()[3:] }
+
+// EnvDataAdd answers env/data/add: every part is copied from the staging
+// root into a temporary directory and verified (size, sha256) before any is
+// moved into the session's data root, so a failed part leaves it as it was.
+func (p *Plugin) EnvDataAdd(ctx context.Context, s wire.Scope, req *msg.EnvDataAddReq) (*msg.EnvDataAddResp, error) {
+	if p.StagingRoot == "" {
+		return nil, fmt.Errorf("%w: no staging_root is configured, so nothing can be added", ErrNoDataPlane)
+	}
+	root, sid, err := p.dataRoot(s.SessionID())
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	staging, err := os.OpenRoot(p.StagingRoot)
+	if err != nil {
+		return nil, fmt.Errorf("%w: staging root: %v", ErrNoDataPlane, err)
+	}
+	defer staging.Close()
+
+	dests := make([]string, len(req.Parts))
+	seen := map[string]int{}
+	for i, part := range req.Parts {
+		f := fmt.Sprintf("parts[%d]", i)
+		d, err := cleanRel(f+".path", part.Path)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := seen[d]; dup {
+			return nil, fmt.Errorf("%s.path %q is also parts[%d].path: %w", f, part.Path, j, wire.ErrInvalid)
+		}
+		seen[d] = i
+		if _, err := cleanRel(f+".source", part.Source); err != nil {
+			return nil, err
+		}
+		if _, err := hex.DecodeString(part.Sha256); err != nil {
+			return nil, &wire.FieldError{Field: f + ".sha256", Reason: "must be hex"}
+		}
+		dests[i] = d
+	}
+
+	tmp := tmpName()
+	if err := root.Mkdir(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("staging directory: %w", err)
+	}
+	defer root.RemoveAll(tmp)
+	added := make([]msg.DataFile, len(req.Parts))
+	for i, part := range req.Parts {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		df, err := copyVerified(staging, root, part, path.Join(tmp, fmt.Sprint(i)))
+		if err != nil {
+			return nil, fmt.Errorf("parts[%d]: %w", i, err)
+		}
+		df.Path = dests[i]
+		added[i] = df
+	}
+	if err := commit(root, sid, tmp, dests); err != nil {
+		return nil, err
+	}
+	for i := range added {
+		if fi, err := root.Lstat(path.Join(sid, dests[i])); err == nil {
+			added[i].Mtime = float64(fi.ModTime().UnixNano()) / 1e9
+		}
+	}
+	return &msg.EnvDataAddResp{Added: added}, nil
+}
+
+// copyVerified copies one part into dst (relative to root), hashing as it
+// goes, and checks size and checksum.
+func copyVerified(staging, root *os.Root, part msg.DataPart, dst string) (msg.DataFile, error) {
+	src, err := staging.Open(part.Source)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return msg.DataFile{}, fmt.Errorf("source %q does not exist in the staging root: %w", part.Source, wire.ErrInvalid)
+		}
+		if e := rootErr("source", part.Source, err); e != err {
+			return msg.DataFile{}, e
+		}
+		return msg.DataFile{}, fmt.Errorf("source %q: %w", part.Source, err)
+	}
+	defer src.Close()
+	if fi, err := src.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return msg.DataFile{}, fmt.Errorf("source %q is not a regular file: %w", part.Source, wire.ErrInvalid)
+	}
+	out, err := root.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return msg.DataFile{}, err
+	}
+	h := sha256.New()
+	// Read at most one byte more than declared: a larger file fails fast.
+	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(src, int64(part.Size)+1))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return msg.DataFile{}, fmt.Errorf("copying %q: %w", part.Source, err)
+	}
+	if n != int64(part.Size) {
+		return msg.DataFile{}, fmt.Errorf("source %q: size mismatch: declared %d bytes, file has %s: %w", part.Source, part.Size, sizeText(n, int64(part.Size)), wire.ErrInvalid)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if !strings.EqualFold(sum, part.Sha256) {
+		return msg.DataFile{}, fmt.Errorf("source %q: sha256 mismatch: declared %s, file has %s: %w", part.Source, strings.ToLower(part.Sha256), sum, wire.ErrInvalid)
+	}
+	return msg.DataFile{Size: int(n), Sha256: sum}, nil
+}
+
+func sizeText(n, declared int64) string {
+	if n > declared {
+		return "more"
+	}
+	return fmt.Sprint(n)
+}
+
+// commit moves the verified files tmp/<i> to sid/<dests[i]>. Files they
+// replace are moved aside first; on any failure everything done is undone.
+func commit(root *os.Root, sid, tmp string, dests []string) (err error) {
+	type done struct{ dst, backup string }
+	var moved []done
+	var made []string
+	defer func() {
+		if err == nil {
+			return
+		}
+		for i := len(moved) - 1; i >= 0; i-- {
+			_ = root.Remove(moved[i].dst)
+			if moved[i].backup != "" {
+				_ = root.Rename(moved[i].backup, moved[i].dst)
+			}
+		}
+		for i := len(made) - 1; i >= 0; i-- {
+			_ = root.Remove(made[i])
+		}
+	}()
+	for i, d := range dests {
+		dst := path.Join(sid, d)
+		// Create missing parent directories one by one, remembering them.
+		dir := path.Dir(d)
+		if dir != "." {
+			cur := sid
+			for _, seg := range strings.Split(dir, "/") {
+				cur = path.Join(cur, seg)
+				fi, err := root.Lstat(cur)
+				switch {
+				case err == nil && fi.IsDir():
+					continue
+				case err == nil:
+					return fmt.Errorf("parts[%d].path %q: %q is not a directory: %w", i, d, strings.TrimPrefix(cur, sid+"/"), wire.ErrInvalid)
+				case errors.Is(err, fs.ErrNotExist):
+					if err := root.Mkdir(cur, 0o755); err != nil {
+						return rootErr(fmt.Sprintf("parts[%d].path", i), d, err)
+					}
+					made = append(made, cur)
+				default:
+					return rootErr(fmt.Sprintf("parts[%d].path", i), d, err)
+				}
+			}
+		}
+		backup := ""
+		if fi, err := root.Lstat(dst); err == nil {
+			if fi.IsDir() {
+				return fmt.Errorf("parts[%d].path %q is a directory: %w", i, d, wire.ErrInvalid)
+			}
+			backup = path.Join(tmp, fmt.Sprintf("old-%d", i))
+			if err := root.Rename(dst, backup); err != nil {
+				return rootErr(fmt.Sprintf("parts[%d].path", i), d, err)
+			}
+		}
+		if err := root.Rename(path.Join(tmp, fmt.Sprint(i)), dst); err != nil {
+			if backup != "" {
+				_ = root.Rename(backup, dst)
+			}
+			return rootErr(fmt.Sprintf("parts[%d].path", i), d, err)
+		}
+		moved = append(moved, done{dst: dst, backup: backup})
+	}
+	return nil
+}
+
+// EnvDataGet answers env/data/get: metadata of the selected regular files
+// (symbolic links are never followed or reported), text inline on request.
+func (p *Plugin) EnvDataGet(ctx context.Context, s wire.Scope, req *msg.EnvDataGetReq) (*msg.EnvDataGetResp, error) {
+	root, sid, err := p.dataRoot(s.SessionID())
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	sroot, err := root.OpenRoot(sid)
+	if err != nil {
+		return nil, err
+	}
+	defer sroot.Close()
+	limit := p.InlineMaxBytes
+	if req.MaxInlineBytes != nil && *req.MaxInlineBytes < limit {
+		limit = *req.MaxInlineBytes
+	}
+	out := &msg.EnvDataGetResp{Files: []msg.DataFile{}}
+	add := func(rel string) error {
+		df, err := describe(sroot, rel, req.Inline, limit)
+		if err != nil {
+			return err
+		}
+		out.Files = append(out.Files, df)
+		return nil
+	}
+	switch {
+	case req.Path != nil && *req.Path != "":
+		rel, err := cleanRel("path", *req.Path)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := sroot.Lstat(rel)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("path %q does not exist in the data root: %w", *req.Path, wire.ErrInvalid)
+			}
+			return nil, rootErr("path", *req.Path, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("path %q is not a regular file: %w", *req.Path, wire.ErrInvalid)
+		}
+		return out, add(rel)
+	default:
+		pattern := ""
+		if req.Glob != nil && *req.Glob != "" {
+			if pattern, err = cleanRel("glob", *req.Glob); err != nil {
+				return nil, err
+			}
+			if _, err := path.Match(pattern, ""); err != nil {
+				return nil, &wire.FieldError{Field: "glob", Reason: err.Error()}
+			}
+		}
+		err := fs.WalkDir(sroot.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.Type().IsRegular() {
+				return nil
+			}
+			if pattern != "" {
+				if ok, _ := path.Match(pattern, rel); !ok {
+					return nil
+				}
+			}
+			return add(rel)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+}
+
+// describe returns the metadata of one regular file.
+func describe(root *os.Root, rel string, inline bool, limit int) (msg.DataFile, error) {
+	f, err := root.Open(rel)
+	if err != nil {
+		return msg.DataFile{}, rootErr("path", rel, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return msg.DataFile{}, err
+	}
+	h := sha256.New()
+	var text []byte
+	var w io.Writer = h
+	var buf strings.Builder
+	if inline && fi.Size() <= int64(limit) {
+		w = io.MultiWriter(h, &buf)
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		return msg.DataFile{}, err
+	}
+	df := msg.DataFile{Path: rel, Size: int(fi.Size()), Sha256: hex.EncodeToString(h.Sum(nil)), Mtime: float64(fi.ModTime().UnixNano()) / 1e9}
+	if buf.Len() > 0 || (inline && fi.Size() == 0) {
+		text = []byte(buf.String())
+		if utf8.Valid(text) {
+			c := string(text)
+			df.Content = &c
+		}
+	}
+	return df, nil
+}
+
+// EnvDataReset answers env/data/reset: the session's data root becomes a
+// fresh copy of the baseline corpus, built aside and swapped in. Episodes
+// are not touched (SPEC 3).
+func (p *Plugin) EnvDataReset(ctx context.Context, s wire.Scope, req *msg.EnvDataResetReq) (*msg.EnvDataResetResp, error) {
+	root, sid, err := p.dataRoot(s.SessionID())
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	fresh := tmpName()
+	if err := root.Mkdir(fresh, 0o755); err != nil {
+		return nil, err
+	}
+	restored := 0
+	if p.BaselineDir != "" {
+		if restored, err = copyTree(ctx, p.BaselineDir, root, fresh); err != nil {
+			_ = root.RemoveAll(fresh)
+			return nil, fmt.Errorf("re-staging the baseline: %w", err)
+		}
+	}
+	trash := tmpName()
+	if err := root.Rename(sid, trash); err != nil {
+		_ = root.RemoveAll(fresh)
+		return nil, err
+	}
+	if err := root.Rename(fresh, sid); err != nil {
+		_ = root.Rename(trash, sid)
+		_ = root.RemoveAll(fresh)
+		return nil, err
+	}
+	if err := root.RemoveAll(trash); err != nil {
+		p.log.Warn("removing old data root", "session_id", sid, "error", err)
+	}
+	return &msg.EnvDataResetResp{Restored: restored}, nil
+}
+
+// copyTree copies the regular files under src (an operator-configured
+// directory; symbolic links in it are skipped) to dst inside root and
+// returns how many it copied.
+func copyTree(ctx context.Context, src string, root *os.Root, dst string) (int, error) {
+	n := 0
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := path.Join(dst, filepath.ToSlash(rel))
+		switch {
+		case d.IsDir():
+			if rel == "." {
+				return nil
+			}
+			return root.Mkdir(target, 0o755)
+		case d.Type().IsRegular():
+			in, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			out, err := root.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(out, in); err != nil {
+				out.Close()
+				return err
+			}
+			n++
+			return out.Close()
+		}
+		return nil
+	})
+	return n, err
+}

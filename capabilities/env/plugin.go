@@ -1,0 +1,573 @@
+package env
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/wire"
+)
+
+func init() {
+	server.RegisterModule(server.Module{ID: "aep.env.builtin", New: func() any { return new(Plugin) }})
+}
+
+// Defaults of the plugin's settings.
+const (
+	DefaultDataRoot    = "/workspace/data" // SPEC 2.11
+	DefaultMaxEpisodes = 256
+	DefaultStepTimeout = 30 * time.Second
+	DefaultInlineMax   = 64 << 10
+	maxTombstones      = 1024
+)
+
+// Plugin serves the env namespace. Its exported fields are its settings
+// (the `config` of its plugin entry, decoded strictly).
+type Plugin struct {
+	// Envs restricts the registered environments served; empty serves all.
+	Envs []string `yaml:"envs"`
+	// MaxEpisodes caps the open episodes of one session.
+	MaxEpisodes int `yaml:"max_episodes"`
+	// StepTimeout bounds one step (and one reset) of an environment that is
+	// not Inline; an episode whose step times out is closed, since its state
+	// is then unknown.
+	StepTimeout server.Duration `yaml:"step_timeout"`
+	// TasksDir holds task folders, each served as environment `task/<folder>`.
+	TasksDir string `yaml:"tasks_dir"`
+	// WorkRoot holds the task environment's per-episode work directories;
+	// it must not lie inside DataRoot. Default: <plugin data dir>/work, or a
+	// directory under the system's temporary directory.
+	WorkRoot string `yaml:"work_root"`
+	// DataRoot holds each session's data root `<DataRoot>/<session_id>/`.
+	DataRoot string `yaml:"data_root"`
+	// StagingRoot is the only place env/data/add copies from.
+	StagingRoot string `yaml:"staging_root"`
+	// BaselineDir is the corpus env/data/reset re-stages; empty means none.
+	BaselineDir string `yaml:"baseline_dir"`
+	// InlineMaxBytes caps the text env/data/get returns inline.
+	InlineMaxBytes int `yaml:"inline_max_bytes"`
+
+	log     *slog.Logger
+	catalog map[string]*factory
+	names   []string
+	dataErr error // why the data plane is unavailable, if it is
+
+	mu       sync.RWMutex
+	sessions map[string]*sessionEnvs
+}
+
+// sessionEnvs is one session's episodes. Other sessions never see them
+// (SPEC 5 rule 4).
+type sessionEnvs struct {
+	mu       sync.Mutex
+	episodes map[string]*episode
+	gone     map[string]string // closed episode id → why, for clear errors
+	goneFIFO []string
+}
+
+// Episode statuses (docs/env.md): running until a step terminates or
+// truncates it; reset makes it running again; close removes it.
+const (
+	statusRunning    = "running"
+	statusTerminated = "terminated"
+	statusTruncated  = "truncated"
+)
+
+type episode struct {
+	mu      sync.Mutex // one step at a time
+	id      string
+	envName string
+	f       *factory
+	inst    instance
+	status  string
+	step    int
+	total   float64
+	obs     json.RawMessage
+	dead    error // set when the episode was closed under a running step
+}
+
+// Provision builds the catalog and prepares the data root. A data root
+// that cannot be created does not stop the host: env/data/* then answers
+// a clear error (DESIGN State).
+func (p *Plugin) Provision(ctx context.Context, penv server.PluginEnv) error {
+	p.log = penv.Logger
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.MaxEpisodes <= 0 {
+		p.MaxEpisodes = DefaultMaxEpisodes
+	}
+	if p.StepTimeout <= 0 {
+		p.StepTimeout = server.Duration(DefaultStepTimeout)
+	}
+	if p.InlineMaxBytes <= 0 {
+		p.InlineMaxBytes = DefaultInlineMax
+	}
+	if p.DataRoot == "" {
+		p.DataRoot = DefaultDataRoot
+	}
+	p.sessions = map[string]*sessionEnvs{}
+	p.catalog = map[string]*factory{}
+	names := p.Envs
+	if len(names) == 0 {
+		names = Registered()
+	}
+	for _, n := range names {
+		f, ok := lookupRegistered(n)
+		if !ok {
+			return fmt.Errorf("envs: unknown environment %q; registered: %v", n, Registered())
+		}
+		p.catalog[n] = f
+	}
+	if err := p.provisionData(); err != nil {
+		p.dataErr = err
+		p.log.Warn("env data plane unavailable", "error", err)
+	}
+	if p.TasksDir != "" {
+		if err := p.loadTasks(penv.DataDir); err != nil {
+			return err
+		}
+	}
+	for n := range p.catalog {
+		p.names = append(p.names, n)
+	}
+	sort.Strings(p.names)
+	return nil
+}
+
+func (p *Plugin) provisionData() error {
+	abs, err := filepath.Abs(p.DataRoot)
+	if err != nil {
+		return err
+	}
+	p.DataRoot = abs
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return fmt.Errorf("data root %q cannot be created: %w", abs, err)
+	}
+	if p.StagingRoot != "" {
+		if p.StagingRoot, err = filepath.Abs(p.StagingRoot); err != nil {
+			return err
+		}
+	}
+	if p.BaselineDir != "" {
+		if p.BaselineDir, err = filepath.Abs(p.BaselineDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Cleanup closes every episode of every session.
+func (p *Plugin) Cleanup() error {
+	p.mu.Lock()
+	ids := make([]string, 0, len(p.sessions))
+	for id := range p.sessions {
+		ids = append(ids, id)
+	}
+	p.mu.Unlock()
+	for _, id := range ids {
+		p.SessionClosed(id)
+	}
+	return nil
+}
+
+// SessionClosed closes the session's episodes (issue 6: closing the
+// session closes its episodes). Its data root is left for the operator.
+func (p *Plugin) SessionClosed(sessionID string) {
+	p.mu.Lock()
+	se := p.sessions[sessionID]
+	delete(p.sessions, sessionID)
+	p.mu.Unlock()
+	if se == nil {
+		return
+	}
+	se.mu.Lock()
+	eps := se.episodes
+	se.episodes = nil
+	se.mu.Unlock()
+	for _, ep := range eps {
+		p.closeEpisode(ep, errors.New("its session ended"))
+	}
+}
+
+// closeEpisode closes an episode once its running step, if any, is done.
+func (p *Plugin) closeEpisode(ep *episode, why error) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.dead == nil {
+		ep.dead = why
+		if err := ep.inst.close(); err != nil {
+			p.log.Warn("closing episode", "episode_id", ep.id, "env", ep.envName, "error", err)
+		}
+	}
+}
+
+func (p *Plugin) session(id string, create bool) *sessionEnvs {
+	p.mu.RLock()
+	se := p.sessions[id]
+	p.mu.RUnlock()
+	if se != nil || !create {
+		return se
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if se = p.sessions[id]; se == nil {
+		se = &sessionEnvs{episodes: map[string]*episode{}, gone: map[string]string{}}
+		p.sessions[id] = se
+	}
+	return se
+}
+
+// Errors of episode lookups. They wrap wire.ErrInvalid: retrying the same
+// request cannot succeed.
+var (
+	ErrUnknownEpisode = fmt.Errorf("unknown episode: %w", wire.ErrInvalid)
+	ErrClosedEpisode  = fmt.Errorf("episode is closed: %w", wire.ErrInvalid)
+	ErrFinished       = fmt.Errorf("episode is finished; reset it before stepping: %w", wire.ErrInvalid)
+	ErrUnknownEnv     = fmt.Errorf("unknown environment: %w", wire.ErrInvalid)
+	ErrEpisodeCap     = fmt.Errorf("episode limit reached; close an episode first: %w", wire.ErrDenied)
+)
+
+// lookup finds an open episode of the session.
+func (p *Plugin) lookup(sessionID, id string) (*episode, error) {
+	se := p.session(sessionID, false)
+	if se != nil {
+		se.mu.Lock()
+		ep := se.episodes[id]
+		why, gone := se.gone[id]
+		se.mu.Unlock()
+		if ep != nil {
+			return ep, nil
+		}
+		if gone {
+			return nil, fmt.Errorf("episode %q (%s): %w", id, why, ErrClosedEpisode)
+		}
+	}
+	return nil, fmt.Errorf("episode %q: %w", id, ErrUnknownEpisode)
+}
+
+func (se *sessionEnvs) bury(id, why string) {
+	delete(se.episodes, id)
+	if _, ok := se.gone[id]; !ok {
+		se.goneFIFO = append(se.goneFIFO, id)
+		if len(se.goneFIFO) > maxTombstones {
+			delete(se.gone, se.goneFIFO[0])
+			se.goneFIFO = se.goneFIFO[1:]
+		}
+	}
+	se.gone[id] = why
+}
+
+// alive checks an episode under its lock.
+func (ep *episode) alive() error {
+	if ep.dead != nil {
+		return fmt.Errorf("episode %q (%v): %w", ep.id, ep.dead, ErrClosedEpisode)
+	}
+	return nil
+}
+
+// run calls fn under the per-step timeout: inline environments run on the
+// caller's goroutine; others on a watched one. A step that overruns closes
+// the episode, whose state is then unknown.
+func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func(ctx context.Context) error) error {
+	if ep.f.spec.Inline {
+		return fn(ctx)
+	}
+	d := time.Duration(p.StepTimeout)
+	sctx, cancel := context.WithTimeout(ctx, d)
+	done := make(chan error, 1)
+	go func() { done <- fn(sctx) }()
+	select {
+	case err := <-done:
+		cancel()
+		return err
+	case <-sctx.Done():
+		cause := sctx.Err()
+		go func() { <-done; cancel(); _ = ep.inst.close() }()
+		why := fmt.Errorf("a step exceeded the step timeout of %s", d)
+		if errors.Is(cause, context.Canceled) {
+			why = errors.New("a step was cancelled")
+		}
+		ep.dead = why
+		if se := p.session(sessionID, false); se != nil {
+			se.mu.Lock()
+			se.bury(ep.id, why.Error())
+			se.mu.Unlock()
+		}
+		if errors.Is(cause, context.DeadlineExceeded) {
+			return fmt.Errorf("episode %q closed: %v: %w", ep.id, why, wire.ErrTimeout)
+		}
+		return fmt.Errorf("episode %q closed: %w", ep.id, cause)
+	}
+}
+
+func newEpisodeID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "ep-" + hex.EncodeToString(b[:])
+}
+
+func (p *Plugin) factory(name string) (*factory, error) {
+	f, ok := p.catalog[name]
+	if !ok {
+		return nil, fmt.Errorf("environment %q (served: %v): %w", name, p.names, ErrUnknownEnv)
+	}
+	return f, nil
+}
+
+// EnvList answers env/list/req.
+func (p *Plugin) EnvList(ctx context.Context, s wire.Scope, req *msg.EnvListReq) (*msg.EnvListResp, error) {
+	out := &msg.EnvListResp{Envs: make([]msg.EnvInfo, 0, len(p.names))}
+	for _, n := range p.names {
+		f := p.catalog[n]
+		out.Envs = append(out.Envs, msg.EnvInfo{EnvName: n, Description: f.spec.Description,
+			ActionSpace: f.spec.ActionSpace, ObservationSpace: f.spec.ObservationSpace, Snapshots: f.snapshots()})
+	}
+	return out, nil
+}
+
+// snapshots reports whether the environment's episodes survive snapshots.
+func (f *factory) snapshots() bool {
+	inst, err := f.new()
+	if err != nil {
+		return false
+	}
+	defer inst.close()
+	return inst.stateful() != nil
+}
+
+// EnvSpaces answers env/spaces/req.
+func (p *Plugin) EnvSpaces(ctx context.Context, s wire.Scope, req *msg.EnvSpacesReq) (*msg.EnvSpacesResp, error) {
+	var name string
+	switch {
+	case req.EnvName != nil && *req.EnvName != "":
+		name = *req.EnvName
+	case req.EpisodeID != nil && *req.EpisodeID != "":
+		ep, err := p.lookup(s.SessionID(), *req.EpisodeID)
+		if err != nil {
+			return nil, err
+		}
+		name = ep.envName
+	default:
+		return nil, &wire.FieldError{Field: "env_name", Reason: "env_name or episode_id is required"}
+	}
+	f, err := p.factory(name)
+	if err != nil {
+		return nil, err
+	}
+	return &msg.EnvSpacesResp{EnvName: name, ActionSpace: f.spec.ActionSpace, ObservationSpace: f.spec.ObservationSpace}, nil
+}
+
+// EnvReset answers env/reset/req: a new episode, or a restart of an open one.
+func (p *Plugin) EnvReset(ctx context.Context, s wire.Scope, req *msg.EnvResetReq) (*msg.EnvResetResp, error) {
+	f, err := p.factory(req.EnvName)
+	if err != nil {
+		return nil, err
+	}
+	var seed *int64
+	if req.Seed != nil {
+		v := int64(*req.Seed)
+		seed = &v
+	}
+	var opts json.RawMessage
+	if req.Options != nil {
+		opts = *req.Options
+	}
+	if req.EpisodeID != nil && *req.EpisodeID != "" {
+		ep, err := p.lookup(s.SessionID(), *req.EpisodeID)
+		if err != nil {
+			return nil, err
+		}
+		if ep.envName != req.EnvName {
+			return nil, fmt.Errorf("episode %q runs %q, not %q: %w", ep.id, ep.envName, req.EnvName, wire.ErrInvalid)
+		}
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		if err := ep.alive(); err != nil {
+			return nil, err
+		}
+		o, err := p.resetLocked(ctx, s.SessionID(), ep, seed, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &msg.EnvResetResp{EpisodeID: ep.id, EnvName: ep.envName, Observation: o.Observation, Info: raw(o.Info)}, nil
+	}
+
+	se := p.session(s.SessionID(), true)
+	se.mu.Lock()
+	if se.episodes == nil {
+		se.mu.Unlock()
+		return nil, errors.New("the session's episodes were closed")
+	}
+	if len(se.episodes) >= p.MaxEpisodes {
+		se.mu.Unlock()
+		return nil, fmt.Errorf("session has %d open episodes, the limit: %w", p.MaxEpisodes, ErrEpisodeCap)
+	}
+	inst, err := f.new()
+	if err != nil {
+		se.mu.Unlock()
+		return nil, fmt.Errorf("starting %q: %w", req.EnvName, err)
+	}
+	ep := &episode{id: newEpisodeID(), envName: req.EnvName, f: f, inst: inst}
+	ep.mu.Lock() // held until the first reset is done: nobody steps it earlier
+	se.episodes[ep.id] = ep
+	se.mu.Unlock()
+	o, err := p.resetLocked(ctx, s.SessionID(), ep, seed, opts)
+	ep.mu.Unlock()
+	if err != nil {
+		se.mu.Lock()
+		delete(se.episodes, ep.id)
+		se.mu.Unlock()
+		if ep.dead == nil {
+			_ = inst.close()
+		}
+		return nil, err
+	}
+	return &msg.EnvResetResp{EpisodeID: ep.id, EnvName: ep.envName, Observation: o.Observation, Info: raw(o.Info)}, nil
+}
+
+// resetLocked resets ep; the caller holds ep.mu.
+func (p *Plugin) resetLocked(ctx context.Context, sessionID string, ep *episode, seed *int64, opts json.RawMessage) (Obs, error) {
+	var o Obs
+	err := p.run(ctx, sessionID, ep, func(ctx context.Context) error {
+		var err error
+		o, err = ep.inst.reset(ctx, seed, opts)
+		return err
+	})
+	if err != nil {
+		return Obs{}, fmt.Errorf("reset of %q: %w", ep.envName, err)
+	}
+	if len(o.Observation) == 0 {
+		o.Observation = json.RawMessage("null")
+	}
+	ep.status, ep.step, ep.total, ep.obs = statusRunning, 0, 0, o.Observation
+	return o, nil
+}
+
+// stepLocked steps ep; the caller holds ep.mu and has checked it is running.
+func (p *Plugin) stepLocked(ctx context.Context, sessionID string, ep *episode, action json.RawMessage) (Step, error) {
+	var st Step
+	err := p.run(ctx, sessionID, ep, func(ctx context.Context) error {
+		var err error
+		st, err = ep.inst.step(ctx, action)
+		return err
+	})
+	if err != nil {
+		return Step{}, err
+	}
+	if len(st.Observation) == 0 {
+		st.Observation = json.RawMessage("null")
+	}
+	ep.step++
+	ep.total += st.Reward
+	ep.obs = st.Observation
+	switch {
+	case st.Terminated:
+		ep.status = statusTerminated
+	case st.Truncated:
+		ep.status = statusTruncated
+	}
+	return st, nil
+}
+
+func (ep *episode) checkStep() error {
+	if err := ep.alive(); err != nil {
+		return err
+	}
+	if ep.status != statusRunning {
+		return fmt.Errorf("episode %q is %s: %w", ep.id, ep.status, ErrFinished)
+	}
+	return nil
+}
+
+// EnvStep answers env/step/req.
+func (p *Plugin) EnvStep(ctx context.Context, s wire.Scope, req *msg.EnvStepReq) (*msg.EnvStepResp, error) {
+	ep, err := p.lookup(s.SessionID(), req.EpisodeID)
+	if err != nil {
+		return nil, err
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if err := ep.checkStep(); err != nil {
+		return nil, err
+	}
+	st, err := p.stepLocked(ctx, s.SessionID(), ep, req.Action)
+	if err != nil {
+		return nil, err
+	}
+	return &msg.EnvStepResp{EpisodeID: ep.id, Observation: st.Observation, Reward: st.Reward,
+		Terminated: st.Terminated, Truncated: st.Truncated, Info: raw(st.Info), Step: ep.step}, nil
+}
+
+// EnvObserve answers env/observe/req.
+func (p *Plugin) EnvObserve(ctx context.Context, s wire.Scope, req *msg.EnvObserveReq) (*msg.EnvObserveResp, error) {
+	ep, err := p.lookup(s.SessionID(), req.EpisodeID)
+	if err != nil {
+		return nil, err
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if err := ep.alive(); err != nil {
+		return nil, err
+	}
+	return &msg.EnvObserveResp{EpisodeID: ep.id, EnvName: ep.envName, Observation: ep.obs,
+		Status: msg.EnvObserveRespStatus(ep.status), Step: ep.step, TotalReward: ep.total}, nil
+}
+
+// EnvRender answers env/render/req.
+func (p *Plugin) EnvRender(ctx context.Context, s wire.Scope, req *msg.EnvRenderReq) (*msg.EnvRenderResp, error) {
+	ep, err := p.lookup(s.SessionID(), req.EpisodeID)
+	if err != nil {
+		return nil, err
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if err := ep.alive(); err != nil {
+		return nil, err
+	}
+	text, err := ep.inst.render()
+	if err != nil {
+		return nil, fmt.Errorf("render of %q: %w", ep.envName, err)
+	}
+	return &msg.EnvRenderResp{EpisodeID: ep.id, Text: text}, nil
+}
+
+// EnvClose answers env/close/req.
+func (p *Plugin) EnvClose(ctx context.Context, s wire.Scope, req *msg.EnvCloseReq) (*msg.EnvCloseResp, error) {
+	ep, err := p.lookup(s.SessionID(), req.EpisodeID)
+	if err != nil {
+		return nil, err
+	}
+	se := p.session(s.SessionID(), false)
+	se.mu.Lock()
+	se.bury(ep.id, "closed by env/close")
+	se.mu.Unlock()
+	p.closeEpisode(ep, errors.New("closed by env/close"))
+	return &msg.EnvCloseResp{EpisodeID: ep.id, Closed: true}, nil
+}
+
+func raw(b json.RawMessage) *json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return &b
+}
+
+var (
+	_ msg.EnvHandler         = (*Plugin)(nil)
+	_ server.Provisioner     = (*Plugin)(nil)
+	_ server.CleanerUpper    = (*Plugin)(nil)
+	_ server.SessionObserver = (*Plugin)(nil)
+	_ server.Snapshotter     = (*Plugin)(nil)
+)

@@ -1,0 +1,361 @@
+package env
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aephost/aep/wire"
+)
+
+// A task is a folder of TasksDir (issue 6, docs/env.md):
+//
+//	task.json        {"description", "grader": [argv...], "grader_timeout_seconds", "max_steps"}
+//	instructions.md  shown to the agent on reset
+//	files/           starting files, copied into each episode's work directory
+//
+// Reset copies files/ into a fresh per-episode work directory under
+// WorkRoot — never into the data root (SPEC 3). Actions write, read, list
+// and run files there; `submit` runs the grader in the work directory with
+// AEP_TASK_DIR set to the task folder, and its result is the reward.
+
+// TaskAction is an action of a task environment.
+type TaskAction struct {
+	// Op is write, read, list, run or submit.
+	Op string `json:"op"`
+	// Path of write and read, relative to the work directory.
+	Path string `json:"path,omitempty"`
+	// Content of write.
+	Content string `json:"content,omitempty"`
+	// Command of run, executed by `sh -c` in the work directory.
+	Command string `json:"command,omitempty"`
+	// TimeoutSeconds of run; the step timeout bounds it too.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+}
+
+// Validate checks the op and its fields before the environment sees it.
+func (a *TaskAction) Validate() error {
+	switch a.Op {
+	case "write", "read":
+		if _, err := cleanRel("path", a.Path); err != nil {
+			return err
+		}
+	case "run":
+		if strings.TrimSpace(a.Command) == "" {
+			return errors.New("run needs a command")
+		}
+	case "list", "submit":
+	default:
+		return fmt.Errorf("op %q: want write, read, list, run or submit", a.Op)
+	}
+	return nil
+}
+
+type taskDef struct {
+	Description   string   `json:"description"`
+	Grader        []string `json:"grader"`
+	GraderTimeout float64  `json:"grader_timeout_seconds"`
+	MaxSteps      int      `json:"max_steps"`
+	dir           string
+	instructions  string
+	workRoot      string
+	stepTimeout   time.Duration
+}
+
+const taskOutputCap = 64 << 10
+
+var taskActionSpace = json.RawMessage(`{"type":"object","required":["op"],"properties":{` +
+	`"op":{"enum":["write","read","list","run","submit"]},"path":{"type":"string"},"content":{"type":"string"},` +
+	`"command":{"type":"string"},"timeout_seconds":{"type":"number","minimum":0}}}`)
+
+var taskObservationSpace = json.RawMessage(`{"type":"object","properties":{` +
+	`"instructions":{"type":"string"},"files":{"type":"array","items":{"type":"string"}},"content":{"type":"string"},` +
+	`"output":{"type":"string"},"exit_code":{"type":"integer"},"error":{"type":"string"}}}`)
+
+// loadTasks adds one environment per task folder to the catalog.
+func (p *Plugin) loadTasks(pluginDataDir string) error {
+	dirs, err := os.ReadDir(p.TasksDir)
+	if err != nil {
+		return fmt.Errorf("tasks_dir: %w", err)
+	}
+	work := p.WorkRoot
+	if work == "" {
+		if pluginDataDir != "" {
+			work = filepath.Join(pluginDataDir, "work")
+		} else {
+			work = filepath.Join(os.TempDir(), "aep-env-work")
+		}
+	}
+	if work, err = filepath.Abs(work); err != nil {
+		return err
+	}
+	if within(p.DataRoot, work) {
+		return fmt.Errorf("work_root %q lies inside data_root %q; episodes must never write to the data root", work, p.DataRoot)
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return fmt.Errorf("work_root: %w", err)
+	}
+	p.WorkRoot = work
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		dir := filepath.Join(p.TasksDir, d.Name())
+		raw, err := os.ReadFile(filepath.Join(dir, "task.json"))
+		if err != nil {
+			return fmt.Errorf("task %q: %w", d.Name(), err)
+		}
+		def := &taskDef{}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(def); err != nil {
+			return fmt.Errorf("task %q: task.json: %w", d.Name(), err)
+		}
+		if len(def.Grader) == 0 {
+			return fmt.Errorf("task %q: task.json has no grader", d.Name())
+		}
+		if def.GraderTimeout <= 0 {
+			def.GraderTimeout = 60
+		}
+		if def.MaxSteps <= 0 {
+			def.MaxSteps = 100
+		}
+		ins, _ := os.ReadFile(filepath.Join(dir, "instructions.md"))
+		def.instructions, def.dir, def.workRoot, def.stepTimeout = string(ins), dir, work, time.Duration(p.StepTimeout)
+		name := "task/" + d.Name()
+		if _, dup := p.catalog[name]; dup {
+			return fmt.Errorf("task %q: environment %q exists already", d.Name(), name)
+		}
+		desc := def.Description
+		if desc == "" {
+			desc = "task " + d.Name()
+		}
+		p.catalog[name] = &factory{
+			spec: Spec{Name: name, Description: desc, ActionSpace: taskActionSpace, ObservationSpace: taskObservationSpace},
+			new:  func() (instance, error) { return typed[TaskAction]{&taskEnv{def: def}}, nil },
+		}
+	}
+	return nil
+}
+
+// taskEnv is one episode of a task.
+type taskEnv struct {
+	def   *taskDef
+	work  string
+	steps int
+}
+
+type taskObs struct {
+	Instructions string   `json:"instructions,omitempty"`
+	Files        []string `json:"files,omitempty"`
+	Content      *string  `json:"content,omitempty"`
+	Output       *string  `json:"output,omitempty"`
+	ExitCode     *int     `json:"exit_code,omitempty"`
+	Error        string   `json:"error,omitempty"`
+}
+
+// Reset makes a fresh work directory holding the starting files. Tasks are
+// deterministic: the seed is accepted and has nothing to seed.
+func (t *taskEnv) Reset(ctx context.Context, seed *int64, options json.RawMessage) (Obs, error) {
+	t.removeWork()
+	dir, err := os.MkdirTemp(t.def.workRoot, "ep-")
+	if err != nil {
+		return Obs{}, err
+	}
+	t.work, t.steps = dir, 0
+	if fi, err := os.Stat(filepath.Join(t.def.dir, "files")); err == nil && fi.IsDir() {
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			return Obs{}, err
+		}
+		_, err = copyTree(ctx, filepath.Join(t.def.dir, "files"), root, ".")
+		root.Close()
+		if err != nil {
+			return Obs{}, fmt.Errorf("copying starting files: %w", err)
+		}
+	}
+	files, _ := t.list()
+	return Obs{Observation: JSON(taskObs{Instructions: t.def.instructions, Files: files})}, nil
+}
+
+// Step applies one action in the work directory.
+func (t *taskEnv) Step(ctx context.Context, a TaskAction) (Step, error) {
+	if t.work == "" {
+		return Step{}, errors.New("task: no work directory; reset first")
+	}
+	root, err := os.OpenRoot(t.work)
+	if err != nil {
+		return Step{}, err
+	}
+	defer root.Close()
+	t.steps++
+	var o taskObs
+	st := Step{}
+	switch a.Op {
+	case "write":
+		rel, _ := cleanRel("path", a.Path)
+		if dir := filepath.Dir(rel); dir != "." {
+			if err := root.MkdirAll(dir, 0o755); err != nil {
+				return Step{}, fmt.Errorf("write %q: %w", a.Path, pathErr(rootErr("path", a.Path, err)))
+			}
+		}
+		if err := root.WriteFile(rel, []byte(a.Content), 0o644); err != nil {
+			return Step{}, fmt.Errorf("write %q: %w", a.Path, pathErr(rootErr("path", a.Path, err)))
+		}
+		o.Files, _ = t.list()
+	case "read":
+		rel, _ := cleanRel("path", a.Path)
+		b, err := root.ReadFile(rel)
+		switch {
+		case err == nil:
+			c := string(b)
+			o.Content = &c
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.EISDIR):
+			o.Error = err.Error()
+		default:
+			return Step{}, fmt.Errorf("read %q: %w", a.Path, pathErr(rootErr("path", a.Path, err)))
+		}
+	case "list":
+		o.Files, _ = t.list()
+	case "run":
+		d := t.def.stepTimeout
+		if a.TimeoutSeconds > 0 && time.Duration(a.TimeoutSeconds*float64(time.Second)) < d {
+			d = time.Duration(a.TimeoutSeconds * float64(time.Second))
+		}
+		out, code, err := t.exec(ctx, d, nil, "sh", "-c", a.Command)
+		o.Output, o.ExitCode = &out, &code
+		if err != nil {
+			o.Error = err.Error()
+		}
+	case "submit":
+		reward, out, code, err := t.grade(ctx)
+		o.Output, o.ExitCode = &out, &code
+		if err != nil {
+			o.Error = err.Error()
+		}
+		st.Reward, st.Terminated = reward, true
+		st.Info = JSON(map[string]any{"grader_exit_code": code})
+	}
+	if !st.Terminated && t.steps >= t.def.MaxSteps {
+		st.Truncated = true
+	}
+	st.Observation = JSON(o)
+	return st, nil
+}
+
+func pathErr(err error) error {
+	if errors.Is(err, ErrPath) {
+		return err
+	}
+	return fmt.Errorf("%v: %w", err, ErrBadAction)
+}
+
+// grade runs the grader: the last line of its output, if a number, is the
+// reward; otherwise exit status 0 gives 1 and anything else 0. A grader
+// that overruns gives 0.
+func (t *taskEnv) grade(ctx context.Context) (float64, string, int, error) {
+	d := time.Duration(t.def.GraderTimeout * float64(time.Second))
+	out, code, err := t.exec(ctx, d, []string{"AEP_TASK_DIR=" + t.def.dir, "AEP_WORK_DIR=" + t.work}, t.def.Grader[0], t.def.Grader[1:]...)
+	if err != nil {
+		return 0, out, code, fmt.Errorf("grader: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		if v, err := strconv.ParseFloat(last, 64); err == nil {
+			return v, out, code, nil
+		}
+	}
+	if code == 0 {
+		return 1, out, code, nil
+	}
+	return 0, out, code, nil
+}
+
+// exec runs a command in the work directory with a timeout, killing its
+// whole process group when time is up, and returns its combined output
+// (capped) and exit code.
+func (t *taskEnv) exec(ctx context.Context, d time.Duration, env []string, name string, args ...string) (string, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = t.work
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.work}, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	var buf capped
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	code := 0
+	if cmd.ProcessState != nil {
+		code = cmd.ProcessState.ExitCode()
+	}
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		return buf.String(), code, fmt.Errorf("timed out after %s", d)
+	case err != nil && cmd.ProcessState == nil:
+		return buf.String(), -1, err
+	}
+	return buf.String(), code, nil
+}
+
+// capped keeps the first taskOutputCap bytes written to it.
+type capped struct{ b bytes.Buffer }
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := taskOutputCap - c.b.Len(); room > 0 {
+		c.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (c *capped) String() string { return c.b.String() }
+
+// list returns the work directory's files, relative, sorted.
+func (t *taskEnv) list() ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(t.work, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			rel, _ := filepath.Rel(t.work, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out, err
+}
+
+// Render lists the work directory.
+func (t *taskEnv) Render() (string, error) {
+	files, err := t.list()
+	return fmt.Sprintf("task %s, step %d of %d; files: %s", filepath.Base(t.def.dir), t.steps, t.def.MaxSteps, strings.Join(files, ", ")), err
+}
+
+// Close removes the work directory.
+func (t *taskEnv) Close() error {
+	t.removeWork()
+	return nil
+}
+
+func (t *taskEnv) removeWork() {
+	if t.work != "" {
+		_ = os.RemoveAll(t.work)
+		t.work = ""
+	}
+}
+
+var _ = wire.ErrInvalid
