@@ -9,4 +9,5 @@ package all
 
 import (
 	_ "github.com/aephost/aep/capabilities/env"
+	_ "github.com/aephost/aep/capabilities/tools"
 )

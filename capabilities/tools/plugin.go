@@ -1,0 +1,119 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/toolrun"
+	"github.com/aephost/aep/wire"
+)
+
+// ModuleID is the module of the built-in tools.
+const ModuleID = "aep.tools.builtin"
+
+func init() {
+	server.RegisterModule(server.Module{ID: ModuleID, New: func() any { return &Plugin{} }})
+}
+
+// Plugin serves tool/list and tool/call for one registry. As the module
+// "aep.tools.builtin" it holds the built-in workspace tools; [NewPlugin]
+// serves a registry of the embedder's own tools.
+type Plugin struct {
+	// Root is the workspace the file and command tools are confined to;
+	// default <data-dir>/workspace.
+	Root string `yaml:"root"`
+	// MaxOutputBytes caps result.data (default 1 MiB, issue 4).
+	MaxOutputBytes int `yaml:"max_output_bytes"`
+	// Exec enables the run_command tool (default true).
+	Exec *bool `yaml:"exec"`
+
+	reg    *Registry
+	custom bool
+	opts   toolrun.Options
+	ws     *workspace
+}
+
+// NewPlugin returns a plugin serving reg's tools instead of the built-ins.
+func NewPlugin(reg *Registry) *Plugin { return &Plugin{reg: reg, custom: true} }
+
+// Registry returns the plugin's registry.
+func (p *Plugin) Registry() *Registry { return p.reg }
+
+// Provision opens the workspace and registers the built-in tools.
+func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
+	p.opts = toolrun.Options{MaxOutputBytes: p.MaxOutputBytes, Logger: env.Logger}
+	if env.Host != nil {
+		p.opts.Policy = env.Host.Config().Server.ToolPolicy
+	}
+	if p.custom {
+		return nil
+	}
+	if p.Root == "" {
+		base := env.DataDir
+		if base == "" {
+			base = "aep-data"
+		}
+		p.Root = filepath.Join(base, "workspace")
+	}
+	if err := os.MkdirAll(p.Root, 0o755); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	ws, err := openWorkspace(p.Root)
+	if err != nil {
+		return err
+	}
+	p.ws = ws
+	p.reg = NewRegistry()
+	return registerBuiltins(p.reg, ws, p.Exec == nil || *p.Exec)
+}
+
+// Cleanup closes the workspace.
+func (p *Plugin) Cleanup() error {
+	if p.ws != nil {
+		return p.ws.root.Close()
+	}
+	return nil
+}
+
+// Claims makes the plugin's tool names unique across plugins (DESIGN Dispatch).
+func (p *Plugin) Claims() []server.Claim {
+	if p.reg == nil {
+		return nil
+	}
+	names := p.reg.Names()
+	out := make([]server.Claim, len(names))
+	for i, n := range names {
+		out[i] = server.Claim{Kind: "tool", Name: n}
+	}
+	return out
+}
+
+// ToolList answers with the plugin's page of matching tools; the kernel
+// merges the pages of every tool-serving plugin (DESIGN Dispatch).
+func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListReq) (*msg.ToolListResp, error) {
+	return p.reg.List(req), nil
+}
+
+// ToolCall runs a tool this plugin owns and declines other names, so the
+// owner answers and the UNKNOWN_TOOL fallback covers the rest.
+func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallReq) (*msg.ToolCallResp, error) {
+	t, ok := p.reg.Lookup(req.ToolName)
+	if !ok {
+		return nil, wire.ErrDecline
+	}
+	res := toolrun.Run(ctx, s, req, t.Toolrun(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
+		return t.Run(ctx, req.Arguments)
+	})
+	return &msg.ToolCallResp{Result: *res}, nil
+}
+
+var (
+	_ msg.ToolHandler       = (*Plugin)(nil)
+	_ server.Provisioner    = (*Plugin)(nil)
+	_ server.CleanerUpper   = (*Plugin)(nil)
+	_ server.Claimer        = (*Plugin)(nil)
+)

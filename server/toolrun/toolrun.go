@@ -1,0 +1,319 @@
+// Package toolrun holds the tool-execution mechanics shared by every plugin
+// that serves tools (DESIGN Dispatch): the host's tool policy, the per-call
+// timeout, panic recovery, event collection, the output cap and duration_ms.
+// A tool's failure always becomes a SPEC 2.6 result with success false and
+// never an `error` message (SPEC 7, DESIGN Wire), so plugins call [Run] and
+// return its result as is.
+package toolrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/wire"
+)
+
+// DefaultMaxOutputBytes is the output cap when none is configured (issue 4: 1 MiB).
+const DefaultMaxOutputBytes = 1 << 20
+
+// maxEvents bounds the events one call collects, so a chatty tool cannot
+// grow a result without limit; later events are still streamed but not kept.
+const maxEvents = 10000
+
+// Tool is what Run needs to know about the tool being called.
+type Tool struct {
+	Name string
+	Tags []string
+}
+
+// Output is what a tool returns on success.
+type Output struct {
+	Data    any
+	Summary any
+	// ExitCode is set by process-based tools (SPEC 2.6).
+	ExitCode *int
+	// Truncated is set by tools that cut their own output at [MaxOutput].
+	Truncated bool
+}
+
+// Func runs a tool. A returned error becomes a TOOL_ERROR result. An
+// *[ExitError] carries an exit code into the failed result.
+type Func func(ctx context.Context) (Output, error)
+
+// ExitError is a failure of a process-based tool that still has an exit
+// code and output worth returning.
+type ExitError struct {
+	Output Output
+	Err    error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Options are the host-wide settings of tool runs.
+type Options struct {
+	// MaxOutputBytes caps the encoded size of result.data; 0 means the default.
+	MaxOutputBytes int
+	// Policy is server.tool_policy (SPEC 5 rule 6).
+	Policy server.ToolPolicy
+	// Logger receives the stack of a panicking tool; nil discards it.
+	Logger *slog.Logger
+}
+
+// Allowed reports whether the policy lets tool run. A pattern (path.Match
+// syntax) matches the tool's name, or with the prefix "tag:" any of its tags.
+// Deny wins; an empty allow list allows every tool (server.ToolPolicy).
+func (p Options) Allowed(t Tool) (bool, string) {
+	for _, pat := range p.Policy.Deny {
+		if matches(pat, t) {
+			return false, fmt.Sprintf("tool %q is denied by server.tool_policy (deny %q)", t.Name, pat)
+		}
+	}
+	if len(p.Policy.Allow) == 0 {
+		return true, ""
+	}
+	for _, pat := range p.Policy.Allow {
+		if matches(pat, t) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("tool %q is not in server.tool_policy's allow list", t.Name)
+}
+
+func matches(pat string, t Tool) bool {
+	if tag, ok := cutPrefix(pat, "tag:"); ok {
+		for _, g := range t.Tags {
+			if ok, _ := path.Match(tag, g); ok {
+				return true
+			}
+		}
+		return false
+	}
+	ok, _ := path.Match(pat, t.Name)
+	return ok
+}
+
+func cutPrefix(s, p string) (string, bool) {
+	if len(s) >= len(p) && s[:len(p)] == p {
+		return s[len(p):], true
+	}
+	return s, false
+}
+
+// Failure builds a failed result with the given code.
+func Failure(name string, code msg.ToolResultErrorCode, text string) *msg.ToolResult {
+	return &msg.ToolResult{Success: false, ToolName: name, ErrorCode: &code, Error: &text, Events: []msg.ToolEvent{}}
+}
+
+type collectorKey struct{}
+
+// collector gathers the events of one call and forwards them to the wire
+// when the caller asked for streaming (SPEC 6 rule 1, DESIGN Wire).
+type collector struct {
+	mu        sync.Mutex
+	scope     wire.Scope
+	streaming bool
+	events    []msg.ToolEvent
+	done      bool
+	maxOutput int
+}
+
+func (c *collector) emit(kind wire.EventKind, data map[string]any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return wire.ErrNotInFlight
+	}
+	if data == nil {
+		data = map[string]any{}
+	}
+	if len(c.events) < maxEvents {
+		c.events = append(c.events, msg.ToolEvent{Kind: msg.ToolEventKind(kind), Data: msg.ToolEventData(data)})
+	}
+	if c.streaming && c.scope != nil {
+		return c.scope.Emit(kind, data)
+	}
+	return nil
+}
+
+func (c *collector) finish() []msg.ToolEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = true
+	if c.events == nil {
+		return []msg.ToolEvent{}
+	}
+	return c.events
+}
+
+// Emit records an event of the running tool: it is collected into the
+// result's events and, when the call is streaming, sent as tool/event before
+// the reply (SPEC 6). Outside a tool run it does nothing.
+func Emit(ctx context.Context, kind wire.EventKind, data map[string]any) error {
+	c, ok := ctx.Value(collectorKey{}).(*collector)
+	if !ok {
+		return nil
+	}
+	return c.emit(kind, data)
+}
+
+// Progress emits a progress event {pct, message}.
+func Progress(ctx context.Context, pct int, message string) error {
+	return Emit(ctx, wire.EventProgress, map[string]any{"pct": pct, "message": message})
+}
+
+// Status emits a status event {message}.
+func Status(ctx context.Context, message string) error {
+	return Emit(ctx, wire.EventStatus, map[string]any{"message": message})
+}
+
+// Log emits a log event {level, message}.
+func Log(ctx context.Context, level, message string) error {
+	return Emit(ctx, wire.EventLog, map[string]any{"level": level, "message": message})
+}
+
+// Artifact emits an artifact chunk {name, mime, chunk, final}.
+func Artifact(ctx context.Context, name, mime, chunk string, final bool) error {
+	return Emit(ctx, wire.EventArtifact, map[string]any{"name": name, "mime": mime, "chunk": chunk, "final": final})
+}
+
+// MaxOutput returns the output cap of the running call, for tools that cut
+// their own output (reading files, capturing process output).
+func MaxOutput(ctx context.Context) int {
+	if c, ok := ctx.Value(collectorKey{}).(*collector); ok {
+		return c.maxOutput
+	}
+	return DefaultMaxOutputBytes
+}
+
+// Run applies policy, timeout, panic recovery, event collection, the output
+// cap and timing to one tool call and returns its SPEC 2.6 result; it never
+// returns an error (SPEC 7: a tool failure is a result).
+func Run(ctx context.Context, s wire.Scope, req *msg.ToolCallReq, t Tool, opt Options, fn Func) *msg.ToolResult {
+	if ok, why := opt.Allowed(t); !ok {
+		return Failure(t.Name, msg.ToolResultErrorCodeTOOLDENIED, why)
+	}
+	maxOut := opt.MaxOutputBytes
+	if maxOut <= 0 {
+		maxOut = DefaultMaxOutputBytes
+	}
+	col := &collector{scope: s, streaming: req.Streaming, maxOutput: maxOut}
+	ctx = context.WithValue(ctx, collectorKey{}, col)
+	t0 := time.Now()
+	var (
+		out Output
+		err error
+	)
+	if req.Timeout != nil && *req.Timeout > 0 {
+		out, err = runWithTimeout(ctx, time.Duration(*req.Timeout*float64(time.Second)), opt.Logger, t.Name, fn)
+	} else {
+		out, err = protect(ctx, opt.Logger, t.Name, fn)
+	}
+	res := &msg.ToolResult{ToolName: t.Name, DurationMs: int(time.Since(t0).Milliseconds()), Events: col.finish()}
+	var xe *ExitError
+	if errors.As(err, &xe) {
+		out = xe.Output
+	}
+	if err != nil {
+		code := msg.ToolResultErrorCodeTOOLERROR
+		text := err.Error()
+		res.ErrorCode, res.Error = &code, &text
+	} else {
+		res.Success = true
+	}
+	res.Data, res.Summary, res.ExitCode, res.Truncated = out.Data, out.Summary, out.ExitCode, out.Truncated
+	capData(res, maxOut)
+	return res
+}
+
+// ErrTimeout is the cause of a call that ran past its timeout.
+var ErrTimeout = errors.New("tool timed out")
+
+// runWithTimeout runs fn on its own goroutine so that a tool that ignores its
+// context still yields a TOOL_ERROR at the deadline; the tool's goroutine
+// ends when it notices the cancelled context.
+func runWithTimeout(ctx context.Context, d time.Duration, log *slog.Logger, name string, fn Func) (Output, error) {
+	tctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	type res struct {
+		out Output
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		o, err := protect(tctx, log, name, fn)
+		ch <- res{o, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil && tctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			return r.out, fmt.Errorf("%w after %s (timeout %gs): %v", ErrTimeout, d, d.Seconds(), r.err)
+		}
+		return r.out, r.err
+	case <-tctx.Done():
+		if ctx.Err() != nil {
+			return Output{}, ctx.Err()
+		}
+		return Output{}, fmt.Errorf("%w after %s (timeout %gs)", ErrTimeout, d, d.Seconds())
+	}
+}
+
+// protect turns a panic in a tool into a TOOL_ERROR instead of a
+// runtime_error of the whole request (go-sdk #958 shows why).
+func protect(ctx context.Context, log *slog.Logger, name string, fn Func) (out Output, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if log != nil {
+				log.Error("tool panic", "tool", name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+			out, err = Output{}, fmt.Errorf("tool panicked: %v", v)
+		}
+	}()
+	return fn(ctx)
+}
+
+// capData enforces the output cap on result.data: strings are cut at a rune
+// boundary; other values whose encoding is over the cap are replaced by their
+// encoding cut to the cap, as a string (issue 4: truncated past the cap).
+func capData(res *msg.ToolResult, max int) {
+	switch d := res.Data.(type) {
+	case nil:
+		return
+	case string:
+		if len(d) > max {
+			res.Data, res.Truncated = cutString(d, max), true
+		}
+		return
+	case int, int64, float64, bool:
+		return
+	}
+	b, err := wire.Marshal(res.Data)
+	if err != nil {
+		text := fmt.Sprintf("tool output cannot be encoded: %v", err)
+		code := msg.ToolResultErrorCodeTOOLERROR
+		res.Success, res.Data, res.Error, res.ErrorCode = false, nil, &text, &code
+		return
+	}
+	if len(b) > max {
+		res.Data, res.Truncated = cutString(string(b), max), true
+	}
+}
+
+func cutString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
