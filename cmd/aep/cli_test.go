@@ -1,0 +1,144 @@
+package main_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runAEP runs the real binary and returns its stdout, stderr and exit code.
+func runAEP(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestConfigValidate(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string // substring of stdout
+		wantErr  string // substring of stderr
+	}{
+		{"valid", []string{write("ok.yaml", "server:\n  auth_token: ${NOT_SET:-x}\n  max_parallel: 8\naudit:\n  max_backups: 3\n")}, 0, "ok (0 plugins)", ""},
+		{"empty file", []string{write("empty.yaml", "")}, 0, "ok", ""},
+		{"unknown key names its line", []string{write("bad.yaml", "server:\n  max_parallel: 8\n  bogus: 1\n")}, 1, "", "line 3"},
+		{"bad duration", []string{write("dur.yaml", "server:\n  limits:\n    idle_timeout: soon\n")}, 1, "", "line 3"},
+		{"unknown cls", []string{write("cls.yaml", "plugins:\n  - name: t\n    type: tools\n    cls: aep.nope.nothing\n")}, 1, "", `unknown cls "aep.nope.nothing"`},
+		{"missing cls", []string{write("nocls.yaml", "plugins:\n  - name: t\n    type: tools\n")}, 1, "", "cls is required"},
+		{"bad transport", []string{write("tr.yaml", "transport:\n  type: carrier-pigeon\n")}, 1, "", "transport.type"},
+		{"missing file", []string{filepath.Join(dir, "absent.yaml")}, 1, "", "no such file"},
+		{"no file argument", nil, 2, "", "Usage"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := runAEP(t, append([]string{"config", "validate"}, tc.args...)...)
+			if code != tc.wantCode || !strings.Contains(out, tc.wantOut) || !strings.Contains(errOut, tc.wantErr) {
+				t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr: %s", code, tc.wantCode, out, errOut)
+			}
+		})
+	}
+}
+
+func TestSchemaCommand(t *testing.T) {
+	onDisk, err := filepath.Glob("../../schemas/*.json")
+	if err != nil || len(onDisk) == 0 {
+		t.Fatalf("schemas on disk: %v %v", onDisk, err)
+	}
+	t.Run("print all", func(t *testing.T) {
+		out, errOut, code := runAEP(t, "schema")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		dec := json.NewDecoder(strings.NewReader(out))
+		n := 0
+		for dec.More() {
+			var doc map[string]any
+			if err := dec.Decode(&doc); err != nil {
+				t.Fatalf("document %d: %v", n, err)
+			}
+			if _, ok := doc["$schema"]; !ok {
+				t.Fatalf("document %d has no $schema", n)
+			}
+			n++
+		}
+		if n != len(onDisk) {
+			t.Fatalf("printed %d schemas, %d on disk", n, len(onDisk))
+		}
+	})
+	t.Run("print one", func(t *testing.T) {
+		out, _, code := runAEP(t, "schema", "core")
+		want, _ := os.ReadFile("../../schemas/core.json")
+		if code != 0 || strings.TrimSpace(out) != strings.TrimSpace(string(want)) {
+			t.Fatalf("exit %d, output differs from schemas/core.json", code)
+		}
+	})
+	t.Run("unknown name", func(t *testing.T) {
+		_, errOut, code := runAEP(t, "schema", "nope")
+		if code != 1 || !strings.Contains(errOut, `no schema "nope"`) {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+	})
+	t.Run("write to dir", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "out")
+		out, errOut, code := runAEP(t, "schema", "--out", dir)
+		if code != 0 || out != "" {
+			t.Fatalf("exit %d, stdout %q: %s", code, out, errOut)
+		}
+		for _, p := range onDisk {
+			want, _ := os.ReadFile(p)
+			got, err := os.ReadFile(filepath.Join(dir, filepath.Base(p)))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s: written copy differs (%v)", filepath.Base(p), err)
+			}
+		}
+	})
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	tests := []struct {
+		args     []string
+		wantCode int
+		wantOut  string
+		wantErr  string
+	}{
+		{[]string{"version"}, 0, "aep ", ""},
+		{[]string{"version"}, 0, "protocol 1.0", ""},
+		{nil, 2, "", "Usage"},
+		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{[]string{"help"}, 0, "aep serve", ""},
+		{[]string{"serve", "--no-such-flag"}, 2, "", "flag provided but not defined"},
+		{[]string{"serve", "-h"}, 0, "", "-data-dir DIR"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, code := runAEP(t, tc.args...)
+			if code != tc.wantCode || !strings.Contains(out, tc.wantOut) || !strings.Contains(errOut, tc.wantErr) {
+				t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr: %s", code, tc.wantCode, out, errOut)
+			}
+		})
+	}
+}
