@@ -30,12 +30,34 @@ func (p *sessionPlugin) SessionInfo(ctx context.Context, sc wire.Scope, req *msg
 	return resp, nil
 }
 
+// SessionSnapshot saves the session's state (SPEC 1.6; see snapshot.go).
 func (p *sessionPlugin) SessionSnapshot(ctx context.Context, sc wire.Scope, req *msg.SessionSnapshotReq) (*msg.SessionSnapshotResp, error) {
-	return nil, wire.Errorf(wire.CodeRuntimeError, "snapshots need a store; none is configured on this host")
+	s, ok := p.h.Session(sc.SessionID())
+	if !ok {
+		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+	}
+	target := string(req.Target)
+	if target == "" {
+		target = string(msg.SessionSnapshotReqTargetFile) // the schema's default
+	}
+	id, n, err := p.h.snapshotSession(ctx, s, target)
+	if err != nil {
+		return nil, err
+	}
+	return &msg.SessionSnapshotResp{SnapshotID: id, Bytes: n, Target: msg.SessionSnapshotRespTarget(target)}, nil
 }
 
+// SessionRestore restores a snapshot into the current session (SPEC 3).
 func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *msg.SessionRestoreReq) (*msg.SessionRestoreResp, error) {
-	return nil, wire.Errorf(wire.CodeRuntimeError, "snapshots need a store; none is configured on this host")
+	s, ok := p.h.Session(sc.SessionID())
+	if !ok {
+		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+	}
+	restored, err := p.h.restoreSession(ctx, s, req.SnapshotID)
+	if err != nil {
+		return nil, err
+	}
+	return &msg.SessionRestoreResp{SnapshotID: req.SnapshotID, Restored: restored}, nil
 }
 
 func rand16() string {

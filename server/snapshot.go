@@ -1,0 +1,398 @@
+package server
+
+// Session snapshots (SPEC 1.6, SPEC 3 Session live → snapshot → live,
+// DESIGN State). A snapshot is one JSON document, the same for both targets:
+//
+//	{"format":"aep.snapshot","version":1,"sha256":"<hex of payload>","payload":{…}}
+//
+// The payload holds the snapshot's own id, the source session's agent id and
+// accepted capabilities, the creation time, and per plugin implementing
+// [Snapshotter] the bytes its Snapshot returned. Target "file" writes it to
+// <data-dir>/snapshots/<id>.json atomically; target "sql" stores it in the
+// ent Snapshot entity of the host's store. Restore decodes and verifies the
+// whole document before any plugin is touched, so an unknown or corrupt
+// snapshot changes nothing.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/aephost/aep/ent"
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/wire"
+)
+
+const (
+	snapshotFormat  = "aep.snapshot"
+	snapshotVersion = 1
+	// snapshotDir is the directory of file snapshots under the data directory.
+	snapshotDir = "snapshots"
+	// maxSnapshotBytes bounds what restore reads, so a huge or endless file
+	// cannot exhaust memory.
+	maxSnapshotBytes = 256 << 20
+)
+
+// snapshotIDPattern is the only shape of snapshot id the host generates and
+// accepts. It names the target and cannot name a path outside the snapshot
+// directory (no separators, no dots).
+var snapshotIDPattern = regexp.MustCompile(`^(file|sql)-[0-9a-f]{32}$`)
+
+var (
+	// ErrSnapshotNotFound is the cause when no snapshot has the requested id.
+	ErrSnapshotNotFound = errors.New("unknown snapshot")
+	// ErrSnapshotCorrupt is the cause when a stored snapshot fails to decode or verify.
+	ErrSnapshotCorrupt = errors.New("corrupt snapshot")
+	// ErrSnapshotSecret is the cause when a snapshot would contain a secret
+	// the kernel knows; nothing is written.
+	ErrSnapshotSecret = errors.New("snapshot refused: it contains a secret")
+)
+
+// SecretHolder is implemented by plugins that hold secrets (API keys,
+// passwords from their config). Before a snapshot is written the kernel
+// checks that none of them appears in it, as a defence behind each plugin's
+// own duty to leave secrets out (DESIGN State).
+type SecretHolder interface {
+	Secrets() []string
+}
+
+// snapshotDoc is the stored form; SHA256 covers the exact bytes of Payload.
+type snapshotDoc struct {
+	Format  string          `json:"format"`
+	Version int             `json:"version"`
+	SHA256  string          `json:"sha256"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+type snapshotPayload struct {
+	SnapshotID   string                `json:"snapshot_id"`
+	SessionID    string                `json:"session_id"`
+	AgentID      string                `json:"agent_id"`
+	AcceptedCaps []msg.CapabilityEntry `json:"accepted_caps"`
+	Created      time.Time             `json:"created"`
+	Plugins      []pluginSnapshot      `json:"plugins"`
+}
+
+type pluginSnapshot struct {
+	Name  string `json:"name"`
+	Type  string `json:"type"`
+	State []byte `json:"state"` // base64 in JSON: plugins may save any bytes
+}
+
+func newSnapshotID(target string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return target + "-" + hex.EncodeToString(b[:])
+}
+
+// snapshotSession saves the state of session s to target ("file" or "sql")
+// and returns the snapshot id and the stored size.
+func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (string, int, error) {
+	switch target {
+	case "file":
+		if h.dataDir == "" {
+			return "", 0, errors.New("file snapshots need a data directory; this host has none")
+		}
+	case "sql":
+		if h.store == nil {
+			return "", 0, errors.New("sql snapshots need a store; this host has none")
+		}
+	default:
+		return "", 0, fmt.Errorf("target %q: %w: want file or sql", target, wire.ErrInvalid)
+	}
+	s.mu.Lock()
+	p := snapshotPayload{SessionID: s.id, AgentID: s.agentID, AcceptedCaps: append([]msg.CapabilityEntry{}, s.accepted...)}
+	s.mu.Unlock()
+	p.SnapshotID = newSnapshotID(target)
+	p.Created = time.Now().UTC()
+	p.Plugins = []pluginSnapshot{}
+	secrets := h.secrets()
+	for _, pl := range h.plugins {
+		sn, ok := pl.Impl.(Snapshotter)
+		if !ok {
+			continue
+		}
+		state, err := sn.Snapshot(ctx, s.id)
+		if err != nil {
+			return "", 0, fmt.Errorf("plugin %q: snapshot: %w", pl.Name, err)
+		}
+		// Plugin state is base64 in the document, so it is checked raw.
+		if what := findSecret(state, secrets); what != "" {
+			h.log.Warn("snapshot refused: plugin state holds a secret", "session_id", s.id, "plugin", pl.Name, "secret", what)
+			return "", 0, fmt.Errorf("%w (%s) in the state of plugin %q; nothing was written", ErrSnapshotSecret, what, pl.Name)
+		}
+		p.Plugins = append(p.Plugins, pluginSnapshot{Name: pl.Name, Type: pl.Type, State: state})
+	}
+	doc, err := encodeSnapshot(&p)
+	if err != nil {
+		return "", 0, err
+	}
+	if what := findSecret(doc, secrets); what != "" {
+		h.log.Warn("snapshot refused: it holds a secret", "session_id", s.id, "secret", what)
+		return "", 0, fmt.Errorf("%w (%s); nothing was written", ErrSnapshotSecret, what)
+	}
+	switch target {
+	case "file":
+		err = writeFileAtomic(filepath.Join(h.dataDir, snapshotDir), p.SnapshotID+".json", doc)
+	case "sql":
+		err = h.store.Client.Snapshot.Create().SetID(p.SnapshotID).SetSessionID(s.id).
+			SetAgentID(p.AgentID).SetData(doc).SetCreatedAt(p.Created).Exec(ctx)
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("write snapshot: %w", err)
+	}
+	h.log.Info("snapshot written", "session_id", s.id, "snapshot_id", p.SnapshotID, "target", target, "bytes", len(doc), "plugins", len(p.Plugins))
+	return p.SnapshotID, len(doc), nil
+}
+
+// restoreSession restores snapshot id into session s and returns the names
+// of the plugins whose state it restored. On any error nothing has changed:
+// the snapshot is verified first, and a plugin that fails midway has the
+// plugins restored before it rolled back to their pre-restore state.
+func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]string, error) {
+	m := snapshotIDPattern.FindStringSubmatch(id)
+	if m == nil {
+		if len(id) > 80 {
+			id = id[:80] + "…"
+		}
+		return nil, fmt.Errorf("%w: snapshot_id %q is not a snapshot id; one is \"file-\" or \"sql-\" and 32 lower-case hex digits", wire.ErrInvalid, id)
+	}
+	doc, err := h.loadSnapshot(ctx, m[1], id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := decodeSnapshot(doc, id)
+	if err != nil {
+		return nil, err
+	}
+	// Match every saved state to a loaded snapshotter before touching any.
+	type step struct {
+		name  string
+		sn    Snapshotter
+		state []byte
+		prev  []byte
+	}
+	steps := make([]step, 0, len(p.Plugins))
+	seen := map[string]bool{}
+	for _, ps := range p.Plugins {
+		if seen[ps.Name] {
+			return nil, fmt.Errorf("snapshot %s: %w: plugin %q appears twice", id, ErrSnapshotCorrupt, ps.Name)
+		}
+		seen[ps.Name] = true
+		impl, ok := h.PluginImpl(ps.Name)
+		sn, isSn := impl.(Snapshotter)
+		if !ok || !isSn {
+			return nil, fmt.Errorf("snapshot %s holds the state of plugin %q, which this host does not load as a snapshotter; nothing was restored", id, ps.Name)
+		}
+		steps = append(steps, step{name: ps.Name, sn: sn, state: ps.State})
+	}
+	// The pre-restore state is taken in memory only, for the rollback.
+	for i := range steps {
+		prev, err := steps[i].sn.Snapshot(ctx, s.id)
+		if err != nil {
+			return nil, fmt.Errorf("plugin %q: saving the current state before restore: %w; nothing was restored", steps[i].name, err)
+		}
+		steps[i].prev = prev
+	}
+	restored := make([]string, 0, len(steps))
+	for i, st := range steps {
+		if err := st.sn.Restore(ctx, s.id, st.state); err != nil {
+			var rbErrs []error
+			// The failing plugin may have changed part of its state, so it is rolled back too.
+			for j := i; j >= 0; j-- {
+				if rerr := steps[j].sn.Restore(ctx, s.id, steps[j].prev); rerr != nil {
+					rbErrs = append(rbErrs, fmt.Errorf("plugin %q: %w", steps[j].name, rerr))
+				}
+			}
+			if rb := errors.Join(rbErrs...); rb != nil {
+				h.log.Error("restore rollback failed", "session_id", s.id, "snapshot_id", id, "err", rb)
+				return nil, fmt.Errorf("plugin %q: restore: %w; rolling back also failed: %v", st.name, err, rb)
+			}
+			return nil, fmt.Errorf("plugin %q: restore: %w; the session's state was rolled back", st.name, err)
+		}
+		restored = append(restored, st.name)
+	}
+	h.log.Info("snapshot restored", "session_id", s.id, "snapshot_id", id, "from_session", p.SessionID, "plugins", len(restored))
+	return restored, nil
+}
+
+// loadSnapshot reads the stored document of a validated id.
+func (h *Host) loadSnapshot(ctx context.Context, target, id string) ([]byte, error) {
+	switch target {
+	case "file":
+		if h.dataDir == "" {
+			return nil, errors.New("file snapshots need a data directory; this host has none")
+		}
+		path := filepath.Join(h.dataDir, snapshotDir, id+".json")
+		fi, err := os.Lstat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w %q", ErrSnapshotNotFound, id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("snapshot %s: %w: not a regular file", id, ErrSnapshotCorrupt)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		defer f.Close()
+		doc, err := io.ReadAll(io.LimitReader(f, maxSnapshotBytes+1))
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		if len(doc) > maxSnapshotBytes {
+			return nil, fmt.Errorf("snapshot %s: %w: larger than %d bytes", id, ErrSnapshotCorrupt, maxSnapshotBytes)
+		}
+		return doc, nil
+	default: // "sql"
+		if h.store == nil {
+			return nil, errors.New("sql snapshots need a store; this host has none")
+		}
+		row, err := h.store.Client.Snapshot.Get(ctx, id)
+		if ent.IsNotFound(err) {
+			return nil, fmt.Errorf("%w %q", ErrSnapshotNotFound, id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", id, err)
+		}
+		return row.Data, nil
+	}
+}
+
+// encodeSnapshot builds the stored document of p.
+func encodeSnapshot(p *snapshotPayload) ([]byte, error) {
+	payload, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode snapshot: %w", err)
+	}
+	sum := sha256.Sum256(payload)
+	doc, err := json.Marshal(snapshotDoc{Format: snapshotFormat, Version: snapshotVersion, SHA256: hex.EncodeToString(sum[:]), Payload: payload})
+	if err != nil {
+		return nil, fmt.Errorf("encode snapshot: %w", err)
+	}
+	return append(doc, '\n'), nil
+}
+
+// decodeSnapshot verifies doc completely: format, version, checksum, payload
+// and that it is the snapshot id names.
+func decodeSnapshot(doc []byte, id string) (*snapshotPayload, error) {
+	corrupt := func(format string, args ...any) error {
+		return fmt.Errorf("snapshot %s: %w: %s; nothing was restored", id, ErrSnapshotCorrupt, fmt.Sprintf(format, args...))
+	}
+	var d snapshotDoc
+	// The envelope is read leniently so a later format version is reported
+	// as such, not as an unknown field; the payload is read strictly.
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	if err := dec.Decode(&d); err != nil {
+		return nil, corrupt("not a snapshot document: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, corrupt("trailing data after the document")
+	}
+	if d.Format != snapshotFormat {
+		return nil, corrupt("format %q, want %q", d.Format, snapshotFormat)
+	}
+	if d.Version != snapshotVersion {
+		return nil, corrupt("format version %d; this host reads version %d", d.Version, snapshotVersion)
+	}
+	sum := sha256.Sum256(d.Payload)
+	if want, err := hex.DecodeString(d.SHA256); err != nil || !bytes.Equal(want, sum[:]) {
+		return nil, corrupt("checksum mismatch")
+	}
+	var p snapshotPayload
+	pdec := json.NewDecoder(bytes.NewReader(d.Payload))
+	pdec.DisallowUnknownFields()
+	if err := pdec.Decode(&p); err != nil {
+		return nil, corrupt("payload: %v", err)
+	}
+	if p.SnapshotID != id {
+		return nil, corrupt("it is snapshot %q, stored under another id", p.SnapshotID)
+	}
+	return &p, nil
+}
+
+// secrets returns the secrets the kernel knows: the host's auth token, which
+// every session of the host handshakes with, and those plugins declare.
+func (h *Host) secrets() []string {
+	out := []string{h.cfg.Server.AuthToken}
+	for _, p := range h.plugins {
+		if sh, ok := p.Impl.(SecretHolder); ok {
+			out = append(out, sh.Secrets()...)
+		}
+	}
+	return out
+}
+
+// findSecret reports which secret appears in b, raw or JSON-escaped, as a
+// description that does not reveal it ("" when none does).
+func findSecret(b []byte, secrets []string) string {
+	for i, sec := range secrets {
+		if sec == "" {
+			continue
+		}
+		esc, _ := json.Marshal(sec)
+		esc = esc[1 : len(esc)-1]
+		if bytes.Contains(b, []byte(sec)) || bytes.Contains(b, esc) {
+			if i == 0 {
+				return "the host auth token"
+			}
+			return "a plugin secret"
+		}
+	}
+	return ""
+}
+
+// writeFileAtomic writes dir/name so that a reader sees either nothing or
+// the whole file, even after a crash: a temp file in the same directory is
+// written and synced, renamed over the name, and the directory is synced so
+// the rename is durable. The file's mode is 0600.
+func writeFileAtomic(dir, name string, data []byte) (err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(0o600); err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
