@@ -125,7 +125,7 @@ func (p *notesPlugin) Restore(ctx context.Context, sid string, state []byte) err
 	cur := p.state(sid)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cur.Notes = st.Notes // the API key stays the configured one
+	cur.Notes = st.Notes                           // the API key stays the configured one
 	if p.FailRestore.CompareAndSwap(true, false) { // once: the rollback succeeds
 		cur.Notes = append(cur.Notes, "half-restored")
 		return errors.New("injected restore failure")
