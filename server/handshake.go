@@ -42,6 +42,9 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		fail(wire.CodeUnauthorized, "invalid auth_token")
 		return
 	}
+	if s.token != nil {
+		h.childTokens.Store(s.id, req.AuthToken) // for the snapshot secret check
+	}
 	var allowed map[string]bool
 	if s.parent != nil {
 		allowed = s.childCaps

@@ -83,6 +83,10 @@ type Host struct {
 	stop     chan struct{}
 	janitor  sync.WaitGroup
 
+	// childTokens holds the handshake token of each live child session (its
+	// own secret, unlike the host's) so snapshots can be checked for it.
+	childTokens sync.Map // session id → string
+
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)
 	subSeq int
@@ -237,6 +241,7 @@ func (h *Host) forget(s *Session) {
 	h.mu.Lock()
 	delete(h.sessions, s.id)
 	h.mu.Unlock()
+	h.childTokens.Delete(s.id)
 	for _, p := range h.plugins {
 		if o, ok := p.Impl.(SessionObserver); ok {
 			o.SessionClosed(s.id)

@@ -116,7 +116,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	p.SnapshotID = newSnapshotID(target)
 	p.Created = time.Now().UTC()
 	p.Plugins = []pluginSnapshot{}
-	secrets := h.secrets()
+	secrets := h.secrets(s.id)
 	for _, pl := range h.plugins {
 		sn, ok := pl.Impl.(Snapshotter)
 		if !ok {
@@ -324,10 +324,14 @@ func decodeSnapshot(doc []byte, id string) (*snapshotPayload, error) {
 	return &p, nil
 }
 
-// secrets returns the secrets the kernel knows: the host's auth token, which
-// every session of the host handshakes with, and those plugins declare.
-func (h *Host) secrets() []string {
-	out := []string{h.cfg.Server.AuthToken}
+// secrets returns the secrets the kernel knows: the host's auth token, the
+// token session sid handshook with when it is a child session's own, and
+// those plugins declare.
+func (h *Host) secrets(sid string) []string {
+	out := []string{h.cfg.Server.AuthToken, ""}
+	if t, ok := h.childTokens.Load(sid); ok {
+		out[1] = t.(string)
+	}
 	for _, p := range h.plugins {
 		if sh, ok := p.Impl.(SecretHolder); ok {
 			out = append(out, sh.Secrets()...)
@@ -346,8 +350,11 @@ func findSecret(b []byte, secrets []string) string {
 		esc, _ := json.Marshal(sec)
 		esc = esc[1 : len(esc)-1]
 		if bytes.Contains(b, []byte(sec)) || bytes.Contains(b, esc) {
-			if i == 0 {
+			switch i {
+			case 0:
 				return "the host auth token"
+			case 1:
+				return "the session's auth token"
 			}
 			return "a plugin secret"
 		}
