@@ -106,7 +106,7 @@ func TestOpenRefuses(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name, dsn, dataDir, want string
-		unsupported           bool
+		unsupported              bool
 	}{
 		{"postgres later", "postgres://u@localhost/aep", "", "PostgreSQL is not supported yet", true},
 		{"postgresql later", "postgresql://u@localhost/aep", t.TempDir(), "PostgreSQL is not supported yet", true},
