@@ -18,7 +18,7 @@ func init() {
 		Name: GuessName,
 		Description: "Guess a secret integer in [0, high) drawn from the seed. Each guess is answered with a hint: " +
 			"-1 the secret is lower, 1 higher, 0 correct (reward 1, terminated). Truncated after max_steps guesses. " +
-			"Reset options: {\"high\": 100, \"max_steps\": 20}. Deterministic; for tests and benchmarks.",
+			"Reset options: {\"high\": 100, \"max_steps\": 20}; a reset without them keeps the previous ones. Deterministic; for tests and benchmarks.",
 		ActionSpace:      json.RawMessage(`{"type":"integer","description":"the guess"}`),
 		ObservationSpace: json.RawMessage(`{"type":"object","properties":{"hint":{"enum":[-1,0,1]},"guesses":{"type":"integer"},"high":{"type":"integer"}},"required":["hint","guesses","high"]}`),
 		Inline:           true,
@@ -51,7 +51,9 @@ func (g *Guess) Reset(ctx context.Context, seed *int64, options json.RawMessage)
 			return Obs{}, fmt.Errorf("options: %w: %v", ErrBadAction, err)
 		}
 	}
-	g.high, g.maxSteps = 100, 20
+	if g.high == 0 {
+		g.high, g.maxSteps = 100, 20
+	}
 	if opts.High != nil {
 		if *opts.High < 1 {
 			return Obs{}, fmt.Errorf("options.high must be at least 1: %w", ErrBadAction)

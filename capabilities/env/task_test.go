@@ -1,0 +1,153 @@
+package env_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aephost/aep/capabilities/env"
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/wire"
+)
+
+// writeTask makes a task folder with a real grader script.
+func writeTask(t *testing.T, tasks, name, grader string, graderTimeout float64) {
+	t.Helper()
+	dir := filepath.Join(tasks, name)
+	must(t, os.MkdirAll(filepath.Join(dir, "files", "src"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "instructions.md"), []byte("Write 42 into answer.txt, then submit."), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "files", "src", "hello.txt"), []byte("hello"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "grade.sh"), []byte(grader), 0o755))
+	def, _ := json.Marshal(map[string]any{"description": "answer 42", "grader": []string{"sh", "-c", `sh "$AEP_TASK_DIR/grade.sh"`},
+		"grader_timeout_seconds": graderTimeout, "max_steps": 20})
+	must(t, os.WriteFile(filepath.Join(dir, "task.json"), def, 0o644))
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type taskObs struct {
+	Instructions string   `json:"instructions"`
+	Files        []string `json:"files"`
+	Content      *string  `json:"content"`
+	Output       *string  `json:"output"`
+	ExitCode     *int     `json:"exit_code"`
+	Error        string   `json:"error"`
+}
+
+func TestTaskEnvironmentEndToEnd(t *testing.T) {
+	tasks, work, data := t.TempDir(), t.TempDir(), t.TempDir()
+	writeTask(t, tasks, "answer", `if [ "$(cat answer.txt)" = "42" ]; then echo graded; echo 0.75; else echo 0; fi`, 10)
+	writeTask(t, tasks, "slow", "sleep 5; echo 1", 0.2)
+	h := newHost(t, &env.Plugin{TasksDir: tasks, WorkRoot: work, DataRoot: data})
+	for _, cd := range codecs {
+		t.Run(cd.name, func(t *testing.T) {
+			c := connect(t, h, cd.codec)
+			ctx := ctxT(t)
+			act := func(id string, a env.TaskAction) (*msg.EnvStepResp, taskObs, error) {
+				b, _ := json.Marshal(a)
+				st, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: id, Action: b})
+				var o taskObs
+				if err == nil {
+					must(t, json.Unmarshal(st.Observation, &o))
+				}
+				return st, o, err
+			}
+			r := reset(t, c, "task/answer", 0, "")
+			var o taskObs
+			must(t, json.Unmarshal(r.Observation, &o))
+			if !strings.Contains(o.Instructions, "42") || len(o.Files) != 1 || o.Files[0] != "src/hello.txt" {
+				t.Fatalf("reset observation: %s", r.Observation)
+			}
+			if _, o, err := act(r.EpisodeID, env.TaskAction{Op: "read", Path: "src/hello.txt"}); err != nil || o.Content == nil || *o.Content != "hello" {
+				t.Fatalf("read: %+v %v", o, err)
+			}
+			if _, _, err := act(r.EpisodeID, env.TaskAction{Op: "write", Path: "answer.txt", Content: "41"}); err != nil {
+				t.Fatal(err)
+			}
+			st, o, err := act(r.EpisodeID, env.TaskAction{Op: "submit"})
+			if err != nil || !st.Terminated || st.Reward != 0 {
+				t.Fatalf("wrong answer graded: %+v %+v %v", st, o, err)
+			}
+			// A reset brings back the starting files only.
+			r2, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: "task/answer", EpisodeID: &r.EpisodeID})
+			must(t, err)
+			must(t, json.Unmarshal(r2.Observation, &o))
+			if len(o.Files) != 1 {
+				t.Fatalf("reset kept files: %v", o.Files)
+			}
+			if _, _, err := act(r.EpisodeID, env.TaskAction{Op: "write", Path: "answer.txt", Content: "42"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, o, err := act(r.EpisodeID, env.TaskAction{Op: "run", Command: "cat answer.txt; exit 3"}); err != nil || *o.Output != "42" || *o.ExitCode != 3 {
+				t.Fatalf("run: %+v %v", o, err)
+			}
+			_, o, err = act(r.EpisodeID, env.TaskAction{Op: "run", Command: "sleep 5", TimeoutSeconds: 0.2})
+			if err != nil || !strings.Contains(o.Error, "timed out") {
+				t.Fatalf("run timeout: %+v %v", o, err)
+			}
+			// Paths stay inside the work directory.
+			_, _, err = act(r.EpisodeID, env.TaskAction{Op: "write", Path: "../escape.txt", Content: "x"})
+			wantErr(t, err, wire.CodeSchemaViolation, `".."`)
+			_, _, err = act(r.EpisodeID, env.TaskAction{Op: "read", Path: "/etc/passwd"})
+			wantErr(t, err, wire.CodeSchemaViolation, "absolute")
+			outside := t.TempDir()
+			if _, _, err := act(r.EpisodeID, env.TaskAction{Op: "run", Command: "ln -s " + outside + " out"}); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = act(r.EpisodeID, env.TaskAction{Op: "write", Path: "out/x.txt", Content: "x"})
+			wantErr(t, err, wire.CodeSchemaViolation, "symbolic link")
+			if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+				t.Fatalf("a write escaped through a symlink: %v", ents)
+			}
+			st, o, err = act(r.EpisodeID, env.TaskAction{Op: "submit"})
+			if err != nil || !st.Terminated || st.Reward != 0.75 || !strings.Contains(*o.Output, "graded") {
+				t.Fatalf("right answer graded: %+v %+v %v", st, o, err)
+			}
+			// A grader that overruns its timeout gives reward 0 and says so.
+			s := reset(t, c, "task/slow", 0, "")
+			t0 := time.Now()
+			st, o, err = act(s.EpisodeID, env.TaskAction{Op: "submit"})
+			if err != nil || st.Reward != 0 || !strings.Contains(o.Error, "timed out") || time.Since(t0) > 3*time.Second {
+				t.Fatalf("slow grader: %+v %+v %v", st, o, err)
+			}
+			// Episodes never touch the data root (SPEC 3).
+			if ents, _ := os.ReadDir(filepath.Join(data, c.SessionID())); len(ents) != 0 {
+				t.Fatalf("episode wrote into the data root: %v", ents)
+			}
+		})
+	}
+	// Ending a session closes its episodes: their work directories go.
+	c := connect(t, h, directCodec())
+	reset(t, c, "task/answer", 0, "")
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ents, _ := os.ReadDir(work)
+		if len(ents) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("work directories left after the sessions ended: %d", len(ents))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestWorkRootInsideDataRootIsRefused(t *testing.T) {
+	data := t.TempDir()
+	tasks := t.TempDir()
+	writeTask(t, tasks, "answer", "echo 1", 5)
+	p := &env.Plugin{TasksDir: tasks, DataRoot: data, WorkRoot: filepath.Join(data, "work")}
+	err := p.Provision(ctxT(t), serverEnv())
+	if err == nil || !strings.Contains(err.Error(), "inside data_root") {
+		t.Fatalf("want a refusal, got %v", err)
+	}
+}
