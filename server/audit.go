@@ -14,18 +14,19 @@ import (
 
 // AuditRecord is one handler invocation (SPEC 1.7, DESIGN: fields of the
 // audit line). It holds sizes and codes, never message bodies, so secrets
-// cannot reach the audit log through it.
+// cannot reach the audit log through it. Every field but declined is written
+// on every line, empty or not, so each line has the same documented shape.
 type AuditRecord struct {
 	TS            time.Time `json:"ts"`
 	SessionID     string    `json:"session_id"`
 	ReqID         string    `json:"req_id"`
-	CorrelationID string    `json:"correlation_id,omitempty"`
+	CorrelationID string    `json:"correlation_id"`
 	Type          string    `json:"type"`
-	Capability    string    `json:"capability,omitempty"`
+	Capability    string    `json:"capability"`
 	Plugin        string    `json:"plugin"`
 	Success       bool      `json:"success"`
 	Declined      bool      `json:"declined,omitempty"`
-	ErrorCode     string    `json:"error_code,omitempty"`
+	ErrorCode     string    `json:"error_code"`
 	DurationMS    float64   `json:"duration_ms"`
 	InputBytes    int       `json:"input_bytes"`
 	OutputBytes   int       `json:"output_bytes"`

@@ -1,0 +1,344 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aephost/aep/client"
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/echoplug"
+	"github.com/aephost/aep/internal/testproto"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/wire"
+)
+
+// auditFields are the documented fields of an audit line (SPEC 1.7, SPEC 8,
+// issue: audit) with the JSON kind each must have.
+var auditFields = map[string]string{
+	"ts": "string", "session_id": "string", "req_id": "string", "correlation_id": "string",
+	"type": "string", "capability": "string", "plugin": "string", "success": "bool",
+	"error_code": "string", "duration_ms": "number", "input_bytes": "number", "output_bytes": "number",
+}
+
+// checkAuditLine fails unless line is one JSON object with every documented
+// field of the right kind, and returns it.
+func checkAuditLine(t *testing.T, where string, line []byte) map[string]any {
+	t.Helper()
+	var rec map[string]any
+	if err := json.Unmarshal(line, &rec); err != nil {
+		t.Fatalf("%s: not JSON (%v): %.200q", where, err, line)
+	}
+	for f, kind := range auditFields {
+		v, ok := rec[f]
+		if !ok {
+			t.Fatalf("%s: field %q missing: %s", where, f, line)
+		}
+		got := ""
+		switch v.(type) {
+		case string:
+			got = "string"
+		case bool:
+			got = "bool"
+		case float64:
+			got = "number"
+		}
+		if got != kind {
+			t.Fatalf("%s: field %q is %T, want %s", where, f, v, kind)
+		}
+	}
+	if _, err := time.Parse(time.RFC3339Nano, rec["ts"].(string)); err != nil {
+		t.Fatalf("%s: ts: %v", where, err)
+	}
+	return rec
+}
+
+// readAuditLines returns the lines of one audit file, checking that the file
+// ends with a newline (no record cut in half by rotation).
+func readAuditLines(t *testing.T, path string) [][]byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		t.Fatalf("%s does not end with a newline", path)
+	}
+	var lines [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, append([]byte(nil), sc.Bytes()...))
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// TestAuditRotation writes well past 10 MB through the file auditor with the
+// default settings and checks lumberjack's rotation: at most 5 backups, no
+// file over 10 MB, and every line of every file a complete, valid record.
+func TestAuditRotation(t *testing.T) {
+	d := server.Defaults().Audit
+	if d.MaxSizeMB != 10 || d.MaxBackups != 5 {
+		t.Fatalf("defaults changed: %+v (SPEC 8: 10 MB, 5 backups)", d)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.jsonl")
+	a := server.NewFileAuditor(path, d.MaxSizeMB, d.MaxBackups, nil)
+
+	// Fixed-width records, so the bytes written follow from the count.
+	rec := func(i int) server.AuditRecord {
+		return server.AuditRecord{
+			TS: time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC), SessionID: "s-0123456789abcdef",
+			ReqID: fmt.Sprintf("r%09d", i), CorrelationID: fmt.Sprintf("c%09d", i), Type: "echo/say/req",
+			Capability: "echo", Plugin: "e1", Success: i%7 != 0, ErrorCode: map[bool]string{true: "", false: "runtime_error"}[i%7 != 0],
+			DurationMS: 1.5, InputBytes: 100, OutputBytes: 200,
+		}
+	}
+	one, _ := json.Marshal(rec(0))
+	size := len(one) + 1
+	const target = 6*10<<20 + 5<<20 // more than max_backups+1 full files
+	sent, lastAccepted := 0, -1
+	for int64(sent)-a.Dropped() < int64(target/size+1) {
+		// One producer: a record is accepted unless the drop count moved.
+		before := a.Dropped()
+		a.Record(rec(sent))
+		if a.Dropped() == before {
+			lastAccepted = sent
+		} else {
+			time.Sleep(time.Millisecond) // let the writer catch up; drops are counted, not written
+		}
+		sent++
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.Failures() != 0 {
+		t.Fatalf("%d write failures", a.Failures())
+	}
+	written := int64(sent) - a.Dropped()
+	t.Logf("sent %d records of %d bytes, %d dropped, %d MB written", sent, size, a.Dropped(), written*int64(size)>>20)
+
+	// lumberjack removes old backups in the background after a rotation.
+	var backups []string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all, err := filepath.Glob(filepath.Join(dir, "audit-*.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		backups = all
+		if len(backups) <= d.MaxBackups || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(backups) != d.MaxBackups {
+		t.Fatalf("%d backups after writing %d MB, want %d: %v", len(backups), written*int64(size)>>20, d.MaxBackups, backups)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != d.MaxBackups+1 {
+		t.Fatalf("audit dir holds %d files, want the live file and %d backups", len(entries), d.MaxBackups)
+	}
+	var lastReq string
+	total := 0
+	// Backups sort by their timestamp; the live file is the newest.
+	for _, p := range append(backups, path) {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() > int64(d.MaxSizeMB)<<20 {
+			t.Fatalf("%s is %d bytes, over %d MB", filepath.Base(p), st.Size(), d.MaxSizeMB)
+		}
+		for i, line := range readAuditLines(t, p) {
+			r := checkAuditLine(t, fmt.Sprintf("%s:%d", filepath.Base(p), i+1), line)
+			if id := r["req_id"].(string); id <= lastReq {
+				t.Fatalf("%s:%d: records out of order (%s after %s)", filepath.Base(p), i+1, id, lastReq)
+			} else {
+				lastReq = id
+			}
+			total++
+		}
+	}
+	if lastReq != rec(lastAccepted).ReqID {
+		t.Fatalf("last record %s, want %s", lastReq, rec(lastAccepted).ReqID)
+	}
+	if total < 5*(10<<20)/size {
+		t.Fatalf("only %d records kept", total)
+	}
+}
+
+// newEchoHost starts a host with the echo test plugin and the given auditor.
+func newEchoHost(t *testing.T, a server.Auditor, log *slog.Logger) *server.Host {
+	t.Helper()
+	cfg := server.Defaults()
+	cfg.Server.AuthToken = "secret"
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h, err := server.New(context.Background(), cfg,
+		server.WithRegistry(msg.Registry().Union(testproto.Registry())),
+		server.WithAuditor(a), server.WithLogger(log),
+		server.WithPlugin(server.PluginSpec{Name: "echo", Type: "echo", Impl: &echoplug.Plugin{Name: "e1"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestAuditLinesFromTraffic runs requests through a host and checks the
+// line each handler invocation leaves.
+func TestAuditLinesFromTraffic(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	a := server.NewFileAuditor(path, 10, 5, nil)
+	h := newEchoHost(t, a, nil)
+	c, err := client.InProcess(h, client.JSON, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Handshake(ctx, "agent", "secret", "echo"); err != nil {
+		t.Fatal(err)
+	}
+	ec := testproto.Client{Requester: c}
+	panicky := true
+	tests := []struct {
+		name    string
+		do      func() error
+		success bool
+		code    string
+		typ     string
+	}{
+		{"say", func() error { _, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: "hi"}); return err }, true, "", "echo/say/req"},
+		{"list", func() error { _, err := ec.EchoList(ctx, &testproto.EchoListReq{}); return err }, true, "", "echo/list/req"},
+		{"panic", func() error {
+			_, err := ec.EchoWait(ctx, &testproto.EchoWaitReq{Panic: &panicky})
+			return err
+		}, false, string(wire.CodeRuntimeError), "echo/wait/req"},
+	}
+	for _, tc := range tests {
+		err := tc.do()
+		if (err == nil) != tc.success {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+	}
+	if err := h.Close(ctx); err != nil { // flushes the auditor
+		t.Fatal(err)
+	}
+	lines := readAuditLines(t, path)
+	if len(lines) != len(tests) {
+		t.Fatalf("%d audit lines for %d requests:\n%s", len(lines), len(tests), bytes.Join(lines, []byte("\n")))
+	}
+	for i, tc := range tests {
+		r := checkAuditLine(t, tc.name, lines[i])
+		if r["session_id"] != c.SessionID() || r["type"] != tc.typ || r["capability"] != "echo" || r["plugin"] != "echo" ||
+			r["success"] != tc.success || r["error_code"] != tc.code || r["req_id"] == "" || r["input_bytes"].(float64) <= 0 {
+			t.Fatalf("%s: record %s", tc.name, lines[i])
+		}
+		if tc.success && r["output_bytes"].(float64) <= 0 {
+			t.Fatalf("%s: no output size: %s", tc.name, lines[i])
+		}
+		if strings.Contains(string(lines[i]), "secret") || strings.Contains(string(lines[i]), `"hi"`) {
+			t.Fatalf("%s: a message body reached the audit line: %s", tc.name, lines[i])
+		}
+	}
+}
+
+// syncBuffer is a log destination read while the host writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestAuditUnwritablePathFailsNoRequest: when the audit file cannot be
+// written, every request still succeeds, the failures are counted, and the
+// failure is logged once (SPEC 1.7: auditing never makes a handler fail).
+// Tests run as root, so permissions cannot make a path unwritable; these
+// paths fail for root too.
+func TestAuditUnwritablePathFailsNoRequest(t *testing.T) {
+	tests := []struct {
+		name string
+		path func(dir string) string
+	}{
+		{"parent is a regular file", func(dir string) string {
+			f := filepath.Join(dir, "plain-file")
+			if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(f, "audit.jsonl")
+		}},
+		{"name too long", func(dir string) string {
+			return filepath.Join(dir, strings.Repeat("a", 300)+".jsonl")
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			logs := &syncBuffer{}
+			log := slog.New(slog.NewTextHandler(logs, nil))
+			a := server.NewFileAuditor(tc.path(t.TempDir()), 10, 5, log)
+			h := newEchoHost(t, a, log)
+			defer h.Close(ctx)
+			c, err := client.InProcess(h, client.JSON, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Handshake(ctx, "agent", "secret", "echo"); err != nil {
+				t.Fatal(err)
+			}
+			ec := testproto.Client{Requester: c}
+			const n = 200
+			for i := range n {
+				r, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: fmt.Sprint(i)})
+				if err != nil || r.Text != fmt.Sprint(i) {
+					t.Fatalf("request %d failed with an unwritable audit log: %v", i, err)
+				}
+				if i%50 == 0 {
+					time.Sleep(5 * time.Millisecond) // several batches, not one
+				}
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for a.Failures() < 2 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if a.Failures() < 2 {
+				t.Fatalf("failures counted: %d, want several", a.Failures())
+			}
+			if got := strings.Count(logs.String(), "audit write failed"); got != 1 {
+				t.Fatalf("failure logged %d times, want once:\n%s", got, logs.String())
+			}
+			// The host still serves after the failures.
+			if _, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: "still"}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
