@@ -53,6 +53,15 @@ type Client struct {
 	sessionID string
 	done      chan struct{}
 	err       error
+	endOnce   sync.Once
+}
+
+// deliverer is implemented by transports that hand over what the host sends
+// by calling a function on the host's goroutine instead of through Recv (the
+// in-process pipes): a reply then reaches its waiting request with one
+// goroutine hand-off fewer.
+type deliverer interface {
+	Deliver(deliver func(*wire.Packet), ended func(error)) bool
 }
 
 type pending struct {
@@ -69,6 +78,9 @@ type result struct {
 func New(t Transport) *Client {
 	c := &Client{t: t, pending: map[string]*pending{}, done: make(chan struct{})}
 	c.Client = msg.Client{Requester: c}
+	if d, ok := t.(deliverer); ok && d.Deliver(c.handle, c.end) {
+		return c
+	}
 	go c.read()
 	return c
 }
@@ -159,35 +171,54 @@ func (c *Client) Done() <-chan struct{} { return c.done }
 func (c *Client) Close() error { return c.t.Close() }
 
 func (c *Client) read() {
-	defer close(c.done)
 	for {
 		p, err := c.t.Recv(context.Background())
 		if err != nil {
-			c.mu.Lock()
-			c.err = fmt.Errorf("%w: %v", ErrClosed, err)
-			c.mu.Unlock()
+			c.end(err)
 			return
 		}
+		c.handle(p)
+	}
+}
+
+// end records why the transport ended and fails the requests waiting.
+func (c *Client) end(err error) {
+	c.endOnce.Do(func() {
 		c.mu.Lock()
-		pc := c.pending[p.ReqID]
+		c.err = fmt.Errorf("%w: %v", ErrClosed, err)
 		c.mu.Unlock()
-		if pc == nil {
-			continue // a reply to a request that gave up waiting
+		close(c.done)
+	})
+}
+
+// handle routes one message from the host to the request it answers. It
+// never blocks on a waiting request: each has room for its one reply.
+func (c *Client) handle(p *wire.Packet) {
+	c.mu.Lock()
+	pc := c.pending[p.ReqID]
+	c.mu.Unlock()
+	if pc == nil {
+		return // a reply to a request that gave up waiting
+	}
+	var r result
+	switch m := p.Msg.(type) {
+	case *msg.Event:
+		if pc.onEvent != nil {
+			pc.onEvent(Event{Type: p.Type, ReqID: p.ReqID, Kind: wire.EventKind(m.Kind), Data: m.Data, Seq: m.Seq})
 		}
-		switch m := p.Msg.(type) {
-		case *msg.Event:
-			if pc.onEvent != nil {
-				pc.onEvent(Event{Type: p.Type, ReqID: p.ReqID, Kind: wire.EventKind(m.Kind), Data: m.Data, Seq: m.Seq})
-			}
-		case *msg.Error:
-			e := &wire.Error{Code: wire.Code(m.Code), Message: m.Message, Detail: m.Detail}
-			if m.CapabilityName != nil {
-				e.Capability = *m.CapabilityName
-			}
-			pc.reply <- result{err: e}
-		default:
-			pc.reply <- result{m: p.Msg}
+		return
+	case *msg.Error:
+		e := &wire.Error{Code: wire.Code(m.Code), Message: m.Message, Detail: m.Detail}
+		if m.CapabilityName != nil {
+			e.Capability = *m.CapabilityName
 		}
+		r.err = e
+	default:
+		r.m = p.Msg
+	}
+	select {
+	case pc.reply <- r:
+	default: // a second reply; the host sends exactly one
 	}
 }
 

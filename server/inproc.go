@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/aephost/aep/wire"
 )
@@ -19,6 +20,11 @@ type queue[T any] struct {
 	ch     chan T
 	closed chan struct{}
 	once   sync.Once
+	// deliver, once set by subscribe, receives every message in place of ch:
+	// it runs on the sending goroutine, which saves the agent side one
+	// goroutine hand-off per message.
+	deliver atomic.Pointer[func(T)]
+	ended   atomic.Pointer[func(error)]
 }
 
 func newQueue[T any](n int) *queue[T] {
@@ -31,6 +37,15 @@ func newQueue[T any](n int) *queue[T] {
 // put blocks while the queue is full, applying backpressure to this
 // session's handlers only, until the session closes.
 func (q *queue[T]) put(v T) error {
+	if fn := q.deliver.Load(); fn != nil {
+		select {
+		case <-q.closed:
+			return ErrSessionClosed
+		default:
+		}
+		(*fn)(v)
+		return nil
+	}
 	select {
 	case q.ch <- v:
 		return nil
@@ -62,7 +77,35 @@ func (q *queue[T]) get(ctx context.Context) (T, error) {
 	}
 }
 
-func (q *queue[T]) close() { q.once.Do(func() { close(q.closed) }) }
+func (q *queue[T]) close() {
+	q.once.Do(func() {
+		close(q.closed)
+		if fn := q.ended.Load(); fn != nil {
+			(*fn)(ErrSessionClosed)
+		}
+	})
+}
+
+// subscribe switches the queue to calling deliver for each message, and
+// ended once when the session closes. It must be called before the agent
+// sends its first message, while nothing can be queued yet; it reports
+// false, changing nothing, if something was.
+func (q *queue[T]) subscribe(deliver func(T), ended func(error)) bool {
+	if len(q.ch) > 0 {
+		return false
+	}
+	var once sync.Once
+	end := func(err error) { once.Do(func() { ended(err) }) }
+	q.ended.Store(&end)
+	q.deliver.Store(&deliver)
+	select {
+	case <-q.closed:
+		// Closed before end was stored, so close may not have called it.
+		end(ErrSessionClosed)
+	default:
+	}
+	return true
+}
 
 // LinePipe is the agent's end of an in-process connection with the JSON
 // codec: the same NDJSON lines as the other transports cross it, so it
@@ -112,6 +155,13 @@ func (p *LinePipe) WriteLine(ctx context.Context, line []byte) error {
 // ReadLine returns the next line the host sent.
 func (p *LinePipe) ReadLine(ctx context.Context) ([]byte, error) { return p.q.get(ctx) }
 
+// DeliverLines makes the pipe call deliver with each line the host sends,
+// on the host's goroutine, instead of queueing it for ReadLine; see
+// [DirectPipe.Deliver].
+func (p *LinePipe) DeliverLines(deliver func([]byte), ended func(error)) bool {
+	return p.q.subscribe(deliver, ended)
+}
+
 // Close ends the session.
 func (p *LinePipe) Close() error {
 	p.s.Close()
@@ -158,6 +208,15 @@ func (p *DirectPipe) Send(ctx context.Context, env *wire.Envelope, m wire.Messag
 
 // Recv returns the next message the host sent.
 func (p *DirectPipe) Recv(ctx context.Context) (*wire.Packet, error) { return p.q.get(ctx) }
+
+// Deliver makes the pipe call deliver with each message the host sends, on
+// the host's goroutine, instead of queueing it for Recv; ended is called
+// once when the session closes. deliver must not block for long: it holds
+// up the request that sends. Call it before sending anything; it reports
+// false if a message was already queued.
+func (p *DirectPipe) Deliver(deliver func(*wire.Packet), ended func(error)) bool {
+	return p.q.subscribe(deliver, ended)
+}
 
 // Close ends the session.
 func (p *DirectPipe) Close() error {

@@ -285,7 +285,7 @@ func (s *Session) finish(c *call) {
 
 // run executes one admitted request on a worker.
 func (s *Session) run(c *call) {
-	ctx, cancel := context.WithTimeout(s.ctx, time.Duration(s.h.cfg.Server.Limits.RequestTimeout))
+	ctx, cancel := newReqCtx(s.ctx, time.Duration(s.h.cfg.Server.Limits.RequestTimeout))
 	defer cancel()
 	if !c.start(cancel) {
 		return // cancelled while queued; already answered

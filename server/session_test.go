@@ -223,3 +223,26 @@ func TestInternalDispatch(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestTimeout checks the deadline of every request's context
+// (server.limits.request_timeout): a handler still waiting is answered
+// timeout and sees its context end.
+func TestRequestTimeout(t *testing.T) {
+	cfg := server.Config{Server: server.ServerConfig{Limits: server.Limits{RequestTimeout: server.Duration(80 * time.Millisecond)}}}
+	plug := &echoplug.Plugin{CtxDone: make(chan string, 1)}
+	h := newHost(t, cfg, echoSpec("e", 0, false, plug))
+	_, ec := connect(t, h)
+	gate := "never"
+	_, err := ec.EchoWait(tctx(t), &testproto.EchoWaitReq{Gate: &gate})
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeTimeout {
+		t.Fatalf("err = %v, want timeout", err)
+	}
+	if err := waitFor(tctx(t), plug.CtxDone, gate); err != nil {
+		t.Fatal(err)
+	}
+	// A quick request within the limit is answered normally.
+	if _, err := ec.EchoSay(tctx(t), &testproto.EchoSayReq{Text: "ok", Mode: "plain"}); err != nil {
+		t.Fatal(err)
+	}
+}

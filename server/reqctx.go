@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// reqCtx is the context of one request: the session's context with the
+// request's deadline (server.limits.request_timeout). It behaves as
+// context.WithDeadline(parent, deadline) does, but sets that context (and
+// its timer) up only when Done is first asked for. Most handlers answer
+// without waiting on anything, and starting and stopping a timer was the
+// largest single cost of a round trip (docs/PERFORMANCE.md, Kernel).
+type reqCtx struct {
+	parent   context.Context
+	deadline time.Time
+
+	mu        sync.Mutex
+	inner     context.Context // set on the first Done
+	stop      context.CancelFunc
+	cancelled bool
+}
+
+func newReqCtx(parent context.Context, timeout time.Duration) (*reqCtx, context.CancelFunc) {
+	c := &reqCtx{parent: parent, deadline: time.Now().Add(timeout)}
+	return c, c.cancel
+}
+
+// live returns the underlying context once it exists, else nil.
+func (c *reqCtx) live() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inner
+}
+
+func (c *reqCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *reqCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inner == nil {
+		c.inner, c.stop = context.WithDeadline(c.parent, c.deadline)
+		if c.cancelled {
+			c.stop()
+		}
+	}
+	return c.inner.Done()
+}
+
+func (c *reqCtx) Err() error {
+	c.mu.Lock()
+	inner, cancelled := c.inner, c.cancelled
+	c.mu.Unlock()
+	switch {
+	case inner != nil:
+		return inner.Err()
+	case cancelled:
+		return context.Canceled
+	}
+	if err := c.parent.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// Value answers from the underlying context once it exists, so that a
+// context derived from this one (which asks for Done first) finds the
+// standard library's cancel machinery and needs no goroutine of its own.
+func (c *reqCtx) Value(key any) any {
+	if inner := c.live(); inner != nil {
+		return inner.Value(key)
+	}
+	return c.parent.Value(key)
+}
+
+func (c *reqCtx) String() string { return "server.reqCtx" }
+
+func (c *reqCtx) cancel() {
+	c.mu.Lock()
+	c.cancelled = true
+	stop := c.stop
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}

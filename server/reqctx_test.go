@@ -1,0 +1,88 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestReqCtx checks that the lazily armed request context behaves as
+// context.WithDeadline does, whether or not Done was asked for first.
+func TestReqCtx(t *testing.T) {
+	waitDone := func(t *testing.T, ctx context.Context) {
+		t.Helper()
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done not closed")
+		}
+	}
+	t.Run("deadline", func(t *testing.T) {
+		c, cancel := newReqCtx(context.Background(), time.Hour)
+		defer cancel()
+		d, ok := c.Deadline()
+		if !ok || time.Until(d) < 59*time.Minute {
+			t.Errorf("Deadline = %v, %v", d, ok)
+		}
+		if c.Err() != nil {
+			t.Errorf("Err = %v before anything happened", c.Err())
+		}
+	})
+	for _, armed := range []bool{false, true} {
+		name := map[bool]string{false: "lazy", true: "armed"}[armed]
+		t.Run(name+"/timeout", func(t *testing.T) {
+			c, cancel := newReqCtx(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if armed {
+				waitDone(t, c)
+			} else {
+				time.Sleep(30 * time.Millisecond)
+			}
+			if !errors.Is(c.Err(), context.DeadlineExceeded) {
+				t.Errorf("Err = %v", c.Err())
+			}
+			waitDone(t, c)
+		})
+		t.Run(name+"/cancel", func(t *testing.T) {
+			c, cancel := newReqCtx(context.Background(), time.Hour)
+			if armed {
+				_ = c.Done()
+			}
+			cancel()
+			if !errors.Is(c.Err(), context.Canceled) {
+				t.Errorf("Err = %v", c.Err())
+			}
+			waitDone(t, c)
+		})
+		t.Run(name+"/parent", func(t *testing.T) {
+			parent, pcancel := context.WithCancel(context.WithValue(context.Background(), "k", "v"))
+			c, cancel := newReqCtx(parent, time.Hour)
+			defer cancel()
+			if armed {
+				_ = c.Done()
+			}
+			if c.Value("k") != "v" {
+				t.Errorf("Value = %v", c.Value("k"))
+			}
+			child, ccancel := context.WithCancel(c)
+			defer ccancel()
+			pcancel()
+			if !errors.Is(c.Err(), context.Canceled) {
+				t.Errorf("Err = %v", c.Err())
+			}
+			waitDone(t, c)
+			waitDone(t, child)
+		})
+	}
+	t.Run("child of lazy sees the deadline", func(t *testing.T) {
+		c, cancel := newReqCtx(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		child, ccancel := context.WithCancel(c)
+		defer ccancel()
+		waitDone(t, child)
+		if !errors.Is(child.Err(), context.DeadlineExceeded) {
+			t.Errorf("child Err = %v", child.Err())
+		}
+	})
+}
