@@ -197,6 +197,8 @@ func commit(root *os.Root, sid, tmp string, dests []string) (err error) {
 				switch {
 				case err == nil && fi.IsDir():
 					continue
+				case err == nil && fi.Mode()&fs.ModeSymlink != 0:
+					return fmt.Errorf("parts[%d].path %q: %q is a symbolic link, which is never followed: %w", i, d, strings.TrimPrefix(cur, sid+"/"), ErrPath)
 				case err == nil:
 					return fmt.Errorf("parts[%d].path %q: %q is not a directory: %w", i, d, strings.TrimPrefix(cur, sid+"/"), wire.ErrInvalid)
 				case errors.Is(err, fs.ErrNotExist):
