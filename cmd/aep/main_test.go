@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -425,5 +426,62 @@ func TestGoClientOverStdio(t *testing.T) {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("client not done after Close")
+	}
+}
+
+// TestServeHTTP starts `aep serve` on a loopback port of the kernel's
+// choosing, checks /healthz, and stops it with SIGTERM.
+func TestServeHTTP(t *testing.T) {
+	stderr := &lockedBuffer{}
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	cmd.Env = []string{"AEP_AUTH_TOKEN=" + token}
+	cmd.Stderr = stderr
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("stderr:\n%s", stderr)
+		}
+	}()
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(l, `msg="HTTP transport serving"`) {
+				_, a, _ := strings.Cut(l, "addr=")
+				addr = strings.Fields(a)[0]
+			}
+		}
+	}
+	if addr == "" {
+		t.Fatal("the HTTP transport did not report its address")
+	}
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"ok":true`) {
+		t.Fatalf("healthz: %d %s", resp.StatusCode, body)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("aep serve did not stop on SIGTERM")
+	}
+	if stdout.Len() != 0 {
+		t.Fatalf("aep serve wrote to stdout: %q", stdout.String())
 	}
 }

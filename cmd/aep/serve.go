@@ -17,8 +17,8 @@ import (
 	"github.com/aephost/aep/server"
 )
 
-// serveHTTP runs the HTTP+SSE transport until ctx is done. It is nil until
-// the transport is linked in (http.go), and serve refuses to start without it.
+// serveHTTP runs the HTTP+SSE transport until ctx is done; http.go links it
+// in. A build without it refuses to serve HTTP instead of pretending to.
 var serveHTTP func(ctx context.Context, h *server.Host, listen string) error
 
 // shutdownGrace bounds how long closing the host may take on exit.
