@@ -9,5 +9,6 @@ package all
 
 import (
 	_ "github.com/aephost/aep/capabilities/env"
+	_ "github.com/aephost/aep/capabilities/toolkits"
 	_ "github.com/aephost/aep/capabilities/tools"
 )

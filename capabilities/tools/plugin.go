@@ -112,8 +112,8 @@ func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallRe
 }
 
 var (
-	_ msg.ToolHandler       = (*Plugin)(nil)
-	_ server.Provisioner    = (*Plugin)(nil)
-	_ server.CleanerUpper   = (*Plugin)(nil)
-	_ server.Claimer        = (*Plugin)(nil)
+	_ msg.ToolHandler     = (*Plugin)(nil)
+	_ server.Provisioner  = (*Plugin)(nil)
+	_ server.CleanerUpper = (*Plugin)(nil)
+	_ server.Claimer      = (*Plugin)(nil)
 )

@@ -1,0 +1,320 @@
+package toolkits
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/aephost/aep/capabilities/tools"
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/toolrun"
+	"github.com/aephost/aep/wire"
+)
+
+// ModuleID is the module of the built-in toolkits.
+const ModuleID = "aep.toolkits.builtin"
+
+func init() {
+	server.RegisterModule(server.Module{ID: ModuleID, New: func() any { return &Plugin{} }})
+}
+
+// Plugin serves toolkit/list and toolkit/configure, and tool/list and
+// tool/call for the toolkits configured in each session (DESIGN Dispatch:
+// the toolkits plugin also serves tools).
+type Plugin struct {
+	// SQLiteDir holds the SQLite files of the sql toolkit; default <data-dir>/sql.
+	SQLiteDir string `yaml:"sqlite_dir"`
+	// MaxOutputBytes caps result.data of toolkit tools (default 1 MiB).
+	MaxOutputBytes int `yaml:"max_output_bytes"`
+
+	kits   map[string]*Toolkit
+	owner  map[string]*Toolkit // tool name → toolkit
+	opts   toolrun.Options
+	mu     sync.Mutex
+	bySess map[string]*session
+}
+
+// session is one session's configured toolkits.
+type session struct {
+	mu      sync.Mutex
+	running map[string]*instance
+}
+
+type instance struct {
+	kit     *Toolkit
+	backend Backend
+	reg     *tools.Registry
+	// public is the config without secrets, the only form that is kept.
+	public map[string]any
+}
+
+// Provision prepares the built-in toolkits.
+func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
+	p.opts = toolrun.Options{MaxOutputBytes: p.MaxOutputBytes, Logger: env.Logger}
+	if env.Host != nil {
+		p.opts.Policy = env.Host.Config().Server.ToolPolicy
+	}
+	if p.SQLiteDir == "" {
+		base := env.DataDir
+		if base == "" {
+			base = "aep-data"
+		}
+		p.SQLiteDir = filepath.Join(base, "sql")
+	}
+	if err := os.MkdirAll(p.SQLiteDir, 0o700); err != nil {
+		return fmt.Errorf("sqlite_dir: %w", err)
+	}
+	p.bySess = map[string]*session{}
+	p.kits, p.owner = map[string]*Toolkit{}, map[string]*Toolkit{}
+	for _, k := range []*Toolkit{sqlToolkit(p.SQLiteDir)} {
+		if err := k.compile(); err != nil {
+			return err
+		}
+		p.kits[k.Name] = k
+		for _, t := range k.Tools {
+			p.owner[t] = k
+		}
+	}
+	return nil
+}
+
+// Claims owns the toolkits' tool names host-wide, so no other plugin can
+// serve a tool of the same name (DESIGN Dispatch).
+func (p *Plugin) Claims() []server.Claim {
+	var out []server.Claim
+	for name := range p.owner {
+		out = append(out, server.Claim{Kind: "tool", Name: name})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (p *Plugin) session(id string) *session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.bySess[id]
+	if s == nil {
+		s = &session{running: map[string]*instance{}}
+		p.bySess[id] = s
+	}
+	return s
+}
+
+func (p *Plugin) lookupSession(id string) *session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bySess[id]
+}
+
+// ToolkitList reports every toolkit with the session's configured flag and
+// state (SPEC 4.2 Toolkit list); filter_tags matches any of the tags.
+func (p *Plugin) ToolkitList(ctx context.Context, s wire.Scope, req *msg.ToolkitListReq) (*msg.ToolkitListResp, error) {
+	sess := p.lookupSession(s.SessionID())
+	names := make([]string, 0, len(p.kits))
+	for n := range p.kits {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	resp := &msg.ToolkitListResp{Toolkits: []msg.ToolkitDefinition{}}
+	for _, n := range names {
+		k := p.kits[n]
+		if len(req.FilterTags) > 0 && !hasAny(k.Tags, req.FilterTags) {
+			continue
+		}
+		var inst *instance
+		if sess != nil {
+			sess.mu.Lock()
+			inst = sess.running[n]
+			sess.mu.Unlock()
+		}
+		resp.Toolkits = append(resp.Toolkits, k.definition(inst != nil, inst != nil && inst.backend.Alive(ctx)))
+	}
+	return resp, nil
+}
+
+func hasAny(have, want []string) bool {
+	for _, w := range want {
+		for _, h := range have {
+			if h == w {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ToolkitConfigure applies SPEC 2.9: an unknown name is declined (the
+// fallback answers status error, rule 1); the config is validated (rules 2,
+// 3); the backend is opened and pinged (rule 4); success replaces any earlier
+// configuration of the toolkit in this session (rule 5). The config is never
+// logged, and only its non-secret part is kept (rule 6).
+func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.ToolkitConfigureReq) (*msg.ToolkitConfigureResp, error) {
+	k, ok := p.kits[req.ToolkitName]
+	if !ok {
+		return nil, wire.ErrDecline
+	}
+	fail := func(text string) (*msg.ToolkitConfigureResp, error) {
+		return &msg.ToolkitConfigureResp{ToolkitName: k.Name, Status: msg.ToolkitConfigureRespStatusError, Message: text}, nil
+	}
+	cfg, err := k.validate(map[string]any(req.Config))
+	if err != nil {
+		return fail(err.Error())
+	}
+	backend, err := k.Open(ctx, cfg)
+	if err != nil {
+		return fail(scrub("backend: "+err.Error(), cfg, k.Secrets()))
+	}
+	public := map[string]any{}
+	for n, v := range cfg {
+		public[n] = v
+	}
+	for _, sec := range k.Secrets() {
+		delete(public, sec)
+	}
+	inst := &instance{kit: k, backend: backend, reg: tools.NewRegistry(), public: public}
+	for _, t := range backend.Tools() {
+		t.Def.Toolkit = &k.Name
+		if err := inst.reg.Add(tools.NewTool(t.Def, t.Run)); err != nil {
+			backend.Close()
+			return fail(err.Error())
+		}
+	}
+	sess := p.session(s.SessionID())
+	sess.mu.Lock()
+	old := sess.running[k.Name]
+	sess.running[k.Name] = inst
+	sess.mu.Unlock()
+	if old != nil {
+		old.backend.Close()
+	}
+	return &msg.ToolkitConfigureResp{ToolkitName: k.Name, Status: msg.ToolkitConfigureRespStatusOk, Message: "configured"}, nil
+}
+
+// ToolList answers with the tools of the session's configured toolkits
+// (SPEC part 3: they appear only after configure, with toolkit set).
+func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListReq) (*msg.ToolListResp, error) {
+	sess := p.lookupSession(s.SessionID())
+	resp := &msg.ToolListResp{Tools: []msg.ToolDefinition{}}
+	if sess == nil {
+		return resp, nil
+	}
+	sess.mu.Lock()
+	var all []*tools.Tool
+	for _, inst := range sess.running {
+		for _, n := range inst.reg.Names() {
+			t, _ := inst.reg.Lookup(n)
+			all = append(all, t)
+		}
+	}
+	sess.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].Def.Name < all[j].Def.Name })
+	return tools.Select(all, req), nil
+}
+
+// ToolCall runs a tool of a toolkit configured in the session. A toolkit
+// tool called before configure is a TOOL_ERROR saying so; names of no
+// toolkit are declined, leaving them to other plugins or UNKNOWN_TOOL.
+func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallReq) (*msg.ToolCallResp, error) {
+	k, ok := p.owner[req.ToolName]
+	if !ok {
+		return nil, wire.ErrDecline
+	}
+	var t *tools.Tool
+	if sess := p.lookupSession(s.SessionID()); sess != nil {
+		sess.mu.Lock()
+		if inst := sess.running[k.Name]; inst != nil {
+			t, _ = inst.reg.Lookup(req.ToolName)
+		}
+		sess.mu.Unlock()
+	}
+	if t == nil {
+		return &msg.ToolCallResp{Result: *toolrun.Failure(req.ToolName, msg.ToolResultErrorCodeTOOLERROR,
+			fmt.Sprintf("toolkit %q is not configured in this session; send toolkit/configure first", k.Name))}, nil
+	}
+	res := toolrun.Run(ctx, s, req, t.Toolrun(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
+		return t.Run(ctx, req.Arguments)
+	})
+	return &msg.ToolCallResp{Result: *res}, nil
+}
+
+// SessionClosed closes the session's backends.
+func (p *Plugin) SessionClosed(id string) {
+	p.mu.Lock()
+	sess := p.bySess[id]
+	delete(p.bySess, id)
+	p.mu.Unlock()
+	if sess != nil {
+		sess.closeAll()
+	}
+}
+
+func (s *session) closeAll() {
+	s.mu.Lock()
+	running := s.running
+	s.running = map[string]*instance{}
+	s.mu.Unlock()
+	for _, inst := range running {
+		inst.backend.Close()
+	}
+}
+
+// snapshotState is what a snapshot keeps: which toolkits were configured and
+// their non-secret settings, for the record. Secrets are never in it.
+type snapshotState struct {
+	Configured map[string]map[string]any `json:"configured"`
+}
+
+// Snapshot saves the non-secret configuration (SPEC 2.9 rule 6).
+func (p *Plugin) Snapshot(ctx context.Context, id string) ([]byte, error) {
+	st := snapshotState{Configured: map[string]map[string]any{}}
+	if sess := p.lookupSession(id); sess != nil {
+		sess.mu.Lock()
+		for n, inst := range sess.running {
+			st.Configured[n] = inst.public
+		}
+		sess.mu.Unlock()
+	}
+	return json.Marshal(st)
+}
+
+// Restore leaves every toolkit not configured: their secrets were never
+// saved, so they cannot reconnect (DESIGN State).
+func (p *Plugin) Restore(ctx context.Context, id string, state []byte) error {
+	var st snapshotState
+	if len(state) > 0 {
+		if err := json.Unmarshal(state, &st); err != nil {
+			return fmt.Errorf("toolkits snapshot: %w", err)
+		}
+	}
+	if sess := p.lookupSession(id); sess != nil {
+		sess.closeAll()
+	}
+	return nil
+}
+
+// Cleanup closes every session's backends.
+func (p *Plugin) Cleanup() error {
+	p.mu.Lock()
+	all := p.bySess
+	p.bySess = map[string]*session{}
+	p.mu.Unlock()
+	for _, s := range all {
+		s.closeAll()
+	}
+	return nil
+}
+
+var (
+	_ msg.ToolkitHandler     = (*Plugin)(nil)
+	_ msg.ToolHandler        = (*Plugin)(nil)
+	_ server.Provisioner     = (*Plugin)(nil)
+	_ server.Claimer         = (*Plugin)(nil)
+	_ server.SessionObserver = (*Plugin)(nil)
+	_ server.Snapshotter     = (*Plugin)(nil)
+	_ server.CleanerUpper    = (*Plugin)(nil)
+)
