@@ -81,6 +81,11 @@ func New(t Transport) *Client {
 	if d, ok := t.(deliverer); ok && d.Deliver(c.handle, c.end) {
 		return c
 	}
+	if lt, ok := t.(*lineTransport); ok {
+		if d, ok := lt.conn.(lineDeliverer); ok && d.DeliverLines(func(line []byte) { c.handleLine(lt.reg, line) }, c.end) {
+			return c
+		}
+	}
 	go c.read()
 	return c
 }
@@ -179,6 +184,23 @@ func (c *Client) read() {
 		}
 		c.handle(p)
 	}
+}
+
+// lineDeliverer is a LineConn that can hand over lines the way a
+// deliverer hands over messages (the in-process JSON pipe).
+type lineDeliverer interface {
+	DeliverLines(deliver func([]byte), ended func(error)) bool
+}
+
+// handleLine decodes one host line and routes it; a line that does not
+// decode ends the client, as it does when read from Recv.
+func (c *Client) handleLine(reg *wire.Registry, line []byte) {
+	p, err := DecodeHostLine(reg, line)
+	if err != nil {
+		c.end(err)
+		return
+	}
+	c.handle(p)
 }
 
 // end records why the transport ended and fails the requests waiting.
