@@ -485,3 +485,21 @@ func TestServeHTTP(t *testing.T) {
 		t.Fatalf("aep serve wrote to stdout: %q", stdout.String())
 	}
 }
+
+// TestStdioSnapshotInStore: `aep serve` opens the SQLite store under its
+// data dir, so an sql snapshot succeeds and lands in <data-dir>/aep.db.
+func TestStdioSnapshotInStore(t *testing.T) {
+	h := startHost(t, []string{"AEP_AUTH_TOKEN=" + token})
+	handshake(t, h)
+	for _, target := range []string{"sql", "file"} {
+		h.send(fmt.Sprintf(`{"type":"session/snapshot/req","id":"snap-%s","proto":"1.0","ts":1,"target":%q}`, target, target))
+		p := h.recv()
+		r, ok := p.Msg.(*msg.SessionSnapshotResp)
+		if !ok || p.ReqID != "snap-"+target || r.SnapshotID == "" {
+			t.Fatalf("%s snapshot: got %s %+v", target, p.Type, p.Msg)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(h.dataDir, "aep.db")); err != nil || st.Size() == 0 {
+		t.Fatalf("store file: %v", err)
+	}
+}

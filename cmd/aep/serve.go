@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/store"
 )
 
 // serveHTTP runs the HTTP+SSE transport until ctx is done; http.go links it
@@ -90,6 +91,16 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The shared store: SQLite at <data-dir>/aep.db unless store.dsn says
+	// otherwise (DESIGN State). It outlives the host, which may use it while
+	// closing.
+	st, err := store.Open(ctx, cfg.Store.DSN, *dataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	log.Info("store open", "path", st.Path())
+	opts = append(opts, server.WithStore(st))
 	h, err := server.New(ctx, cfg, opts...)
 	if err != nil {
 		return err
