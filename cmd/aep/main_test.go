@@ -380,52 +380,78 @@ func TestStdioEndOfInput(t *testing.T) {
 	}
 }
 
-// TestGoClientOverStdio drives the real binary through client/stdio.go.
+// TestGoClientOverStdio drives the real binary through client/stdio.go,
+// both with a command the caller builds and with the client.Stdio shortcut.
 func TestGoClientOverStdio(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	stderr := &lockedBuffer{}
-	cmd := exec.Command(bin, "serve", "--stdio", "--data-dir", t.TempDir())
-	cmd.Env = []string{"AEP_AUTH_TOKEN=" + token}
-	cmd.Stderr = stderr
-	conn, err := client.SpawnStdio(cmd)
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name    string
+		connect func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{})
+	}{
+		{"SpawnStdio", func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}) {
+			cmd := exec.Command(bin, "serve", "--stdio", "--data-dir", t.TempDir())
+			cmd.Env = []string{"AEP_AUTH_TOKEN=" + token}
+			cmd.Stderr = stderr
+			conn, err := client.SpawnStdio(cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return client.New(client.Lines(conn, nil)), conn.Exited()
+		}},
+		{"Stdio", func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}) {
+			t.Setenv("AEP_AUTH_TOKEN", token)
+			c, err := client.Stdio(bin, stderr, nil, "--data-dir", t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c, nil
+		}},
 	}
-	c := client.New(client.Lines(conn, nil))
-	resp, err := c.Handshake(ctx, "go-client", token, "session")
-	if err != nil {
-		t.Fatalf("handshake: %v\n%s", err, stderr)
-	}
-	if !resp.Ok || c.SessionID() == "" {
-		t.Fatalf("handshake: %+v", resp)
-	}
-	pong, err := c.Ping(ctx, &msg.Ping{})
-	if err != nil || pong.UptimeSeconds < 0 {
-		t.Fatalf("ping: %+v %v", pong, err)
-	}
-	info, err := c.SessionInfo(ctx, &msg.SessionInfoReq{})
-	if err != nil || info.SessionID != c.SessionID() || info.AgentID != "go-client" {
-		t.Fatalf("session info: %+v %v", info, err)
-	}
-	// A refused request comes back as a Go error with its code.
-	_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: "none"})
-	var we *wire.Error
-	if !errors.As(err, &we) || we.Code == "" {
-		t.Fatalf("restore without store: want a *wire.Error, got %v", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("close: %v\n%s", err, stderr)
-	}
-	select {
-	case <-conn.Exited():
-	case <-time.After(5 * time.Second):
-		t.Fatal("host still running after Close")
-	}
-	select {
-	case <-c.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("client not done after Close")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			stderr := &lockedBuffer{}
+			c, exited := tc.connect(t, stderr)
+			resp, err := c.Handshake(ctx, "go-client", token, "session")
+			if err != nil {
+				t.Fatalf("handshake: %v\n%s", err, stderr)
+			}
+			if !resp.Ok || c.SessionID() == "" {
+				t.Fatalf("handshake: %+v", resp)
+			}
+			pong, err := c.Ping(ctx, &msg.Ping{})
+			if err != nil || pong.UptimeSeconds < 0 {
+				t.Fatalf("ping: %+v %v", pong, err)
+			}
+			info, err := c.SessionInfo(ctx, &msg.SessionInfoReq{})
+			if err != nil || info.SessionID != c.SessionID() || info.AgentID != "go-client" {
+				t.Fatalf("session info: %+v %v", info, err)
+			}
+			// A refused request comes back as a Go error with its code.
+			_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: "no-such-snapshot"})
+			var we *wire.Error
+			if !errors.As(err, &we) || we.Code == "" {
+				t.Fatalf("restore of an unknown snapshot: want a *wire.Error, got %v", err)
+			}
+			if err := c.Close(); err != nil {
+				t.Fatalf("close: %v\n%s", err, stderr)
+			}
+			if exited != nil {
+				select {
+				case <-exited:
+				case <-time.After(5 * time.Second):
+					t.Fatal("host still running after Close")
+				}
+			}
+			select {
+			case <-c.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("client not done after Close")
+			}
+			if !strings.Contains(stderr.String(), "stdio session started") {
+				t.Fatalf("host logs did not reach the stderr writer: %q", stderr)
+			}
+		})
 	}
 }
 
