@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -189,15 +190,25 @@ func (s *scanner) str() (span, error) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				s.i++
 			case 'u':
-				if s.i+4 >= len(s.b) {
+				r, ok := s.hex4(s.i + 1)
+				if !ok {
 					return sp, s.fail("invalid unicode escape")
 				}
-				for _, h := range s.b[s.i+1 : s.i+5] {
-					if !isHex(h) {
-						return sp, s.fail("invalid unicode escape")
-					}
-				}
 				s.i += 5
+				// A surrogate escape must be a high one followed by a low
+				// one: a lone surrogate is no character, so it is invalid
+				// UTF-8 once unescaped. The decoder rejects it too, so it
+				// must fail here, as the parse_error of DESIGN Wire.
+				if utf16.IsSurrogate(r) {
+					lo, ok := rune(0), false
+					if r < 0xdc00 && s.i+1 < len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
+						lo, ok = s.hex4(s.i + 2)
+					}
+					if !ok || lo < 0xdc00 || lo > 0xdfff {
+						return sp, s.fail("unpaired surrogate in unicode escape")
+					}
+					s.i += 6
+				}
 			default:
 				return sp, s.fail("invalid escape")
 			}
@@ -216,8 +227,27 @@ func (s *scanner) str() (span, error) {
 	return sp, s.fail("unterminated string")
 }
 
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+// hex4 decodes the four hex digits at i.
+func (s *scanner) hex4(i int) (rune, bool) {
+	if i+4 > len(s.b) {
+		return 0, false
+	}
+	var r rune
+	for _, h := range s.b[i : i+4] {
+		var d byte
+		switch {
+		case h >= '0' && h <= '9':
+			d = h - '0'
+		case h >= 'a' && h <= 'f':
+			d = h - 'a' + 10
+		case h >= 'A' && h <= 'F':
+			d = h - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	return r, true
 }
 
 func (s *scanner) array(depth int) error {
@@ -248,6 +278,14 @@ func (s *scanner) array(depth int) error {
 	}
 }
 
+// keyString returns a key as it reads once unescaped.
+func (s *scanner) keyString(k span) string {
+	if !k.escaped {
+		return string(s.b[k.start:k.end])
+	}
+	return unquote(s.b[k.start:k.end])
+}
+
 func (s *scanner) sameKey(a, b span) bool {
 	x, y := s.b[a.start:a.end], s.b[b.start:b.end]
 	if !a.escaped && !b.escaped {
@@ -256,10 +294,17 @@ func (s *scanner) sameKey(a, b span) bool {
 	return unquote(x) == unquote(y)
 }
 
+// smallObject is the number of keys up to which an object's duplicates are
+// found by comparing each key with the ones before it, which allocates
+// nothing. Past it the keys go into a set: comparing every pair made a
+// hostile line of 50,000 keys (half the message limit) cost 40 seconds.
+const smallObject = 16
+
 func (s *scanner) object(depth int, top bool) error {
 	s.i++
 	base := len(s.stack)
 	defer func() { s.stack = s.stack[:base] }()
+	var set map[string]struct{} // nil while the object is small
 	s.ws()
 	if s.i < len(s.b) && s.b[s.i] == '}' {
 		s.i++
@@ -274,12 +319,26 @@ func (s *scanner) object(depth int, top bool) error {
 		if err != nil {
 			return err
 		}
-		for _, k := range s.stack[base:] {
-			if s.sameKey(k, key) {
-				return s.fail(fmt.Sprintf("duplicate key %q", unquote(s.b[key.start:key.end])))
+		if set == nil {
+			for _, k := range s.stack[base:] {
+				if s.sameKey(k, key) {
+					return s.fail(fmt.Sprintf("duplicate key %q", unquote(s.b[key.start:key.end])))
+				}
 			}
+			s.stack = append(s.stack, key)
+			if len(s.stack)-base > smallObject {
+				set = make(map[string]struct{}, 4*smallObject)
+				for _, k := range s.stack[base:] {
+					set[s.keyString(k)] = struct{}{}
+				}
+			}
+		} else {
+			k := s.keyString(key)
+			if _, dup := set[k]; dup {
+				return s.fail(fmt.Sprintf("duplicate key %q", k))
+			}
+			set[k] = struct{}{}
 		}
-		s.stack = append(s.stack, key)
 		s.ws()
 		if s.i >= len(s.b) || s.b[s.i] != ':' {
 			return s.fail("expected :")
