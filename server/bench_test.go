@@ -3,7 +3,9 @@ package server_test
 import (
 	"context"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/internal/echoplug"
@@ -21,6 +23,26 @@ func reportOps(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
+// cpuMeter reports the process's CPU time per operation (all goroutines:
+// client, session workers, the auditor, GC) from now until the returned
+// function is called. On a shared machine wall-clock ops/s fall with the
+// load of other processes; CPU time per operation mostly does not, so it is
+// what compares two versions of the kernel.
+func cpuMeter(b *testing.B) func() {
+	start := cpuTime()
+	return func() {
+		b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkFloorChannelPingPong is the least a round trip between two
 // goroutines can cost.
 func BenchmarkFloorChannelPingPong(b *testing.B) {
@@ -32,11 +54,13 @@ func BenchmarkFloorChannelPingPong(b *testing.B) {
 		close(pong)
 	}()
 	b.ResetTimer()
+	stop := cpuMeter(b)
 	for i := range b.N {
 		ping <- i
 		<-pong
 	}
 	b.StopTimer()
+	stop()
 	close(ping)
 	reportOps(b)
 }
@@ -46,6 +70,7 @@ func BenchmarkFloorChannelPingPong(b *testing.B) {
 func BenchmarkFloorJSONEncodeDecode(b *testing.B) {
 	req := &testproto.EchoSayReq{Text: "hello", Mode: "plain"}
 	b.ReportAllocs()
+	stop := cpuMeter(b)
 	for b.Loop() {
 		raw, err := wire.Marshal(req)
 		if err != nil {
@@ -56,6 +81,7 @@ func BenchmarkFloorJSONEncodeDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	stop()
 	reportOps(b)
 }
 
@@ -97,11 +123,13 @@ func benchEcho(b *testing.B, codec client.Codec) {
 		req := &testproto.EchoSayReq{Text: "hello", Mode: "plain"}
 		b.ReportAllocs()
 		b.ResetTimer()
+		stop := cpuMeter(b)
 		for range b.N {
 			if _, err := ec.EchoSay(ctx, req); err != nil {
 				b.Fatal(err)
 			}
 		}
+		stop()
 		reportOps(b)
 	})
 	// Several sessions at once, one client each: the host's throughput
@@ -116,6 +144,7 @@ func benchEcho(b *testing.B, codec client.Codec) {
 		b.ReportAllocs()
 		b.SetParallelism(4)
 		b.ResetTimer()
+		stop := cpuMeter(b)
 		b.RunParallel(func(pb *testing.PB) {
 			ec := <-clients
 			req := &testproto.EchoSayReq{Text: "hello", Mode: "plain"}
@@ -126,6 +155,7 @@ func benchEcho(b *testing.B, codec client.Codec) {
 				}
 			}
 		})
+		stop()
 		reportOps(b)
 	})
 }
