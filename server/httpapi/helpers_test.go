@@ -9,10 +9,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
+
+	"github.com/aephost/aep/conformance"
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/echoplug"
@@ -108,6 +113,7 @@ type event struct {
 // sse is a real SSE reader of GET /stream: it parses the event-stream format
 // line by line from the response body.
 type sse struct {
+	rec    *conformance.Recorder
 	resp   *http.Response
 	cancel context.CancelFunc
 	events chan event
@@ -135,7 +141,7 @@ func openStream(tb testing.TB, base, sid, lastID string) *sse {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		tb.Errorf("Content-Type %q", ct)
 	}
-	s := &sse{resp: resp, cancel: cancel, events: make(chan event, 4096)}
+	s := &sse{rec: conformance.NewRecorderFor(tb, checker(tb)), resp: resp, cancel: cancel, events: make(chan event, 4096)}
 	go s.read()
 	tb.Cleanup(s.close)
 	return s
@@ -155,6 +161,7 @@ func (s *sse) read() {
 		switch {
 		case line == "":
 			if hasData {
+				s.rec.Host([]byte(ev.Data)) // every line on the stream must conform
 				s.events <- ev
 			}
 			ev, hasData = event{}, false
@@ -240,4 +247,40 @@ func handshake(tb testing.TB, base string) (string, *sse) {
 		tb.Fatalf("handshake: %+v (session %s)", m, sid)
 	}
 	return sid, s
+}
+
+var checkerOnce struct {
+	sync.Once
+	c   *conformance.Checker
+	err error
+}
+
+// checker compiles the module's schemas/ with the echo test namespace's
+// schema, which the test hosts also speak.
+func checker(tb testing.TB) *conformance.Checker {
+	tb.Helper()
+	checkerOnce.Do(func() {
+		dir, err := conformance.SchemaDir()
+		if err != nil {
+			checkerOnce.err = err
+			return
+		}
+		fsys := fstest.MapFS{}
+		for _, d := range []string{dir, filepath.Join("..", "..", "internal", "testproto", "schemas")} {
+			files, _ := filepath.Glob(filepath.Join(d, "*.json"))
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					checkerOnce.err = err
+					return
+				}
+				fsys[filepath.Base(f)] = &fstest.MapFile{Data: b}
+			}
+		}
+		checkerOnce.c, checkerOnce.err = conformance.LoadFS(fsys)
+	})
+	if checkerOnce.err != nil {
+		tb.Fatalf("conformance: %v", checkerOnce.err)
+	}
+	return checkerOnce.c
 }
