@@ -59,3 +59,23 @@ func checkHostLine(t testing.TB, line []byte) {
 		t.Errorf("host line %s\n\tdoes not conform: %v", line, err)
 	}
 }
+
+// TestHostCheckRejects makes sure the check above is not vacuous: it knows
+// the echo namespace and refuses what its schema refuses.
+func TestHostCheckRejects(t *testing.T) {
+	c := checker(t)
+	good := `{"type":"echo/say/resp","id":"x","proto":"1.0","ts":1,"req_id":"r","text":"a","by":"e1"}`
+	if err := c.CheckHostLine([]byte(good)); err != nil {
+		t.Fatalf("valid echo reply refused: %v", err)
+	}
+	for _, bad := range []string{
+		`{"type":"echo/say/resp","id":"x","proto":"1.0","ts":1,"req_id":"r","text":"a"}`,
+		`{"type":"echo/say/resp","id":"x","proto":"1.0","ts":1,"text":"a","by":"e1"}`,
+		`{"type":"error","id":"x","proto":"1.0","ts":1,"code":"parse_error","message":"m","retryable":false}`,
+		`{"type":"echo/event","id":"x","proto":"1.0","ts":1,"req_id":"r","kind":"progress","data":{}}`,
+	} {
+		if err := c.CheckHostLine([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}
