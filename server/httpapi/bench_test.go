@@ -12,7 +12,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -186,6 +188,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		s := floorSession(b, floorBase(b))
 		defer s.body.Close()
 		b.ResetTimer()
+		defer measure(b)()
 		for i := range b.N {
 			s.roundTrip(b, "r"+strconv.Itoa(i))
 		}
@@ -194,6 +197,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		s := aepSession(b, aepBase(b))
 		defer s.body.Close()
 		b.ResetTimer()
+		defer measure(b)()
 		for i := range b.N {
 			s.roundTrip(b, "r"+strconv.Itoa(i))
 		}
@@ -201,6 +205,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	b.Run("impl=mcp-go", func(b *testing.B) {
 		c := mcpSession(b, mcpBase(b))
 		b.ResetTimer()
+		defer measure(b)()
 		for i := range b.N {
 			mcpCall(b, c, i)
 		}
@@ -219,6 +224,7 @@ func BenchmarkThroughput32(b *testing.B) {
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		b.ResetTimer()
+		defer measure(b)()
 		for _, trip := range trips {
 			wg.Add(1)
 			go func() {
@@ -298,4 +304,24 @@ func mcpCall(b *testing.B, c *mcpclient.Client, i int) {
 	if err != nil || res.IsError || len(res.Content) != 1 {
 		b.Fatalf("call %d: %v %+v", i, err, res)
 	}
+}
+
+// measure reports round trips per second and the process's CPU time per
+// round trip (server and client together, audit included). On a shared
+// machine CPU time is steadier than wall time, which waits for other
+// processes too.
+func measure(b *testing.B) func() {
+	start := cpuTime()
+	return func() {
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
