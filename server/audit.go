@@ -79,6 +79,11 @@ type FileAuditor struct {
 	warnOnce sync.Once
 	done     chan struct{}
 	closing  sync.Once
+	// closeMu orders Record against Close: a session worker may still
+	// record its last call while the host closes, and a send on the closed
+	// channel would panic.
+	closeMu sync.RWMutex
+	closed  bool
 }
 
 // NewFileAuditor starts an auditor writing to path.
@@ -99,6 +104,12 @@ func NewAuditor(w io.WriteCloser, log *slog.Logger) *FileAuditor {
 // Record queues r; when the queue is full the record is dropped and counted,
 // so a slow disk never slows a request.
 func (a *FileAuditor) Record(r AuditRecord) {
+	a.closeMu.RLock()
+	defer a.closeMu.RUnlock()
+	if a.closed {
+		a.dropped.Add(1)
+		return
+	}
 	select {
 	case a.ch <- r:
 	default:
@@ -147,7 +158,12 @@ func appendRecord(buf []byte, r AuditRecord) []byte {
 
 // Close writes what is queued and closes the file.
 func (a *FileAuditor) Close(ctx context.Context) error {
-	a.closing.Do(func() { close(a.ch) })
+	a.closing.Do(func() {
+		a.closeMu.Lock()
+		a.closed = true
+		close(a.ch)
+		a.closeMu.Unlock()
+	})
 	select {
 	case <-a.done:
 	case <-ctx.Done():
