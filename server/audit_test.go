@@ -97,11 +97,13 @@ func TestAuditRotation(t *testing.T) {
 	path := filepath.Join(dir, "audit.jsonl")
 	a := server.NewFileAuditor(path, d.MaxSizeMB, d.MaxBackups, nil)
 
-	// Fixed-width records, so the bytes written follow from the count.
+	// Fixed-width records, so the bytes written follow from the count; a
+	// long correlation id makes them about 1 KB, so fewer are needed.
+	pad := strings.Repeat("c", 700)
 	rec := func(i int) server.AuditRecord {
 		return server.AuditRecord{
 			TS: time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC), SessionID: "s-0123456789abcdef",
-			ReqID: fmt.Sprintf("r%09d", i), CorrelationID: fmt.Sprintf("c%09d", i), Type: "echo/say/req",
+			ReqID: fmt.Sprintf("r%09d", i), CorrelationID: fmt.Sprintf("%s%09d", pad, i), Type: "echo/say/req",
 			Capability: "echo", Plugin: "e1", Success: i%7 != 0, ErrorCode: map[bool]string{true: "", false: "runtime_error"}[i%7 != 0],
 			DurationMS: 1.5, InputBytes: 100, OutputBytes: 200,
 		}
