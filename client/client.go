@@ -35,7 +35,9 @@ type Event struct {
 type eventKey struct{}
 
 // WithEvents returns a context whose requests deliver their events to fn,
-// in order, before the request returns.
+// in order, before the request returns. With the in-process transports fn
+// runs on the host's goroutine that sends the event, so it should return
+// quickly: it holds up that request.
 func WithEvents(ctx context.Context, fn func(Event)) context.Context {
 	return context.WithValue(ctx, eventKey{}, fn)
 }
