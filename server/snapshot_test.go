@@ -163,6 +163,11 @@ func (l *lockedBuffer) String() string {
 // startRig starts a host on dir whose plugins are configured by YAML, as
 // the CLI would; extra YAML goes into every notes plugin's config.
 func startRig(t *testing.T, ctx context.Context, dir string, log *lockedBuffer, names []string, extra string) *rig {
+	return startRigDSN(t, ctx, "", dir, log, names, extra)
+}
+
+// startRigDSN is startRig with the store at dsn ("" for SQLite under dir).
+func startRigDSN(t *testing.T, ctx context.Context, dsn, dir string, log *lockedBuffer, names []string, extra string) *rig {
 	t.Helper()
 	var y strings.Builder
 	fmt.Fprintf(&y, "server:\n  auth_token: %s\nplugins:\n", hostCanary)
@@ -173,7 +178,7 @@ func startRig(t *testing.T, ctx context.Context, dir string, log *lockedBuffer, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, "", dir)
+	st, err := store.Open(ctx, dsn, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,14 +283,61 @@ func assertNoCanary(t *testing.T, dir, log string) {
 	}
 }
 
+// postgresDSN returns AEP_TEST_POSTGRES_DSN; without it the test is
+// skipped, unless CI is set.
+func postgresDSN(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("AEP_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("AEP_TEST_POSTGRES_DSN is not set; CI needs a PostgreSQL database")
+		}
+		t.Skip("AEP_TEST_POSTGRES_DSN is not set")
+	}
+	return dsn
+}
+
+// assertNoCanaryInRows fails if a canary is in any stored SQL snapshot.
+func assertNoCanaryInRows(t *testing.T, ctx context.Context, st *store.Store) {
+	t.Helper()
+	rows, err := st.DB().QueryContext(ctx, "SELECT id, session_id, agent_id, data FROM snapshots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var id, sid, agent string
+		var data []byte
+		if err := rows.Scan(&id, &sid, &agent, &data); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		row := id + sid + agent + string(data)
+		for _, c := range []string{hostCanary, pluginCanary} {
+			if strings.Contains(row, c) {
+				t.Errorf("canary %q in snapshot row %s", c, id)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil || n == 0 {
+		t.Fatalf("%d rows, %v", n, err)
+	}
+}
+
 func TestSnapshotRestoreAcrossRestart(t *testing.T) {
-	for _, target := range []string{"file", "sql"} {
-		t.Run(target, func(t *testing.T) {
+	for _, tc := range []struct{ name, target string }{{"file", "file"}, {"sql", "sql"}, {"sql-postgres", "sql"}} {
+		target := tc.target
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := ""
+			if tc.name == "sql-postgres" {
+				dsn = postgresDSN(t)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			dir := t.TempDir()
 			log := &lockedBuffer{}
-			r1 := startRig(t, ctx, dir, log, []string{"notes"}, "")
+			r1 := startRigDSN(t, ctx, dsn, dir, log, []string{"notes"}, "")
 			a1 := r1.connect(t, ctx)
 			a1.say(t, ctx, "one")
 			a1.say(t, ctx, "two")
@@ -308,7 +360,11 @@ func TestSnapshotRestoreAcrossRestart(t *testing.T) {
 				}
 			case "sql":
 				var n int
-				if err := r1.st.DB().QueryRowContext(ctx, "SELECT length(data) FROM snapshots WHERE id = ?", snap.SnapshotID).Scan(&n); err != nil {
+				q := "SELECT length(data) FROM snapshots WHERE id = ?"
+				if r1.st.Dialect() == "postgres" {
+					q = strings.Replace(q, "?", "$1", 1)
+				}
+				if err := r1.st.DB().QueryRowContext(ctx, q, snap.SnapshotID).Scan(&n); err != nil {
 					t.Fatal(err)
 				}
 				if n != snap.Bytes {
@@ -319,7 +375,7 @@ func TestSnapshotRestoreAcrossRestart(t *testing.T) {
 			r1.close(ctx)
 
 			// A new host on the same data directory and store.
-			r2 := startRig(t, ctx, dir, log, []string{"notes"}, "")
+			r2 := startRigDSN(t, ctx, dsn, dir, log, []string{"notes"}, "")
 			a2 := r2.connect(t, ctx)
 			if got := a2.notes(t, ctx); len(got) != 0 {
 				t.Fatalf("fresh session has notes %v", got)
@@ -341,6 +397,9 @@ func TestSnapshotRestoreAcrossRestart(t *testing.T) {
 			// The secret left out of the snapshot is still the configured one.
 			if got := r2.plugin(t, "notes").state(a2.SessionID()).APIKey; got != pluginCanary {
 				t.Fatalf("api key after restore %q", got)
+			}
+			if target == "sql" {
+				assertNoCanaryInRows(t, ctx, r2.st)
 			}
 			r2.close(ctx)
 			assertNoCanary(t, dir, log.String())

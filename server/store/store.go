@@ -1,7 +1,7 @@
 // Package store opens aep's persistent store: an ent client on SQLite
-// (modernc.org/sqlite, pure Go) by default (DESIGN State). PostgreSQL is a
-// later step behind the same client; its DSNs are refused with a clear error
-// for now.
+// (modernc.org/sqlite, pure Go) by default, or on PostgreSQL (pgx) when the
+// DSN is a postgres:// URL (DESIGN State). Entities that need SQLite-only
+// features (FTS5) must check [Store.Dialect].
 //
 // One store serves the whole host. The kernel keeps session snapshots in it
 // (target "sql"), and capability plugins reach the same shared client through
@@ -24,7 +24,8 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
 
 	"github.com/aephost/aep/ent"
 )
@@ -39,9 +40,10 @@ var ErrUnsupported = errors.New("unsupported store")
 // and is safe for concurrent use.
 type Store struct {
 	// Client is the ent client of every entity of ent/schema.
-	Client *ent.Client
-	db     *sql.DB
-	path   string
+	Client  *ent.Client
+	db      *sql.DB
+	path    string
+	dialect string
 }
 
 // pragmas are applied to every SQLite connection of the pool (modernc's
@@ -58,11 +60,15 @@ var pragmas = []string{"foreign_keys(1)", "journal_mode(WAL)", "busy_timeout(100
 //   - "" opens SQLite at <dataDir>/aep.db (DESIGN State default);
 //   - "sqlite://PATH", "file:PATH" or a plain PATH opens that SQLite file;
 //     a relative PATH is taken relative to dataDir when one is given;
-//   - "postgres://" and "postgresql://" are refused with [ErrUnsupported].
+//   - "postgres://…" and "postgresql://…" open PostgreSQL through pgx;
+//   - any other scheme is refused with [ErrUnsupported].
 //
-// The database file is created with mode 0600: snapshots and memories are
-// the user's data.
+// The SQLite file is created with mode 0600: snapshots and memories are the
+// user's data.
 func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return openPostgres(ctx, dsn)
+	}
 	path, query, err := sqlitePath(dsn, dataDir)
 	if err != nil {
 		return nil, err
@@ -90,20 +96,46 @@ func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.SQLite, db)))
+	return migrate(ctx, db, dialect.SQLite, path)
+}
+
+// openPostgres opens PostgreSQL. Its DSN may hold a password, so errors
+// name the database by host and name only.
+func openPostgres(ctx context.Context, dsn string) (*Store, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, errors.New("store: postgres dsn is not a valid URL")
+	}
+	where := u.Host + u.Path
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open postgres %s: %w", where, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open postgres %s: %w", where, err)
+	}
+	return migrate(ctx, db, dialect.Postgres, where)
+}
+
+// migrate wraps db in an ent client and creates or updates every entity's tables.
+func migrate(ctx context.Context, db *sql.DB, dia, where string) (*Store, error) {
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dia, db)))
 	if err := client.Schema.Create(ctx); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("store: migrate %s: %w", path, err)
+		return nil, fmt.Errorf("store: migrate %s: %w", where, err)
 	}
-	return &Store{Client: client, db: db, path: path}, nil
+	st := &Store{Client: client, db: db, dialect: dia}
+	if dia == dialect.SQLite {
+		st.path = where
+	}
+	return st, nil
 }
 
 // sqlitePath resolves dsn to a SQLite file path and its extra DSN parameters.
 func sqlitePath(dsn, dataDir string) (string, url.Values, error) {
 	query := url.Values{}
 	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return "", nil, fmt.Errorf("store: %w: PostgreSQL is not supported yet; leave store.dsn empty to use SQLite under the data directory", ErrUnsupported)
 	case dsn == "":
 		if dataDir == "" {
 			return "", nil, errors.New("store: no data directory and no store.dsn; one of them is needed to place the database")
@@ -119,7 +151,7 @@ func sqlitePath(dsn, dataDir string) (string, url.Values, error) {
 		query, rest = q, rest[:i]
 	}
 	if scheme, _, ok := strings.Cut(rest, "://"); ok {
-		return "", nil, fmt.Errorf("store: %w: scheme %q; use a SQLite path", ErrUnsupported, scheme)
+		return "", nil, fmt.Errorf("store: %w: scheme %q; use a SQLite path or a postgres:// URL", ErrUnsupported, scheme)
 	}
 	if rest == "" || rest == ":memory:" || strings.HasPrefix(rest, ":") {
 		return "", nil, fmt.Errorf("store: dsn %q names no database file", dsn)
@@ -130,8 +162,11 @@ func sqlitePath(dsn, dataDir string) (string, url.Values, error) {
 	return rest, query, nil
 }
 
-// Path returns the SQLite file of the store.
+// Path returns the SQLite file of the store ("" on PostgreSQL).
 func (s *Store) Path() string { return s.path }
+
+// Dialect returns the ent dialect of the store: "sqlite3" or "postgres".
+func (s *Store) Dialect() string { return s.dialect }
 
 // DB returns the underlying database handle, for checks and raw queries the
 // ent client cannot express.

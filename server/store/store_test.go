@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,12 +109,12 @@ func TestOpenRefuses(t *testing.T) {
 		name, dsn, dataDir, want string
 		unsupported              bool
 	}{
-		{"postgres later", "postgres://u@localhost/aep", "", "PostgreSQL is not supported yet", true},
-		{"postgresql later", "postgresql://u@localhost/aep", t.TempDir(), "PostgreSQL is not supported yet", true},
 		{"other scheme", "mysql://u@localhost/aep", "", "scheme \"mysql\"", true},
 		{"no place", "", "", "no data directory", false},
 		{"memory", ":memory:", t.TempDir(), "names no database file", false},
 		{"unwritable", "", "/proc/aep-no-such-dir", "store:", false},
+		// Port 1 is closed; the password must not reach the error.
+		{"postgres unreachable", "postgres://u:pw-canary@127.0.0.1:1/aep?connect_timeout=2", "", "store: open postgres 127.0.0.1:1/aep", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,9 +123,47 @@ func TestOpenRefuses(t *testing.T) {
 				st.Close()
 				t.Fatal("opened")
 			}
-			if !strings.Contains(err.Error(), tc.want) || errors.Is(err, store.ErrUnsupported) != tc.unsupported {
+			if !strings.Contains(err.Error(), tc.want) || errors.Is(err, store.ErrUnsupported) != tc.unsupported || strings.Contains(err.Error(), "pw-canary") {
 				t.Fatalf("got %v", err)
 			}
 		})
+	}
+}
+
+// PostgresDSN returns the DSN of a test PostgreSQL database from
+// AEP_TEST_POSTGRES_DSN. Without it the test is skipped, unless CI is set.
+func PostgresDSN(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("AEP_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("AEP_TEST_POSTGRES_DSN is not set; CI needs a PostgreSQL database")
+		}
+		t.Skip("AEP_TEST_POSTGRES_DSN is not set")
+	}
+	return dsn
+}
+
+func TestOpenPostgres(t *testing.T) {
+	dsn := PostgresDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id := fmt.Sprintf("sql-test-%d", time.Now().UnixNano())
+	for i := range 2 { // the second open finds the schema and the row
+		st, err := store.Open(ctx, dsn, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Dialect() != "postgres" || st.Path() != "" {
+			t.Fatalf("dialect %q path %q", st.Dialect(), st.Path())
+		}
+		if i == 0 {
+			if err := st.Client.Snapshot.Create().SetID(id).SetSessionID("s").SetAgentID("a").SetData([]byte("{}")).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else if row, err := st.Client.Snapshot.Get(ctx, id); err != nil || string(row.Data) != "{}" {
+			t.Fatalf("row %+v, %v", row, err)
+		}
+		st.Close()
 	}
 }
