@@ -19,6 +19,7 @@ import (
 
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/pgtest"
 	"github.com/aephost/aep/internal/testproto"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
@@ -283,20 +284,6 @@ func assertNoCanary(t *testing.T, dir, log string) {
 	}
 }
 
-// postgresDSN returns AEP_TEST_POSTGRES_DSN; without it the test is
-// skipped, unless CI is set.
-func postgresDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("AEP_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("AEP_TEST_POSTGRES_DSN is not set; CI needs a PostgreSQL database")
-		}
-		t.Skip("AEP_TEST_POSTGRES_DSN is not set")
-	}
-	return dsn
-}
-
 // assertNoCanaryInRows fails if a canary is in any stored SQL snapshot.
 func assertNoCanaryInRows(t *testing.T, ctx context.Context, st *store.Store) {
 	t.Helper()
@@ -331,7 +318,7 @@ func TestSnapshotRestoreAcrossRestart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dsn := ""
 			if tc.name == "sql-postgres" {
-				dsn = postgresDSN(t)
+				dsn = pgtest.DSN(t, "aep_server_test")
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aephost/aep/internal/pgtest"
 	"github.com/aephost/aep/server/store"
 )
 
@@ -130,22 +131,8 @@ func TestOpenRefuses(t *testing.T) {
 	}
 }
 
-// PostgresDSN returns the DSN of a test PostgreSQL database from
-// AEP_TEST_POSTGRES_DSN. Without it the test is skipped, unless CI is set.
-func PostgresDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("AEP_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("AEP_TEST_POSTGRES_DSN is not set; CI needs a PostgreSQL database")
-		}
-		t.Skip("AEP_TEST_POSTGRES_DSN is not set")
-	}
-	return dsn
-}
-
 func TestOpenPostgres(t *testing.T) {
-	dsn := PostgresDSN(t)
+	dsn := pgtest.DSN(t, "aep_store_test")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	id := fmt.Sprintf("sql-test-%d", time.Now().UnixNano())
