@@ -128,7 +128,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 		}
 		// Plugin state is base64 in the document, so it is checked raw.
 		if what := findSecret(state, secrets); what != "" {
-			h.log.Warn("snapshot refused: plugin state holds a secret", "session_id", s.id, "plugin", pl.Name, "secret", what)
+			h.log.Warn("snapshot refused: plugin state holds a secret", "session_id", s.id, "plugin", pl.Name, "found", what)
 			return "", 0, fmt.Errorf("%w (%s) in the state of plugin %q; nothing was written", ErrSnapshotSecret, what, pl.Name)
 		}
 		p.Plugins = append(p.Plugins, pluginSnapshot{Name: pl.Name, Type: pl.Type, State: state})
@@ -138,7 +138,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 		return "", 0, err
 	}
 	if what := findSecret(doc, secrets); what != "" {
-		h.log.Warn("snapshot refused: it holds a secret", "session_id", s.id, "secret", what)
+		h.log.Warn("snapshot refused: it holds a secret", "session_id", s.id, "found", what)
 		return "", 0, fmt.Errorf("%w (%s); nothing was written", ErrSnapshotSecret, what)
 	}
 	switch target {
