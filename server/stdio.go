@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aephost/aep/wire"
@@ -132,10 +133,12 @@ func readLines(r *bufio.Reader, max int, line func([]byte), over func(n int)) er
 // streamSink writes the session's messages to a byte stream, one line each,
 // flushed per message so that the agent sees every reply at once.
 type streamSink struct {
-	mu     sync.Mutex
-	w      *bufio.Writer
-	err    error
-	closed bool
+	mu  sync.Mutex
+	w   *bufio.Writer
+	err error
+	// closed is atomic so that Close never waits behind a write blocked on
+	// an agent that stopped reading: the session must be able to end.
+	closed atomic.Bool
 	failed chan struct{}
 }
 
@@ -150,7 +153,7 @@ func (k *streamSink) Send(p *wire.Packet) (int, error) {
 	if k.err != nil {
 		return 0, k.err
 	}
-	if k.closed {
+	if k.closed.Load() {
 		return 0, ErrSessionClosed
 	}
 	if _, err := k.w.Write(line); err == nil {
@@ -177,8 +180,4 @@ func (k *streamSink) error() error {
 	return k.err
 }
 
-func (k *streamSink) Close() {
-	k.mu.Lock()
-	k.closed = true
-	k.mu.Unlock()
-}
+func (k *streamSink) Close() { k.closed.Store(true) }

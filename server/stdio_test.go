@@ -123,3 +123,34 @@ func TestServeStdioEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestServeStdioStalledReader: an agent that never reads its replies blocks
+// only its own writes; cancelling still ends ServeStdio and the host closes.
+func TestServeStdioStalledReader(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := server.Defaults()
+	cfg.Server.AuthToken = "secret"
+	h, err := server.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := strings.NewReader(`{"type":"handshake/req","id":"hs","proto":"1.0","ts":1,"agent_id":"a","agent_caps":[],"auth_token":"secret"}` + "\n")
+	_, out := io.Pipe() // nobody reads: the first reply blocks
+	done := make(chan error, 1)
+	go func() { done <- server.ServeStdio(ctx, h, in, out) }()
+	time.Sleep(50 * time.Millisecond) // let the handshake reply block
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ServeStdio did not return while its output was stalled")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close(context.Background()) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("host did not close while a stdio write was stalled")
+	}
+}
