@@ -142,3 +142,27 @@ func TestVersionAndUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestServeRefusesBadConfig: serve fails at once, before listening, with the
+// same messages as config validate.
+func TestServeRefusesBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, body, wantErr string
+	}{
+		{"unknown key", "server:\n  listen: 127.0.0.1:0\n  colour: blue\n", "line 3"},
+		{"unknown cls", "plugins:\n  - name: x\n    type: tools\n    cls: aep.tools.nope\n", `unknown cls "aep.tools.nope"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".yaml")
+			if err := os.WriteFile(p, []byte(tc.body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code := runAEP(t, "serve", "--stdio", "--config", p, "--data-dir", filepath.Join(dir, "data"))
+			if code != 1 || out != "" || !strings.Contains(errOut, tc.wantErr) {
+				t.Fatalf("exit %d\nstdout: %q\nstderr: %s", code, out, errOut)
+			}
+		})
+	}
+}

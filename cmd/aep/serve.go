@@ -80,13 +80,17 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 
 	opts := []server.Option{server.WithLogger(log), server.WithDataDir(*dataDir)}
+	var auditor *server.FileAuditor
 	if cfg.Audit.Enabled == nil || *cfg.Audit.Enabled {
 		path := cfg.Audit.Path
 		if path == "" {
 			path = filepath.Join(*dataDir, "audit.jsonl")
 		}
-		opts = append(opts, server.WithAuditor(server.NewFileAuditor(path, cfg.Audit.MaxSizeMB, cfg.Audit.MaxBackups, log)))
+		auditor = server.NewFileAuditor(path, cfg.Audit.MaxSizeMB, cfg.Audit.MaxBackups, log)
+		opts = append(opts, server.WithAuditor(auditor))
 		log.Info("audit on", "path", path)
+	} else {
+		log.Warn("audit off (audit.enabled: false)")
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -103,6 +107,12 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	opts = append(opts, server.WithStore(st))
 	h, err := server.New(ctx, cfg, opts...)
 	if err != nil {
+		if auditor != nil {
+			// A host that never started owns nothing; close the file here.
+			cctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+			defer cancel()
+			_ = auditor.Close(cctx)
+		}
 		return err
 	}
 	log.Info("host started", "plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir)
