@@ -596,14 +596,11 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestEncodeKeepsExplicitZero is a known bug, found by FuzzDecode (the input
-// is in testdata/fuzz/FuzzDecode): the generated models tag every optional
-// field omitempty, so a zero value is not written, and the receiver's
-// constructor fills in the schema default instead. A Go client sending
-// shutdown with timeout 0 ("do not wait") reaches the host as timeout 10.
-// The fix belongs to the generator (no omitempty, or a pointer, for
-// optional fields whose default is not the zero value); this test then
-// passes without the skip.
+// TestEncodeKeepsExplicitZero guards a bug found by FuzzDecode (the input is
+// in testdata/fuzz/FuzzDecode): with omitempty on a field that has a schema
+// default, a zero value was not written and the receiver's constructor put
+// the default back, so shutdown with timeout 0 ("do not wait") arrived as 10.
+// aepgen now drops omitempty from defaulted fields.
 func TestEncodeKeepsExplicitZero(t *testing.T) {
 	line, err := wire.Encode(&wire.Envelope{Type: "shutdown", ID: "1", TS: 1}, &msg.Shutdown{Timeout: 0})
 	if err != nil {
@@ -615,6 +612,6 @@ func TestEncodeKeepsExplicitZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := m.(*msg.Shutdown).Timeout; got != 0 {
-		t.Skipf("known bug: shutdown timeout 0 arrives as %v (line %s); omitempty on a field with a non-zero default", got, line)
+		t.Fatalf("shutdown timeout 0 arrives as %v (line %s)", got, line)
 	}
 }

@@ -130,5 +130,5 @@ type Pong struct {
 // reply.
 type Shutdown struct {
 	// Seconds to wait for requests in flight before cancelling them.
-	Timeout float64 `json:"timeout,omitempty,omitzero"`
+	Timeout float64 `json:"timeout"`
 }
