@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +29,8 @@ type HTTPConn struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 	done  chan struct{}
+
+	sent atomic.Uint64 // lines written, for Idempotency-Key
 
 	mu     sync.Mutex
 	err    error  // why the stream ended
@@ -91,6 +95,10 @@ func (c *HTTPConn) WriteLine(ctx context.Context, line []byte) error {
 	}
 	req.Header.Set("Content-Type", "text/plain")
 	req.Header.Set("X-Session-Id", c.sid)
+	// The key makes net/http resend the line on a fresh connection when a
+	// pooled one turns out to be dead (the host restarted or dropped idle
+	// connections) instead of failing the request. The host ignores it.
+	req.Header.Set("Idempotency-Key", c.sid+"-"+strconv.FormatUint(c.sent.Add(1), 10))
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("send: %w", err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/client"
+	"github.com/aephost/aep/conformance"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/testproto"
 	"github.com/aephost/aep/server"
@@ -427,5 +429,55 @@ func TestServeEndsStreamsOnCancel(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return")
+	}
+}
+
+// TestGoClientReconnects cuts every connection of the Go client's HTTPConn
+// while replies are on their way; the conn reopens its stream with
+// Last-Event-ID and reads each reply exactly once, in order.
+func TestGoClientReconnects(t *testing.T) {
+	h := newHost(t, nil)
+	ts := httptest.NewServer(httpapi.Handler(h, httpapi.Options{}))
+	defer ts.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	conn, err := client.DialHTTP(ctx, ts.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rec := conformance.NewRecorderFor(t, checker(t))
+	read := func() message {
+		line, err := conn.ReadLine(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Host(line)
+		var m message
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if err := conn.WriteLine(ctx, []byte(handshakeLine("h"))); err != nil {
+		t.Fatal(err)
+	}
+	if m := read(); m.Type != "handshake/resp" || !m.Ok || m.SessionID != conn.SessionID() {
+		t.Fatalf("handshake: %+v", m)
+	}
+	for round := range 3 {
+		for i := range 5 {
+			if err := conn.WriteLine(ctx, []byte(pingLine(fmt.Sprint(round, "-", i)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round > 0 {
+			ts.CloseClientConnections() // replies may be in flight or already read
+		}
+		for i := range 5 {
+			if m := read(); m.Type != "pong" || m.ReqID != fmt.Sprint(round, "-", i) {
+				t.Fatalf("round %d: got %+v, want the pong of %d-%d", round, m, round, i)
+			}
+		}
 	}
 }
