@@ -226,7 +226,7 @@ func TestAuditLinesFromTraffic(t *testing.T) {
 		code    string
 		typ     string
 	}{
-		{"say", func() error { _, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: "hi"}); return err }, true, "", "echo/say/req"},
+		{"say", func() error { _, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: "hi", Mode: "plain"}); return err }, true, "", "echo/say/req"},
 		{"list", func() error { _, err := ec.EchoList(ctx, &testproto.EchoListReq{}); return err }, true, "", "echo/list/req"},
 		{"panic", func() error {
 			_, err := ec.EchoWait(ctx, &testproto.EchoWaitReq{Panic: &panicky})
@@ -319,7 +319,7 @@ func TestAuditUnwritablePathFailsNoRequest(t *testing.T) {
 			ec := testproto.Client{Requester: c}
 			const n = 200
 			for i := range n {
-				r, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: fmt.Sprint(i)})
+				r, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: fmt.Sprint(i), Mode: "plain"})
 				if err != nil || r.Text != fmt.Sprint(i) {
 					t.Fatalf("request %d failed with an unwritable audit log: %v", i, err)
 				}
@@ -338,7 +338,7 @@ func TestAuditUnwritablePathFailsNoRequest(t *testing.T) {
 				t.Fatalf("failure logged %d times, want once:\n%s", got, logs.String())
 			}
 			// The host still serves after the failures.
-			if _, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: "still"}); err != nil {
+			if _, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: "still", Mode: "plain"}); err != nil {
 				t.Fatal(err)
 			}
 		})
