@@ -32,6 +32,10 @@ type AuditRecord struct {
 	DurationMS    float64   `json:"duration_ms"`
 	InputBytes    int       `json:"input_bytes"`
 	OutputBytes   int       `json:"output_bytes"`
+
+	// Target is what the request acts on, for types whose schema names it
+	// (x-aep-audit-target: tool/call's tool_name); written only when set.
+	Target string `json:"target,omitempty"`
 }
 
 // Auditor receives audit records. Record must not block and must not fail

@@ -83,6 +83,9 @@ func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req wire.Message, 
 	if cr, ok := req.(interface{ GetCorrelationID() string }); ok {
 		rec.CorrelationID = cr.GetCorrelationID()
 	}
+	if at, ok := req.(interface{ AuditTarget() string }); ok {
+		rec.Target = at.AuditTarget()
+	}
 	switch {
 	case errors.Is(err, wire.ErrDecline):
 		rec.Success, rec.Declined = true, true

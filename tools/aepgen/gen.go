@@ -68,6 +68,12 @@ func (g *generator) index() error {
 			if r == nil || r.kind != "reply" {
 				return fmt.Errorf("%s: reply %q of %s is not a reply type", m.file.Path, m.node.XReply, t)
 			}
+			if t := m.node.XAuditTarget; t != "" {
+				f := g.models[m.name].Fields[t]
+				if f == nil || strings.TrimPrefix(f.Type, "*") != "string" {
+					return fmt.Errorf("%s: x-aep-audit-target %q of %s is not a string field", m.file.Path, t, m.name)
+				}
+			}
 			if m.node.XMerge != "" {
 				f := g.models[r.name].Fields[m.node.XMerge]
 				if f == nil || !strings.HasPrefix(f.Type, "[]") {
@@ -373,6 +379,62 @@ func (g *generator) validator(f *schemaFile, n *schemaNode, gs *goStruct) (strin
 			w.Write(body.Bytes())
 		}
 	}
+	cond, err := conditional(f, n, gs)
+	if err != nil {
+		return "", err
+	}
+	w.WriteString(cond)
+	return w.String(), nil
+}
+
+// conditional emits the check of a def's `if`/`then`, in the one form
+// aepgen supports: `if` holds only string `const`s of properties (and may
+// list them in `required`), `then` holds only `required` of optional
+// (pointer, list or map) fields. Anything else is a generation error, so
+// a schema never states a rule the host does not enforce.
+func conditional(f *schemaFile, n *schemaNode, gs *goStruct) (string, error) {
+	if n.If == nil && n.Then == nil && n.Else == nil {
+		return "", nil
+	}
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("%s: %s: unsupported if/then (%s); see tools/aepgen/README.md", f.Path, gs.Name, why)
+	}
+	if n.If == nil || n.Then == nil || n.Else != nil {
+		return bad("needs if and then, without else")
+	}
+	var conds, names []string
+	for _, prop := range sortedKeys(n.If.Properties) {
+		c, ok := n.If.Properties[prop].Const.(string)
+		fld := gs.Fields[prop]
+		if !ok || fld == nil || len(n.If.Properties[prop].Properties) > 0 {
+			return bad("if." + prop + " must be a string const of a property")
+		}
+		val := "m." + fld.Name
+		if fld.Pointer {
+			conds = append(conds, val+" != nil")
+			val = "(*" + val + ")"
+		}
+		conds = append(conds, fmt.Sprintf("string(%s) == %q", val, c))
+		names = append(names, fmt.Sprintf("%s is %q", prop, c))
+	}
+	for _, r := range n.If.Required {
+		if n.If.Properties[r] == nil {
+			return bad("if.required " + r + " without a const")
+		}
+	}
+	if len(conds) == 0 || len(n.Then.Required) == 0 || len(n.Then.Properties) > 0 || n.If.Then != nil || n.Then.If != nil {
+		return bad("if needs property consts and then only required")
+	}
+	var w bytes.Buffer
+	fmt.Fprintf(&w, "if %s {\n", strings.Join(conds, " && "))
+	for _, r := range n.Then.Required {
+		fld := gs.Fields[r]
+		if fld == nil || !(fld.Pointer || strings.HasPrefix(fld.Type, "[]") || strings.HasPrefix(fld.Type, "map[")) {
+			return bad("then.required " + r + " must be an optional property")
+		}
+		fmt.Fprintf(&w, "if m.%s == nil { return &wire.FieldError{Field: %q, Reason: %q} }\n", fld.Name, r, "required when "+strings.Join(names, " and "))
+	}
+	w.WriteString("}\n")
 	return w.String(), nil
 }
 
@@ -482,11 +544,20 @@ func (g *generator) accessors(w *bytes.Buffer, m *message) {
 		if f == nil || strings.TrimPrefix(f.Type, "*") != "string" {
 			continue
 		}
-		fmt.Fprintf(w, "// %s returns the %s field.\nfunc (m *%s) %s() string {\n", meth, prop, m.name, meth)
-		if f.Pointer {
-			fmt.Fprintf(w, "if m.%s == nil { return \"\" }\nreturn *m.%s\n}\n\n", f.Name, f.Name)
-		} else {
-			fmt.Fprintf(w, "return m.%s\n}\n\n", f.Name)
+		stringAccessor(w, m.name, meth, prop, f)
+	}
+	if t := m.node.XAuditTarget; t != "" && m.kind == "request" {
+		if f := gs.Fields[t]; f != nil && strings.TrimPrefix(f.Type, "*") == "string" {
+			stringAccessor(w, m.name, "AuditTarget", t, f)
 		}
+	}
+}
+
+func stringAccessor(w *bytes.Buffer, model, meth, prop string, f *goField) {
+	fmt.Fprintf(w, "// %s returns the %s field.\nfunc (m *%s) %s() string {\n", meth, prop, model, meth)
+	if f.Pointer {
+		fmt.Fprintf(w, "if m.%s == nil { return \"\" }\nreturn *m.%s\n}\n\n", f.Name, f.Name)
+	} else {
+		fmt.Fprintf(w, "return m.%s\n}\n\n", f.Name)
 	}
 }

@@ -51,6 +51,11 @@ type schemaNode struct {
 	MaxItems    *int                   `json:"maxItems"`
 	Format      string                 `json:"format"`
 	WriteOnly   bool                   `json:"writeOnly"`
+	// If and Then are JSON Schema's conditional (2020-12 §10.2.2); aepgen
+	// supports the subset that validator() documents.
+	If   *schemaNode `json:"if"`
+	Then *schemaNode `json:"then"`
+	Else *schemaNode `json:"else"`
 
 	XType     string         `json:"x-aep-type"`
 	XKind     string         `json:"x-aep-kind"`
@@ -58,6 +63,9 @@ type schemaNode struct {
 	XMerge    string         `json:"x-aep-merge"`
 	XFallback map[string]any `json:"x-aep-fallback"`
 	XAliases  []string       `json:"x-aep-aliases"`
+	// XAuditTarget names the string field that says what a request acts on
+	// (tool/call's tool_name); it becomes AuditTarget() for the audit line.
+	XAuditTarget string `json:"x-aep-audit-target"`
 	// XCapability overrides the file's capability for one type.
 	XCapability string `json:"x-aep-capability"`
 }
