@@ -184,6 +184,10 @@ func appendRecord(buf []byte, r AuditRecord) []byte {
 	buf = strconv.AppendInt(buf, int64(r.InputBytes), 10)
 	buf = append(buf, `,"output_bytes":`...)
 	buf = strconv.AppendInt(buf, int64(r.OutputBytes), 10)
+	if r.Target != "" {
+		buf = append(buf, `,"target":`...)
+		buf = wire.AppendString(buf, r.Target)
+	}
 	return append(buf, "}\n"...)
 }
 
