@@ -1,0 +1,126 @@
+// Package chains is the chains capability (SPEC 1 table, 2.11): directed
+// acyclic graphs of action, branch, map, gather and reduce nodes, run in
+// topological order with independent nodes in parallel. Action and map
+// nodes reach other capabilities only through the kernel's internal
+// dispatch ([wire.Scope.Dispatch]), as a client would (SPEC 1 dispatch
+// rule 5, DESIGN Dispatch), so this package imports no other capability.
+// Templates resolve with gjson paths and expressions run on expr-lang;
+// docs/chains.md describes the graph language.
+package chains
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/wire"
+)
+
+// ModuleID is the module of the chains capability.
+const ModuleID = "aep.chains.builtin"
+
+func init() {
+	server.RegisterModule(server.Module{ID: ModuleID, New: func() any { return &Plugin{} }})
+}
+
+// Plugin serves the chain namespace.
+type Plugin struct {
+	// MaxDefinitions bounds the chains one session may store with
+	// chain/define (default 256).
+	MaxDefinitions int `yaml:"max_definitions"`
+
+	reg *wire.Registry
+
+	mu   sync.Mutex
+	defs map[string]map[string]*graph // session → name → graph
+}
+
+// Provision takes the host's type registry, which builds the requests of
+// action nodes.
+func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
+	if env.Host != nil {
+		p.reg = env.Host.Registry()
+	} else {
+		p.reg = msg.Registry()
+	}
+	if p.MaxDefinitions == 0 {
+		p.MaxDefinitions = 256
+	}
+	p.defs = map[string]map[string]*graph{}
+	return nil
+}
+
+// Validate checks the settings.
+func (p *Plugin) Validate() error {
+	if p.MaxDefinitions < 0 {
+		return fmt.Errorf("max_definitions must not be negative")
+	}
+	return nil
+}
+
+// SessionClosed forgets the session's stored chains.
+func (p *Plugin) SessionClosed(sessionID string) {
+	p.mu.Lock()
+	delete(p.defs, sessionID)
+	p.mu.Unlock()
+}
+
+// ChainDefine validates a chain and stores it under a name for the session.
+func (p *Plugin) ChainDefine(ctx context.Context, s wire.Scope, req *msg.ChainDefineReq) (*msg.ChainDefineResp, error) {
+	g, err := compile(&req.Chain, p.reg)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.defs[s.SessionID()]
+	if m == nil {
+		m = map[string]*graph{}
+		p.defs[s.SessionID()] = m
+	}
+	if _, ok := m[req.Name]; !ok && len(m) >= p.MaxDefinitions {
+		return nil, fmt.Errorf("%w: the session already stores %d chains", wire.ErrInvalid, len(m))
+	}
+	m[req.Name] = g
+	return &msg.ChainDefineResp{Name: req.Name, Nodes: len(req.Chain.Nodes)}, nil
+}
+
+// ChainRun validates and runs a chain, inline or stored.
+func (p *Plugin) ChainRun(ctx context.Context, s wire.Scope, req *msg.ChainRunReq) (*msg.ChainRunResp, error) {
+	if req.Timeout <= 0 {
+		return nil, &wire.FieldError{Field: "timeout", Reason: "must be greater than 0"}
+	}
+	var g *graph
+	switch {
+	case req.Name != nil && req.Chain != nil:
+		return nil, &wire.FieldError{Field: "name", Reason: "give name or chain, not both"}
+	case req.Name != nil:
+		p.mu.Lock()
+		g = p.defs[s.SessionID()][*req.Name]
+		p.mu.Unlock()
+		if g == nil {
+			return nil, fmt.Errorf("%w: no chain named %q is defined in this session", wire.ErrInvalid, *req.Name)
+		}
+	case req.Chain != nil:
+		var err error
+		if g, err = compile(req.Chain, p.reg); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, &wire.FieldError{Field: "chain", Reason: "give name or chain"}
+	}
+	var input []byte
+	if req.Input != nil {
+		input = *req.Input
+	}
+	return execute(ctx, s, p.reg, g, input, req.MaxConcurrency, secondsToDuration(req.Timeout))
+}
+
+var (
+	_ msg.ChainHandler       = (*Plugin)(nil)
+	_ server.Provisioner     = (*Plugin)(nil)
+	_ server.Validator       = (*Plugin)(nil)
+	_ server.SessionObserver = (*Plugin)(nil)
+)
