@@ -1,0 +1,327 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// initEnv carries the init's instructions; the init removes it from the
+// command's environment.
+const initEnv = "AEP_SANDBOX_INIT"
+
+// File descriptors of the init (os/exec ExtraFiles start at 3).
+const (
+	fdStatus  = 3 // init → host: a "started" line, then the final report
+	fdControl = 4 // host → init: one byte per signal to forward
+	fdCgroups = 5 // cgroup.procs files the init writes "0" to, in order
+)
+
+// initConfig is what the host tells the init.
+type initConfig struct {
+	Namespaces bool     `json:"namespaces,omitempty"` // set up mounts itself (ModeNamespaces)
+	Argv       []string `json:"argv"`
+	Dir        string   `json:"dir"`
+	WorkDir    string   `json:"work_dir"`
+	Cgroups    int      `json:"cgroups"`
+	CPUSeconds int64    `json:"cpu_seconds,omitempty"`
+	// Rlimit fallbacks when no cgroup enforces these.
+	MemBytes int64 `json:"mem_bytes,omitempty"`
+	NProc    int   `json:"nproc,omitempty"`
+}
+
+// report is what the init tells the host; the first line has only Started
+// or SetupError, the second how the command ended.
+type report struct {
+	Started    bool   `json:"started,omitempty"`
+	SetupError string `json:"setup_error,omitempty"`
+	Exit       int    `json:"exit"`
+	Signal     int    `json:"signal,omitempty"`
+	CPUMicros  int64  `json:"cpu_us"`
+	MaxRSS     int64  `json:"max_rss"`
+	// MemFail is the rlimit fallback's verdict: see init.go.
+	MemFail bool `json:"mem_fail,omitempty"`
+}
+
+var (
+	bwrapOnce sync.Once
+	bwrapPath string
+	exeOnce   sync.Once
+	exePath   string
+	exeErr    error
+)
+
+// BwrapPath returns the path of bubblewrap, or "" when it is not installed.
+func BwrapPath() string {
+	bwrapOnce.Do(func() { bwrapPath, _ = exec.LookPath("bwrap") })
+	return bwrapPath
+}
+
+func self() (string, error) {
+	exeOnce.Do(func() {
+		exePath, exeErr = os.Executable()
+		if exeErr == nil {
+			exePath, exeErr = filepath.EvalSymlinks(exePath)
+		}
+	})
+	return exePath, exeErr
+}
+
+// Mechanism names what a confined run of mode m would use, or an error
+// saying why it cannot be set up (for config validation and docs).
+func Mechanism(m Mode) (string, error) {
+	switch m {
+	case ModeAuto, "":
+		if BwrapPath() != "" {
+			return "bwrap", nil
+		}
+		return "namespaces", nil
+	case ModeBwrap:
+		if BwrapPath() == "" {
+			return "", fmt.Errorf("mode bwrap: bubblewrap (bwrap) is not installed: %w", ErrSetup)
+		}
+		return "bwrap", nil
+	case ModeNamespaces:
+		return "namespaces", nil
+	}
+	return "", fmt.Errorf("unknown sandbox mode %q (auto, bwrap or namespaces): %w", m, ErrSetup)
+}
+
+// limitWriter keeps the last bytes written, for error messages about a
+// sandbox that failed to start and for the rlimit fallback's out-of-memory
+// check, and passes everything on.
+type limitWriter struct {
+	w   io.Writer
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *limitWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	l.buf.Write(b[max(0, len(b)-tailBytes):])
+	if over := l.buf.Len() - tailBytes; over > 0 {
+		l.buf.Next(over)
+	}
+	l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (l *limitWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (p *Process) startConfined() (err error) {
+	mech, err := Mechanism(p.spec.Mode)
+	if err != nil {
+		return err
+	}
+	exe, err := self()
+	if err != nil {
+		return fmt.Errorf("finding the host binary for the sandbox init: %v: %w", err, ErrSetup)
+	}
+	work := p.spec.WorkDir
+	if work == "" {
+		work = p.spec.Dir
+	}
+	if work == "" {
+		return fmt.Errorf("a sandboxed run needs a work directory: %w", ErrSetup)
+	}
+	lim := p.spec.Limits
+	cfg := initConfig{Namespaces: mech == "namespaces", Argv: p.spec.Argv, Dir: p.spec.Dir, WorkDir: work}
+	if lim.CPUTime > 0 {
+		cfg.CPUSeconds = max(1, int64((lim.CPUTime+time.Second-1)/time.Second))
+	}
+	if lim.MemoryBytes > 0 || lim.MaxProcs > 0 {
+		cg, err := newCgroups(lim)
+		if err != nil {
+			return fmt.Errorf("making the run's cgroup: %v: %w", err, ErrSetup)
+		}
+		p.cg = cg
+	}
+	defer func() {
+		if err != nil && p.cg != nil {
+			p.cg.remove()
+		}
+	}()
+	var cgFiles []*os.File
+	if p.cg != nil {
+		if cgFiles, err = p.cg.procsFiles(); err != nil {
+			return fmt.Errorf("opening the run's cgroup: %v: %w", err, ErrSetup)
+		}
+		defer func() {
+			for _, f := range cgFiles {
+				f.Close()
+			}
+		}()
+	}
+	if p.cg == nil || p.cg.mem == "" {
+		cfg.MemBytes = lim.MemoryBytes
+	}
+	if p.cg == nil || p.cg.pids == "" {
+		cfg.NProc = lim.MaxProcs
+	}
+	cfg.Cgroups = len(cgFiles)
+	rawCfg, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+
+	var cmd *exec.Cmd
+	if mech == "bwrap" {
+		cmd = exec.Command(BwrapPath(), bwrapArgs(p.spec, exe, work)...)
+	} else {
+		cmd = exec.Command(exe)
+		flags := syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+		if !p.spec.Network {
+			flags |= syscall.CLONE_NEWNET
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: uintptr(flags)}
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.Dir = "/"
+	cmd.Env = append(append([]string{}, p.spec.Env...), initEnv+"="+string(rawCfg))
+	errs := &limitWriter{w: orDiscard(p.spec.Stderr)}
+	cmd.Stdout, cmd.Stderr = orDiscard(p.spec.Stdout), errs
+	p.errTail = errs
+	p.rlimitMem = cfg.MemBytes > 0
+	cmd.WaitDelay = 500 * time.Millisecond
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	controlR, controlW, err := os.Pipe()
+	if err != nil {
+		statusR.Close()
+		statusW.Close()
+		return err
+	}
+	cmd.ExtraFiles = append([]*os.File{statusW, controlR}, cgFiles...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		statusR.Close()
+		statusW.Close()
+		controlR.Close()
+		controlW.Close()
+		return fmt.Errorf("starting the sandbox (%s): %v: %w", mech, err, ErrSetup)
+	}
+	statusW.Close()
+	controlR.Close()
+	p.cmd, p.Stdin, p.Pid = cmd, in, cmd.Process.Pid
+	p.res.Started = time.Now()
+	p.control = controlW
+	br := bufio.NewReader(statusR)
+	first, rerr := br.ReadBytes('\n')
+	var rep report
+	if rerr == nil {
+		rerr = json.Unmarshal(first, &rep)
+	}
+	if rerr != nil || !rep.Started {
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		statusR.Close()
+		controlW.Close()
+		why := rep.SetupError
+		if why == "" {
+			why = fmt.Sprintf("%s exited before the command started: %s", mech, bytes.TrimSpace([]byte(errs.String())))
+		}
+		return fmt.Errorf("%s: %w", why, ErrSetup)
+	}
+	p.status = &statusFile{File: statusR, br: br}
+	return nil
+}
+
+const tailBytes = 4096
+
+// memoryFailure is the rlimit fallback's out-of-memory check (DESIGN Sandbox
+// outcomes; docs/DECISIONS.md): without a memory cgroup nothing counts OOM
+// kills, and under RLIMIT_AS an allocation fails instead of the process
+// being killed. A run that ended abnormally (a signal or a non-zero exit)
+// is taken to have failed at the memory limit when its peak RSS reached half
+// the limit, or when the tail of its stderr carries a runtime's own
+// out-of-memory words (glibc/C "Cannot allocate memory", Perl "Out of
+// memory!", Python "MemoryError", Go "out of memory", C++ "bad_alloc",
+// Node "heap out of memory").
+func memoryFailure(rep *report, limit int64, stderrTail string) bool {
+	if rep == nil || (rep.Signal == 0 && rep.Exit == 0) {
+		return false
+	}
+	if rep.MaxRSS >= limit/2 {
+		return true
+	}
+	t := strings.ToLower(stderrTail)
+	for _, w := range []string{"cannot allocate memory", "out of memory", "memoryerror", "bad_alloc"} {
+		if strings.Contains(t, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// statusFile is the status pipe after its first line.
+type statusFile struct {
+	*os.File
+	br *bufio.Reader
+}
+
+// bwrapArgs builds the bubblewrap command line: the host's file system
+// read-only, a private /tmp, the work directory writable, fresh /dev and
+// /proc, own PID, IPC and UTS namespaces, no network unless allowed, and
+// death with the host. --new-session is left out on purpose: it would move
+// the run out of the process group the host kills (the command has no
+// terminal, stdin is a pipe, so TIOCSTI, the reason for it, does not apply).
+func bwrapArgs(spec Spec, exe, work string) []string {
+	a := []string{
+		"--ro-bind", "/", "/",
+		"--dev", "/dev",
+		"--proc", "/proc",
+		"--tmpfs", "/tmp",
+		"--ro-bind", exe, exe,
+	}
+	for _, r := range spec.ReadOnly {
+		a = append(a, "--ro-bind", r, r)
+	}
+	a = append(a, "--bind", work, work,
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--die-with-parent", "--chdir", orRoot(spec.Dir))
+	if !spec.Network {
+		a = append(a, "--unshare-net")
+	}
+	return append(a, "--", exe)
+}
+
+func orRoot(d string) string {
+	if d == "" {
+		return "/"
+	}
+	return d
+}
+
+// readReport reads the init's final report; nil when the init died first.
+func readReport(s *statusFile) *report {
+	line, err := s.br.ReadBytes('\n')
+	if err != nil && len(line) == 0 {
+		return nil
+	}
+	var r report
+	if json.Unmarshal(line, &r) != nil {
+		return nil
+	}
+	return &r
+}
