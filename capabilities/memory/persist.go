@@ -1,0 +1,309 @@
+package memory
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Backend keeps the persistent tiers (episodic and semantic). The SQLite
+// backend is the one implemented; a PostgreSQL backend (tsvector, ts_rank)
+// implements the same interface later. Every read takes `now` and hides
+// entries that expired by then, so expiry is immediate whatever the
+// collector's schedule (issue 5 TTL).
+type Backend interface {
+	// Put writes a batch in one transaction: semantic records upserted by
+	// key, episodic records appended.
+	Put(ctx context.Context, sc scopeKey, recs []record) error
+	// Get returns the live records of keys in one tier; episodic events in
+	// append order.
+	Get(ctx context.Context, tier string, sc scopeKey, keys []string, now int64) ([]record, error)
+	// Search returns up to limit live records of a tier passing f: with
+	// words, those matching one, best first, whose raw relevance is at least
+	// minRaw; without words, by time.
+	Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, minRaw float64, newest bool, limit int, now int64) ([]scored, error)
+	// Forget deletes a tier's records matching sel and returns how many.
+	Forget(ctx context.Context, tier string, sc scopeKey, sel selector) (int, error)
+	// Stats counts a tier's live records and their bytes.
+	Stats(ctx context.Context, tier string, sc scopeKey, now int64) (entries, bytes int, err error)
+	// Collect deletes every expired record of every scope.
+	Collect(ctx context.Context, now int64) (int, error)
+}
+
+// scopeKey is what the persistent tiers are scoped by (issue 5 isolation).
+type scopeKey struct{ ns, agent string }
+
+// ErrPostgres is the cause when a persistent tier is used on a PostgreSQL store.
+var ErrPostgres = errors.New("the episodic and semantic memory tiers are not supported on postgres yet (SQLite only: full-text search uses FTS5)")
+
+// unsupported is the Backend of a store the persistent tiers cannot use yet.
+type unsupported struct{ err error }
+
+func (u unsupported) Put(context.Context, scopeKey, []record) error { return u.err }
+func (u unsupported) Get(context.Context, string, scopeKey, []string, int64) ([]record, error) {
+	return nil, u.err
+}
+func (u unsupported) Search(context.Context, string, scopeKey, []string, filter, float64, bool, int, int64) ([]scored, error) {
+	return nil, u.err
+}
+func (u unsupported) Forget(context.Context, string, scopeKey, selector) (int, error) {
+	return 0, u.err
+}
+func (u unsupported) Stats(context.Context, string, scopeKey, int64) (int, int, error) {
+	return 0, 0, u.err
+}
+func (u unsupported) Collect(context.Context, int64) (int, error) { return 0, nil }
+
+// sqliteBackend keeps the tiers in the ent tables memory_semantic and
+// memory_episodic (ent/schema/memory.go), each with an external-content
+// FTS5 table kept in step by triggers. Statements are raw SQL on the store's
+// *sql.DB: ent cannot express FTS5 MATCH or bm25, and the batched upsert is
+// the hot path.
+type sqliteBackend struct{ db *sql.DB }
+
+func tableOf(tier string) string {
+	if tier == TierSemantic {
+		return "memory_semantic"
+	}
+	return "memory_episodic"
+}
+
+// ftsDDL creates the FTS5 index of one table and the triggers that keep it
+// in step; run after ent's migration, idempotent.
+func ftsDDL(t string) []string {
+	cols := `"key", body, tag_set`
+	ins := fmt.Sprintf(`INSERT INTO %[1]s_fts(rowid, %[2]s) VALUES (new.id, new."key", new.body, new.tag_set);`, t, cols)
+	del := fmt.Sprintf(`INSERT INTO %[1]s_fts(%[1]s_fts, rowid, %[2]s) VALUES ('delete', old.id, old."key", old.body, old.tag_set);`, t, cols)
+	return []string{
+		fmt.Sprintf(`CREATE VIRTUAL TABLE IF NOT EXISTS %[1]s_fts USING fts5(%[2]s, content='%[1]s', content_rowid='id', tokenize='unicode61')`, t, cols),
+		fmt.Sprintf(`CREATE TRIGGER IF NOT EXISTS %[1]s_fts_ai AFTER INSERT ON %[1]s BEGIN %[2]s END`, t, ins),
+		fmt.Sprintf(`CREATE TRIGGER IF NOT EXISTS %[1]s_fts_ad AFTER DELETE ON %[1]s BEGIN %[2]s END`, t, del),
+		fmt.Sprintf(`CREATE TRIGGER IF NOT EXISTS %[1]s_fts_au AFTER UPDATE ON %[1]s BEGIN %[2]s %[3]s END`, t, del, ins),
+	}
+}
+
+func newSQLiteBackend(ctx context.Context, db *sql.DB) (*sqliteBackend, error) {
+	for _, t := range []string{"memory_semantic", "memory_episodic"} {
+		for _, stmt := range ftsDDL(t) {
+			if _, err := db.ExecContext(ctx, stmt); err != nil {
+				return nil, fmt.Errorf("memory: creating the full-text index of %s: %w", t, err)
+			}
+		}
+	}
+	return &sqliteBackend{db: db}, nil
+}
+
+const insertCols = `namespace, agent, "key", content, body, tags, tag_set, source, metadata, created_at, updated_at, expires_at, size`
+
+// upsertSemantic replaces an entry by key. A replaced entry that had
+// expired is a new entry, so it gets a new created_at.
+var upsertSemantic = `INSERT INTO memory_semantic (` + insertCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT(namespace, agent, "key") DO UPDATE SET content = excluded.content, body = excluded.body, tags = excluded.tags,
+tag_set = excluded.tag_set, source = excluded.source, metadata = excluded.metadata, updated_at = excluded.updated_at,
+expires_at = excluded.expires_at, size = excluded.size,
+created_at = CASE WHEN memory_semantic.expires_at != 0 AND memory_semantic.expires_at <= excluded.updated_at THEN excluded.created_at ELSE memory_semantic.created_at END`
+
+var insertEpisodic = `INSERT INTO memory_episodic (` + insertCols + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`
+
+func (b *sqliteBackend) Put(ctx context.Context, sc scopeKey, recs []record) (err error) {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var sem, epi *sql.Stmt
+	for i := range recs {
+		r := &recs[i]
+		var st **sql.Stmt
+		q := insertEpisodic
+		if r.Tier == TierSemantic {
+			st, q = &sem, upsertSemantic
+		} else {
+			st = &epi
+		}
+		if *st == nil {
+			if *st, err = tx.PrepareContext(ctx, q); err != nil {
+				return err
+			}
+			defer (*st).Close()
+		}
+		tags, _ := json.Marshal(nonNil(r.Tags))
+		var meta any
+		if len(r.Metadata) > 0 {
+			meta = []byte(r.Metadata)
+		}
+		if _, err = (*st).ExecContext(ctx, sc.ns, sc.agent, r.Key, []byte(r.Content), bodyText(r.Content), string(tags),
+			tagSet(r.Tags), r.Source, meta, r.Created, r.Updated, r.Expires, r.size()); err != nil {
+			return fmt.Errorf("memory: storing %q: %w", r.Key, err)
+		}
+	}
+	return tx.Commit()
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+const selectCols = `t.id, t."key", t.content, t.tags, t.source, t.metadata, t.created_at, t.updated_at, t.expires_at`
+
+func scanRecords(rows *sql.Rows, tier string, withRank bool) ([]scored, error) {
+	defer rows.Close()
+	var out []scored
+	for rows.Next() {
+		var s scored
+		var tags string
+		var meta []byte
+		dest := []any{&s.rec.Seq, &s.rec.Key, &s.rec.Content, &tags, &s.rec.Source, &meta, &s.rec.Created, &s.rec.Updated, &s.rec.Expires}
+		var rank float64
+		if withRank {
+			dest = append(dest, &rank)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		s.rec.Tier = tier
+		if len(meta) > 0 {
+			s.rec.Metadata = meta
+		}
+		if tags != "" && tags != "[]" {
+			_ = json.Unmarshal([]byte(tags), &s.rec.Tags)
+		}
+		if tier == TierSemantic {
+			s.rec.Seq = 0 // the row id means nothing to a client of the semantic tier
+		}
+		s.raw = -rank // bm25 is smaller for better matches
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// scopeWhere is the WHERE part shared by reads: the scope, and liveness at now.
+const scopeWhere = `t.namespace = ? AND t.agent = ? AND (t.expires_at = 0 OR t.expires_at > ?)`
+
+func (b *sqliteBackend) Get(ctx context.Context, tier string, sc scopeKey, keys []string, now int64) ([]record, error) {
+	q := `SELECT ` + selectCols + ` FROM ` + tableOf(tier) + ` t WHERE ` + scopeWhere + ` AND t."key" IN (` + placeholders(len(keys)) + `) ORDER BY t.id`
+	args := []any{sc.ns, sc.agent, now}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	rows, err := b.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	s, err := scanRecords(rows, tier, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]record, len(s))
+	for i := range s {
+		out[i] = s[i].rec
+	}
+	return out, nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+// filterSQL adds the tag and time filters.
+func filterSQL(f filter, where *strings.Builder, args *[]any) {
+	for _, tag := range f.tags {
+		where.WriteString(` AND instr(t.tag_set, ?) > 0`)
+		*args = append(*args, tagSep+tag+tagSep)
+	}
+	if f.since != 0 {
+		where.WriteString(` AND t.created_at >= ?`)
+		*args = append(*args, f.since)
+	}
+	if f.until != 0 {
+		where.WriteString(` AND t.created_at <= ?`)
+		*args = append(*args, f.until)
+	}
+}
+
+func (b *sqliteBackend) Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, minRaw float64, newest bool, limit int, now int64) ([]scored, error) {
+	t := tableOf(tier)
+	var where strings.Builder
+	var args []any
+	var q string
+	if len(words) > 0 {
+		// bm25 runs inside FTS5 over the matching rows only; the scope and
+		// filters are checked on the joined row.
+		args = append(args, ftsQuery(words), sc.ns, sc.agent, now)
+		where.WriteString(t + `_fts MATCH ? AND ` + scopeWhere)
+		filterSQL(f, &where, &args)
+		if minRaw > 0 {
+			where.WriteString(` AND bm25(` + t + `_fts) <= ?`)
+			args = append(args, -minRaw)
+		}
+		q = `SELECT ` + selectCols + `, bm25(` + t + `_fts) AS rank FROM ` + t + `_fts JOIN ` + t + ` t ON t.id = ` + t + `_fts.rowid WHERE ` +
+			where.String() + ` ORDER BY rank, t.id DESC LIMIT ?`
+	} else {
+		args = append(args, sc.ns, sc.agent, now)
+		where.WriteString(scopeWhere)
+		filterSQL(f, &where, &args)
+		order := `t.created_at, t.id`
+		if newest {
+			order = `t.created_at DESC, t.id DESC`
+		}
+		q = `SELECT ` + selectCols + ` FROM ` + t + ` t WHERE ` + where.String() + ` ORDER BY ` + order + ` LIMIT ?`
+	}
+	args = append(args, limit)
+	rows, err := b.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("memory: recall in %s: %w", tier, err)
+	}
+	return scanRecords(rows, tier, len(words) > 0)
+}
+
+func (b *sqliteBackend) Forget(ctx context.Context, tier string, sc scopeKey, sel selector) (int, error) {
+	var where strings.Builder
+	args := []any{sc.ns, sc.agent}
+	where.WriteString(`t.namespace = ? AND t.agent = ?`)
+	if len(sel.keys) > 0 {
+		where.WriteString(` AND t."key" IN (` + placeholders(len(sel.keys)) + `)`)
+		for _, k := range sel.keys {
+			args = append(args, k)
+		}
+	}
+	filterSQL(filter{tags: sel.tags}, &where, &args)
+	if sel.updatedBefore != 0 {
+		where.WriteString(` AND t.updated_at <= ?`)
+		args = append(args, sel.updatedBefore)
+	}
+	res, err := b.db.ExecContext(ctx, `DELETE FROM `+tableOf(tier)+` AS t WHERE `+where.String(), args...)
+	if err != nil {
+		return 0, fmt.Errorf("memory: forget in %s: %w", tier, err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+func (b *sqliteBackend) Stats(ctx context.Context, tier string, sc scopeKey, now int64) (int, int, error) {
+	var n, bytes int
+	err := b.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(t.size), 0) FROM `+tableOf(tier)+` t WHERE `+scopeWhere, sc.ns, sc.agent, now).Scan(&n, &bytes)
+	return n, bytes, err
+}
+
+func (b *sqliteBackend) Collect(ctx context.Context, now int64) (int, error) {
+	total := 0
+	for _, t := range []string{"memory_semantic", "memory_episodic"} {
+		res, err := b.db.ExecContext(ctx, `DELETE FROM `+t+` WHERE expires_at != 0 AND expires_at <= ?`, now)
+		if err != nil {
+			return total, fmt.Errorf("memory: collecting expired entries of %s: %w", t, err)
+		}
+		n, _ := res.RowsAffected()
+		total += int(n)
+	}
+	return total, nil
+}

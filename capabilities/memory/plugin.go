@@ -1,0 +1,618 @@
+package memory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"entgo.io/ent/dialect"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/wire"
+)
+
+func init() {
+	server.RegisterModule(server.Module{ID: "aep.memory.builtin", New: func() any { return new(Plugin) }})
+}
+
+// Tier names (SPEC 2.11).
+const (
+	TierWorking  = "working"
+	TierEpisodic = "episodic"
+	TierSemantic = "semantic"
+)
+
+// Full policies of the working tier.
+const (
+	PolicyReject   = "reject"
+	PolicyEvictLRU = "evict_lru"
+)
+
+// Defaults of the plugin's settings.
+const (
+	DefaultMaxContentBytes = 64 << 10
+	DefaultCollectInterval = time.Minute
+)
+
+// Errors of memory requests. Those a retry cannot fix wrap wire.ErrInvalid.
+var (
+	ErrUnknownMemory = fmt.Errorf("unknown memory_id; call memory/init first: %w", wire.ErrInvalid)
+	ErrWorkingFull   = fmt.Errorf("working memory full: %w", wire.ErrInvalid)
+	ErrNoStore       = errors.New("the episodic and semantic tiers need the host's store, and this host has none")
+)
+
+// Plugin serves the memory namespace. Its exported fields with yaml tags
+// are its settings (the `config` of its plugin entry, decoded strictly).
+type Plugin struct {
+	// MaxContentBytes caps the JSON size of one entry's content.
+	MaxContentBytes int `yaml:"max_content_bytes"`
+	// WorkingMaxEntries and WorkingMaxBytes limit each session's working
+	// store (keys plus content); 0 is unlimited.
+	WorkingMaxEntries int `yaml:"working_max_entries"`
+	WorkingMaxBytes   int `yaml:"working_max_bytes"`
+	// WorkingFullPolicy is what a store does to a full working memory:
+	// "reject" (default) refuses the batch with a clear error;
+	// "evict_lru" evicts the least recently used entries.
+	WorkingFullPolicy string `yaml:"working_full_policy"`
+	// CollectInterval is how often expired entries are deleted.
+	CollectInterval server.Duration `yaml:"collect_interval"`
+
+	// Clock is the time source of TTLs and timestamps; nil is time.Now.
+	// Tests set it to move time.
+	Clock func() time.Time `yaml:"-"`
+	// Link overrides the parent link of child sessions (tests); nil uses
+	// the kernel's.
+	Link Link `yaml:"-"`
+
+	log     *slog.Logger
+	backend Backend
+	link    Link
+	stop    chan struct{}
+	done    chan struct{}
+
+	mu       sync.RWMutex
+	sessions map[string]*sessionMem
+}
+
+// sessionMem is one session's memory: its memory_ids and its own working
+// store (unused by shared and restricted children, which resolve to their
+// parent's; see [Plugin.SetScope]).
+type sessionMem struct {
+	mu      sync.Mutex
+	handles map[string]handle
+	scope   Scope
+	working *workingStore
+}
+
+// handle is what a memory_id names.
+type handle struct {
+	Namespace string            `json:"namespace"`
+	Agent     string            `json:"agent,omitempty"`
+	Scope     map[string]string `json:"scope,omitempty"`
+}
+
+func (h handle) key() scopeKey { return scopeKey{h.Namespace, h.Agent} }
+
+// Provision opens the persistent tiers on the host's store.
+func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
+	p.log = env.Logger
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.MaxContentBytes <= 0 {
+		p.MaxContentBytes = DefaultMaxContentBytes
+	}
+	if p.WorkingFullPolicy == "" {
+		p.WorkingFullPolicy = PolicyReject
+	}
+	if p.CollectInterval <= 0 {
+		p.CollectInterval = server.Duration(DefaultCollectInterval)
+	}
+	if p.Clock == nil {
+		p.Clock = time.Now
+	}
+	p.sessions = map[string]*sessionMem{}
+	p.link = p.Link
+	if p.link == nil && env.Host != nil {
+		p.link = kernelLink{env.Host}
+	}
+	if p.link == nil {
+		p.link = noLink{}
+	}
+	switch {
+	case env.Store == nil:
+		p.backend = unsupported{ErrNoStore}
+		p.log.Warn("memory: no store; episodic and semantic tiers unavailable")
+	case env.Store.Dialect() == dialect.SQLite:
+		b, err := newSQLiteBackend(ctx, env.Store.DB())
+		if err != nil {
+			return err
+		}
+		p.backend = b
+	default:
+		p.backend = unsupported{ErrPostgres}
+		p.log.Warn("memory: " + ErrPostgres.Error())
+	}
+	p.stop, p.done = make(chan struct{}), make(chan struct{})
+	go p.collector()
+	return nil
+}
+
+// Validate checks the settings.
+func (p *Plugin) Validate() error {
+	if p.WorkingFullPolicy != PolicyReject && p.WorkingFullPolicy != PolicyEvictLRU {
+		return fmt.Errorf("working_full_policy %q: want %q or %q", p.WorkingFullPolicy, PolicyReject, PolicyEvictLRU)
+	}
+	if p.WorkingMaxEntries < 0 || p.WorkingMaxBytes < 0 {
+		return errors.New("working_max_entries and working_max_bytes must not be negative")
+	}
+	return nil
+}
+
+// Cleanup stops the collector.
+func (p *Plugin) Cleanup() error {
+	if p.stop != nil {
+		close(p.stop)
+		<-p.done
+		p.stop = nil
+	}
+	return nil
+}
+
+type noLink struct{}
+
+func (noLink) Parent(string) (string, bool) { return "", false }
+
+// collector deletes expired entries every CollectInterval (SPEC 3: an
+// expired entry may be garbage-collected). Reads never depend on it.
+func (p *Plugin) collector() {
+	defer close(p.done)
+	t := time.NewTicker(time.Duration(p.CollectInterval))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(p.CollectInterval))
+			if _, err := p.Collect(ctx); err != nil {
+				p.log.Warn("memory: collecting expired entries", "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Collect deletes every expired entry now, in every session's working
+// store and in the persistent tiers, and returns how many.
+func (p *Plugin) Collect(ctx context.Context) (int, error) {
+	now := p.now()
+	p.mu.RLock()
+	stores := make([]*workingStore, 0, len(p.sessions))
+	for _, sm := range p.sessions {
+		sm.mu.Lock()
+		stores = append(stores, sm.working)
+		sm.mu.Unlock()
+	}
+	p.mu.RUnlock()
+	n := 0
+	for _, ws := range stores {
+		n += ws.purge(now)
+	}
+	m, err := p.backend.Collect(ctx, now)
+	return n + m, err
+}
+
+// SessionClosed drops the session's working memory and memory_ids
+// (DESIGN State: working memory is session-scoped).
+func (p *Plugin) SessionClosed(sessionID string) {
+	p.mu.Lock()
+	delete(p.sessions, sessionID)
+	p.mu.Unlock()
+}
+
+func (p *Plugin) now() int64 { return p.Clock().UnixNano() }
+
+func (p *Plugin) session(id string) *sessionMem {
+	p.mu.RLock()
+	sm := p.sessions[id]
+	p.mu.RUnlock()
+	if sm != nil {
+		return sm
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sm = p.sessions[id]; sm == nil {
+		sm = &sessionMem{handles: map[string]handle{}, working: newWorkingStore()}
+		p.sessions[id] = sm
+	}
+	return sm
+}
+
+// lookup finds the memory a request names; ids of other sessions are
+// unknown here (SPEC 5 rule 4).
+func (p *Plugin) lookup(sessionID, memoryID string) (handle, error) {
+	sm := p.session(sessionID)
+	sm.mu.Lock()
+	h, ok := sm.handles[memoryID]
+	sm.mu.Unlock()
+	if !ok {
+		return handle{}, fmt.Errorf("memory_id %q: %w", memoryID, ErrUnknownMemory)
+	}
+	return h, nil
+}
+
+func newMemoryID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "mem-" + hex.EncodeToString(b[:])
+}
+
+// MemoryInit answers memory/init/req.
+func (p *Plugin) MemoryInit(ctx context.Context, s wire.Scope, req *msg.MemoryInitReq) (*msg.MemoryInitResp, error) {
+	h := handle{Namespace: req.Namespace}
+	if h.Namespace == "" {
+		h.Namespace = "default"
+	}
+	if req.Scope != nil && len(*req.Scope) > 0 {
+		h.Scope = *req.Scope
+		h.Agent = h.Scope["agent"]
+	}
+	id := newMemoryID()
+	sm := p.session(s.SessionID())
+	sm.mu.Lock()
+	sm.handles[id] = h
+	sm.mu.Unlock()
+	resp := &msg.MemoryInitResp{MemoryID: id, Namespace: h.Namespace, Success: true}
+	if h.Agent != "" {
+		resp.Agent = &h.Agent
+	}
+	return resp, nil
+}
+
+// MemoryStore answers memory/store/req. The whole batch is checked before
+// anything is written, so a refused batch changes nothing; the working part
+// is applied only after the persistent part committed.
+func (p *Plugin) MemoryStore(ctx context.Context, s wire.Scope, req *msg.MemoryStoreReq) (*msg.MemoryStoreResp, error) {
+	h, err := p.lookup(s.SessionID(), req.MemoryID)
+	if err != nil {
+		return nil, err
+	}
+	now := p.now()
+	var working, persistent []record
+	stored := make([]string, 0, len(req.Entries))
+	for i := range req.Entries {
+		e := &req.Entries[i]
+		r, err := p.toRecord(e, now)
+		if err != nil {
+			return nil, wire.Nest(fmt.Sprintf("entries[%d]", i), err)
+		}
+		if r.Tier == TierWorking {
+			working = append(working, r)
+		} else {
+			persistent = append(persistent, r)
+		}
+		stored = append(stored, r.Key)
+	}
+	var ws *workingStore
+	if len(working) > 0 {
+		var ro bool
+		if ws, ro, err = p.working(s.SessionID()); err != nil {
+			return nil, err
+		}
+		if ro {
+			return nil, ErrReadOnly
+		}
+		if !p.evicts() {
+			// Check the limits before the persistent part commits.
+			if err := ws.fits(h.Namespace, working, p.limits(), now); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(persistent) > 0 {
+		if err := p.backend.Put(ctx, h.key(), persistent); err != nil {
+			return nil, err
+		}
+	}
+	resp := &msg.MemoryStoreResp{Stored: stored}
+	if ws != nil {
+		ev, err := ws.put(h.Namespace, working, p.limits(), now)
+		if err != nil {
+			return nil, err
+		}
+		if ev > 0 {
+			resp.Evicted = &ev
+		}
+	}
+	return resp, nil
+}
+
+func (p *Plugin) evicts() bool { return p.WorkingFullPolicy == PolicyEvictLRU }
+
+func (p *Plugin) limits() limits {
+	return limits{maxEntries: p.WorkingMaxEntries, maxBytes: p.WorkingMaxBytes, evict: p.evicts()}
+}
+
+// toRecord checks one entry and converts it.
+func (p *Plugin) toRecord(e *msg.MemoryEntry, now int64) (record, error) {
+	if e.Key == "" {
+		return record{}, &wire.FieldError{Field: "key", Reason: "is required"}
+	}
+	switch string(e.Tier) {
+	case TierWorking, TierEpisodic, TierSemantic:
+	default:
+		return record{}, &wire.FieldError{Field: "tier", Reason: fmt.Sprintf("unknown tier %q; want working, episodic or semantic", e.Tier)}
+	}
+	if len(e.Content) == 0 {
+		return record{}, &wire.FieldError{Field: "content", Reason: "is required"}
+	}
+	if len(e.Content) > p.MaxContentBytes {
+		return record{}, &wire.FieldError{Field: "content", Reason: fmt.Sprintf("is %d bytes, over the cap of %d bytes", len(e.Content), p.MaxContentBytes)}
+	}
+	if !json.Valid(e.Content) {
+		return record{}, &wire.FieldError{Field: "content", Reason: "is not valid JSON"}
+	}
+	r := record{Tier: string(e.Tier), Key: e.Key, Content: append(json.RawMessage(nil), e.Content...),
+		Tags: e.Tags, Created: now, Updated: now}
+	if e.Source != nil {
+		r.Source = *e.Source
+	}
+	if e.Metadata != nil && len(*e.Metadata) > 0 && string(*e.Metadata) != "null" {
+		r.Metadata = append(json.RawMessage(nil), (*e.Metadata)...)
+	}
+	if e.TTL != nil && *e.TTL > 0 {
+		r.Expires = now + int64(*e.TTL)*int64(time.Second)
+	}
+	return r, nil
+}
+
+// MemoryRetrieve answers memory/retrieve/req.
+func (p *Plugin) MemoryRetrieve(ctx context.Context, s wire.Scope, req *msg.MemoryRetrieveReq) (*msg.MemoryRetrieveResp, error) {
+	h, err := p.lookup(s.SessionID(), req.MemoryID)
+	if err != nil {
+		return nil, err
+	}
+	tiers, err := tiersOf((*string)(req.Tier))
+	if err != nil {
+		return nil, err
+	}
+	now := p.now()
+	found := map[string]bool{}
+	resp := &msg.MemoryRetrieveResp{Entries: []msg.MemoryEntry{}, Missing: []string{}}
+	for _, tier := range tiers {
+		var recs []record
+		if tier == TierWorking {
+			ws, _, err := p.working(s.SessionID())
+			if err != nil {
+				return nil, err
+			}
+			recs = ws.get(h.Namespace, req.Keys, now)
+			for i := range recs {
+				recs[i].Tier = TierWorking
+			}
+		} else if recs, err = p.backend.Get(ctx, tier, h.key(), req.Keys, now); err != nil {
+			return nil, err
+		}
+		for i := range recs {
+			found[recs[i].Key] = true
+			resp.Entries = append(resp.Entries, toEntry(&recs[i]))
+		}
+	}
+	for _, k := range req.Keys {
+		if !found[k] {
+			resp.Missing = append(resp.Missing, k)
+			found[k] = true
+		}
+	}
+	return resp, nil
+}
+
+// tiersOf expands an optional tier filter, in the order reads use.
+func tiersOf(t *string) ([]string, error) {
+	if t == nil || *t == "" {
+		return []string{TierWorking, TierSemantic, TierEpisodic}, nil
+	}
+	switch *t {
+	case TierWorking, TierEpisodic, TierSemantic:
+		return []string{*t}, nil
+	}
+	return nil, &wire.FieldError{Field: "tier", Reason: fmt.Sprintf("unknown tier %q", *t)}
+}
+
+func secs(ns int64) *float64 {
+	v := float64(ns) / 1e9
+	return &v
+}
+
+func toEntry(r *record) msg.MemoryEntry {
+	e := msg.MemoryEntry{Key: r.Key, Content: r.Content, Tier: msg.MemoryEntryTier(r.Tier), Tags: r.Tags,
+		CreatedAt: secs(r.Created), UpdatedAt: secs(r.Updated)}
+	if r.Source != "" {
+		src := r.Source
+		e.Source = &src
+	}
+	if len(r.Metadata) > 0 {
+		m := r.Metadata
+		e.Metadata = &m
+	}
+	if r.Expires != 0 {
+		e.ExpiresAt = secs(r.Expires)
+		ttl := int((r.Expires - r.Updated + int64(time.Second) - 1) / int64(time.Second))
+		e.TTL = &ttl
+	}
+	if r.Tier == TierEpisodic {
+		seq := int(r.Seq)
+		e.Seq = &seq
+	}
+	return e
+}
+
+func nanos(sec *float64) int64 {
+	if sec == nil {
+		return 0
+	}
+	return int64(*sec * 1e9)
+}
+
+// MemoryRecall answers memory/recall/req: each tier returns its best
+// `limit` hits, which are merged by score (or time) and cut to `limit`.
+func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.MemoryRecallReq) (*msg.MemoryRecallResp, error) {
+	h, err := p.lookup(s.SessionID(), req.MemoryID)
+	if err != nil {
+		return nil, err
+	}
+	tiers, err := tiersOf((*string)(req.Tier))
+	if err != nil {
+		return nil, err
+	}
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 10
+	}
+	var words []string
+	if req.Query != nil {
+		words = queryTerms(*req.Query)
+		if len(words) == 0 && len(*req.Query) > 0 {
+			// A query with no words (only punctuation) matches nothing.
+			return &msg.MemoryRecallResp{Hits: []msg.MemoryHit{}}, nil
+		}
+	}
+	f := filter{tags: req.Tags, since: nanos(req.Since), until: nanos(req.Until)}
+	if f.since != 0 && f.until != 0 && f.until < f.since {
+		return nil, &wire.FieldError{Field: "until", Reason: "is before since"}
+	}
+	minRaw := 0.0
+	if req.MinScore > 0 && len(words) > 0 {
+		minRaw = rawFor(req.MinScore)
+	}
+	newest := req.Order != msg.MemoryRecallReqOrderOldest
+	byTime := len(words) == 0 || req.Order != msg.MemoryRecallReqOrderRelevance
+	now := p.now()
+	var all []scored
+	for _, tier := range tiers {
+		if tier == TierWorking {
+			ws, _, err := p.working(s.SessionID())
+			if err != nil {
+				return nil, err
+			}
+			for _, sc := range ws.search(h.Namespace, words, f, now) {
+				if sc.raw >= minRaw {
+					sc.rec.Tier = TierWorking
+					all = append(all, sc)
+				}
+			}
+			continue
+		}
+		got, err := p.backend.Search(ctx, tier, h.key(), words, f, minRaw, newest, limit, now)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, got...)
+	}
+	if byTime {
+		sortByTime(all, newest)
+	} else {
+		sort.SliceStable(all, func(i, j int) bool { return all[i].raw > all[j].raw })
+	}
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	resp := &msg.MemoryRecallResp{Hits: make([]msg.MemoryHit, len(all))}
+	for i := range all {
+		score := 1.0
+		if len(words) > 0 {
+			score = normalise(all[i].raw)
+		}
+		resp.Hits[i] = msg.MemoryHit{Entry: toEntry(&all[i].rec), Score: score}
+	}
+	return resp, nil
+}
+
+// MemoryForget answers memory/forget/req.
+func (p *Plugin) MemoryForget(ctx context.Context, s wire.Scope, req *msg.MemoryForgetReq) (*msg.MemoryForgetResp, error) {
+	h, err := p.lookup(s.SessionID(), req.MemoryID)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Keys) == 0 && len(req.Tags) == 0 && req.Tier == nil && req.OlderThan == nil {
+		return nil, &wire.FieldError{Field: "keys", Reason: "one of keys, tags, tier or older_than is required"}
+	}
+	tiers, err := tiersOf((*string)(req.Tier))
+	if err != nil {
+		return nil, err
+	}
+	sel := selector{keys: req.Keys, tags: req.Tags}
+	if req.OlderThan != nil {
+		sel.updatedBefore = p.now() - int64(*req.OlderThan*1e9)
+	}
+	n := 0
+	for _, tier := range tiers {
+		if tier == TierWorking {
+			ws, ro, err := p.working(s.SessionID())
+			if err != nil {
+				return nil, err
+			}
+			if ro {
+				return nil, ErrReadOnly
+			}
+			n += ws.forget(h.Namespace, sel)
+			continue
+		}
+		m, err := p.backend.Forget(ctx, tier, h.key(), sel)
+		if err != nil {
+			return nil, err
+		}
+		n += m
+	}
+	return &msg.MemoryForgetResp{Deleted: n}, nil
+}
+
+// MemoryStats answers memory/stats/req.
+func (p *Plugin) MemoryStats(ctx context.Context, s wire.Scope, req *msg.MemoryStatsReq) (*msg.MemoryStatsResp, error) {
+	h, err := p.lookup(s.SessionID(), req.MemoryID)
+	if err != nil {
+		return nil, err
+	}
+	now := p.now()
+	resp := &msg.MemoryStatsResp{MemoryID: req.MemoryID, Namespace: h.Namespace}
+	ws, _, err := p.working(s.SessionID())
+	if err != nil {
+		return nil, err
+	}
+	n, b := ws.stats(h.Namespace, now)
+	wst := msg.MemoryTierStats{Tier: TierWorking, Entries: n, Bytes: b}
+	if p.WorkingMaxEntries > 0 {
+		wst.MaxEntries = &p.WorkingMaxEntries
+	}
+	if p.WorkingMaxBytes > 0 {
+		wst.MaxBytes = &p.WorkingMaxBytes
+	}
+	resp.Tiers = append(resp.Tiers, wst)
+	for _, tier := range []string{TierEpisodic, TierSemantic} {
+		n, b, err := p.backend.Stats(ctx, tier, h.key(), now)
+		if err != nil {
+			return nil, err
+		}
+		resp.Tiers = append(resp.Tiers, msg.MemoryTierStats{Tier: msg.MemoryTierStatsTier(tier), Entries: n, Bytes: b})
+	}
+	return resp, nil
+}
+
+var (
+	_ msg.MemoryHandler      = (*Plugin)(nil)
+	_ server.Provisioner     = (*Plugin)(nil)
+	_ server.Validator       = (*Plugin)(nil)
+	_ server.CleanerUpper    = (*Plugin)(nil)
+	_ server.SessionObserver = (*Plugin)(nil)
+	_ server.Snapshotter     = (*Plugin)(nil)
+	_ ScopeSetter            = (*Plugin)(nil)
+)
