@@ -146,13 +146,13 @@ type Process struct {
 	// Stdin is the write end of the command's standard input.
 	Stdin io.WriteCloser
 
-	spec    Spec
-	cmd     *exec.Cmd
-	cg      *cgroups
-	control *os.File // confined: requests to the init (signals)
-	status  *statusFile // confined: read end of the init's status report
-	done    chan struct{}
-	timer   *time.Timer
+	spec      Spec
+	cmd       *exec.Cmd
+	cg        *cgroups
+	control   *os.File    // confined: requests to the init (signals)
+	status    *statusFile // confined: read end of the init's status report
+	done      chan struct{}
+	timer     *time.Timer
 	errTail   *limitWriter // confined: the tail of stderr
 	rlimitMem bool         // confined: memory limited by RLIMIT_AS, not a cgroup
 
