@@ -10,6 +10,7 @@ package all
 import (
 	_ "github.com/aephost/aep/capabilities/chains"
 	_ "github.com/aephost/aep/capabilities/env"
+	_ "github.com/aephost/aep/capabilities/mcp"
 	_ "github.com/aephost/aep/capabilities/learn"
 	_ "github.com/aephost/aep/capabilities/memory"
 	_ "github.com/aephost/aep/capabilities/toolkits"

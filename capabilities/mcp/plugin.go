@@ -1,0 +1,643 @@
+// Package mcp is the mcp capability (SPEC 1, table: mcp): a bridge to
+// servers of the Model Context Protocol through github.com/mark3labs/mcp-go,
+// which no other package imports, so that library's API changes touch this
+// package only. Servers are declared in the plugin config (stdio or
+// streamable HTTP, shared by every session) or registered at run time by a
+// session (streamable HTTP on the allowlist only: DESIGN Security defaults).
+// Their allowed tools are served as plain tools named `<server_id>__<tool>`
+// through tool/list and tool/call and run through server/toolrun; resources
+// and prompts are served by mcp/resource/* and mcp/prompt/*. Module
+// "aep.mcp.bridge".
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/aephost/aep/capabilities/tools"
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/toolrun"
+	"github.com/aephost/aep/wire"
+)
+
+// ModuleID is the module of the MCP bridge.
+const ModuleID = "aep.mcp.bridge"
+
+func init() {
+	server.RegisterModule(server.Module{ID: ModuleID, New: func() any { return &Plugin{} }})
+}
+
+// Plugin is the MCP bridge. Its settings are the plugin's `config`; values
+// may use ${ENV} (expanded when the host config is loaded), which is how
+// secrets such as tokens in headers or env reach it.
+type Plugin struct {
+	// Servers are connected at start-up and shared by every session.
+	Servers []ServerConfig `yaml:"servers"`
+	// AllowURLs are the URL prefixes a session may register at run time;
+	// empty: run-time registration is refused.
+	AllowURLs []AllowURL `yaml:"allow_urls"`
+	// ConnectTimeout bounds a connect (start, negotiate, list), in seconds;
+	// default 15.
+	ConnectTimeout float64 `yaml:"connect_timeout"`
+	// BackoffMax caps the wait between reconnect attempts, in seconds;
+	// default 30. The wait starts at 0.25 s and doubles per failed connect.
+	BackoffMax float64 `yaml:"backoff_max"`
+	// MaxSessionServers caps the servers one session may register; default 16.
+	MaxSessionServers int `yaml:"max_session_servers"`
+	// MaxOutputBytes caps result.data (default 1 MiB, as for every tool).
+	MaxOutputBytes int `yaml:"max_output_bytes"`
+
+	name    string
+	env     server.PluginEnv
+	opts    toolrun.Options
+	config  map[string]*conn
+	mu      sync.Mutex
+	bySess  map[string]map[string]*conn
+	claimMu sync.Mutex
+	claims  map[string]int // tool name → connections holding it
+}
+
+// ServerConfig declares one server: a stdio command, or a streamable-HTTP URL.
+type ServerConfig struct {
+	ID      string            `yaml:"id"`
+	Command string            `yaml:"command"`
+	Args    []string          `yaml:"args"`
+	Env     map[string]string `yaml:"env"`
+	URL     string            `yaml:"url"`
+	Headers map[string]string `yaml:"headers"`
+	// ToolAllowList holds path.Match patterns of the tool names to proxy;
+	// empty: all.
+	ToolAllowList []string `yaml:"tool_allow_list"`
+	// ConnectTimeout overrides the plugin's, in seconds.
+	ConnectTimeout float64 `yaml:"connect_timeout"`
+	// ProtocolVersion pins the MCP version asked for ("2025-11-25",
+	// "2026-07-28"); empty negotiates the newest both sides speak.
+	ProtocolVersion string `yaml:"protocol_version"`
+}
+
+// AllowURL is one allowlist entry: a URL matches when it equals Prefix or
+// continues it after a '/', so "http://h:80" never admits "http://h:8080".
+// Headers are added to every connection to a URL it admits, which lets
+// tokens stay in config and lets restored registrations authenticate.
+type AllowURL struct {
+	Prefix  string            `yaml:"prefix"`
+	Headers map[string]string `yaml:"headers"`
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// Provision checks the configured servers and connects them. A server that
+// cannot connect does not stop the host: it reports status error and is
+// retried with backoff on next use.
+func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
+	p.name, p.env = env.Name, env
+	if p.env.Claims == nil {
+		p.env.Claims = server.NewClaims()
+	}
+	if p.env.Logger == nil {
+		p.env.Logger = slogDiscard()
+	}
+	p.opts = toolrun.Options{MaxOutputBytes: p.MaxOutputBytes, Logger: env.Logger}
+	if env.Host != nil {
+		p.opts.Policy = env.Host.Config().Server.ToolPolicy
+	}
+	if p.ConnectTimeout <= 0 {
+		p.ConnectTimeout = 15
+	}
+	if p.BackoffMax <= 0 {
+		p.BackoffMax = 30
+	}
+	if p.MaxSessionServers <= 0 {
+		p.MaxSessionServers = 16
+	}
+	for i, a := range p.AllowURLs {
+		if _, err := checkURL(a.Prefix); err != nil {
+			return fmt.Errorf("allow_urls[%d]: %w", i, err)
+		}
+	}
+	p.config, p.bySess, p.claims = map[string]*conn{}, map[string]map[string]*conn{}, map[string]int{}
+	for i, sc := range p.Servers {
+		if !idPattern.MatchString(sc.ID) {
+			return fmt.Errorf("servers[%d]: id %q: want lower-case letters, digits and '-' (at most 32, no '_')", i, sc.ID)
+		}
+		if _, dup := p.config[sc.ID]; dup {
+			return fmt.Errorf("servers[%d]: id %q declared twice", i, sc.ID)
+		}
+		if (sc.Command == "") == (sc.URL == "") {
+			return fmt.Errorf("servers[%d] %q: set exactly one of command and url", i, sc.ID)
+		}
+		if sc.URL != "" {
+			if _, err := checkURL(sc.URL); err != nil {
+				return fmt.Errorf("servers[%d] %q: %w", i, sc.ID, err)
+			}
+		}
+		s := spec{ID: sc.ID, Origin: msg.MCPServerInfoOriginConfig, Command: sc.Command, Args: sc.Args, Env: sc.Env,
+			URL: sc.URL, Headers: sc.Headers, ToolAllow: sc.ToolAllowList, ConnectTimeout: p.seconds(sc.ConnectTimeout),
+			ProtocolVersion: sc.ProtocolVersion}
+		p.config[sc.ID] = p.newConn(s)
+	}
+	var wg sync.WaitGroup
+	for _, c := range p.config {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.client(ctx) }()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (p *Plugin) seconds(v float64) time.Duration {
+	if v <= 0 {
+		v = p.ConnectTimeout
+	}
+	return time.Duration(v * float64(time.Second))
+}
+
+func (p *Plugin) newConn(s spec) *conn {
+	return newConn(s, p.env.Logger, time.Duration(p.BackoffMax*float64(time.Second)), p.claim, p.release)
+}
+
+// claim owns a proxied tool name in the host's register (DESIGN Dispatch:
+// a tool name has one owner). Sessions registering the same server share
+// the name, so claims are counted.
+func (p *Plugin) claim(name string) error {
+	p.claimMu.Lock()
+	defer p.claimMu.Unlock()
+	if p.claims[name] == 0 {
+		if err := p.env.Claims.Claim(server.Claim{Kind: "tool", Name: name}, p.name); err != nil {
+			return err
+		}
+	}
+	p.claims[name]++
+	return nil
+}
+
+func (p *Plugin) release(name string) {
+	p.claimMu.Lock()
+	defer p.claimMu.Unlock()
+	p.claims[name]--
+	if p.claims[name] <= 0 {
+		delete(p.claims, name)
+		p.env.Claims.Release(server.Claim{Kind: "tool", Name: name}, p.name)
+	}
+}
+
+// checkURL accepts absolute http(s) URLs without user info, so a secret
+// cannot hide in the part of a URL that server lists report.
+func checkURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("url %q: want an absolute http or https URL", raw)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("url: user info is not allowed; put credentials in headers")
+	}
+	return u, nil
+}
+
+// allowed returns the allowlist entry admitting raw.
+func (p *Plugin) allowed(raw string) (*AllowURL, bool) {
+	for i := range p.AllowURLs {
+		a := &p.AllowURLs[i]
+		pre := strings.TrimSuffix(a.Prefix, "/")
+		if raw == a.Prefix || raw == pre || strings.HasPrefix(raw, pre+"/") || strings.HasPrefix(raw, pre+"?") {
+			return a, true
+		}
+	}
+	return nil, false
+}
+
+// sessionConns returns the session's registered servers (nil if none).
+func (p *Plugin) sessionConns(id string) map[string]*conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bySess[id]
+}
+
+// find returns the server id visible to the session: its own or configured.
+func (p *Plugin) find(sessionID, id string) *conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.bySess[sessionID][id]; c != nil {
+		return c
+	}
+	return p.config[id]
+}
+
+// visible returns every server the session sees, sorted by id.
+func (p *Plugin) visible(sessionID string) []*conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*conn, 0, len(p.config)+len(p.bySess[sessionID]))
+	for _, c := range p.config {
+		out = append(out, c)
+	}
+	for _, c := range p.bySess[sessionID] {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].spec.ID < out[j].spec.ID })
+	return out
+}
+
+// registration is a run-time registration without its secret headers: what
+// a snapshot keeps.
+type registration struct {
+	ServerID      string   `json:"server_id"`
+	URL           string   `json:"url"`
+	ToolAllowList []string `json:"tool_allow_list,omitempty"`
+	Timeout       float64  `json:"timeout,omitempty"`
+}
+
+// register checks and connects a run-time registration. A failed connect
+// still registers the server (status error; it reconnects with backoff), so
+// the agent sees why and need not register again.
+func (p *Plugin) register(ctx context.Context, sessionID string, r registration, headers map[string]string) (*conn, error) {
+	if !idPattern.MatchString(r.ServerID) {
+		return nil, fmt.Errorf("server_id %q: want lower-case letters, digits and '-' (at most 32, no '_')", r.ServerID)
+	}
+	if _, err := checkURL(r.URL); err != nil {
+		return nil, err
+	}
+	entry, ok := p.allowed(r.URL)
+	if !ok {
+		return nil, fmt.Errorf("url %q is not on the mcp plugin's allow_urls; stdio servers come only from config (DESIGN Security defaults)", r.URL)
+	}
+	h := map[string]string{}
+	for k, v := range entry.Headers {
+		h[k] = v
+	}
+	for k, v := range headers {
+		h[k] = v
+	}
+	s := spec{ID: r.ServerID, Origin: msg.MCPServerInfoOriginSession, URL: r.URL, Headers: h,
+		ToolAllow: r.ToolAllowList, ConnectTimeout: p.seconds(r.Timeout)}
+	c := p.newConn(s)
+	p.mu.Lock()
+	if _, dup := p.config[r.ServerID]; dup {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("server_id %q is a configured server", r.ServerID)
+	}
+	m := p.bySess[sessionID]
+	if m == nil {
+		m = map[string]*conn{}
+		p.bySess[sessionID] = m
+	}
+	if _, dup := m[r.ServerID]; dup {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("server_id %q is already registered in this session; unregister it first", r.ServerID)
+	}
+	if len(m) >= p.MaxSessionServers {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("this session already has %d servers (max_session_servers)", len(m))
+	}
+	m[r.ServerID] = c
+	c.reg = r
+	p.mu.Unlock()
+	c.client(ctx)
+	return c, nil
+}
+
+// McpServerRegister answers mcp/server/register (issue 8 part 2).
+func (p *Plugin) McpServerRegister(ctx context.Context, s wire.Scope, req *msg.MCPServerRegisterReq) (*msg.MCPServerRegisterResp, error) {
+	r := registration{ServerID: req.ServerID, URL: req.URL, ToolAllowList: req.ToolAllowList}
+	if req.Timeout != nil {
+		r.Timeout = *req.Timeout
+	}
+	c, err := p.register(ctx, s.SessionID(), r, req.Headers)
+	if err != nil {
+		text := err.Error()
+		return &msg.MCPServerRegisterResp{Ok: false, Error: &text}, nil
+	}
+	in := c.info()
+	resp := &msg.MCPServerRegisterResp{Ok: in.Status == msg.MCPServerInfoStatusReady, Server: &in}
+	if !resp.Ok {
+		resp.Error = in.LastError
+	}
+	return resp, nil
+}
+
+// McpServerList answers mcp/server/list.
+func (p *Plugin) McpServerList(ctx context.Context, s wire.Scope, req *msg.MCPServerListReq) (*msg.MCPServerListResp, error) {
+	resp := &msg.MCPServerListResp{Servers: []msg.MCPServerInfo{}}
+	for _, c := range p.visible(s.SessionID()) {
+		in := c.info()
+		if req.StatusFilter != nil && *req.StatusFilter != "" && string(in.Status) != *req.StatusFilter {
+			continue
+		}
+		resp.Servers = append(resp.Servers, in)
+	}
+	return resp, nil
+}
+
+// McpServerUnregister answers mcp/server/unregister.
+func (p *Plugin) McpServerUnregister(ctx context.Context, s wire.Scope, req *msg.MCPServerUnregisterReq) (*msg.MCPServerUnregisterResp, error) {
+	p.mu.Lock()
+	c := p.bySess[s.SessionID()][req.ServerID]
+	_, configured := p.config[req.ServerID]
+	if c != nil {
+		delete(p.bySess[s.SessionID()], req.ServerID)
+	}
+	p.mu.Unlock()
+	resp := &msg.MCPServerUnregisterResp{ServerID: req.ServerID, Ok: c != nil}
+	switch {
+	case c != nil:
+		c.close()
+	case configured:
+		text := "configured servers cannot be unregistered"
+		resp.Error = &text
+	default:
+		text := "this session registered no server with this id"
+		resp.Error = &text
+	}
+	return resp, nil
+}
+
+// server returns a connected client of a server visible to the session.
+func (p *Plugin) server(ctx context.Context, sessionID, id string) (*conn, *mcpClient, error) {
+	c := p.find(sessionID, id)
+	if c == nil {
+		return nil, nil, &wire.FieldError{Field: "server_id", Reason: fmt.Sprintf("no MCP server %q in this session", id)}
+	}
+	cli, err := c.client(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, cli, nil
+}
+
+// failed records a transport failure of a resource or prompt request.
+func (c *conn) failed(ctx context.Context, cli *mcpClient, err error) error {
+	if isTransport(err) && ctx.Err() == nil {
+		c.broken(cli, err)
+	}
+	return fmt.Errorf("mcp server %q: %w", c.spec.ID, err)
+}
+
+// McpResourceList answers one page of resources/list.
+func (p *Plugin) McpResourceList(ctx context.Context, s wire.Scope, req *msg.MCPResourceListReq) (*msg.MCPResourceListResp, error) {
+	c, cli, err := p.server(ctx, s.SessionID(), req.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	r := mcpgo.ListResourcesRequest{}
+	if req.Cursor != nil {
+		r.Params.Cursor = mcpgo.Cursor(*req.Cursor)
+	}
+	res, err := cli.ListResourcesByPage(ctx, r)
+	if err != nil {
+		return nil, c.failed(ctx, cli, err)
+	}
+	resp := &msg.MCPResourceListResp{ServerID: req.ServerID, Resources: make([]msg.MCPResource, 0, len(res.Resources))}
+	for _, rs := range res.Resources {
+		out := msg.MCPResource{Uri: rs.URI, Name: rs.Name}
+		if rs.Description != "" {
+			d := rs.Description
+			out.Description = &d
+		}
+		if rs.MIMEType != "" {
+			m := rs.MIMEType
+			out.MimeType = &m
+		}
+		resp.Resources = append(resp.Resources, out)
+	}
+	if res.NextCursor != "" {
+		n := string(res.NextCursor)
+		resp.NextCursor = &n
+	}
+	return resp, nil
+}
+
+// McpResourceRead answers resources/read.
+func (p *Plugin) McpResourceRead(ctx context.Context, s wire.Scope, req *msg.MCPResourceReadReq) (*msg.MCPResourceReadResp, error) {
+	c, cli, err := p.server(ctx, s.SessionID(), req.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	r := mcpgo.ReadResourceRequest{}
+	r.Params.URI = req.Uri
+	res, err := cli.ReadResource(ctx, r)
+	if err != nil {
+		return nil, c.failed(ctx, cli, err)
+	}
+	resp := &msg.MCPResourceReadResp{ServerID: req.ServerID, Contents: make([]msg.MCPResourceContents, 0, len(res.Contents))}
+	for _, ct := range res.Contents {
+		var out msg.MCPResourceContents
+		switch v := ct.(type) {
+		case mcpgo.TextResourceContents:
+			out = msg.MCPResourceContents{Uri: v.URI, MimeType: strPtr(v.MIMEType), Text: &v.Text}
+		case *mcpgo.TextResourceContents:
+			out = msg.MCPResourceContents{Uri: v.URI, MimeType: strPtr(v.MIMEType), Text: &v.Text}
+		case mcpgo.BlobResourceContents:
+			out = msg.MCPResourceContents{Uri: v.URI, MimeType: strPtr(v.MIMEType), Blob: &v.Blob}
+		case *mcpgo.BlobResourceContents:
+			out = msg.MCPResourceContents{Uri: v.URI, MimeType: strPtr(v.MIMEType), Blob: &v.Blob}
+		default:
+			continue
+		}
+		resp.Contents = append(resp.Contents, out)
+	}
+	return resp, nil
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// McpPromptList answers one page of prompts/list.
+func (p *Plugin) McpPromptList(ctx context.Context, s wire.Scope, req *msg.MCPPromptListReq) (*msg.MCPPromptListResp, error) {
+	c, cli, err := p.server(ctx, s.SessionID(), req.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	r := mcpgo.ListPromptsRequest{}
+	if req.Cursor != nil {
+		r.Params.Cursor = mcpgo.Cursor(*req.Cursor)
+	}
+	res, err := cli.ListPromptsByPage(ctx, r)
+	if err != nil {
+		return nil, c.failed(ctx, cli, err)
+	}
+	resp := &msg.MCPPromptListResp{ServerID: req.ServerID, Prompts: make([]msg.MCPPrompt, 0, len(res.Prompts))}
+	for _, pr := range res.Prompts {
+		out := msg.MCPPrompt{Name: pr.Name, Description: strPtr(pr.Description), Arguments: []msg.MCPPromptArgument{}}
+		for _, a := range pr.Arguments {
+			out.Arguments = append(out.Arguments, msg.MCPPromptArgument{Name: a.Name, Description: strPtr(a.Description), Required: a.Required})
+		}
+		resp.Prompts = append(resp.Prompts, out)
+	}
+	if res.NextCursor != "" {
+		n := string(res.NextCursor)
+		resp.NextCursor = &n
+	}
+	return resp, nil
+}
+
+// McpPromptGet answers prompts/get.
+func (p *Plugin) McpPromptGet(ctx context.Context, s wire.Scope, req *msg.MCPPromptGetReq) (*msg.MCPPromptGetResp, error) {
+	c, cli, err := p.server(ctx, s.SessionID(), req.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	r := mcpgo.GetPromptRequest{}
+	r.Params.Name = req.Name
+	r.Params.Arguments = req.Arguments
+	res, err := cli.GetPrompt(ctx, r)
+	if err != nil {
+		return nil, c.failed(ctx, cli, err)
+	}
+	resp := &msg.MCPPromptGetResp{ServerID: req.ServerID, Description: strPtr(res.Description), Messages: make([]msg.MCPPromptMessage, 0, len(res.Messages))}
+	for _, m := range res.Messages {
+		content := map[string]any{}
+		if b, err := json.Marshal(m.Content); err == nil {
+			json.Unmarshal(b, &content)
+		}
+		resp.Messages = append(resp.Messages, msg.MCPPromptMessage{Role: string(m.Role), Content: content})
+	}
+	return resp, nil
+}
+
+// ToolList answers with the allowed tools of every server the session sees
+// (issue 8 part 3). A server that is down is reconnected (within its
+// backoff) and otherwise contributes no tools.
+func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListReq) (*msg.ToolListResp, error) {
+	conns := p.visible(s.SessionID())
+	lists := make([][]*tools.Tool, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() { defer wg.Done(); lists[i] = c.toolList(ctx) }()
+	}
+	wg.Wait()
+	var all []*tools.Tool
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Def.Name < all[j].Def.Name })
+	return tools.Select(all, req), nil
+}
+
+// ToolCall runs a proxied tool through server/toolrun; names of no server
+// the session sees, or of tools a server does not offer or allow, are
+// declined so other plugins or the UNKNOWN_TOOL fallback answer.
+func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallReq) (*msg.ToolCallResp, error) {
+	id, _, ok := strings.Cut(req.ToolName, Separator)
+	if !ok {
+		return nil, wire.ErrDecline
+	}
+	c := p.find(s.SessionID(), id)
+	if c == nil {
+		return nil, wire.ErrDecline
+	}
+	pt := c.lookup(req.ToolName)
+	if pt == nil {
+		// Not connected yet or since a failure: connect, then look again.
+		if _, err := c.client(ctx); err != nil {
+			return &msg.ToolCallResp{Result: *toolrun.Failure(req.ToolName, msg.ToolResultErrorCodeTOOLERROR, err.Error())}, nil
+		}
+		if pt = c.lookup(req.ToolName); pt == nil {
+			return nil, wire.ErrDecline
+		}
+	}
+	res := toolrun.Run(ctx, s, req, pt.tool.Toolrun(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
+		return c.call(ctx, pt, req.Arguments)
+	})
+	return &msg.ToolCallResp{Result: *res}, nil
+}
+
+// SessionClosed disconnects the session's registered servers.
+func (p *Plugin) SessionClosed(id string) {
+	p.mu.Lock()
+	m := p.bySess[id]
+	delete(p.bySess, id)
+	p.mu.Unlock()
+	for _, c := range m {
+		c.close()
+	}
+}
+
+// snapshotState is the session's run-time registrations, without headers.
+type snapshotState struct {
+	Servers []registration `json:"servers"`
+}
+
+// Snapshot records the session's run-time registrations (issue 8 part 5);
+// headers are secrets and are left out (DESIGN State).
+func (p *Plugin) Snapshot(ctx context.Context, id string) ([]byte, error) {
+	st := snapshotState{Servers: []registration{}}
+	for _, c := range p.sessionConns(id) {
+		st.Servers = append(st.Servers, c.reg)
+	}
+	p.mu.Lock()
+	sort.Slice(st.Servers, func(i, j int) bool { return st.Servers[i].ServerID < st.Servers[j].ServerID })
+	p.mu.Unlock()
+	return json.Marshal(st)
+}
+
+// Restore replaces the session's registrations with the saved ones and
+// reconnects them; each is checked against today's allowlist again.
+func (p *Plugin) Restore(ctx context.Context, id string, state []byte) error {
+	var st snapshotState
+	if len(state) > 0 {
+		if err := json.Unmarshal(state, &st); err != nil {
+			return fmt.Errorf("mcp snapshot: %w", err)
+		}
+	}
+	p.SessionClosed(id)
+	var errs []string
+	for _, r := range st.Servers {
+		if _, err := p.register(ctx, id, r, nil); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		p.env.Logger.Warn("mcp restore left out registrations", "session", id, "errors", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Cleanup disconnects every server.
+func (p *Plugin) Cleanup() error {
+	p.mu.Lock()
+	all := []*conn{}
+	for _, c := range p.config {
+		all = append(all, c)
+	}
+	for _, m := range p.bySess {
+		for _, c := range m {
+			all = append(all, c)
+		}
+	}
+	p.bySess = map[string]map[string]*conn{}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.close() }()
+	}
+	wg.Wait()
+	return nil
+}
+
+var (
+	_ msg.McpHandler         = (*Plugin)(nil)
+	_ msg.ToolHandler        = (*Plugin)(nil)
+	_ server.Provisioner     = (*Plugin)(nil)
+	_ server.SessionObserver = (*Plugin)(nil)
+	_ server.Snapshotter     = (*Plugin)(nil)
+	_ server.CleanerUpper    = (*Plugin)(nil)
+)
