@@ -10,8 +10,8 @@ package all
 import (
 	_ "github.com/aephost/aep/capabilities/chains"
 	_ "github.com/aephost/aep/capabilities/env"
-	_ "github.com/aephost/aep/capabilities/mcp"
 	_ "github.com/aephost/aep/capabilities/learn"
+	_ "github.com/aephost/aep/capabilities/mcp"
 	_ "github.com/aephost/aep/capabilities/memory"
 	_ "github.com/aephost/aep/capabilities/toolkits"
 	_ "github.com/aephost/aep/capabilities/tools"
