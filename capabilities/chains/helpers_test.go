@@ -1,0 +1,226 @@
+package chains_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aephost/aep/capabilities/chains"
+	"github.com/aephost/aep/capabilities/tools"
+	"github.com/aephost/aep/client"
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/echoplug"
+	"github.com/aephost/aep/internal/testproto"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/wire"
+)
+
+// env is a real kernel with the chains plugin, the echo test plugin and the
+// built-in tools, and a Go client on the in-process JSON transport.
+type env struct {
+	h    *server.Host
+	c    *client.Client
+	echo *echoplug.Plugin
+}
+
+type envOpts struct {
+	maxParallel int
+	maxDepth    int
+	extra       []server.PluginSpec
+	caps        []string
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	cfg := server.Defaults()
+	cfg.Server.AuthToken = "tok"
+	if o.maxParallel > 0 {
+		cfg.Server.MaxParallel = o.maxParallel
+	}
+	if o.maxDepth > 0 {
+		cfg.Server.Limits.MaxDepth = o.maxDepth
+	}
+	echo := &echoplug.Plugin{Name: "echo", Started: make(chan string, 256), CtxDone: make(chan string, 256)}
+	opts := []server.Option{
+		server.WithRegistry(msg.Registry().Union(testproto.Registry())),
+		server.WithDataDir(t.TempDir()),
+		server.WithPlugin(server.PluginSpec{Name: "chains", Type: "chains", Impl: &chains.Plugin{}}),
+		server.WithPlugin(server.PluginSpec{Name: "echo", Type: "echo", Impl: echo}),
+		server.WithPlugin(server.PluginSpec{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}}),
+	}
+	for _, p := range o.extra {
+		opts = append(opts, server.WithPlugin(p))
+	}
+	h, err := server.New(context.Background(), cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	caps := o.caps
+	if caps == nil {
+		caps = []string{"chains", "echo", "tools"}
+	}
+	return &env{h: h, c: connect(t, h, caps...), echo: echo}
+}
+
+func connect(t *testing.T, h *server.Host, caps ...string) *client.Client {
+	t.Helper()
+	c, err := client.InProcess(h, client.JSON, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Handshake(tctx(t), "agent", "tok", caps...); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func tctx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// runReq builds a chain/run/req from JSON, over the schema's defaults.
+func runReq(t testing.TB, js string) *msg.ChainRunReq {
+	t.Helper()
+	req := &msg.ChainRunReq{MaxConcurrency: 4, Timeout: 300}
+	if err := wire.Unmarshal([]byte(js), req); err != nil {
+		t.Fatalf("bad test request: %v\n%s", err, js)
+	}
+	return req
+}
+
+// events collects the events of requests made with its context.
+type events struct {
+	mu  sync.Mutex
+	all []client.Event
+}
+
+func (e *events) ctx(ctx context.Context) context.Context {
+	return client.WithEvents(ctx, func(ev client.Event) {
+		e.mu.Lock()
+		e.all = append(e.all, ev)
+		e.mu.Unlock()
+	})
+}
+
+func (e *events) list() []client.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]client.Event(nil), e.all...)
+}
+
+// run sends a chain and returns its reply and events.
+func (e *env) run(t *testing.T, js string) (*msg.ChainRunResp, []client.Event, error) {
+	t.Helper()
+	var ev events
+	resp, err := e.c.ChainRun(ev.ctx(tctx(t)), runReq(t, js))
+	return resp, ev.list(), err
+}
+
+// mustRun runs a chain that must be answered by a reply.
+func (e *env) mustRun(t *testing.T, js string) (*msg.ChainRunResp, []client.Event) {
+	t.Helper()
+	resp, evs, err := e.run(t, js)
+	if err != nil {
+		t.Fatalf("chain/run: %v", err)
+	}
+	return resp, evs
+}
+
+func protoErr(t *testing.T, err error) *wire.Error {
+	t.Helper()
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		t.Fatalf("want a protocol error, got %v", err)
+	}
+	return we
+}
+
+func output(t *testing.T, r *msg.ChainRunResp, id string) string {
+	t.Helper()
+	o, ok := r.Outputs[id]
+	if !ok {
+		t.Fatalf("no output of node %s; outputs %s", id, encode(t, r.Outputs))
+	}
+	return string(o)
+}
+
+func encode(t testing.TB, v any) string {
+	b, err := wire.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func has(list []string, id string) bool {
+	for _, s := range list {
+		if s == id {
+			return true
+		}
+	}
+	return false
+}
+
+func failure(r *msg.ChainRunResp, id string) *msg.ChainNodeError {
+	for i := range r.Failed {
+		if r.Failed[i].Node == id {
+			return &r.Failed[i]
+		}
+	}
+	return nil
+}
+
+// waitStarted waits until echo/wait with each gate has started.
+func waitStarted(t *testing.T, p *echoplug.Plugin, gates ...string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, g := range gates {
+		want[g] = true
+	}
+	timeout := time.After(10 * time.Second)
+	for len(want) > 0 {
+		select {
+		case g := <-p.Started:
+			delete(want, g)
+		case <-timeout:
+			t.Fatalf("gates not started: %v", want)
+		}
+	}
+}
+
+// chainEvents returns the chain/event events as "phase:node" strings.
+func chainEvents(evs []client.Event) []string {
+	var out []string
+	for _, e := range evs {
+		if e.Type != "chain/event" {
+			continue
+		}
+		out = append(out, e.Data["phase"].(string)+":"+e.Data["node"].(string))
+	}
+	return out
+}
+
+func joined(s []string) string { return strings.Join(s, " ") }
+
+// sameJSON reports whether two JSON texts hold the same value (object key
+// order aside).
+func sameJSON(t testing.TB, got, want string) bool {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal([]byte(got), &g); err != nil {
+		return false
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("bad want %s", want)
+	}
+	return reflect.DeepEqual(g, w)
+}
