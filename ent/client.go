@@ -14,6 +14,12 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
+	"github.com/aephost/aep/ent/learncall"
+	"github.com/aephost/aep/ent/learnexperience"
+	"github.com/aephost/aep/ent/learnfeedback"
+	"github.com/aephost/aep/ent/learnweight"
+	"github.com/aephost/aep/ent/memoryepisodic"
+	"github.com/aephost/aep/ent/memorysemantic"
 	"github.com/aephost/aep/ent/snapshot"
 )
 
@@ -22,6 +28,18 @@ type Client struct {
 	config
 	// Schema is the client for creating, migrating and dropping schema.
 	Schema *migrate.Schema
+	// LearnCall is the client for interacting with the LearnCall builders.
+	LearnCall *LearnCallClient
+	// LearnExperience is the client for interacting with the LearnExperience builders.
+	LearnExperience *LearnExperienceClient
+	// LearnFeedback is the client for interacting with the LearnFeedback builders.
+	LearnFeedback *LearnFeedbackClient
+	// LearnWeight is the client for interacting with the LearnWeight builders.
+	LearnWeight *LearnWeightClient
+	// MemoryEpisodic is the client for interacting with the MemoryEpisodic builders.
+	MemoryEpisodic *MemoryEpisodicClient
+	// MemorySemantic is the client for interacting with the MemorySemantic builders.
+	MemorySemantic *MemorySemanticClient
 	// Snapshot is the client for interacting with the Snapshot builders.
 	Snapshot *SnapshotClient
 }
@@ -35,6 +53,12 @@ func NewClient(opts ...Option) *Client {
 
 func (c *Client) init() {
 	c.Schema = migrate.NewSchema(c.driver)
+	c.LearnCall = NewLearnCallClient(c.config)
+	c.LearnExperience = NewLearnExperienceClient(c.config)
+	c.LearnFeedback = NewLearnFeedbackClient(c.config)
+	c.LearnWeight = NewLearnWeightClient(c.config)
+	c.MemoryEpisodic = NewMemoryEpisodicClient(c.config)
+	c.MemorySemantic = NewMemorySemanticClient(c.config)
 	c.Snapshot = NewSnapshotClient(c.config)
 }
 
@@ -126,9 +150,15 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	cfg := c.config
 	cfg.driver = tx
 	return &Tx{
-		ctx:      ctx,
-		config:   cfg,
-		Snapshot: NewSnapshotClient(cfg),
+		ctx:             ctx,
+		config:          cfg,
+		LearnCall:       NewLearnCallClient(cfg),
+		LearnExperience: NewLearnExperienceClient(cfg),
+		LearnFeedback:   NewLearnFeedbackClient(cfg),
+		LearnWeight:     NewLearnWeightClient(cfg),
+		MemoryEpisodic:  NewMemoryEpisodicClient(cfg),
+		MemorySemantic:  NewMemorySemanticClient(cfg),
+		Snapshot:        NewSnapshotClient(cfg),
 	}, nil
 }
 
@@ -146,16 +176,22 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	cfg := c.config
 	cfg.driver = &txDriver{tx: tx, drv: c.driver}
 	return &Tx{
-		ctx:      ctx,
-		config:   cfg,
-		Snapshot: NewSnapshotClient(cfg),
+		ctx:             ctx,
+		config:          cfg,
+		LearnCall:       NewLearnCallClient(cfg),
+		LearnExperience: NewLearnExperienceClient(cfg),
+		LearnFeedback:   NewLearnFeedbackClient(cfg),
+		LearnWeight:     NewLearnWeightClient(cfg),
+		MemoryEpisodic:  NewMemoryEpisodicClient(cfg),
+		MemorySemantic:  NewMemorySemanticClient(cfg),
+		Snapshot:        NewSnapshotClient(cfg),
 	}, nil
 }
 
 // Debug returns a new debug-client. It's used to get verbose logging on specific operations.
 //
 //	client.Debug().
-//		Snapshot.
+//		LearnCall.
 //		Query().
 //		Count(ctx)
 func (c *Client) Debug() *Client {
@@ -177,22 +213,842 @@ func (c *Client) Close() error {
 // Use adds the mutation hooks to all the entity clients.
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
-	c.Snapshot.Use(hooks...)
+	for _, n := range []interface{ Use(...Hook) }{
+		c.LearnCall, c.LearnExperience, c.LearnFeedback, c.LearnWeight,
+		c.MemoryEpisodic, c.MemorySemantic, c.Snapshot,
+	} {
+		n.Use(hooks...)
+	}
 }
 
 // Intercept adds the query interceptors to all the entity clients.
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
-	c.Snapshot.Intercept(interceptors...)
+	for _, n := range []interface{ Intercept(...Interceptor) }{
+		c.LearnCall, c.LearnExperience, c.LearnFeedback, c.LearnWeight,
+		c.MemoryEpisodic, c.MemorySemantic, c.Snapshot,
+	} {
+		n.Intercept(interceptors...)
+	}
 }
 
 // Mutate implements the ent.Mutator interface.
 func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 	switch m := m.(type) {
+	case *LearnCallMutation:
+		return c.LearnCall.mutate(ctx, m)
+	case *LearnExperienceMutation:
+		return c.LearnExperience.mutate(ctx, m)
+	case *LearnFeedbackMutation:
+		return c.LearnFeedback.mutate(ctx, m)
+	case *LearnWeightMutation:
+		return c.LearnWeight.mutate(ctx, m)
+	case *MemoryEpisodicMutation:
+		return c.MemoryEpisodic.mutate(ctx, m)
+	case *MemorySemanticMutation:
+		return c.MemorySemantic.mutate(ctx, m)
 	case *SnapshotMutation:
 		return c.Snapshot.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
+	}
+}
+
+// LearnCallClient is a client for the LearnCall schema.
+type LearnCallClient struct {
+	config
+}
+
+// NewLearnCallClient returns a client for the LearnCall from the given config.
+func NewLearnCallClient(c config) *LearnCallClient {
+	return &LearnCallClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `learncall.Hooks(f(g(h())))`.
+func (c *LearnCallClient) Use(hooks ...Hook) {
+	c.hooks.LearnCall = append(c.hooks.LearnCall, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `learncall.Intercept(f(g(h())))`.
+func (c *LearnCallClient) Intercept(interceptors ...Interceptor) {
+	c.inters.LearnCall = append(c.inters.LearnCall, interceptors...)
+}
+
+// Create returns a builder for creating a LearnCall entity.
+func (c *LearnCallClient) Create() *LearnCallCreate {
+	mutation := newLearnCallMutation(c.config, OpCreate)
+	return &LearnCallCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of LearnCall entities.
+func (c *LearnCallClient) CreateBulk(builders ...*LearnCallCreate) *LearnCallCreateBulk {
+	return &LearnCallCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *LearnCallClient) MapCreateBulk(slice any, setFunc func(*LearnCallCreate, int)) *LearnCallCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &LearnCallCreateBulk{err: fmt.Errorf("calling to LearnCallClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*LearnCallCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &LearnCallCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for LearnCall.
+func (c *LearnCallClient) Update() *LearnCallUpdate {
+	mutation := newLearnCallMutation(c.config, OpUpdate)
+	return &LearnCallUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *LearnCallClient) UpdateOne(_m *LearnCall) *LearnCallUpdateOne {
+	mutation := newLearnCallMutation(c.config, OpUpdateOne, withLearnCall(_m))
+	return &LearnCallUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *LearnCallClient) UpdateOneID(id int) *LearnCallUpdateOne {
+	mutation := newLearnCallMutation(c.config, OpUpdateOne, withLearnCallID(id))
+	return &LearnCallUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for LearnCall.
+func (c *LearnCallClient) Delete() *LearnCallDelete {
+	mutation := newLearnCallMutation(c.config, OpDelete)
+	return &LearnCallDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *LearnCallClient) DeleteOne(_m *LearnCall) *LearnCallDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *LearnCallClient) DeleteOneID(id int) *LearnCallDeleteOne {
+	builder := c.Delete().Where(learncall.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &LearnCallDeleteOne{builder}
+}
+
+// Query returns a query builder for LearnCall.
+func (c *LearnCallClient) Query() *LearnCallQuery {
+	return &LearnCallQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeLearnCall},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a LearnCall entity by its id.
+func (c *LearnCallClient) Get(ctx context.Context, id int) (*LearnCall, error) {
+	return c.Query().Where(learncall.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *LearnCallClient) GetX(ctx context.Context, id int) *LearnCall {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *LearnCallClient) Hooks() []Hook {
+	return c.hooks.LearnCall
+}
+
+// Interceptors returns the client interceptors.
+func (c *LearnCallClient) Interceptors() []Interceptor {
+	return c.inters.LearnCall
+}
+
+func (c *LearnCallClient) mutate(ctx context.Context, m *LearnCallMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&LearnCallCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&LearnCallUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&LearnCallUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&LearnCallDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown LearnCall mutation op: %q", m.Op())
+	}
+}
+
+// LearnExperienceClient is a client for the LearnExperience schema.
+type LearnExperienceClient struct {
+	config
+}
+
+// NewLearnExperienceClient returns a client for the LearnExperience from the given config.
+func NewLearnExperienceClient(c config) *LearnExperienceClient {
+	return &LearnExperienceClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `learnexperience.Hooks(f(g(h())))`.
+func (c *LearnExperienceClient) Use(hooks ...Hook) {
+	c.hooks.LearnExperience = append(c.hooks.LearnExperience, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `learnexperience.Intercept(f(g(h())))`.
+func (c *LearnExperienceClient) Intercept(interceptors ...Interceptor) {
+	c.inters.LearnExperience = append(c.inters.LearnExperience, interceptors...)
+}
+
+// Create returns a builder for creating a LearnExperience entity.
+func (c *LearnExperienceClient) Create() *LearnExperienceCreate {
+	mutation := newLearnExperienceMutation(c.config, OpCreate)
+	return &LearnExperienceCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of LearnExperience entities.
+func (c *LearnExperienceClient) CreateBulk(builders ...*LearnExperienceCreate) *LearnExperienceCreateBulk {
+	return &LearnExperienceCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *LearnExperienceClient) MapCreateBulk(slice any, setFunc func(*LearnExperienceCreate, int)) *LearnExperienceCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &LearnExperienceCreateBulk{err: fmt.Errorf("calling to LearnExperienceClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*LearnExperienceCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &LearnExperienceCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for LearnExperience.
+func (c *LearnExperienceClient) Update() *LearnExperienceUpdate {
+	mutation := newLearnExperienceMutation(c.config, OpUpdate)
+	return &LearnExperienceUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *LearnExperienceClient) UpdateOne(_m *LearnExperience) *LearnExperienceUpdateOne {
+	mutation := newLearnExperienceMutation(c.config, OpUpdateOne, withLearnExperience(_m))
+	return &LearnExperienceUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *LearnExperienceClient) UpdateOneID(id int) *LearnExperienceUpdateOne {
+	mutation := newLearnExperienceMutation(c.config, OpUpdateOne, withLearnExperienceID(id))
+	return &LearnExperienceUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for LearnExperience.
+func (c *LearnExperienceClient) Delete() *LearnExperienceDelete {
+	mutation := newLearnExperienceMutation(c.config, OpDelete)
+	return &LearnExperienceDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *LearnExperienceClient) DeleteOne(_m *LearnExperience) *LearnExperienceDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *LearnExperienceClient) DeleteOneID(id int) *LearnExperienceDeleteOne {
+	builder := c.Delete().Where(learnexperience.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &LearnExperienceDeleteOne{builder}
+}
+
+// Query returns a query builder for LearnExperience.
+func (c *LearnExperienceClient) Query() *LearnExperienceQuery {
+	return &LearnExperienceQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeLearnExperience},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a LearnExperience entity by its id.
+func (c *LearnExperienceClient) Get(ctx context.Context, id int) (*LearnExperience, error) {
+	return c.Query().Where(learnexperience.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *LearnExperienceClient) GetX(ctx context.Context, id int) *LearnExperience {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *LearnExperienceClient) Hooks() []Hook {
+	return c.hooks.LearnExperience
+}
+
+// Interceptors returns the client interceptors.
+func (c *LearnExperienceClient) Interceptors() []Interceptor {
+	return c.inters.LearnExperience
+}
+
+func (c *LearnExperienceClient) mutate(ctx context.Context, m *LearnExperienceMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&LearnExperienceCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&LearnExperienceUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&LearnExperienceUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&LearnExperienceDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown LearnExperience mutation op: %q", m.Op())
+	}
+}
+
+// LearnFeedbackClient is a client for the LearnFeedback schema.
+type LearnFeedbackClient struct {
+	config
+}
+
+// NewLearnFeedbackClient returns a client for the LearnFeedback from the given config.
+func NewLearnFeedbackClient(c config) *LearnFeedbackClient {
+	return &LearnFeedbackClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `learnfeedback.Hooks(f(g(h())))`.
+func (c *LearnFeedbackClient) Use(hooks ...Hook) {
+	c.hooks.LearnFeedback = append(c.hooks.LearnFeedback, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `learnfeedback.Intercept(f(g(h())))`.
+func (c *LearnFeedbackClient) Intercept(interceptors ...Interceptor) {
+	c.inters.LearnFeedback = append(c.inters.LearnFeedback, interceptors...)
+}
+
+// Create returns a builder for creating a LearnFeedback entity.
+func (c *LearnFeedbackClient) Create() *LearnFeedbackCreate {
+	mutation := newLearnFeedbackMutation(c.config, OpCreate)
+	return &LearnFeedbackCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of LearnFeedback entities.
+func (c *LearnFeedbackClient) CreateBulk(builders ...*LearnFeedbackCreate) *LearnFeedbackCreateBulk {
+	return &LearnFeedbackCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *LearnFeedbackClient) MapCreateBulk(slice any, setFunc func(*LearnFeedbackCreate, int)) *LearnFeedbackCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &LearnFeedbackCreateBulk{err: fmt.Errorf("calling to LearnFeedbackClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*LearnFeedbackCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &LearnFeedbackCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for LearnFeedback.
+func (c *LearnFeedbackClient) Update() *LearnFeedbackUpdate {
+	mutation := newLearnFeedbackMutation(c.config, OpUpdate)
+	return &LearnFeedbackUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *LearnFeedbackClient) UpdateOne(_m *LearnFeedback) *LearnFeedbackUpdateOne {
+	mutation := newLearnFeedbackMutation(c.config, OpUpdateOne, withLearnFeedback(_m))
+	return &LearnFeedbackUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *LearnFeedbackClient) UpdateOneID(id int) *LearnFeedbackUpdateOne {
+	mutation := newLearnFeedbackMutation(c.config, OpUpdateOne, withLearnFeedbackID(id))
+	return &LearnFeedbackUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for LearnFeedback.
+func (c *LearnFeedbackClient) Delete() *LearnFeedbackDelete {
+	mutation := newLearnFeedbackMutation(c.config, OpDelete)
+	return &LearnFeedbackDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *LearnFeedbackClient) DeleteOne(_m *LearnFeedback) *LearnFeedbackDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *LearnFeedbackClient) DeleteOneID(id int) *LearnFeedbackDeleteOne {
+	builder := c.Delete().Where(learnfeedback.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &LearnFeedbackDeleteOne{builder}
+}
+
+// Query returns a query builder for LearnFeedback.
+func (c *LearnFeedbackClient) Query() *LearnFeedbackQuery {
+	return &LearnFeedbackQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeLearnFeedback},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a LearnFeedback entity by its id.
+func (c *LearnFeedbackClient) Get(ctx context.Context, id int) (*LearnFeedback, error) {
+	return c.Query().Where(learnfeedback.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *LearnFeedbackClient) GetX(ctx context.Context, id int) *LearnFeedback {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *LearnFeedbackClient) Hooks() []Hook {
+	return c.hooks.LearnFeedback
+}
+
+// Interceptors returns the client interceptors.
+func (c *LearnFeedbackClient) Interceptors() []Interceptor {
+	return c.inters.LearnFeedback
+}
+
+func (c *LearnFeedbackClient) mutate(ctx context.Context, m *LearnFeedbackMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&LearnFeedbackCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&LearnFeedbackUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&LearnFeedbackUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&LearnFeedbackDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown LearnFeedback mutation op: %q", m.Op())
+	}
+}
+
+// LearnWeightClient is a client for the LearnWeight schema.
+type LearnWeightClient struct {
+	config
+}
+
+// NewLearnWeightClient returns a client for the LearnWeight from the given config.
+func NewLearnWeightClient(c config) *LearnWeightClient {
+	return &LearnWeightClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `learnweight.Hooks(f(g(h())))`.
+func (c *LearnWeightClient) Use(hooks ...Hook) {
+	c.hooks.LearnWeight = append(c.hooks.LearnWeight, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `learnweight.Intercept(f(g(h())))`.
+func (c *LearnWeightClient) Intercept(interceptors ...Interceptor) {
+	c.inters.LearnWeight = append(c.inters.LearnWeight, interceptors...)
+}
+
+// Create returns a builder for creating a LearnWeight entity.
+func (c *LearnWeightClient) Create() *LearnWeightCreate {
+	mutation := newLearnWeightMutation(c.config, OpCreate)
+	return &LearnWeightCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of LearnWeight entities.
+func (c *LearnWeightClient) CreateBulk(builders ...*LearnWeightCreate) *LearnWeightCreateBulk {
+	return &LearnWeightCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *LearnWeightClient) MapCreateBulk(slice any, setFunc func(*LearnWeightCreate, int)) *LearnWeightCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &LearnWeightCreateBulk{err: fmt.Errorf("calling to LearnWeightClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*LearnWeightCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &LearnWeightCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for LearnWeight.
+func (c *LearnWeightClient) Update() *LearnWeightUpdate {
+	mutation := newLearnWeightMutation(c.config, OpUpdate)
+	return &LearnWeightUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *LearnWeightClient) UpdateOne(_m *LearnWeight) *LearnWeightUpdateOne {
+	mutation := newLearnWeightMutation(c.config, OpUpdateOne, withLearnWeight(_m))
+	return &LearnWeightUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *LearnWeightClient) UpdateOneID(id int) *LearnWeightUpdateOne {
+	mutation := newLearnWeightMutation(c.config, OpUpdateOne, withLearnWeightID(id))
+	return &LearnWeightUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for LearnWeight.
+func (c *LearnWeightClient) Delete() *LearnWeightDelete {
+	mutation := newLearnWeightMutation(c.config, OpDelete)
+	return &LearnWeightDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *LearnWeightClient) DeleteOne(_m *LearnWeight) *LearnWeightDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *LearnWeightClient) DeleteOneID(id int) *LearnWeightDeleteOne {
+	builder := c.Delete().Where(learnweight.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &LearnWeightDeleteOne{builder}
+}
+
+// Query returns a query builder for LearnWeight.
+func (c *LearnWeightClient) Query() *LearnWeightQuery {
+	return &LearnWeightQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeLearnWeight},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a LearnWeight entity by its id.
+func (c *LearnWeightClient) Get(ctx context.Context, id int) (*LearnWeight, error) {
+	return c.Query().Where(learnweight.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *LearnWeightClient) GetX(ctx context.Context, id int) *LearnWeight {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *LearnWeightClient) Hooks() []Hook {
+	return c.hooks.LearnWeight
+}
+
+// Interceptors returns the client interceptors.
+func (c *LearnWeightClient) Interceptors() []Interceptor {
+	return c.inters.LearnWeight
+}
+
+func (c *LearnWeightClient) mutate(ctx context.Context, m *LearnWeightMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&LearnWeightCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&LearnWeightUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&LearnWeightUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&LearnWeightDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown LearnWeight mutation op: %q", m.Op())
+	}
+}
+
+// MemoryEpisodicClient is a client for the MemoryEpisodic schema.
+type MemoryEpisodicClient struct {
+	config
+}
+
+// NewMemoryEpisodicClient returns a client for the MemoryEpisodic from the given config.
+func NewMemoryEpisodicClient(c config) *MemoryEpisodicClient {
+	return &MemoryEpisodicClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `memoryepisodic.Hooks(f(g(h())))`.
+func (c *MemoryEpisodicClient) Use(hooks ...Hook) {
+	c.hooks.MemoryEpisodic = append(c.hooks.MemoryEpisodic, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `memoryepisodic.Intercept(f(g(h())))`.
+func (c *MemoryEpisodicClient) Intercept(interceptors ...Interceptor) {
+	c.inters.MemoryEpisodic = append(c.inters.MemoryEpisodic, interceptors...)
+}
+
+// Create returns a builder for creating a MemoryEpisodic entity.
+func (c *MemoryEpisodicClient) Create() *MemoryEpisodicCreate {
+	mutation := newMemoryEpisodicMutation(c.config, OpCreate)
+	return &MemoryEpisodicCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of MemoryEpisodic entities.
+func (c *MemoryEpisodicClient) CreateBulk(builders ...*MemoryEpisodicCreate) *MemoryEpisodicCreateBulk {
+	return &MemoryEpisodicCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *MemoryEpisodicClient) MapCreateBulk(slice any, setFunc func(*MemoryEpisodicCreate, int)) *MemoryEpisodicCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &MemoryEpisodicCreateBulk{err: fmt.Errorf("calling to MemoryEpisodicClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*MemoryEpisodicCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &MemoryEpisodicCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for MemoryEpisodic.
+func (c *MemoryEpisodicClient) Update() *MemoryEpisodicUpdate {
+	mutation := newMemoryEpisodicMutation(c.config, OpUpdate)
+	return &MemoryEpisodicUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *MemoryEpisodicClient) UpdateOne(_m *MemoryEpisodic) *MemoryEpisodicUpdateOne {
+	mutation := newMemoryEpisodicMutation(c.config, OpUpdateOne, withMemoryEpisodic(_m))
+	return &MemoryEpisodicUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *MemoryEpisodicClient) UpdateOneID(id int) *MemoryEpisodicUpdateOne {
+	mutation := newMemoryEpisodicMutation(c.config, OpUpdateOne, withMemoryEpisodicID(id))
+	return &MemoryEpisodicUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for MemoryEpisodic.
+func (c *MemoryEpisodicClient) Delete() *MemoryEpisodicDelete {
+	mutation := newMemoryEpisodicMutation(c.config, OpDelete)
+	return &MemoryEpisodicDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *MemoryEpisodicClient) DeleteOne(_m *MemoryEpisodic) *MemoryEpisodicDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *MemoryEpisodicClient) DeleteOneID(id int) *MemoryEpisodicDeleteOne {
+	builder := c.Delete().Where(memoryepisodic.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &MemoryEpisodicDeleteOne{builder}
+}
+
+// Query returns a query builder for MemoryEpisodic.
+func (c *MemoryEpisodicClient) Query() *MemoryEpisodicQuery {
+	return &MemoryEpisodicQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeMemoryEpisodic},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a MemoryEpisodic entity by its id.
+func (c *MemoryEpisodicClient) Get(ctx context.Context, id int) (*MemoryEpisodic, error) {
+	return c.Query().Where(memoryepisodic.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *MemoryEpisodicClient) GetX(ctx context.Context, id int) *MemoryEpisodic {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *MemoryEpisodicClient) Hooks() []Hook {
+	return c.hooks.MemoryEpisodic
+}
+
+// Interceptors returns the client interceptors.
+func (c *MemoryEpisodicClient) Interceptors() []Interceptor {
+	return c.inters.MemoryEpisodic
+}
+
+func (c *MemoryEpisodicClient) mutate(ctx context.Context, m *MemoryEpisodicMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&MemoryEpisodicCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&MemoryEpisodicUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&MemoryEpisodicUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&MemoryEpisodicDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown MemoryEpisodic mutation op: %q", m.Op())
+	}
+}
+
+// MemorySemanticClient is a client for the MemorySemantic schema.
+type MemorySemanticClient struct {
+	config
+}
+
+// NewMemorySemanticClient returns a client for the MemorySemantic from the given config.
+func NewMemorySemanticClient(c config) *MemorySemanticClient {
+	return &MemorySemanticClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `memorysemantic.Hooks(f(g(h())))`.
+func (c *MemorySemanticClient) Use(hooks ...Hook) {
+	c.hooks.MemorySemantic = append(c.hooks.MemorySemantic, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `memorysemantic.Intercept(f(g(h())))`.
+func (c *MemorySemanticClient) Intercept(interceptors ...Interceptor) {
+	c.inters.MemorySemantic = append(c.inters.MemorySemantic, interceptors...)
+}
+
+// Create returns a builder for creating a MemorySemantic entity.
+func (c *MemorySemanticClient) Create() *MemorySemanticCreate {
+	mutation := newMemorySemanticMutation(c.config, OpCreate)
+	return &MemorySemanticCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of MemorySemantic entities.
+func (c *MemorySemanticClient) CreateBulk(builders ...*MemorySemanticCreate) *MemorySemanticCreateBulk {
+	return &MemorySemanticCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *MemorySemanticClient) MapCreateBulk(slice any, setFunc func(*MemorySemanticCreate, int)) *MemorySemanticCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &MemorySemanticCreateBulk{err: fmt.Errorf("calling to MemorySemanticClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*MemorySemanticCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &MemorySemanticCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for MemorySemantic.
+func (c *MemorySemanticClient) Update() *MemorySemanticUpdate {
+	mutation := newMemorySemanticMutation(c.config, OpUpdate)
+	return &MemorySemanticUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *MemorySemanticClient) UpdateOne(_m *MemorySemantic) *MemorySemanticUpdateOne {
+	mutation := newMemorySemanticMutation(c.config, OpUpdateOne, withMemorySemantic(_m))
+	return &MemorySemanticUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *MemorySemanticClient) UpdateOneID(id int) *MemorySemanticUpdateOne {
+	mutation := newMemorySemanticMutation(c.config, OpUpdateOne, withMemorySemanticID(id))
+	return &MemorySemanticUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for MemorySemantic.
+func (c *MemorySemanticClient) Delete() *MemorySemanticDelete {
+	mutation := newMemorySemanticMutation(c.config, OpDelete)
+	return &MemorySemanticDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *MemorySemanticClient) DeleteOne(_m *MemorySemantic) *MemorySemanticDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *MemorySemanticClient) DeleteOneID(id int) *MemorySemanticDeleteOne {
+	builder := c.Delete().Where(memorysemantic.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &MemorySemanticDeleteOne{builder}
+}
+
+// Query returns a query builder for MemorySemantic.
+func (c *MemorySemanticClient) Query() *MemorySemanticQuery {
+	return &MemorySemanticQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeMemorySemantic},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a MemorySemantic entity by its id.
+func (c *MemorySemanticClient) Get(ctx context.Context, id int) (*MemorySemantic, error) {
+	return c.Query().Where(memorysemantic.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *MemorySemanticClient) GetX(ctx context.Context, id int) *MemorySemantic {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *MemorySemanticClient) Hooks() []Hook {
+	return c.hooks.MemorySemantic
+}
+
+// Interceptors returns the client interceptors.
+func (c *MemorySemanticClient) Interceptors() []Interceptor {
+	return c.inters.MemorySemantic
+}
+
+func (c *MemorySemanticClient) mutate(ctx context.Context, m *MemorySemanticMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&MemorySemanticCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&MemorySemanticUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&MemorySemanticUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&MemorySemanticDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown MemorySemantic mutation op: %q", m.Op())
 	}
 }
 
@@ -332,9 +1188,11 @@ func (c *SnapshotClient) mutate(ctx context.Context, m *SnapshotMutation) (Value
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		Snapshot []ent.Hook
+		LearnCall, LearnExperience, LearnFeedback, LearnWeight, MemoryEpisodic,
+		MemorySemantic, Snapshot []ent.Hook
 	}
 	inters struct {
-		Snapshot []ent.Interceptor
+		LearnCall, LearnExperience, LearnFeedback, LearnWeight, MemoryEpisodic,
+		MemorySemantic, Snapshot []ent.Interceptor
 	}
 )

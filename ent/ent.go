@@ -12,6 +12,12 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/aephost/aep/ent/learncall"
+	"github.com/aephost/aep/ent/learnexperience"
+	"github.com/aephost/aep/ent/learnfeedback"
+	"github.com/aephost/aep/ent/learnweight"
+	"github.com/aephost/aep/ent/memoryepisodic"
+	"github.com/aephost/aep/ent/memorysemantic"
 	"github.com/aephost/aep/ent/snapshot"
 )
 
@@ -73,7 +79,13 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			snapshot.Table: snapshot.ValidColumn,
+			learncall.Table:       learncall.ValidColumn,
+			learnexperience.Table: learnexperience.ValidColumn,
+			learnfeedback.Table:   learnfeedback.ValidColumn,
+			learnweight.Table:     learnweight.ValidColumn,
+			memoryepisodic.Table:  memoryepisodic.ValidColumn,
+			memorysemantic.Table:  memorysemantic.ValidColumn,
+			snapshot.Table:        snapshot.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

@@ -11,6 +11,12 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/aephost/aep/ent/learncall"
+	"github.com/aephost/aep/ent/learnexperience"
+	"github.com/aephost/aep/ent/learnfeedback"
+	"github.com/aephost/aep/ent/learnweight"
+	"github.com/aephost/aep/ent/memoryepisodic"
+	"github.com/aephost/aep/ent/memorysemantic"
 	"github.com/aephost/aep/ent/predicate"
 	"github.com/aephost/aep/ent/snapshot"
 )
@@ -24,8 +30,5918 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
-	TypeSnapshot = "Snapshot"
+	TypeLearnCall       = "LearnCall"
+	TypeLearnExperience = "LearnExperience"
+	TypeLearnFeedback   = "LearnFeedback"
+	TypeLearnWeight     = "LearnWeight"
+	TypeMemoryEpisodic  = "MemoryEpisodic"
+	TypeMemorySemantic  = "MemorySemantic"
+	TypeSnapshot        = "Snapshot"
 )
+
+// LearnCallMutation represents an operation that mutates the LearnCall nodes in the graph.
+type LearnCallMutation struct {
+	config
+	op             Op
+	typ            string
+	id             *int
+	ts             *time.Time
+	session_id     *string
+	req_id         *string
+	correlation_id *string
+	_type          *string
+	kind           *string
+	name           *string
+	success        *bool
+	error_code     *string
+	duration_ms    *float64
+	addduration_ms *float64
+	clearedFields  map[string]struct{}
+	done           bool
+	oldValue       func(context.Context) (*LearnCall, error)
+	predicates     []predicate.LearnCall
+}
+
+var _ ent.Mutation = (*LearnCallMutation)(nil)
+
+// learncallOption allows management of the mutation configuration using functional options.
+type learncallOption func(*LearnCallMutation)
+
+// newLearnCallMutation creates new mutation for the LearnCall entity.
+func newLearnCallMutation(c config, op Op, opts ...learncallOption) *LearnCallMutation {
+	m := &LearnCallMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeLearnCall,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withLearnCallID sets the ID field of the mutation.
+func withLearnCallID(id int) learncallOption {
+	return func(m *LearnCallMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *LearnCall
+		)
+		m.oldValue = func(ctx context.Context) (*LearnCall, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().LearnCall.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withLearnCall sets the old LearnCall of the mutation.
+func withLearnCall(node *LearnCall) learncallOption {
+	return func(m *LearnCallMutation) {
+		m.oldValue = func(context.Context) (*LearnCall, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m LearnCallMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m LearnCallMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *LearnCallMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *LearnCallMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().LearnCall.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTs sets the "ts" field.
+func (m *LearnCallMutation) SetTs(t time.Time) {
+	m.ts = &t
+}
+
+// Ts returns the value of the "ts" field in the mutation.
+func (m *LearnCallMutation) Ts() (r time.Time, exists bool) {
+	v := m.ts
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTs returns the old "ts" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldTs(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTs is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTs requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTs: %w", err)
+	}
+	return oldValue.Ts, nil
+}
+
+// ResetTs resets all changes to the "ts" field.
+func (m *LearnCallMutation) ResetTs() {
+	m.ts = nil
+}
+
+// SetSessionID sets the "session_id" field.
+func (m *LearnCallMutation) SetSessionID(s string) {
+	m.session_id = &s
+}
+
+// SessionID returns the value of the "session_id" field in the mutation.
+func (m *LearnCallMutation) SessionID() (r string, exists bool) {
+	v := m.session_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSessionID returns the old "session_id" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldSessionID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSessionID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSessionID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSessionID: %w", err)
+	}
+	return oldValue.SessionID, nil
+}
+
+// ResetSessionID resets all changes to the "session_id" field.
+func (m *LearnCallMutation) ResetSessionID() {
+	m.session_id = nil
+}
+
+// SetReqID sets the "req_id" field.
+func (m *LearnCallMutation) SetReqID(s string) {
+	m.req_id = &s
+}
+
+// ReqID returns the value of the "req_id" field in the mutation.
+func (m *LearnCallMutation) ReqID() (r string, exists bool) {
+	v := m.req_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReqID returns the old "req_id" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldReqID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReqID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReqID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReqID: %w", err)
+	}
+	return oldValue.ReqID, nil
+}
+
+// ResetReqID resets all changes to the "req_id" field.
+func (m *LearnCallMutation) ResetReqID() {
+	m.req_id = nil
+}
+
+// SetCorrelationID sets the "correlation_id" field.
+func (m *LearnCallMutation) SetCorrelationID(s string) {
+	m.correlation_id = &s
+}
+
+// CorrelationID returns the value of the "correlation_id" field in the mutation.
+func (m *LearnCallMutation) CorrelationID() (r string, exists bool) {
+	v := m.correlation_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCorrelationID returns the old "correlation_id" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldCorrelationID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCorrelationID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCorrelationID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCorrelationID: %w", err)
+	}
+	return oldValue.CorrelationID, nil
+}
+
+// ResetCorrelationID resets all changes to the "correlation_id" field.
+func (m *LearnCallMutation) ResetCorrelationID() {
+	m.correlation_id = nil
+}
+
+// SetType sets the "type" field.
+func (m *LearnCallMutation) SetType(s string) {
+	m._type = &s
+}
+
+// GetType returns the value of the "type" field in the mutation.
+func (m *LearnCallMutation) GetType() (r string, exists bool) {
+	v := m._type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldType returns the old "type" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldType: %w", err)
+	}
+	return oldValue.Type, nil
+}
+
+// ResetType resets all changes to the "type" field.
+func (m *LearnCallMutation) ResetType() {
+	m._type = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *LearnCallMutation) SetKind(s string) {
+	m.kind = &s
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *LearnCallMutation) Kind() (r string, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldKind(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *LearnCallMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetName sets the "name" field.
+func (m *LearnCallMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *LearnCallMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *LearnCallMutation) ResetName() {
+	m.name = nil
+}
+
+// SetSuccess sets the "success" field.
+func (m *LearnCallMutation) SetSuccess(b bool) {
+	m.success = &b
+}
+
+// Success returns the value of the "success" field in the mutation.
+func (m *LearnCallMutation) Success() (r bool, exists bool) {
+	v := m.success
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSuccess returns the old "success" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldSuccess(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSuccess is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSuccess requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSuccess: %w", err)
+	}
+	return oldValue.Success, nil
+}
+
+// ResetSuccess resets all changes to the "success" field.
+func (m *LearnCallMutation) ResetSuccess() {
+	m.success = nil
+}
+
+// SetErrorCode sets the "error_code" field.
+func (m *LearnCallMutation) SetErrorCode(s string) {
+	m.error_code = &s
+}
+
+// ErrorCode returns the value of the "error_code" field in the mutation.
+func (m *LearnCallMutation) ErrorCode() (r string, exists bool) {
+	v := m.error_code
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldErrorCode returns the old "error_code" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldErrorCode(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldErrorCode is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldErrorCode requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldErrorCode: %w", err)
+	}
+	return oldValue.ErrorCode, nil
+}
+
+// ResetErrorCode resets all changes to the "error_code" field.
+func (m *LearnCallMutation) ResetErrorCode() {
+	m.error_code = nil
+}
+
+// SetDurationMs sets the "duration_ms" field.
+func (m *LearnCallMutation) SetDurationMs(f float64) {
+	m.duration_ms = &f
+	m.addduration_ms = nil
+}
+
+// DurationMs returns the value of the "duration_ms" field in the mutation.
+func (m *LearnCallMutation) DurationMs() (r float64, exists bool) {
+	v := m.duration_ms
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDurationMs returns the old "duration_ms" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldDurationMs(ctx context.Context) (v float64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDurationMs is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDurationMs requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDurationMs: %w", err)
+	}
+	return oldValue.DurationMs, nil
+}
+
+// AddDurationMs adds f to the "duration_ms" field.
+func (m *LearnCallMutation) AddDurationMs(f float64) {
+	if m.addduration_ms != nil {
+		*m.addduration_ms += f
+	} else {
+		m.addduration_ms = &f
+	}
+}
+
+// AddedDurationMs returns the value that was added to the "duration_ms" field in this mutation.
+func (m *LearnCallMutation) AddedDurationMs() (r float64, exists bool) {
+	v := m.addduration_ms
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetDurationMs resets all changes to the "duration_ms" field.
+func (m *LearnCallMutation) ResetDurationMs() {
+	m.duration_ms = nil
+	m.addduration_ms = nil
+}
+
+// Where appends a list predicates to the LearnCallMutation builder.
+func (m *LearnCallMutation) Where(ps ...predicate.LearnCall) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the LearnCallMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *LearnCallMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.LearnCall, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *LearnCallMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *LearnCallMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (LearnCall).
+func (m *LearnCallMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *LearnCallMutation) Fields() []string {
+	fields := make([]string, 0, 10)
+	if m.ts != nil {
+		fields = append(fields, learncall.FieldTs)
+	}
+	if m.session_id != nil {
+		fields = append(fields, learncall.FieldSessionID)
+	}
+	if m.req_id != nil {
+		fields = append(fields, learncall.FieldReqID)
+	}
+	if m.correlation_id != nil {
+		fields = append(fields, learncall.FieldCorrelationID)
+	}
+	if m._type != nil {
+		fields = append(fields, learncall.FieldType)
+	}
+	if m.kind != nil {
+		fields = append(fields, learncall.FieldKind)
+	}
+	if m.name != nil {
+		fields = append(fields, learncall.FieldName)
+	}
+	if m.success != nil {
+		fields = append(fields, learncall.FieldSuccess)
+	}
+	if m.error_code != nil {
+		fields = append(fields, learncall.FieldErrorCode)
+	}
+	if m.duration_ms != nil {
+		fields = append(fields, learncall.FieldDurationMs)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *LearnCallMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case learncall.FieldTs:
+		return m.Ts()
+	case learncall.FieldSessionID:
+		return m.SessionID()
+	case learncall.FieldReqID:
+		return m.ReqID()
+	case learncall.FieldCorrelationID:
+		return m.CorrelationID()
+	case learncall.FieldType:
+		return m.GetType()
+	case learncall.FieldKind:
+		return m.Kind()
+	case learncall.FieldName:
+		return m.Name()
+	case learncall.FieldSuccess:
+		return m.Success()
+	case learncall.FieldErrorCode:
+		return m.ErrorCode()
+	case learncall.FieldDurationMs:
+		return m.DurationMs()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *LearnCallMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case learncall.FieldTs:
+		return m.OldTs(ctx)
+	case learncall.FieldSessionID:
+		return m.OldSessionID(ctx)
+	case learncall.FieldReqID:
+		return m.OldReqID(ctx)
+	case learncall.FieldCorrelationID:
+		return m.OldCorrelationID(ctx)
+	case learncall.FieldType:
+		return m.OldType(ctx)
+	case learncall.FieldKind:
+		return m.OldKind(ctx)
+	case learncall.FieldName:
+		return m.OldName(ctx)
+	case learncall.FieldSuccess:
+		return m.OldSuccess(ctx)
+	case learncall.FieldErrorCode:
+		return m.OldErrorCode(ctx)
+	case learncall.FieldDurationMs:
+		return m.OldDurationMs(ctx)
+	}
+	return nil, fmt.Errorf("unknown LearnCall field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LearnCallMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case learncall.FieldTs:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTs(v)
+		return nil
+	case learncall.FieldSessionID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSessionID(v)
+		return nil
+	case learncall.FieldReqID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReqID(v)
+		return nil
+	case learncall.FieldCorrelationID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCorrelationID(v)
+		return nil
+	case learncall.FieldType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetType(v)
+		return nil
+	case learncall.FieldKind:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case learncall.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case learncall.FieldSuccess:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSuccess(v)
+		return nil
+	case learncall.FieldErrorCode:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetErrorCode(v)
+		return nil
+	case learncall.FieldDurationMs:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDurationMs(v)
+		return nil
+	}
+	return fmt.Errorf("unknown LearnCall field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *LearnCallMutation) AddedFields() []string {
+	var fields []string
+	if m.addduration_ms != nil {
+		fields = append(fields, learncall.FieldDurationMs)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *LearnCallMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case learncall.FieldDurationMs:
+		return m.AddedDurationMs()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LearnCallMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case learncall.FieldDurationMs:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddDurationMs(v)
+		return nil
+	}
+	return fmt.Errorf("unknown LearnCall numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *LearnCallMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *LearnCallMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *LearnCallMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown LearnCall nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *LearnCallMutation) ResetField(name string) error {
+	switch name {
+	case learncall.FieldTs:
+		m.ResetTs()
+		return nil
+	case learncall.FieldSessionID:
+		m.ResetSessionID()
+		return nil
+	case learncall.FieldReqID:
+		m.ResetReqID()
+		return nil
+	case learncall.FieldCorrelationID:
+		m.ResetCorrelationID()
+		return nil
+	case learncall.FieldType:
+		m.ResetType()
+		return nil
+	case learncall.FieldKind:
+		m.ResetKind()
+		return nil
+	case learncall.FieldName:
+		m.ResetName()
+		return nil
+	case learncall.FieldSuccess:
+		m.ResetSuccess()
+		return nil
+	case learncall.FieldErrorCode:
+		m.ResetErrorCode()
+		return nil
+	case learncall.FieldDurationMs:
+		m.ResetDurationMs()
+		return nil
+	}
+	return fmt.Errorf("unknown LearnCall field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *LearnCallMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *LearnCallMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *LearnCallMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *LearnCallMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *LearnCallMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *LearnCallMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *LearnCallMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown LearnCall unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *LearnCallMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown LearnCall edge %s", name)
+}
+
+// LearnExperienceMutation represents an operation that mutates the LearnExperience nodes in the graph.
+type LearnExperienceMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	batch_id      *string
+	episode_id    *string
+	step          *int
+	addstep       *int
+	state         *[]byte
+	action        *[]byte
+	reward        *float64
+	addreward     *float64
+	next_state    *[]byte
+	terminated    *bool
+	truncated     *bool
+	info          *[]byte
+	env_name      *string
+	session_id    *string
+	created_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*LearnExperience, error)
+	predicates    []predicate.LearnExperience
+}
+
+var _ ent.Mutation = (*LearnExperienceMutation)(nil)
+
+// learnexperienceOption allows management of the mutation configuration using functional options.
+type learnexperienceOption func(*LearnExperienceMutation)
+
+// newLearnExperienceMutation creates new mutation for the LearnExperience entity.
+func newLearnExperienceMutation(c config, op Op, opts ...learnexperienceOption) *LearnExperienceMutation {
+	m := &LearnExperienceMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeLearnExperience,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withLearnExperienceID sets the ID field of the mutation.
+func withLearnExperienceID(id int) learnexperienceOption {
+	return func(m *LearnExperienceMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *LearnExperience
+		)
+		m.oldValue = func(ctx context.Context) (*LearnExperience, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().LearnExperience.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withLearnExperience sets the old LearnExperience of the mutation.
+func withLearnExperience(node *LearnExperience) learnexperienceOption {
+	return func(m *LearnExperienceMutation) {
+		m.oldValue = func(context.Context) (*LearnExperience, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m LearnExperienceMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m LearnExperienceMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *LearnExperienceMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *LearnExperienceMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().LearnExperience.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetBatchID sets the "batch_id" field.
+func (m *LearnExperienceMutation) SetBatchID(s string) {
+	m.batch_id = &s
+}
+
+// BatchID returns the value of the "batch_id" field in the mutation.
+func (m *LearnExperienceMutation) BatchID() (r string, exists bool) {
+	v := m.batch_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBatchID returns the old "batch_id" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldBatchID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBatchID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBatchID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBatchID: %w", err)
+	}
+	return oldValue.BatchID, nil
+}
+
+// ResetBatchID resets all changes to the "batch_id" field.
+func (m *LearnExperienceMutation) ResetBatchID() {
+	m.batch_id = nil
+}
+
+// SetEpisodeID sets the "episode_id" field.
+func (m *LearnExperienceMutation) SetEpisodeID(s string) {
+	m.episode_id = &s
+}
+
+// EpisodeID returns the value of the "episode_id" field in the mutation.
+func (m *LearnExperienceMutation) EpisodeID() (r string, exists bool) {
+	v := m.episode_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEpisodeID returns the old "episode_id" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldEpisodeID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEpisodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEpisodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEpisodeID: %w", err)
+	}
+	return oldValue.EpisodeID, nil
+}
+
+// ResetEpisodeID resets all changes to the "episode_id" field.
+func (m *LearnExperienceMutation) ResetEpisodeID() {
+	m.episode_id = nil
+}
+
+// SetStep sets the "step" field.
+func (m *LearnExperienceMutation) SetStep(i int) {
+	m.step = &i
+	m.addstep = nil
+}
+
+// Step returns the value of the "step" field in the mutation.
+func (m *LearnExperienceMutation) Step() (r int, exists bool) {
+	v := m.step
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStep returns the old "step" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldStep(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStep is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStep requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStep: %w", err)
+	}
+	return oldValue.Step, nil
+}
+
+// AddStep adds i to the "step" field.
+func (m *LearnExperienceMutation) AddStep(i int) {
+	if m.addstep != nil {
+		*m.addstep += i
+	} else {
+		m.addstep = &i
+	}
+}
+
+// AddedStep returns the value that was added to the "step" field in this mutation.
+func (m *LearnExperienceMutation) AddedStep() (r int, exists bool) {
+	v := m.addstep
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetStep resets all changes to the "step" field.
+func (m *LearnExperienceMutation) ResetStep() {
+	m.step = nil
+	m.addstep = nil
+}
+
+// SetState sets the "state" field.
+func (m *LearnExperienceMutation) SetState(b []byte) {
+	m.state = &b
+}
+
+// State returns the value of the "state" field in the mutation.
+func (m *LearnExperienceMutation) State() (r []byte, exists bool) {
+	v := m.state
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldState returns the old "state" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldState(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldState is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldState requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldState: %w", err)
+	}
+	return oldValue.State, nil
+}
+
+// ResetState resets all changes to the "state" field.
+func (m *LearnExperienceMutation) ResetState() {
+	m.state = nil
+}
+
+// SetAction sets the "action" field.
+func (m *LearnExperienceMutation) SetAction(b []byte) {
+	m.action = &b
+}
+
+// Action returns the value of the "action" field in the mutation.
+func (m *LearnExperienceMutation) Action() (r []byte, exists bool) {
+	v := m.action
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAction returns the old "action" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldAction(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAction is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAction requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAction: %w", err)
+	}
+	return oldValue.Action, nil
+}
+
+// ResetAction resets all changes to the "action" field.
+func (m *LearnExperienceMutation) ResetAction() {
+	m.action = nil
+}
+
+// SetReward sets the "reward" field.
+func (m *LearnExperienceMutation) SetReward(f float64) {
+	m.reward = &f
+	m.addreward = nil
+}
+
+// Reward returns the value of the "reward" field in the mutation.
+func (m *LearnExperienceMutation) Reward() (r float64, exists bool) {
+	v := m.reward
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReward returns the old "reward" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldReward(ctx context.Context) (v float64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReward is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReward requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReward: %w", err)
+	}
+	return oldValue.Reward, nil
+}
+
+// AddReward adds f to the "reward" field.
+func (m *LearnExperienceMutation) AddReward(f float64) {
+	if m.addreward != nil {
+		*m.addreward += f
+	} else {
+		m.addreward = &f
+	}
+}
+
+// AddedReward returns the value that was added to the "reward" field in this mutation.
+func (m *LearnExperienceMutation) AddedReward() (r float64, exists bool) {
+	v := m.addreward
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetReward resets all changes to the "reward" field.
+func (m *LearnExperienceMutation) ResetReward() {
+	m.reward = nil
+	m.addreward = nil
+}
+
+// SetNextState sets the "next_state" field.
+func (m *LearnExperienceMutation) SetNextState(b []byte) {
+	m.next_state = &b
+}
+
+// NextState returns the value of the "next_state" field in the mutation.
+func (m *LearnExperienceMutation) NextState() (r []byte, exists bool) {
+	v := m.next_state
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNextState returns the old "next_state" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldNextState(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNextState is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNextState requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNextState: %w", err)
+	}
+	return oldValue.NextState, nil
+}
+
+// ResetNextState resets all changes to the "next_state" field.
+func (m *LearnExperienceMutation) ResetNextState() {
+	m.next_state = nil
+}
+
+// SetTerminated sets the "terminated" field.
+func (m *LearnExperienceMutation) SetTerminated(b bool) {
+	m.terminated = &b
+}
+
+// Terminated returns the value of the "terminated" field in the mutation.
+func (m *LearnExperienceMutation) Terminated() (r bool, exists bool) {
+	v := m.terminated
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTerminated returns the old "terminated" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldTerminated(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTerminated is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTerminated requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTerminated: %w", err)
+	}
+	return oldValue.Terminated, nil
+}
+
+// ResetTerminated resets all changes to the "terminated" field.
+func (m *LearnExperienceMutation) ResetTerminated() {
+	m.terminated = nil
+}
+
+// SetTruncated sets the "truncated" field.
+func (m *LearnExperienceMutation) SetTruncated(b bool) {
+	m.truncated = &b
+}
+
+// Truncated returns the value of the "truncated" field in the mutation.
+func (m *LearnExperienceMutation) Truncated() (r bool, exists bool) {
+	v := m.truncated
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTruncated returns the old "truncated" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldTruncated(ctx context.Context) (v bool, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTruncated is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTruncated requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTruncated: %w", err)
+	}
+	return oldValue.Truncated, nil
+}
+
+// ResetTruncated resets all changes to the "truncated" field.
+func (m *LearnExperienceMutation) ResetTruncated() {
+	m.truncated = nil
+}
+
+// SetInfo sets the "info" field.
+func (m *LearnExperienceMutation) SetInfo(b []byte) {
+	m.info = &b
+}
+
+// Info returns the value of the "info" field in the mutation.
+func (m *LearnExperienceMutation) Info() (r []byte, exists bool) {
+	v := m.info
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldInfo returns the old "info" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldInfo(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldInfo is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldInfo requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldInfo: %w", err)
+	}
+	return oldValue.Info, nil
+}
+
+// ClearInfo clears the value of the "info" field.
+func (m *LearnExperienceMutation) ClearInfo() {
+	m.info = nil
+	m.clearedFields[learnexperience.FieldInfo] = struct{}{}
+}
+
+// InfoCleared returns if the "info" field was cleared in this mutation.
+func (m *LearnExperienceMutation) InfoCleared() bool {
+	_, ok := m.clearedFields[learnexperience.FieldInfo]
+	return ok
+}
+
+// ResetInfo resets all changes to the "info" field.
+func (m *LearnExperienceMutation) ResetInfo() {
+	m.info = nil
+	delete(m.clearedFields, learnexperience.FieldInfo)
+}
+
+// SetEnvName sets the "env_name" field.
+func (m *LearnExperienceMutation) SetEnvName(s string) {
+	m.env_name = &s
+}
+
+// EnvName returns the value of the "env_name" field in the mutation.
+func (m *LearnExperienceMutation) EnvName() (r string, exists bool) {
+	v := m.env_name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEnvName returns the old "env_name" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldEnvName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEnvName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEnvName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEnvName: %w", err)
+	}
+	return oldValue.EnvName, nil
+}
+
+// ResetEnvName resets all changes to the "env_name" field.
+func (m *LearnExperienceMutation) ResetEnvName() {
+	m.env_name = nil
+}
+
+// SetSessionID sets the "session_id" field.
+func (m *LearnExperienceMutation) SetSessionID(s string) {
+	m.session_id = &s
+}
+
+// SessionID returns the value of the "session_id" field in the mutation.
+func (m *LearnExperienceMutation) SessionID() (r string, exists bool) {
+	v := m.session_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSessionID returns the old "session_id" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldSessionID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSessionID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSessionID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSessionID: %w", err)
+	}
+	return oldValue.SessionID, nil
+}
+
+// ResetSessionID resets all changes to the "session_id" field.
+func (m *LearnExperienceMutation) ResetSessionID() {
+	m.session_id = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *LearnExperienceMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *LearnExperienceMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *LearnExperienceMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// Where appends a list predicates to the LearnExperienceMutation builder.
+func (m *LearnExperienceMutation) Where(ps ...predicate.LearnExperience) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the LearnExperienceMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *LearnExperienceMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.LearnExperience, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *LearnExperienceMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *LearnExperienceMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (LearnExperience).
+func (m *LearnExperienceMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *LearnExperienceMutation) Fields() []string {
+	fields := make([]string, 0, 13)
+	if m.batch_id != nil {
+		fields = append(fields, learnexperience.FieldBatchID)
+	}
+	if m.episode_id != nil {
+		fields = append(fields, learnexperience.FieldEpisodeID)
+	}
+	if m.step != nil {
+		fields = append(fields, learnexperience.FieldStep)
+	}
+	if m.state != nil {
+		fields = append(fields, learnexperience.FieldState)
+	}
+	if m.action != nil {
+		fields = append(fields, learnexperience.FieldAction)
+	}
+	if m.reward != nil {
+		fields = append(fields, learnexperience.FieldReward)
+	}
+	if m.next_state != nil {
+		fields = append(fields, learnexperience.FieldNextState)
+	}
+	if m.terminated != nil {
+		fields = append(fields, learnexperience.FieldTerminated)
+	}
+	if m.truncated != nil {
+		fields = append(fields, learnexperience.FieldTruncated)
+	}
+	if m.info != nil {
+		fields = append(fields, learnexperience.FieldInfo)
+	}
+	if m.env_name != nil {
+		fields = append(fields, learnexperience.FieldEnvName)
+	}
+	if m.session_id != nil {
+		fields = append(fields, learnexperience.FieldSessionID)
+	}
+	if m.created_at != nil {
+		fields = append(fields, learnexperience.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *LearnExperienceMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case learnexperience.FieldBatchID:
+		return m.BatchID()
+	case learnexperience.FieldEpisodeID:
+		return m.EpisodeID()
+	case learnexperience.FieldStep:
+		return m.Step()
+	case learnexperience.FieldState:
+		return m.State()
+	case learnexperience.FieldAction:
+		return m.Action()
+	case learnexperience.FieldReward:
+		return m.Reward()
+	case learnexperience.FieldNextState:
+		return m.NextState()
+	case learnexperience.FieldTerminated:
+		return m.Terminated()
+	case learnexperience.FieldTruncated:
+		return m.Truncated()
+	case learnexperience.FieldInfo:
+		return m.Info()
+	case learnexperience.FieldEnvName:
+		return m.EnvName()
+	case learnexperience.FieldSessionID:
+		return m.SessionID()
+	case learnexperience.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *LearnExperienceMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case learnexperience.FieldBatchID:
+		return m.OldBatchID(ctx)
+	case learnexperience.FieldEpisodeID:
+		return m.OldEpisodeID(ctx)
+	case learnexperience.FieldStep:
+		return m.OldStep(ctx)
+	case learnexperience.FieldState:
+		return m.OldState(ctx)
+	case learnexperience.FieldAction:
+		return m.OldAction(ctx)
+	case learnexperience.FieldReward:
+		return m.OldReward(ctx)
+	case learnexperience.FieldNextState:
+		return m.OldNextState(ctx)
+	case learnexperience.FieldTerminated:
+		return m.OldTerminated(ctx)
+	case learnexperience.FieldTruncated:
+		return m.OldTruncated(ctx)
+	case learnexperience.FieldInfo:
+		return m.OldInfo(ctx)
+	case learnexperience.FieldEnvName:
+		return m.OldEnvName(ctx)
+	case learnexperience.FieldSessionID:
+		return m.OldSessionID(ctx)
+	case learnexperience.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown LearnExperience field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LearnExperienceMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case learnexperience.FieldBatchID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBatchID(v)
+		return nil
+	case learnexperience.FieldEpisodeID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEpisodeID(v)
+		return nil
+	case learnexperience.FieldStep:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStep(v)
+		return nil
+	case learnexperience.FieldState:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetState(v)
+		return nil
+	case learnexperience.FieldAction:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAction(v)
+		return nil
+	case learnexperience.FieldReward:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReward(v)
+		return nil
+	case learnexperience.FieldNextState:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNextState(v)
+		return nil
+	case learnexperience.FieldTerminated:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTerminated(v)
+		return nil
+	case learnexperience.FieldTruncated:
+		v, ok := value.(bool)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTruncated(v)
+		return nil
+	case learnexperience.FieldInfo:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetInfo(v)
+		return nil
+	case learnexperience.FieldEnvName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEnvName(v)
+		return nil
+	case learnexperience.FieldSessionID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSessionID(v)
+		return nil
+	case learnexperience.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown LearnExperience field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *LearnExperienceMutation) AddedFields() []string {
+	var fields []string
+	if m.addstep != nil {
+		fields = append(fields, learnexperience.FieldStep)
+	}
+	if m.addreward != nil {
+		fields = append(fields, learnexperience.FieldReward)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *LearnExperienceMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case learnexperience.FieldStep:
+		return m.AddedStep()
+	case learnexperience.FieldReward:
+		return m.AddedReward()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LearnExperienceMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case learnexperience.FieldStep:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddStep(v)
+		return nil
+	case learnexperience.FieldReward:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddReward(v)
+		return nil
+	}
+	return fmt.Errorf("unknown LearnExperience numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *LearnExperienceMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(learnexperience.FieldInfo) {
+		fields = append(fields, learnexperience.FieldInfo)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *LearnExperienceMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *LearnExperienceMutation) ClearField(name string) error {
+	switch name {
+	case learnexperience.FieldInfo:
+		m.ClearInfo()
+		return nil
+	}
+	return fmt.Errorf("unknown LearnExperience nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *LearnExperienceMutation) ResetField(name string) error {
+	switch name {
+	case learnexperience.FieldBatchID:
+		m.ResetBatchID()
+		return nil
+	case learnexperience.FieldEpisodeID:
+		m.ResetEpisodeID()
+		return nil
+	case learnexperience.FieldStep:
+		m.ResetStep()
+		return nil
+	case learnexperience.FieldState:
+		m.ResetState()
+		return nil
+	case learnexperience.FieldAction:
+		m.ResetAction()
+		return nil
+	case learnexperience.FieldReward:
+		m.ResetReward()
+		return nil
+	case learnexperience.FieldNextState:
+		m.ResetNextState()
+		return nil
+	case learnexperience.FieldTerminated:
+		m.ResetTerminated()
+		return nil
+	case learnexperience.FieldTruncated:
+		m.ResetTruncated()
+		return nil
+	case learnexperience.FieldInfo:
+		m.ResetInfo()
+		return nil
+	case learnexperience.FieldEnvName:
+		m.ResetEnvName()
+		return nil
+	case learnexperience.FieldSessionID:
+		m.ResetSessionID()
+		return nil
+	case learnexperience.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown LearnExperience field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *LearnExperienceMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *LearnExperienceMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *LearnExperienceMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *LearnExperienceMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *LearnExperienceMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *LearnExperienceMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *LearnExperienceMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown LearnExperience unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *LearnExperienceMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown LearnExperience edge %s", name)
+}
+
+// LearnFeedbackMutation represents an operation that mutates the LearnFeedback nodes in the graph.
+type LearnFeedbackMutation struct {
+	config
+	op             Op
+	typ            string
+	id             *int
+	_type          *string
+	score          *float64
+	addscore       *float64
+	kind           *string
+	name           *string
+	context        *string
+	correlation_id *string
+	call_req_id    *string
+	correction     *string
+	comment        *string
+	dimension      *string
+	source         *string
+	episode_id     *string
+	session_id     *string
+	created_at     *time.Time
+	clearedFields  map[string]struct{}
+	done           bool
+	oldValue       func(context.Context) (*LearnFeedback, error)
+	predicates     []predicate.LearnFeedback
+}
+
+var _ ent.Mutation = (*LearnFeedbackMutation)(nil)
+
+// learnfeedbackOption allows management of the mutation configuration using functional options.
+type learnfeedbackOption func(*LearnFeedbackMutation)
+
+// newLearnFeedbackMutation creates new mutation for the LearnFeedback entity.
+func newLearnFeedbackMutation(c config, op Op, opts ...learnfeedbackOption) *LearnFeedbackMutation {
+	m := &LearnFeedbackMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeLearnFeedback,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withLearnFeedbackID sets the ID field of the mutation.
+func withLearnFeedbackID(id int) learnfeedbackOption {
+	return func(m *LearnFeedbackMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *LearnFeedback
+		)
+		m.oldValue = func(ctx context.Context) (*LearnFeedback, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().LearnFeedback.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withLearnFeedback sets the old LearnFeedback of the mutation.
+func withLearnFeedback(node *LearnFeedback) learnfeedbackOption {
+	return func(m *LearnFeedbackMutation) {
+		m.oldValue = func(context.Context) (*LearnFeedback, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m LearnFeedbackMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m LearnFeedbackMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *LearnFeedbackMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *LearnFeedbackMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().LearnFeedback.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetType sets the "type" field.
+func (m *LearnFeedbackMutation) SetType(s string) {
+	m._type = &s
+}
+
+// GetType returns the value of the "type" field in the mutation.
+func (m *LearnFeedbackMutation) GetType() (r string, exists bool) {
+	v := m._type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldType returns the old "type" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldType: %w", err)
+	}
+	return oldValue.Type, nil
+}
+
+// ResetType resets all changes to the "type" field.
+func (m *LearnFeedbackMutation) ResetType() {
+	m._type = nil
+}
+
+// SetScore sets the "score" field.
+func (m *LearnFeedbackMutation) SetScore(f float64) {
+	m.score = &f
+	m.addscore = nil
+}
+
+// Score returns the value of the "score" field in the mutation.
+func (m *LearnFeedbackMutation) Score() (r float64, exists bool) {
+	v := m.score
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldScore returns the old "score" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldScore(ctx context.Context) (v float64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldScore is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldScore requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldScore: %w", err)
+	}
+	return oldValue.Score, nil
+}
+
+// AddScore adds f to the "score" field.
+func (m *LearnFeedbackMutation) AddScore(f float64) {
+	if m.addscore != nil {
+		*m.addscore += f
+	} else {
+		m.addscore = &f
+	}
+}
+
+// AddedScore returns the value that was added to the "score" field in this mutation.
+func (m *LearnFeedbackMutation) AddedScore() (r float64, exists bool) {
+	v := m.addscore
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetScore resets all changes to the "score" field.
+func (m *LearnFeedbackMutation) ResetScore() {
+	m.score = nil
+	m.addscore = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *LearnFeedbackMutation) SetKind(s string) {
+	m.kind = &s
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *LearnFeedbackMutation) Kind() (r string, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldKind(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *LearnFeedbackMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetName sets the "name" field.
+func (m *LearnFeedbackMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *LearnFeedbackMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *LearnFeedbackMutation) ResetName() {
+	m.name = nil
+}
+
+// SetContext sets the "context" field.
+func (m *LearnFeedbackMutation) SetContext(s string) {
+	m.context = &s
+}
+
+// Context returns the value of the "context" field in the mutation.
+func (m *LearnFeedbackMutation) Context() (r string, exists bool) {
+	v := m.context
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldContext returns the old "context" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldContext(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldContext is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldContext requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldContext: %w", err)
+	}
+	return oldValue.Context, nil
+}
+
+// ResetContext resets all changes to the "context" field.
+func (m *LearnFeedbackMutation) ResetContext() {
+	m.context = nil
+}
+
+// SetCorrelationID sets the "correlation_id" field.
+func (m *LearnFeedbackMutation) SetCorrelationID(s string) {
+	m.correlation_id = &s
+}
+
+// CorrelationID returns the value of the "correlation_id" field in the mutation.
+func (m *LearnFeedbackMutation) CorrelationID() (r string, exists bool) {
+	v := m.correlation_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCorrelationID returns the old "correlation_id" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldCorrelationID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCorrelationID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCorrelationID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCorrelationID: %w", err)
+	}
+	return oldValue.CorrelationID, nil
+}
+
+// ResetCorrelationID resets all changes to the "correlation_id" field.
+func (m *LearnFeedbackMutation) ResetCorrelationID() {
+	m.correlation_id = nil
+}
+
+// SetCallReqID sets the "call_req_id" field.
+func (m *LearnFeedbackMutation) SetCallReqID(s string) {
+	m.call_req_id = &s
+}
+
+// CallReqID returns the value of the "call_req_id" field in the mutation.
+func (m *LearnFeedbackMutation) CallReqID() (r string, exists bool) {
+	v := m.call_req_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCallReqID returns the old "call_req_id" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldCallReqID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCallReqID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCallReqID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCallReqID: %w", err)
+	}
+	return oldValue.CallReqID, nil
+}
+
+// ResetCallReqID resets all changes to the "call_req_id" field.
+func (m *LearnFeedbackMutation) ResetCallReqID() {
+	m.call_req_id = nil
+}
+
+// SetCorrection sets the "correction" field.
+func (m *LearnFeedbackMutation) SetCorrection(s string) {
+	m.correction = &s
+}
+
+// Correction returns the value of the "correction" field in the mutation.
+func (m *LearnFeedbackMutation) Correction() (r string, exists bool) {
+	v := m.correction
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCorrection returns the old "correction" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldCorrection(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCorrection is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCorrection requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCorrection: %w", err)
+	}
+	return oldValue.Correction, nil
+}
+
+// ResetCorrection resets all changes to the "correction" field.
+func (m *LearnFeedbackMutation) ResetCorrection() {
+	m.correction = nil
+}
+
+// SetComment sets the "comment" field.
+func (m *LearnFeedbackMutation) SetComment(s string) {
+	m.comment = &s
+}
+
+// Comment returns the value of the "comment" field in the mutation.
+func (m *LearnFeedbackMutation) Comment() (r string, exists bool) {
+	v := m.comment
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldComment returns the old "comment" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldComment(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldComment is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldComment requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldComment: %w", err)
+	}
+	return oldValue.Comment, nil
+}
+
+// ResetComment resets all changes to the "comment" field.
+func (m *LearnFeedbackMutation) ResetComment() {
+	m.comment = nil
+}
+
+// SetDimension sets the "dimension" field.
+func (m *LearnFeedbackMutation) SetDimension(s string) {
+	m.dimension = &s
+}
+
+// Dimension returns the value of the "dimension" field in the mutation.
+func (m *LearnFeedbackMutation) Dimension() (r string, exists bool) {
+	v := m.dimension
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDimension returns the old "dimension" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldDimension(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDimension is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDimension requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDimension: %w", err)
+	}
+	return oldValue.Dimension, nil
+}
+
+// ResetDimension resets all changes to the "dimension" field.
+func (m *LearnFeedbackMutation) ResetDimension() {
+	m.dimension = nil
+}
+
+// SetSource sets the "source" field.
+func (m *LearnFeedbackMutation) SetSource(s string) {
+	m.source = &s
+}
+
+// Source returns the value of the "source" field in the mutation.
+func (m *LearnFeedbackMutation) Source() (r string, exists bool) {
+	v := m.source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSource returns the old "source" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSource: %w", err)
+	}
+	return oldValue.Source, nil
+}
+
+// ResetSource resets all changes to the "source" field.
+func (m *LearnFeedbackMutation) ResetSource() {
+	m.source = nil
+}
+
+// SetEpisodeID sets the "episode_id" field.
+func (m *LearnFeedbackMutation) SetEpisodeID(s string) {
+	m.episode_id = &s
+}
+
+// EpisodeID returns the value of the "episode_id" field in the mutation.
+func (m *LearnFeedbackMutation) EpisodeID() (r string, exists bool) {
+	v := m.episode_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEpisodeID returns the old "episode_id" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldEpisodeID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEpisodeID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEpisodeID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEpisodeID: %w", err)
+	}
+	return oldValue.EpisodeID, nil
+}
+
+// ResetEpisodeID resets all changes to the "episode_id" field.
+func (m *LearnFeedbackMutation) ResetEpisodeID() {
+	m.episode_id = nil
+}
+
+// SetSessionID sets the "session_id" field.
+func (m *LearnFeedbackMutation) SetSessionID(s string) {
+	m.session_id = &s
+}
+
+// SessionID returns the value of the "session_id" field in the mutation.
+func (m *LearnFeedbackMutation) SessionID() (r string, exists bool) {
+	v := m.session_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSessionID returns the old "session_id" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldSessionID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSessionID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSessionID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSessionID: %w", err)
+	}
+	return oldValue.SessionID, nil
+}
+
+// ResetSessionID resets all changes to the "session_id" field.
+func (m *LearnFeedbackMutation) ResetSessionID() {
+	m.session_id = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *LearnFeedbackMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *LearnFeedbackMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *LearnFeedbackMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// Where appends a list predicates to the LearnFeedbackMutation builder.
+func (m *LearnFeedbackMutation) Where(ps ...predicate.LearnFeedback) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the LearnFeedbackMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *LearnFeedbackMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.LearnFeedback, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *LearnFeedbackMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *LearnFeedbackMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (LearnFeedback).
+func (m *LearnFeedbackMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *LearnFeedbackMutation) Fields() []string {
+	fields := make([]string, 0, 14)
+	if m._type != nil {
+		fields = append(fields, learnfeedback.FieldType)
+	}
+	if m.score != nil {
+		fields = append(fields, learnfeedback.FieldScore)
+	}
+	if m.kind != nil {
+		fields = append(fields, learnfeedback.FieldKind)
+	}
+	if m.name != nil {
+		fields = append(fields, learnfeedback.FieldName)
+	}
+	if m.context != nil {
+		fields = append(fields, learnfeedback.FieldContext)
+	}
+	if m.correlation_id != nil {
+		fields = append(fields, learnfeedback.FieldCorrelationID)
+	}
+	if m.call_req_id != nil {
+		fields = append(fields, learnfeedback.FieldCallReqID)
+	}
+	if m.correction != nil {
+		fields = append(fields, learnfeedback.FieldCorrection)
+	}
+	if m.comment != nil {
+		fields = append(fields, learnfeedback.FieldComment)
+	}
+	if m.dimension != nil {
+		fields = append(fields, learnfeedback.FieldDimension)
+	}
+	if m.source != nil {
+		fields = append(fields, learnfeedback.FieldSource)
+	}
+	if m.episode_id != nil {
+		fields = append(fields, learnfeedback.FieldEpisodeID)
+	}
+	if m.session_id != nil {
+		fields = append(fields, learnfeedback.FieldSessionID)
+	}
+	if m.created_at != nil {
+		fields = append(fields, learnfeedback.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *LearnFeedbackMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case learnfeedback.FieldType:
+		return m.GetType()
+	case learnfeedback.FieldScore:
+		return m.Score()
+	case learnfeedback.FieldKind:
+		return m.Kind()
+	case learnfeedback.FieldName:
+		return m.Name()
+	case learnfeedback.FieldContext:
+		return m.Context()
+	case learnfeedback.FieldCorrelationID:
+		return m.CorrelationID()
+	case learnfeedback.FieldCallReqID:
+		return m.CallReqID()
+	case learnfeedback.FieldCorrection:
+		return m.Correction()
+	case learnfeedback.FieldComment:
+		return m.Comment()
+	case learnfeedback.FieldDimension:
+		return m.Dimension()
+	case learnfeedback.FieldSource:
+		return m.Source()
+	case learnfeedback.FieldEpisodeID:
+		return m.EpisodeID()
+	case learnfeedback.FieldSessionID:
+		return m.SessionID()
+	case learnfeedback.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *LearnFeedbackMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case learnfeedback.FieldType:
+		return m.OldType(ctx)
+	case learnfeedback.FieldScore:
+		return m.OldScore(ctx)
+	case learnfeedback.FieldKind:
+		return m.OldKind(ctx)
+	case learnfeedback.FieldName:
+		return m.OldName(ctx)
+	case learnfeedback.FieldContext:
+		return m.OldContext(ctx)
+	case learnfeedback.FieldCorrelationID:
+		return m.OldCorrelationID(ctx)
+	case learnfeedback.FieldCallReqID:
+		return m.OldCallReqID(ctx)
+	case learnfeedback.FieldCorrection:
+		return m.OldCorrection(ctx)
+	case learnfeedback.FieldComment:
+		return m.OldComment(ctx)
+	case learnfeedback.FieldDimension:
+		return m.OldDimension(ctx)
+	case learnfeedback.FieldSource:
+		return m.OldSource(ctx)
+	case learnfeedback.FieldEpisodeID:
+		return m.OldEpisodeID(ctx)
+	case learnfeedback.FieldSessionID:
+		return m.OldSessionID(ctx)
+	case learnfeedback.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown LearnFeedback field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LearnFeedbackMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case learnfeedback.FieldType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetType(v)
+		return nil
+	case learnfeedback.FieldScore:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetScore(v)
+		return nil
+	case learnfeedback.FieldKind:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case learnfeedback.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case learnfeedback.FieldContext:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetContext(v)
+		return nil
+	case learnfeedback.FieldCorrelationID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCorrelationID(v)
+		return nil
+	case learnfeedback.FieldCallReqID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCallReqID(v)
+		return nil
+	case learnfeedback.FieldCorrection:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCorrection(v)
+		return nil
+	case learnfeedback.FieldComment:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetComment(v)
+		return nil
+	case learnfeedback.FieldDimension:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDimension(v)
+		return nil
+	case learnfeedback.FieldSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSource(v)
+		return nil
+	case learnfeedback.FieldEpisodeID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEpisodeID(v)
+		return nil
+	case learnfeedback.FieldSessionID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSessionID(v)
+		return nil
+	case learnfeedback.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown LearnFeedback field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *LearnFeedbackMutation) AddedFields() []string {
+	var fields []string
+	if m.addscore != nil {
+		fields = append(fields, learnfeedback.FieldScore)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *LearnFeedbackMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case learnfeedback.FieldScore:
+		return m.AddedScore()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LearnFeedbackMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case learnfeedback.FieldScore:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddScore(v)
+		return nil
+	}
+	return fmt.Errorf("unknown LearnFeedback numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *LearnFeedbackMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *LearnFeedbackMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *LearnFeedbackMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown LearnFeedback nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *LearnFeedbackMutation) ResetField(name string) error {
+	switch name {
+	case learnfeedback.FieldType:
+		m.ResetType()
+		return nil
+	case learnfeedback.FieldScore:
+		m.ResetScore()
+		return nil
+	case learnfeedback.FieldKind:
+		m.ResetKind()
+		return nil
+	case learnfeedback.FieldName:
+		m.ResetName()
+		return nil
+	case learnfeedback.FieldContext:
+		m.ResetContext()
+		return nil
+	case learnfeedback.FieldCorrelationID:
+		m.ResetCorrelationID()
+		return nil
+	case learnfeedback.FieldCallReqID:
+		m.ResetCallReqID()
+		return nil
+	case learnfeedback.FieldCorrection:
+		m.ResetCorrection()
+		return nil
+	case learnfeedback.FieldComment:
+		m.ResetComment()
+		return nil
+	case learnfeedback.FieldDimension:
+		m.ResetDimension()
+		return nil
+	case learnfeedback.FieldSource:
+		m.ResetSource()
+		return nil
+	case learnfeedback.FieldEpisodeID:
+		m.ResetEpisodeID()
+		return nil
+	case learnfeedback.FieldSessionID:
+		m.ResetSessionID()
+		return nil
+	case learnfeedback.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown LearnFeedback field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *LearnFeedbackMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *LearnFeedbackMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *LearnFeedbackMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *LearnFeedbackMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *LearnFeedbackMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *LearnFeedbackMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *LearnFeedbackMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown LearnFeedback unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *LearnFeedbackMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown LearnFeedback edge %s", name)
+}
+
+// LearnWeightMutation represents an operation that mutates the LearnWeight nodes in the graph.
+type LearnWeightMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	context       *string
+	kind          *string
+	name          *string
+	pulls         *float64
+	addpulls      *float64
+	reward_sum    *float64
+	addreward_sum *float64
+	updated_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*LearnWeight, error)
+	predicates    []predicate.LearnWeight
+}
+
+var _ ent.Mutation = (*LearnWeightMutation)(nil)
+
+// learnweightOption allows management of the mutation configuration using functional options.
+type learnweightOption func(*LearnWeightMutation)
+
+// newLearnWeightMutation creates new mutation for the LearnWeight entity.
+func newLearnWeightMutation(c config, op Op, opts ...learnweightOption) *LearnWeightMutation {
+	m := &LearnWeightMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeLearnWeight,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withLearnWeightID sets the ID field of the mutation.
+func withLearnWeightID(id int) learnweightOption {
+	return func(m *LearnWeightMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *LearnWeight
+		)
+		m.oldValue = func(ctx context.Context) (*LearnWeight, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().LearnWeight.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withLearnWeight sets the old LearnWeight of the mutation.
+func withLearnWeight(node *LearnWeight) learnweightOption {
+	return func(m *LearnWeightMutation) {
+		m.oldValue = func(context.Context) (*LearnWeight, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m LearnWeightMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m LearnWeightMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *LearnWeightMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *LearnWeightMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().LearnWeight.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetContext sets the "context" field.
+func (m *LearnWeightMutation) SetContext(s string) {
+	m.context = &s
+}
+
+// Context returns the value of the "context" field in the mutation.
+func (m *LearnWeightMutation) Context() (r string, exists bool) {
+	v := m.context
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldContext returns the old "context" field's value of the LearnWeight entity.
+// If the LearnWeight object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnWeightMutation) OldContext(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldContext is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldContext requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldContext: %w", err)
+	}
+	return oldValue.Context, nil
+}
+
+// ResetContext resets all changes to the "context" field.
+func (m *LearnWeightMutation) ResetContext() {
+	m.context = nil
+}
+
+// SetKind sets the "kind" field.
+func (m *LearnWeightMutation) SetKind(s string) {
+	m.kind = &s
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *LearnWeightMutation) Kind() (r string, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the LearnWeight entity.
+// If the LearnWeight object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnWeightMutation) OldKind(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *LearnWeightMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetName sets the "name" field.
+func (m *LearnWeightMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *LearnWeightMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the LearnWeight entity.
+// If the LearnWeight object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnWeightMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *LearnWeightMutation) ResetName() {
+	m.name = nil
+}
+
+// SetPulls sets the "pulls" field.
+func (m *LearnWeightMutation) SetPulls(f float64) {
+	m.pulls = &f
+	m.addpulls = nil
+}
+
+// Pulls returns the value of the "pulls" field in the mutation.
+func (m *LearnWeightMutation) Pulls() (r float64, exists bool) {
+	v := m.pulls
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPulls returns the old "pulls" field's value of the LearnWeight entity.
+// If the LearnWeight object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnWeightMutation) OldPulls(ctx context.Context) (v float64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPulls is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPulls requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPulls: %w", err)
+	}
+	return oldValue.Pulls, nil
+}
+
+// AddPulls adds f to the "pulls" field.
+func (m *LearnWeightMutation) AddPulls(f float64) {
+	if m.addpulls != nil {
+		*m.addpulls += f
+	} else {
+		m.addpulls = &f
+	}
+}
+
+// AddedPulls returns the value that was added to the "pulls" field in this mutation.
+func (m *LearnWeightMutation) AddedPulls() (r float64, exists bool) {
+	v := m.addpulls
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetPulls resets all changes to the "pulls" field.
+func (m *LearnWeightMutation) ResetPulls() {
+	m.pulls = nil
+	m.addpulls = nil
+}
+
+// SetRewardSum sets the "reward_sum" field.
+func (m *LearnWeightMutation) SetRewardSum(f float64) {
+	m.reward_sum = &f
+	m.addreward_sum = nil
+}
+
+// RewardSum returns the value of the "reward_sum" field in the mutation.
+func (m *LearnWeightMutation) RewardSum() (r float64, exists bool) {
+	v := m.reward_sum
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRewardSum returns the old "reward_sum" field's value of the LearnWeight entity.
+// If the LearnWeight object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnWeightMutation) OldRewardSum(ctx context.Context) (v float64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRewardSum is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRewardSum requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRewardSum: %w", err)
+	}
+	return oldValue.RewardSum, nil
+}
+
+// AddRewardSum adds f to the "reward_sum" field.
+func (m *LearnWeightMutation) AddRewardSum(f float64) {
+	if m.addreward_sum != nil {
+		*m.addreward_sum += f
+	} else {
+		m.addreward_sum = &f
+	}
+}
+
+// AddedRewardSum returns the value that was added to the "reward_sum" field in this mutation.
+func (m *LearnWeightMutation) AddedRewardSum() (r float64, exists bool) {
+	v := m.addreward_sum
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetRewardSum resets all changes to the "reward_sum" field.
+func (m *LearnWeightMutation) ResetRewardSum() {
+	m.reward_sum = nil
+	m.addreward_sum = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *LearnWeightMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *LearnWeightMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the LearnWeight entity.
+// If the LearnWeight object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnWeightMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *LearnWeightMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the LearnWeightMutation builder.
+func (m *LearnWeightMutation) Where(ps ...predicate.LearnWeight) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the LearnWeightMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *LearnWeightMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.LearnWeight, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *LearnWeightMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *LearnWeightMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (LearnWeight).
+func (m *LearnWeightMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *LearnWeightMutation) Fields() []string {
+	fields := make([]string, 0, 6)
+	if m.context != nil {
+		fields = append(fields, learnweight.FieldContext)
+	}
+	if m.kind != nil {
+		fields = append(fields, learnweight.FieldKind)
+	}
+	if m.name != nil {
+		fields = append(fields, learnweight.FieldName)
+	}
+	if m.pulls != nil {
+		fields = append(fields, learnweight.FieldPulls)
+	}
+	if m.reward_sum != nil {
+		fields = append(fields, learnweight.FieldRewardSum)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, learnweight.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *LearnWeightMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case learnweight.FieldContext:
+		return m.Context()
+	case learnweight.FieldKind:
+		return m.Kind()
+	case learnweight.FieldName:
+		return m.Name()
+	case learnweight.FieldPulls:
+		return m.Pulls()
+	case learnweight.FieldRewardSum:
+		return m.RewardSum()
+	case learnweight.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *LearnWeightMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case learnweight.FieldContext:
+		return m.OldContext(ctx)
+	case learnweight.FieldKind:
+		return m.OldKind(ctx)
+	case learnweight.FieldName:
+		return m.OldName(ctx)
+	case learnweight.FieldPulls:
+		return m.OldPulls(ctx)
+	case learnweight.FieldRewardSum:
+		return m.OldRewardSum(ctx)
+	case learnweight.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown LearnWeight field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LearnWeightMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case learnweight.FieldContext:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetContext(v)
+		return nil
+	case learnweight.FieldKind:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case learnweight.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case learnweight.FieldPulls:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPulls(v)
+		return nil
+	case learnweight.FieldRewardSum:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRewardSum(v)
+		return nil
+	case learnweight.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown LearnWeight field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *LearnWeightMutation) AddedFields() []string {
+	var fields []string
+	if m.addpulls != nil {
+		fields = append(fields, learnweight.FieldPulls)
+	}
+	if m.addreward_sum != nil {
+		fields = append(fields, learnweight.FieldRewardSum)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *LearnWeightMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case learnweight.FieldPulls:
+		return m.AddedPulls()
+	case learnweight.FieldRewardSum:
+		return m.AddedRewardSum()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *LearnWeightMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case learnweight.FieldPulls:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddPulls(v)
+		return nil
+	case learnweight.FieldRewardSum:
+		v, ok := value.(float64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddRewardSum(v)
+		return nil
+	}
+	return fmt.Errorf("unknown LearnWeight numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *LearnWeightMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *LearnWeightMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *LearnWeightMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown LearnWeight nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *LearnWeightMutation) ResetField(name string) error {
+	switch name {
+	case learnweight.FieldContext:
+		m.ResetContext()
+		return nil
+	case learnweight.FieldKind:
+		m.ResetKind()
+		return nil
+	case learnweight.FieldName:
+		m.ResetName()
+		return nil
+	case learnweight.FieldPulls:
+		m.ResetPulls()
+		return nil
+	case learnweight.FieldRewardSum:
+		m.ResetRewardSum()
+		return nil
+	case learnweight.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown LearnWeight field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *LearnWeightMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *LearnWeightMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *LearnWeightMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *LearnWeightMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *LearnWeightMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *LearnWeightMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *LearnWeightMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown LearnWeight unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *LearnWeightMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown LearnWeight edge %s", name)
+}
+
+// MemoryEpisodicMutation represents an operation that mutates the MemoryEpisodic nodes in the graph.
+type MemoryEpisodicMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	namespace     *string
+	agent         *string
+	key           *string
+	content       *[]byte
+	body          *string
+	tags          *string
+	tag_set       *string
+	source        *string
+	metadata      *[]byte
+	created_at    *int64
+	addcreated_at *int64
+	updated_at    *int64
+	addupdated_at *int64
+	expires_at    *int64
+	addexpires_at *int64
+	size          *int64
+	addsize       *int64
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*MemoryEpisodic, error)
+	predicates    []predicate.MemoryEpisodic
+}
+
+var _ ent.Mutation = (*MemoryEpisodicMutation)(nil)
+
+// memoryepisodicOption allows management of the mutation configuration using functional options.
+type memoryepisodicOption func(*MemoryEpisodicMutation)
+
+// newMemoryEpisodicMutation creates new mutation for the MemoryEpisodic entity.
+func newMemoryEpisodicMutation(c config, op Op, opts ...memoryepisodicOption) *MemoryEpisodicMutation {
+	m := &MemoryEpisodicMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeMemoryEpisodic,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withMemoryEpisodicID sets the ID field of the mutation.
+func withMemoryEpisodicID(id int) memoryepisodicOption {
+	return func(m *MemoryEpisodicMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *MemoryEpisodic
+		)
+		m.oldValue = func(ctx context.Context) (*MemoryEpisodic, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().MemoryEpisodic.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withMemoryEpisodic sets the old MemoryEpisodic of the mutation.
+func withMemoryEpisodic(node *MemoryEpisodic) memoryepisodicOption {
+	return func(m *MemoryEpisodicMutation) {
+		m.oldValue = func(context.Context) (*MemoryEpisodic, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m MemoryEpisodicMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m MemoryEpisodicMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *MemoryEpisodicMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *MemoryEpisodicMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().MemoryEpisodic.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetNamespace sets the "namespace" field.
+func (m *MemoryEpisodicMutation) SetNamespace(s string) {
+	m.namespace = &s
+}
+
+// Namespace returns the value of the "namespace" field in the mutation.
+func (m *MemoryEpisodicMutation) Namespace() (r string, exists bool) {
+	v := m.namespace
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNamespace returns the old "namespace" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldNamespace(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNamespace is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNamespace requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNamespace: %w", err)
+	}
+	return oldValue.Namespace, nil
+}
+
+// ResetNamespace resets all changes to the "namespace" field.
+func (m *MemoryEpisodicMutation) ResetNamespace() {
+	m.namespace = nil
+}
+
+// SetAgent sets the "agent" field.
+func (m *MemoryEpisodicMutation) SetAgent(s string) {
+	m.agent = &s
+}
+
+// Agent returns the value of the "agent" field in the mutation.
+func (m *MemoryEpisodicMutation) Agent() (r string, exists bool) {
+	v := m.agent
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAgent returns the old "agent" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldAgent(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAgent is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAgent requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAgent: %w", err)
+	}
+	return oldValue.Agent, nil
+}
+
+// ResetAgent resets all changes to the "agent" field.
+func (m *MemoryEpisodicMutation) ResetAgent() {
+	m.agent = nil
+}
+
+// SetKey sets the "key" field.
+func (m *MemoryEpisodicMutation) SetKey(s string) {
+	m.key = &s
+}
+
+// Key returns the value of the "key" field in the mutation.
+func (m *MemoryEpisodicMutation) Key() (r string, exists bool) {
+	v := m.key
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKey returns the old "key" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldKey(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKey is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKey requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKey: %w", err)
+	}
+	return oldValue.Key, nil
+}
+
+// ResetKey resets all changes to the "key" field.
+func (m *MemoryEpisodicMutation) ResetKey() {
+	m.key = nil
+}
+
+// SetContent sets the "content" field.
+func (m *MemoryEpisodicMutation) SetContent(b []byte) {
+	m.content = &b
+}
+
+// Content returns the value of the "content" field in the mutation.
+func (m *MemoryEpisodicMutation) Content() (r []byte, exists bool) {
+	v := m.content
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldContent returns the old "content" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldContent(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldContent is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldContent requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldContent: %w", err)
+	}
+	return oldValue.Content, nil
+}
+
+// ResetContent resets all changes to the "content" field.
+func (m *MemoryEpisodicMutation) ResetContent() {
+	m.content = nil
+}
+
+// SetBody sets the "body" field.
+func (m *MemoryEpisodicMutation) SetBody(s string) {
+	m.body = &s
+}
+
+// Body returns the value of the "body" field in the mutation.
+func (m *MemoryEpisodicMutation) Body() (r string, exists bool) {
+	v := m.body
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBody returns the old "body" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldBody(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBody is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBody requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBody: %w", err)
+	}
+	return oldValue.Body, nil
+}
+
+// ResetBody resets all changes to the "body" field.
+func (m *MemoryEpisodicMutation) ResetBody() {
+	m.body = nil
+}
+
+// SetTags sets the "tags" field.
+func (m *MemoryEpisodicMutation) SetTags(s string) {
+	m.tags = &s
+}
+
+// Tags returns the value of the "tags" field in the mutation.
+func (m *MemoryEpisodicMutation) Tags() (r string, exists bool) {
+	v := m.tags
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTags returns the old "tags" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldTags(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTags is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTags requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTags: %w", err)
+	}
+	return oldValue.Tags, nil
+}
+
+// ResetTags resets all changes to the "tags" field.
+func (m *MemoryEpisodicMutation) ResetTags() {
+	m.tags = nil
+}
+
+// SetTagSet sets the "tag_set" field.
+func (m *MemoryEpisodicMutation) SetTagSet(s string) {
+	m.tag_set = &s
+}
+
+// TagSet returns the value of the "tag_set" field in the mutation.
+func (m *MemoryEpisodicMutation) TagSet() (r string, exists bool) {
+	v := m.tag_set
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTagSet returns the old "tag_set" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldTagSet(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTagSet is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTagSet requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTagSet: %w", err)
+	}
+	return oldValue.TagSet, nil
+}
+
+// ResetTagSet resets all changes to the "tag_set" field.
+func (m *MemoryEpisodicMutation) ResetTagSet() {
+	m.tag_set = nil
+}
+
+// SetSource sets the "source" field.
+func (m *MemoryEpisodicMutation) SetSource(s string) {
+	m.source = &s
+}
+
+// Source returns the value of the "source" field in the mutation.
+func (m *MemoryEpisodicMutation) Source() (r string, exists bool) {
+	v := m.source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSource returns the old "source" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSource: %w", err)
+	}
+	return oldValue.Source, nil
+}
+
+// ResetSource resets all changes to the "source" field.
+func (m *MemoryEpisodicMutation) ResetSource() {
+	m.source = nil
+}
+
+// SetMetadata sets the "metadata" field.
+func (m *MemoryEpisodicMutation) SetMetadata(b []byte) {
+	m.metadata = &b
+}
+
+// Metadata returns the value of the "metadata" field in the mutation.
+func (m *MemoryEpisodicMutation) Metadata() (r []byte, exists bool) {
+	v := m.metadata
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMetadata returns the old "metadata" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldMetadata(ctx context.Context) (v *[]byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMetadata is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMetadata requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMetadata: %w", err)
+	}
+	return oldValue.Metadata, nil
+}
+
+// ClearMetadata clears the value of the "metadata" field.
+func (m *MemoryEpisodicMutation) ClearMetadata() {
+	m.metadata = nil
+	m.clearedFields[memoryepisodic.FieldMetadata] = struct{}{}
+}
+
+// MetadataCleared returns if the "metadata" field was cleared in this mutation.
+func (m *MemoryEpisodicMutation) MetadataCleared() bool {
+	_, ok := m.clearedFields[memoryepisodic.FieldMetadata]
+	return ok
+}
+
+// ResetMetadata resets all changes to the "metadata" field.
+func (m *MemoryEpisodicMutation) ResetMetadata() {
+	m.metadata = nil
+	delete(m.clearedFields, memoryepisodic.FieldMetadata)
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *MemoryEpisodicMutation) SetCreatedAt(i int64) {
+	m.created_at = &i
+	m.addcreated_at = nil
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *MemoryEpisodicMutation) CreatedAt() (r int64, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldCreatedAt(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// AddCreatedAt adds i to the "created_at" field.
+func (m *MemoryEpisodicMutation) AddCreatedAt(i int64) {
+	if m.addcreated_at != nil {
+		*m.addcreated_at += i
+	} else {
+		m.addcreated_at = &i
+	}
+}
+
+// AddedCreatedAt returns the value that was added to the "created_at" field in this mutation.
+func (m *MemoryEpisodicMutation) AddedCreatedAt() (r int64, exists bool) {
+	v := m.addcreated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *MemoryEpisodicMutation) ResetCreatedAt() {
+	m.created_at = nil
+	m.addcreated_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *MemoryEpisodicMutation) SetUpdatedAt(i int64) {
+	m.updated_at = &i
+	m.addupdated_at = nil
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *MemoryEpisodicMutation) UpdatedAt() (r int64, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldUpdatedAt(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// AddUpdatedAt adds i to the "updated_at" field.
+func (m *MemoryEpisodicMutation) AddUpdatedAt(i int64) {
+	if m.addupdated_at != nil {
+		*m.addupdated_at += i
+	} else {
+		m.addupdated_at = &i
+	}
+}
+
+// AddedUpdatedAt returns the value that was added to the "updated_at" field in this mutation.
+func (m *MemoryEpisodicMutation) AddedUpdatedAt() (r int64, exists bool) {
+	v := m.addupdated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *MemoryEpisodicMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	m.addupdated_at = nil
+}
+
+// SetExpiresAt sets the "expires_at" field.
+func (m *MemoryEpisodicMutation) SetExpiresAt(i int64) {
+	m.expires_at = &i
+	m.addexpires_at = nil
+}
+
+// ExpiresAt returns the value of the "expires_at" field in the mutation.
+func (m *MemoryEpisodicMutation) ExpiresAt() (r int64, exists bool) {
+	v := m.expires_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExpiresAt returns the old "expires_at" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldExpiresAt(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExpiresAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExpiresAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExpiresAt: %w", err)
+	}
+	return oldValue.ExpiresAt, nil
+}
+
+// AddExpiresAt adds i to the "expires_at" field.
+func (m *MemoryEpisodicMutation) AddExpiresAt(i int64) {
+	if m.addexpires_at != nil {
+		*m.addexpires_at += i
+	} else {
+		m.addexpires_at = &i
+	}
+}
+
+// AddedExpiresAt returns the value that was added to the "expires_at" field in this mutation.
+func (m *MemoryEpisodicMutation) AddedExpiresAt() (r int64, exists bool) {
+	v := m.addexpires_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetExpiresAt resets all changes to the "expires_at" field.
+func (m *MemoryEpisodicMutation) ResetExpiresAt() {
+	m.expires_at = nil
+	m.addexpires_at = nil
+}
+
+// SetSize sets the "size" field.
+func (m *MemoryEpisodicMutation) SetSize(i int64) {
+	m.size = &i
+	m.addsize = nil
+}
+
+// Size returns the value of the "size" field in the mutation.
+func (m *MemoryEpisodicMutation) Size() (r int64, exists bool) {
+	v := m.size
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSize returns the old "size" field's value of the MemoryEpisodic entity.
+// If the MemoryEpisodic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemoryEpisodicMutation) OldSize(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSize is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSize requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSize: %w", err)
+	}
+	return oldValue.Size, nil
+}
+
+// AddSize adds i to the "size" field.
+func (m *MemoryEpisodicMutation) AddSize(i int64) {
+	if m.addsize != nil {
+		*m.addsize += i
+	} else {
+		m.addsize = &i
+	}
+}
+
+// AddedSize returns the value that was added to the "size" field in this mutation.
+func (m *MemoryEpisodicMutation) AddedSize() (r int64, exists bool) {
+	v := m.addsize
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetSize resets all changes to the "size" field.
+func (m *MemoryEpisodicMutation) ResetSize() {
+	m.size = nil
+	m.addsize = nil
+}
+
+// Where appends a list predicates to the MemoryEpisodicMutation builder.
+func (m *MemoryEpisodicMutation) Where(ps ...predicate.MemoryEpisodic) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the MemoryEpisodicMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *MemoryEpisodicMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.MemoryEpisodic, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *MemoryEpisodicMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *MemoryEpisodicMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (MemoryEpisodic).
+func (m *MemoryEpisodicMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *MemoryEpisodicMutation) Fields() []string {
+	fields := make([]string, 0, 13)
+	if m.namespace != nil {
+		fields = append(fields, memoryepisodic.FieldNamespace)
+	}
+	if m.agent != nil {
+		fields = append(fields, memoryepisodic.FieldAgent)
+	}
+	if m.key != nil {
+		fields = append(fields, memoryepisodic.FieldKey)
+	}
+	if m.content != nil {
+		fields = append(fields, memoryepisodic.FieldContent)
+	}
+	if m.body != nil {
+		fields = append(fields, memoryepisodic.FieldBody)
+	}
+	if m.tags != nil {
+		fields = append(fields, memoryepisodic.FieldTags)
+	}
+	if m.tag_set != nil {
+		fields = append(fields, memoryepisodic.FieldTagSet)
+	}
+	if m.source != nil {
+		fields = append(fields, memoryepisodic.FieldSource)
+	}
+	if m.metadata != nil {
+		fields = append(fields, memoryepisodic.FieldMetadata)
+	}
+	if m.created_at != nil {
+		fields = append(fields, memoryepisodic.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, memoryepisodic.FieldUpdatedAt)
+	}
+	if m.expires_at != nil {
+		fields = append(fields, memoryepisodic.FieldExpiresAt)
+	}
+	if m.size != nil {
+		fields = append(fields, memoryepisodic.FieldSize)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *MemoryEpisodicMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case memoryepisodic.FieldNamespace:
+		return m.Namespace()
+	case memoryepisodic.FieldAgent:
+		return m.Agent()
+	case memoryepisodic.FieldKey:
+		return m.Key()
+	case memoryepisodic.FieldContent:
+		return m.Content()
+	case memoryepisodic.FieldBody:
+		return m.Body()
+	case memoryepisodic.FieldTags:
+		return m.Tags()
+	case memoryepisodic.FieldTagSet:
+		return m.TagSet()
+	case memoryepisodic.FieldSource:
+		return m.Source()
+	case memoryepisodic.FieldMetadata:
+		return m.Metadata()
+	case memoryepisodic.FieldCreatedAt:
+		return m.CreatedAt()
+	case memoryepisodic.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case memoryepisodic.FieldExpiresAt:
+		return m.ExpiresAt()
+	case memoryepisodic.FieldSize:
+		return m.Size()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *MemoryEpisodicMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case memoryepisodic.FieldNamespace:
+		return m.OldNamespace(ctx)
+	case memoryepisodic.FieldAgent:
+		return m.OldAgent(ctx)
+	case memoryepisodic.FieldKey:
+		return m.OldKey(ctx)
+	case memoryepisodic.FieldContent:
+		return m.OldContent(ctx)
+	case memoryepisodic.FieldBody:
+		return m.OldBody(ctx)
+	case memoryepisodic.FieldTags:
+		return m.OldTags(ctx)
+	case memoryepisodic.FieldTagSet:
+		return m.OldTagSet(ctx)
+	case memoryepisodic.FieldSource:
+		return m.OldSource(ctx)
+	case memoryepisodic.FieldMetadata:
+		return m.OldMetadata(ctx)
+	case memoryepisodic.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case memoryepisodic.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case memoryepisodic.FieldExpiresAt:
+		return m.OldExpiresAt(ctx)
+	case memoryepisodic.FieldSize:
+		return m.OldSize(ctx)
+	}
+	return nil, fmt.Errorf("unknown MemoryEpisodic field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *MemoryEpisodicMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case memoryepisodic.FieldNamespace:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNamespace(v)
+		return nil
+	case memoryepisodic.FieldAgent:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAgent(v)
+		return nil
+	case memoryepisodic.FieldKey:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKey(v)
+		return nil
+	case memoryepisodic.FieldContent:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetContent(v)
+		return nil
+	case memoryepisodic.FieldBody:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBody(v)
+		return nil
+	case memoryepisodic.FieldTags:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTags(v)
+		return nil
+	case memoryepisodic.FieldTagSet:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTagSet(v)
+		return nil
+	case memoryepisodic.FieldSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSource(v)
+		return nil
+	case memoryepisodic.FieldMetadata:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMetadata(v)
+		return nil
+	case memoryepisodic.FieldCreatedAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case memoryepisodic.FieldUpdatedAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case memoryepisodic.FieldExpiresAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExpiresAt(v)
+		return nil
+	case memoryepisodic.FieldSize:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSize(v)
+		return nil
+	}
+	return fmt.Errorf("unknown MemoryEpisodic field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *MemoryEpisodicMutation) AddedFields() []string {
+	var fields []string
+	if m.addcreated_at != nil {
+		fields = append(fields, memoryepisodic.FieldCreatedAt)
+	}
+	if m.addupdated_at != nil {
+		fields = append(fields, memoryepisodic.FieldUpdatedAt)
+	}
+	if m.addexpires_at != nil {
+		fields = append(fields, memoryepisodic.FieldExpiresAt)
+	}
+	if m.addsize != nil {
+		fields = append(fields, memoryepisodic.FieldSize)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *MemoryEpisodicMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case memoryepisodic.FieldCreatedAt:
+		return m.AddedCreatedAt()
+	case memoryepisodic.FieldUpdatedAt:
+		return m.AddedUpdatedAt()
+	case memoryepisodic.FieldExpiresAt:
+		return m.AddedExpiresAt()
+	case memoryepisodic.FieldSize:
+		return m.AddedSize()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *MemoryEpisodicMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case memoryepisodic.FieldCreatedAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddCreatedAt(v)
+		return nil
+	case memoryepisodic.FieldUpdatedAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddUpdatedAt(v)
+		return nil
+	case memoryepisodic.FieldExpiresAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddExpiresAt(v)
+		return nil
+	case memoryepisodic.FieldSize:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddSize(v)
+		return nil
+	}
+	return fmt.Errorf("unknown MemoryEpisodic numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *MemoryEpisodicMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(memoryepisodic.FieldMetadata) {
+		fields = append(fields, memoryepisodic.FieldMetadata)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *MemoryEpisodicMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *MemoryEpisodicMutation) ClearField(name string) error {
+	switch name {
+	case memoryepisodic.FieldMetadata:
+		m.ClearMetadata()
+		return nil
+	}
+	return fmt.Errorf("unknown MemoryEpisodic nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *MemoryEpisodicMutation) ResetField(name string) error {
+	switch name {
+	case memoryepisodic.FieldNamespace:
+		m.ResetNamespace()
+		return nil
+	case memoryepisodic.FieldAgent:
+		m.ResetAgent()
+		return nil
+	case memoryepisodic.FieldKey:
+		m.ResetKey()
+		return nil
+	case memoryepisodic.FieldContent:
+		m.ResetContent()
+		return nil
+	case memoryepisodic.FieldBody:
+		m.ResetBody()
+		return nil
+	case memoryepisodic.FieldTags:
+		m.ResetTags()
+		return nil
+	case memoryepisodic.FieldTagSet:
+		m.ResetTagSet()
+		return nil
+	case memoryepisodic.FieldSource:
+		m.ResetSource()
+		return nil
+	case memoryepisodic.FieldMetadata:
+		m.ResetMetadata()
+		return nil
+	case memoryepisodic.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case memoryepisodic.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case memoryepisodic.FieldExpiresAt:
+		m.ResetExpiresAt()
+		return nil
+	case memoryepisodic.FieldSize:
+		m.ResetSize()
+		return nil
+	}
+	return fmt.Errorf("unknown MemoryEpisodic field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *MemoryEpisodicMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *MemoryEpisodicMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *MemoryEpisodicMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *MemoryEpisodicMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *MemoryEpisodicMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *MemoryEpisodicMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *MemoryEpisodicMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown MemoryEpisodic unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *MemoryEpisodicMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown MemoryEpisodic edge %s", name)
+}
+
+// MemorySemanticMutation represents an operation that mutates the MemorySemantic nodes in the graph.
+type MemorySemanticMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	namespace     *string
+	agent         *string
+	key           *string
+	content       *[]byte
+	body          *string
+	tags          *string
+	tag_set       *string
+	source        *string
+	metadata      *[]byte
+	created_at    *int64
+	addcreated_at *int64
+	updated_at    *int64
+	addupdated_at *int64
+	expires_at    *int64
+	addexpires_at *int64
+	size          *int64
+	addsize       *int64
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*MemorySemantic, error)
+	predicates    []predicate.MemorySemantic
+}
+
+var _ ent.Mutation = (*MemorySemanticMutation)(nil)
+
+// memorysemanticOption allows management of the mutation configuration using functional options.
+type memorysemanticOption func(*MemorySemanticMutation)
+
+// newMemorySemanticMutation creates new mutation for the MemorySemantic entity.
+func newMemorySemanticMutation(c config, op Op, opts ...memorysemanticOption) *MemorySemanticMutation {
+	m := &MemorySemanticMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeMemorySemantic,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withMemorySemanticID sets the ID field of the mutation.
+func withMemorySemanticID(id int) memorysemanticOption {
+	return func(m *MemorySemanticMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *MemorySemantic
+		)
+		m.oldValue = func(ctx context.Context) (*MemorySemantic, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().MemorySemantic.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withMemorySemantic sets the old MemorySemantic of the mutation.
+func withMemorySemantic(node *MemorySemantic) memorysemanticOption {
+	return func(m *MemorySemanticMutation) {
+		m.oldValue = func(context.Context) (*MemorySemantic, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m MemorySemanticMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m MemorySemanticMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *MemorySemanticMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *MemorySemanticMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().MemorySemantic.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetNamespace sets the "namespace" field.
+func (m *MemorySemanticMutation) SetNamespace(s string) {
+	m.namespace = &s
+}
+
+// Namespace returns the value of the "namespace" field in the mutation.
+func (m *MemorySemanticMutation) Namespace() (r string, exists bool) {
+	v := m.namespace
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNamespace returns the old "namespace" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldNamespace(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNamespace is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNamespace requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNamespace: %w", err)
+	}
+	return oldValue.Namespace, nil
+}
+
+// ResetNamespace resets all changes to the "namespace" field.
+func (m *MemorySemanticMutation) ResetNamespace() {
+	m.namespace = nil
+}
+
+// SetAgent sets the "agent" field.
+func (m *MemorySemanticMutation) SetAgent(s string) {
+	m.agent = &s
+}
+
+// Agent returns the value of the "agent" field in the mutation.
+func (m *MemorySemanticMutation) Agent() (r string, exists bool) {
+	v := m.agent
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAgent returns the old "agent" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldAgent(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAgent is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAgent requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAgent: %w", err)
+	}
+	return oldValue.Agent, nil
+}
+
+// ResetAgent resets all changes to the "agent" field.
+func (m *MemorySemanticMutation) ResetAgent() {
+	m.agent = nil
+}
+
+// SetKey sets the "key" field.
+func (m *MemorySemanticMutation) SetKey(s string) {
+	m.key = &s
+}
+
+// Key returns the value of the "key" field in the mutation.
+func (m *MemorySemanticMutation) Key() (r string, exists bool) {
+	v := m.key
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKey returns the old "key" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldKey(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKey is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKey requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKey: %w", err)
+	}
+	return oldValue.Key, nil
+}
+
+// ResetKey resets all changes to the "key" field.
+func (m *MemorySemanticMutation) ResetKey() {
+	m.key = nil
+}
+
+// SetContent sets the "content" field.
+func (m *MemorySemanticMutation) SetContent(b []byte) {
+	m.content = &b
+}
+
+// Content returns the value of the "content" field in the mutation.
+func (m *MemorySemanticMutation) Content() (r []byte, exists bool) {
+	v := m.content
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldContent returns the old "content" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldContent(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldContent is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldContent requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldContent: %w", err)
+	}
+	return oldValue.Content, nil
+}
+
+// ResetContent resets all changes to the "content" field.
+func (m *MemorySemanticMutation) ResetContent() {
+	m.content = nil
+}
+
+// SetBody sets the "body" field.
+func (m *MemorySemanticMutation) SetBody(s string) {
+	m.body = &s
+}
+
+// Body returns the value of the "body" field in the mutation.
+func (m *MemorySemanticMutation) Body() (r string, exists bool) {
+	v := m.body
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBody returns the old "body" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldBody(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBody is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBody requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBody: %w", err)
+	}
+	return oldValue.Body, nil
+}
+
+// ResetBody resets all changes to the "body" field.
+func (m *MemorySemanticMutation) ResetBody() {
+	m.body = nil
+}
+
+// SetTags sets the "tags" field.
+func (m *MemorySemanticMutation) SetTags(s string) {
+	m.tags = &s
+}
+
+// Tags returns the value of the "tags" field in the mutation.
+func (m *MemorySemanticMutation) Tags() (r string, exists bool) {
+	v := m.tags
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTags returns the old "tags" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldTags(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTags is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTags requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTags: %w", err)
+	}
+	return oldValue.Tags, nil
+}
+
+// ResetTags resets all changes to the "tags" field.
+func (m *MemorySemanticMutation) ResetTags() {
+	m.tags = nil
+}
+
+// SetTagSet sets the "tag_set" field.
+func (m *MemorySemanticMutation) SetTagSet(s string) {
+	m.tag_set = &s
+}
+
+// TagSet returns the value of the "tag_set" field in the mutation.
+func (m *MemorySemanticMutation) TagSet() (r string, exists bool) {
+	v := m.tag_set
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTagSet returns the old "tag_set" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldTagSet(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTagSet is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTagSet requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTagSet: %w", err)
+	}
+	return oldValue.TagSet, nil
+}
+
+// ResetTagSet resets all changes to the "tag_set" field.
+func (m *MemorySemanticMutation) ResetTagSet() {
+	m.tag_set = nil
+}
+
+// SetSource sets the "source" field.
+func (m *MemorySemanticMutation) SetSource(s string) {
+	m.source = &s
+}
+
+// Source returns the value of the "source" field in the mutation.
+func (m *MemorySemanticMutation) Source() (r string, exists bool) {
+	v := m.source
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSource returns the old "source" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldSource(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSource is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSource requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSource: %w", err)
+	}
+	return oldValue.Source, nil
+}
+
+// ResetSource resets all changes to the "source" field.
+func (m *MemorySemanticMutation) ResetSource() {
+	m.source = nil
+}
+
+// SetMetadata sets the "metadata" field.
+func (m *MemorySemanticMutation) SetMetadata(b []byte) {
+	m.metadata = &b
+}
+
+// Metadata returns the value of the "metadata" field in the mutation.
+func (m *MemorySemanticMutation) Metadata() (r []byte, exists bool) {
+	v := m.metadata
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldMetadata returns the old "metadata" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldMetadata(ctx context.Context) (v *[]byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldMetadata is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldMetadata requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldMetadata: %w", err)
+	}
+	return oldValue.Metadata, nil
+}
+
+// ClearMetadata clears the value of the "metadata" field.
+func (m *MemorySemanticMutation) ClearMetadata() {
+	m.metadata = nil
+	m.clearedFields[memorysemantic.FieldMetadata] = struct{}{}
+}
+
+// MetadataCleared returns if the "metadata" field was cleared in this mutation.
+func (m *MemorySemanticMutation) MetadataCleared() bool {
+	_, ok := m.clearedFields[memorysemantic.FieldMetadata]
+	return ok
+}
+
+// ResetMetadata resets all changes to the "metadata" field.
+func (m *MemorySemanticMutation) ResetMetadata() {
+	m.metadata = nil
+	delete(m.clearedFields, memorysemantic.FieldMetadata)
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *MemorySemanticMutation) SetCreatedAt(i int64) {
+	m.created_at = &i
+	m.addcreated_at = nil
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *MemorySemanticMutation) CreatedAt() (r int64, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldCreatedAt(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// AddCreatedAt adds i to the "created_at" field.
+func (m *MemorySemanticMutation) AddCreatedAt(i int64) {
+	if m.addcreated_at != nil {
+		*m.addcreated_at += i
+	} else {
+		m.addcreated_at = &i
+	}
+}
+
+// AddedCreatedAt returns the value that was added to the "created_at" field in this mutation.
+func (m *MemorySemanticMutation) AddedCreatedAt() (r int64, exists bool) {
+	v := m.addcreated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *MemorySemanticMutation) ResetCreatedAt() {
+	m.created_at = nil
+	m.addcreated_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *MemorySemanticMutation) SetUpdatedAt(i int64) {
+	m.updated_at = &i
+	m.addupdated_at = nil
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *MemorySemanticMutation) UpdatedAt() (r int64, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldUpdatedAt(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// AddUpdatedAt adds i to the "updated_at" field.
+func (m *MemorySemanticMutation) AddUpdatedAt(i int64) {
+	if m.addupdated_at != nil {
+		*m.addupdated_at += i
+	} else {
+		m.addupdated_at = &i
+	}
+}
+
+// AddedUpdatedAt returns the value that was added to the "updated_at" field in this mutation.
+func (m *MemorySemanticMutation) AddedUpdatedAt() (r int64, exists bool) {
+	v := m.addupdated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *MemorySemanticMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+	m.addupdated_at = nil
+}
+
+// SetExpiresAt sets the "expires_at" field.
+func (m *MemorySemanticMutation) SetExpiresAt(i int64) {
+	m.expires_at = &i
+	m.addexpires_at = nil
+}
+
+// ExpiresAt returns the value of the "expires_at" field in the mutation.
+func (m *MemorySemanticMutation) ExpiresAt() (r int64, exists bool) {
+	v := m.expires_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldExpiresAt returns the old "expires_at" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldExpiresAt(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldExpiresAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldExpiresAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldExpiresAt: %w", err)
+	}
+	return oldValue.ExpiresAt, nil
+}
+
+// AddExpiresAt adds i to the "expires_at" field.
+func (m *MemorySemanticMutation) AddExpiresAt(i int64) {
+	if m.addexpires_at != nil {
+		*m.addexpires_at += i
+	} else {
+		m.addexpires_at = &i
+	}
+}
+
+// AddedExpiresAt returns the value that was added to the "expires_at" field in this mutation.
+func (m *MemorySemanticMutation) AddedExpiresAt() (r int64, exists bool) {
+	v := m.addexpires_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetExpiresAt resets all changes to the "expires_at" field.
+func (m *MemorySemanticMutation) ResetExpiresAt() {
+	m.expires_at = nil
+	m.addexpires_at = nil
+}
+
+// SetSize sets the "size" field.
+func (m *MemorySemanticMutation) SetSize(i int64) {
+	m.size = &i
+	m.addsize = nil
+}
+
+// Size returns the value of the "size" field in the mutation.
+func (m *MemorySemanticMutation) Size() (r int64, exists bool) {
+	v := m.size
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSize returns the old "size" field's value of the MemorySemantic entity.
+// If the MemorySemantic object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *MemorySemanticMutation) OldSize(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSize is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSize requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSize: %w", err)
+	}
+	return oldValue.Size, nil
+}
+
+// AddSize adds i to the "size" field.
+func (m *MemorySemanticMutation) AddSize(i int64) {
+	if m.addsize != nil {
+		*m.addsize += i
+	} else {
+		m.addsize = &i
+	}
+}
+
+// AddedSize returns the value that was added to the "size" field in this mutation.
+func (m *MemorySemanticMutation) AddedSize() (r int64, exists bool) {
+	v := m.addsize
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetSize resets all changes to the "size" field.
+func (m *MemorySemanticMutation) ResetSize() {
+	m.size = nil
+	m.addsize = nil
+}
+
+// Where appends a list predicates to the MemorySemanticMutation builder.
+func (m *MemorySemanticMutation) Where(ps ...predicate.MemorySemantic) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the MemorySemanticMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *MemorySemanticMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.MemorySemantic, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *MemorySemanticMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *MemorySemanticMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (MemorySemantic).
+func (m *MemorySemanticMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *MemorySemanticMutation) Fields() []string {
+	fields := make([]string, 0, 13)
+	if m.namespace != nil {
+		fields = append(fields, memorysemantic.FieldNamespace)
+	}
+	if m.agent != nil {
+		fields = append(fields, memorysemantic.FieldAgent)
+	}
+	if m.key != nil {
+		fields = append(fields, memorysemantic.FieldKey)
+	}
+	if m.content != nil {
+		fields = append(fields, memorysemantic.FieldContent)
+	}
+	if m.body != nil {
+		fields = append(fields, memorysemantic.FieldBody)
+	}
+	if m.tags != nil {
+		fields = append(fields, memorysemantic.FieldTags)
+	}
+	if m.tag_set != nil {
+		fields = append(fields, memorysemantic.FieldTagSet)
+	}
+	if m.source != nil {
+		fields = append(fields, memorysemantic.FieldSource)
+	}
+	if m.metadata != nil {
+		fields = append(fields, memorysemantic.FieldMetadata)
+	}
+	if m.created_at != nil {
+		fields = append(fields, memorysemantic.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, memorysemantic.FieldUpdatedAt)
+	}
+	if m.expires_at != nil {
+		fields = append(fields, memorysemantic.FieldExpiresAt)
+	}
+	if m.size != nil {
+		fields = append(fields, memorysemantic.FieldSize)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *MemorySemanticMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case memorysemantic.FieldNamespace:
+		return m.Namespace()
+	case memorysemantic.FieldAgent:
+		return m.Agent()
+	case memorysemantic.FieldKey:
+		return m.Key()
+	case memorysemantic.FieldContent:
+		return m.Content()
+	case memorysemantic.FieldBody:
+		return m.Body()
+	case memorysemantic.FieldTags:
+		return m.Tags()
+	case memorysemantic.FieldTagSet:
+		return m.TagSet()
+	case memorysemantic.FieldSource:
+		return m.Source()
+	case memorysemantic.FieldMetadata:
+		return m.Metadata()
+	case memorysemantic.FieldCreatedAt:
+		return m.CreatedAt()
+	case memorysemantic.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case memorysemantic.FieldExpiresAt:
+		return m.ExpiresAt()
+	case memorysemantic.FieldSize:
+		return m.Size()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *MemorySemanticMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case memorysemantic.FieldNamespace:
+		return m.OldNamespace(ctx)
+	case memorysemantic.FieldAgent:
+		return m.OldAgent(ctx)
+	case memorysemantic.FieldKey:
+		return m.OldKey(ctx)
+	case memorysemantic.FieldContent:
+		return m.OldContent(ctx)
+	case memorysemantic.FieldBody:
+		return m.OldBody(ctx)
+	case memorysemantic.FieldTags:
+		return m.OldTags(ctx)
+	case memorysemantic.FieldTagSet:
+		return m.OldTagSet(ctx)
+	case memorysemantic.FieldSource:
+		return m.OldSource(ctx)
+	case memorysemantic.FieldMetadata:
+		return m.OldMetadata(ctx)
+	case memorysemantic.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case memorysemantic.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case memorysemantic.FieldExpiresAt:
+		return m.OldExpiresAt(ctx)
+	case memorysemantic.FieldSize:
+		return m.OldSize(ctx)
+	}
+	return nil, fmt.Errorf("unknown MemorySemantic field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *MemorySemanticMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case memorysemantic.FieldNamespace:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNamespace(v)
+		return nil
+	case memorysemantic.FieldAgent:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAgent(v)
+		return nil
+	case memorysemantic.FieldKey:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKey(v)
+		return nil
+	case memorysemantic.FieldContent:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetContent(v)
+		return nil
+	case memorysemantic.FieldBody:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBody(v)
+		return nil
+	case memorysemantic.FieldTags:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTags(v)
+		return nil
+	case memorysemantic.FieldTagSet:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTagSet(v)
+		return nil
+	case memorysemantic.FieldSource:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSource(v)
+		return nil
+	case memorysemantic.FieldMetadata:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetMetadata(v)
+		return nil
+	case memorysemantic.FieldCreatedAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case memorysemantic.FieldUpdatedAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case memorysemantic.FieldExpiresAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetExpiresAt(v)
+		return nil
+	case memorysemantic.FieldSize:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSize(v)
+		return nil
+	}
+	return fmt.Errorf("unknown MemorySemantic field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *MemorySemanticMutation) AddedFields() []string {
+	var fields []string
+	if m.addcreated_at != nil {
+		fields = append(fields, memorysemantic.FieldCreatedAt)
+	}
+	if m.addupdated_at != nil {
+		fields = append(fields, memorysemantic.FieldUpdatedAt)
+	}
+	if m.addexpires_at != nil {
+		fields = append(fields, memorysemantic.FieldExpiresAt)
+	}
+	if m.addsize != nil {
+		fields = append(fields, memorysemantic.FieldSize)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *MemorySemanticMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case memorysemantic.FieldCreatedAt:
+		return m.AddedCreatedAt()
+	case memorysemantic.FieldUpdatedAt:
+		return m.AddedUpdatedAt()
+	case memorysemantic.FieldExpiresAt:
+		return m.AddedExpiresAt()
+	case memorysemantic.FieldSize:
+		return m.AddedSize()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *MemorySemanticMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case memorysemantic.FieldCreatedAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddCreatedAt(v)
+		return nil
+	case memorysemantic.FieldUpdatedAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddUpdatedAt(v)
+		return nil
+	case memorysemantic.FieldExpiresAt:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddExpiresAt(v)
+		return nil
+	case memorysemantic.FieldSize:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddSize(v)
+		return nil
+	}
+	return fmt.Errorf("unknown MemorySemantic numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *MemorySemanticMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(memorysemantic.FieldMetadata) {
+		fields = append(fields, memorysemantic.FieldMetadata)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *MemorySemanticMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *MemorySemanticMutation) ClearField(name string) error {
+	switch name {
+	case memorysemantic.FieldMetadata:
+		m.ClearMetadata()
+		return nil
+	}
+	return fmt.Errorf("unknown MemorySemantic nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *MemorySemanticMutation) ResetField(name string) error {
+	switch name {
+	case memorysemantic.FieldNamespace:
+		m.ResetNamespace()
+		return nil
+	case memorysemantic.FieldAgent:
+		m.ResetAgent()
+		return nil
+	case memorysemantic.FieldKey:
+		m.ResetKey()
+		return nil
+	case memorysemantic.FieldContent:
+		m.ResetContent()
+		return nil
+	case memorysemantic.FieldBody:
+		m.ResetBody()
+		return nil
+	case memorysemantic.FieldTags:
+		m.ResetTags()
+		return nil
+	case memorysemantic.FieldTagSet:
+		m.ResetTagSet()
+		return nil
+	case memorysemantic.FieldSource:
+		m.ResetSource()
+		return nil
+	case memorysemantic.FieldMetadata:
+		m.ResetMetadata()
+		return nil
+	case memorysemantic.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case memorysemantic.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case memorysemantic.FieldExpiresAt:
+		m.ResetExpiresAt()
+		return nil
+	case memorysemantic.FieldSize:
+		m.ResetSize()
+		return nil
+	}
+	return fmt.Errorf("unknown MemorySemantic field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *MemorySemanticMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *MemorySemanticMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *MemorySemanticMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *MemorySemanticMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *MemorySemanticMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *MemorySemanticMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *MemorySemanticMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown MemorySemantic unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *MemorySemanticMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown MemorySemantic edge %s", name)
+}
 
 // SnapshotMutation represents an operation that mutates the Snapshot nodes in the graph.
 type SnapshotMutation struct {

@@ -5,6 +5,12 @@ package ent
 import (
 	"time"
 
+	"github.com/aephost/aep/ent/learncall"
+	"github.com/aephost/aep/ent/learnexperience"
+	"github.com/aephost/aep/ent/learnfeedback"
+	"github.com/aephost/aep/ent/learnweight"
+	"github.com/aephost/aep/ent/memoryepisodic"
+	"github.com/aephost/aep/ent/memorysemantic"
 	"github.com/aephost/aep/ent/schema"
 	"github.com/aephost/aep/ent/snapshot"
 )
@@ -13,6 +19,216 @@ import (
 // (default values, validators, hooks and policies) and stitches it
 // to their package variables.
 func init() {
+	learncallFields := schema.LearnCall{}.Fields()
+	_ = learncallFields
+	// learncallDescSessionID is the schema descriptor for session_id field.
+	learncallDescSessionID := learncallFields[1].Descriptor()
+	// learncall.DefaultSessionID holds the default value on creation for the session_id field.
+	learncall.DefaultSessionID = learncallDescSessionID.Default.(string)
+	// learncallDescReqID is the schema descriptor for req_id field.
+	learncallDescReqID := learncallFields[2].Descriptor()
+	// learncall.DefaultReqID holds the default value on creation for the req_id field.
+	learncall.DefaultReqID = learncallDescReqID.Default.(string)
+	// learncallDescCorrelationID is the schema descriptor for correlation_id field.
+	learncallDescCorrelationID := learncallFields[3].Descriptor()
+	// learncall.DefaultCorrelationID holds the default value on creation for the correlation_id field.
+	learncall.DefaultCorrelationID = learncallDescCorrelationID.Default.(string)
+	// learncallDescKind is the schema descriptor for kind field.
+	learncallDescKind := learncallFields[5].Descriptor()
+	// learncall.KindValidator is a validator for the "kind" field. It is called by the builders before save.
+	learncall.KindValidator = learncallDescKind.Validators[0].(func(string) error)
+	// learncallDescName is the schema descriptor for name field.
+	learncallDescName := learncallFields[6].Descriptor()
+	// learncall.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	learncall.NameValidator = learncallDescName.Validators[0].(func(string) error)
+	// learncallDescErrorCode is the schema descriptor for error_code field.
+	learncallDescErrorCode := learncallFields[8].Descriptor()
+	// learncall.DefaultErrorCode holds the default value on creation for the error_code field.
+	learncall.DefaultErrorCode = learncallDescErrorCode.Default.(string)
+	learnexperienceFields := schema.LearnExperience{}.Fields()
+	_ = learnexperienceFields
+	// learnexperienceDescBatchID is the schema descriptor for batch_id field.
+	learnexperienceDescBatchID := learnexperienceFields[0].Descriptor()
+	// learnexperience.BatchIDValidator is a validator for the "batch_id" field. It is called by the builders before save.
+	learnexperience.BatchIDValidator = learnexperienceDescBatchID.Validators[0].(func(string) error)
+	// learnexperienceDescEpisodeID is the schema descriptor for episode_id field.
+	learnexperienceDescEpisodeID := learnexperienceFields[1].Descriptor()
+	// learnexperience.EpisodeIDValidator is a validator for the "episode_id" field. It is called by the builders before save.
+	learnexperience.EpisodeIDValidator = learnexperienceDescEpisodeID.Validators[0].(func(string) error)
+	// learnexperienceDescStep is the schema descriptor for step field.
+	learnexperienceDescStep := learnexperienceFields[2].Descriptor()
+	// learnexperience.StepValidator is a validator for the "step" field. It is called by the builders before save.
+	learnexperience.StepValidator = learnexperienceDescStep.Validators[0].(func(int) error)
+	// learnexperienceDescTerminated is the schema descriptor for terminated field.
+	learnexperienceDescTerminated := learnexperienceFields[7].Descriptor()
+	// learnexperience.DefaultTerminated holds the default value on creation for the terminated field.
+	learnexperience.DefaultTerminated = learnexperienceDescTerminated.Default.(bool)
+	// learnexperienceDescTruncated is the schema descriptor for truncated field.
+	learnexperienceDescTruncated := learnexperienceFields[8].Descriptor()
+	// learnexperience.DefaultTruncated holds the default value on creation for the truncated field.
+	learnexperience.DefaultTruncated = learnexperienceDescTruncated.Default.(bool)
+	// learnexperienceDescEnvName is the schema descriptor for env_name field.
+	learnexperienceDescEnvName := learnexperienceFields[10].Descriptor()
+	// learnexperience.DefaultEnvName holds the default value on creation for the env_name field.
+	learnexperience.DefaultEnvName = learnexperienceDescEnvName.Default.(string)
+	// learnexperienceDescSessionID is the schema descriptor for session_id field.
+	learnexperienceDescSessionID := learnexperienceFields[11].Descriptor()
+	// learnexperience.DefaultSessionID holds the default value on creation for the session_id field.
+	learnexperience.DefaultSessionID = learnexperienceDescSessionID.Default.(string)
+	// learnexperienceDescCreatedAt is the schema descriptor for created_at field.
+	learnexperienceDescCreatedAt := learnexperienceFields[12].Descriptor()
+	// learnexperience.DefaultCreatedAt holds the default value on creation for the created_at field.
+	learnexperience.DefaultCreatedAt = learnexperienceDescCreatedAt.Default.(func() time.Time)
+	learnfeedbackFields := schema.LearnFeedback{}.Fields()
+	_ = learnfeedbackFields
+	// learnfeedbackDescType is the schema descriptor for type field.
+	learnfeedbackDescType := learnfeedbackFields[0].Descriptor()
+	// learnfeedback.TypeValidator is a validator for the "type" field. It is called by the builders before save.
+	learnfeedback.TypeValidator = learnfeedbackDescType.Validators[0].(func(string) error)
+	// learnfeedbackDescKind is the schema descriptor for kind field.
+	learnfeedbackDescKind := learnfeedbackFields[2].Descriptor()
+	// learnfeedback.KindValidator is a validator for the "kind" field. It is called by the builders before save.
+	learnfeedback.KindValidator = learnfeedbackDescKind.Validators[0].(func(string) error)
+	// learnfeedbackDescName is the schema descriptor for name field.
+	learnfeedbackDescName := learnfeedbackFields[3].Descriptor()
+	// learnfeedback.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	learnfeedback.NameValidator = learnfeedbackDescName.Validators[0].(func(string) error)
+	// learnfeedbackDescContext is the schema descriptor for context field.
+	learnfeedbackDescContext := learnfeedbackFields[4].Descriptor()
+	// learnfeedback.DefaultContext holds the default value on creation for the context field.
+	learnfeedback.DefaultContext = learnfeedbackDescContext.Default.(string)
+	// learnfeedbackDescCorrelationID is the schema descriptor for correlation_id field.
+	learnfeedbackDescCorrelationID := learnfeedbackFields[5].Descriptor()
+	// learnfeedback.DefaultCorrelationID holds the default value on creation for the correlation_id field.
+	learnfeedback.DefaultCorrelationID = learnfeedbackDescCorrelationID.Default.(string)
+	// learnfeedbackDescCallReqID is the schema descriptor for call_req_id field.
+	learnfeedbackDescCallReqID := learnfeedbackFields[6].Descriptor()
+	// learnfeedback.DefaultCallReqID holds the default value on creation for the call_req_id field.
+	learnfeedback.DefaultCallReqID = learnfeedbackDescCallReqID.Default.(string)
+	// learnfeedbackDescCorrection is the schema descriptor for correction field.
+	learnfeedbackDescCorrection := learnfeedbackFields[7].Descriptor()
+	// learnfeedback.DefaultCorrection holds the default value on creation for the correction field.
+	learnfeedback.DefaultCorrection = learnfeedbackDescCorrection.Default.(string)
+	// learnfeedbackDescComment is the schema descriptor for comment field.
+	learnfeedbackDescComment := learnfeedbackFields[8].Descriptor()
+	// learnfeedback.DefaultComment holds the default value on creation for the comment field.
+	learnfeedback.DefaultComment = learnfeedbackDescComment.Default.(string)
+	// learnfeedbackDescDimension is the schema descriptor for dimension field.
+	learnfeedbackDescDimension := learnfeedbackFields[9].Descriptor()
+	// learnfeedback.DefaultDimension holds the default value on creation for the dimension field.
+	learnfeedback.DefaultDimension = learnfeedbackDescDimension.Default.(string)
+	// learnfeedbackDescSource is the schema descriptor for source field.
+	learnfeedbackDescSource := learnfeedbackFields[10].Descriptor()
+	// learnfeedback.DefaultSource holds the default value on creation for the source field.
+	learnfeedback.DefaultSource = learnfeedbackDescSource.Default.(string)
+	// learnfeedbackDescEpisodeID is the schema descriptor for episode_id field.
+	learnfeedbackDescEpisodeID := learnfeedbackFields[11].Descriptor()
+	// learnfeedback.DefaultEpisodeID holds the default value on creation for the episode_id field.
+	learnfeedback.DefaultEpisodeID = learnfeedbackDescEpisodeID.Default.(string)
+	// learnfeedbackDescSessionID is the schema descriptor for session_id field.
+	learnfeedbackDescSessionID := learnfeedbackFields[12].Descriptor()
+	// learnfeedback.DefaultSessionID holds the default value on creation for the session_id field.
+	learnfeedback.DefaultSessionID = learnfeedbackDescSessionID.Default.(string)
+	// learnfeedbackDescCreatedAt is the schema descriptor for created_at field.
+	learnfeedbackDescCreatedAt := learnfeedbackFields[13].Descriptor()
+	// learnfeedback.DefaultCreatedAt holds the default value on creation for the created_at field.
+	learnfeedback.DefaultCreatedAt = learnfeedbackDescCreatedAt.Default.(func() time.Time)
+	learnweightFields := schema.LearnWeight{}.Fields()
+	_ = learnweightFields
+	// learnweightDescContext is the schema descriptor for context field.
+	learnweightDescContext := learnweightFields[0].Descriptor()
+	// learnweight.DefaultContext holds the default value on creation for the context field.
+	learnweight.DefaultContext = learnweightDescContext.Default.(string)
+	// learnweightDescKind is the schema descriptor for kind field.
+	learnweightDescKind := learnweightFields[1].Descriptor()
+	// learnweight.KindValidator is a validator for the "kind" field. It is called by the builders before save.
+	learnweight.KindValidator = learnweightDescKind.Validators[0].(func(string) error)
+	// learnweightDescName is the schema descriptor for name field.
+	learnweightDescName := learnweightFields[2].Descriptor()
+	// learnweight.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	learnweight.NameValidator = learnweightDescName.Validators[0].(func(string) error)
+	// learnweightDescPulls is the schema descriptor for pulls field.
+	learnweightDescPulls := learnweightFields[3].Descriptor()
+	// learnweight.DefaultPulls holds the default value on creation for the pulls field.
+	learnweight.DefaultPulls = learnweightDescPulls.Default.(float64)
+	// learnweightDescRewardSum is the schema descriptor for reward_sum field.
+	learnweightDescRewardSum := learnweightFields[4].Descriptor()
+	// learnweight.DefaultRewardSum holds the default value on creation for the reward_sum field.
+	learnweight.DefaultRewardSum = learnweightDescRewardSum.Default.(float64)
+	// learnweightDescUpdatedAt is the schema descriptor for updated_at field.
+	learnweightDescUpdatedAt := learnweightFields[5].Descriptor()
+	// learnweight.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	learnweight.DefaultUpdatedAt = learnweightDescUpdatedAt.Default.(func() time.Time)
+	// learnweight.UpdateDefaultUpdatedAt holds the default value on update for the updated_at field.
+	learnweight.UpdateDefaultUpdatedAt = learnweightDescUpdatedAt.UpdateDefault.(func() time.Time)
+	memoryepisodicFields := schema.MemoryEpisodic{}.Fields()
+	_ = memoryepisodicFields
+	// memoryepisodicDescNamespace is the schema descriptor for namespace field.
+	memoryepisodicDescNamespace := memoryepisodicFields[0].Descriptor()
+	// memoryepisodic.NamespaceValidator is a validator for the "namespace" field. It is called by the builders before save.
+	memoryepisodic.NamespaceValidator = memoryepisodicDescNamespace.Validators[0].(func(string) error)
+	// memoryepisodicDescAgent is the schema descriptor for agent field.
+	memoryepisodicDescAgent := memoryepisodicFields[1].Descriptor()
+	// memoryepisodic.DefaultAgent holds the default value on creation for the agent field.
+	memoryepisodic.DefaultAgent = memoryepisodicDescAgent.Default.(string)
+	// memoryepisodicDescKey is the schema descriptor for key field.
+	memoryepisodicDescKey := memoryepisodicFields[2].Descriptor()
+	// memoryepisodic.KeyValidator is a validator for the "key" field. It is called by the builders before save.
+	memoryepisodic.KeyValidator = memoryepisodicDescKey.Validators[0].(func(string) error)
+	// memoryepisodicDescTags is the schema descriptor for tags field.
+	memoryepisodicDescTags := memoryepisodicFields[5].Descriptor()
+	// memoryepisodic.DefaultTags holds the default value on creation for the tags field.
+	memoryepisodic.DefaultTags = memoryepisodicDescTags.Default.(string)
+	// memoryepisodicDescTagSet is the schema descriptor for tag_set field.
+	memoryepisodicDescTagSet := memoryepisodicFields[6].Descriptor()
+	// memoryepisodic.DefaultTagSet holds the default value on creation for the tag_set field.
+	memoryepisodic.DefaultTagSet = memoryepisodicDescTagSet.Default.(string)
+	// memoryepisodicDescSource is the schema descriptor for source field.
+	memoryepisodicDescSource := memoryepisodicFields[7].Descriptor()
+	// memoryepisodic.DefaultSource holds the default value on creation for the source field.
+	memoryepisodic.DefaultSource = memoryepisodicDescSource.Default.(string)
+	// memoryepisodicDescExpiresAt is the schema descriptor for expires_at field.
+	memoryepisodicDescExpiresAt := memoryepisodicFields[11].Descriptor()
+	// memoryepisodic.DefaultExpiresAt holds the default value on creation for the expires_at field.
+	memoryepisodic.DefaultExpiresAt = memoryepisodicDescExpiresAt.Default.(int64)
+	// memoryepisodicDescSize is the schema descriptor for size field.
+	memoryepisodicDescSize := memoryepisodicFields[12].Descriptor()
+	// memoryepisodic.DefaultSize holds the default value on creation for the size field.
+	memoryepisodic.DefaultSize = memoryepisodicDescSize.Default.(int64)
+	memorysemanticFields := schema.MemorySemantic{}.Fields()
+	_ = memorysemanticFields
+	// memorysemanticDescNamespace is the schema descriptor for namespace field.
+	memorysemanticDescNamespace := memorysemanticFields[0].Descriptor()
+	// memorysemantic.NamespaceValidator is a validator for the "namespace" field. It is called by the builders before save.
+	memorysemantic.NamespaceValidator = memorysemanticDescNamespace.Validators[0].(func(string) error)
+	// memorysemanticDescAgent is the schema descriptor for agent field.
+	memorysemanticDescAgent := memorysemanticFields[1].Descriptor()
+	// memorysemantic.DefaultAgent holds the default value on creation for the agent field.
+	memorysemantic.DefaultAgent = memorysemanticDescAgent.Default.(string)
+	// memorysemanticDescKey is the schema descriptor for key field.
+	memorysemanticDescKey := memorysemanticFields[2].Descriptor()
+	// memorysemantic.KeyValidator is a validator for the "key" field. It is called by the builders before save.
+	memorysemantic.KeyValidator = memorysemanticDescKey.Validators[0].(func(string) error)
+	// memorysemanticDescTags is the schema descriptor for tags field.
+	memorysemanticDescTags := memorysemanticFields[5].Descriptor()
+	// memorysemantic.DefaultTags holds the default value on creation for the tags field.
+	memorysemantic.DefaultTags = memorysemanticDescTags.Default.(string)
+	// memorysemanticDescTagSet is the schema descriptor for tag_set field.
+	memorysemanticDescTagSet := memorysemanticFields[6].Descriptor()
+	// memorysemantic.DefaultTagSet holds the default value on creation for the tag_set field.
+	memorysemantic.DefaultTagSet = memorysemanticDescTagSet.Default.(string)
+	// memorysemanticDescSource is the schema descriptor for source field.
+	memorysemanticDescSource := memorysemanticFields[7].Descriptor()
+	// memorysemantic.DefaultSource holds the default value on creation for the source field.
+	memorysemantic.DefaultSource = memorysemanticDescSource.Default.(string)
+	// memorysemanticDescExpiresAt is the schema descriptor for expires_at field.
+	memorysemanticDescExpiresAt := memorysemanticFields[11].Descriptor()
+	// memorysemantic.DefaultExpiresAt holds the default value on creation for the expires_at field.
+	memorysemantic.DefaultExpiresAt = memorysemanticDescExpiresAt.Default.(int64)
+	// memorysemanticDescSize is the schema descriptor for size field.
+	memorysemanticDescSize := memorysemanticFields[12].Descriptor()
+	// memorysemantic.DefaultSize holds the default value on creation for the size field.
+	memorysemantic.DefaultSize = memorysemanticDescSize.Default.(int64)
 	snapshotFields := schema.Snapshot{}.Fields()
 	_ = snapshotFields
 	// snapshotDescSessionID is the schema descriptor for session_id field.

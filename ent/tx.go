@@ -12,6 +12,18 @@ import (
 // Tx is a transactional client that is created by calling Client.Tx().
 type Tx struct {
 	config
+	// LearnCall is the client for interacting with the LearnCall builders.
+	LearnCall *LearnCallClient
+	// LearnExperience is the client for interacting with the LearnExperience builders.
+	LearnExperience *LearnExperienceClient
+	// LearnFeedback is the client for interacting with the LearnFeedback builders.
+	LearnFeedback *LearnFeedbackClient
+	// LearnWeight is the client for interacting with the LearnWeight builders.
+	LearnWeight *LearnWeightClient
+	// MemoryEpisodic is the client for interacting with the MemoryEpisodic builders.
+	MemoryEpisodic *MemoryEpisodicClient
+	// MemorySemantic is the client for interacting with the MemorySemantic builders.
+	MemorySemantic *MemorySemanticClient
 	// Snapshot is the client for interacting with the Snapshot builders.
 	Snapshot *SnapshotClient
 
@@ -145,6 +157,12 @@ func (tx *Tx) Client() *Client {
 }
 
 func (tx *Tx) init() {
+	tx.LearnCall = NewLearnCallClient(tx.config)
+	tx.LearnExperience = NewLearnExperienceClient(tx.config)
+	tx.LearnFeedback = NewLearnFeedbackClient(tx.config)
+	tx.LearnWeight = NewLearnWeightClient(tx.config)
+	tx.MemoryEpisodic = NewMemoryEpisodicClient(tx.config)
+	tx.MemorySemantic = NewMemorySemanticClient(tx.config)
 	tx.Snapshot = NewSnapshotClient(tx.config)
 }
 
@@ -155,7 +173,7 @@ func (tx *Tx) init() {
 // of them in order to commit or rollback the transaction.
 //
 // If a closed transaction is embedded in one of the generated entities, and the entity
-// applies a query, for example: Snapshot.QueryXXX(), the query will be executed
+// applies a query, for example: LearnCall.QueryXXX(), the query will be executed
 // through the driver which created this transaction.
 //
 // Note that txDriver is not goroutine safe.

@@ -9,6 +9,78 @@ import (
 	"github.com/aephost/aep/ent"
 )
 
+// The LearnCallFunc type is an adapter to allow the use of ordinary
+// function as LearnCall mutator.
+type LearnCallFunc func(context.Context, *ent.LearnCallMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f LearnCallFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.LearnCallMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.LearnCallMutation", m)
+}
+
+// The LearnExperienceFunc type is an adapter to allow the use of ordinary
+// function as LearnExperience mutator.
+type LearnExperienceFunc func(context.Context, *ent.LearnExperienceMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f LearnExperienceFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.LearnExperienceMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.LearnExperienceMutation", m)
+}
+
+// The LearnFeedbackFunc type is an adapter to allow the use of ordinary
+// function as LearnFeedback mutator.
+type LearnFeedbackFunc func(context.Context, *ent.LearnFeedbackMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f LearnFeedbackFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.LearnFeedbackMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.LearnFeedbackMutation", m)
+}
+
+// The LearnWeightFunc type is an adapter to allow the use of ordinary
+// function as LearnWeight mutator.
+type LearnWeightFunc func(context.Context, *ent.LearnWeightMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f LearnWeightFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.LearnWeightMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.LearnWeightMutation", m)
+}
+
+// The MemoryEpisodicFunc type is an adapter to allow the use of ordinary
+// function as MemoryEpisodic mutator.
+type MemoryEpisodicFunc func(context.Context, *ent.MemoryEpisodicMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f MemoryEpisodicFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.MemoryEpisodicMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.MemoryEpisodicMutation", m)
+}
+
+// The MemorySemanticFunc type is an adapter to allow the use of ordinary
+// function as MemorySemantic mutator.
+type MemorySemanticFunc func(context.Context, *ent.MemorySemanticMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f MemorySemanticFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.MemorySemanticMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.MemorySemanticMutation", m)
+}
+
 // The SnapshotFunc type is an adapter to allow the use of ordinary
 // function as Snapshot mutator.
 type SnapshotFunc func(context.Context, *ent.SnapshotMutation) (ent.Value, error)

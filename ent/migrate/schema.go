@@ -3,11 +3,223 @@
 package migrate
 
 import (
+	"entgo.io/ent/dialect/entsql"
 	"entgo.io/ent/dialect/sql/schema"
 	"entgo.io/ent/schema/field"
 )
 
 var (
+	// LearnCallsColumns holds the columns for the "learn_calls" table.
+	LearnCallsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "ts", Type: field.TypeTime},
+		{Name: "session_id", Type: field.TypeString, Default: ""},
+		{Name: "req_id", Type: field.TypeString, Default: ""},
+		{Name: "correlation_id", Type: field.TypeString, Default: ""},
+		{Name: "type", Type: field.TypeString},
+		{Name: "kind", Type: field.TypeString},
+		{Name: "name", Type: field.TypeString},
+		{Name: "success", Type: field.TypeBool},
+		{Name: "error_code", Type: field.TypeString, Default: ""},
+		{Name: "duration_ms", Type: field.TypeFloat64},
+	}
+	// LearnCallsTable holds the schema information for the "learn_calls" table.
+	LearnCallsTable = &schema.Table{
+		Name:       "learn_calls",
+		Columns:    LearnCallsColumns,
+		PrimaryKey: []*schema.Column{LearnCallsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "learncall_kind_name",
+				Unique:  false,
+				Columns: []*schema.Column{LearnCallsColumns[6], LearnCallsColumns[7]},
+			},
+			{
+				Name:    "learncall_correlation_id",
+				Unique:  false,
+				Columns: []*schema.Column{LearnCallsColumns[4]},
+			},
+			{
+				Name:    "learncall_req_id",
+				Unique:  false,
+				Columns: []*schema.Column{LearnCallsColumns[3]},
+			},
+		},
+	}
+	// LearnExperiencesColumns holds the columns for the "learn_experiences" table.
+	LearnExperiencesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "batch_id", Type: field.TypeString},
+		{Name: "episode_id", Type: field.TypeString},
+		{Name: "step", Type: field.TypeInt},
+		{Name: "state", Type: field.TypeBytes},
+		{Name: "action", Type: field.TypeBytes},
+		{Name: "reward", Type: field.TypeFloat64},
+		{Name: "next_state", Type: field.TypeBytes},
+		{Name: "terminated", Type: field.TypeBool, Default: false},
+		{Name: "truncated", Type: field.TypeBool, Default: false},
+		{Name: "info", Type: field.TypeBytes, Nullable: true},
+		{Name: "env_name", Type: field.TypeString, Default: ""},
+		{Name: "session_id", Type: field.TypeString, Default: ""},
+		{Name: "created_at", Type: field.TypeTime},
+	}
+	// LearnExperiencesTable holds the schema information for the "learn_experiences" table.
+	LearnExperiencesTable = &schema.Table{
+		Name:       "learn_experiences",
+		Columns:    LearnExperiencesColumns,
+		PrimaryKey: []*schema.Column{LearnExperiencesColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "learnexperience_episode_id_step",
+				Unique:  false,
+				Columns: []*schema.Column{LearnExperiencesColumns[2], LearnExperiencesColumns[3]},
+			},
+			{
+				Name:    "learnexperience_batch_id",
+				Unique:  false,
+				Columns: []*schema.Column{LearnExperiencesColumns[1]},
+			},
+		},
+	}
+	// LearnFeedbacksColumns holds the columns for the "learn_feedbacks" table.
+	LearnFeedbacksColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "type", Type: field.TypeString},
+		{Name: "score", Type: field.TypeFloat64},
+		{Name: "kind", Type: field.TypeString},
+		{Name: "name", Type: field.TypeString},
+		{Name: "context", Type: field.TypeString, Default: ""},
+		{Name: "correlation_id", Type: field.TypeString, Default: ""},
+		{Name: "call_req_id", Type: field.TypeString, Default: ""},
+		{Name: "correction", Type: field.TypeString, Size: 2147483647, Default: ""},
+		{Name: "comment", Type: field.TypeString, Size: 2147483647, Default: ""},
+		{Name: "dimension", Type: field.TypeString, Default: ""},
+		{Name: "source", Type: field.TypeString, Default: "human"},
+		{Name: "episode_id", Type: field.TypeString, Default: ""},
+		{Name: "session_id", Type: field.TypeString, Default: ""},
+		{Name: "created_at", Type: field.TypeTime},
+	}
+	// LearnFeedbacksTable holds the schema information for the "learn_feedbacks" table.
+	LearnFeedbacksTable = &schema.Table{
+		Name:       "learn_feedbacks",
+		Columns:    LearnFeedbacksColumns,
+		PrimaryKey: []*schema.Column{LearnFeedbacksColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "learnfeedback_kind_name",
+				Unique:  false,
+				Columns: []*schema.Column{LearnFeedbacksColumns[3], LearnFeedbacksColumns[4]},
+			},
+			{
+				Name:    "learnfeedback_context",
+				Unique:  false,
+				Columns: []*schema.Column{LearnFeedbacksColumns[5]},
+			},
+			{
+				Name:    "learnfeedback_episode_id",
+				Unique:  false,
+				Columns: []*schema.Column{LearnFeedbacksColumns[12]},
+			},
+		},
+	}
+	// LearnWeightsColumns holds the columns for the "learn_weights" table.
+	LearnWeightsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "context", Type: field.TypeString, Default: ""},
+		{Name: "kind", Type: field.TypeString},
+		{Name: "name", Type: field.TypeString},
+		{Name: "pulls", Type: field.TypeFloat64, Default: 0},
+		{Name: "reward_sum", Type: field.TypeFloat64, Default: 0},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// LearnWeightsTable holds the schema information for the "learn_weights" table.
+	LearnWeightsTable = &schema.Table{
+		Name:       "learn_weights",
+		Columns:    LearnWeightsColumns,
+		PrimaryKey: []*schema.Column{LearnWeightsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "learnweight_context_kind_name",
+				Unique:  true,
+				Columns: []*schema.Column{LearnWeightsColumns[1], LearnWeightsColumns[2], LearnWeightsColumns[3]},
+			},
+		},
+	}
+	// MemoryEpisodicColumns holds the columns for the "memory_episodic" table.
+	MemoryEpisodicColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "namespace", Type: field.TypeString},
+		{Name: "agent", Type: field.TypeString, Default: ""},
+		{Name: "key", Type: field.TypeString},
+		{Name: "content", Type: field.TypeBytes},
+		{Name: "body", Type: field.TypeString, Size: 2147483647},
+		{Name: "tags", Type: field.TypeString, Default: "[]"},
+		{Name: "tag_set", Type: field.TypeString, Default: ""},
+		{Name: "source", Type: field.TypeString, Default: ""},
+		{Name: "metadata", Type: field.TypeBytes, Nullable: true},
+		{Name: "created_at", Type: field.TypeInt64},
+		{Name: "updated_at", Type: field.TypeInt64},
+		{Name: "expires_at", Type: field.TypeInt64, Default: 0},
+		{Name: "size", Type: field.TypeInt64, Default: 0},
+	}
+	// MemoryEpisodicTable holds the schema information for the "memory_episodic" table.
+	MemoryEpisodicTable = &schema.Table{
+		Name:       "memory_episodic",
+		Columns:    MemoryEpisodicColumns,
+		PrimaryKey: []*schema.Column{MemoryEpisodicColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "memoryepisodic_namespace_agent_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{MemoryEpisodicColumns[1], MemoryEpisodicColumns[2], MemoryEpisodicColumns[10]},
+			},
+			{
+				Name:    "memoryepisodic_namespace_agent_key",
+				Unique:  false,
+				Columns: []*schema.Column{MemoryEpisodicColumns[1], MemoryEpisodicColumns[2], MemoryEpisodicColumns[3]},
+			},
+			{
+				Name:    "memoryepisodic_expires_at",
+				Unique:  false,
+				Columns: []*schema.Column{MemoryEpisodicColumns[12]},
+			},
+		},
+	}
+	// MemorySemanticColumns holds the columns for the "memory_semantic" table.
+	MemorySemanticColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "namespace", Type: field.TypeString},
+		{Name: "agent", Type: field.TypeString, Default: ""},
+		{Name: "key", Type: field.TypeString},
+		{Name: "content", Type: field.TypeBytes},
+		{Name: "body", Type: field.TypeString, Size: 2147483647},
+		{Name: "tags", Type: field.TypeString, Default: "[]"},
+		{Name: "tag_set", Type: field.TypeString, Default: ""},
+		{Name: "source", Type: field.TypeString, Default: ""},
+		{Name: "metadata", Type: field.TypeBytes, Nullable: true},
+		{Name: "created_at", Type: field.TypeInt64},
+		{Name: "updated_at", Type: field.TypeInt64},
+		{Name: "expires_at", Type: field.TypeInt64, Default: 0},
+		{Name: "size", Type: field.TypeInt64, Default: 0},
+	}
+	// MemorySemanticTable holds the schema information for the "memory_semantic" table.
+	MemorySemanticTable = &schema.Table{
+		Name:       "memory_semantic",
+		Columns:    MemorySemanticColumns,
+		PrimaryKey: []*schema.Column{MemorySemanticColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "memorysemantic_namespace_agent_key",
+				Unique:  true,
+				Columns: []*schema.Column{MemorySemanticColumns[1], MemorySemanticColumns[2], MemorySemanticColumns[3]},
+			},
+			{
+				Name:    "memorysemantic_expires_at",
+				Unique:  false,
+				Columns: []*schema.Column{MemorySemanticColumns[12]},
+			},
+		},
+	}
 	// SnapshotsColumns holds the columns for the "snapshots" table.
 	SnapshotsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeString, Unique: true},
@@ -31,9 +243,21 @@ var (
 	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
+		LearnCallsTable,
+		LearnExperiencesTable,
+		LearnFeedbacksTable,
+		LearnWeightsTable,
+		MemoryEpisodicTable,
+		MemorySemanticTable,
 		SnapshotsTable,
 	}
 )
 
 func init() {
+	MemoryEpisodicTable.Annotation = &entsql.Annotation{
+		Table: "memory_episodic",
+	}
+	MemorySemanticTable.Annotation = &entsql.Annotation{
+		Table: "memory_semantic",
+	}
 }

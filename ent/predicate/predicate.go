@@ -6,5 +6,23 @@ import (
 	"entgo.io/ent/dialect/sql"
 )
 
+// LearnCall is the predicate function for learncall builders.
+type LearnCall func(*sql.Selector)
+
+// LearnExperience is the predicate function for learnexperience builders.
+type LearnExperience func(*sql.Selector)
+
+// LearnFeedback is the predicate function for learnfeedback builders.
+type LearnFeedback func(*sql.Selector)
+
+// LearnWeight is the predicate function for learnweight builders.
+type LearnWeight func(*sql.Selector)
+
+// MemoryEpisodic is the predicate function for memoryepisodic builders.
+type MemoryEpisodic func(*sql.Selector)
+
+// MemorySemantic is the predicate function for memorysemantic builders.
+type MemorySemantic func(*sql.Selector)
+
 // Snapshot is the predicate function for snapshot builders.
 type Snapshot func(*sql.Selector)
