@@ -17,6 +17,7 @@ import (
 	"github.com/aephost/aep/internal/echoplug"
 	"github.com/aephost/aep/internal/testproto"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
 
@@ -33,6 +34,8 @@ type envOpts struct {
 	maxDepth    int
 	extra       []server.PluginSpec
 	caps        []string
+	// store opens the host's SQLite store (for the memory capability).
+	store bool
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -45,14 +48,25 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.maxDepth > 0 {
 		cfg.Server.Limits.MaxDepth = o.maxDepth
 	}
+	dir := t.TempDir()
+	var storeOpt []server.Option
+	if o.store {
+		st, err := store.Open(tctx(t), "", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() }) // runs after the host's Close below
+		storeOpt = append(storeOpt, server.WithStore(st))
+	}
 	echo := &echoplug.Plugin{Name: "echo", Started: make(chan string, 256), CtxDone: make(chan string, 256)}
 	opts := []server.Option{
 		server.WithRegistry(msg.Registry().Union(testproto.Registry())),
-		server.WithDataDir(t.TempDir()),
+		server.WithDataDir(dir),
 		server.WithPlugin(server.PluginSpec{Name: "chains", Type: "chains", Impl: &chains.Plugin{}}),
 		server.WithPlugin(server.PluginSpec{Name: "echo", Type: "echo", Impl: echo}),
 		server.WithPlugin(server.PluginSpec{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}}),
 	}
+	opts = append(opts, storeOpt...)
 	for _, p := range o.extra {
 		opts = append(opts, server.WithPlugin(p))
 	}
