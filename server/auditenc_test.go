@@ -15,7 +15,7 @@ func TestAppendRecordMatchesJSON(t *testing.T) {
 	cases := []AuditRecord{
 		{},
 		{TS: ts, SessionID: "s-1", ReqID: "r\"1\\", CorrelationID: "c\n\t\u2028<&>", Type: "tool/call/req", Capability: "tools",
-			Plugin: "p", Success: true, ErrorCode: "", DurationMS: 1.25, InputBytes: 10, OutputBytes: 20},
+			Plugin: "p", Success: true, ErrorCode: "", DurationMS: 1.25, InputBytes: 10, OutputBytes: 20, Target: "read_\"file\""},
 		{TS: ts, ReqID: "bad\xffutf8", Declined: true, Success: true, DurationMS: 1e-7},
 		{TS: ts, ErrorCode: "runtime_error", DurationMS: 123456789.5, InputBytes: math.MaxInt32},
 	}
