@@ -13,6 +13,7 @@ import (
 	_ "github.com/aephost/aep/capabilities/learn"
 	_ "github.com/aephost/aep/capabilities/mcp"
 	_ "github.com/aephost/aep/capabilities/memory"
+	_ "github.com/aephost/aep/capabilities/proc"
 	_ "github.com/aephost/aep/capabilities/toolkits"
 	_ "github.com/aephost/aep/capabilities/tools"
 )

@@ -1,0 +1,724 @@
+// Package proc serves the proc capability (schemas/proc.json): long-running
+// subprocesses per session, started through server/sandbox plainly or
+// confined, with their output kept in ring buffers that never block the
+// child, and every process of a session killed with it.
+package proc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/sandbox"
+	"github.com/aephost/aep/wire"
+)
+
+func init() {
+	server.RegisterModule(server.Module{ID: "aep.proc.builtin", New: func() any { return new(Plugin) }})
+}
+
+// Defaults of the plugin's settings.
+const (
+	DefaultMaxProcs     = 16
+	DefaultMaxRecords   = 64
+	DefaultBufferBytes  = 1 << 20
+	DefaultTimeout      = time.Hour
+	DefaultWriteTimeout = 10 * time.Second
+	defaultFollow       = 30 * time.Second
+)
+
+// DefaultEnvAllow are the host variables a process inherits by default.
+var DefaultEnvAllow = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TERM"}
+
+// Plugin serves the proc namespace. Its exported fields are its settings.
+type Plugin struct {
+	// Workspace holds each session's workspace `<Workspace>/<session_id>/`,
+	// the root of its processes' working directories. Default: <plugin data
+	// dir>/workspace, or a directory under the system's temporary directory.
+	Workspace string `yaml:"workspace"`
+	// MaxProcs caps the running processes of one session.
+	MaxProcs int `yaml:"max_procs"`
+	// MaxRecords caps the records (running and ended) kept per session;
+	// the oldest ended ones are forgotten first.
+	MaxRecords int `yaml:"max_records"`
+	// BufferBytes is the ring buffer size of each output stream.
+	BufferBytes int `yaml:"buffer_bytes"`
+	// Timeout is the wall-clock limit of a process that asks for none, and
+	// the ceiling of those that do.
+	Timeout server.Duration `yaml:"timeout"`
+	// WriteTimeout bounds one proc/write to a process that does not read.
+	WriteTimeout server.Duration `yaml:"write_timeout"`
+	// EnvAllow names the host variables a process inherits.
+	EnvAllow []string `yaml:"env_allow"`
+	// Sandbox runs every process confined (server/sandbox) with the limits below.
+	Sandbox     bool            `yaml:"sandbox"`
+	SandboxMode sandbox.Mode    `yaml:"sandbox_mode"`
+	Network     bool            `yaml:"network"`
+	CPUTime     server.Duration `yaml:"cpu_time"`
+	MemoryMB    int64           `yaml:"memory_mb"`
+	ProcLimit   int             `yaml:"proc_limit"`
+
+	log *slog.Logger
+	mu  sync.Mutex
+	// sessions is nil after Cleanup: nothing more is spawned.
+	sessions map[string]*table
+}
+
+// table is one session's processes (SPEC 5 rule 4: no other session sees them).
+type table struct {
+	mu    sync.Mutex
+	procs map[string]*process
+	order []string // proc ids, oldest first
+}
+
+type process struct {
+	id        string
+	argv      []string
+	cwd       string
+	sandboxed bool
+	started   time.Time
+	sb        *sandbox.Process // nil for lost processes
+	stdout    *ring
+	stderr    *ring
+	lost      bool
+	stdinMu   sync.Mutex // one write at a time
+	stdinDone bool
+}
+
+// Provision applies defaults and prepares the workspace; a confined
+// configuration that cannot work on this host stops the host (DESIGN
+// Sandbox outcomes: nothing runs unsandboxed by surprise).
+func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
+	p.log = env.Logger
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.MaxProcs <= 0 {
+		p.MaxProcs = DefaultMaxProcs
+	}
+	if p.MaxRecords < p.MaxProcs {
+		p.MaxRecords = max(DefaultMaxRecords, p.MaxProcs)
+	}
+	if p.BufferBytes <= 0 {
+		p.BufferBytes = DefaultBufferBytes
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = server.Duration(DefaultTimeout)
+	}
+	if p.WriteTimeout <= 0 {
+		p.WriteTimeout = server.Duration(DefaultWriteTimeout)
+	}
+	if p.EnvAllow == nil {
+		p.EnvAllow = DefaultEnvAllow
+	}
+	if p.Workspace == "" {
+		if env.DataDir != "" {
+			p.Workspace = filepath.Join(env.DataDir, env.Name, "workspace")
+		} else {
+			p.Workspace = filepath.Join(os.TempDir(), "aep-proc")
+		}
+	}
+	abs, err := filepath.Abs(p.Workspace)
+	if err != nil {
+		return err
+	}
+	p.Workspace = abs
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if p.Sandbox {
+		if _, err := sandbox.Mechanism(p.SandboxMode); err != nil {
+			return err
+		}
+	}
+	p.sessions = map[string]*table{}
+	return nil
+}
+
+// Cleanup kills every process of every session (host shutdown).
+func (p *Plugin) Cleanup() error {
+	p.mu.Lock()
+	ids := make([]string, 0, len(p.sessions))
+	for id := range p.sessions {
+		ids = append(ids, id)
+	}
+	p.mu.Unlock()
+	for _, id := range ids {
+		p.SessionClosed(id)
+	}
+	p.mu.Lock()
+	p.sessions = nil
+	p.mu.Unlock()
+	return nil
+}
+
+// SessionClosed kills the session's processes, whole process groups, and
+// waits until they are reaped, so none outlives its session.
+func (p *Plugin) SessionClosed(sessionID string) {
+	p.mu.Lock()
+	t := p.sessions[sessionID]
+	delete(p.sessions, sessionID)
+	p.mu.Unlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	procs := make([]*process, 0, len(t.procs))
+	for _, pr := range t.procs {
+		procs = append(procs, pr)
+	}
+	t.procs = nil
+	t.mu.Unlock()
+	killAll(procs)
+}
+
+func killAll(procs []*process) {
+	for _, pr := range procs {
+		if pr.sb != nil {
+			pr.sb.Kill()
+		}
+	}
+	deadline := time.After(5 * time.Second)
+	for _, pr := range procs {
+		if pr.sb == nil {
+			continue
+		}
+		select {
+		case <-pr.sb.Done():
+		case <-deadline:
+			return
+		}
+	}
+}
+
+func (p *Plugin) table(sessionID string, create bool) (*table, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sessions == nil {
+		return nil, errors.New("the proc plugin has stopped")
+	}
+	t := p.sessions[sessionID]
+	if t == nil && create {
+		t = &table{procs: map[string]*process{}}
+		p.sessions[sessionID] = t
+	}
+	if t == nil {
+		return nil, fmt.Errorf("no processes in this session: %w", wire.ErrNotFound)
+	}
+	return t, nil
+}
+
+// ErrUnknownProc is the cause for a proc_id the session does not have.
+var ErrUnknownProc = fmt.Errorf("unknown proc_id: %w", wire.ErrInvalid)
+
+func (p *Plugin) lookup(sessionID, id string) (*process, error) {
+	t, err := p.table(sessionID, false)
+	if err != nil {
+		return nil, fmt.Errorf("process %q: %w", id, ErrUnknownProc)
+	}
+	t.mu.Lock()
+	pr := t.procs[id]
+	t.mu.Unlock()
+	if pr == nil {
+		return nil, fmt.Errorf("process %q: %w", id, ErrUnknownProc)
+	}
+	return pr, nil
+}
+
+// unsafeEnv are variables that change what a program loads or runs at start,
+// refused whatever the allowlist says.
+var unsafeEnv = map[string]bool{
+	"GCONV_PATH": true, "LOCPATH": true, "NLSPATH": true, "HOSTALIASES": true, "RESOLV_HOST_CONF": true,
+	"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true, "IFS": true, "CDPATH": true,
+	"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PERL5LIB": true, "PERL5OPT": true,
+	"RUBYOPT": true, "RUBYLIB": true, "NODE_OPTIONS": true, "JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true,
+	"MALLOC_CHECK_": true, "MALLOC_TRACE": true, "TMPDIR": false,
+}
+
+func unsafeName(n string) bool {
+	return strings.HasPrefix(n, "LD_") || strings.HasPrefix(n, "DYLD_") || strings.HasPrefix(n, "GLIBC_TUNABLES") || unsafeEnv[n] || n == "" || strings.ContainsAny(n, "=\x00")
+}
+
+// environ builds a process's environment: allowed host variables, then the
+// request's, without loader-style variables.
+func (p *Plugin) environ(extra map[string]string, home string) (env []string, dropped []string) {
+	vals := map[string]string{}
+	for _, n := range p.EnvAllow {
+		if v, ok := os.LookupEnv(n); ok && !unsafeName(n) {
+			vals[n] = v
+		}
+	}
+	vals["HOME"] = home
+	for n, v := range extra {
+		if unsafeName(n) || strings.ContainsRune(v, 0) {
+			dropped = append(dropped, n)
+			continue
+		}
+		vals[n] = v
+	}
+	if _, ok := vals["PATH"]; !ok {
+		vals["PATH"] = strings.TrimPrefix(sandbox.DefaultPath, "PATH=")
+	}
+	for n, v := range vals {
+		env = append(env, n+"="+v)
+	}
+	sort.Strings(env)
+	sort.Strings(dropped)
+	return env, dropped
+}
+
+// workdir resolves cwd inside the session's workspace; symlinks may not lead out.
+func (p *Plugin) workdir(sessionID, cwd string) (root, dir string, err error) {
+	root = filepath.Join(p.Workspace, sessionID)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", "", fmt.Errorf("workspace: %w", err)
+	}
+	if cwd == "" {
+		return root, root, nil
+	}
+	if filepath.IsAbs(cwd) || strings.ContainsRune(cwd, 0) || !filepath.IsLocal(cwd) {
+		return "", "", &wire.FieldError{Field: "cwd", Reason: "must be a relative path inside the workspace"}
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(root, cwd))
+	if err != nil {
+		return "", "", &wire.FieldError{Field: "cwd", Reason: "no such directory in the workspace"}
+	}
+	if rel, err := filepath.Rel(root, real); err != nil || !filepath.IsLocal(rel) && rel != "." {
+		return "", "", &wire.FieldError{Field: "cwd", Reason: "leads outside the workspace"}
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
+		return "", "", &wire.FieldError{Field: "cwd", Reason: "not a directory"}
+	}
+	return root, real, nil
+}
+
+func newProcID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "p-" + hex.EncodeToString(b[:])
+}
+
+func seconds(f *float64) time.Duration {
+	if f == nil || *f <= 0 {
+		return 0
+	}
+	return time.Duration(*f * float64(time.Second))
+}
+
+// ProcSpawn answers proc/spawn/req.
+func (p *Plugin) ProcSpawn(ctx context.Context, s wire.Scope, req *msg.ProcSpawnReq) (*msg.ProcSpawnResp, error) {
+	if req.Argv[0] == "" {
+		return nil, &wire.FieldError{Field: "argv[0]", Reason: "empty command"}
+	}
+	root, dir, err := p.workdir(s.SessionID(), derefStr(req.Cwd))
+	if err != nil {
+		return nil, err
+	}
+	env, dropped := p.environ(req.Env, root)
+	timeout := time.Duration(p.Timeout)
+	if d := seconds(req.Timeout); d > 0 && d < timeout {
+		timeout = d
+	}
+	t, err := p.table(s.SessionID(), true)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.procs == nil {
+		return nil, errors.New("the session is closing")
+	}
+	running := 0
+	for _, pr := range t.procs {
+		if pr.running() {
+			running++
+		}
+	}
+	if running >= p.MaxProcs {
+		return nil, fmt.Errorf("the session has %d running processes, the limit: %w", running, wire.ErrDenied)
+	}
+	pr := &process{id: newProcID(), argv: req.Argv, cwd: relTo(root, dir), sandboxed: p.Sandbox,
+		stdout: newRing(p.BufferBytes), stderr: newRing(p.BufferBytes)}
+	spec := sandbox.Spec{Argv: req.Argv, Dir: dir, Env: env, Stdout: pr.stdout, Stderr: pr.stderr,
+		Limits: sandbox.Limits{Timeout: timeout}}
+	if p.Sandbox {
+		spec.Sandboxed, spec.Mode, spec.WorkDir, spec.Network = true, p.SandboxMode, root, p.Network
+		spec.Limits.CPUTime = time.Duration(p.CPUTime)
+		spec.Limits.MemoryBytes = p.MemoryMB << 20
+		spec.Limits.MaxProcs = p.ProcLimit
+	}
+	sb, err := sandbox.Start(spec)
+	if err != nil {
+		if errors.Is(err, wire.ErrInvalid) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("spawn %q: %w", req.Argv[0], err)
+	}
+	pr.sb, pr.started = sb, time.Now()
+	go func() {
+		<-sb.Done()
+		pr.stdout.close()
+		pr.stderr.close()
+	}()
+	t.procs[pr.id] = pr
+	t.order = append(t.order, pr.id)
+	t.evict(p.MaxRecords)
+	return &msg.ProcSpawnResp{Process: pr.record(), DroppedEnv: dropped}, nil
+}
+
+// evict forgets the oldest ended processes beyond max records.
+func (t *table) evict(maxRecords int) {
+	for i := 0; len(t.procs) > maxRecords && i < len(t.order); {
+		pr := t.procs[t.order[i]]
+		if pr != nil && pr.running() {
+			i++
+			continue
+		}
+		delete(t.procs, t.order[i])
+		t.order = append(t.order[:i], t.order[i+1:]...)
+	}
+}
+
+func relTo(root, dir string) string {
+	r, err := filepath.Rel(root, dir)
+	if err != nil {
+		return "."
+	}
+	return r
+}
+
+func derefStr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (pr *process) running() bool {
+	if pr.sb == nil {
+		return false
+	}
+	select {
+	case <-pr.sb.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// record is the wire record of the process.
+func (pr *process) record() msg.ProcRecord {
+	rec := msg.ProcRecord{ProcID: pr.id, Argv: pr.argv, Cwd: pr.cwd, Sandboxed: pr.sandboxed,
+		StartedAt: epoch(pr.started), State: msg.ProcRecordStateLost}
+	if pr.sb == nil {
+		rec.Reason = ptr("the process did not survive the restore of a snapshot")
+		return rec
+	}
+	rec.Pid = pr.sb.Pid
+	res := pr.sb.Result()
+	if res.Outcome == sandbox.Running {
+		rec.State = msg.ProcRecordStateRunning
+		return rec
+	}
+	rec.State = msg.ProcRecordState(res.Outcome)
+	rec.EndedAt = ptr(epoch(res.Ended))
+	rec.Reason = ptr(res.Reason)
+	if res.Outcome == sandbox.Exited {
+		rec.ExitCode = ptr(res.ExitCode)
+	}
+	if res.Signal != 0 {
+		rec.Signal = ptr(sandbox.SignalName(res.Signal))
+	}
+	return rec
+}
+
+func epoch(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
+
+func ptr[T any](v T) *T { return &v }
+
+// ProcWrite answers proc/write/req. The write runs beside the request so a
+// process that does not read cannot hold it past WriteTimeout.
+func (p *Plugin) ProcWrite(ctx context.Context, s wire.Scope, req *msg.ProcWriteReq) (*msg.ProcWriteResp, error) {
+	pr, err := p.lookup(s.SessionID(), req.ProcID)
+	if err != nil {
+		return nil, err
+	}
+	if pr.sb == nil {
+		return nil, fmt.Errorf("process %q was lost: %w", pr.id, wire.ErrInvalid)
+	}
+	if !pr.stdinMu.TryLock() {
+		return nil, fmt.Errorf("process %q: another write is in progress: %w", pr.id, wire.ErrDenied)
+	}
+	defer pr.stdinMu.Unlock()
+	if pr.stdinDone {
+		return nil, fmt.Errorf("process %q: stdin is closed: %w", pr.id, wire.ErrInvalid)
+	}
+	data := derefStr(req.Data)
+	done := make(chan struct{})
+	var n int
+	var werr error
+	go func() {
+		defer close(done)
+		if data != "" {
+			n, werr = io.WriteString(pr.sb.Stdin, data)
+		}
+	}()
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(p.WriteTimeout))
+	defer cancel()
+	select {
+	case <-done:
+	case <-wctx.Done():
+		// Unblock the writer; the process loses its stdin, as it would on a full pipe nobody drains.
+		pr.sb.Stdin.Close()
+		pr.stdinDone = true
+		<-done
+		return nil, fmt.Errorf("process %q did not read its stdin within %s: %w", pr.id, time.Duration(p.WriteTimeout), wire.ErrTimeout)
+	}
+	if werr != nil {
+		return nil, fmt.Errorf("writing to process %q: %v", pr.id, werr)
+	}
+	if req.Eof {
+		pr.sb.Stdin.Close()
+		pr.stdinDone = true
+	}
+	return &msg.ProcWriteResp{ProcID: pr.id, Written: n, Closed: ptr(pr.stdinDone)}, nil
+}
+
+func toChunk(c chunk) msg.ProcStreamChunk {
+	return msg.ProcStreamChunk{Data: strings.ToValidUTF8(string(c.data), "\uFFFD"), Cursor: int(c.cursor),
+		NextCursor: int(c.next), Dropped: int(c.dropped), Eof: c.eof}
+}
+
+// ProcRead answers proc/read/req.
+func (p *Plugin) ProcRead(ctx context.Context, s wire.Scope, req *msg.ProcReadReq) (*msg.ProcReadResp, error) {
+	pr, err := p.lookup(s.SessionID(), req.ProcID)
+	if err != nil {
+		return nil, err
+	}
+	if pr.sb == nil {
+		return nil, fmt.Errorf("process %q was lost; its output with it: %w", pr.id, wire.ErrInvalid)
+	}
+	if !pr.running() {
+		// Done comes after the output was copied: the streams are complete,
+		// even if the goroutine that marks them closed has not run yet.
+		pr.stdout.close()
+		pr.stderr.close()
+	}
+	limit := p.BufferBytes
+	if req.MaxBytes != nil && *req.MaxBytes < limit {
+		limit = *req.MaxBytes
+	}
+	if !req.Follow {
+		out, _ := pr.stdout.read(int64(req.StdoutCursor), limit)
+		errc, _ := pr.stderr.read(int64(req.StderrCursor), limit)
+		return &msg.ProcReadResp{ProcID: pr.id, Stdout: toChunk(out), Stderr: toChunk(errc), State: string(pr.record().State)}, nil
+	}
+	return p.follow(ctx, s, pr, req, limit)
+}
+
+// follow streams output as proc/event artifacts while the request is in
+// flight, then replies with the cursors (SPEC 6 rule 5).
+func (p *Plugin) follow(ctx context.Context, s wire.Scope, pr *process, req *msg.ProcReadReq, limit int) (*msg.ProcReadResp, error) {
+	d := defaultFollow
+	if f := seconds(req.FollowTimeout); f > 0 {
+		d = f
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	streams := []struct {
+		name   string
+		r      *ring
+		cursor int64
+		first  int64
+		drop   int64
+		eof    bool
+	}{{name: "stdout", r: pr.stdout, cursor: int64(req.StdoutCursor)}, {name: "stderr", r: pr.stderr, cursor: int64(req.StderrCursor)}}
+	for i := range streams {
+		streams[i].first = -1
+	}
+	sent := 0
+	for {
+		var waits []<-chan struct{}
+		for i := range streams {
+			st := &streams[i]
+			if st.eof || sent >= limit {
+				continue
+			}
+			c, ch := st.r.read(st.cursor, limit-sent)
+			if st.first < 0 {
+				st.first, st.drop = c.cursor, c.dropped
+			}
+			st.cursor, st.eof = c.next, c.eof
+			if len(c.data) > 0 || c.eof {
+				data := map[string]any{"name": st.name, "mime": "text/plain", "chunk": strings.ToValidUTF8(string(c.data), "\uFFFD"),
+					"final": c.eof, "cursor": c.cursor, "next_cursor": c.next}
+				if err := s.Emit(wire.EventArtifact, data); err != nil {
+					return nil, err
+				}
+				sent += len(c.data)
+			}
+			if !c.eof {
+				waits = append(waits, ch)
+			}
+		}
+		if len(waits) == 0 || sent >= limit {
+			break
+		}
+		stop := false
+		select {
+		case <-waits[0]:
+		case <-waitAny(waits[1:]):
+		case <-timer.C:
+			stop = true
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if stop {
+			break
+		}
+	}
+	mk := func(i int) msg.ProcStreamChunk {
+		st := streams[i]
+		return msg.ProcStreamChunk{Cursor: int(st.first), NextCursor: int(st.cursor), Dropped: int(st.drop), Eof: st.eof}
+	}
+	return &msg.ProcReadResp{ProcID: pr.id, Stdout: mk(0), Stderr: mk(1), State: string(pr.record().State), Streamed: ptr(sent)}, nil
+}
+
+// waitAny returns the first of chs, or a channel that never fires.
+func waitAny(chs []<-chan struct{}) <-chan struct{} {
+	if len(chs) == 0 {
+		return nil
+	}
+	return chs[0]
+}
+
+// ProcSignal answers proc/signal/req.
+func (p *Plugin) ProcSignal(ctx context.Context, s wire.Scope, req *msg.ProcSignalReq) (*msg.ProcSignalResp, error) {
+	sig, ok := sandbox.ParseSignal(req.Signal)
+	if !ok {
+		return nil, &wire.FieldError{Field: "signal", Reason: fmt.Sprintf("unknown signal %q", req.Signal)}
+	}
+	pr, err := p.lookup(s.SessionID(), req.ProcID)
+	if err != nil {
+		return nil, err
+	}
+	if !pr.running() {
+		return nil, fmt.Errorf("process %q is not running (%s): %w", pr.id, pr.record().State, wire.ErrInvalid)
+	}
+	if err := pr.sb.Signal(sig); err != nil {
+		return nil, fmt.Errorf("signal %s to %q: %w", sandbox.SignalName(sig), pr.id, err)
+	}
+	return &msg.ProcSignalResp{Process: pr.record()}, nil
+}
+
+// ProcKill answers proc/kill/req once the process is reaped.
+func (p *Plugin) ProcKill(ctx context.Context, s wire.Scope, req *msg.ProcKillReq) (*msg.ProcKillResp, error) {
+	pr, err := p.lookup(s.SessionID(), req.ProcID)
+	if err != nil {
+		return nil, err
+	}
+	if pr.running() {
+		pr.sb.Kill()
+		select {
+		case <-pr.sb.Done():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return &msg.ProcKillResp{Process: pr.record()}, nil
+}
+
+// ProcWait answers proc/wait/req. Limit outcomes are errors (DESIGN Sandbox outcomes).
+func (p *Plugin) ProcWait(ctx context.Context, s wire.Scope, req *msg.ProcWaitReq) (*msg.ProcWaitResp, error) {
+	pr, err := p.lookup(s.SessionID(), req.ProcID)
+	if err != nil {
+		return nil, err
+	}
+	if pr.sb != nil {
+		var timeout <-chan time.Time
+		if d := seconds(req.Timeout); d > 0 {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timeout = t.C
+		} else if req.Timeout != nil {
+			timeout = closedTime
+		}
+		select {
+		case <-pr.sb.Done():
+		case <-timeout:
+			return &msg.ProcWaitResp{Process: pr.record(), TimedOut: true}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if err := pr.sb.Result().Err(); err != nil {
+			rec := pr.record()
+			we := wire.AsError(fmt.Errorf("process %q: %w", pr.id, err))
+			we.Capability = "proc"
+			we.Detail = recordDetail(rec)
+			return nil, we
+		}
+	}
+	return &msg.ProcWaitResp{Process: pr.record()}, nil
+}
+
+var closedTime = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+func recordDetail(rec msg.ProcRecord) map[string]any {
+	b, _ := json.Marshal(rec)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return map[string]any{"process": m}
+}
+
+// ProcStatus answers proc/status/req.
+func (p *Plugin) ProcStatus(ctx context.Context, s wire.Scope, req *msg.ProcStatusReq) (*msg.ProcStatusResp, error) {
+	pr, err := p.lookup(s.SessionID(), req.ProcID)
+	if err != nil {
+		return nil, err
+	}
+	return &msg.ProcStatusResp{Process: pr.record()}, nil
+}
+
+// ProcList answers proc/list/req.
+func (p *Plugin) ProcList(ctx context.Context, s wire.Scope, req *msg.ProcListReq) (*msg.ProcListResp, error) {
+	out := &msg.ProcListResp{Processes: []msg.ProcRecord{}}
+	t, err := p.table(s.SessionID(), false)
+	if err != nil {
+		return out, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range t.order {
+		pr := t.procs[id]
+		if pr == nil || req.RunningOnly && !pr.running() {
+			continue
+		}
+		out.Processes = append(out.Processes, pr.record())
+	}
+	return out, nil
+}
+
+var (
+	_ msg.ProcHandler        = (*Plugin)(nil)
+	_ server.Provisioner     = (*Plugin)(nil)
+	_ server.CleanerUpper    = (*Plugin)(nil)
+	_ server.SessionObserver = (*Plugin)(nil)
+	_ server.Snapshotter     = (*Plugin)(nil)
+)
