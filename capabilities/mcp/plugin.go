@@ -219,13 +219,6 @@ func (p *Plugin) allowed(raw string) (*AllowURL, bool) {
 	return nil, false
 }
 
-// sessionConns returns the session's registered servers (nil if none).
-func (p *Plugin) sessionConns(id string) map[string]*conn {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.bySess[id]
-}
-
 // find returns the server id visible to the session: its own or configured.
 func (p *Plugin) find(sessionID, id string) *conn {
 	p.mu.Lock()
@@ -579,12 +572,12 @@ type snapshotState struct {
 // headers are secrets and are left out (DESIGN State).
 func (p *Plugin) Snapshot(ctx context.Context, id string) ([]byte, error) {
 	st := snapshotState{Servers: []registration{}}
-	for _, c := range p.sessionConns(id) {
+	p.mu.Lock()
+	for _, c := range p.bySess[id] {
 		st.Servers = append(st.Servers, c.reg)
 	}
-	p.mu.Lock()
-	sort.Slice(st.Servers, func(i, j int) bool { return st.Servers[i].ServerID < st.Servers[j].ServerID })
 	p.mu.Unlock()
+	sort.Slice(st.Servers, func(i, j int) bool { return st.Servers[i].ServerID < st.Servers[j].ServerID })
 	return json.Marshal(st)
 }
 
