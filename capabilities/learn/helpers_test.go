@@ -58,8 +58,14 @@ func (a *auditLog) all() []server.AuditRecord {
 // both, host first, as `aep serve` does.
 func startHost(t testing.TB, dir string) (th *testHost, close func()) {
 	t.Helper()
+	return startHostDSN(t, dir, "")
+}
+
+// startHostDSN is startHost on the store dsn names ("" is SQLite in dir).
+func startHostDSN(t testing.TB, dir, dsn string) (th *testHost, close func()) {
+	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, "", dir)
+	st, err := store.Open(ctx, dsn, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,14 @@ package learn_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/aephost/aep/capabilities/learn"
 	"github.com/aephost/aep/conformance"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/pgtest"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
@@ -522,10 +525,28 @@ func TestExportFile(t *testing.T) {
 }
 
 // TestPersistsAcrossRestart records feedback, experience and calls, stops
-// the host and its store, and starts a new host on the same data directory.
+// the host and its store, and starts a new host on the same data directory
+// and store: SQLite, and PostgreSQL in a fresh schema when one is available
+// (internal/pgtest; required under CI).
 func TestPersistsAcrossRestart(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testRestart(t, "") })
+	t.Run("postgres", func(t *testing.T) {
+		schema := "aep_learn_test_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		dsn := pgtest.DSN(t, schema)
+		t.Cleanup(func() {
+			db, err := sql.Open("pgx", dsn)
+			if err == nil {
+				_, _ = db.Exec("DROP SCHEMA " + schema + " CASCADE")
+				db.Close()
+			}
+		})
+		testRestart(t, dsn)
+	})
+}
+
+func testRestart(t *testing.T, dsn string) {
 	dir := t.TempDir()
-	th, stop := startHost(t, dir)
+	th, stop := startHostDSN(t, dir, dsn)
 	c := connect(t, th.h)
 	ctx := ctxT(t)
 	feedback(t, c, append(fb(3, msg.FeedbackTypePOSITIVE, "grep", "search"), fb(2, msg.FeedbackTypeCORRECTIVE, "find", "search")...)...)
@@ -551,7 +572,7 @@ func TestPersistsAcrossRestart(t *testing.T) {
 	c.Close()
 	stop() // the plugin stores the calls still queued before the store closes
 
-	th2, _ := startHost(t, dir)
+	th2, _ := startHostDSN(t, dir, dsn)
 	c2 := connect(t, th2.h)
 	if after := rank(c2); !reflect.DeepEqual(before, after) || len(after.Ranked) != 2 {
 		t.Fatalf("ranking before %+v, after restart %+v", before, after)
