@@ -141,7 +141,7 @@ func newGoServer(name string, hooks *serverHooks) *mcpserver.MCPServer {
 // httpServer is an in-process streamable-HTTP MCP server on a fixed
 // loopback address, so it can be stopped and started again there.
 type httpServer struct {
-	t     *testing.T
+	t     testing.TB
 	name  string
 	addr  string
 	opts  []mcpserver.StreamableHTTPOption
@@ -150,7 +150,7 @@ type httpServer struct {
 	srv   *http.Server
 }
 
-func startHTTP(t *testing.T, name string, opts ...mcpserver.StreamableHTTPOption) *httpServer {
+func startHTTP(t testing.TB, name string, opts ...mcpserver.StreamableHTTPOption) *httpServer {
 	t.Helper()
 	h := &httpServer{t: t, name: name, opts: opts, hooks: &serverHooks{}}
 	h.start("127.0.0.1:0")
@@ -211,7 +211,7 @@ type env struct {
 
 // newEnv starts a host with the bridge and the built-in tools (so declines
 // reach another tool plugin) and connects an agent with tools and mcp.
-func newEnv(t *testing.T, p *aepmcp.Plugin) *env {
+func newEnv(t testing.TB, p *aepmcp.Plugin) *env {
 	t.Helper()
 	ctx := context.Background()
 	cfg := server.Defaults()
@@ -227,7 +227,7 @@ func newEnv(t *testing.T, p *aepmcp.Plugin) *env {
 	return &env{h: h, p: p, c: connect(t, h)}
 }
 
-func connect(t *testing.T, h *server.Host) *client.Client {
+func connect(t testing.TB, h *server.Host) *client.Client {
 	t.Helper()
 	c, err := client.InProcess(h, client.JSON, nil)
 	if err != nil {
@@ -240,7 +240,7 @@ func connect(t *testing.T, h *server.Host) *client.Client {
 	return c
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
