@@ -19,7 +19,7 @@ import (
 // entries (a read counts as a use).
 func TestWorkingFullPolicies(t *testing.T) {
 	for _, tc := range []struct {
-		name            string
+		name              string
 		entries, maxBytes int
 	}{
 		{"entries", 3, 0},
