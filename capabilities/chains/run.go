@@ -229,7 +229,7 @@ func (r *runner) launch(n *node, stand *node, failure *nodeError) {
 		start := time.Now()
 		var out json.RawMessage
 		if err == nil {
-			out, err = r.work(n, sc)
+			out, err = safely(func() (json.RawMessage, error) { return r.work(n, sc) })
 		}
 		r.results <- result{n: n, stand: stand, out: out, err: err, start: start}
 	}()
@@ -446,6 +446,9 @@ func (r *runner) mapItems(n *node, sc scope) (json.RawMessage, error) {
 		mu       sync.Mutex
 		firstErr error
 	)
+	// spawn bounds the item goroutines alive at once; the chain's
+	// semaphore, taken inside send, bounds the requests in flight.
+	spawn := make(chan struct{}, cap(r.sem))
 	for i, it := range arr {
 		mu.Lock()
 		stop := firstErr != nil
@@ -453,15 +456,23 @@ func (r *runner) mapItems(n *node, sc scope) (json.RawMessage, error) {
 		if stop || r.ctx.Err() != nil {
 			break
 		}
+		select {
+		case spawn <- struct{}{}:
+		case <-r.ctx.Done():
+			continue // the check above ends the loop
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			idx, _ := json.Marshal(i)
-			isc, err := sc.with(map[string]json.RawMessage{"item": it, "index": idx})
-			var out json.RawMessage
-			if err == nil {
-				out, err = r.send(n, isc)
-			}
+			defer func() { <-spawn }()
+			out, err := safely(func() (json.RawMessage, error) {
+				idx, _ := json.Marshal(i)
+				isc, err := sc.with(map[string]json.RawMessage{"item": it, "index": idx})
+				if err != nil {
+					return nil, err
+				}
+				return r.send(n, isc)
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -505,6 +516,9 @@ func (r *runner) reduce(n *node, sc scope) (json.RawMessage, error) {
 		}
 	}
 	for i, it := range arr {
+		if err := r.ctx.Err(); err != nil {
+			return nil, err
+		}
 		var item any
 		if err := json.Unmarshal(it, &item); err != nil {
 			return nil, err
@@ -516,4 +530,16 @@ func (r *runner) reduce(n *node, sc scope) (json.RawMessage, error) {
 		}
 	}
 	return json.Marshal(acc)
+}
+
+// safely runs fn and turns a panic into an error: node goroutines are the
+// chain's own, outside the kernel's recover, and one bad node must not take
+// the host down (DESIGN Wire: never a crash).
+func safely(fn func() (json.RawMessage, error)) (out json.RawMessage, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			out, err = nil, fmt.Errorf("chain node panicked: %v", v)
+		}
+	}()
+	return fn()
 }
