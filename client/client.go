@@ -168,7 +168,7 @@ func (c *Client) Notify(ctx context.Context, m wire.Message) error {
 
 // Shutdown asks the host to drain and end this session.
 func (c *Client) Shutdown(ctx context.Context, timeoutSeconds float64) error {
-	return c.Notify(ctx, &msg.Shutdown{Timeout: timeoutSeconds})
+	return c.Notify(ctx, &msg.Shutdown{Timeout: &timeoutSeconds})
 }
 
 // Done is closed when the transport has ended.

@@ -222,7 +222,11 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 			Msg: &msg.Pong{UptimeSeconds: time.Since(s.h.started).Seconds()}})
 		return
 	case "shutdown":
-		s.shutdown(m.(*msg.Shutdown).Timeout)
+		timeout := 10.0 // schemas/core.json: absent means 10 seconds
+		if t := m.(*msg.Shutdown).Timeout; t != nil {
+			timeout = *t
+		}
+		s.shutdown(timeout)
 		return
 	}
 	if e.Capability != "" && !s.Enabled(e.Capability) {

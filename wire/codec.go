@@ -347,6 +347,11 @@ func (reg *Registry) Check(env *Envelope, m Message) (*Entry, error) {
 	if env.ID == "" {
 		return e, &Error{Code: CodeSchemaViolation, Message: `field "id": a non-empty string is required`, Detail: map[string]any{"field": "id"}}
 	}
+	// A Go value never went through the model's constructor; zero fields
+	// that have a schema default take it, as an absent JSON field would.
+	if d, ok := m.(interface{ ApplyDefaults() }); ok {
+		d.ApplyDefaults()
+	}
 	if err := m.Validate(); err != nil {
 		return e, AsError(err)
 	}

@@ -219,7 +219,7 @@ func TestDecode(t *testing.T) {
 			}},
 		{name: "notification", line: `{"type":"shutdown","id":"s","timeout":0.5}`, entry: "shutdown",
 			check: func(t *testing.T, m wire.Message) {
-				if got := m.(*msg.Shutdown).Timeout; got != 0.5 {
+				if got := m.(*msg.Shutdown).Timeout; got == nil || *got != 0.5 {
 					t.Errorf("Timeout = %v", got)
 				}
 			}},
@@ -567,7 +567,7 @@ func TestRoundTrip(t *testing.T) {
 		{"handshake", &msg.HandshakeReq{AgentID: "agent \"7\"\n", AgentCaps: []string{"tools", "mémoire", ""}, AuthToken: "<secret>&"}},
 		{"handshake with empty caps", &msg.HandshakeReq{AgentID: "a", AgentCaps: []string{}, AuthToken: "t"}},
 		{"cancel", &msg.Cancel{ReqID: "r1"}},
-		{"shutdown", &msg.Shutdown{Timeout: 2.5}},
+		{"shutdown", &msg.Shutdown{Timeout: ptr(2.5)}},
 		{"snapshot", &msg.SessionSnapshotReq{Target: msg.SessionSnapshotReqTargetSQL}},
 		{"restore", &msg.SessionRestoreReq{SnapshotID: "\u2028\u2029😀"}},
 		{"info", &msg.SessionInfoReq{}},
@@ -597,12 +597,11 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // TestEncodeKeepsExplicitZero guards a bug found by FuzzDecode (the input is
-// in testdata/fuzz/FuzzDecode): with omitempty on a field that has a schema
-// default, a zero value was not written and the receiver's constructor put
-// the default back, so shutdown with timeout 0 ("do not wait") arrived as 10.
-// aepgen now drops omitempty from defaulted fields.
+// in testdata/fuzz/FuzzDecode): a field whose zero value means something
+// (shutdown timeout 0: "do not wait") must not have a schema default, or an
+// omitted zero would come back as the default. Such a field is a pointer.
 func TestEncodeKeepsExplicitZero(t *testing.T) {
-	line, err := wire.Encode(&wire.Envelope{Type: "shutdown", ID: "1", TS: 1}, &msg.Shutdown{Timeout: 0})
+	line, err := wire.Encode(&wire.Envelope{Type: "shutdown", ID: "1", TS: 1}, &msg.Shutdown{Timeout: ptr(0.0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +610,7 @@ func TestEncodeKeepsExplicitZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := m.(*msg.Shutdown).Timeout; got != 0 {
+	if got := m.(*msg.Shutdown).Timeout; got == nil || *got != 0 {
 		t.Fatalf("shutdown timeout 0 arrives as %v (line %s)", got, line)
 	}
 }

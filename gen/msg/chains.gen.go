@@ -212,6 +212,16 @@ func newChainDefineResp() wire.Message { return &ChainDefineResp{} }
 
 func newChainRunReq() wire.Message { return &ChainRunReq{MaxConcurrency: 4, Timeout: 300} }
 
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *ChainRunReq) ApplyDefaults() {
+	if m.MaxConcurrency == 0 {
+		m.MaxConcurrency = 4
+	}
+	if m.Timeout == 0 {
+		m.Timeout = 300
+	}
+}
+
 func newChainRunResp() wire.Message { return &ChainRunResp{} }
 
 // ChainHandler is implemented by plugins that serve the "chain" namespace (capability "chains").

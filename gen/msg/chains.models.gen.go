@@ -161,7 +161,7 @@ type ChainRunReq struct {
 	// Requests of this chain in flight at once (action nodes and map items). Internal
 	// requests bypass the session's admission queue (DESIGN Dispatch), so this, not
 	// max_parallel, bounds them.
-	MaxConcurrency int `json:"max_concurrency"`
+	MaxConcurrency int `json:"max_concurrency,omitempty,omitzero"`
 
 	// A chain stored with chain/define/req.
 	Name *string `json:"name,omitempty,omitzero"`
@@ -170,7 +170,7 @@ type ChainRunReq struct {
 	SessionID *string `json:"session_id,omitempty,omitzero"`
 
 	// Seconds for the whole chain.
-	Timeout float64 `json:"timeout"`
+	Timeout float64 `json:"timeout,omitempty,omitzero"`
 }
 
 type ChainRunResp struct {

@@ -129,6 +129,7 @@ type Pong struct {
 // are admitted, requests in flight are answered, then the session closes. No
 // reply.
 type Shutdown struct {
-	// Seconds to wait for requests in flight before cancelling them.
-	Timeout float64 `json:"timeout"`
+	// Seconds to wait for requests in flight before cancelling them; absent means 10.
+	// Zero cancels at once.
+	Timeout *float64 `json:"timeout,omitempty,omitzero"`
 }

@@ -376,6 +376,13 @@ func newEnvDataAddResp() wire.Message { return &EnvDataAddResp{} }
 
 func newEnvDataGetReq() wire.Message { return &EnvDataGetReq{Inline: false} }
 
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *EnvDataGetReq) ApplyDefaults() {
+	if m.Inline == false {
+		m.Inline = false
+	}
+}
+
 func newEnvDataGetResp() wire.Message { return &EnvDataGetResp{} }
 
 func newEnvDataResetReq() wire.Message { return &EnvDataResetReq{} }
@@ -407,6 +414,13 @@ func newEnvStepReq() wire.Message { return &EnvStepReq{} }
 func newEnvStepResp() wire.Message { return &EnvStepResp{} }
 
 func newEnvStepBatchReq() wire.Message { return &EnvStepBatchReq{AutoresetMode: "next_step"} }
+
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *EnvStepBatchReq) ApplyDefaults() {
+	if m.AutoresetMode == "" {
+		m.AutoresetMode = "next_step"
+	}
+}
 
 func newEnvStepBatchResp() wire.Message { return &EnvStepBatchResp{} }
 

@@ -108,7 +108,7 @@ type EnvDataGetReq struct {
 	Glob *string `json:"glob,omitempty,omitzero"`
 
 	// Include the text of small UTF-8 files in `content`.
-	Inline bool `json:"inline"`
+	Inline bool `json:"inline,omitempty,omitzero"`
 
 	// Largest file inlined; capped by the host's own limit.
 	MaxInlineBytes *int `json:"max_inline_bytes,omitempty,omitzero"`
@@ -271,7 +271,7 @@ type EnvStepBatchReq struct {
 	Actions []json.RawMessage `json:"actions"`
 
 	// AutoresetMode corresponds to the JSON schema field "autoreset_mode".
-	AutoresetMode EnvStepBatchReqAutoresetMode `json:"autoreset_mode"`
+	AutoresetMode EnvStepBatchReqAutoresetMode `json:"autoreset_mode,omitempty,omitzero"`
 
 	// EpisodeIds corresponds to the JSON schema field "episode_ids".
 	EpisodeIds []string `json:"episode_ids"`

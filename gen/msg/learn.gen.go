@@ -409,6 +409,13 @@ func newLearnExperienceResp() wire.Message { return &LearnExperienceResp{} }
 
 func newLearnExportReq() wire.Message { return &LearnExportReq{ToFile: false} }
 
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *LearnExportReq) ApplyDefaults() {
+	if m.ToFile == false {
+		m.ToFile = false
+	}
+}
+
 func newLearnExportResp() wire.Message { return &LearnExportResp{} }
 
 func newLearnFeedbackReq() wire.Message { return &LearnFeedbackReq{} }
@@ -416,6 +423,13 @@ func newLearnFeedbackReq() wire.Message { return &LearnFeedbackReq{} }
 func newLearnFeedbackResp() wire.Message { return &LearnFeedbackResp{} }
 
 func newLearnRankReq() wire.Message { return &LearnRankReq{Strategy: "ucb1"} }
+
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *LearnRankReq) ApplyDefaults() {
+	if m.Strategy == "" {
+		m.Strategy = "ucb1"
+	}
+}
 
 func newLearnRankResp() wire.Message { return &LearnRankResp{} }
 

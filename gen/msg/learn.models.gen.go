@@ -76,10 +76,10 @@ type Experience struct {
 	Step int `json:"step"`
 
 	// Terminated corresponds to the JSON schema field "terminated".
-	Terminated bool `json:"terminated"`
+	Terminated bool `json:"terminated,omitempty,omitzero"`
 
 	// Truncated corresponds to the JSON schema field "truncated".
-	Truncated bool `json:"truncated"`
+	Truncated bool `json:"truncated,omitempty,omitzero"`
 }
 
 // One rating (SPEC 2.11 feedback types). `score` is in [-1, 1] (-1 worst, 1 best);
@@ -188,7 +188,7 @@ type LearnExportReq struct {
 	Limit *int `json:"limit,omitempty,omitzero"`
 
 	// ToFile corresponds to the JSON schema field "to_file".
-	ToFile bool `json:"to_file"`
+	ToFile bool `json:"to_file,omitempty,omitzero"`
 
 	// What corresponds to the JSON schema field "what".
 	What LearnExportReqWhat `json:"what"`
@@ -258,7 +258,7 @@ type LearnRankReq struct {
 	Seed *int `json:"seed,omitempty,omitzero"`
 
 	// Strategy corresponds to the JSON schema field "strategy".
-	Strategy LearnRankReqStrategy `json:"strategy"`
+	Strategy LearnRankReqStrategy `json:"strategy,omitempty,omitzero"`
 }
 
 type LearnRankReqStrategy string

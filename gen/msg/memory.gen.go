@@ -297,10 +297,30 @@ func newMemoryForgetResp() wire.Message { return &MemoryForgetResp{} }
 
 func newMemoryInitReq() wire.Message { return &MemoryInitReq{Namespace: "default"} }
 
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *MemoryInitReq) ApplyDefaults() {
+	if m.Namespace == "" {
+		m.Namespace = "default"
+	}
+}
+
 func newMemoryInitResp() wire.Message { return &MemoryInitResp{} }
 
 func newMemoryRecallReq() wire.Message {
 	return &MemoryRecallReq{Limit: 10, MinScore: 0, Order: "relevance"}
+}
+
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *MemoryRecallReq) ApplyDefaults() {
+	if m.Limit == 0 {
+		m.Limit = 10
+	}
+	if m.MinScore == 0 {
+		m.MinScore = 0
+	}
+	if m.Order == "" {
+		m.Order = "relevance"
+	}
 }
 
 func newMemoryRecallResp() wire.Message { return &MemoryRecallResp{} }

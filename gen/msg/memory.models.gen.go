@@ -104,7 +104,7 @@ type MemoryInitReq struct {
 	Metadata *json.RawMessage `json:"metadata,omitempty,omitzero"`
 
 	// Namespace corresponds to the JSON schema field "namespace".
-	Namespace string `json:"namespace"`
+	Namespace string `json:"namespace,omitempty,omitzero"`
 
 	// Scope keys. `agent` narrows the persistent tiers to one agent within the
 	// namespace; other keys are kept and echoed.
@@ -133,17 +133,17 @@ type MemoryInitResp struct {
 // `min_score`.
 type MemoryRecallReq struct {
 	// Limit corresponds to the JSON schema field "limit".
-	Limit int `json:"limit"`
+	Limit int `json:"limit,omitempty,omitzero"`
 
 	// MemoryID corresponds to the JSON schema field "memory_id".
 	MemoryID string `json:"memory_id"`
 
 	// MinScore corresponds to the JSON schema field "min_score".
-	MinScore float64 `json:"min_score"`
+	MinScore float64 `json:"min_score,omitempty,omitzero"`
 
 	// `relevance` sorts by score (by newest when there is no query);
 	// `oldest`/`newest` sort by time (episodic: append order).
-	Order MemoryRecallReqOrder `json:"order"`
+	Order MemoryRecallReqOrder `json:"order,omitempty,omitzero"`
 
 	// Query corresponds to the JSON schema field "query".
 	Query *string `json:"query,omitempty,omitzero"`

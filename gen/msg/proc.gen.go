@@ -303,10 +303,30 @@ func newProcKillResp() wire.Message { return &ProcKillResp{} }
 
 func newProcListReq() wire.Message { return &ProcListReq{RunningOnly: false} }
 
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *ProcListReq) ApplyDefaults() {
+	if m.RunningOnly == false {
+		m.RunningOnly = false
+	}
+}
+
 func newProcListResp() wire.Message { return &ProcListResp{} }
 
 func newProcReadReq() wire.Message {
 	return &ProcReadReq{Follow: false, StderrCursor: 0, StdoutCursor: 0}
+}
+
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *ProcReadReq) ApplyDefaults() {
+	if m.Follow == false {
+		m.Follow = false
+	}
+	if m.StderrCursor == 0 {
+		m.StderrCursor = 0
+	}
+	if m.StdoutCursor == 0 {
+		m.StdoutCursor = 0
+	}
 }
 
 func newProcReadResp() wire.Message { return &ProcReadResp{} }
@@ -328,6 +348,13 @@ func newProcWaitReq() wire.Message { return &ProcWaitReq{} }
 func newProcWaitResp() wire.Message { return &ProcWaitResp{} }
 
 func newProcWriteReq() wire.Message { return &ProcWriteReq{Eof: false} }
+
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *ProcWriteReq) ApplyDefaults() {
+	if m.Eof == false {
+		m.Eof = false
+	}
+}
 
 func newProcWriteResp() wire.Message { return &ProcWriteResp{} }
 

@@ -18,7 +18,7 @@ type ProcKillResp struct {
 // ended ones (the table keeps at most the plugin's max_records).
 type ProcListReq struct {
 	// RunningOnly corresponds to the JSON schema field "running_only".
-	RunningOnly bool `json:"running_only"`
+	RunningOnly bool `json:"running_only,omitempty,omitzero"`
 }
 
 type ProcListResp struct {
@@ -34,7 +34,7 @@ type ProcListResp struct {
 // on from (SPEC 6 rule 5: nothing is streamed after the reply).
 type ProcReadReq struct {
 	// Follow corresponds to the JSON schema field "follow".
-	Follow bool `json:"follow"`
+	Follow bool `json:"follow,omitempty,omitzero"`
 
 	// Seconds to follow at most; default 30.
 	FollowTimeout *float64 `json:"follow_timeout,omitempty,omitzero"`
@@ -47,10 +47,10 @@ type ProcReadReq struct {
 	ProcID string `json:"proc_id"`
 
 	// StderrCursor corresponds to the JSON schema field "stderr_cursor".
-	StderrCursor int `json:"stderr_cursor"`
+	StderrCursor int `json:"stderr_cursor,omitempty,omitzero"`
 
 	// StdoutCursor corresponds to the JSON schema field "stdout_cursor".
-	StdoutCursor int `json:"stdout_cursor"`
+	StdoutCursor int `json:"stdout_cursor,omitempty,omitzero"`
 }
 
 type ProcReadResp struct {
@@ -242,7 +242,7 @@ type ProcWriteReq struct {
 	Data *string `json:"data,omitempty,omitzero"`
 
 	// Eof corresponds to the JSON schema field "eof".
-	Eof bool `json:"eof"`
+	Eof bool `json:"eof,omitempty,omitzero"`
 
 	// ProcID corresponds to the JSON schema field "proc_id".
 	ProcID string `json:"proc_id"`

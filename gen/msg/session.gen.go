@@ -110,6 +110,13 @@ func newSessionRestoreResp() wire.Message { return &SessionRestoreResp{} }
 
 func newSessionSnapshotReq() wire.Message { return &SessionSnapshotReq{Target: "file"} }
 
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *SessionSnapshotReq) ApplyDefaults() {
+	if m.Target == "" {
+		m.Target = "file"
+	}
+}
+
 func newSessionSnapshotResp() wire.Message { return &SessionSnapshotResp{} }
 
 // SessionHandler is implemented by plugins that serve the "session" namespace.

@@ -45,7 +45,7 @@ type SessionRestoreResp struct {
 type SessionSnapshotReq struct {
 	// Where the snapshot is stored: a file under the data directory or the embedded
 	// SQL store.
-	Target SessionSnapshotReqTarget `json:"target"`
+	Target SessionSnapshotReqTarget `json:"target,omitempty,omitzero"`
 }
 
 type SessionSnapshotReqTarget string

@@ -159,9 +159,23 @@ func (m *SkillResult) Validate() error {
 
 func newSkillCallReq() wire.Message { return &SkillCallReq{Streaming: true} }
 
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *SkillCallReq) ApplyDefaults() {
+	if m.Streaming == false {
+		m.Streaming = true
+	}
+}
+
 func newSkillCallResp() wire.Message { return &SkillCallResp{} }
 
 func newSkillDiscoverReq() wire.Message { return &SkillDiscoverReq{AllVersions: false} }
+
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *SkillDiscoverReq) ApplyDefaults() {
+	if m.AllVersions == false {
+		m.AllVersions = false
+	}
+}
 
 func newSkillDiscoverResp() wire.Message { return &SkillDiscoverResp{} }
 

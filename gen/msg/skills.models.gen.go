@@ -18,7 +18,7 @@ type SkillCallReq struct {
 	Name string `json:"name"`
 
 	// When true, events also go on the wire as skill/event before the reply.
-	Streaming bool `json:"streaming"`
+	Streaming bool `json:"streaming,omitempty,omitzero"`
 
 	// Seconds; lowers the skill's own timeout, never raises it.
 	Timeout *float64 `json:"timeout,omitempty,omitzero"`
@@ -74,7 +74,7 @@ type SkillDefinitionOutputSchema map[string]interface{}
 // having any of the tags.
 type SkillDiscoverReq struct {
 	// AllVersions corresponds to the JSON schema field "all_versions".
-	AllVersions bool `json:"all_versions"`
+	AllVersions bool `json:"all_versions,omitempty,omitzero"`
 
 	// FilterTags corresponds to the JSON schema field "filter_tags".
 	FilterTags []string `json:"filter_tags,omitempty,omitzero"`

@@ -161,9 +161,23 @@ func (m *ToolResult) Validate() error {
 
 func newToolCallReq() wire.Message { return &ToolCallReq{Streaming: false} }
 
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *ToolCallReq) ApplyDefaults() {
+	if m.Streaming == false {
+		m.Streaming = false
+	}
+}
+
 func newToolCallResp() wire.Message { return &ToolCallResp{} }
 
 func newToolListReq() wire.Message { return &ToolListReq{IncludeDeferred: false} }
+
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *ToolListReq) ApplyDefaults() {
+	if m.IncludeDeferred == false {
+		m.IncludeDeferred = false
+	}
+}
 
 func newToolListResp() wire.Message { return &ToolListResp{} }
 

@@ -13,7 +13,7 @@ type ToolCallReq struct {
 
 	// When true, the tool's events also go on the wire as tool/event before the reply
 	// (DESIGN Wire).
-	Streaming bool `json:"streaming"`
+	Streaming bool `json:"streaming,omitempty,omitzero"`
 
 	// Seconds; the tool's context is cancelled and the result is TOOL_ERROR (SPEC 8).
 	// 0 or absent: no per-call limit beyond the request deadline.
@@ -106,7 +106,7 @@ type ToolListReq struct {
 	Cursor *string `json:"cursor,omitempty,omitzero"`
 
 	// Also search tools with defer_loading true (SPEC 2.5).
-	IncludeDeferred bool `json:"include_deferred"`
+	IncludeDeferred bool `json:"include_deferred,omitempty,omitzero"`
 
 	// Page size; 0 or absent returns every match.
 	Limit *int `json:"limit,omitempty,omitzero"`

@@ -158,6 +158,13 @@ func newEchoListResp() wire.Message { return &EchoListResp{} }
 
 func newEchoSayReq() wire.Message { return &EchoSayReq{Mode: "plain"} }
 
+// ApplyDefaults sets the schema defaults of fields left at their zero value.
+func (m *EchoSayReq) ApplyDefaults() {
+	if m.Mode == "" {
+		m.Mode = "plain"
+	}
+}
+
 func newEchoSayResp() wire.Message { return &EchoSayResp{} }
 
 func newEchoWaitReq() wire.Message { return &EchoWaitReq{} }

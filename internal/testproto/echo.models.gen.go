@@ -34,7 +34,7 @@ type EchoSayReq struct {
 	CorrelationID *string `json:"correlation_id,omitempty,omitzero"`
 
 	// Mode corresponds to the JSON schema field "mode".
-	Mode EchoSayReqMode `json:"mode"`
+	Mode EchoSayReqMode `json:"mode,omitempty,omitzero"`
 
 	// SessionID corresponds to the JSON schema field "session_id".
 	SessionID *string `json:"session_id,omitempty,omitzero"`

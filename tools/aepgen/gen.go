@@ -163,6 +163,16 @@ func (g *generator) file(f *schemaFile) ([]byte, error) {
 			return nil, err
 		}
 		fmt.Fprintf(&w, "func new%s() wire.Message { return &%s{%s} }\n\n", m.name, m.name, init)
+		if init != "" {
+			// A Go value handed over by the direct codec never went through
+			// the constructor: zero fields that have a default take it.
+			fmt.Fprintf(&w, "// ApplyDefaults sets the schema defaults of fields left at their zero value.\nfunc (m *%s) ApplyDefaults() {\n", m.name)
+			for _, part := range strings.Split(init, ", ") {
+				name, lit, _ := strings.Cut(part, ": ")
+				fmt.Fprintf(&w, "if m.%s == %s { m.%s = %s }\n", name, zeroLiteral(lit), name, lit)
+			}
+			w.WriteString("}\n\n")
+		}
 	}
 
 	iface := f.Namespace != "" && !f.Kernel
@@ -560,4 +570,15 @@ func stringAccessor(w *bytes.Buffer, model, meth, prop string, f *goField) {
 	} else {
 		fmt.Fprintf(w, "return m.%s\n}\n\n", f.Name)
 	}
+}
+
+// zeroLiteral is the zero value matching a default literal.
+func zeroLiteral(lit string) string {
+	switch {
+	case strings.HasPrefix(lit, `"`):
+		return `""`
+	case lit == "true" || lit == "false":
+		return "false"
+	}
+	return "0"
 }

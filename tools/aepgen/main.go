@@ -50,9 +50,6 @@ func run(schemaDir, outDir, pkg, codesOut, docsOut string) error {
 	if err := runModels(files, outDir, pkg); err != nil {
 		return err
 	}
-	if err := keepDefaultedFields(files, outDir); err != nil {
-		return err
-	}
 	models, err := parseModels(outDir)
 	if err != nil {
 		return err
