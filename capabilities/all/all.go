@@ -14,6 +14,7 @@ import (
 	_ "github.com/aephost/aep/capabilities/mcp"
 	_ "github.com/aephost/aep/capabilities/memory"
 	_ "github.com/aephost/aep/capabilities/proc"
+	_ "github.com/aephost/aep/capabilities/skills"
 	_ "github.com/aephost/aep/capabilities/toolkits"
 	_ "github.com/aephost/aep/capabilities/tools"
 )

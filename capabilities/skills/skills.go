@@ -1,0 +1,577 @@
+// Package skills serves the skills capability (schemas/skills.json): skill
+// folders loaded from a directory at start-up, several versions of a skill
+// side by side, each call run in the sandbox (server/sandbox) with its
+// arguments as JSON on stdin, its stderr's JSON lines turned into events and
+// its stdout checked against the skill's output schema.
+package skills
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kaptinlin/jsonschema"
+	"golang.org/x/mod/semver"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/sandbox"
+	"github.com/aephost/aep/wire"
+)
+
+func init() {
+	server.RegisterModule(server.Module{ID: "aep.skills.builtin", New: func() any { return new(Plugin) }})
+}
+
+// ManifestFile is the name of a skill folder's manifest.
+const ManifestFile = "skill.json"
+
+// Default limits of a skill whose manifest sets none.
+var DefaultLimits = Limits{TimeoutSeconds: 60, CPUSeconds: 30, MemoryMB: 256, MaxProcs: 64, OutputBytes: 1 << 20}
+
+// Limits are a manifest's sandbox limits.
+type Limits struct {
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	CPUSeconds     float64 `json:"cpu_seconds"`
+	MemoryMB       int64   `json:"memory_mb"`
+	MaxProcs       int     `json:"max_procs"`
+	OutputBytes    int     `json:"output_bytes"`
+	Network        bool    `json:"network"`
+}
+
+// Manifest is a skill folder's skill.json.
+type Manifest struct {
+	Name         string         `json:"name"`
+	Version      string         `json:"version"`
+	Description  string         `json:"description"`
+	Tags         []string       `json:"tags"`
+	InputSchema  map[string]any `json:"input_schema"`
+	OutputSchema map[string]any `json:"output_schema"`
+	Instructions string         `json:"instructions"`
+	Toolkits     []string       `json:"toolkits"`
+	// Entrypoint is the command; arguments starting with "./" are paths in
+	// the skill folder.
+	Entrypoint []string `json:"entrypoint"`
+	Limits     *Limits  `json:"limits"`
+}
+
+type skill struct {
+	Manifest
+	dir    string
+	limits Limits
+	in     *jsonschema.Schema
+	out    *jsonschema.Schema
+}
+
+// Plugin serves the skill namespace. Its exported fields are its settings.
+type Plugin struct {
+	// Dir holds the skill folders.
+	Dir string `yaml:"dir"`
+	// WorkRoot holds each call's fresh work directory, removed after the call.
+	WorkRoot string `yaml:"work_root"`
+	// SandboxMode is auto, bwrap or namespaces (server/sandbox).
+	SandboxMode sandbox.Mode `yaml:"sandbox_mode"`
+
+	log    *slog.Logger
+	byName map[string][]*skill // newest version first
+	names  []string
+}
+
+// Provision loads every skill folder; a bad manifest stops the host with
+// the folder named, and so does a sandbox that cannot work here.
+func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
+	p.log = env.Logger
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := sandbox.Mechanism(p.SandboxMode); err != nil {
+		return err
+	}
+	if p.WorkRoot == "" {
+		if env.DataDir != "" {
+			p.WorkRoot = filepath.Join(env.DataDir, env.Name, "work")
+		} else {
+			p.WorkRoot = filepath.Join(os.TempDir(), "aep-skills")
+		}
+	}
+	if err := os.MkdirAll(p.WorkRoot, 0o755); err != nil {
+		return fmt.Errorf("work_root: %w", err)
+	}
+	p.byName = map[string][]*skill{}
+	if p.Dir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(p.Dir)
+	if err != nil {
+		return fmt.Errorf("skills dir: %w", err)
+	}
+	for _, e := range entries {
+		dir := filepath.Join(p.Dir, e.Name())
+		if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err != nil || !e.IsDir() {
+			continue
+		}
+		sk, err := load(dir)
+		if err != nil {
+			return fmt.Errorf("skill folder %s: %w", e.Name(), err)
+		}
+		for _, o := range p.byName[sk.Name] {
+			if semver.Compare("v"+o.Version, "v"+sk.Version) == 0 {
+				return fmt.Errorf("skill %s %s is in two folders: %s and %s", sk.Name, sk.Version, o.dir, dir)
+			}
+		}
+		p.byName[sk.Name] = append(p.byName[sk.Name], sk)
+	}
+	for n, vs := range p.byName {
+		sort.Slice(vs, func(i, j int) bool { return semver.Compare("v"+vs[i].Version, "v"+vs[j].Version) > 0 })
+		p.names = append(p.names, n)
+	}
+	sort.Strings(p.names)
+	return nil
+}
+
+func load(dir string) (*skill, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	sk := &skill{dir: dir, limits: DefaultLimits}
+	if err = dec.Decode(&sk.Manifest); err != nil {
+		return nil, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	switch {
+	case sk.Name == "":
+		return nil, errors.New("name is empty")
+	case !semver.IsValid("v"+sk.Version) || strings.Count(sk.Version, ".") < 2:
+		return nil, fmt.Errorf("version %q is not a semantic version (major.minor.patch)", sk.Version)
+	case len(sk.Entrypoint) == 0:
+		return nil, errors.New("entrypoint is empty")
+	}
+	if sk.Limits != nil {
+		l := *sk.Limits
+		sk.limits = Limits{TimeoutSeconds: or(l.TimeoutSeconds, DefaultLimits.TimeoutSeconds), CPUSeconds: or(l.CPUSeconds, DefaultLimits.CPUSeconds),
+			MemoryMB: or(l.MemoryMB, DefaultLimits.MemoryMB), MaxProcs: or(l.MaxProcs, DefaultLimits.MaxProcs),
+			OutputBytes: or(l.OutputBytes, DefaultLimits.OutputBytes), Network: l.Network}
+	}
+	if sk.InputSchema == nil {
+		sk.InputSchema = map[string]any{"type": "object"}
+	}
+	if sk.OutputSchema == nil {
+		sk.OutputSchema = map[string]any{}
+	}
+	if sk.in, err = compile(sk.InputSchema); err != nil {
+		return nil, fmt.Errorf("input_schema: %w", err)
+	}
+	if sk.out, err = compile(sk.OutputSchema); err != nil {
+		return nil, fmt.Errorf("output_schema: %w", err)
+	}
+	if sk.Tags == nil {
+		sk.Tags = []string{}
+	}
+	if sk.Toolkits == nil {
+		sk.Toolkits = []string{}
+	}
+	return sk, nil
+}
+
+func or[T int | int64 | float64](v, d T) T {
+	if v > 0 {
+		return v
+	}
+	return d
+}
+
+// compile builds a validator with every loader removed (DESIGN Security
+// defaults: validators never load references over the network).
+func compile(schema map[string]any) (*jsonschema.Schema, error) {
+	c := jsonschema.NewCompiler()
+	for scheme := range c.Loaders {
+		delete(c.Loaders, scheme)
+	}
+	raw, err := json.Marshal(schema)
+	if err != nil {
+		return nil, err
+	}
+	return c.Compile(raw)
+}
+
+// violations lists where v fails s, as JSON pointers.
+func violations(s *jsonschema.Schema, v any) []string {
+	res := s.Validate(v)
+	if res.IsValid() {
+		return nil
+	}
+	seen := map[string]bool{}
+	var where []string
+	for _, d := range res.ToList().Details {
+		if !d.Valid && !seen[d.InstanceLocation] {
+			seen[d.InstanceLocation] = true
+			loc := d.InstanceLocation
+			if loc == "" {
+				loc = "/"
+			}
+			where = append(where, loc)
+		}
+	}
+	sort.Strings(where)
+	if len(where) == 0 {
+		where = []string{"/"}
+	}
+	return where
+}
+
+func (sk *skill) definition(withInstructions bool) msg.SkillDefinition {
+	d := msg.SkillDefinition{Name: sk.Name, Version: sk.Version, Description: sk.Description, Tags: sk.Tags,
+		InputSchema: sk.InputSchema, OutputSchema: sk.OutputSchema, Toolkits: sk.Toolkits,
+		Limits: &msg.SkillLimits{TimeoutSeconds: sk.limits.TimeoutSeconds, CpuSeconds: sk.limits.CPUSeconds, MemoryMb: int(sk.limits.MemoryMB),
+			MaxProcs: sk.limits.MaxProcs, OutputBytes: sk.limits.OutputBytes, Network: sk.limits.Network}}
+	if withInstructions {
+		d.Instructions = &sk.Instructions
+	}
+	return d
+}
+
+// ErrUnknownSkill is the cause for a name or version the host does not have.
+var ErrUnknownSkill = fmt.Errorf("unknown skill: %w", wire.ErrInvalid)
+
+// find returns the version asked for, or the newest.
+func (p *Plugin) find(name, version string) (*skill, error) {
+	vs := p.byName[name]
+	if len(vs) == 0 {
+		return nil, fmt.Errorf("skill %q: %w", name, ErrUnknownSkill)
+	}
+	if version == "" {
+		return vs[0], nil
+	}
+	for _, sk := range vs {
+		if semver.Compare("v"+sk.Version, "v"+version) == 0 {
+			return sk, nil
+		}
+	}
+	have := make([]string, len(vs))
+	for i, sk := range vs {
+		have[i] = sk.Version
+	}
+	return nil, fmt.Errorf("skill %q has no version %q (have %s): %w", name, version, strings.Join(have, ", "), ErrUnknownSkill)
+}
+
+// SkillDiscover answers skill/discover/req.
+func (p *Plugin) SkillDiscover(ctx context.Context, s wire.Scope, req *msg.SkillDiscoverReq) (*msg.SkillDiscoverResp, error) {
+	out := &msg.SkillDiscoverResp{Skills: []msg.SkillDefinition{}}
+	name, version := deref(req.Name), deref(req.Version)
+	for _, n := range p.names {
+		if name != "" && n != name {
+			continue
+		}
+		for i, sk := range p.byName[n] {
+			if version != "" && semver.Compare("v"+sk.Version, "v"+version) != 0 {
+				continue
+			}
+			if version == "" && name == "" && !req.AllVersions && i > 0 {
+				break
+			}
+			if len(req.FilterTags) > 0 && !anyTag(sk.Tags, req.FilterTags) {
+				continue
+			}
+			out.Skills = append(out.Skills, sk.definition(false))
+		}
+	}
+	return out, nil
+}
+
+func anyTag(have, want []string) bool {
+	for _, w := range want {
+		for _, h := range have {
+			if h == w {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// SkillGet answers skill/get/req.
+func (p *Plugin) SkillGet(ctx context.Context, s wire.Scope, req *msg.SkillGetReq) (*msg.SkillGetResp, error) {
+	sk, err := p.find(req.Name, deref(req.Version))
+	if err != nil {
+		return nil, err
+	}
+	return &msg.SkillGetResp{Skill: sk.definition(true)}, nil
+}
+
+// missingToolkits asks the kernel which of the skill's toolkits are not
+// configured in the session (plugins never import each other, DESIGN Dispatch).
+func missingToolkits(ctx context.Context, s wire.Scope, need []string) ([]string, error) {
+	if len(need) == 0 {
+		return nil, nil
+	}
+	if !s.Enabled("toolkits") {
+		return need, nil
+	}
+	resp, err := s.Dispatch(ctx, &msg.ToolkitListReq{})
+	if err != nil {
+		return nil, fmt.Errorf("listing toolkits: %w", err)
+	}
+	list, ok := resp.(*msg.ToolkitListResp)
+	if !ok {
+		return nil, fmt.Errorf("listing toolkits: unexpected %T", resp)
+	}
+	configured := map[string]bool{}
+	for _, k := range list.Toolkits {
+		configured[k.Name] = k.Configured
+	}
+	var missing []string
+	for _, n := range need {
+		if !configured[n] {
+			missing = append(missing, n)
+		}
+	}
+	return missing, nil
+}
+
+// ErrToolkitMissing is the cause when a skill needs a toolkit that is not
+// configured in the session; nothing ran.
+var ErrToolkitMissing = fmt.Errorf("needed toolkit not configured: %w", wire.ErrDenied)
+
+// SkillCall answers skill/call/req.
+func (p *Plugin) SkillCall(ctx context.Context, s wire.Scope, req *msg.SkillCallReq) (*msg.SkillCallResp, error) {
+	sk, err := p.find(req.Name, deref(req.Version))
+	if err != nil {
+		return nil, err
+	}
+	var args []byte
+	if req.Arguments != nil {
+		args = *req.Arguments
+	}
+	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
+		args = []byte("{}")
+	}
+	var argv any
+	if err := json.Unmarshal(args, &argv); err != nil {
+		return nil, &wire.FieldError{Field: "arguments", Reason: "not JSON"}
+	}
+	if where := violations(sk.in, argv); where != nil {
+		return nil, &wire.FieldError{Field: "arguments" + pointerPath(where[0]), Reason: fmt.Sprintf("does not match the input_schema of skill %s %s at %s", sk.Name, sk.Version, strings.Join(where, ", "))}
+	}
+	missing, err := missingToolkits(ctx, s, sk.Toolkits)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		return nil, &wire.Error{Code: wire.CodeCapabilityMissing, Capability: "toolkits",
+			Message: fmt.Sprintf("skill %s %s needs toolkit(s) not configured in this session: %s; configure them with toolkit/configure first", sk.Name, sk.Version, strings.Join(missing, ", ")),
+			Detail:  map[string]any{"missing_toolkits": missing}, Err: ErrToolkitMissing}
+	}
+	return p.run(ctx, s, sk, args, req)
+}
+
+// pointerPath turns "/a/0" into ".a[0]"-ish field paths for FieldError.
+func pointerPath(ptr string) string {
+	if ptr == "/" || ptr == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, seg := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		if seg != "" && strings.Trim(seg, "0123456789") == "" {
+			b.WriteString("[" + seg + "]")
+		} else {
+			b.WriteString("." + seg)
+		}
+	}
+	return b.String()
+}
+
+// capped keeps the first n bytes and notes what it cut.
+type capped struct {
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	n         int
+	truncated bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.n - c.buf.Len()
+	if len(p) > room {
+		c.truncated = true
+		p = p[:max(room, 0)]
+	}
+	c.buf.Write(p)
+	return len(p) + 0, nil
+}
+
+func (c *capped) bytes() ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.Bytes(), c.truncated
+}
+
+func (p *Plugin) run(ctx context.Context, s wire.Scope, sk *skill, args []byte, req *msg.SkillCallReq) (*msg.SkillCallResp, error) {
+	start := time.Now()
+	work, err := os.MkdirTemp(p.WorkRoot, "call-")
+	if err != nil {
+		return nil, fmt.Errorf("work directory: %w", err)
+	}
+	defer os.RemoveAll(work)
+	timeout := time.Duration(sk.limits.TimeoutSeconds * float64(time.Second))
+	if req.Timeout != nil && *req.Timeout > 0 {
+		timeout = min(timeout, time.Duration(*req.Timeout*float64(time.Second)))
+	}
+	argvs := make([]string, len(sk.Entrypoint))
+	for i, a := range sk.Entrypoint {
+		if strings.HasPrefix(a, "./") {
+			a = filepath.Join(sk.dir, a)
+		}
+		argvs[i] = a
+	}
+	stdout := &capped{n: sk.limits.OutputBytes}
+	evR, evW := io.Pipe()
+	var events []msg.SkillEvent
+	evDone := make(chan struct{})
+	streaming := req.Streaming
+	go func() {
+		defer close(evDone)
+		events = p.readEvents(evR, s, streaming, sk.limits.OutputBytes)
+	}()
+	absDir := sk.dir
+	spec := sandbox.Spec{Argv: argvs, Dir: work, WorkDir: work, Sandboxed: true, Mode: p.SandboxMode,
+		ReadOnly: []string{absDir}, Network: sk.limits.Network,
+		Env: []string{sandbox.DefaultPath, "HOME=" + work, "SKILL_DIR=" + absDir, "SKILL_NAME=" + sk.Name, "SKILL_VERSION=" + sk.Version, "LANG=C.UTF-8"},
+		Limits: sandbox.Limits{Timeout: timeout, CPUTime: time.Duration(sk.limits.CPUSeconds * float64(time.Second)),
+			MemoryBytes: sk.limits.MemoryMB << 20, MaxProcs: sk.limits.MaxProcs},
+		Stdout: stdout, Stderr: evW}
+	proc, err := sandbox.Start(spec)
+	if err != nil {
+		evW.Close()
+		<-evDone
+		return nil, fmt.Errorf("skill %s %s: %w", sk.Name, sk.Version, err)
+	}
+	go func() {
+		_, _ = proc.Stdin.Write(args)
+		proc.Stdin.Close()
+	}()
+	res, werr := proc.Wait(ctx)
+	if werr != nil {
+		proc.Kill()
+		<-proc.Done()
+	}
+	evW.Close()
+	<-evDone
+	if werr != nil {
+		return nil, werr
+	}
+	// Limits are errors (DESIGN Sandbox outcomes); events already went out.
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("skill %s %s: %w", sk.Name, sk.Version, err)
+	}
+	out := msg.SkillResult{Name: sk.Name, Version: sk.Version, Events: events, DurationMs: int(time.Since(start).Milliseconds())}
+	if out.Events == nil {
+		out.Events = []msg.SkillEvent{}
+	}
+	data, truncated := stdout.bytes()
+	out.Truncated = &truncated
+	if res.Outcome == sandbox.Exited {
+		out.ExitCode = ptr(res.ExitCode)
+	}
+	fail := func(format string, a ...any) (*msg.SkillCallResp, error) {
+		out.Error = ptr(fmt.Sprintf(format, a...))
+		return &msg.SkillCallResp{Result: out}, nil
+	}
+	switch {
+	case res.Outcome != sandbox.Exited:
+		return fail("skill ended: %s", res.Reason)
+	case res.ExitCode != 0:
+		return fail("skill exited with code %d", res.ExitCode)
+	case truncated:
+		return fail("skill output exceeded %d bytes", sk.limits.OutputBytes)
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return fail("skill output is not JSON: %v", err)
+	}
+	if where := violations(sk.out, v); where != nil {
+		return fail("skill output does not match its output_schema at %s", strings.Join(where, ", "))
+	}
+	raw := json.RawMessage(bytes.TrimSpace(data))
+	out.Data = &raw
+	out.Success = true
+	return &msg.SkillCallResp{Result: out}, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// readEvents turns the skill's stderr into events: each line that is a JSON
+// object {"kind": progress|status|log|artifact, "data": {...}} (or with the
+// data fields inline) becomes one event, in order; other lines become log
+// events at level "stderr". At most limit bytes are read into events; the
+// rest is drained.
+func (p *Plugin) readEvents(r io.Reader, s wire.Scope, streaming bool, limit int) []msg.SkillEvent {
+	var out []msg.SkillEvent
+	br := bufio.NewReaderSize(r, 64<<10)
+	read := 0
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 && read < limit {
+			read += len(line)
+			if ev, ok := parseEvent(bytes.TrimRight(line, "\r\n")); ok {
+				out = append(out, ev)
+				if streaming {
+					_ = s.Emit(wire.EventKind(ev.Kind), ev.Data)
+				}
+			}
+		}
+		if err != nil {
+			_, _ = io.Copy(io.Discard, r)
+			return out
+		}
+	}
+}
+
+func parseEvent(line []byte) (msg.SkillEvent, bool) {
+	if len(bytes.TrimSpace(line)) == 0 {
+		return msg.SkillEvent{}, false
+	}
+	var m map[string]any
+	if json.Unmarshal(line, &m) == nil {
+		kind, _ := m["kind"].(string)
+		switch msg.SkillEventKind(kind) {
+		case msg.SkillEventKindProgress, msg.SkillEventKindStatus, msg.SkillEventKindLog, msg.SkillEventKindArtifact:
+			data, ok := m["data"].(map[string]any)
+			if !ok {
+				delete(m, "kind")
+				data = m
+			}
+			return msg.SkillEvent{Kind: msg.SkillEventKind(kind), Data: data}, true
+		}
+	}
+	return msg.SkillEvent{Kind: msg.SkillEventKindLog, Data: map[string]any{"level": "stderr", "message": strings.ToValidUTF8(string(line), "\uFFFD")}}, true
+}
+
+var (
+	_ msg.SkillHandler   = (*Plugin)(nil)
+	_ server.Provisioner = (*Plugin)(nil)
+)
