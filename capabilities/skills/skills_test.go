@@ -81,7 +81,7 @@ func wantErr(t testing.TB, err error, code wire.Code, sub string) *wire.Error {
 }
 
 func raw(s string) *json.RawMessage { r := json.RawMessage(s); return &r }
-func ptr[T any](v T) *T            { return &v }
+func ptr[T any](v T) *T             { return &v }
 
 func TestDiscoverAndVersions(t *testing.T) {
 	c := connect(t, newHost(t, &skills.Plugin{}))
