@@ -47,6 +47,9 @@ func TestValidation(t *testing.T) {
 		{"missing setting", `{"nodes":[` + wait + `,{"id":"r","kind":"reduce","items":[1]}]}`, []string{`node "r" (reduce) needs expr`}},
 		{"unknown request type", `{"nodes":[{"id":"x","kind":"action","request":{"type":"nope/req"}}]}`, []string{`unknown request type "nope/req"`}},
 		{"kernel type", `{"nodes":[{"id":"x","kind":"action","request":{"type":"handshake/req"}}]}`, []string{"not a request a chain can send"}},
+		{"shared fallback", `{"nodes":[{"id":"a","kind":"action","on_error":"fallback","fallback":"f","request":{"type":"echo/wait/req"}},
+			{"id":"b","kind":"action","on_error":"fallback","fallback":"f","request":{"type":"echo/wait/req"}},{"id":"f","kind":"gather"}]}`,
+			[]string{`"f" is the fallback of both "a" and "b"`}},
 		{"fallback with edges", `{"nodes":[{"id":"w","kind":"action","on_error":"fallback","fallback":"f","request":{"type":"echo/wait/req"}},{"id":"f","kind":"gather"}],"edges":[{"from":"w","to":"f"}]}`,
 			[]string{`"f" is a fallback`}},
 	}

@@ -121,12 +121,19 @@ func compile(def *msg.ChainDefinition, reg *wire.Registry) (*graph, error) {
 		return nil, graphErr(unknown, "unknown node referenced: %s", strings.Join(unknown, ", "))
 	}
 
+	owner := map[*node]*node{}
 	for _, n := range g.nodes {
 		if err := n.checkEdgesAndFallback(); err != nil {
 			return nil, err
 		}
-		if n.fallback != nil {
-			n.fallback.isFallback = true
+		if f := n.fallback; f != nil {
+			// One fallback per failed node: a shared one could be asked to
+			// stand in for two nodes at once.
+			if o, dup := owner[f]; dup {
+				return nil, graphErr([]string{f.def.ID, o.def.ID, n.def.ID}, "node %q is the fallback of both %q and %q", f.def.ID, o.def.ID, n.def.ID)
+			}
+			owner[f] = n
+			f.isFallback = true
 		}
 	}
 	for _, n := range g.nodes {
