@@ -52,6 +52,11 @@ func (h *Host) dispatch(ctx context.Context, c *call, e *wire.Entry, req wire.Me
 		}
 		return nil, &wire.Error{Code: wire.CodeRuntimeError, Capability: e.Capability, Message: "every plugin declined " + e.Type}
 	}
+	if e.Page != nil {
+		// Each plugin answered with its own page after the cursor; the
+		// first `limit` of their union, by key, is the host's page.
+		e.Page(req, answer)
+	}
 	return answer, nil
 }
 

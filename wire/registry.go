@@ -62,6 +62,10 @@ type Entry struct {
 	// Merge, when set, concatenates the list field of src into dst (x-aep-merge):
 	// broadcast replies of list types are merged.
 	Merge func(dst, src Message)
+	// Page, when set, makes a merged list reply one exact page: sorted by the
+	// items' key, cut to the request's limit, with the cursor set when more
+	// follow (x-aep-merge with key, limit and cursor).
+	Page func(req, reply Message)
 	// Fallback, when set, builds the reply sent when every plugin declines (x-aep-fallback).
 	Fallback func(req Message) Message
 }

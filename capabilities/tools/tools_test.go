@@ -553,3 +553,40 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestWirePagesAcrossPlugins walks tool/list pages on the wire, without any
+// client-side help: the kernel must make every page exact although two
+// plugins each answer with their own page (x-aep-merge with key and limit).
+func TestWirePagesAcrossPlugins(t *testing.T) {
+	for _, limit := range []int{1, 2, 3, 5, 100} {
+		e := newEnv(t, client.JSON, server.ToolPolicy{}, 0)
+		all, err := e.c.ToolList(context.Background(), &msg.ToolListReq{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var walked []string
+		var cursor *string
+		for page := 0; ; page++ {
+			if page > 50 {
+				t.Fatal("pages never end")
+			}
+			resp, err := e.c.ToolList(context.Background(), &msg.ToolListReq{Limit: &limit, Cursor: cursor})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Tools) > limit {
+				t.Fatalf("limit %d: page of %d", limit, len(resp.Tools))
+			}
+			for _, td := range resp.Tools {
+				walked = append(walked, td.Name)
+			}
+			if resp.NextCursor == nil {
+				break
+			}
+			cursor = resp.NextCursor
+		}
+		if got, want := strings.Join(walked, ","), names(all.Tools); got != want {
+			t.Fatalf("limit %d: pages give\n%s\nwant\n%s", limit, got, want)
+		}
+	}
+}

@@ -98,9 +98,9 @@ const ToolEventKindProgress ToolEventKind = "progress"
 const ToolEventKindStatus ToolEventKind = "status"
 
 // Lists tools (SPEC 4.2 Tool list). Filters combine with AND; several tags match a
-// tool having any of them (docs/DECISIONS.md). Every plugin returns all its
-// matches; the kernel merges them and the result is sorted by name; cursor and
-// limit then select a page (docs/DECISIONS.md, tools).
+// tool having any of them (docs/DECISIONS.md). Each plugin answers with its own
+// page of at most `limit` matches after `cursor`, sorted by name; the kernel
+// merges them into one exact page of the whole host (x-aep-merge).
 type ToolListReq struct {
 	// next_cursor of the previous page: the last tool name it held.
 	Cursor *string `json:"cursor,omitempty,omitzero"`

@@ -74,10 +74,22 @@ func (g *generator) index() error {
 					return fmt.Errorf("%s: x-aep-audit-target %q of %s is not a string field", m.file.Path, t, m.name)
 				}
 			}
-			if m.node.XMerge != "" {
-				f := g.models[r.name].Fields[m.node.XMerge]
+			if mr := m.node.XMerge; mr.Field != "" {
+				f := g.models[r.name].Fields[mr.Field]
 				if f == nil || !strings.HasPrefix(f.Type, "[]") {
-					return fmt.Errorf("%s: x-aep-merge %q of %s is not a list field of %s", m.file.Path, m.node.XMerge, t, r.name)
+					return fmt.Errorf("%s: x-aep-merge %q of %s is not a list field of %s", m.file.Path, mr.Field, t, r.name)
+				}
+				if mr.Key != "" || mr.Limit != "" || mr.Cursor != "" {
+					item := g.models[strings.TrimPrefix(f.Type, "[]")]
+					lf, cf := g.models[m.name].Fields[mr.Limit], g.models[r.name].Fields[mr.Cursor]
+					switch {
+					case item == nil || item.Fields[mr.Key] == nil || item.Fields[mr.Key].Type != "string":
+						return fmt.Errorf("%s: x-aep-merge key %q of %s is not a string field of the list items", m.file.Path, mr.Key, t)
+					case lf == nil || strings.TrimPrefix(lf.Type, "*") != "int":
+						return fmt.Errorf("%s: x-aep-merge limit %q of %s is not an integer field of the request", m.file.Path, mr.Limit, t)
+					case cf == nil || cf.Type != "*string":
+						return fmt.Errorf("%s: x-aep-merge cursor %q of %s is not an optional string field of the reply", m.file.Path, mr.Cursor, t)
+					}
 				}
 			}
 		}
@@ -130,8 +142,8 @@ func (g *generator) messagesOf(f *schemaFile) []*message {
 func (g *generator) file(f *schemaFile) ([]byte, error) {
 	var w bytes.Buffer
 	header(&w, f.Path, f.Hash, g.pkg)
-	w.WriteString("import (\n\"context\"\n\"fmt\"\n\"unicode/utf8\"\n\n\"github.com/aephost/aep/wire\"\n)\n\n")
-	w.WriteString("var (\n_ = context.Background\n_ = fmt.Sprintf\n_ = utf8.RuneCountInString\n)\n\n")
+	w.WriteString("import (\n\"context\"\n\"fmt\"\n\"sort\"\n\"unicode/utf8\"\n\n\"github.com/aephost/aep/wire\"\n)\n\n")
+	w.WriteString("var (\n_ = context.Background\n_ = fmt.Sprintf\n_ = sort.Strings\n_ = utf8.RuneCountInString\n)\n\n")
 	msgs := g.messagesOf(f)
 
 	for _, m := range msgs {
@@ -253,9 +265,39 @@ func (g *generator) entry(w *bytes.Buffer, f *schemaFile, m *message, iface bool
 		reply := g.byType[n.XReply]
 		fmt.Fprintf(w, "Handles: func(p any) bool { _, ok := p.(%s); return ok },\n", handler)
 		fmt.Fprintf(w, "Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {\nr, err := p.(%s).%s(ctx, s, req.(*%s))\nif r == nil { return nil, err }\nreturn r, err\n},\n", handler, methodName(n.XType), m.name)
-		if n.XMerge != "" {
-			fld := g.models[reply.name].Fields[n.XMerge]
-			fmt.Fprintf(w, "Merge: func(dst, src wire.Message) { d, s := dst.(*%s), src.(*%s); d.%s = append(d.%s, s.%s...) },\n", reply.name, reply.name, fld.Name, fld.Name, fld.Name)
+		if mr := n.XMerge; mr.Field != "" {
+			fld := g.models[reply.name].Fields[mr.Field]
+			if mr.Key == "" {
+				fmt.Fprintf(w, "Merge: func(dst, src wire.Message) { d, s := dst.(*%s), src.(*%s); d.%s = append(d.%s, s.%s...) },\n", reply.name, reply.name, fld.Name, fld.Name, fld.Name)
+			} else {
+				item := g.models[strings.TrimPrefix(fld.Type, "[]")]
+				key := item.Fields[mr.Key].Name
+				lf, cf := g.models[m.name].Fields[mr.Limit], g.models[reply.name].Fields[mr.Cursor]
+				// A plugin that has more than its page says so with its cursor;
+				// the merged reply keeps that fact until Page sets the real cursor.
+				fmt.Fprintf(w, "Merge: func(dst, src wire.Message) { d, s := dst.(*%s), src.(*%s); d.%s = append(d.%s, s.%s...); if s.%s != nil { d.%s = s.%s } },\n",
+					reply.name, reply.name, fld.Name, fld.Name, fld.Name, cf.Name, cf.Name, cf.Name)
+				limit := "req." + lf.Name
+				if lf.Pointer {
+					limit = "0\nif req." + lf.Name + " != nil { limit = *req." + lf.Name + " }"
+				}
+				fmt.Fprintf(w, `Page: func(rq, rp wire.Message) {
+req, resp := rq.(*%s), rp.(*%s)
+sort.SliceStable(resp.%s, func(i, j int) bool { return resp.%s[i].%s < resp.%s[j].%s })
+limit := %s
+more := resp.%s != nil
+if limit > 0 && len(resp.%s) > limit {
+resp.%s = resp.%s[:limit]
+more = true
+}
+resp.%s = nil
+if more && len(resp.%s) > 0 {
+last := resp.%s[len(resp.%s)-1].%s
+resp.%s = &last
+}
+},
+`, m.name, reply.name, fld.Name, fld.Name, key, fld.Name, key, limit, cf.Name, fld.Name, fld.Name, fld.Name, cf.Name, fld.Name, fld.Name, fld.Name, key, cf.Name)
+			}
 		}
 		if n.XFallback != nil {
 			tmpl, err := json.Marshal(n.XFallback)

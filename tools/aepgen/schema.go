@@ -60,7 +60,7 @@ type schemaNode struct {
 	XType     string         `json:"x-aep-type"`
 	XKind     string         `json:"x-aep-kind"`
 	XReply    string         `json:"x-aep-reply"`
-	XMerge    string         `json:"x-aep-merge"`
+	XMerge    mergeRule      `json:"x-aep-merge"`
 	XFallback map[string]any `json:"x-aep-fallback"`
 	XAliases  []string       `json:"x-aep-aliases"`
 	// XAuditTarget names the string field that says what a request acts on
@@ -126,4 +126,26 @@ func methodName(t string) string {
 		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
 	}
 	return b.String()
+}
+
+// mergeRule is x-aep-merge: either the name of the reply's list field, or an
+// object that also makes the merged list one exact page:
+// {"field": "tools", "key": "name", "limit": "limit", "cursor": "next_cursor"}
+// sorts the merged list by the items' key, cuts it to the request's limit
+// and sets the reply's cursor field when more follow.
+type mergeRule struct {
+	Field  string `json:"field"`
+	Key    string `json:"key"`
+	Limit  string `json:"limit"`
+	Cursor string `json:"cursor"`
+}
+
+func (m *mergeRule) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		m.Field = s
+		return nil
+	}
+	type plain mergeRule
+	return json.Unmarshal(b, (*plain)(m))
 }
