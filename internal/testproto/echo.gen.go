@@ -5,6 +5,7 @@ package testproto
 import (
 	"context"
 	"fmt"
+	"sort"
 	"unicode/utf8"
 
 	"github.com/aephost/aep/wire"
@@ -13,6 +14,7 @@ import (
 var (
 	_ = context.Background
 	_ = fmt.Sprintf
+	_ = sort.Strings
 	_ = utf8.RuneCountInString
 )
 
