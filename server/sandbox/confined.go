@@ -224,7 +224,7 @@ func (p *Process) startConfined() (err error) {
 	statusW.Close()
 	controlR.Close()
 	p.cmd, p.Stdin, p.Pid = cmd, in, cmd.Process.Pid
-	p.res.Started = time.Now()
+	p.started = time.Now()
 	p.control = controlW
 	br := bufio.NewReader(statusR)
 	first, rerr := br.ReadBytes('\n')

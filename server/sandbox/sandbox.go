@@ -152,6 +152,7 @@ type Process struct {
 	control   *os.File    // confined: requests to the init (signals)
 	status    *statusFile // confined: read end of the init's status report
 	done      chan struct{}
+	started   time.Time // set before the waiting goroutine starts; never changed
 	timer     *time.Timer
 	errTail   *limitWriter // confined: the tail of stderr
 	rlimitMem bool         // confined: memory limited by RLIMIT_AS, not a cgroup
@@ -210,7 +211,7 @@ func (p *Process) startPlain() error {
 		return fmt.Errorf("starting %q: %w", p.spec.Argv[0], err)
 	}
 	p.cmd, p.Stdin, p.Pid = cmd, in, cmd.Process.Pid
-	p.res.Started = time.Now()
+	p.started = time.Now()
 	return nil
 }
 
@@ -260,7 +261,7 @@ func (p *Process) Result() Result {
 	case <-p.done:
 		return p.res
 	default:
-		return Result{Outcome: Running, ExitCode: -1, Started: p.res.Started}
+		return Result{Outcome: Running, ExitCode: -1, Started: p.started}
 	}
 }
 
@@ -341,7 +342,7 @@ func (p *Process) wait() {
 	p.mu.Lock()
 	res := decide(p.spec.Limits, st, err, rep, oomKills, p.timedOut, p.requested, p.status != nil)
 	p.mu.Unlock()
-	res.Started, res.Ended = p.res.Started, ended
+	res.Started, res.Ended = p.started, ended
 	p.res = res
 	close(p.done)
 }
