@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
@@ -289,20 +290,14 @@ func (p *Plugin) workdir(sessionID, cwd string) (root, dir string, err error) {
 	if cwd == "" {
 		return root, root, nil
 	}
-	if filepath.IsAbs(cwd) || strings.ContainsRune(cwd, 0) || !filepath.IsLocal(cwd) {
-		return "", "", &wire.FieldError{Field: "cwd", Reason: "must be a relative path inside the workspace"}
+	rel, err := confine.Rel("cwd", cwd)
+	if err == nil {
+		dir, err = confine.Dir(root, "cwd", rel)
 	}
-	real, err := filepath.EvalSymlinks(filepath.Join(root, cwd))
 	if err != nil {
-		return "", "", &wire.FieldError{Field: "cwd", Reason: "no such directory in the workspace"}
+		return "", "", &wire.FieldError{Field: "cwd", Reason: err.Error()}
 	}
-	if rel, err := filepath.Rel(root, real); err != nil || !filepath.IsLocal(rel) && rel != "." {
-		return "", "", &wire.FieldError{Field: "cwd", Reason: "leads outside the workspace"}
-	}
-	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
-		return "", "", &wire.FieldError{Field: "cwd", Reason: "not a directory"}
-	}
-	return root, real, nil
+	return root, dir, nil
 }
 
 func newProcID() string {

@@ -320,7 +320,7 @@ func TestSpawnRules(t *testing.T) {
 	}{
 		{"parent dir", msg.ProcSpawnReq{Argv: []string{"true"}, Cwd: ptr("../s")}, wire.CodeSchemaViolation, "cwd"},
 		{"absolute", msg.ProcSpawnReq{Argv: []string{"true"}, Cwd: ptr("/etc")}, wire.CodeSchemaViolation, "cwd"},
-		{"symlink out", msg.ProcSpawnReq{Argv: []string{"true"}, Cwd: ptr("out")}, wire.CodeSchemaViolation, "outside"},
+		{"symlink out", msg.ProcSpawnReq{Argv: []string{"true"}, Cwd: ptr("out")}, wire.CodeSchemaViolation, "leaves its root"},
 		{"missing", msg.ProcSpawnReq{Argv: []string{"true"}, Cwd: ptr("nope")}, wire.CodeSchemaViolation, "cwd"},
 		{"no such program", msg.ProcSpawnReq{Argv: []string{"/nonexistent/prog"}}, wire.CodeRuntimeError, "spawn"},
 		{"empty argv[0]", msg.ProcSpawnReq{Argv: []string{""}}, wire.CodeSchemaViolation, "argv"},
