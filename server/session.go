@@ -39,6 +39,8 @@ type Session struct {
 	token  *[32]byte // a child's own token; nil means the host's
 	// childCaps limits a child session to a subset of its parent's capabilities.
 	childCaps map[string]bool
+	child     *childInfo   // set for child sessions (child.go)
+	steps     atomic.Int64 // requests a child session has made (child.go)
 	created   time.Time
 
 	state      atomic.Int32
@@ -53,7 +55,8 @@ type Session struct {
 	pending  int // admitted and not finished
 	workers  int
 	queue    chan *call
-	drained  chan struct{} // closed when pending drops to 0 while draining
+	drained  chan struct{}         // closed when pending drops to 0 while draining
+	kids     map[*Session]struct{} // child sessions not yet closed (child.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -234,6 +237,10 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 			Message: fmt.Sprintf("capability %q is not enabled for this session", e.Capability)})
 		return
 	}
+	if err := s.takeStep(); err != nil { // a child's step limit (child.go)
+		s.sendError(env.ID, err)
+		return
+	}
 	s.admit(&call{s: s, id: env.ID, entry: e, msg: m, inBytes: size})
 }
 
@@ -357,6 +364,7 @@ func (s *Session) Close() {
 			break
 		}
 	}
+	s.closeChildren()
 	s.mu.Lock()
 	calls := make([]*call, 0, len(s.inflight))
 	for _, c := range s.inflight {

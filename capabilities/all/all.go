@@ -15,6 +15,7 @@ import (
 	_ "github.com/aephost/aep/capabilities/memory"
 	_ "github.com/aephost/aep/capabilities/proc"
 	_ "github.com/aephost/aep/capabilities/skills"
+	_ "github.com/aephost/aep/capabilities/subagents"
 	_ "github.com/aephost/aep/capabilities/toolkits"
 	_ "github.com/aephost/aep/capabilities/tools"
 )
