@@ -452,7 +452,7 @@ func (p *Plugin) run(ctx context.Context, s wire.Scope, sk *skill, args []byte, 
 	evR, evW := io.Pipe()
 	var events []msg.SkillEvent
 	evDone := make(chan struct{})
-	streaming := req.Streaming
+	streaming := req.Streaming == nil || *req.Streaming // absent means true (schemas/skills.json)
 	go func() {
 		defer close(evDone)
 		events = p.readEvents(evR, s, streaming, sk.limits.OutputBytes)

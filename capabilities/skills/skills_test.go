@@ -169,7 +169,7 @@ func TestCallEventsInOrder(t *testing.T) {
 				}
 				seen = append(seen, string(e.Kind))
 			})
-			req := &msg.SkillCallReq{Name: "echo", Arguments: raw(`{"text":"hi"}`), Streaming: true}
+			req := &msg.SkillCallReq{Name: "echo", Arguments: raw(`{"text":"hi"}`), Streaming: ptrBool(true)}
 			if version != "" {
 				req.Version = &version
 			}
@@ -297,3 +297,5 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+func ptrBool(b bool) *bool { return &b }

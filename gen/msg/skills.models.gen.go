@@ -17,8 +17,9 @@ type SkillCallReq struct {
 	// Name corresponds to the JSON schema field "name".
 	Name string `json:"name"`
 
-	// When true, events also go on the wire as skill/event before the reply.
-	Streaming bool `json:"streaming,omitempty,omitzero"`
+	// When true (or absent), events also go on the wire as skill/event before the
+	// reply; false keeps them in the result only.
+	Streaming *bool `json:"streaming,omitempty,omitzero"`
 
 	// Seconds; lowers the skill's own timeout, never raises it.
 	Timeout *float64 `json:"timeout,omitempty,omitzero"`

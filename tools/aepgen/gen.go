@@ -508,6 +508,10 @@ func (g *generator) defaults(m *message) (string, error) {
 		case string:
 			lit = strconv.Quote(d)
 		case bool:
+			if d {
+				// omitempty drops false, so the default would always win.
+				return "", fmt.Errorf("%s: %s.%s: a boolean default of true cannot be overridden with false; give no default and treat absent as true in the handler", m.file.Path, m.name, prop)
+			}
 			lit = strconv.FormatBool(d)
 		case float64:
 			lit = strconv.FormatFloat(d, 'f', -1, 64)
