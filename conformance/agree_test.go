@@ -73,10 +73,9 @@ func checkAgreement(t *testing.T, c *conformance.Checker, line []byte) {
 // knownGap reports the two disagreements the decoder has with the schemas
 // by design of its Go models, so the fuzz target looks for new ones:
 //
-//   - null for a field whose schema type excludes null: the models decode it
-//     as the zero value (or leave the default). Rejecting it needs the
-//     generator to say which fields are nullable; until then the schemas
-//     are stricter than the host.
+//   - null for an optional or nested field whose schema type excludes null:
+//     the models decode it as the zero value (or leave the default), i.e. as
+//     if absent. (null for a required top-level field is refused by Decode.)
 //   - a number that no Go float64 or integer of the model can hold (1e400):
 //     valid JSON Schema, but the host cannot represent it and rejects it.
 func knownGap(checkErr, decodeErr error) bool {

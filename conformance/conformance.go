@@ -295,10 +295,16 @@ func (c *Checker) CheckAgentLine(line []byte) error {
 }
 
 func (c *Checker) check(line []byte, host bool) error {
-	// One line of NDJSON: a trailing newline ends it, any other line break
-	// would split it in two for the peer.
+	// One line of NDJSON: a trailing newline ends it, any other newline
+	// would split it in two for the peer. A host must not send a bare \r
+	// either, since readers with universal newlines split on it; from an
+	// agent it is JSON white space, which the host accepts.
 	body := bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
-	if i := bytes.IndexAny(body, "\r\n"); i >= 0 {
+	breaks := "\n"
+	if host {
+		breaks = "\r\n"
+	}
+	if i := bytes.IndexAny(body, breaks); i >= 0 {
 		return &Violation{Reason: fmt.Sprintf("line break at byte %d inside the message", i)}
 	}
 	var sc wire.Scanned

@@ -149,8 +149,14 @@ func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
 		return e, nil, &Error{Code: CodeSchemaViolation, Message: `field "id": a non-empty string is required`, Detail: map[string]any{"field": "id"}}
 	}
 	for _, f := range e.Required {
-		if !sc.Has(f) {
+		k, ok := sc.lookup(f)
+		if !ok {
 			return e, nil, missing(f)
+		}
+		if k.null {
+			// The schemas give no required field a null type; decoding null
+			// would silently leave the zero value.
+			return e, nil, &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("required field %q must not be null", f), Detail: map[string]any{"field": f}}
 		}
 	}
 	if e.Shape != nil {

@@ -614,3 +614,18 @@ func TestEncodeKeepsExplicitZero(t *testing.T) {
 		t.Fatalf("shutdown timeout 0 arrives as %v (line %s)", got, line)
 	}
 }
+
+func TestRequiredNullRefused(t *testing.T) {
+	line := []byte(`{"type":"handshake/req","id":"1","proto":"1.0","ts":1,"agent_id":null,"agent_caps":[],"auth_token":"x"}`)
+	var sc wire.Scanned
+	_, _, err := msg.Registry().Decode(line, &sc)
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeSchemaViolation || !strings.Contains(we.Message, `"agent_id"`) {
+		t.Fatalf("got %v, want schema_violation naming agent_id", err)
+	}
+	// An optional field may be null: it reads as absent.
+	line = []byte(`{"type":"shutdown","id":"1","proto":"1.0","ts":1,"timeout":null}`)
+	if _, m, err := msg.Registry().Decode(line, &sc); err != nil || m.(*msg.Shutdown).Timeout != nil {
+		t.Fatalf("optional null: %v %+v", err, m)
+	}
+}

@@ -31,22 +31,35 @@ type Scanned struct {
 type span struct {
 	start, end int32
 	escaped    bool
+	// null is set on a top-level key whose value is the literal null.
+	null bool
 }
 
 // Has reports whether the line has the top-level key.
 func (s *Scanned) Has(key string) bool {
+	_, ok := s.lookup(key)
+	return ok
+}
+
+// IsNull reports whether the line has the top-level key with the value null.
+func (s *Scanned) IsNull(key string) bool {
+	k, ok := s.lookup(key)
+	return ok && k.null
+}
+
+func (s *Scanned) lookup(key string) (span, bool) {
 	for _, k := range s.keys {
 		if !k.escaped {
 			if string(s.line[k.start:k.end]) == key {
-				return true
+				return k, true
 			}
 			continue
 		}
 		if unquote(s.line[k.start:k.end]) == key {
-			return true
+			return k, true
 		}
 	}
-	return false
+	return span{}, false
 }
 
 // ErrSyntax is the cause of every framing failure found by Scan.
@@ -346,6 +359,7 @@ func (s *scanner) object(depth int, top bool) error {
 		s.i++
 		s.ws()
 		if top {
+			key.null = s.i < len(s.b) && s.b[s.i] == 'n'
 			s.out.keys = append(s.out.keys, key)
 			if err := s.envelopeValue(key); err != nil {
 				return err
