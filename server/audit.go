@@ -90,7 +90,17 @@ type FileAuditor struct {
 	// channel would panic.
 	closeMu sync.RWMutex
 	closed  bool
+	// pressure wakes the writer early when the queue is half full; quit
+	// tells it the queue is closed.
+	pressure chan struct{}
+	quit     chan struct{}
 }
+
+// auditFlushEvery is how often the writer drains the queue. The writer does
+// not park on the queue itself: a parked receiver would be woken by every
+// record, a futex wake on the request's path; a buffered send without a
+// waiting receiver wakes no one.
+const auditFlushEvery = 20 * time.Millisecond
 
 // NewFileAuditor starts an auditor writing to path.
 func NewFileAuditor(path string, maxSizeMB, maxBackups int, log *slog.Logger) *FileAuditor {
@@ -102,7 +112,8 @@ func NewAuditor(w io.WriteCloser, log *slog.Logger) *FileAuditor {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &FileAuditor{ch: make(chan AuditRecord, 8192), w: w, log: log, done: make(chan struct{})}
+	a := &FileAuditor{ch: make(chan AuditRecord, 8192), w: w, log: log, done: make(chan struct{}),
+		pressure: make(chan struct{}, 1), quit: make(chan struct{})}
 	go a.loop()
 	return a
 }
@@ -118,6 +129,12 @@ func (a *FileAuditor) Record(r AuditRecord) {
 	}
 	select {
 	case a.ch <- r:
+		if len(a.ch) > cap(a.ch)/2 {
+			select {
+			case a.pressure <- struct{}{}:
+			default:
+			}
+		}
 	default:
 		a.dropped.Add(1)
 	}
@@ -131,22 +148,45 @@ func (a *FileAuditor) Failures() int64 { return a.failures.Load() }
 
 func (a *FileAuditor) loop() {
 	defer close(a.done)
+	t := time.NewTicker(auditFlushEvery)
+	defer t.Stop()
 	buf := make([]byte, 0, 64<<10)
-	for r := range a.ch {
-		buf = appendRecord(buf[:0], r)
+	for {
+		quit := false
+		select {
+		case <-t.C:
+		case <-a.pressure:
+		case <-a.quit:
+			quit = true
+		}
+		a.drain(&buf)
+		if quit {
+			return
+		}
+	}
+}
+
+// drain writes every queued record, in batches of about 60 KiB.
+func (a *FileAuditor) drain(buf *[]byte) {
+	for {
+		b := (*buf)[:0]
 	batch:
-		for len(buf) < 60<<10 {
+		for len(b) < 60<<10 {
 			select {
 			case r, ok := <-a.ch:
 				if !ok {
 					break batch
 				}
-				buf = appendRecord(buf, r)
+				b = appendRecord(b, r)
 			default:
 				break batch
 			}
 		}
-		if _, err := a.w.Write(buf); err != nil {
+		*buf = b
+		if len(b) == 0 {
+			return
+		}
+		if _, err := a.w.Write(b); err != nil {
 			a.failures.Add(1)
 			a.warnOnce.Do(func() { a.log.Warn("audit write failed; further failures are counted, not logged", "err", err) })
 		}
@@ -198,6 +238,7 @@ func (a *FileAuditor) Close(ctx context.Context) error {
 		a.closed = true
 		close(a.ch)
 		a.closeMu.Unlock()
+		close(a.quit)
 	})
 	select {
 	case <-a.done:
