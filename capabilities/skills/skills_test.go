@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/capabilities/skills"
+	"github.com/aephost/aep/capabilities/toolkits"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
@@ -299,3 +300,47 @@ func deref(s *string) string {
 }
 
 func ptrBool(b bool) *bool { return &b }
+
+// TestToolkitNotConfigured: with the toolkits capability on but the sql
+// toolkit not configured in the session, a skill that needs it is refused
+// before anything runs; once the session configures it, the skill runs.
+func TestToolkitNotConfigured(t *testing.T) {
+	p := &skills.Plugin{Dir: "testdata/skills", WorkRoot: t.TempDir()}
+	cfg := server.Defaults()
+	cfg.Server.AuthToken = token
+	h, err := server.New(context.Background(), cfg, server.WithDataDir(t.TempDir()),
+		server.WithPlugin(server.PluginSpec{Name: "skills", Type: "skills", Impl: p}),
+		server.WithPlugin(server.PluginSpec{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	c, err := client.InProcess(h, client.JSON, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Handshake(ctxT(t), "agent", token, "skills", "toolkits"); err != nil {
+		t.Fatal(err)
+	}
+	// Refused before anything runs: no work directory is created.
+	_, err = c.SkillCall(ctxT(t), &msg.SkillCallReq{Name: "needs-sql"})
+	wantErr(t, err, wire.CodeCapabilityMissing, "not configured in this session: sql")
+	if entries, _ := os.ReadDir(p.WorkRoot); len(entries) != 0 {
+		t.Fatalf("the skill started before its toolkit was configured: %v", entries)
+	}
+
+	r, err := c.ToolkitConfigure(ctxT(t), &msg.ToolkitConfigureReq{ToolkitName: "sql",
+		Config: map[string]any{"driver": "sqlite", "database": "skills.db", "mode": "read_write"}})
+	if err != nil || r.Status != "ok" {
+		t.Fatalf("configure: %v %+v", err, r)
+	}
+	res, err := c.SkillCall(ctxT(t), &msg.SkillCallReq{Name: "needs-sql"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Success means the entrypoint ran and printed its JSON output.
+	if !res.Result.Success {
+		t.Fatalf("skill result %+v", res.Result)
+	}
+}
