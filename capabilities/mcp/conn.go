@@ -440,7 +440,7 @@ func definition(serverID, name, version string, t mcp.Tool) msg.ToolDefinition {
 	}
 	def := msg.ToolDefinition{
 		Name: name, Description: desc, InputSchema: schema,
-		InputParameters: parameters(schema),
+		InputParameters: toolrun.Parameters(schema),
 		Streaming:       true, // MCP progress notifications become events
 		Idempotent:      t.Annotations.IdempotentHint != nil && *t.Annotations.IdempotentHint,
 		Tags:            []string{"mcp", serverID},
@@ -451,55 +451,10 @@ func definition(serverID, name, version string, t mcp.Tool) msg.ToolDefinition {
 		out := map[string]any{}
 		if b, err := json.Marshal(t.OutputSchema); err == nil && json.Unmarshal(b, &out) == nil {
 			def.OutputSchema = out
-			def.OutputParameters = parameters(out)
+			def.OutputParameters = toolrun.Parameters(out)
 		}
 	}
 	return def
-}
-
-func parameters(schema map[string]any) []msg.ToolParameter {
-	props, _ := schema["properties"].(map[string]any)
-	req := map[string]bool{}
-	if r, ok := schema["required"].([]any); ok {
-		for _, v := range r {
-			if s, ok := v.(string); ok {
-				req[s] = true
-			}
-		}
-	}
-	names := make([]string, 0, len(props))
-	for n := range props {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	out := make([]msg.ToolParameter, 0, len(names))
-	for _, n := range names {
-		p, _ := props[n].(map[string]any)
-		tp := msg.ToolParameter{Name: n, Type: typeName(p["type"])}
-		if d, ok := p["description"].(string); ok {
-			tp.Description = &d
-		}
-		r := req[n]
-		tp.Required = &r
-		out = append(out, tp)
-	}
-	return out
-}
-
-// typeName picks the JSON Schema type of a property; a union takes its first
-// non-null member, and an untyped property is reported as object.
-func typeName(v any) string {
-	switch t := v.(type) {
-	case string:
-		return t
-	case []any:
-		for _, m := range t {
-			if s, ok := m.(string); ok && s != "null" {
-				return s
-			}
-		}
-	}
-	return "object"
 }
 
 // command starts a stdio server with only PATH, HOME and the configured

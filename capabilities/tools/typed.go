@@ -64,7 +64,7 @@ func NewTyped[In, Out any](name, description string, fn func(context.Context, In
 	required := inSchema["required"].([]string)
 	def := msg.ToolDefinition{
 		Name: name, Description: description,
-		InputParameters: Parameters(inSchema), OutputParameters: Parameters(outSchema),
+		InputParameters: toolrun.Parameters(inSchema), OutputParameters: toolrun.Parameters(outSchema),
 		InputSchema: inSchema, OutputSchema: outSchema,
 	}
 	for _, o := range opts {
@@ -232,46 +232,6 @@ func schemaOf(t reflect.Type, seen map[reflect.Type]bool) map[string]any {
 		return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
 	}
 	return map[string]any{}
-}
-
-// Parameters lists the top-level properties of an object schema as SPEC 2.5
-// tool parameters, sorted by name.
-func Parameters(schema map[string]any) []msg.ToolParameter {
-	props, _ := schema["properties"].(map[string]any)
-	req := map[string]bool{}
-	switch r := schema["required"].(type) {
-	case []string:
-		for _, n := range r {
-			req[n] = true
-		}
-	case []any:
-		for _, n := range r {
-			if s, ok := n.(string); ok {
-				req[s] = true
-			}
-		}
-	}
-	names := make([]string, 0, len(props))
-	for n := range props {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	out := make([]msg.ToolParameter, 0, len(names))
-	for _, n := range names {
-		p, _ := props[n].(map[string]any)
-		typ, _ := p["type"].(string)
-		if typ == "" {
-			typ = "any"
-		}
-		tp := msg.ToolParameter{Name: n, Type: typ}
-		if d, ok := p["description"].(string); ok {
-			tp.Description = &d
-		}
-		r := req[n]
-		tp.Required = &r
-		out = append(out, tp)
-	}
-	return out
 }
 
 func jsonKind(t reflect.Type) string {
