@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
@@ -60,8 +58,4 @@ func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *
 	return &msg.SessionRestoreResp{SnapshotID: req.SnapshotID, Restored: restored}, nil
 }
 
-func rand16() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func rand16() string { return wire.RandomHex(8) }

@@ -16,7 +16,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -89,11 +88,7 @@ type pluginSnapshot struct {
 	State []byte `json:"state"` // base64 in JSON: plugins may save any bytes
 }
 
-func newSnapshotID(target string) string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return target + "-" + hex.EncodeToString(b[:])
-}
+func newSnapshotID(target string) string { return target + "-" + wire.RandomHex(16) }
 
 // snapshotSession saves the state of session s to target ("file" or "sql")
 // and returns the snapshot id and the stored size.

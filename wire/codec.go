@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	stdjson "encoding/json"
 	"errors"
 	"fmt"
@@ -367,3 +369,11 @@ func (reg *Registry) Check(env *Envelope, m Message) (*Entry, error) {
 // AppendString appends s as a JSON string (for hand-written encoders of
 // hot-path records, such as audit lines).
 func AppendString(dst []byte, s string) []byte { return appendString(dst, s) }
+
+// RandomHex returns n random bytes in hex, for ids that must not be
+// guessable (sessions, snapshots, episodes, processes).
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -2,8 +2,6 @@ package env
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -312,11 +310,7 @@ func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func
 	}
 }
 
-func newEpisodeID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "ep-" + hex.EncodeToString(b[:])
-}
+func newEpisodeID() string { return "ep-" + wire.RandomHex(6) }
 
 func (p *Plugin) factory(name string) (*factory, error) {
 	f, ok := p.catalog[name]

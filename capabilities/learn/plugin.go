@@ -10,8 +10,6 @@ package learn
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -95,11 +93,7 @@ func str(p *string) string {
 	return *p
 }
 
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newID() string { return wire.RandomHex(12) }
 
 // withTx runs f in a transaction, retrying when a concurrent writer created
 // the same weight row first (PostgreSQL; SQLite serialises writers).

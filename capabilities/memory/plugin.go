@@ -2,8 +2,6 @@ package memory
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -250,11 +248,7 @@ func (p *Plugin) lookup(sessionID, memoryID string) (handle, error) {
 	return h, nil
 }
 
-func newMemoryID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "mem-" + hex.EncodeToString(b[:])
-}
+func newMemoryID() string { return "mem-" + wire.RandomHex(8) }
 
 // MemoryInit answers memory/init/req.
 func (p *Plugin) MemoryInit(ctx context.Context, s wire.Scope, req *msg.MemoryInitReq) (*msg.MemoryInitResp, error) {

@@ -6,8 +6,6 @@ package proc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -300,11 +298,7 @@ func (p *Plugin) workdir(sessionID, cwd string) (root, dir string, err error) {
 	return root, dir, nil
 }
 
-func newProcID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "p-" + hex.EncodeToString(b[:])
-}
+func newProcID() string { return "p-" + wire.RandomHex(6) }
 
 func seconds(f *float64) time.Duration {
 	if f == nil || *f <= 0 {

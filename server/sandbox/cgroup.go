@@ -3,8 +3,6 @@ package sandbox
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aephost/aep/wire"
 )
 
 // cgroups are the per-run control groups of a confined run: a memory one
@@ -155,9 +155,7 @@ func v1Mounts() map[string]string {
 // nor a pids cgroup it returns nil (the init then uses rlimits).
 func newCgroups(lim Limits) (*cgroups, error) {
 	l := findLayout()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "run-" + hex.EncodeToString(b[:])
+	name := "run-" + wire.RandomHex(6)
 	cg := &cgroups{}
 	switch {
 	case l.v2 != "":
