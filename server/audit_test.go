@@ -344,3 +344,52 @@ func TestAuditUnwritablePathFailsNoRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseWaitsForHandlersAudit: a handler still finishing when the host
+// closes gets its audit line written; Close does not close the auditor
+// under it (SPEC 1.7: every handler invocation is audited).
+func TestCloseWaitsForHandlersAudit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	p := &echoplug.Plugin{Name: "e1", Started: make(chan string, 1), CtxDone: make(chan string, 1), Scopes: make(chan wire.Scope)}
+	cfg := server.Defaults()
+	cfg.Server.AuthToken = "secret"
+	h, err := server.New(ctx, cfg,
+		server.WithRegistry(msg.Registry().Union(testproto.Registry())),
+		server.WithAuditor(server.NewFileAuditor(path, 10, 5, nil)), server.WithLogger(slog.New(slog.DiscardHandler)),
+		server.WithPlugin(server.PluginSpec{Name: "echo", Type: "echo", Impl: p}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.InProcess(h, client.JSON, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Handshake(ctx, "agent", "secret", "echo"); err != nil {
+		t.Fatal(err)
+	}
+	ec := testproto.Client{Requester: c}
+	gate := "late"
+	go ec.EchoWait(ctx, &testproto.EchoWaitReq{Gate: &gate}) //nolint:errcheck // answered `cancelled` by Close
+	<-p.Started
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close(ctx) }()
+	<-p.CtxDone // the handler saw the cancel and now blocks on Scopes
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a handler was still running", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	<-p.Scopes // let the handler return
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	lines := readAuditLines(t, path)
+	if len(lines) != 1 {
+		t.Fatalf("%d audit lines, want the late handler's one:\n%s", len(lines), bytes.Join(lines, []byte("\n")))
+	}
+	if r := checkAuditLine(t, "late", lines[0]); r["type"] != "echo/wait/req" || r["success"] != false {
+		t.Fatalf("record %s", lines[0])
+	}
+}

@@ -118,20 +118,18 @@ func (h *Host) SpawnChild(ctx context.Context, parent *Session, opts ChildOption
 			Message: fmt.Sprintf("depth limit: a subagent at depth %d is beyond the limit of %d", depth, limit),
 			Detail:  map[string]any{"reason": "depth_limit", "depth": depth, "limit": limit}}
 	}
-	token := GenerateToken()
-	sum := sha256.Sum256([]byte(token))
-	child, err := h.newSession(nil, parent, &sum)
-	if err != nil {
-		return nil, "", fmt.Errorf("spawn: %w", err)
-	}
 	names := make([]string, 0, len(caps))
 	for c := range caps {
 		names = append(names, c)
 	}
 	sort.Strings(names)
-	child.childCaps = caps
-	child.child = &childInfo{name: opts.Name, scope: opts.MemoryScope, caps: names, depth: depth,
-		depthLimit: limit, maxSteps: opts.MaxSteps, created: child.created}
+	token := GenerateToken()
+	sum := sha256.Sum256([]byte(token))
+	child, err := h.newSession(nil, parent, &sum, &childInfo{name: opts.Name, scope: opts.MemoryScope, caps: names,
+		depth: depth, depthLimit: limit, maxSteps: opts.MaxSteps})
+	if err != nil {
+		return nil, "", fmt.Errorf("spawn: %w", err)
+	}
 	// Link under the parent's lock: Close marks the parent closed before it
 	// takes the lock to collect its children, so either this sees the close
 	// or the close sees this child.

@@ -199,10 +199,12 @@ var ErrClosed = errors.New("host closed")
 // NewSession creates a session that waits for its handshake. The transport
 // attaches a Sink to receive what the host sends.
 func (h *Host) NewSession(sink Sink) (*Session, error) {
-	return h.newSession(sink, nil, nil)
+	return h.newSession(sink, nil, nil, nil)
 }
 
-func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte) (*Session, error) {
+// newSession registers a new session. A child session's info and token are
+// set before it is registered, so no one who finds it sees it half made.
+func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *childInfo) (*Session, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -212,6 +214,14 @@ func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte) (*Session
 		return nil, ErrTooManySessions
 	}
 	s := newSession(h, sink, parent, token)
+	if ci != nil {
+		ci.created = s.created
+		s.child = ci
+		s.childCaps = make(map[string]bool, len(ci.caps))
+		for _, c := range ci.caps {
+			s.childCaps[c] = true
+		}
+	}
 	h.sessions[s.id] = s
 	return s, nil
 }
@@ -278,6 +288,10 @@ func (h *Host) expire() {
 	}
 }
 
+// closeWaitWorkers bounds how long Close waits for session workers that
+// are still finishing after their session was cancelled.
+const closeWaitWorkers = 10 * time.Second
+
 // Close ends every session and cleans up the plugins.
 func (h *Host) Close(ctx context.Context) error {
 	h.mu.Lock()
@@ -295,6 +309,16 @@ func (h *Host) Close(ctx context.Context) error {
 	h.janitor.Wait()
 	for _, s := range sessions {
 		s.Close()
+	}
+	// Workers record their audit line after the reply; wait for them, but
+	// not forever for a handler that ignores cancellation.
+	wctx, wcancel := context.WithTimeout(ctx, closeWaitWorkers)
+	defer wcancel()
+	for _, s := range sessions {
+		if werr := s.waitWorkers(wctx); werr != nil {
+			h.log.Warn("closing without waiting for a handler", "err", werr)
+			break
+		}
 	}
 	err := cleanup(h.plugins)
 	if c, ok := h.auditor.(interface{ Close(context.Context) error }); ok {

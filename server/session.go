@@ -53,7 +53,8 @@ type Session struct {
 	accepted []msg.CapabilityEntry
 	inflight map[string]*call
 	pending  int // admitted and not finished
-	workers  int
+	workers  int           // worker goroutines running
+	idle     chan struct{} // closed when workers drops to 0 (waitWorkers)
 	queue    chan *call
 	drained  chan struct{}         // closed when pending drops to 0 while draining
 	kids     map[*Session]struct{} // child sessions not yet closed (child.go)
@@ -271,6 +272,7 @@ func (s *Session) admit(c *call) {
 }
 
 func (s *Session) work() {
+	defer s.workerDone()
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -279,6 +281,38 @@ func (s *Session) work() {
 			s.run(c)
 			s.finish(c)
 		}
+	}
+}
+
+func (s *Session) workerDone() {
+	s.mu.Lock()
+	s.workers--
+	if s.workers == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+	s.mu.Unlock()
+}
+
+// waitWorkers waits until every worker of the closed session has returned,
+// so the audit record a worker writes right after its reply is queued
+// before the host closes the auditor.
+func (s *Session) waitWorkers(ctx context.Context) error {
+	s.mu.Lock()
+	if s.workers == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+	}
+	idle := s.idle
+	s.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("session %s: a handler ignored cancellation: %w", s.id, ctx.Err())
 	}
 }
 

@@ -59,7 +59,7 @@ func TestSnapshotRefusesChildToken(t *testing.T) {
 	handshake(parent, "host-token-canary")
 	const childToken = "child-token-canary"
 	sum := sha256.Sum256([]byte(childToken))
-	child, err := h.newSession(nil, parent, &sum)
+	child, err := h.newSession(nil, parent, &sum, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
