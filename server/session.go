@@ -52,7 +52,7 @@ type Session struct {
 	agentID  string
 	accepted []msg.CapabilityEntry
 	inflight map[string]*call
-	pending  int // admitted and not finished
+	pending  int           // admitted and not finished
 	workers  int           // worker goroutines running
 	idle     chan struct{} // closed when workers drops to 0 (waitWorkers)
 	queue    chan *call
