@@ -1,6 +1,10 @@
 package mcp_test
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -361,5 +365,55 @@ func TestConfigChecks(t *testing.T) {
 	}
 	if r := e.call(t, "gone__x", nil, 0); r.Success || *r.ErrorCode != msg.ToolResultErrorCodeTOOLERROR {
 		t.Fatalf("call to a dead server: %+v", r)
+	}
+}
+
+// A server that is slow to connect holds up no one else: mcp/server/list
+// reports it `connecting` at once, and unregistering it ends the connect.
+func TestListWhileConnecting(t *testing.T) {
+	hit := make(chan struct{}, 1)
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) //nolint:errcheck // the server notices a closed client only after the body
+		select {
+		case hit <- struct{}{}:
+		default:
+		}
+		<-r.Context().Done()
+	}))
+	defer hang.Close()
+	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 30, AllowURLs: []aepmcp.AllowURL{{Prefix: hang.URL}}})
+	registered := make(chan *msg.MCPServerRegisterResp, 1)
+	go func() {
+		r, err := e.c.McpServerRegister(ctxT(t), &msg.MCPServerRegisterReq{ServerID: "slow", URL: hang.URL + "/mcp"})
+		if err != nil {
+			t.Error(err)
+		}
+		registered <- r
+	}()
+	<-hit // the connect is under way
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := e.c.McpServerList(ctx, &msg.MCPServerListReq{})
+	if err != nil {
+		t.Fatalf("list while a server connects: %v", err)
+	}
+	if len(list.Servers) != 1 || list.Servers[0].ServerID != "slow" || list.Servers[0].Status != msg.MCPServerInfoStatusConnecting {
+		t.Fatalf("list %+v", list.Servers)
+	}
+	un, err := e.c.McpServerUnregister(ctx, &msg.MCPServerUnregisterReq{ServerID: "slow"})
+	if err != nil || !un.Ok {
+		t.Fatalf("unregister while connecting: %+v %v", un, err)
+	}
+	select { // unregister ended the connect
+
+	case r := <-registered:
+		if r == nil || r.Ok {
+			t.Fatalf("register of an unregistered server %+v", r)
+		}
+	case <-ctx.Done():
+		t.Fatal("register did not return after unregister")
+	}
+	if list, err := e.c.McpServerList(ctx, &msg.MCPServerListReq{}); err != nil || len(list.Servers) != 0 {
+		t.Fatalf("list after unregister %+v %v", list, err)
 	}
 }

@@ -85,8 +85,13 @@ type conn struct {
 	claim   func(name string) error
 	release func(name string)
 
+	// dial serialises connects; mu guards the state below and is never held
+	// while connecting, so status, lists and close answer at once while a
+	// slow server connects.
+	dial        sync.Mutex
 	mu          sync.Mutex
 	cli         *mcpclient.Client
+	abort       context.CancelFunc // ends the connect under way, if any
 	closed      bool
 	status      msg.MCPServerInfoStatus
 	lastErr     string
@@ -120,19 +125,33 @@ func newConn(s spec, log *slog.Logger, backoffMax time.Duration, claim func(stri
 // failed connect it refuses until the backoff has passed, so a dead server
 // costs one connect attempt per backoff period, not one per request.
 func (c *conn) client(ctx context.Context) (*mcpclient.Client, error) {
+	if cli, done, err := c.ready(); done {
+		return cli, err
+	}
+	c.dial.Lock()
+	defer c.dial.Unlock()
+	// Another caller may have connected (or failed) while this one waited.
+	if cli, done, err := c.ready(); done {
+		return cli, err
+	}
+	cctx, abort := context.WithCancel(ctx)
+	defer abort()
+	c.mu.Lock()
+	c.status, c.abort = msg.MCPServerInfoStatusConnecting, abort
+	c.mu.Unlock()
+	cli, hello, err := c.connect(cctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.abort = nil
 	if c.closed {
+		err = errors.Join(errClosed, err)
+	}
+	if err != nil && c.closed {
+		if cli != nil {
+			cli.Close()
+		}
 		return nil, errClosed
 	}
-	if c.cli != nil {
-		return c.cli, nil
-	}
-	if wait := time.Until(c.nextTry); wait > 0 {
-		return nil, fmt.Errorf("mcp server %q is unavailable (%s); next reconnect in %s", c.spec.ID, c.lastErr, wait.Round(time.Millisecond))
-	}
-	c.status = msg.MCPServerInfoStatusConnecting
-	cli, err := c.connectLocked(ctx)
 	if err != nil {
 		c.failures++
 		d := time.Duration(1<<min(c.failures-1, 16)) * 250 * time.Millisecond
@@ -140,18 +159,50 @@ func (c *conn) client(ctx context.Context) (*mcpclient.Client, error) {
 			d = c.backoffMax
 		}
 		c.nextTry = time.Now().Add(d)
-		c.status, c.lastErr = msg.MCPServerInfoStatusError, err.Error()
+		if !c.closed {
+			c.status = msg.MCPServerInfoStatusError
+		}
+		c.lastErr = err.Error()
 		c.log.Warn("mcp connect failed", "server", c.spec.ID, "err", err, "retry_in", d)
 		return nil, fmt.Errorf("mcp server %q: connect: %w", c.spec.ID, err)
 	}
+	c.proto, c.serverName, c.serverVer = hello.proto, hello.name, hello.version
+	c.resources, c.prompts = hello.resources, hello.prompts
+	c.setToolsLocked(hello.tools)
 	c.cli, c.failures, c.nextTry = cli, 0, time.Time{}
 	c.status, c.connectedAt = msg.MCPServerInfoStatusReady, time.Now()
 	return cli, nil
 }
 
-// connectLocked starts the transport, negotiates the protocol and caches the
-// server's allowed tools, all within the connect timeout.
-func (c *conn) connectLocked(ctx context.Context) (*mcpclient.Client, error) {
+// ready answers client without connecting when it can: done is false when
+// a connect is due.
+func (c *conn) ready() (cli *mcpclient.Client, done bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return nil, true, errClosed
+	case c.cli != nil:
+		return c.cli, true, nil
+	}
+	if wait := time.Until(c.nextTry); wait > 0 {
+		return nil, true, fmt.Errorf("mcp server %q is unavailable (%s); next reconnect in %s", c.spec.ID, c.lastErr, wait.Round(time.Millisecond))
+	}
+	return nil, false, nil
+}
+
+// hello is what a connect learns about the server.
+type hello struct {
+	proto, name, version string
+	resources, prompts   int
+	tools                []mcp.Tool
+}
+
+// connect starts the transport, negotiates the protocol and lists the
+// server's tools, all within the connect timeout. It touches no state of c
+// but the notification hook.
+func (c *conn) connect(ctx context.Context) (*mcpclient.Client, hello, error) {
+	var h hello
 	ctx, cancel := context.WithTimeout(ctx, c.spec.ConnectTimeout)
 	defer cancel()
 	var (
@@ -163,7 +214,7 @@ func (c *conn) connectLocked(ctx context.Context) (*mcpclient.Client, error) {
 	} else {
 		tr, err = transport.NewStreamableHTTP(c.spec.URL, transport.WithHTTPHeaders(c.spec.Headers))
 		if err != nil {
-			return nil, err
+			return nil, h, err
 		}
 	}
 	var opts []mcpclient.ClientOption
@@ -174,15 +225,15 @@ func (c *conn) connectLocked(ctx context.Context) (*mcpclient.Client, error) {
 	// The process must outlive the connect timeout, so it starts under a
 	// context of its own; Close ends it.
 	if err := cli.Start(context.WithoutCancel(ctx)); err != nil {
-		return nil, err
+		return nil, h, err
 	}
 	cli.OnNotification(c.notified)
-	fail := func(err error) (*mcpclient.Client, error) {
+	fail := func(err error) (*mcpclient.Client, hello, error) {
 		cli.Close()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("no answer within %s: %w", c.spec.ConnectTimeout, err)
+			return nil, h, fmt.Errorf("no answer within %s: %w", c.spec.ConnectTimeout, err)
 		}
-		return nil, err
+		return nil, h, err
 	}
 	init := mcp.InitializeRequest{}
 	init.Params.ClientInfo = mcp.Implementation{Name: "aep", Version: "1.0"}
@@ -191,24 +242,23 @@ func (c *conn) connectLocked(ctx context.Context) (*mcpclient.Client, error) {
 	if err != nil {
 		return fail(fmt.Errorf("initialize: %w", err))
 	}
-	c.proto, c.serverName, c.serverVer = res.ProtocolVersion, res.ServerInfo.Name, res.ServerInfo.Version
+	h.proto, h.name, h.version = res.ProtocolVersion, res.ServerInfo.Name, res.ServerInfo.Version
 	listed, err := cli.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil {
 		return fail(fmt.Errorf("tools/list: %w", err))
 	}
-	c.resources, c.prompts = 0, 0
+	h.tools = listed.Tools
 	if res.Capabilities.Resources != nil {
 		if r, err := cli.ListResources(ctx, mcp.ListResourcesRequest{}); err == nil {
-			c.resources = len(r.Resources)
+			h.resources = len(r.Resources)
 		}
 	}
 	if res.Capabilities.Prompts != nil {
 		if p, err := cli.ListPrompts(ctx, mcp.ListPromptsRequest{}); err == nil {
-			c.prompts = len(p.Prompts)
+			h.prompts = len(p.Prompts)
 		}
 	}
-	c.setToolsLocked(listed.Tools)
-	return cli, nil
+	return cli, h, nil
 }
 
 // setToolsLocked converts the allowed tools and claims their names; a name
@@ -256,6 +306,9 @@ func (c *conn) broken(cli *mcpclient.Client, err error) {
 func (c *conn) close() {
 	c.mu.Lock()
 	cli := c.cli
+	if c.abort != nil {
+		c.abort()
+	}
 	c.cli, c.closed = nil, true
 	c.status = msg.MCPServerInfoStatusDisconnected
 	for _, n := range c.claimed {
