@@ -34,7 +34,14 @@ type Plugin struct {
 	reg *wire.Registry
 
 	mu   sync.Mutex
-	defs map[string]map[string]*graph // session → name → graph
+	defs map[string]map[string]stored // session → name → chain
+}
+
+// stored is a defined chain: compiled for runs, and its definition for
+// snapshots.
+type stored struct {
+	g   *graph
+	def msg.ChainDefinition
 }
 
 // Provision takes the host's type registry, which builds the requests of
@@ -48,7 +55,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if p.MaxDefinitions == 0 {
 		p.MaxDefinitions = 256
 	}
-	p.defs = map[string]map[string]*graph{}
+	p.defs = map[string]map[string]stored{}
 	return nil
 }
 
@@ -77,13 +84,13 @@ func (p *Plugin) ChainDefine(ctx context.Context, s wire.Scope, req *msg.ChainDe
 	defer p.mu.Unlock()
 	m := p.defs[s.SessionID()]
 	if m == nil {
-		m = map[string]*graph{}
+		m = map[string]stored{}
 		p.defs[s.SessionID()] = m
 	}
 	if _, ok := m[req.Name]; !ok && len(m) >= p.MaxDefinitions {
 		return nil, fmt.Errorf("%w: the session already stores %d chains", wire.ErrInvalid, len(m))
 	}
-	m[req.Name] = g
+	m[req.Name] = stored{g: g, def: req.Chain}
 	return &msg.ChainDefineResp{Name: req.Name, Nodes: len(req.Chain.Nodes)}, nil
 }
 
@@ -98,7 +105,7 @@ func (p *Plugin) ChainRun(ctx context.Context, s wire.Scope, req *msg.ChainRunRe
 		return nil, &wire.FieldError{Field: "name", Reason: "give name or chain, not both"}
 	case req.Name != nil:
 		p.mu.Lock()
-		g = p.defs[s.SessionID()][*req.Name]
+		g = p.defs[s.SessionID()][*req.Name].g
 		p.mu.Unlock()
 		if g == nil {
 			return nil, fmt.Errorf("%w: no chain named %q is defined in this session", wire.ErrInvalid, *req.Name)
@@ -123,4 +130,5 @@ var (
 	_ server.Provisioner     = (*Plugin)(nil)
 	_ server.Validator       = (*Plugin)(nil)
 	_ server.SessionObserver = (*Plugin)(nil)
+	_ server.Snapshotter     = (*Plugin)(nil)
 )

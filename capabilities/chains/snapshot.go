@@ -1,0 +1,73 @@
+package chains
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/aephost/aep/gen/msg"
+)
+
+// savedState is the chains part of a session snapshot: the definitions
+// stored with chain/define, by name. Runs in flight are not kept; a chain
+// run is one request, and a request does not survive a snapshot.
+type savedState struct {
+	Version int                            `json:"version"`
+	Chains  map[string]msg.ChainDefinition `json:"chains"`
+}
+
+const stateVersion = 1
+
+// Snapshot saves the session's stored chain definitions.
+func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error) {
+	st := savedState{Version: stateVersion, Chains: map[string]msg.ChainDefinition{}}
+	p.mu.Lock()
+	for name, d := range p.defs[sessionID] {
+		st.Chains[name] = d.def
+	}
+	p.mu.Unlock()
+	return json.Marshal(st)
+}
+
+// Restore replaces the session's stored chains with those of the snapshot.
+// Each definition is compiled again against today's registry, so a chain
+// naming a message type this host no longer serves is refused and nothing
+// changes.
+func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
+	var st savedState
+	dec := json.NewDecoder(bytes.NewReader(state))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return fmt.Errorf("chains state: %w", err)
+	}
+	if st.Version != stateVersion {
+		return fmt.Errorf("chains state version %d; this host reads %d", st.Version, stateVersion)
+	}
+	if len(st.Chains) > p.MaxDefinitions {
+		return fmt.Errorf("chains state holds %d chains; this host allows %d (max_definitions)", len(st.Chains), p.MaxDefinitions)
+	}
+	m := make(map[string]stored, len(st.Chains))
+	for _, name := range slices.Sorted(maps.Keys(st.Chains)) {
+		def := st.Chains[name]
+		// The same checks as chain/define: the name's pattern, the graph's shape.
+		if err := (&msg.ChainDefineReq{Name: name, Chain: def}).Validate(); err != nil {
+			return fmt.Errorf("chains state: chain %q: %w", name, err)
+		}
+		g, err := compile(&def, p.reg)
+		if err != nil {
+			return fmt.Errorf("chains state: chain %q: %w", name, err)
+		}
+		m[name] = stored{g: g, def: def}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(m) == 0 {
+		delete(p.defs, sessionID)
+		return nil
+	}
+	p.defs[sessionID] = m
+	return nil
+}
