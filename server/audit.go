@@ -51,6 +51,11 @@ func (nopAuditor) Record(AuditRecord) {}
 // record hands r to the auditor and to in-process subscribers.
 func (h *Host) record(r AuditRecord) {
 	h.auditor.Record(r)
+	h.notify(r)
+}
+
+// notify hands r to the in-process subscribers.
+func (h *Host) notify(r AuditRecord) {
 	h.subsMu.RLock()
 	for _, f := range h.subs {
 		f(r)
@@ -61,6 +66,11 @@ func (h *Host) record(r AuditRecord) {
 // SubscribeAudit calls f for every audit record, in process (the learn
 // capability's stats use it instead of re-reading files). f must be fast and
 // must not block. The returned function unsubscribes.
+//
+// The record of the plugin that answered a request reaches f before the
+// reply is sent, so a request the agent sends after reading the reply (a
+// learn/feedback naming the call) finds it; its OutputBytes is therefore 0
+// here (the audit file has the reply's size).
 func (h *Host) SubscribeAudit(f func(AuditRecord)) (unsubscribe func()) {
 	h.subsMu.Lock()
 	h.subSeq++

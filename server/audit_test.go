@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -393,3 +395,80 @@ func TestCloseWaitsForHandlersAudit(t *testing.T) {
 		t.Fatalf("record %s", lines[0])
 	}
 }
+
+// replyWatchSink records, when a reply is sent, which request ids the audit
+// subscriber had seen at that moment.
+type replyWatchSink struct {
+	seen    func() map[string]bool
+	mu      sync.Mutex
+	atReply map[string]bool // req_id of each reply → its record was seen first
+	replies chan string
+}
+
+func (s *replyWatchSink) Send(p *wire.Packet) (int, error) {
+	if p.ReqID != "" {
+		s.mu.Lock()
+		s.atReply[p.ReqID] = s.seen()[p.ReqID]
+		s.mu.Unlock()
+		s.replies <- p.Type + " " + p.ReqID
+	}
+	return 1, nil
+}
+
+func (s *replyWatchSink) Close() {}
+
+// TestSubscribersSeeAnswerBeforeReply: an in-process audit subscriber has
+// the answering plugin's record before the reply leaves, so a request the
+// agent sends after reading a reply (learn feedback naming the call) finds
+// the call.
+func TestSubscribersSeeAnswerBeforeReply(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h := newEchoHost(t, server.NewAuditor(nopWriteCloser{io.Discard}, nil), nil)
+	defer h.Close(ctx)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	defer h.SubscribeAudit(func(r server.AuditRecord) {
+		mu.Lock()
+		seen[r.ReqID] = true
+		mu.Unlock()
+	})()
+	sink := &replyWatchSink{atReply: map[string]bool{}, replies: make(chan string, 16), seen: func() map[string]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}}
+	s, err := h.NewSession(sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ReceiveLine([]byte(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["echo"],"auth_token":"secret"}`))
+	if got := <-sink.replies; got != "handshake/resp h" {
+		t.Fatalf("handshake answered %s", got)
+	}
+	for i, line := range []string{
+		`{"type":"echo/say/req","id":"r1","text":"hi"}`,
+		`{"type":"echo/list/req","id":"r2"}`,
+	} {
+		s.ReceiveLine([]byte(line))
+		want := fmt.Sprintf("r%d", i+1)
+		select {
+		case got := <-sink.replies:
+			if !strings.HasSuffix(got, "/resp "+want) {
+				t.Fatalf("got %s, want the reply to %s", got, want)
+			}
+		case <-ctx.Done():
+			t.Fatal("no reply")
+		}
+		sink.mu.Lock()
+		ok := sink.atReply[want]
+		sink.mu.Unlock()
+		if !ok {
+			t.Fatalf("the reply to %s left before the subscriber saw its record", want)
+		}
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

@@ -70,8 +70,10 @@ func (h *Host) invoke(ctx context.Context, c *call, p *plugin, e *wire.Entry, re
 		}
 		rec := h.auditRecord(c, p, e, req, t0, err)
 		if err == nil && c.answered == nil {
-			// The answering plugin's record waits for the reply's size.
+			// The answering plugin's record waits for the reply's size;
+			// subscribers get it now, before the reply leaves.
 			c.answerRec = rec
+			h.notify(*rec)
 			return
 		}
 		h.record(*rec)
@@ -100,11 +102,12 @@ func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req wire.Message, 
 	return rec
 }
 
-// flushAudit records the answering plugin's invocation with the reply's size.
+// flushAudit writes the answering plugin's audit record with the reply's
+// size (its subscribers were told in invoke).
 func (h *Host) flushAudit(c *call, outBytes int) {
 	if c.answerRec != nil {
 		c.answerRec.OutputBytes = outBytes
-		h.record(*c.answerRec)
+		h.auditor.Record(*c.answerRec)
 		c.answerRec = nil
 	}
 }
