@@ -5,10 +5,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -323,7 +325,6 @@ func TestPostgres(t *testing.T) {
 	}
 	conn.Close()
 	e := newEnv(t)
-	ctx := context.Background()
 	base := map[string]any{"driver": "postgres", "database": "postgres", "host": "127.0.0.1", "port": 5432, "user": "postgres"}
 	with := func(kv ...any) map[string]any {
 		m := map[string]any{}
@@ -347,8 +348,6 @@ func TestPostgres(t *testing.T) {
 		}
 		t.Fatal(r.Message)
 	}
-	table := fmt.Sprintf("items_%d", time.Now().UnixNano()%1e9)
-	_ = table
 	for _, q := range []string{"DROP TABLE IF EXISTS items", "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL, note TEXT)",
 		"INSERT INTO items SELECT g, 'item' || g FROM generate_series(1, 5) g"} {
 		if res := call(t, rw, "sql_query", map[string]any{"sql": q}); !res.Success {
@@ -360,7 +359,6 @@ func TestPostgres(t *testing.T) {
 		t.Fatal(r.Message)
 	}
 	sqlSuite(t, e.c, "$1")
-	_ = ctx
 }
 
 func TestSecretsNeverLeak(t *testing.T) {
@@ -413,5 +411,129 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 	if strings.Contains(e.logs.String(), canary) {
 		t.Fatal("canary in the logs")
+	}
+}
+
+// tcpProxy forwards loopback connections to a backend; stop cuts every
+// connection and stops listening, start listens again on the same address.
+type tcpProxy struct {
+	t       *testing.T
+	addr    string
+	backend string
+	mu      sync.Mutex
+	ln      net.Listener
+	conns   []net.Conn
+}
+
+func (p *tcpProxy) start() {
+	p.t.Helper()
+	addr := p.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", p.backend)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, b)
+			p.mu.Unlock()
+			go func() { io.Copy(b, c); b.Close() }() //nolint:errcheck // ends when either side closes
+			go func() { io.Copy(c, b); c.Close() }() //nolint:errcheck
+		}
+	}()
+}
+
+func (p *tcpProxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ln.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// A configured toolkit whose backend goes away falls from `running` to
+// `configured` (SPEC 2.8 states), its calls fail as tool errors, and it is
+// `running` again, without configuring anew, once the backend is back.
+func TestPostgresLostConnection(t *testing.T) {
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:5432", time.Second); err != nil {
+		if os.Getenv("CI") == "" {
+			t.Skip("no PostgreSQL on 127.0.0.1:5432 (CI unset)")
+		}
+		t.Fatal(err)
+	} else {
+		c.Close()
+	}
+	proxy := &tcpProxy{t: t, backend: "127.0.0.1:5432"}
+	proxy.start()
+	t.Cleanup(proxy.stop)
+	_, portText, _ := net.SplitHostPort(proxy.addr)
+	port, _ := strconv.Atoi(portText)
+	e := newEnv(t)
+	ctx := context.Background()
+	r := e.configure(t, e.c, map[string]any{"driver": "postgres", "database": "postgres", "host": "127.0.0.1", "port": port,
+		"user": "postgres", "password": pgPassword(), "mode": "read_only"})
+	if r.Status != "ok" {
+		if os.Getenv("CI") == "" && strings.Contains(r.Message, "password authentication failed") {
+			t.Skip("PostgreSQL reachable but the test password is not set (run .ci/run's postgres_start)")
+		}
+		t.Fatal(r.Message)
+	}
+	state := func() string {
+		t.Helper()
+		def, err := e.c.GetToolkit(ctx, "sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !def.Configured {
+			t.Fatalf("toolkit no longer configured: %+v", def)
+		}
+		return string(def.State)
+	}
+	query := func() *msg.ToolResult {
+		t.Helper()
+		return call(t, e.c, "sql_query", map[string]any{"sql": "SELECT 41 + 1 AS n"})
+	}
+	if s := state(); s != "running" {
+		t.Fatalf("state after configure %q", s)
+	}
+	if res := query(); !res.Success {
+		t.Fatalf("query: %s", *res.Error)
+	}
+
+	proxy.stop()
+	if s := state(); s != "configured" {
+		t.Fatalf("state with the backend gone %q, want configured", s)
+	}
+	res := query()
+	if res.Success || res.ErrorCode == nil || *res.ErrorCode != "TOOL_ERROR" {
+		t.Fatalf("query with the backend gone: %+v", res)
+	}
+	if strings.Contains(*res.Error, pgPassword()) {
+		t.Fatal("the password reached the error")
+	}
+
+	proxy.start() // same address
+	if s := state(); s != "running" {
+		t.Fatalf("state with the backend back %q, want running", s)
+	}
+	if res := query(); !res.Success {
+		t.Fatalf("query with the backend back: %s", *res.Error)
 	}
 }
