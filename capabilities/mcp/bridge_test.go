@@ -31,6 +31,18 @@ func TestProtocolVersions(t *testing.T) {
 			if res := e.call(t, "h__echo", map[string]any{"message": "hi"}, 0); !res.Success || text(res) != "h: hi" {
 				t.Fatalf("echo: %+v %s", res, text(res))
 			}
+			// Progress notifications become progress events in both eras
+			// (on 2026-07-28 they arrive in the call's own response stream).
+			res := e.call(t, "h__progress", map[string]any{"steps": 2}, 0)
+			var pcts []int
+			for _, ev := range res.Events {
+				if ev.Kind == msg.ToolEventKindProgress {
+					pcts = append(pcts, int(ev.Data["pct"].(float64)))
+				}
+			}
+			if !res.Success || !slices.Equal(pcts, []int{50, 100}) {
+				t.Fatalf("progress events %v in %+v", pcts, res)
+			}
 		})
 		t.Run("stdio/"+v, func(t *testing.T) {
 			e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", v)}})
