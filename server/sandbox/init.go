@@ -31,6 +31,10 @@ func writeReport(f *os.File, r report) {
 	_, _ = f.Write(append(b, '\n'))
 }
 
+// limitScript sets the address-space limit ($1, KiB) and execs the command
+// (the remaining arguments); every POSIX shell's ulimit has -v.
+const limitScript = `ulimit -v "$1" && shift && exec "$@"`
+
 // runInit joins the cgroups, sets the rlimits, (in namespaces mode) sets up
 // mounts and drops privileges, starts the command as its child in its own
 // process group, forwards the host's signals to it, and reports how it ended.
@@ -77,17 +81,22 @@ func runInit(raw string) int {
 		}
 	}
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+	if cfg.MemBytes > 0 {
+		// The rlimit fallback of Limits.MemoryBytes binds the command only:
+		// RLIMIT_AS on this init would starve its own runtime (a Go heap, or
+		// a race-instrumented one, reserves far more address space than the
+		// limit). A shell sets it and then becomes the command, same pid.
+		if cmd.Err != nil {
+			return fail("starting %q: %v", cfg.Argv[0], cmd.Err)
+		}
+		kib := strconv.FormatInt(max(cfg.MemBytes/1024, 1), 10)
+		args := append([]string{"-c", limitScript, "aep-limit", kib, cmd.Path}, cfg.Argv[1:]...)
+		cmd = exec.Command("/bin/sh", args...)
+	}
 	cmd.Dir = cfg.Dir
 	cmd.Env = os.Environ()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if cfg.MemBytes > 0 {
-		// Set last: the init's own heap is already mapped, the command
-		// inherits the limit (the rlimit fallback of Limits.MemoryBytes).
-		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: uint64(cfg.MemBytes), Max: uint64(cfg.MemBytes)}); err != nil {
-			return fail("RLIMIT_AS: %v", err)
-		}
-	}
 	if err := cmd.Start(); err != nil {
 		return fail("starting %q: %v", cfg.Argv[0], err)
 	}

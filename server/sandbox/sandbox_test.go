@@ -240,3 +240,75 @@ func TestSetupFailureRunsNothing(t *testing.T) {
 		})
 	}
 }
+
+// On a host where no cgroup can be made, confined runs are limited by
+// rlimits: memory by RLIMIT_AS, judged by the out-of-memory heuristic,
+// and the other outcomes are as with cgroups.
+func TestRlimitFallback(t *testing.T) {
+	for _, mode := range modes(t) {
+		t.Run(string(mode), func(t *testing.T) {
+			sandbox.WithoutCgroups(t)
+			cases := []struct {
+				name    string
+				argv    []string
+				lim     sandbox.Limits
+				outcome sandbox.Outcome
+				wire    wire.Code
+				stdout  string
+			}{
+				{"within the limit", []string{"perl", "-e", `my $s = "x" x (8<<20); print "ok\n"`}, sandbox.Limits{MemoryBytes: 256 << 20, Timeout: 20 * time.Second}, sandbox.Exited, "", "ok\n"},
+				{"over the limit", []string{"perl", "-e", `my @a; push @a, "x" x (1<<20) for 1..512; print "survived\n"`}, sandbox.Limits{MemoryBytes: 64 << 20, Timeout: 20 * time.Second}, sandbox.OutOfMemory, wire.CodeOutOfMemory, ""},
+				{"plain failure is not memory", []string{"sh", "-c", "exit 3"}, sandbox.Limits{MemoryBytes: 64 << 20}, sandbox.Exited, "", ""},
+				{"CPU", []string{"sh", "-c", "while :; do :; done"}, sandbox.Limits{CPUTime: time.Second, MemoryBytes: 64 << 20, Timeout: 20 * time.Second}, sandbox.Timeout, wire.CodeTimeout, ""},
+			}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					res, out, errOut := run(t, sandbox.Spec{Argv: c.argv, Dir: t.TempDir(), Sandboxed: true, Mode: mode, Limits: c.lim})
+					if res.Outcome != c.outcome {
+						t.Fatalf("got %+v (stderr %q), want %s", res, errOut, c.outcome)
+					}
+					if c.wire != "" {
+						if got := wire.AsError(res.Err()).Code; got != c.wire {
+							t.Fatalf("wire code %s, want %s", got, c.wire)
+						}
+					}
+					if c.stdout != "" && out != c.stdout {
+						t.Fatalf("stdout %q, want %q", out, c.stdout)
+					}
+				})
+			}
+		})
+	}
+}
+
+// The rlimit fallback's out-of-memory verdict (docs/DECISIONS.md, Sandbox):
+// only an abnormal end counts, and then a peak RSS of half the limit or a
+// runtime's own out-of-memory words.
+func TestMemoryFailureVerdict(t *testing.T) {
+	const limit = 64 << 20
+	tests := []struct {
+		name         string
+		signal, exit int
+		rss          int64
+		tail         string
+		want         bool
+	}{
+		{"clean exit at high RSS", 0, 0, limit, "", false},
+		{"clean exit with the words", 0, 0, 0, "Out of memory!", false},
+		{"exit 1 near the limit", 0, 1, limit / 2, "", true},
+		{"exit 1 small, no words", 0, 1, limit / 8, "some error", false},
+		{"perl", 0, 1, 0, "Out of memory!\n", true},
+		{"python", 0, 1, 0, "Traceback...\nMemoryError\n", true},
+		{"glibc", 0, 1, 0, "mmap: Cannot allocate memory", true},
+		{"c++", int(syscall.SIGABRT), 0, 0, "terminate called after throwing an instance of 'std::bad_alloc'", true},
+		{"go", 0, 2, 0, "fatal error: runtime: out of memory", true},
+		{"signal without signs", int(syscall.SIGSEGV), 0, 1 << 20, "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := sandbox.MemoryFailure(tc.signal, tc.exit, tc.rss, limit, tc.tail); got != tc.want {
+				t.Fatalf("MemoryFailure = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
