@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -302,4 +303,28 @@ func buildRoutes(reg *wire.Registry, ps []*plugin) map[string]*route {
 		routes[e.Type] = r
 	}
 	return routes
+}
+
+// DecodeState decodes a [Snapshotter]'s state into v strictly (a field this
+// build does not know is refused, not guessed at) after checking that its
+// "version" field is version. what names the plugin in errors.
+func DecodeState(what string, state []byte, version int, v any) error {
+	var head struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(state, &head); err != nil {
+		return fmt.Errorf("%s state: %w", what, err)
+	}
+	if head.Version == nil {
+		return fmt.Errorf("%s state has no version; this host reads version %d", what, version)
+	}
+	if *head.Version != version {
+		return fmt.Errorf("%s state version %d; this host reads version %d", what, *head.Version, version)
+	}
+	dec := json.NewDecoder(bytes.NewReader(state))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%s state: %w", what, err)
+	}
+	return nil
 }

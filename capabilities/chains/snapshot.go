@@ -1,7 +1,6 @@
 package chains
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
 )
 
 // savedState is the chains part of a session snapshot: the definitions
@@ -38,13 +38,8 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 // changes.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var st savedState
-	dec := json.NewDecoder(bytes.NewReader(state))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&st); err != nil {
-		return fmt.Errorf("chains state: %w", err)
-	}
-	if st.Version != stateVersion {
-		return fmt.Errorf("chains state version %d; this host reads %d", st.Version, stateVersion)
+	if err := server.DecodeState("chains", state, stateVersion, &st); err != nil {
+		return err
 	}
 	if len(st.Chains) > p.MaxDefinitions {
 		return fmt.Errorf("chains state holds %d chains; this host allows %d (max_definitions)", len(st.Chains), p.MaxDefinitions)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/aephost/aep/server"
 )
 
 // savedEpisode is one episode in a session snapshot.
@@ -62,11 +64,8 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 // come back closed: their ids answer "closed" with the reason.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var saved savedSession
-	if err := json.Unmarshal(state, &saved); err != nil {
-		return fmt.Errorf("env snapshot: %w", err)
-	}
-	if saved.Version != 1 {
-		return fmt.Errorf("env snapshot: unknown version %d", saved.Version)
+	if err := server.DecodeState("env", state, 1, &saved); err != nil {
+		return err
 	}
 	fresh := &sessionEnvs{episodes: map[string]*episode{}, gone: map[string]string{}}
 	for _, sv := range saved.Episodes {

@@ -1,13 +1,13 @@
 package subagents
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
 )
 
@@ -47,13 +47,8 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 // snapshot, which all come back ended (live subagents stay).
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var st savedState
-	dec := json.NewDecoder(bytes.NewReader(state))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&st); err != nil {
-		return fmt.Errorf("subagents state: %w", err)
-	}
-	if st.Version != stateVersion {
-		return fmt.Errorf("subagents state version %d; this host reads %d", st.Version, stateVersion)
+	if err := server.DecodeState("subagents", state, stateVersion, &st); err != nil {
+		return err
 	}
 	for i := range st.Subagents {
 		if err := st.Subagents[i].Validate(); err != nil {
