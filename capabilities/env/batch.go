@@ -73,7 +73,7 @@ func (p *Plugin) EnvStepBatch(ctx context.Context, s wire.Scope, req *msg.EnvSte
 			}
 			if mode == msg.EnvStepBatchReqAutoresetModeNextStep {
 				yes := true
-				r.Observation, r.Info, r.Reset = o.Observation, raw(o.Info), &yes
+				r.Observation, r.Info, r.Reset = o.Observation, infoOf(o.Info), &yes
 				continue
 			}
 		}
@@ -82,15 +82,15 @@ func (p *Plugin) EnvStepBatch(ctx context.Context, s wire.Scope, req *msg.EnvSte
 			return nil, fmt.Errorf("episode_ids[%d]: %w", i, err)
 		}
 		r.Observation, r.Reward, r.Terminated, r.Truncated, r.Info, r.Step =
-			st.Observation, st.Reward, st.Terminated, st.Truncated, raw(st.Info), ep.step
+			st.Observation, st.Reward, st.Terminated, st.Truncated, infoOf(st.Info), ep.step
 		if mode == msg.EnvStepBatchReqAutoresetModeSameStep && (st.Terminated || st.Truncated) {
 			o, err := p.resetLocked(ctx, sid, ep, nil, nil)
 			if err != nil {
 				return nil, fmt.Errorf("episode_ids[%d]: autoreset: %w", i, err)
 			}
 			yes := true
-			r.FinalObservation, r.FinalInfo = raw(st.Observation), raw(st.Info)
-			r.Observation, r.Info, r.Reset, r.Step = o.Observation, raw(o.Info), &yes, 0
+			r.FinalObservation, r.FinalInfo = raw(st.Observation), infoPtr(st.Info)
+			r.Observation, r.Info, r.Reset, r.Step = o.Observation, infoOf(o.Info), &yes, 0
 		}
 	}
 	return out, nil

@@ -38,6 +38,10 @@ func TestEveryEpisodeMessage(t *testing.T) {
 			if o := decodeObs(t, r.Observation); o.High != 1000 || o.Guesses != 0 || r.EnvName != env.GuessName || !strings.HasPrefix(r.EpisodeID, "ep-") {
 				t.Fatalf("env/reset: %+v %s", r, r.Observation)
 			}
+			// guess gives no info; the reply still has the dict, empty.
+			if string(r.Info) != "{}" {
+				t.Fatalf("env/reset info %q, want {}", r.Info)
+			}
 			sp2, err := c.EnvSpaces(ctx, &msg.EnvSpacesReq{EpisodeID: &r.EpisodeID})
 			if err != nil || sp2.EnvName != env.GuessName {
 				t.Fatalf("env/spaces by episode: %+v %v", sp2, err)
@@ -54,6 +58,9 @@ func TestEveryEpisodeMessage(t *testing.T) {
 				steps++
 				if st.Step != steps || st.EpisodeID != r.EpisodeID {
 					t.Fatalf("step counter: %+v", st)
+				}
+				if len(st.Info) == 0 || st.Info[0] != '{' {
+					t.Fatalf("env/step info %q, want an object", st.Info)
 				}
 				last = st
 				o := decodeObs(t, st.Observation)

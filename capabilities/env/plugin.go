@@ -395,7 +395,7 @@ func (p *Plugin) EnvReset(ctx context.Context, s wire.Scope, req *msg.EnvResetRe
 		if err != nil {
 			return nil, err
 		}
-		return &msg.EnvResetResp{EpisodeID: ep.id, EnvName: ep.envName, Observation: o.Observation, Info: raw(o.Info)}, nil
+		return &msg.EnvResetResp{EpisodeID: ep.id, EnvName: ep.envName, Observation: o.Observation, Info: infoOf(o.Info)}, nil
 	}
 
 	se := p.session(s.SessionID(), true)
@@ -428,7 +428,7 @@ func (p *Plugin) EnvReset(ctx context.Context, s wire.Scope, req *msg.EnvResetRe
 		}
 		return nil, err
 	}
-	return &msg.EnvResetResp{EpisodeID: ep.id, EnvName: ep.envName, Observation: o.Observation, Info: raw(o.Info)}, nil
+	return &msg.EnvResetResp{EpisodeID: ep.id, EnvName: ep.envName, Observation: o.Observation, Info: infoOf(o.Info)}, nil
 }
 
 // resetLocked resets ep; the caller holds ep.mu.
@@ -501,7 +501,7 @@ func (p *Plugin) EnvStep(ctx context.Context, s wire.Scope, req *msg.EnvStepReq)
 		return nil, err
 	}
 	return &msg.EnvStepResp{EpisodeID: ep.id, Observation: st.Observation, Reward: st.Reward,
-		Terminated: st.Terminated, Truncated: st.Truncated, Info: raw(st.Info), Step: ep.step}, nil
+		Terminated: st.Terminated, Truncated: st.Truncated, Info: infoOf(st.Info), Step: ep.step}, nil
 }
 
 // EnvObserve answers env/observe/req.
@@ -549,6 +549,22 @@ func (p *Plugin) EnvClose(ctx context.Context, s wire.Scope, req *msg.EnvCloseRe
 	se.mu.Unlock()
 	p.closeEpisode(ep, errors.New("closed by env/close"))
 	return &msg.EnvCloseResp{EpisodeID: ep.id, Closed: true}, nil
+}
+
+// emptyInfo is the info of a reset or step whose environment gave none
+// (the schema requires one, as Gymnasium always returns a dict).
+var emptyInfo = json.RawMessage("{}")
+
+func infoOf(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return emptyInfo[:len(emptyInfo):len(emptyInfo)]
+	}
+	return b
+}
+
+func infoPtr(b json.RawMessage) *json.RawMessage {
+	i := infoOf(b)
+	return &i
 }
 
 func raw(b json.RawMessage) *json.RawMessage {

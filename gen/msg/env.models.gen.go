@@ -9,14 +9,15 @@ type BatchStep struct {
 	// EpisodeID corresponds to the JSON schema field "episode_id".
 	EpisodeID string `json:"episode_id"`
 
-	// `same_step` mode: the info the episode finished with.
+	// `same_step` mode: the info the episode finished with (`{}` when none).
 	FinalInfo *json.RawMessage `json:"final_info,omitempty,omitzero"`
 
 	// `same_step` mode: the observation the episode finished with.
 	FinalObservation *json.RawMessage `json:"final_observation,omitempty,omitzero"`
 
-	// Info corresponds to the JSON schema field "info".
-	Info *json.RawMessage `json:"info,omitempty,omitzero"`
+	// The environment's info dict; always present, `{}` when it gives none (as
+	// Gymnasium's reset and step always return one).
+	Info json.RawMessage `json:"info"`
 
 	// Observation corresponds to the JSON schema field "observation".
 	Observation json.RawMessage `json:"observation"`
@@ -230,8 +231,9 @@ type EnvResetResp struct {
 	// EpisodeID corresponds to the JSON schema field "episode_id".
 	EpisodeID string `json:"episode_id"`
 
-	// Info corresponds to the JSON schema field "info".
-	Info *json.RawMessage `json:"info,omitempty,omitzero"`
+	// The environment's info dict; always present, `{}` when it gives none (as
+	// Gymnasium's reset and step always return one).
+	Info json.RawMessage `json:"info"`
 
 	// Observation corresponds to the JSON schema field "observation".
 	Observation json.RawMessage `json:"observation"`
@@ -302,8 +304,9 @@ type EnvStepResp struct {
 	// EpisodeID corresponds to the JSON schema field "episode_id".
 	EpisodeID string `json:"episode_id"`
 
-	// Info corresponds to the JSON schema field "info".
-	Info *json.RawMessage `json:"info,omitempty,omitzero"`
+	// The environment's info dict; always present, `{}` when it gives none (as
+	// Gymnasium's reset and step always return one).
+	Info json.RawMessage `json:"info"`
 
 	// Observation corresponds to the JSON schema field "observation".
 	Observation json.RawMessage `json:"observation"`
