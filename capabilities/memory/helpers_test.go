@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/aephost/aep/capabilities/memory"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/pgtest"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
@@ -50,10 +52,50 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// testHost is a host serving p on a real SQLite store in dir.
+// testHost is a host serving p on a real store: SQLite in its data dir, or
+// PostgreSQL.
 type testHost struct {
 	*server.Host
 	st *store.Store
+}
+
+// backend is a kind of store the persistent tiers run on. dsn gives a new
+// test its own empty store: "" (SQLite in the test's data dir), or a fresh
+// PostgreSQL schema dropped when the test ends (skipped without PostgreSQL
+// unless CI is set; internal/pgtest).
+type backend struct {
+	name string
+	dsn  func(t testing.TB) string
+}
+
+var backends = []backend{
+	{"sqlite", func(testing.TB) string { return "" }},
+	{"postgres", pgSchema},
+}
+
+// pgSchema returns the DSN of a new PostgreSQL schema of its own.
+func pgSchema(t testing.TB) string {
+	t.Helper()
+	schema := "aep_memory_test_" + wire.RandomHex(6)
+	dsn := pgtest.DSN(t, schema)
+	t.Cleanup(func() {
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		if _, err := db.Exec("DROP SCHEMA " + schema + " CASCADE"); err != nil {
+			t.Logf("dropping schema %s: %v", schema, err)
+		}
+	})
+	return dsn
+}
+
+// forEachBackend runs f as a subtest per backend, with that backend's DSN.
+func forEachBackend(t *testing.T, f func(t *testing.T, dsn string)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { f(t, b.dsn(t)) })
+	}
 }
 
 // newHost starts a host serving p on the SQLite store of dir (a temp dir
@@ -61,10 +103,16 @@ type testHost struct {
 // the same data dir (a restart).
 func newHost(t testing.TB, p *memory.Plugin, dir string) *testHost {
 	t.Helper()
+	return newHostDSN(t, p, dir, "")
+}
+
+// newHostDSN is newHost on the store dsn names ("" is SQLite in dir).
+func newHostDSN(t testing.TB, p *memory.Plugin, dir, dsn string) *testHost {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	st, err := store.Open(ctxT(t), "", dir)
+	st, err := store.Open(ctxT(t), dsn, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

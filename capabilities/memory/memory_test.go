@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -13,11 +14,13 @@ import (
 )
 
 // Every operation on every tier through the real kernel and Go client, with
-// both codecs: store, retrieve by key, upsert, the episodic log's order,
-// stats, and forget by keys, tags, tier and age.
-func TestOperationsPerTier(t *testing.T) {
+// both codecs, on each backend: store, retrieve by key, upsert, the episodic
+// log's order, stats, and forget by keys, tags, tier and age.
+func TestOperationsPerTier(t *testing.T) { forEachBackend(t, testOperationsPerTier) }
+
+func testOperationsPerTier(t *testing.T, dsn string) {
 	clk := newClock()
-	h := newHost(t, &memory.Plugin{Clock: clk.Now}, "")
+	h := newHostDSN(t, &memory.Plugin{Clock: clk.Now}, "", dsn)
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
 			c := connect(t, h, cd.codec)
@@ -114,8 +117,10 @@ func TestOperationsPerTier(t *testing.T) {
 }
 
 // Bad input gets a clear error and changes nothing, in every tier.
-func TestBadInputChangesNothing(t *testing.T) {
-	h := newHost(t, &memory.Plugin{MaxContentBytes: 64}, "")
+func TestBadInputChangesNothing(t *testing.T) { forEachBackend(t, testBadInputChangesNothing) }
+
+func testBadInputChangesNothing(t *testing.T, dsn string) {
+	h := newHostDSN(t, &memory.Plugin{MaxContentBytes: 64}, "", dsn)
 	big := strings.Repeat("x", 100)
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
@@ -176,8 +181,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 // One session never reads another's working memory; persistent tiers are
 // shared within a namespace (and agent) and separate across them.
-func TestIsolation(t *testing.T) {
-	h := newHost(t, &memory.Plugin{}, "")
+func TestIsolation(t *testing.T) { forEachBackend(t, testIsolation) }
+
+func testIsolation(t *testing.T, dsn string) {
+	h := newHostDSN(t, &memory.Plugin{}, "", dsn)
 	a, b := connect(t, h, codecs[0].codec), connect(t, h, codecs[1].codec)
 	ida, idb := initMem(t, a, "iso", nil), initMem(t, b, "iso", nil)
 	store1(t, a, ida, ent("working", "k", "a's scratch", 0), ent("semantic", "k", "shared fact", 0))
@@ -196,11 +203,14 @@ func TestIsolation(t *testing.T) {
 	}
 }
 
-// Persistent tiers survive a host restart on the same data dir; the
-// working tier is gone with its session.
-func TestPersistenceAcrossRestart(t *testing.T) {
+// Persistent tiers, full-text recall included, survive a host restart on
+// the same data dir (SQLite) or the same DSN (PostgreSQL); the working tier
+// is gone with its session.
+func TestPersistenceAcrossRestart(t *testing.T) { forEachBackend(t, testPersistenceAcrossRestart) }
+
+func testPersistenceAcrossRestart(t *testing.T, dsn string) {
 	dir := t.TempDir()
-	h := newHost(t, &memory.Plugin{}, dir)
+	h := newHostDSN(t, &memory.Plugin{}, dir, dsn)
 	c := connect(t, h, codecs[0].codec)
 	id := initMem(t, c, "durable", map[string]string{"agent": "a1"})
 	store1(t, c, id, ent("semantic", "fact", "the sky is blue", 0, "color"), ent("episodic", "ev", "first", 0),
@@ -208,7 +218,7 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 	c.Close()
 	h.close()
 
-	h2 := newHost(t, &memory.Plugin{}, dir)
+	h2 := newHostDSN(t, &memory.Plugin{}, dir, dsn)
 	c2 := connect(t, h2, codecs[1].codec)
 	id2 := initMem(t, c2, "durable", map[string]string{"agent": "a1"})
 	if got := get(t, c2, id2, "", "fact", "ev", "tmp"); !reflect.DeepEqual(got, []string{"the sky is blue", "first", "second"}) {
@@ -217,20 +227,28 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 	if hits := recall(t, c2, &msg.MemoryRecallReq{MemoryID: id2, Query: ptr("sky")}); keysOf(hits) != "fact" {
 		t.Fatalf("full-text index after restart: %s", keysOf(hits))
 	}
-	// A third start migrates over the FTS tables without trouble.
+	// A third start migrates over the full-text tables and columns without
+	// trouble.
 	c2.Close()
 	h2.close()
-	h3 := newHost(t, &memory.Plugin{}, dir)
+	h3 := newHostDSN(t, &memory.Plugin{}, dir, dsn)
 	c3 := connect(t, h3, codecs[0].codec)
-	if st := stats(t, c3, initMem(t, c3, "durable", map[string]string{"agent": "a1"})); st["semantic"] != 1 || st["episodic"] != 2 {
+	id3 := initMem(t, c3, "durable", map[string]string{"agent": "a1"})
+	if st := stats(t, c3, id3); st["semantic"] != 1 || st["episodic"] != 2 {
 		t.Fatalf("stats after second restart: %v", st)
+	}
+	if hits := recall(t, c3, &msg.MemoryRecallReq{MemoryID: id3, Query: ptr("blue second")}); keysOf(hits) != "ev,fact" && keysOf(hits) != "fact,ev" {
+		t.Fatalf("full-text index after second restart: %s", keysOf(hits))
 	}
 }
 
 // Ranking on a corpus where relevance is unambiguous: the order is
-// asserted, and min_score filters on the normalised score.
-func TestRecallRanking(t *testing.T) {
-	h := newHost(t, &memory.Plugin{}, "")
+// asserted, the same on each backend, and min_score filters on the
+// normalised score.
+func TestRecallRanking(t *testing.T) { forEachBackend(t, testRecallRanking) }
+
+func testRecallRanking(t *testing.T, dsn string) {
+	h := newHostDSN(t, &memory.Plugin{}, "", dsn)
 	for _, tier := range []string{"semantic", "working", "episodic"} {
 		t.Run(tier, func(t *testing.T) {
 			c := connect(t, h, codecs[0].codec)
@@ -283,12 +301,15 @@ func TestRecallRanking(t *testing.T) {
 }
 
 // TTL: an expired entry is invisible to every read at once, on every tier;
-// the background collector then deletes the rows.
-func TestTTLExpiryAndCollection(t *testing.T) {
+// the background collector then deletes the rows, and their full-text index
+// entries with them.
+func TestTTLExpiryAndCollection(t *testing.T) { forEachBackend(t, testTTLExpiryAndCollection) }
+
+func testTTLExpiryAndCollection(t *testing.T, dsn string) {
 	clk := newClock()
 	p := &memory.Plugin{Clock: clk.Now, CollectInterval: 0}
 	p.CollectInterval = 20 * 1e6 // 20ms
-	h := newHost(t, p, "")
+	h := newHostDSN(t, p, "", dsn)
 	c := connect(t, h, codecs[1].codec)
 	id := initMem(t, c, "ttl", nil)
 	var es []msg.MemoryEntry
@@ -329,12 +350,145 @@ func TestTTLExpiryAndCollection(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	var fts int
-	if err := h.st.DB().QueryRow(`SELECT count(*) FROM memory_semantic_fts WHERE memory_semantic_fts MATCH 'ephemeral'`).Scan(&fts); err != nil || fts != 0 {
+	ftsCount := `SELECT count(*) FROM memory_semantic_fts WHERE memory_semantic_fts MATCH 'ephemeral'`
+	if dsn != "" {
+		ftsCount = `SELECT count(*) FROM memory_semantic WHERE fts @@ to_tsquery('simple', 'ephemeral')`
+	}
+	if err := h.st.DB().QueryRow(ftsCount).Scan(&fts); err != nil || fts != 0 {
 		t.Fatalf("full-text index keeps a collected row: %d %v", fts, err)
 	}
 	// Storing the key again makes a new, live entry.
 	store1(t, c, id, ent("semantic", "short", "back again", 5))
 	if got := get(t, c, id, "semantic", "short"); !reflect.DeepEqual(got, []string{"back again"}) {
 		t.Fatalf("re-stored: %q", got)
+	}
+}
+
+// Text that is awkward for SQL or a query language is data on every
+// backend: quotes and statements in keys, LIKE wildcards in tags, operator
+// words in queries. A word is the same thing everywhere (letters and
+// digits, case folded), whatever host names, paths, versions or numbers
+// the text holds.
+func TestAwkwardText(t *testing.T) { forEachBackend(t, testAwkwardText) }
+
+func testAwkwardText(t *testing.T, dsn string) {
+	h := newHostDSN(t, &memory.Plugin{}, "", dsn)
+	c := connect(t, h, codecs[0].codec)
+	ctx := ctxT(t)
+	for _, tier := range []string{"semantic", "episodic"} {
+		t.Run(tier, func(t *testing.T) {
+			id := initMem(t, c, "awkward-"+tier, nil)
+			odd := `it's "quoted"; DROP TABLE memory_semantic; --`
+			store1(t, c, id,
+				ent(tier, odd, "see foo.bar.com/some_path v1.2.3 and 3.14 for Größe", 0, "100%", "a_b", "x'y"),
+				ent(tier, "plain", "this or that", 0, "100", "aXb"),
+			)
+			tr := msg.MemoryRecallReqTier(tier)
+			for _, tc := range []struct{ query, want string }{
+				{"bar", odd}, {"path", odd}, {"some", odd}, {"2", odd}, {"14", odd}, {"GRÖßE", odd},
+				{"quoted", odd}, {"DROP", odd}, {"y", odd}, {"OR", "plain"}, {"NOT NEAR", ""}, {`"*"`, ""},
+			} {
+				if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr(tc.query), Tier: &tr})); got != tc.want {
+					t.Errorf("recall %q = %q, want %q", tc.query, got, tc.want)
+				}
+			}
+			for _, tc := range []struct{ tag, want string }{{"100%", odd}, {"100", "plain"}, {"a_b", odd}, {"aXb", "plain"}, {"x'y", odd}, {"%", ""}} {
+				if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Tier: &tr, Tags: []string{tc.tag}})); got != tc.want {
+					t.Errorf("tag %q = %q, want %q", tc.tag, got, tc.want)
+				}
+			}
+			if got := get(t, c, id, tier, odd); len(got) != 1 {
+				t.Fatalf("retrieve %q: %q", odd, got)
+			}
+			// A NUL in string content is kept and does not stop the words
+			// after it from being found.
+			store1(t, c, id, ent(tier, "nul", "before\x00after", 0))
+			if got := get(t, c, id, tier, "nul"); !reflect.DeepEqual(got, []string{"before\x00after"}) {
+				t.Fatalf("content with NUL: %q", got)
+			}
+			if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("after"), Tier: &tr})); got != "nul" {
+				t.Fatalf("recall past a NUL: %q", got)
+			}
+			fr, err := c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: id, Keys: []string{odd}})
+			if err != nil || fr.Deleted != 1 {
+				t.Fatalf("forget %q: %+v %v", odd, fr, err)
+			}
+			if st := stats(t, c, id); st[tier] != 2 {
+				t.Fatalf("stats after forget: %v", st)
+			}
+		})
+	}
+	// PostgreSQL text cannot hold a NUL: such a key is refused whole,
+	// before anything of the batch is written.
+	if dsn != "" {
+		id := initMem(t, c, "awkward-nul", nil)
+		_, err := c.MemoryStore(ctx, &msg.MemoryStoreReq{MemoryID: id, Entries: []msg.MemoryEntry{
+			ent("semantic", "fine", "v", 0), ent("working", "w", "v", 0), ent("episodic", "bad\x00key", "v", 0)}})
+		wantErr(t, err, wire.CodeSchemaViolation, "NUL")
+		if st := stats(t, c, id); st["semantic"]+st["episodic"]+st["working"] != 0 {
+			t.Fatalf("a refused batch stored entries: %v", st)
+		}
+		if got := get(t, c, id, "", "bad\x00key"); got != nil {
+			t.Fatalf("retrieve of a NUL key: %q", got)
+		}
+	}
+}
+
+// A batch that names a semantic key twice ends with its last value, at one
+// entry; the episodic log appends both events in order. Equally relevant
+// hits come newest first.
+func TestBatchRepeatsAKey(t *testing.T) { forEachBackend(t, testBatchRepeatsAKey) }
+
+func testBatchRepeatsAKey(t *testing.T, dsn string) {
+	h := newHostDSN(t, &memory.Plugin{}, "", dsn)
+	c := connect(t, h, codecs[1].codec)
+	id := initMem(t, c, "repeat", nil)
+	store1(t, c, id, ent("semantic", "k", "first fact", 0), ent("episodic", "k", "first event", 0),
+		ent("semantic", "other", "unrelated", 0), ent("semantic", "k", "second fact", 0, "t"), ent("episodic", "k", "second event", 0))
+	if got := get(t, c, id, "", "k"); !reflect.DeepEqual(got, []string{"second fact", "first event", "second event"}) {
+		t.Fatalf("retrieve k: %q", got)
+	}
+	if st := stats(t, c, id); st["semantic"] != 2 || st["episodic"] != 2 {
+		t.Fatalf("stats %v", st)
+	}
+	store1(t, c, id, ent("semantic", "t1", "same words here", 0), ent("semantic", "t2", "same words here", 0))
+	store1(t, c, id, ent("semantic", "t3", "same words here", 0))
+	tr := msg.MemoryRecallReqTierSemantic
+	if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("same words"), Tier: &tr})); got != "t3,t2,t1" {
+		t.Fatalf("ties: %s, want newest first", got)
+	}
+}
+
+// Every field of an entry comes back as stored from each persistent tier:
+// content of any JSON type, tags, source, metadata (or none), TTL.
+func TestEntryFieldsRoundTrip(t *testing.T) { forEachBackend(t, testEntryFieldsRoundTrip) }
+
+func testEntryFieldsRoundTrip(t *testing.T, dsn string) {
+	clk := newClock()
+	h := newHostDSN(t, &memory.Plugin{Clock: clk.Now}, "", dsn)
+	c := connect(t, h, codecs[0].codec)
+	id := initMem(t, c, "fields", map[string]string{"agent": "a"})
+	for _, tier := range []string{"semantic", "episodic"} {
+		full := msg.MemoryEntry{Key: "full-" + tier, Tier: msg.MemoryEntryTier(tier), Content: json.RawMessage(`{"n":[1,2.5,"x"],"ok":true}`),
+			Tags: []string{"t1", "t 2"}, Source: ptr("agent-x"), Metadata: ptr(json.RawMessage(`{"model":"m","score":0.5}`)), TTL: ptr(60)}
+		bare := msg.MemoryEntry{Key: "bare-" + tier, Tier: msg.MemoryEntryTier(tier), Content: json.RawMessage(`42`)}
+		store1(t, c, id, full, bare)
+		r, err := c.MemoryRetrieve(ctxT(t), &msg.MemoryRetrieveReq{MemoryID: id, Keys: []string{full.Key, bare.Key}, Tier: tierp(tier)})
+		if err != nil || len(r.Entries) != 2 {
+			t.Fatalf("%s: %+v %v", tier, r, err)
+		}
+		f, b := r.Entries[0], r.Entries[1]
+		now := float64(clk.Now().Unix())
+		if string(f.Content) != string(full.Content) || !reflect.DeepEqual(f.Tags, full.Tags) || f.Source == nil || *f.Source != "agent-x" ||
+			f.Metadata == nil || string(*f.Metadata) != string(*full.Metadata) || f.TTL == nil || *f.TTL != 60 ||
+			f.ExpiresAt == nil || *f.ExpiresAt != now+60 || *f.CreatedAt != now || *f.UpdatedAt != now {
+			t.Errorf("%s full entry came back as %+v", tier, f)
+		}
+		if string(b.Content) != "42" || len(b.Tags) != 0 || b.Source != nil || b.Metadata != nil || b.TTL != nil || b.ExpiresAt != nil {
+			t.Errorf("%s bare entry came back as %+v", tier, b)
+		}
+		if (tier == "episodic") != (f.Seq != nil) {
+			t.Errorf("%s seq: %v", tier, f.Seq)
+		}
 	}
 }

@@ -4,14 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 )
 
-// Backend keeps the persistent tiers (episodic and semantic). The SQLite
-// backend is the one implemented; a PostgreSQL backend (tsvector, ts_rank)
-// implements the same interface later. Every read takes `now` and hides
+// Backend keeps the persistent tiers (episodic and semantic): sqliteBackend
+// (FTS5, bm25) on a SQLite store, postgresBackend (tsvector, ts_rank) on a
+// PostgreSQL one. Every read takes `now` and hides
 // entries that expired by then, so expiry is immediate whatever the
 // collector's schedule (issue 5 TTL).
 type Backend interface {
@@ -22,8 +21,9 @@ type Backend interface {
 	// append order.
 	Get(ctx context.Context, tier string, sc scopeKey, keys []string, now int64) ([]record, error)
 	// Search returns up to limit live records of a tier passing f: with
-	// words, those matching one, best first, whose raw relevance is at least
-	// minRaw; without words, by time.
+	// words, those matching one, best first (ties newest first), whose raw
+	// relevance (> 0, larger is better) is at least minRaw; without words,
+	// by time.
 	Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, minRaw float64, newest bool, limit int, now int64) ([]scored, error)
 	// Forget deletes a tier's records matching sel and returns how many.
 	Forget(ctx context.Context, tier string, sc scopeKey, sel selector) (int, error)
@@ -36,10 +36,7 @@ type Backend interface {
 // scopeKey is what the persistent tiers are scoped by (issue 5 isolation).
 type scopeKey struct{ ns, agent string }
 
-// ErrPostgres is the cause when a persistent tier is used on a PostgreSQL store.
-var ErrPostgres = errors.New("the episodic and semantic memory tiers are not supported on postgres yet (SQLite only: full-text search uses FTS5)")
-
-// unsupported is the Backend of a store the persistent tiers cannot use yet.
+// unsupported is the Backend of a host without a store.
 type unsupported struct{ err error }
 
 func (u unsupported) Put(context.Context, scopeKey, []record) error { return u.err }
@@ -200,7 +197,7 @@ func scanRecords(rows *sql.Rows, tier string, withRank bool) ([]scored, error) {
 		if tags != "" && tags != "[]" {
 			_ = json.Unmarshal([]byte(tags), &s.rec.Tags)
 		}
-		s.raw = -rank // bm25 is smaller for better matches
+		s.raw = rank
 		out = append(out, s)
 	}
 	return out, rows.Err()
@@ -298,7 +295,11 @@ func (b *sqliteBackend) searchText(ctx context.Context, tier string, sc scopeKey
 	if err != nil {
 		return nil, fmt.Errorf("memory: recall in %s: %w", tier, err)
 	}
-	return scanRecords(rows, tier, true)
+	out, err := scanRecords(rows, tier, true)
+	for i := range out {
+		out[i].raw = -out[i].raw // bm25 is smaller for better matches
+	}
+	return out, err
 }
 func (b *sqliteBackend) Forget(ctx context.Context, tier string, sc scopeKey, sel selector) (int, error) {
 	var where strings.Builder

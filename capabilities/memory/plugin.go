@@ -135,9 +135,14 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 			return err
 		}
 		p.backend = b
+	case env.Store.Dialect() == dialect.Postgres:
+		b, err := newPostgresBackend(ctx, env.Store.DB())
+		if err != nil {
+			return err
+		}
+		p.backend = b
 	default:
-		p.backend = unsupported{ErrPostgres}
-		p.log.Warn("memory: " + ErrPostgres.Error())
+		return fmt.Errorf("memory: the episodic and semantic tiers have no backend for a %s store", env.Store.Dialect())
 	}
 	p.stop, p.done = make(chan struct{}), make(chan struct{})
 	go p.collector()

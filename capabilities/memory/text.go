@@ -87,11 +87,11 @@ func hasAllTags(have, want []string) bool {
 	return true
 }
 
-// normalise maps a raw relevance r > 0 (minus bm25, or the working tier's
-// term-frequency sum) to (0, 1) with r/(1+r): monotone, so ranks are kept,
-// and absolute — a hit's score depends on it and the query only, not on the
-// other hits — so min_score means the same in every recall. See
-// docs/DECISIONS.md "Memory".
+// normalise maps a raw relevance r > 0 (minus bm25 on SQLite, n × ts_rank
+// on PostgreSQL, or the working tier's term-frequency sum) to (0, 1) with
+// r/(1+r): monotone, so ranks are kept, and absolute — a hit's score
+// depends on it and the query only, not on the other hits — so min_score
+// means the same in every recall. See docs/DECISIONS.md "Memory".
 func normalise(r float64) float64 {
 	if r <= 0 {
 		// FTS5 clamps IDF to a tiny positive value, so a match always has
