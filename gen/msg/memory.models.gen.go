@@ -89,10 +89,11 @@ type MemoryHit struct {
 	Entry MemoryEntry `json:"entry"`
 
 	// Relevance in (0, 1], higher is better: r/(1+r) where r > 0 is the raw relevance
-	// (minus SQLite FTS5's bm25 for persistent tiers; the same term-frequency formula
-	// in the working tier). It depends on the entry and the query only, not on the
-	// other hits, so `min_score` means the same across queries. Hits without a query
-	// score 1.
+	// (minus SQLite FTS5's bm25, or PostgreSQL's ts_rank times the query's word
+	// count, for persistent tiers; the same term-frequency formula in the working
+	// tier). It depends on the entry and the query only, not on the other hits, so
+	// `min_score` means the same across queries of one host; hosts on different
+	// stores rank alike but score differently. Hits without a query score 1.
 	Score float64 `json:"score"`
 }
 
