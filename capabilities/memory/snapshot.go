@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/aephost/aep/server"
 )
 
 // savedSession is the memory plugin's part of a session snapshot: the
@@ -40,11 +42,8 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 // which a child's restore must not overwrite: it is refused.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var saved savedSession
-	if err := json.Unmarshal(state, &saved); err != nil {
-		return fmt.Errorf("memory snapshot: %w", err)
-	}
-	if saved.Version != 1 {
-		return fmt.Errorf("memory snapshot: unknown version %d", saved.Version)
+	if err := server.DecodeState("memory", state, 1, &saved); err != nil {
+		return err
 	}
 	sm := p.session(sessionID)
 	sm.mu.Lock()
