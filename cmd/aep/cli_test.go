@@ -43,7 +43,10 @@ func TestConfigValidate(t *testing.T) {
 		wantOut  string // substring of stdout
 		wantErr  string // substring of stderr
 	}{
-		{"valid", []string{write("ok.yaml", "server:\n  auth_token: ${NOT_SET:-x}\n  max_parallel: 8\naudit:\n  max_backups: 3\n")}, 0, "ok (0 plugins)", ""},
+		// Without a plugins list the built-in capabilities load, as with no config.
+		{"valid", []string{write("ok.yaml", "server:\n  auth_token: ${NOT_SET:-x}\n  max_parallel: 8\naudit:\n  max_backups: 3\n")}, 0, "ok (10 plugins)", ""},
+		{"explicitly no plugins", []string{write("none.yaml", "plugins: []\n")}, 0, "ok (0 plugins)", ""},
+		{"one plugin", []string{write("one.yaml", "plugins:\n  - name: t\n    type: tools\n    cls: aep.tools.builtin\n")}, 0, "ok (1 plugins)", ""},
 		{"empty file", []string{write("empty.yaml", "")}, 0, "ok", ""},
 		{"unknown key names its line", []string{write("bad.yaml", "server:\n  max_parallel: 8\n  bogus: 1\n")}, 1, "", "line 3"},
 		{"bad duration", []string{write("dur.yaml", "server:\n  limits:\n    idle_timeout: soon\n")}, 1, "", "line 3"},

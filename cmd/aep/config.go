@@ -24,7 +24,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 		f.Usage()
 		return errUsage
 	}
-	cfg, err := server.LoadConfig(f.Arg(0))
+	cfg, err := loadServeConfig(f.Arg(0))
 	if err != nil {
 		return err
 	}

@@ -139,28 +139,44 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 }
 
 // loadServeConfig reads path, or builds the default configuration when path
-// is empty.
+// is empty. A file without a `plugins` list gets the default plugins, so a
+// config that only sets, say, the store keeps every capability; an explicit
+// `plugins: []` loads none.
 func loadServeConfig(path string) (server.Config, error) {
-	if path != "" {
-		return server.LoadConfig(path)
+	if path == "" {
+		return defaultConfig(), nil
 	}
-	return defaultConfig(), nil
+	cfg, err := server.LoadConfig(path)
+	if err != nil {
+		return server.Config{}, err
+	}
+	if cfg.Plugins == nil {
+		cfg.Plugins = defaultPlugins()
+	}
+	return cfg, nil
 }
 
 // defaultConfig is DESIGN's configuration for `aep serve` without --config:
-// the DESIGN defaults with one plugin for every built-in module. A built-in
-// module has an ID "aep.<capability>.<implementation>"; its plugin is named
-// "<capability>.<implementation>" and serves <capability>.
+// the DESIGN defaults with the default plugins.
 func defaultConfig() server.Config {
 	cfg := server.Defaults()
+	cfg.Plugins = defaultPlugins()
+	return cfg
+}
+
+// defaultPlugins has one plugin for every built-in module. A built-in
+// module has an ID "aep.<capability>.<implementation>"; its plugin is named
+// "<capability>.<implementation>" and serves <capability>.
+func defaultPlugins() []server.PluginConfig {
+	var out []server.PluginConfig
 	for _, id := range server.Modules() {
 		parts := strings.SplitN(id, ".", 3)
 		if len(parts) != 3 || parts[0] != "aep" {
 			continue // test or third-party modules are opted into by config only
 		}
-		cfg.Plugins = append(cfg.Plugins, server.PluginConfig{Name: parts[1] + "." + parts[2], Type: parts[1], Cls: id})
+		out = append(out, server.PluginConfig{Name: parts[1] + "." + parts[2], Type: parts[1], Cls: id})
 	}
-	return cfg
+	return out
 }
 
 func flagSet(f *flag.FlagSet, name string) bool {
