@@ -10,6 +10,7 @@ package confine
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -75,7 +76,12 @@ func Dir(root, field, rel string) (string, error) {
 		return "", fmt.Errorf("%s %q does not exist: %w", field, rel, ErrPath)
 	}
 	if err != nil {
-		return "", fmt.Errorf("%s %q: %w", field, rel, err)
+		// Whatever else stops the path resolving (a file used as a
+		// directory, a symbolic link loop, a name too long) is the path's
+		// fault too: refused as a schema_violation, not passed through to
+		// become a retryable runtime_error (found by FuzzDir). Only the
+		// OS's reason is kept; the host path it names stays off the wire.
+		return "", fmt.Errorf("%s %q cannot be resolved (%s): %w", field, rel, osReason(err), ErrPath)
 	}
 	if !Within(realRoot, real) {
 		return "", fmt.Errorf("%s %q leaves its root through a symbolic link: %w", field, rel, ErrPath)
@@ -85,4 +91,13 @@ func Dir(root, field, rel string) (string, error) {
 		return "", fmt.Errorf("%s %q is not a directory: %w", field, rel, ErrPath)
 	}
 	return real, nil
+}
+
+// osReason is the OS's reason for err without the path a *fs.PathError names.
+func osReason(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
