@@ -131,7 +131,37 @@ type queryOut struct {
 }
 
 func (o queryOut) ToolOutput() toolrun.Output {
-	return toolrun.Output{Data: o, Truncated: o.Truncated, Summary: fmt.Sprintf("%d rows", len(o.Rows))}
+	summary := fmt.Sprintf("%d rows", len(o.Rows))
+	switch {
+	case o.RowsAffected != nil:
+		summary = fmt.Sprintf("%d rows affected", *o.RowsAffected)
+	case o.Columns != nil && len(o.Columns) == 0:
+		summary = "statement ran"
+	}
+	return toolrun.Output{Data: o, Truncated: o.Truncated, Summary: summary}
+}
+
+// statementKind sorts a statement by what its result holds: rows (a query,
+// or a change with RETURNING), a count of changed rows (a data change
+// without RETURNING, which only Exec can report), or nothing (schema
+// changes; SQLite would report the previous change's count for them).
+func statementKind(q string) (exec, counts bool) {
+	f := strings.Fields(strings.ToLower(q))
+	if len(f) == 0 {
+		return false, false
+	}
+	switch f[0] {
+	case "insert", "update", "delete", "replace", "merge":
+		for _, w := range f[1:] {
+			if strings.Trim(w, "();,") == "returning" {
+				return false, false
+			}
+		}
+		return true, true
+	case "create", "drop", "alter", "truncate":
+		return true, false
+	}
+	return false, false
 }
 
 type tablesOut struct {
@@ -190,6 +220,21 @@ func (b *sqlBackend) query(ctx context.Context, in queryIn) (queryOut, error) {
 	limit := b.maxRows
 	if in.MaxRows > 0 && in.MaxRows < limit {
 		limit = in.MaxRows
+	}
+	if exec, counts := statementKind(in.SQL); exec {
+		res, err := b.db.ExecContext(ctx, in.SQL, in.Params...)
+		if err != nil {
+			return queryOut{}, err
+		}
+		out := queryOut{Columns: []string{}, Rows: [][]any{}}
+		if counts {
+			n, err := res.RowsAffected()
+			if err != nil {
+				return queryOut{}, err
+			}
+			out.RowsAffected = &n
+		}
+		return out, nil
 	}
 	rows, err := b.db.QueryContext(ctx, in.SQL, in.Params...)
 	if err != nil {

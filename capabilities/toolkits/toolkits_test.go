@@ -306,6 +306,25 @@ func TestSQLiteRealFile(t *testing.T) {
 	if res := call(t, rw, "sql_query", map[string]any{"sql": "SELECT count(*) FROM items"}); !strings.Contains(encode(res.Data), "[[6]]") {
 		t.Fatalf("after write: %s", encode(res.Data))
 	}
+	// A change without RETURNING reports how many rows it touched; with
+	// RETURNING it answers rows.
+	tests := []struct{ sql, data, summary string }{
+		{"UPDATE items SET note = 'n' WHERE id <= 3", `{"columns":[],"rows":[],"rows_affected":3,"truncated":false}`, "3 rows affected"},
+		{"DELETE FROM items WHERE name = 'new'", `{"columns":[],"rows":[],"rows_affected":1,"truncated":false}`, "1 rows affected"},
+		{"UPDATE items SET note = 'm' WHERE id = 1 RETURNING id, note", `{"columns":["id","note"],"rows":[[1,"m"]],"truncated":false}`, "1 rows"},
+		{"CREATE TABLE extra (x INTEGER)", `{"columns":[],"rows":[],"truncated":false}`, "statement ran"},
+	}
+	for _, tc := range tests {
+		res := call(t, rw, "sql_query", map[string]any{"sql": tc.sql})
+		if !res.Success || encode(res.Data) != tc.data || res.Summary != tc.summary {
+			t.Fatalf("%s: %+v %s", tc.sql, res, encode(res.Data))
+		}
+	}
+	// A failed statement has no result, only its error (SPEC 7).
+	res := call(t, rw, "sql_query", map[string]any{"sql": "SELECT * FROM nosuch"})
+	if res.Success || res.Error == nil || res.Data != nil || res.Summary != nil {
+		t.Fatalf("failed query: %+v", res)
+	}
 }
 
 func pgPassword() string {

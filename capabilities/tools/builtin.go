@@ -332,9 +332,15 @@ type runOut struct {
 	Stdout    string `json:"stdout"`
 	Stderr    string `json:"stderr"`
 	Truncated bool   `json:"truncated"`
+	// started is false for a command refused or failing before it ran:
+	// such a call has no exit code and no output, only its error.
+	started bool
 }
 
 func (o runOut) ToolOutput() toolrun.Output {
+	if !o.started {
+		return toolrun.Output{}
+	}
 	code := o.ExitCode
 	return toolrun.Output{Data: o, ExitCode: &code, Truncated: o.Truncated}
 }
@@ -358,20 +364,20 @@ func (c *capBuffer) add(line []byte) {
 
 func (b *builtins) run(ctx context.Context, in runIn) (runOut, error) {
 	if len(in.Argv) == 0 || in.Argv[0] == "" {
-		return runOut{ExitCode: -1}, errors.New("argv must name a program")
+		return runOut{}, errors.New("argv must name a program")
 	}
 	for _, a := range in.Argv {
 		if strings.IndexByte(a, 0) >= 0 {
-			return runOut{ExitCode: -1}, errors.New("argv contains a NUL byte")
+			return runOut{}, errors.New("argv contains a NUL byte")
 		}
 	}
 	rel, err := cleanPath(in.Cwd)
 	if err != nil {
-		return runOut{ExitCode: -1}, err
+		return runOut{}, err
 	}
 	dir, err := b.ws.real(rel)
 	if err != nil {
-		return runOut{ExitCode: -1}, err
+		return runOut{}, err
 	}
 	if in.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -392,14 +398,14 @@ func (b *builtins) run(ctx context.Context, in runIn) (runOut, error) {
 	cmd.WaitDelay = 2 * time.Second
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return runOut{ExitCode: -1}, err
+		return runOut{}, err
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return runOut{ExitCode: -1}, err
+		return runOut{}, err
 	}
 	if err := cmd.Start(); err != nil {
-		return runOut{ExitCode: -1}, err
+		return runOut{}, err
 	}
 	outBuf, errBuf := &capBuffer{max: limit}, &capBuffer{max: limit}
 	var wg sync.WaitGroup
@@ -422,7 +428,7 @@ func (b *builtins) run(ctx context.Context, in runIn) (runOut, error) {
 	go pump(stderr, errBuf, "stderr", "error")
 	wg.Wait()
 	werr := cmd.Wait()
-	out := runOut{Stdout: outBuf.buf.String(), Stderr: errBuf.buf.String(), Truncated: outBuf.dropped || errBuf.dropped}
+	out := runOut{Stdout: outBuf.buf.String(), Stderr: errBuf.buf.String(), Truncated: outBuf.dropped || errBuf.dropped, started: true}
 	out.ExitCode = cmd.ProcessState.ExitCode()
 	switch {
 	case ctx.Err() == context.DeadlineExceeded:

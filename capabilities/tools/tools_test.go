@@ -542,8 +542,21 @@ func TestRunCommand(t *testing.T) {
 	}
 	// Unknown program.
 	res, _ = e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: "run_command", Arguments: map[string]any{"argv": []any{"/no/such/program"}}})
-	if res.Success || *res.ErrorCode != "TOOL_ERROR" {
-		t.Fatalf("missing program: %+v", res)
+	if res.Success || *res.ErrorCode != "TOOL_ERROR" || res.ExitCode != nil || res.Data != nil {
+		t.Fatalf("missing program: %+v (a command that never ran has no exit code or output)", res)
+	}
+	// A failure that is not a process's has no result beside its error (SPEC 7).
+	for _, tc := range []struct {
+		call msg.ToolCallReq
+		why  string
+	}{
+		{msg.ToolCallReq{ToolName: "read_file", Arguments: map[string]any{"path": "no-such-file"}}, "no-such-file"},
+		{msg.ToolCallReq{ToolName: "grep", Arguments: map[string]any{"pattern": "("}}, "missing closing )"},
+	} {
+		res, err := e.c.CallTool(ctx, &tc.call)
+		if err != nil || res.Success || !strings.Contains(deref(res.Error), tc.why) || res.Data != nil || res.Summary != nil {
+			t.Fatalf("%s: %+v %v", tc.call.ToolName, res, err)
+		}
 	}
 }
 

@@ -78,10 +78,16 @@ func NewTyped[In, Out any](name, description string, fn func(context.Context, In
 		out, err := fn(ctx, in)
 		if r, ok := any(out).(Resulter); ok {
 			o := r.ToolOutput()
-			if err != nil {
+			switch {
+			case err == nil:
+				return o, nil
+			case o.ExitCode != nil:
+				// A process that ran and failed: its exit code and output
+				// are the result (SPEC 2.6). Any other failure has no
+				// result, only its error (SPEC 7).
 				return o, &toolrun.ExitError{Output: o, Err: err}
 			}
-			return o, nil
+			return toolrun.Output{}, err
 		}
 		if err != nil {
 			return toolrun.Output{}, err
