@@ -521,7 +521,7 @@ func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListRe
 		all = append(all, l...)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Def.Name < all[j].Def.Name })
-	return tools.Select(all, req), nil
+	return tools.Select(all, req, p.opts), nil
 }
 
 // ToolCall runs a proxied tool through server/toolrun; names of no server

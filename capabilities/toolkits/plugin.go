@@ -213,7 +213,7 @@ func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListRe
 	}
 	sess.mu.Unlock()
 	sort.Slice(all, func(i, j int) bool { return all[i].Def.Name < all[j].Def.Name })
-	return tools.Select(all, req), nil
+	return tools.Select(all, req, p.opts), nil
 }
 
 // ToolCall runs a tool of a toolkit configured in the session. A toolkit

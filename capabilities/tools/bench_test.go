@@ -9,6 +9,7 @@ import (
 	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server/toolrun"
 	"github.com/aephost/aep/server"
 )
 
@@ -103,7 +104,7 @@ func BenchmarkToolListQuery10k(b *testing.B) {
 		req := &msg.ToolListReq{Query: &q}
 		b.ReportAllocs()
 		for range b.N {
-			if r := reg.List(req); len(r.Tools) != 11 {
+			if r := reg.List(req, toolrun.Options{}); len(r.Tools) != 11 {
 				b.Fatal(len(r.Tools))
 			}
 		}

@@ -95,7 +95,7 @@ func (p *Plugin) Claims() []server.Claim {
 // ToolList answers with the plugin's page of matching tools; the kernel
 // merges the pages of every tool-serving plugin (DESIGN Dispatch).
 func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListReq) (*msg.ToolListResp, error) {
-	return p.reg.List(req), nil
+	return p.reg.List(req, p.opts), nil
 }
 
 // ToolCall runs a tool this plugin owns and declines other names, so the

@@ -106,21 +106,23 @@ func (r *Registry) Len() int {
 
 // List answers a tool/list for this registry's tools (SPEC 4.2 Tool list).
 // See [Select] for the filter rules.
-func (r *Registry) List(req *msg.ToolListReq) *msg.ToolListResp {
+func (r *Registry) List(req *msg.ToolListReq, opt toolrun.Options) *msg.ToolListResp {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return Select(r.sorted, req)
+	return Select(r.sorted, req, opt)
 }
 
 // Select filters tools, which must be sorted by name, and returns one page:
 //   - tools with defer_loading are skipped unless include_deferred (SPEC 2.5);
 //   - query is a case-insensitive substring of the name, description or a tag;
 //   - tags match a tool having any of them;
+//   - tools the host's tool policy refuses (opt.Policy) are left out: the
+//     agent could only get TOOL_DENIED from them (SPEC 2.9 rule 6);
 //   - the filters combine with AND;
 //   - cursor is the last name of the previous page, so pages are stable while
 //     tools are added; limit (0: no limit) bounds the page, and next_cursor
 //     is set when more matches follow (docs/DECISIONS.md, tools).
-func Select(sorted []*Tool, req *msg.ToolListReq) *msg.ToolListResp {
+func Select(sorted []*Tool, req *msg.ToolListReq, opt toolrun.Options) *msg.ToolListResp {
 	start := 0
 	if req.Cursor != nil && *req.Cursor != "" {
 		c := *req.Cursor
@@ -143,6 +145,9 @@ func Select(sorted []*Tool, req *msg.ToolListReq) *msg.ToolListResp {
 			continue
 		}
 		if len(req.Tags) > 0 && !anyTag(t.Def.Tags, req.Tags) {
+			continue
+		}
+		if ok, _ := opt.Allowed(t.Toolrun()); !ok {
 			continue
 		}
 		if limit > 0 && len(resp.Tools) == limit {

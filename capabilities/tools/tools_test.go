@@ -15,6 +15,7 @@ import (
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/toolrun"
 )
 
 type echoIn struct {
@@ -241,11 +242,11 @@ func TestListPagination(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	resp := r.List(&msg.ToolListReq{Limit: ptr(2)})
+	resp := r.List(&msg.ToolListReq{Limit: ptr(2)}, toolrun.Options{})
 	if names(resp.Tools) != "a,b" || resp.NextCursor == nil || *resp.NextCursor != "b" {
 		t.Fatalf("got %s %v", names(resp.Tools), resp.NextCursor)
 	}
-	resp = r.List(&msg.ToolListReq{Limit: ptr(2), Cursor: resp.NextCursor})
+	resp = r.List(&msg.ToolListReq{Limit: ptr(2), Cursor: resp.NextCursor}, toolrun.Options{})
 	if names(resp.Tools) != "c" || resp.NextCursor != nil {
 		t.Fatalf("got %s %v", names(resp.Tools), resp.NextCursor)
 	}
@@ -337,6 +338,22 @@ func TestCallPaths(t *testing.T) {
 					t.Fatalf("data %v lacks %q", encode(t, res.Data), tc.data)
 				}
 			})
+		}
+		// Denied tools are not offered: tool/list leaves them out, even
+		// when searched for by name or asked for by tag.
+		for _, req := range []msg.ToolListReq{{}, {Query: ptr("fail")}, {Tags: []string{"danger"}}} {
+			l, err := e.c.ListTools(context.Background(), &req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range l.Tools {
+				if d.Name == "fail" || d.Name == "boom" {
+					t.Fatalf("%v: denied tool %s listed", codec, d.Name)
+				}
+			}
+		}
+		if l, _ := e.c.ListTools(context.Background(), &msg.ToolListReq{}); !strings.Contains(names(l.Tools), "echo") {
+			t.Fatalf("allowed tools missing: %s", names(l.Tools))
 		}
 	}
 }
