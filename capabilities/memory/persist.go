@@ -110,8 +110,25 @@ created_at = CASE WHEN memory_semantic.expires_at != 0 AND memory_semantic.expir
 // (13 parameters a row stays far below SQLite's 32,766-parameter limit).
 const putChunk = 64
 
-func (b *sqliteBackend) Put(ctx context.Context, sc scopeKey, recs []record) (err error) {
-	tx, err := b.db.BeginTx(ctx, nil)
+func (b *sqliteBackend) Put(ctx context.Context, sc scopeKey, recs []record) error {
+	// Semantic rows first, then episodic, each in request order; a key
+	// stored twice in one batch ends with its last value.
+	return putByTier(ctx, b.db, recs, func(tx *sql.Tx, tier string, rows []*record) error {
+		for len(rows) > 0 {
+			n := min(len(rows), putChunk)
+			if err := b.putRows(ctx, tx, tier, sc, rows[:n]); err != nil {
+				return err
+			}
+			rows = rows[n:]
+		}
+		return nil
+	})
+}
+
+// putByTier runs put, in one transaction, for the semantic and then the
+// episodic records of recs (in request order), and commits if all succeed.
+func putByTier(ctx context.Context, db *sql.DB, recs []record, put func(tx *sql.Tx, tier string, rows []*record) error) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -120,8 +137,6 @@ func (b *sqliteBackend) Put(ctx context.Context, sc scopeKey, recs []record) (er
 			_ = tx.Rollback()
 		}
 	}()
-	// Semantic rows first, then episodic, each in request order; a key
-	// stored twice in one batch ends with its last value.
 	for _, tier := range []string{TierSemantic, TierEpisodic} {
 		var rows []*record
 		for i := range recs {
@@ -129,12 +144,11 @@ func (b *sqliteBackend) Put(ctx context.Context, sc scopeKey, recs []record) (er
 				rows = append(rows, &recs[i])
 			}
 		}
-		for len(rows) > 0 {
-			n := min(len(rows), putChunk)
-			if err = b.putRows(ctx, tx, tier, sc, rows[:n]); err != nil {
-				return err
-			}
-			rows = rows[n:]
+		if len(rows) == 0 {
+			continue
+		}
+		if err = put(tx, tier, rows); err != nil {
+			return err
 		}
 	}
 	return tx.Commit()

@@ -163,39 +163,18 @@ created_at = CASE WHEN t.expires_at <> 0 AND t.expires_at <= excluded.updated_at
 
 // Put writes each tier's rows with one INSERT over unnest()ed arrays: one
 // statement and 14 parameters whatever the batch size.
-func (b *postgresBackend) Put(ctx context.Context, sc scopeKey, recs []record) (err error) {
+func (b *postgresBackend) Put(ctx context.Context, sc scopeKey, recs []record) error {
 	for i := range recs {
 		if err := checkPgText(&recs[i]); err != nil {
 			return err
 		}
 	}
-	tx, err := b.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	for _, tier := range []string{TierSemantic, TierEpisodic} {
-		var rows []*record
-		for i := range recs {
-			if recs[i].Tier == tier {
-				rows = append(rows, &recs[i])
-			}
-		}
+	return putByTier(ctx, b.db, recs, func(tx *sql.Tx, tier string, rows []*record) error {
 		if tier == TierSemantic {
 			rows = lastPerKey(rows)
 		}
-		if len(rows) == 0 {
-			continue
-		}
-		if err = b.putRows(ctx, tx, tier, sc, rows); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
+		return b.putRows(ctx, tx, tier, sc, rows)
+	})
 }
 
 // lastPerKey keeps one row per key, at its first position with its last
