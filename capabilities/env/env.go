@@ -132,21 +132,21 @@ func decodeAction[A any](raw json.RawMessage, a *A) error {
 	switch p := any(a).(type) {
 	case *int:
 		v, err := strconv.Atoi(string(raw))
-		if err != nil {
+		if err != nil || !jsonNumber(raw, true) {
 			return errors.New("want an integer")
 		}
 		*p = v
 		return nil
 	case *int64:
 		v, err := strconv.ParseInt(string(raw), 10, 64)
-		if err != nil {
+		if err != nil || !jsonNumber(raw, true) {
 			return errors.New("want an integer")
 		}
 		*p = v
 		return nil
 	case *float64:
 		v, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil {
+		if err != nil || !jsonNumber(raw, false) {
 			return errors.New("want a number")
 		}
 		*p = v
@@ -163,6 +163,52 @@ func decodeAction[A any](raw json.RawMessage, a *A) error {
 		return nil
 	}
 	return json.Unmarshal(raw, a)
+}
+
+// jsonNumber reports whether raw is a JSON number (RFC 8259 section 6),
+// and an integer one (no fraction or exponent) if integer is set. strconv
+// also takes Go's own syntax ("+5", "05", "0x1p4", "1_000", ".5", "Inf",
+// "NaN"), and the direct codec hands actions over unparsed, so without
+// this check the fast paths accepted what the JSON decoder of every other
+// action type refuses, NaN and infinities among them (found by
+// FuzzDecodeAction).
+func jsonNumber(raw []byte, integer bool) bool {
+	i, n := 0, len(raw)
+	digits := func() int {
+		start := i
+		for i < n && raw[i] >= '0' && raw[i] <= '9' {
+			i++
+		}
+		return i - start
+	}
+	if i < n && raw[i] == '-' {
+		i++
+	}
+	switch {
+	case i < n && raw[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if integer {
+		return i == n
+	}
+	if i < n && raw[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < n && (raw[i] == 'e' || raw[i] == 'E') {
+		i++
+		if i < n && (raw[i] == '+' || raw[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == n
 }
 
 func clip(b []byte) string {
