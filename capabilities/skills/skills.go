@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -168,6 +169,9 @@ func load(dir string) (*skill, error) {
 		sk.limits = Limits{TimeoutSeconds: or(l.TimeoutSeconds, DefaultLimits.TimeoutSeconds), CPUSeconds: or(l.CPUSeconds, DefaultLimits.CPUSeconds),
 			MemoryMB: or(l.MemoryMB, DefaultLimits.MemoryMB), MaxProcs: or(l.MaxProcs, DefaultLimits.MaxProcs),
 			OutputBytes: or(l.OutputBytes, DefaultLimits.OutputBytes), Network: l.Network}
+		if err := checkLimits(sk.limits); err != nil {
+			return nil, err
+		}
 	}
 	if sk.InputSchema == nil {
 		sk.InputSchema = map[string]any{"type": "object"}
@@ -188,6 +192,26 @@ func load(dir string) (*skill, error) {
 		sk.Toolkits = []string{}
 	}
 	return sk, nil
+}
+
+// checkLimits refuses limits that would not reach the sandbox as given:
+// seconds outside what a time.Duration holds (too many overflow to a
+// negative value, too few truncate to zero, and the sandbox reads both as
+// no limit at all) and a memory_mb whose bytes overflow int64 and wrap
+// to another limit (found by FuzzLoadManifest).
+func checkLimits(l Limits) error {
+	for _, s := range []struct {
+		field   string
+		seconds float64
+	}{{"timeout_seconds", l.TimeoutSeconds}, {"cpu_seconds", l.CPUSeconds}} {
+		if ns := s.seconds * float64(time.Second); ns < 1 || ns >= math.MaxInt64 {
+			return fmt.Errorf("limits.%s %g is out of range: give between 1e-9 and 9e9 seconds", s.field, s.seconds)
+		}
+	}
+	if maxMB := int64(math.MaxInt64 >> 20); l.MemoryMB > maxMB {
+		return fmt.Errorf("limits.memory_mb %d is out of range: give at most %d", l.MemoryMB, maxMB)
+	}
+	return nil
 }
 
 func or[T int | int64 | float64](v, d T) T {
