@@ -53,10 +53,14 @@ func rawOrNull(r json.RawMessage) json.RawMessage {
 }
 
 // lookup resolves a gjson path; a path that matches nothing is null (an
-// upstream node that was skipped has no output).
+// upstream node that was skipped has no output). So is a result that is
+// not a JSON value: gjson's `!` literals pass their text through as is
+// ("{{!00}}" gave 00), which failed the whole body's encoding with an
+// error about json.RawMessage instead of naming nothing (found by
+// FuzzRender).
 func (s scope) lookup(path string) json.RawMessage {
 	r := gjson.GetBytes(s.doc, path)
-	if !r.Exists() {
+	if !r.Exists() || !json.Valid([]byte(r.Raw)) {
 		return json.RawMessage("null")
 	}
 	return json.RawMessage(r.Raw)
