@@ -81,7 +81,7 @@ func TestToolDefinitions(t *testing.T) {
 			echo = &l.Tools[i]
 		}
 	}
-	want := []string{"d__crash", "d__echo", "d__fail", "d__progress", "d__slow", "d__structured"}
+	want := []string{"d__add_extra", "d__crash", "d__drop_extra", "d__echo", "d__fail", "d__progress", "d__slow", "d__structured"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
@@ -427,5 +427,47 @@ func TestListWhileConnecting(t *testing.T) {
 	}
 	if list, err := e.c.McpServerList(ctx, &msg.MCPServerListReq{}); err != nil || len(list.Servers) != 0 {
 		t.Fatalf("list after unregister %+v %v", list, err)
+	}
+}
+
+// A server that announces a change of its tools (notifications/tools/
+// list_changed) is listed again: tool/list gains and loses the tool without
+// a reconnect, and the added tool is callable.
+func TestToolListChanged(t *testing.T) {
+	for _, v := range []string{mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728} {
+		t.Run(v, func(t *testing.T) { testToolListChanged(t, v) })
+	}
+}
+
+func testToolListChanged(t *testing.T, version string) {
+	e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", version)}})
+	has := func(name string) bool { return slices.Contains(e.toolNames(t, "mcp"), name) }
+	// Polled: the notification and the new listing arrive after the reply.
+	waitFor := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for has("s__extra") != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("s__extra listed = %v, want %v: %v", !want, want, e.toolNames(t, "mcp"))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if has("s__extra") {
+		t.Fatal("s__extra listed before it exists")
+	}
+	if r := e.call(t, "s__add_extra", nil, 0); !r.Success {
+		t.Fatalf("add_extra: %+v", r)
+	}
+	waitFor(true)
+	if r := e.call(t, "s__extra", nil, 0); !r.Success || text(r) != "s: extra" {
+		t.Fatalf("extra: %+v %s", r, text(r))
+	}
+	if r := e.call(t, "s__drop_extra", nil, 0); !r.Success {
+		t.Fatalf("drop_extra: %+v", r)
+	}
+	waitFor(false)
+	if r := e.call(t, "s__extra", nil, 0); r.Success || r.ErrorCode == nil || *r.ErrorCode != msg.ToolResultErrorCodeUNKNOWNTOOL {
+		t.Fatalf("extra after removal: %+v", r)
 	}
 }

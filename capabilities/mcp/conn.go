@@ -109,6 +109,10 @@ type conn struct {
 	reg registration // what a snapshot keeps (session servers)
 
 	progress sync.Map // progress token → func(mcp.ProgressNotificationParams)
+
+	// refreshing is set while a tools/list after list_changed runs;
+	// refreshAgain asks it to list once more (a change arrived meanwhile).
+	refreshing, refreshAgain atomic.Bool
 }
 
 var progressSeq atomic.Uint64
@@ -371,6 +375,10 @@ func (c *conn) info() msg.MCPServerInfo {
 // notified turns notifications/progress of a running call into a progress
 // event of that call (issue 8).
 func (c *conn) notified(n mcp.JSONRPCNotification) {
+	if n.Method == mcp.MethodNotificationToolsListChanged {
+		c.refreshTools()
+		return
+	}
 	if n.Method != string(mcp.MethodNotificationProgress) {
 		return
 	}
@@ -382,6 +390,47 @@ func (c *conn) notified(n mcp.JSONRPCNotification) {
 			fn.(func(mcp.ProgressNotificationParams))(p)
 		}
 	}
+}
+
+// refreshTools lists the server's tools again after it announced a change
+// (notifications/tools/list_changed), so tool/list shows added tools and
+// drops removed ones without a reconnect. It runs off the notification
+// goroutine; notifications that arrive during a refresh cause one more.
+func (c *conn) refreshTools() {
+	c.refreshAgain.Store(true)
+	if !c.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer func() {
+			c.refreshing.Store(false)
+			if c.refreshAgain.Load() { // arrived as this one finished
+				c.refreshTools()
+			}
+		}()
+		for c.refreshAgain.Swap(false) {
+			c.mu.Lock()
+			cli, closed := c.cli, c.closed
+			c.mu.Unlock()
+			if cli == nil || closed {
+				c.refreshAgain.Store(false) // the next connect lists the tools anyway
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.spec.ConnectTimeout)
+			listed, err := cli.ListTools(ctx, mcp.ListToolsRequest{})
+			cancel()
+			if err != nil {
+				c.refreshAgain.Store(false)
+				c.log.Warn("mcp tools/list after list_changed failed", "server", c.spec.ID, "err", err)
+				return
+			}
+			c.mu.Lock()
+			if c.cli == cli && !c.closed {
+				c.setToolsLocked(listed.Tools)
+			}
+			c.mu.Unlock()
+		}
+	}()
 }
 
 // call runs one MCP tool. Arguments pass through unchanged; the context's

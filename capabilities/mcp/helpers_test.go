@@ -80,7 +80,7 @@ type serverHooks struct {
 // mid-call), fail (isError), progress (notifications/progress), and a
 // structured tool.
 func newGoServer(name string, hooks *serverHooks) *mcpserver.MCPServer {
-	s := mcpserver.NewMCPServer(name, "1.2.3", mcpserver.WithToolCapabilities(false),
+	s := mcpserver.NewMCPServer(name, "1.2.3", mcpserver.WithToolCapabilities(true),
 		mcpserver.WithResourceCapabilities(false, false), mcpserver.WithPromptCapabilities(false))
 	s.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echoes the message with the server's name."),
 		mcp.WithString("message", mcp.Required(), mcp.Description("Text to echo"))),
@@ -126,6 +126,19 @@ func newGoServer(name string, hooks *serverHooks) *mcpserver.MCPServer {
 			}
 			return mcp.NewToolResultText("done"), nil
 		})
+	// add_extra adds a tool at run time and drop_extra removes it; mcp-go announces
+	// each change with notifications/tools/list_changed.
+	s.AddTool(mcp.NewTool("add_extra"), func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s.AddTool(mcp.NewTool("extra", mcp.WithDescription("Added at run time.")),
+			func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText(name + ": extra"), nil
+			})
+		return mcp.NewToolResultText("grown"), nil
+	})
+	s.AddTool(mcp.NewTool("drop_extra"), func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s.DeleteTools("extra")
+		return mcp.NewToolResultText("shrunk"), nil
+	})
 	s.AddResource(mcp.NewResource("mem://a", "a", mcp.WithMIMEType("text/plain")),
 		func(ctx context.Context, r mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 			return []mcp.ResourceContents{mcp.TextResourceContents{URI: "mem://a", MIMEType: "text/plain", Text: "alpha"}}, nil
