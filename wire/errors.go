@@ -89,7 +89,13 @@ func AsError(err error) *Error {
 	case errors.Is(err, ErrSandboxCrash):
 		return &Error{Code: CodeSandboxCrash, Message: err.Error(), Err: err}
 	case errors.Is(err, ErrInvalid):
-		return &Error{Code: CodeSchemaViolation, Message: err.Error(), Err: err}
+		// The code already says the input was invalid; the sentinel's own
+		// words at either end of the message would only repeat it.
+		m, inv := err.Error(), ErrInvalid.Error()
+		if t := strings.TrimSuffix(strings.TrimPrefix(m, inv+": "), ": "+inv); t != "" {
+			m = strings.Replace(t, ": "+inv+": ", ": ", 1)
+		}
+		return &Error{Code: CodeSchemaViolation, Message: m, Err: err}
 	case errors.Is(err, ErrOverloaded):
 		return &Error{Code: CodeRuntimeError, Message: "session overloaded", Detail: map[string]any{"reason": "overloaded"}, Err: err}
 	}

@@ -1,0 +1,48 @@
+package wire_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/aephost/aep/wire"
+)
+
+// AsError is the one place where causes become wire codes; its message is
+// the cause's text, without the ErrInvalid sentinel's words, which the
+// schema_violation code already says.
+func TestAsError(t *testing.T) {
+	own := &wire.Error{Code: wire.CodeCapabilityMissing, Message: "kept as is"}
+	tests := []struct {
+		name string
+		err  error
+		code wire.Code
+		msg  string
+	}{
+		{"protocol error passes through", fmt.Errorf("wrapped: %w", own), wire.CodeCapabilityMissing, "kept as is"},
+		{"field error", &wire.FieldError{Field: "a.b", Reason: "must be positive"}, wire.CodeSchemaViolation, `field "a.b": must be positive`},
+		{"invalid, suffix", fmt.Errorf("skill %q: unknown skill: %w", "x", wire.ErrInvalid), wire.CodeSchemaViolation, `skill "x": unknown skill`},
+		{"invalid, prefix", fmt.Errorf("%w: no chain named %q", wire.ErrInvalid, "c"), wire.CodeSchemaViolation, `no chain named "c"`},
+		{"invalid, middle", fmt.Errorf("spawn: scope %q: %w: want one of a, b", "z", wire.ErrInvalid), wire.CodeSchemaViolation, `spawn: scope "z": want one of a, b`},
+		{"invalid alone", wire.ErrInvalid, wire.CodeSchemaViolation, "invalid input"},
+		{"timeout", fmt.Errorf("step: %w", wire.ErrTimeout), wire.CodeTimeout, "step: timed out"},
+		{"deadline", context.DeadlineExceeded, wire.CodeTimeout, "context deadline exceeded"},
+		{"cancelled", wire.ErrCancelled, wire.CodeCancelled, "request cancelled"},
+		{"out of memory", fmt.Errorf("run: %w", wire.ErrOutOfMemory), wire.CodeOutOfMemory, "run: out of memory"},
+		{"sandbox crash", wire.ErrSandboxCrash, wire.CodeSandboxCrash, "sandbox crashed"},
+		{"overloaded", wire.ErrOverloaded, wire.CodeRuntimeError, "session overloaded"},
+		{"anything else", errors.New("disk on fire"), wire.CodeRuntimeError, "disk on fire"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := wire.AsError(tc.err)
+			if got.Code != tc.code || got.Message != tc.msg {
+				t.Fatalf("AsError = %s %q, want %s %q", got.Code, got.Message, tc.code, tc.msg)
+			}
+			if got != own && !errors.Is(got, tc.err) && got.Err != tc.err {
+				t.Fatalf("the cause is lost: %#v", got)
+			}
+		})
+	}
+}
