@@ -37,7 +37,6 @@ type hostOptions struct {
 	plugins  []PluginSpec
 	dataDir  string
 	store    *store.Store
-	now      func() time.Time
 }
 
 // WithRegistry replaces the type registry (tests add their own namespaces).

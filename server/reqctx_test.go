@@ -56,14 +56,14 @@ func TestReqCtx(t *testing.T) {
 			waitDone(t, c)
 		})
 		t.Run(name+"/parent", func(t *testing.T) {
-			parent, pcancel := context.WithCancel(context.WithValue(context.Background(), "k", "v"))
+			parent, pcancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
 			c, cancel := newReqCtx(parent, time.Hour)
 			defer cancel()
 			if armed {
 				_ = c.Done()
 			}
-			if c.Value("k") != "v" {
-				t.Errorf("Value = %v", c.Value("k"))
+			if c.Value(ctxKey{}) != "v" {
+				t.Errorf("Value = %v", c.Value(ctxKey{}))
 			}
 			child, ccancel := context.WithCancel(c)
 			defer ccancel()
@@ -86,3 +86,6 @@ func TestReqCtx(t *testing.T) {
 		}
 	})
 }
+
+// ctxKey is a context key of this test file's own type.
+type ctxKey struct{}

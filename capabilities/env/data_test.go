@@ -16,11 +16,6 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-type dataFixture struct {
-	data, staging, baseline string
-	h                       interface{}
-}
-
 func sum(b string) string { s := sha256.Sum256([]byte(b)); return hex.EncodeToString(s[:]) }
 
 func stage(t *testing.T, dir, rel, content string) msg.DataPart {
