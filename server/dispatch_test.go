@@ -359,6 +359,30 @@ plugins:
 			t.Errorf("echo/find = %+v, %v", find, err)
 		}
 	})
+	t.Run("an anchor of one plugin's config used by another", func(t *testing.T) {
+		cfg, err := server.ParseConfig([]byte(`
+server:
+  auth_token: secret
+plugins:
+  - name: a
+    type: echo
+    cls: test.echo
+    config: &shared {name: a, items: [x, y]}
+  - name: b
+    type: echo
+    cls: test.echo
+    config: *shared
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHost(t, cfg)
+		_, ec := connect(t, h)
+		list, err := ec.EchoList(tctx(t), &testproto.EchoListReq{})
+		if err != nil || !slices.Equal(list.Items, []string{"x", "y", "x", "y"}) {
+			t.Errorf("echo/list = %+v, %v", list, err)
+		}
+	})
 	errCases := []struct {
 		name string
 		yaml string

@@ -191,7 +191,14 @@ func decodeSettings(node *yaml.Node, impl any) error {
 	if node == nil || node.Kind == 0 {
 		return nil
 	}
-	raw, err := yaml.Marshal(node)
+	// Decoding to plain values first resolves aliases to anchors elsewhere
+	// in the file (another plugin's config, say), which marshalling the
+	// node on its own would leave dangling; yaml.v3 bounds the expansion.
+	var plain any
+	if err := node.Decode(&plain); err != nil {
+		return err
+	}
+	raw, err := yaml.Marshal(plain)
 	if err != nil {
 		return err
 	}
