@@ -43,6 +43,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/aephost/aep/schemas"
 	"github.com/aephost/aep/wire"
 )
 
@@ -126,12 +127,23 @@ func Load(dir string) (*Checker, error) {
 	return c, nil
 }
 
-// LoadFS compiles every *.json schema file at the root of fsys (for example
-// an embed.FS holding schemas/).
-func LoadFS(fsys fs.FS) (*Checker, error) {
-	names, err := fs.Glob(fsys, "*.json")
-	if err != nil {
-		return nil, err
+// LoadFS compiles every *.json schema file at the root of each fsys (for
+// example an embed.FS holding schemas/); a file name may appear only once.
+func LoadFS(fsyss ...fs.FS) (*Checker, error) {
+	from := map[string]fs.FS{}
+	var names []string
+	for _, fsys := range fsyss {
+		found, err := fs.Glob(fsys, "*.json")
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range found {
+			if _, dup := from[n]; dup {
+				return nil, fmt.Errorf("conformance: schema file %s given twice", n)
+			}
+			from[n] = fsys
+			names = append(names, n)
+		}
 	}
 	if len(names) == 0 {
 		return nil, errors.New("conformance: no schema files")
@@ -147,7 +159,7 @@ func LoadFS(fsys fs.FS) (*Checker, error) {
 	var files []file
 	ids := map[string]string{}
 	for _, name := range names {
-		b, err := fs.ReadFile(fsys, name)
+		b, err := fs.ReadFile(from[name], name)
 		if err != nil {
 			return nil, err
 		}
@@ -178,6 +190,7 @@ func LoadFS(fsys fs.FS) (*Checker, error) {
 		return ""
 	}
 
+	var err error
 	c := &Checker{types: map[string]*typeSchema{}, events: map[string]bool{}}
 	envID := idOf("envelope.json")
 	if envID == "" {
@@ -246,6 +259,13 @@ type noNetwork struct{}
 
 func (noNetwork) Load(url string) (any, error) {
 	return nil, fmt.Errorf("conformance: %s is not one of the schema files (no loading over the network)", url)
+}
+
+// Module returns the checker of this module's own schemas (the embedded
+// schemas/), with the schema files of extra added: a test host that speaks
+// a test namespace checks its lines against both.
+func Module(extra ...fs.FS) (*Checker, error) {
+	return LoadFS(append([]fs.FS{schemas.FS}, extra...)...)
 }
 
 // SchemaDir returns the schemas/ directory of the module that holds the

@@ -16,15 +16,30 @@ import (
 
 func loadModule(t testing.TB) *conformance.Checker {
 	t.Helper()
-	dir, err := conformance.SchemaDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := conformance.Load(dir)
+	c, err := conformance.Module()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// The embedded schemas and the schemas/ directory of the source tree are
+// the same files, so Module and Load(SchemaDir()) check alike.
+func TestModuleIsTheSchemaDir(t *testing.T) {
+	dir, err := conformance.SchemaDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromDir, err := conformance.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := loadModule(t).Types(), fromDir.Types(); !slices.Equal(got, want) {
+		t.Fatalf("Module types %v, directory types %v", got, want)
+	}
+	if _, err := conformance.Module(os.DirFS(dir)); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Fatalf("the same files twice: %v", err)
+	}
 }
 
 func TestLoadModuleSchemas(t *testing.T) {

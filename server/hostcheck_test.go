@@ -1,13 +1,11 @@
 package server_test
 
 import (
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
-	"testing/fstest"
 
 	"github.com/aephost/aep/conformance"
+	"github.com/aephost/aep/internal/testproto"
 )
 
 var hostChecker struct {
@@ -21,28 +19,7 @@ var hostChecker struct {
 func checker(t testing.TB) *conformance.Checker {
 	t.Helper()
 	hostChecker.once.Do(func() {
-		dir, err := conformance.SchemaDir()
-		if err != nil {
-			hostChecker.err = err
-			return
-		}
-		fsys := fstest.MapFS{}
-		for _, d := range []string{dir, filepath.Join("..", "internal", "testproto", "schemas")} {
-			files, err := filepath.Glob(filepath.Join(d, "*.json"))
-			if err != nil {
-				hostChecker.err = err
-				return
-			}
-			for _, f := range files {
-				b, err := os.ReadFile(f)
-				if err != nil {
-					hostChecker.err = err
-					return
-				}
-				fsys[filepath.Base(f)] = &fstest.MapFile{Data: b}
-			}
-		}
-		hostChecker.c, hostChecker.err = conformance.LoadFS(fsys)
+		hostChecker.c, hostChecker.err = conformance.Module(testproto.Schemas())
 	})
 	if hostChecker.err != nil {
 		t.Fatalf("conformance: %v", hostChecker.err)

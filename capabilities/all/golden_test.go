@@ -22,11 +22,7 @@ import (
 // archive format and the script language; run with -update to rewrite the
 // host sections, then read every changed transcript against SPEC.md.
 func TestGolden(t *testing.T) {
-	dir, err := conformance.SchemaDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := conformance.Load(dir)
+	c, err := conformance.Module()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func TestFeedbackWire(t *testing.T) {
 	if r := send(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["learning"],"auth_token":"secret"}`); r["ok"] != true {
 		t.Fatalf("handshake: %v", r)
 	}
-	checker, err := conformance.Load(mustSchemaDir(t))
+	checker, err := conformance.Module()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,14 +157,6 @@ func TestFeedbackWire(t *testing.T) {
 	if h, a := rec.Counts(); h == 0 || a == 0 {
 		t.Fatal("recorder saw nothing")
 	}
-}
-
-func mustSchemaDir(t testing.TB) string {
-	dir, err := conformance.SchemaDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // TestExperienceBatches stores two batches of transitions and reads them

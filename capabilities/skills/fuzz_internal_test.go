@@ -20,11 +20,7 @@ import (
 // hostChecker compiles schemas/ once per fuzz test.
 func hostChecker(f *testing.F) *conformance.Checker {
 	f.Helper()
-	dir, err := conformance.SchemaDir()
-	if err != nil {
-		f.Fatal(err)
-	}
-	c, err := conformance.Load(dir)
+	c, err := conformance.Module()
 	if err != nil {
 		f.Fatal(err)
 	}

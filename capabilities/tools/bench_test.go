@@ -9,8 +9,8 @@ import (
 	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
-	"github.com/aephost/aep/server/toolrun"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/toolrun"
 )
 
 func reportOps(b *testing.B) {

@@ -9,12 +9,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/aephost/aep/conformance"
@@ -260,24 +258,7 @@ var checkerOnce struct {
 func checker(tb testing.TB) *conformance.Checker {
 	tb.Helper()
 	checkerOnce.Do(func() {
-		dir, err := conformance.SchemaDir()
-		if err != nil {
-			checkerOnce.err = err
-			return
-		}
-		fsys := fstest.MapFS{}
-		for _, d := range []string{dir, filepath.Join("..", "..", "internal", "testproto", "schemas")} {
-			files, _ := filepath.Glob(filepath.Join(d, "*.json"))
-			for _, f := range files {
-				b, err := os.ReadFile(f)
-				if err != nil {
-					checkerOnce.err = err
-					return
-				}
-				fsys[filepath.Base(f)] = &fstest.MapFile{Data: b}
-			}
-		}
-		checkerOnce.c, checkerOnce.err = conformance.LoadFS(fsys)
+		checkerOnce.c, checkerOnce.err = conformance.Module(testproto.Schemas())
 	})
 	if checkerOnce.err != nil {
 		tb.Fatalf("conformance: %v", checkerOnce.err)

@@ -35,11 +35,7 @@ func FuzzParameters(f *testing.F) {
 	for _, s := range schemaSeeds {
 		f.Add([]byte(s))
 	}
-	dir, err := conformance.SchemaDir()
-	if err != nil {
-		f.Fatal(err)
-	}
-	checker, err := conformance.Load(dir)
+	checker, err := conformance.Module()
 	if err != nil {
 		f.Fatal(err)
 	}
