@@ -218,14 +218,7 @@ func TestAuditLinesFromTraffic(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	a := server.NewFileAuditor(path, 10, 5, nil)
 	h := newEchoHost(t, a, nil)
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Handshake(ctx, "agent", "secret", "echo"); err != nil {
-		t.Fatal(err)
-	}
-	ec := testproto.Client{Requester: c}
+	c, ec := connect(t, h)
 	panicky := true
 	tests := []struct {
 		name    string
@@ -372,14 +365,7 @@ func TestCloseWaitsForHandlersAudit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	p := &echoplug.Plugin{Name: "e1", Started: make(chan string, 1), CtxDone: make(chan string, 1), Scopes: make(chan wire.Scope)}
 	h := newEchoHostWith(t, server.NewFileAuditor(path, 10, 5, nil), nil, p)
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Handshake(ctx, "agent", "secret", "echo"); err != nil {
-		t.Fatal(err)
-	}
-	ec := testproto.Client{Requester: c}
+	_, ec := connect(t, h)
 	gate := "late"
 	go ec.EchoWait(ctx, &testproto.EchoWaitReq{Gate: &gate}) //nolint:errcheck // answered `cancelled` by Close
 	<-p.Started
