@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -278,18 +279,24 @@ func (ep *episode) alive() error {
 // run calls fn under the per-step timeout: inline environments run on the
 // caller's goroutine; others on a watched one. A step that overruns closes
 // the episode, whose state is then unknown.
+//
+// A panic of the environment's code becomes an error and closes the
+// episode too. A watched goroutine is outside the kernel's recover, so the
+// panic would end the whole host; an inline one would leave ep.mu held, and
+// closing the session would then hang (SPEC 7 condition 4: an uncaught
+// exception in a handler becomes an error message).
 func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func(ctx context.Context) error) error {
 	if ep.f.spec.Inline {
-		return fn(ctx)
+		return p.afterPanic(sessionID, ep, p.protect(ctx, ep, fn))
 	}
 	d := time.Duration(p.StepTimeout)
 	sctx, cancel := context.WithTimeout(ctx, d)
 	done := make(chan error, 1)
-	go func() { done <- fn(sctx) }()
+	go func() { done <- p.protect(sctx, ep, fn) }()
 	select {
 	case err := <-done:
 		cancel()
-		return err
+		return p.afterPanic(sessionID, ep, err)
 	case <-sctx.Done():
 		cause := sctx.Err()
 		go func() { <-done; cancel(); _ = ep.inst.close() }()
@@ -297,16 +304,47 @@ func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func
 		if errors.Is(cause, context.Canceled) {
 			why = errors.New("a step was cancelled")
 		}
-		ep.dead = why
-		if se := p.session(sessionID, false); se != nil {
-			se.mu.Lock()
-			se.bury(ep.id, why.Error())
-			se.mu.Unlock()
-		}
+		p.kill(sessionID, ep, why)
 		if errors.Is(cause, context.DeadlineExceeded) {
 			return fmt.Errorf("episode %q closed: %v: %w", ep.id, why, wire.ErrTimeout)
 		}
 		return fmt.Errorf("episode %q closed: %w", ep.id, cause)
+	}
+}
+
+// errEnvPanic marks the error of an environment call that panicked.
+var errEnvPanic = errors.New("environment panicked")
+
+// protect calls fn, turning a panic into an error wrapping errEnvPanic; the
+// stack goes to the log only.
+func (p *Plugin) protect(ctx context.Context, ep *episode, fn func(ctx context.Context) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.Error("environment panic", "env", ep.envName, "episode_id", ep.id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: %v", errEnvPanic, v)
+		}
+	}()
+	return fn(ctx)
+}
+
+// afterPanic closes ep when err is a panic of its environment, whose state
+// is then unknown; it returns err.
+func (p *Plugin) afterPanic(sessionID string, ep *episode, err error) error {
+	if errors.Is(err, errEnvPanic) {
+		p.kill(sessionID, ep, err)
+		_ = ep.inst.close()
+		return fmt.Errorf("episode %q closed: %w", ep.id, err)
+	}
+	return err
+}
+
+// kill marks ep dead for why and buries it; the caller holds ep.mu.
+func (p *Plugin) kill(sessionID string, ep *episode, why error) {
+	ep.dead = why
+	if se := p.session(sessionID, false); se != nil {
+		se.mu.Lock()
+		se.bury(ep.id, why.Error())
+		se.mu.Unlock()
 	}
 }
 
