@@ -26,7 +26,7 @@ func TestProtocolVersions(t *testing.T) {
 			e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}})
 			r := e.register(t, "h", hs.url())
 			if !r.Ok || r.Server == nil || r.Server.ProtocolVersion == nil || *r.Server.ProtocolVersion != v {
-				t.Fatalf("register: %+v (error %v)", r.Server, r.Error)
+				t.Fatalf("register: %+v proto %v (error %v)", r.Server, deref(r.Server.ProtocolVersion), r.Error)
 			}
 			if res := e.call(t, "h__echo", map[string]any{"message": "hi"}, 0); !res.Success || text(res) != "h: hi" {
 				t.Fatalf("echo: %+v %s", res, text(res))
@@ -432,42 +432,62 @@ func TestListWhileConnecting(t *testing.T) {
 
 // A server that announces a change of its tools (notifications/tools/
 // list_changed) is listed again: tool/list gains and loses the tool without
-// a reconnect, and the added tool is callable.
+// a reconnect, and the added tool is callable. Over stdio the change comes
+// from a call of the agent's; over HTTP from the server itself, outside any
+// call, so the notification needs the standing stream (a GET on
+// 2025-11-25, subscriptions/listen on 2026-07-28).
 func TestToolListChanged(t *testing.T) {
 	for _, v := range []string{mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728} {
-		t.Run(v, func(t *testing.T) { testToolListChanged(t, v) })
+		t.Run("stdio/"+v, func(t *testing.T) {
+			e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", v)}})
+			viaCall := func(tool string) func() {
+				return func() {
+					if r := e.call(t, "s__"+tool, nil, 0); !r.Success {
+						t.Fatalf("%s: %+v", tool, r)
+					}
+				}
+			}
+			testToolListChanged(t, e, "s", viaCall("add_extra"), viaCall("drop_extra"))
+		})
+		t.Run("http/"+v, func(t *testing.T) {
+			hs := startHTTP(t, "h", mcpserver.WithStreamableHTTPProtocolVersions(v))
+			e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}})
+			if r := e.register(t, "h", hs.url()); !r.Ok {
+				t.Fatalf("register: %+v", r)
+			}
+			testToolListChanged(t, e, "h", func() { addExtra(hs.mcp, "h") }, func() { hs.mcp.DeleteTools("extra") })
+		})
 	}
 }
 
-func testToolListChanged(t *testing.T, version string) {
-	e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", version)}})
-	has := func(name string) bool { return slices.Contains(e.toolNames(t, "mcp"), name) }
-	// Polled: the notification and the new listing arrive after the reply.
-	waitFor := func(want bool) {
+func testToolListChanged(t *testing.T, e *env, server string, add, drop func()) {
+	extra := server + "__extra"
+	has := func() bool { return slices.Contains(e.toolNames(t, "mcp"), extra) }
+	// Polled: the notification and the new listing arrive after the change.
+	// The change is made again now and then, since a standing stream may
+	// still be opening when it is first made.
+	waitFor := func(want bool, change func()) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
-		for has("s__extra") != want {
+		for again := time.Now(); has() != want; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("s__extra listed = %v, want %v: %v", !want, want, e.toolNames(t, "mcp"))
+				t.Fatalf("%s listed = %v, want %v: %v", extra, !want, want, e.toolNames(t, "mcp"))
 			}
-			time.Sleep(20 * time.Millisecond)
+			if time.Now().After(again) {
+				change()
+				again = time.Now().Add(time.Second)
+			}
 		}
 	}
-	if has("s__extra") {
-		t.Fatal("s__extra listed before it exists")
+	if has() {
+		t.Fatalf("%s listed before it exists", extra)
 	}
-	if r := e.call(t, "s__add_extra", nil, 0); !r.Success {
-		t.Fatalf("add_extra: %+v", r)
-	}
-	waitFor(true)
-	if r := e.call(t, "s__extra", nil, 0); !r.Success || text(r) != "s: extra" {
+	waitFor(true, add)
+	if r := e.call(t, extra, nil, 0); !r.Success || text(r) != server+": extra" {
 		t.Fatalf("extra: %+v %s", r, text(r))
 	}
-	if r := e.call(t, "s__drop_extra", nil, 0); !r.Success {
-		t.Fatalf("drop_extra: %+v", r)
-	}
-	waitFor(false)
-	if r := e.call(t, "s__extra", nil, 0); r.Success || r.ErrorCode == nil || *r.ErrorCode != msg.ToolResultErrorCodeUNKNOWNTOOL {
+	waitFor(false, drop)
+	if r := e.call(t, extra, nil, 0); r.Success || r.ErrorCode == nil || *r.ErrorCode != msg.ToolResultErrorCodeUNKNOWNTOOL {
 		t.Fatalf("extra after removal: %+v", r)
 	}
 }

@@ -88,23 +88,26 @@ type conn struct {
 	// dial serialises connects; mu guards the state below and is never held
 	// while connecting, so status, lists and close answer at once while a
 	// slow server connects.
-	dial        sync.Mutex
-	mu          sync.Mutex
-	cli         *mcpclient.Client
-	abort       context.CancelFunc // ends the connect under way, if any
-	closed      bool
-	status      msg.MCPServerInfoStatus
-	lastErr     string
-	failures    int
-	nextTry     time.Time
-	proto       string
-	serverName  string
-	serverVer   string
-	resources   int
-	prompts     int
-	connectedAt time.Time
-	tools       map[string]*proxied // proxied name → tool
-	claimed     []string
+	dial sync.Mutex
+	// legacyListen (under dial): the server is an HTTP server on 2025-11-25
+	// announcing tool changes, so connects open the standing GET stream.
+	legacyListen bool
+	mu           sync.Mutex
+	cli          *mcpclient.Client
+	abort        context.CancelFunc // ends the connect under way, if any
+	closed       bool
+	status       msg.MCPServerInfoStatus
+	lastErr      string
+	failures     int
+	nextTry      time.Time
+	proto        string
+	serverName   string
+	serverVer    string
+	resources    int
+	prompts      int
+	connectedAt  time.Time
+	tools        map[string]*proxied // proxied name → tool
+	claimed      []string
 
 	reg registration // what a snapshot keeps (session servers)
 
@@ -143,7 +146,16 @@ func (c *conn) client(ctx context.Context) (*mcpclient.Client, error) {
 	c.mu.Lock()
 	c.status, c.abort = msg.MCPServerInfoStatusConnecting, abort
 	c.mu.Unlock()
-	cli, hello, err := c.connect(cctx)
+	cli, hello, err := c.connect(cctx, c.legacyListen)
+	if err == nil && c.spec.URL != "" && !c.legacyListen && hello.listChanged && !mcp.IsModernProtocol(hello.proto) {
+		// A 2025-11-25 HTTP server sends notifications outside a call
+		// (tools/list_changed) only on a standing GET stream, which mcp-go
+		// opens only on a transport that stays on that version. Now that
+		// the server is known to speak it, connect again with the stream.
+		c.legacyListen = true
+		cli.Close()
+		cli, hello, err = c.connect(cctx, true)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.abort = nil
@@ -174,6 +186,15 @@ func (c *conn) client(ctx context.Context) (*mcpclient.Client, error) {
 	c.resources, c.prompts = hello.resources, hello.prompts
 	c.setToolsLocked(hello.tools)
 	c.cli, c.failures, c.nextTry = cli, 0, time.Time{}
+	if hello.listChanged && mcp.IsModernProtocol(hello.proto) {
+		// 2026-07-28 delivers list_changed only on a subscriptions/listen
+		// stream the client opens; it lives as long as the connection.
+		if _, err := cli.ListenAsync(context.Background(), mcp.SubscriptionFilter{ToolsListChanged: true}, func(err error) {
+			c.log.Debug("mcp subscriptions/listen ended", "server", c.spec.ID, "err", err)
+		}); err != nil {
+			c.log.Debug("mcp subscriptions/listen not opened", "server", c.spec.ID, "err", err)
+		}
+	}
 	c.status, c.connectedAt = msg.MCPServerInfoStatusReady, time.Now()
 	return cli, nil
 }
@@ -200,12 +221,14 @@ type hello struct {
 	proto, name, version string
 	resources, prompts   int
 	tools                []mcp.Tool
+	// listChanged: the server announces changes of its tool list.
+	listChanged bool
 }
 
 // connect starts the transport, negotiates the protocol and lists the
 // server's tools, all within the connect timeout. It touches no state of c
 // but the notification hook.
-func (c *conn) connect(ctx context.Context) (*mcpclient.Client, hello, error) {
+func (c *conn) connect(ctx context.Context, listen bool) (*mcpclient.Client, hello, error) {
 	var h hello
 	ctx, cancel := context.WithTimeout(ctx, c.spec.ConnectTimeout)
 	defer cancel()
@@ -216,7 +239,12 @@ func (c *conn) connect(ctx context.Context) (*mcpclient.Client, hello, error) {
 	if c.spec.Command != "" {
 		tr = transport.NewStdioWithOptions(c.spec.Command, envList(c.spec.Env), c.spec.Args, transport.WithCommandFunc(command))
 	} else {
-		tr, err = transport.NewStreamableHTTP(c.spec.URL, transport.WithHTTPHeaders(c.spec.Headers))
+		opts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(c.spec.Headers),
+			transport.WithHTTPLogger(slog.New(debugHandler{c.log.Handler()}).With("mcp_server", c.spec.ID))}
+		if listen {
+			opts = append(opts, transport.WithContinuousListening())
+		}
+		tr, err = transport.NewStreamableHTTP(c.spec.URL, opts...)
 		if err != nil {
 			return nil, h, err
 		}
@@ -247,6 +275,7 @@ func (c *conn) connect(ctx context.Context) (*mcpclient.Client, hello, error) {
 		return fail(fmt.Errorf("initialize: %w", err))
 	}
 	h.proto, h.name, h.version = res.ProtocolVersion, res.ServerInfo.Name, res.ServerInfo.Version
+	h.listChanged = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
 	listed, err := cli.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil {
 		return fail(fmt.Errorf("tools/list: %w", err))

@@ -151,6 +151,14 @@ func newGoServer(name string, hooks *serverHooks) *mcpserver.MCPServer {
 	return s
 }
 
+// addExtra adds the tool "extra" to s.
+func addExtra(s *mcpserver.MCPServer, name string) {
+	s.AddTool(mcp.NewTool("extra", mcp.WithDescription("Added at run time.")),
+		func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(name + ": extra"), nil
+		})
+}
+
 // httpServer is an in-process streamable-HTTP MCP server on a fixed
 // loopback address, so it can be stopped and started again there.
 type httpServer struct {
@@ -161,6 +169,7 @@ type httpServer struct {
 	hooks *serverHooks
 	mu    sync.Mutex
 	srv   *http.Server
+	mcp   *mcpserver.MCPServer // the server behind srv, to change its tools
 }
 
 func startHTTP(t testing.TB, name string, opts ...mcpserver.StreamableHTTPOption) *httpServer {
@@ -185,9 +194,10 @@ func (h *httpServer) start(addr string) {
 		h.t.Fatal(err)
 	}
 	h.addr = ln.Addr().String()
-	srv := &http.Server{Handler: mcpserver.NewStreamableHTTPServer(newGoServer(h.name, h.hooks), h.opts...)}
+	mcpSrv := newGoServer(h.name, h.hooks)
+	srv := &http.Server{Handler: mcpserver.NewStreamableHTTPServer(mcpSrv, h.opts...)}
 	h.mu.Lock()
-	h.srv = srv
+	h.srv, h.mcp = srv, mcpSrv
 	h.mu.Unlock()
 	go srv.Serve(ln)
 }
@@ -306,4 +316,11 @@ func text(r *msg.ToolResult) string {
 
 func serverEnv() server.PluginEnv {
 	return server.PluginEnv{Name: "mcp", Type: "mcp", Claims: server.NewClaims()}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -21,3 +22,29 @@ func isTransport(err error) bool {
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// debugHandler passes records on at debug level, with their own level kept
+// as an attribute. mcp-go's HTTP transport logs every retry of its standing
+// stream at error level, once a second while a server is down; the bridge's
+// own warnings (connect failed, connection lost) already say that once.
+type debugHandler struct{ slog.Handler }
+
+func (h debugHandler) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h debugHandler) Handle(ctx context.Context, r slog.Record) error {
+	own := r.Level
+	r = r.Clone()
+	r.Level = slog.LevelDebug
+	r.AddAttrs(slog.String("mcp_level", own.String()))
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h debugHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return debugHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h debugHandler) WithGroup(name string) slog.Handler {
+	return debugHandler{h.Handler.WithGroup(name)}
+}
