@@ -464,11 +464,15 @@ func (c *call) start(cancel context.CancelFunc) bool {
 func (c *call) cancelNow() {
 	c.mu.Lock()
 	c.cancelled = true
-	if c.cancelFn != nil {
-		c.cancelFn()
-	}
+	stop := c.cancelFn
 	c.mu.Unlock()
+	// Answer before the handler's context ends: a handler that returns
+	// ctx.Err() at once would otherwise race this reply with its own
+	// runtime_error, and `cancel` is promised a `cancelled` (DESIGN Wire).
 	c.replyError(wire.AsError(wire.ErrCancelled))
+	if stop != nil {
+		stop()
+	}
 }
 
 // Emit sends an event of the request's namespace while it is in flight
