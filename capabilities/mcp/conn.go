@@ -242,6 +242,9 @@ func (c *conn) connect(ctx context.Context, listen bool) (*mcpclient.Client, hel
 		opts := []transport.StreamableHTTPCOption{transport.WithHTTPHeaders(c.spec.Headers),
 			transport.WithHTTPLogger(slog.New(debugHandler{c.log.Handler()}).With("mcp_server", c.spec.ID))}
 		if listen {
+			// Only for servers known to speak 2025-11-25, whose notifications
+			// outside a call come on no other stream.
+			//lint:ignore SA1019 deprecated for 2026-07-28 servers only, which never get here
 			opts = append(opts, transport.WithContinuousListening())
 		}
 		tr, err = transport.NewStreamableHTTP(c.spec.URL, opts...)
