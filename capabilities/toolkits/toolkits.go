@@ -58,6 +58,12 @@ func (k *Toolkit) compile() error {
 	if err != nil {
 		return fmt.Errorf("toolkit %s: schema: %w", k.Name, err)
 	}
+	// Without loaders the library leaves a non-local $ref unresolved and
+	// validates as if it were absent; refuse it, so no constraint of the
+	// schema is silently skipped.
+	if refs := s.UnresolvedReferenceURIs(); len(refs) > 0 {
+		return fmt.Errorf("toolkit %s: schema: $ref %s cannot be resolved (references are never fetched)", k.Name, strings.Join(refs, ", "))
+	}
 	k.compiled = s
 	return nil
 }
