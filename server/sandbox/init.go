@@ -39,6 +39,12 @@ const limitScript = `ulimit -v "$1" && shift && exec "$@"`
 // mounts and drops privileges, starts the command as its child in its own
 // process group, forwards the host's signals to it, and reports how it ended.
 func runInit(raw string) int {
+	// The pipes to the host are the init's alone: inherited without
+	// close-on-exec, they would reach the command, which could then forge
+	// the report of how it ended (status) or swallow the owner's signals
+	// (control).
+	syscall.CloseOnExec(fdStatus)
+	syscall.CloseOnExec(fdControl)
 	status := os.NewFile(fdStatus, "status")
 	fail := func(format string, args ...any) int {
 		writeReport(status, report{SetupError: fmt.Sprintf(format, args...)})
