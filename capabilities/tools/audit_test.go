@@ -320,3 +320,70 @@ func TestFileToolsRefuseSiblingAndNUL(t *testing.T) {
 		t.Fatalf("read inside the root: %v", deref(res.Error))
 	}
 }
+
+// TestOutputCapConfigurable checks issue 4 item 4's "configurable output cap
+// (default 1 MiB)" beyond the default that TestCallPaths covers: a plugin
+// configured from YAML with max_output_bytes cuts result.data there and
+// sets truncated, and output under the cap is whole.
+func TestOutputCapConfigurable(t *testing.T) {
+	root := t.TempDir()
+	cfg, err := server.ParseConfig([]byte(fmt.Sprintf(`
+server:
+  auth_token: tok
+plugins:
+  - name: files
+    type: tools
+    cls: aep.tools.builtin
+    config:
+      root: %q
+      max_output_bytes: 2048
+`, root)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h, err := server.New(ctx, cfg, server.WithDataDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(ctx) })
+	c, err := client.InProcess(h, client.JSON, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Handshake(ctx, "agent", "tok", "tools"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		size      int
+		truncated bool
+	}{{100, false}, {10000, true}} {
+		name := fmt.Sprintf("f%d.txt", tc.size)
+		if err := os.WriteFile(filepath.Join(root, name), []byte(strings.Repeat("y", tc.size)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.CallTool(ctx, &msg.ToolCallReq{ToolName: "read_file", Arguments: map[string]any{"path": name}})
+		if err != nil || !res.Success {
+			t.Fatalf("read %s: %+v %v", name, res, err)
+		}
+		if res.Truncated != tc.truncated {
+			t.Fatalf("read %d bytes under a 2048-byte cap: truncated %v", tc.size, res.Truncated)
+		}
+		if n := len(encode(t, res.Data)); n > 2048 {
+			t.Fatalf("result.data of %d bytes over the 2048-byte cap", n)
+		}
+		if content := res.Data.(map[string]any)["content"].(string); !tc.truncated && len(content) != tc.size {
+			t.Fatalf("whole file cut to %d bytes", len(content))
+		}
+	}
+	// The plugin field serves embedders the same way.
+	e := newEnv(t, client.JSON, server.ToolPolicy{}, 64)
+	res, err := e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: "big", Arguments: map[string]any{"n": 1000}})
+	if err != nil || !res.Success || !res.Truncated {
+		t.Fatalf("big under a 64-byte cap: %+v %v", res, err)
+	}
+	if s, _ := res.Data.(string); len(s) != 64 {
+		t.Fatalf("data of %d bytes, want the 64-byte cap", len(s))
+	}
+}
