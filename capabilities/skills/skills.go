@@ -552,15 +552,16 @@ func ptr[T any](v T) *T { return &v }
 // object {"kind": progress|status|log|artifact, "data": {...}} (or with the
 // data fields inline) becomes one event, in order; other lines become log
 // events at level "stderr". At most limit bytes are read into events; the
-// rest is drained.
+// rest is drained, and so is the part of a line past the limit, so a line
+// that never ends holds no more than limit bytes of the host's memory.
 func (p *Plugin) readEvents(r io.Reader, s wire.Scope, streaming bool, limit int) []msg.SkillEvent {
 	var out []msg.SkillEvent
 	br := bufio.NewReaderSize(r, 64<<10)
 	read := 0
 	for {
-		line, err := br.ReadBytes('\n')
-		if len(line) > 0 && read < limit {
-			read += len(line)
+		line, n, err := readLine(br, limit-read)
+		if n > 0 && read < limit {
+			read += n
 			if ev, ok := parseEvent(bytes.TrimRight(line, "\r\n")); ok {
 				out = append(out, ev)
 				if streaming {
@@ -571,6 +572,22 @@ func (p *Plugin) readEvents(r io.Reader, s wire.Scope, streaming bool, limit int
 		if err != nil {
 			_, _ = io.Copy(io.Discard, r)
 			return out
+		}
+	}
+}
+
+// readLine reads up to and including the next newline (or to the end of
+// br) and returns at most keep bytes of it, with the number of bytes it
+// consumed.
+func readLine(br *bufio.Reader, keep int) (line []byte, n int, err error) {
+	for {
+		frag, err := br.ReadSlice('\n')
+		n += len(frag)
+		if room := keep - len(line); room > 0 {
+			line = append(line, frag[:min(len(frag), room)]...)
+		}
+		if err != bufio.ErrBufferFull {
+			return line, n, err
 		}
 	}
 }
