@@ -60,7 +60,7 @@ func NewTyped[In, Out any](name, description string, fn func(context.Context, In
 		return nil, fmt.Errorf("tools: %s: input type %s must be a struct", name, inT)
 	}
 	inSchema := SchemaOf(inT)
-	outSchema := SchemaOf(reflect.TypeFor[Out]())
+	outSchema := OutputSchemaOf(reflect.TypeFor[Out]())
 	required := inSchema["required"].([]string)
 	def := msg.ToolDefinition{
 		Name: name, Description: description,
@@ -181,10 +181,18 @@ func quoteList(names []string) string {
 // objects of their json-tagged fields (required unless omitempty, described
 // by a `desc` tag), slices arrays, maps objects, and interfaces anything.
 func SchemaOf(t reflect.Type) map[string]any {
-	return schemaOf(t, map[reflect.Type]bool{})
+	return schemaOf(t, map[reflect.Type]bool{}, false)
 }
 
-func schemaOf(t reflect.Type, seen map[reflect.Type]bool) map[string]any {
+// OutputSchemaOf is SchemaOf for what a tool returns: a pointer, slice or
+// map field without omitempty may also be null, since encoding/json writes
+// a nil one so. Inputs keep SchemaOf's stricter form (an agent need not
+// send null where it can send the value).
+func OutputSchemaOf(t reflect.Type) map[string]any {
+	return schemaOf(t, map[reflect.Type]bool{}, true)
+}
+
+func schemaOf(t reflect.Type, seen map[reflect.Type]bool, output bool) map[string]any {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -202,9 +210,9 @@ func schemaOf(t reflect.Type, seen map[reflect.Type]bool) map[string]any {
 		if t.Elem().Kind() == reflect.Uint8 {
 			return map[string]any{"type": "string", "contentEncoding": "base64"}
 		}
-		return map[string]any{"type": "array", "items": schemaOf(t.Elem(), seen)}
+		return map[string]any{"type": "array", "items": schemaOf(t.Elem(), seen, output)}
 	case reflect.Map:
-		return map[string]any{"type": "object", "additionalProperties": schemaOf(t.Elem(), seen)}
+		return map[string]any{"type": "object", "additionalProperties": schemaOf(t.Elem(), seen, output)}
 	case reflect.Struct:
 		if seen[t] {
 			return map[string]any{"type": "object"} // recursive type: stop here
@@ -225,12 +233,20 @@ func schemaOf(t reflect.Type, seen map[reflect.Type]bool) map[string]any {
 			if name == "" {
 				name = f.Name
 			}
-			s := schemaOf(f.Type, seen)
+			s := schemaOf(f.Type, seen, output)
 			if d := f.Tag.Get("desc"); d != "" {
 				s["description"] = d
 			}
+			omitted := strings.Contains(opts, "omitempty") || strings.Contains(opts, "omitzero")
+			if output && nullable(f.Type) && !omitted {
+				// encoding/json writes a nil pointer, slice or map as null,
+				// so the published schema must admit what the tool sends.
+				if typ, ok := s["type"].(string); ok {
+					s["type"] = []any{typ, "null"}
+				}
+			}
 			props[name] = s
-			if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") && f.Type.Kind() != reflect.Pointer {
+			if !omitted && f.Type.Kind() != reflect.Pointer {
 				required = append(required, name)
 			}
 		}
@@ -240,11 +256,20 @@ func schemaOf(t reflect.Type, seen map[reflect.Type]bool) map[string]any {
 	return map[string]any{}
 }
 
+// nullable reports a Go type whose zero value encoding/json writes as null.
+func nullable(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+		return true
+	}
+	return false
+}
+
 func jsonKind(t reflect.Type) string {
 	if t == nil {
 		return "value"
 	}
-	if s, ok := schemaOf(t, map[reflect.Type]bool{})["type"].(string); ok {
+	if s, ok := schemaOf(t, map[reflect.Type]bool{}, false)["type"].(string); ok {
 		return s
 	}
 	return "value"
