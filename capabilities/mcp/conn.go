@@ -279,11 +279,15 @@ func (c *conn) connect(ctx context.Context, listen bool) (*mcpclient.Client, hel
 	}
 	h.proto, h.name, h.version = res.ProtocolVersion, res.ServerInfo.Name, res.ServerInfo.Version
 	h.listChanged = res.Capabilities.Tools != nil && res.Capabilities.Tools.ListChanged
-	listed, err := cli.ListTools(ctx, mcp.ListToolsRequest{})
-	if err != nil {
-		return fail(fmt.Errorf("tools/list: %w", err))
+	// A server that offers no tools (only resources or prompts) need not
+	// answer tools/list, and mcp-go's does not: asking would fail the connect.
+	if res.Capabilities.Tools != nil {
+		listed, err := cli.ListTools(ctx, mcp.ListToolsRequest{})
+		if err != nil {
+			return fail(fmt.Errorf("tools/list: %w", err))
+		}
+		h.tools = listed.Tools
 	}
-	h.tools = listed.Tools
 	if res.Capabilities.Resources != nil {
 		if r, err := cli.ListResources(ctx, mcp.ListResourcesRequest{}); err == nil {
 			h.resources = len(r.Resources)
