@@ -89,17 +89,27 @@ func AsError(err error) *Error {
 	case errors.Is(err, ErrSandboxCrash):
 		return &Error{Code: CodeSandboxCrash, Message: err.Error(), Err: err}
 	case errors.Is(err, ErrInvalid):
-		// The code already says the input was invalid; the sentinel's own
-		// words at either end of the message would only repeat it.
-		m, inv := err.Error(), ErrInvalid.Error()
-		if t := strings.TrimSuffix(strings.TrimPrefix(m, inv+": "), ": "+inv); t != "" {
-			m = strings.Replace(t, ": "+inv+": ", ": ", 1)
-		}
-		return &Error{Code: CodeSchemaViolation, Message: m, Err: err}
+		return &Error{Code: CodeSchemaViolation, Message: Text(err), Err: err}
 	case errors.Is(err, ErrOverloaded):
 		return &Error{Code: CodeRuntimeError, Message: "session overloaded", Detail: map[string]any{"reason": "overloaded"}, Err: err}
 	}
 	return &Error{Code: CodeRuntimeError, Message: err.Error(), Err: err}
+}
+
+// Text is err's message for a reader: without the words of the ErrInvalid
+// sentinel it wraps, which a schema_violation code (or a failed tool
+// result) already says ("unknown proc_id: invalid input" reads "unknown
+// proc_id").
+func Text(err error) string {
+	m := err.Error()
+	if !errors.Is(err, ErrInvalid) {
+		return m
+	}
+	inv := ErrInvalid.Error()
+	if t := strings.TrimSuffix(strings.TrimPrefix(m, inv+": "), ": "+inv); t != "" {
+		m = strings.Replace(t, ": "+inv+": ", ": ", 1)
+	}
+	return m
 }
 
 // Nest prefixes the field of a FieldError with the path of the value that

@@ -46,3 +46,20 @@ func TestAsError(t *testing.T) {
 		})
 	}
 }
+
+// Text is what AsError uses for schema_violation messages, and what a
+// failed tool result says (server/toolrun).
+func TestText(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("path %q contains a NUL byte: path refused: %w", "x", wire.ErrInvalid), `path "x" contains a NUL byte: path refused`},
+		{errors.New("plain: invalid input"), "plain: invalid input"}, // not the sentinel: kept
+		{fmt.Errorf("%w", wire.ErrInvalid), "invalid input"},
+	} {
+		if got := wire.Text(tc.err); got != tc.want {
+			t.Errorf("Text(%q) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}

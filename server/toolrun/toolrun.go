@@ -225,7 +225,7 @@ func Run(ctx context.Context, s wire.Scope, req *msg.ToolCallReq, t Tool, opt Op
 	}
 	if err != nil {
 		code := msg.ToolResultErrorCodeTOOLERROR
-		text := err.Error()
+		text := wire.Text(err)
 		res.ErrorCode, res.Error = &code, &text
 	} else {
 		res.Success = true
