@@ -128,6 +128,9 @@ func (s *Session) send(p *wire.Packet) int {
 	if sink == nil {
 		return 0
 	}
+	if checkSent != nil {
+		checkSent(p)
+	}
 	n, err := sink.Send(p)
 	if err != nil {
 		s.h.log.Warn("send failed", "session_id", s.id, "type", p.Type, "err", err)
