@@ -251,7 +251,7 @@ const tailBytes = 4096
 
 // memoryFailure is the rlimit fallback's out-of-memory check (DESIGN Sandbox
 // outcomes; docs/DECISIONS.md): without a memory cgroup nothing counts OOM
-// kills, and under RLIMIT_AS an allocation fails instead of the process
+// kills, and under RLIMIT_DATA an allocation fails instead of the process
 // being killed. A run that ended abnormally (a signal or a non-zero exit)
 // is taken to have failed at the memory limit when its peak RSS reached half
 // the limit, or when the tail of its stderr carries a runtime's own

@@ -31,9 +31,12 @@ func writeReport(f *os.File, r report) {
 	_, _ = f.Write(append(b, '\n'))
 }
 
-// limitScript sets the address-space limit ($1, KiB) and execs the command
-// (the remaining arguments); every POSIX shell's ulimit has -v.
-const limitScript = `ulimit -v "$1" && shift && exec "$@"`
+// limitScript sets the data-segment limit RLIMIT_DATA ($1, KiB) and execs
+// the command (the remaining arguments); every POSIX shell's ulimit has -d.
+// RLIMIT_DATA (issue 7) counts private writable memory, what allocations
+// use, unlike RLIMIT_AS, which also counts address space a runtime only
+// reserves (a Go or JVM heap), and would fail such programs at start.
+const limitScript = `ulimit -d "$1" && shift && exec "$@"`
 
 // runInit joins the cgroups, sets the rlimits, (in namespaces mode) sets up
 // mounts and drops privileges, starts the command as its child in its own
@@ -89,9 +92,9 @@ func runInit(raw string) int {
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 	if cfg.MemBytes > 0 {
 		// The rlimit fallback of Limits.MemoryBytes binds the command only:
-		// RLIMIT_AS on this init would starve its own runtime (a Go heap, or
-		// a race-instrumented one, reserves far more address space than the
-		// limit). A shell sets it and then becomes the command, same pid.
+		// on this init it would count the init's own runtime (a race-
+		// instrumented one dies under it at once). A shell sets it and
+		// then becomes the command, same pid.
 		if cmd.Err != nil {
 			return fail("starting %q: %v", cfg.Argv[0], cmd.Err)
 		}

@@ -57,7 +57,7 @@ type Limits struct {
 	// per process, so a command that forks spreads its budget; Timeout bounds the whole.
 	CPUTime time.Duration
 	// MemoryBytes is the cgroup memory limit (v1 memory.limit_in_bytes, v2
-	// memory.max) when a cgroup can be made, else RLIMIT_AS of the command.
+	// memory.max) when a cgroup can be made, else RLIMIT_DATA of the command.
 	MemoryBytes int64
 	// MaxProcs is the pids cgroup limit when one can be made, else RLIMIT_NPROC
 	// (which the kernel does not enforce for root).
@@ -155,7 +155,7 @@ type Process struct {
 	started   time.Time // set before the waiting goroutine starts; never changed
 	timer     *time.Timer
 	errTail   *limitWriter // confined: the tail of stderr
-	rlimitMem bool         // confined: memory limited by RLIMIT_AS, not a cgroup
+	rlimitMem bool         // confined: memory limited by RLIMIT_DATA, not a cgroup
 
 	mu        sync.Mutex
 	timedOut  bool

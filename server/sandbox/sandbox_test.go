@@ -242,7 +242,7 @@ func TestSetupFailureRunsNothing(t *testing.T) {
 }
 
 // On a host where no cgroup can be made, confined runs are limited by
-// rlimits: memory by RLIMIT_AS, judged by the out-of-memory heuristic,
+// rlimits: memory by RLIMIT_DATA, judged by the out-of-memory heuristic,
 // and the other outcomes are as with cgroups.
 func TestRlimitFallback(t *testing.T) {
 	for _, mode := range modes(t) {
