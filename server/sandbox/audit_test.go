@@ -38,8 +38,10 @@ func TestProcessCountLimit(t *testing.T) {
 				what     string
 			}{
 				{"unlimited", 0, func(n int) bool { return n == want }, "all"},
-				// The init and the shell count too, so fewer sleeps than the limit start.
-				{"limited to 12", 12, func(n int) bool { return n < 12 }, "fewer than 12"},
+				// The command's shell is one of the limit's processes; the
+				// sandbox's own init is outside the run's cgroups.
+				{"limited to 12", 12, func(n int) bool { return n == 11 }, "exactly 11"},
+				{"limited to 3", 3, func(n int) bool { return n == 2 }, "exactly 2"},
 			}
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
@@ -65,7 +67,7 @@ func TestProcessCountLimit(t *testing.T) {
 // signals.
 func TestCommandCannotReachTheInitsPipes(t *testing.T) {
 	forge := `echo '{"exit":0,"cpu_us":0,"max_rss":0}' >&3 2>/dev/null; kill -SEGV $$`
-	peek := `for fd in 3 4; do [ -e /proc/self/fd/$fd ] && echo "fd $fd open"; done; true`
+	peek := `for fd in 3 4 5 6 7; do [ -e /proc/self/fd/$fd ] && echo "fd $fd open"; done; true` // status, control, cgroup.procs, the ready pipe
 	for _, mode := range modes(t) {
 		t.Run(string(mode), func(t *testing.T) {
 			// With and without cgroup limits: the init's fds are the same, the

@@ -31,12 +31,26 @@ func writeReport(f *os.File, r report) {
 	_, _ = f.Write(append(b, '\n'))
 }
 
-// limitScript sets the data-segment limit RLIMIT_DATA ($1, KiB) and execs
-// the command (the remaining arguments); every POSIX shell's ulimit has -d.
-// RLIMIT_DATA (issue 7) counts private writable memory, what allocations
-// use, unlike RLIMIT_AS, which also counts address space a runtime only
-// reserves (a Go or JVM heap), and would fail such programs at start.
-const limitScript = `ulimit -d "$1" && shift && exec "$@"`
+// joinScript is the command's first step, run by /bin/sh with the
+// command's argv as its arguments: it writes "0" to each cgroup.procs file
+// (fds 3, 4, ...: the shell joins the run's cgroups) and closes it, sets
+// the data-segment limit RLIMIT_DATA when memBytes > 0 (every POSIX shell's
+// ulimit has -d), reports on the next fd that all went well, and execs
+// the command. RLIMIT_DATA (issue 7) counts private writable memory, what
+// allocations use, unlike RLIMIT_AS, which also counts address space a
+// runtime only reserves (a Go or JVM heap) and would fail such programs at
+// start.
+func joinScript(cgroups int, memBytes int64) string {
+	var b strings.Builder
+	for i := 0; i < cgroups; i++ {
+		fmt.Fprintf(&b, "printf 0 >&%d || exit 125; exec %d>&-; ", 3+i, 3+i)
+	}
+	if memBytes > 0 {
+		fmt.Fprintf(&b, "ulimit -d %d || exit 125; ", max(memBytes/1024, 1))
+	}
+	fmt.Fprintf(&b, `printf x >&%d; exec %d>&-; exec "$@"`, 3+cgroups, 3+cgroups)
+	return b.String()
+}
 
 // runInit joins the cgroups, sets the rlimits, (in namespaces mode) sets up
 // mounts and drops privileges, starts the command as its child in its own
@@ -66,12 +80,15 @@ func runInit(raw string) int {
 			return fail("sandbox mounts: %v", err)
 		}
 	}
+	// The run's cgroups are joined by the command's own first step (the
+	// shell below), not by this init: its Go runtime's threads would count
+	// against pids.max (cgroup v1 counts threads) and its memory against
+	// the memory limit.
+	var cgFiles []*os.File
 	for i := 0; i < cfg.Cgroups; i++ {
 		f := os.NewFile(uintptr(fdCgroups+i), "cgroup.procs")
-		if _, err := f.Write([]byte("0")); err != nil {
-			return fail("joining the run's cgroup: %v", err)
-		}
-		f.Close()
+		syscall.CloseOnExec(fdCgroups + i)
+		cgFiles = append(cgFiles, f)
 	}
 	if cfg.CPUSeconds > 0 {
 		// SIGXCPU at the soft limit, SIGKILL a second later (DESIGN Sandbox outcomes).
@@ -90,17 +107,25 @@ func runInit(raw string) int {
 		}
 	}
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
-	if cfg.MemBytes > 0 {
-		// The rlimit fallback of Limits.MemoryBytes binds the command only:
-		// on this init it would count the init's own runtime (a race-
-		// instrumented one dies under it at once). A shell sets it and
-		// then becomes the command, same pid.
+	var ready *os.File
+	if len(cgFiles) > 0 || cfg.MemBytes > 0 {
+		// A shell joins the cgroups and sets the rlimit fallback of
+		// Limits.MemoryBytes, then becomes the command (same pid): both
+		// bind the command only. On this init the memory limit would count
+		// the init's own runtime (a race-instrumented one dies under it at
+		// once), and so would pids.max.
 		if cmd.Err != nil {
 			return fail("starting %q: %v", cfg.Argv[0], cmd.Err)
 		}
-		kib := strconv.FormatInt(max(cfg.MemBytes/1024, 1), 10)
-		args := append([]string{"-c", limitScript, "aep-limit", kib, cmd.Path}, cfg.Argv[1:]...)
-		cmd = exec.Command("/bin/sh", args...)
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fail("sandbox init: %v", err)
+		}
+		ready = r
+		script := joinScript(len(cgFiles), cfg.MemBytes)
+		cmd = exec.Command("/bin/sh", append([]string{"-c", script, "aep-sandbox", cmd.Path}, cfg.Argv[1:]...)...)
+		cmd.ExtraFiles = append(append([]*os.File{}, cgFiles...), w)
+		defer w.Close()
 	}
 	cmd.Dir = cfg.Dir
 	cmd.Env = os.Environ()
@@ -108,6 +133,21 @@ func runInit(raw string) int {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fail("starting %q: %v", cfg.Argv[0], err)
+	}
+	if ready != nil {
+		// The shell writes one byte once it joined every cgroup and set the
+		// limit; end of file without it means it could not, and the
+		// command never ran (the setup error of DESIGN Sandbox outcomes).
+		for _, f := range cmd.ExtraFiles {
+			f.Close()
+		}
+		b := make([]byte, 1)
+		n, _ := ready.Read(b)
+		ready.Close()
+		if n != 1 {
+			_ = cmd.Wait()
+			return fail("the command's first step could not join the run's cgroups or set its limit (exit %d)", cmd.ProcessState.ExitCode())
+		}
 	}
 	os.Stdin.Close()
 	os.Stdout.Close()
