@@ -1,7 +1,6 @@
 package chains_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/aephost/aep/capabilities/memory"
@@ -32,8 +31,18 @@ func TestToolsAndMemory(t *testing.T) {
 	if !r.Success {
 		t.Fatalf("reply %s", encode(t, r))
 	}
-	if got := joined(r.Ran); !strings.HasSuffix(got, "read store recall") {
-		t.Errorf("ran %q: read, store and recall must follow init and write", got)
+	// The edges' order, and only it: init and write are independent.
+	at := map[string]int{}
+	for i, id := range r.Ran {
+		at[id] = i
+	}
+	for _, e := range [][2]string{{"write", "read"}, {"init", "store"}, {"read", "store"}, {"store", "recall"}} {
+		if a, ok := at[e[0]]; !ok || a > at[e[1]] {
+			t.Errorf("ran %q: %s must come before %s", joined(r.Ran), e[0], e[1])
+		}
+	}
+	if len(r.Ran) != 5 {
+		t.Errorf("ran %q, want all 5 nodes", joined(r.Ran))
 	}
 	fin := string(r.FinalOutput)
 	if c := gjson.Get(fin, "entries.0.content").String(); c != "buy milk" {

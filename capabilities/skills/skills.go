@@ -436,16 +436,20 @@ type capped struct {
 	truncated bool
 }
 
+// Write keeps what fits and reports all of p written: a short write would
+// stop the copy from the skill's pipe, and the skill, writing on into a
+// closed pipe, would die of SIGPIPE (exit 141) instead of being reported
+// as past its output cap.
 func (c *capped) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	room := c.n - c.buf.Len()
-	if len(p) > room {
+	n := len(p)
+	if room := c.n - c.buf.Len(); n > room {
 		c.truncated = true
 		p = p[:max(room, 0)]
 	}
 	c.buf.Write(p)
-	return len(p) + 0, nil
+	return n, nil
 }
 
 func (c *capped) bytes() ([]byte, bool) {
@@ -528,10 +532,10 @@ func (p *Plugin) run(ctx context.Context, s wire.Scope, sk *skill, args []byte, 
 	switch {
 	case res.Outcome != sandbox.Exited:
 		return fail("skill ended: %s", res.Reason)
-	case res.ExitCode != 0:
-		return fail("skill exited with code %d", res.ExitCode)
 	case truncated:
 		return fail("skill output exceeded %d bytes", sk.limits.OutputBytes)
+	case res.ExitCode != 0:
+		return fail("skill exited with code %d", res.ExitCode)
 	}
 	var v any
 	if err := json.Unmarshal(data, &v); err != nil {
