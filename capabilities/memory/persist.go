@@ -234,11 +234,16 @@ func (b *sqliteBackend) Get(ctx context.Context, tier string, sc scopeKey, keys 
 	if err != nil {
 		return nil, err
 	}
+	return recordsOf(s), nil
+}
+
+// recordsOf drops the scores of s.
+func recordsOf(s []scored) []record {
 	out := make([]record, len(s))
 	for i := range s {
 		out[i] = s[i].rec
 	}
-	return out, nil
+	return out
 }
 
 func placeholders(n int) string {

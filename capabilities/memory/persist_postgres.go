@@ -262,11 +262,7 @@ func (b *postgresBackend) Get(ctx context.Context, tier string, sc scopeKey, key
 	if err != nil {
 		return nil, err
 	}
-	out := make([]record, len(s))
-	for i := range s {
-		out[i] = s[i].rec
-	}
-	return out, nil
+	return recordsOf(s), nil
 }
 
 // pgFilter adds the tag and time filters; false when a tag cannot exist

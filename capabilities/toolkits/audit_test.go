@@ -3,12 +3,10 @@ package toolkits_test
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aephost/aep/gen/msg"
 )
@@ -20,14 +18,7 @@ import (
 // log line (debug level), no audit line and no snapshot, and the toolkit
 // stays unconfigured.
 func TestPostgresWrongPasswordLeavesNoTrace(t *testing.T) {
-	conn, err := net.DialTimeout("tcp", "127.0.0.1:5432", time.Second)
-	if err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip("no PostgreSQL on 127.0.0.1:5432 (CI unset)")
-		}
-		t.Fatal(err)
-	}
-	conn.Close()
+	needPostgres(t)
 	e := newEnv(t)
 	ctx := context.Background()
 	r, err := e.c.ToolkitConfigure(ctx, &msg.ToolkitConfigureReq{ToolkitName: "sql", Config: map[string]any{

@@ -334,7 +334,10 @@ func pgPassword() string {
 	return "aep-test-pw"
 }
 
-func TestPostgres(t *testing.T) {
+// needPostgres skips the test when no PostgreSQL listens on 127.0.0.1:5432,
+// unless CI is set: then it fails.
+func needPostgres(t *testing.T) {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", "127.0.0.1:5432", time.Second)
 	if err != nil {
 		if os.Getenv("CI") == "" {
@@ -343,6 +346,10 @@ func TestPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close()
+}
+
+func TestPostgres(t *testing.T) {
+	needPostgres(t)
 	e := newEnv(t)
 	base := map[string]any{"driver": "postgres", "database": "postgres", "host": "127.0.0.1", "port": 5432, "user": "postgres"}
 	with := func(kv ...any) map[string]any {
@@ -491,14 +498,7 @@ func (p *tcpProxy) stop() {
 // `configured` (SPEC 2.8 states), its calls fail as tool errors, and it is
 // `running` again, without configuring anew, once the backend is back.
 func TestPostgresLostConnection(t *testing.T) {
-	if c, err := net.DialTimeout("tcp", "127.0.0.1:5432", time.Second); err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip("no PostgreSQL on 127.0.0.1:5432 (CI unset)")
-		}
-		t.Fatal(err)
-	} else {
-		c.Close()
-	}
+	needPostgres(t)
 	proxy := &tcpProxy{t: t, backend: "127.0.0.1:5432"}
 	proxy.start()
 	t.Cleanup(proxy.stop)
