@@ -49,6 +49,10 @@ type Entry struct {
 	Kernel bool
 	// Reply is the reply type of a request.
 	Reply string
+	// Owner, when set, is the kind of claim (see server.Claim) whose owner
+	// handles the request alone: the request's AuditTarget names what is
+	// owned (x-aep-owner; tool/call is owned per tool name).
+	Owner string
 	// Required lists the top-level fields that must be present.
 	Required []string
 	// Shape checks required fields nested inside the message; nil if none.

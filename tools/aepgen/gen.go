@@ -74,6 +74,9 @@ func (g *generator) index() error {
 					return fmt.Errorf("%s: x-aep-audit-target %q of %s is not a string field", m.file.Path, t, m.name)
 				}
 			}
+			if m.node.XOwner != "" && m.node.XAuditTarget == "" {
+				return fmt.Errorf("%s: x-aep-owner of %s needs x-aep-audit-target", m.file.Path, m.name)
+			}
 			if mr := m.node.XMerge; mr.Field != "" {
 				f := g.models[r.name].Fields[mr.Field]
 				if f == nil || !strings.HasPrefix(f.Type, "[]") {
@@ -247,6 +250,9 @@ func (g *generator) entry(w *bytes.Buffer, f *schemaFile, m *message, iface bool
 	fmt.Fprintf(w, "&wire.Entry{\nType: %q,\nKind: %s,\nNamespace: %q,\nCapability: %q,\nKernel: %v,\n", n.XType, kind, f.Namespace, capability, f.Kernel)
 	if n.XReply != "" {
 		fmt.Fprintf(w, "Reply: %q,\n", n.XReply)
+	}
+	if n.XOwner != "" {
+		fmt.Fprintf(w, "Owner: %q,\n", n.XOwner)
 	}
 	if len(n.Required) > 0 {
 		req := append([]string(nil), n.Required...)

@@ -66,6 +66,10 @@ type schemaNode struct {
 	// XAuditTarget names the string field that says what a request acts on
 	// (tool/call's tool_name); it becomes AuditTarget() for the audit line.
 	XAuditTarget string `json:"x-aep-audit-target"`
+	// XOwner names the kind of claim whose owner handles a request alone:
+	// the plugin that claimed ("tool", <audit target>) answers tool/call,
+	// not every tool-serving plugin. It needs x-aep-audit-target.
+	XOwner string `json:"x-aep-owner"`
 	// XCapability overrides the file's capability for one type.
 	XCapability string `json:"x-aep-capability"`
 }
