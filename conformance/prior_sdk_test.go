@@ -564,3 +564,5 @@ func TestPriorSDKErrorDetailIsAnyValue(t *testing.T) {
 		}
 	}
 }
+
+func (echoFaults) Module() server.ModuleInfo { return server.ModuleInfo{ID: "test.echofaults"} }

@@ -144,12 +144,10 @@ func (h *Host) SpawnChild(ctx context.Context, parent *Session, opts ChildOption
 	}
 	parent.kids[child] = struct{}{}
 	parent.mu.Unlock()
-	for _, p := range h.plugins {
-		if o, ok := p.Impl.(ChildObserver); ok {
-			if err := o.ChildSpawned(ctx, child.id, parent.id, opts.MemoryScope); err != nil {
-				child.Close()
-				return nil, "", fmt.Errorf("spawn: plugin %q: %w", p.Name, err)
-			}
+	for _, o := range h.childObservers {
+		if err := o.v.ChildSpawned(ctx, child.id, parent.id, opts.MemoryScope); err != nil {
+			child.Close()
+			return nil, "", fmt.Errorf("spawn: plugin %q: %w", o.p.Name, err)
 		}
 	}
 	h.log.Info("child session spawned", "session_id", child.id, "parent_id", parent.id, "depth", depth, "memory_scope", opts.MemoryScope)

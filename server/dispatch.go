@@ -6,24 +6,37 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
 )
 
-// dispatch routes one request to its plugins (SPEC 1 dispatch rules 3–4,
-// DESIGN Dispatch): an exclusive route has one plugin; otherwise every plugin
-// is called in descending priority and each answers or declines. Replies of
-// list types are merged; for other types the first answer is the reply.
-// When all decline, the type's fallback answers.
+// dispatch routes one request to its plugins (spec §1 dispatch rules 3–4;
+// docs/DECISIONS.md, "Dispatch"):
+//   - an exclusive route has one plugin, which answers alone;
+//   - an owned type (wire.Entry.Owner, tool/call) goes to the plugin that
+//     claimed the name the request acts on, host-wide or for this session;
+//     with no owner the type's fallback answers (UNKNOWN_TOOL);
+//   - otherwise every plugin is called in descending priority and each
+//     answers or declines: list replies are merged, for other types the
+//     first answer is the reply, and when all decline the fallback answers.
 func (h *Host) dispatch(ctx context.Context, c *call, e *wire.Entry, req wire.Message) (wire.Message, error) {
 	r := h.routes[e.Type]
 	if r == nil || len(r.plugins) == 0 {
 		if e.Fallback != nil {
-			return e.Fallback(req), nil
+			return h.fallback(c, e, req), nil
 		}
 		return nil, &wire.Error{Code: wire.CodeCapabilityMissing, Capability: e.Capability, Message: "no plugin serves " + e.Type}
 	}
+	plugins := r.plugins
+	if e.Owner != "" && !r.exclusive {
+		owner := h.owner(c, e, req, r)
+		if owner == nil {
+			return h.fallback(c, e, req), nil
+		}
+		plugins = []*plugin{owner}
+	}
 	var answer wire.Message
-	for _, p := range r.plugins {
+	for _, p := range plugins {
 		resp, err := h.invoke(ctx, c, p, e, req)
 		if errors.Is(err, wire.ErrDecline) {
 			continue
@@ -48,7 +61,7 @@ func (h *Host) dispatch(ctx context.Context, c *call, e *wire.Entry, req wire.Me
 	}
 	if answer == nil {
 		if e.Fallback != nil {
-			return e.Fallback(req), nil
+			return h.fallback(c, e, req), nil
 		}
 		return nil, &wire.Error{Code: wire.CodeRuntimeError, Capability: e.Capability, Message: "every plugin declined " + e.Type}
 	}
@@ -60,32 +73,72 @@ func (h *Host) dispatch(ctx context.Context, c *call, e *wire.Entry, req wire.Me
 	return answer, nil
 }
 
-// invoke calls one plugin's handler with panic recovery and audits the call
-// (SPEC 1.7: every handler invocation is audited, best-effort).
-func (h *Host) invoke(ctx context.Context, c *call, p *plugin, e *wire.Entry, req wire.Message) (resp wire.Message, err error) {
-	t0 := time.Now()
-	defer func() {
-		if v := recover(); v != nil {
-			resp, err = nil, h.panicError(c, p.Name, v)
+// owner returns the route's plugin that owns what req acts on, or nil.
+func (h *Host) owner(c *call, e *wire.Entry, req wire.Message, r *route) *plugin {
+	at, ok := req.(interface{ AuditTarget() string })
+	if !ok {
+		return nil
+	}
+	name, ok := h.claims.Owner(c.s.id, Claim{Kind: e.Owner, Name: at.AuditTarget()})
+	if !ok {
+		return nil
+	}
+	for _, p := range r.plugins {
+		if p.Name == name {
+			return p
 		}
-		rec := h.auditRecord(c, p, e, req, t0, err)
-		if err == nil && c.answered == nil {
-			// The answering plugin's record waits for the reply's size;
-			// subscribers get it now, before the reply leaves.
-			c.answerRec = rec
-			h.notify(*rec)
-			return
-		}
-		h.record(*rec)
-	}()
-	return e.Invoke(ctx, p.Impl, c, req)
+	}
+	return nil
 }
 
-func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req wire.Message, t0 time.Time, err error) *AuditRecord {
+// fallback answers with the type's fallback reply; the kernel audits it as
+// the one line of the request, since no plugin ran.
+func (h *Host) fallback(c *call, e *wire.Entry, req wire.Message) wire.Message {
+	t0 := time.Now()
+	resp := e.Fallback(req)
+	rec := h.auditRecord(c, nil, e, req, resp, t0, nil)
+	c.answerRec = rec
+	h.notify(*rec)
+	return resp
+}
+
+// invoke calls one plugin's handler with panic recovery and audits the call
+// (spec §1.7: every handler invocation is audited, best-effort).
+func (h *Host) invoke(ctx context.Context, c *call, p *plugin, e *wire.Entry, req wire.Message) (resp wire.Message, err error) {
+	t0 := time.Now()
+	err = Protect(h.log, "plugin "+p.Name+" handling "+e.Type, func() error {
+		var herr error
+		resp, herr = e.Invoke(ctx, p.Impl, c, req)
+		return herr
+	})
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		resp = nil
+	}
+	rec := h.auditRecord(c, p, e, req, resp, t0, err)
+	if err == nil && c.answered == nil {
+		// The answering plugin's record waits for the reply's size;
+		// subscribers get it now, before the reply leaves.
+		c.answerRec = rec
+		h.notify(*rec)
+		return resp, err
+	}
+	h.record(*rec)
+	return resp, err
+}
+
+// auditRecord builds the audit line of one handler call (p nil: the
+// kernel's fallback). Its success and error_code say how the request went
+// for the agent: a tool result with success false, a cancelled call or an
+// error are failures, each with its code.
+func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req, resp wire.Message, t0 time.Time, err error) *AuditRecord {
 	rec := &AuditRecord{
 		TS: t0, SessionID: c.s.id, ReqID: c.id, Type: e.Type, Capability: e.Capability,
-		Plugin: p.Name, Success: err == nil, InputBytes: c.inBytes,
+		Success: err == nil, InputBytes: c.inBytes,
 		DurationMS: float64(time.Since(t0).Microseconds()) / 1000,
+	}
+	if p != nil {
+		rec.Plugin = p.Name
 	}
 	if cr, ok := req.(interface{ GetCorrelationID() string }); ok {
 		rec.CorrelationID = cr.GetCorrelationID()
@@ -98,6 +151,15 @@ func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req wire.Message, 
 		rec.Success, rec.Declined = true, true
 	case err != nil:
 		rec.ErrorCode = string(wire.AsError(err).Code)
+	case c.wasCancelled():
+		rec.Success, rec.ErrorCode = false, string(wire.CodeCancelled)
+	default:
+		if tr, ok := resp.(*msg.ToolCallResp); ok && !tr.Result.Success {
+			rec.Success = false
+			if tr.Result.ErrorCode != nil {
+				rec.ErrorCode = string(*tr.Result.ErrorCode)
+			}
+		}
 	}
 	return rec
 }
@@ -109,5 +171,29 @@ func (h *Host) flushAudit(c *call, outBytes int) {
 		c.answerRec.OutputBytes = outBytes
 		h.auditor.Record(*c.answerRec)
 		c.answerRec = nil
+	}
+}
+
+// wireError is the protocol error that answers err. An error not meant for
+// the agent (wire.Error.Internal) is logged here in full under a
+// correlation id, and the agent gets a generic message carrying that id:
+// a handler's error text may hold a path, a DSN or a library's internals.
+func (h *Host) wireError(c *call, err error) *wire.Error {
+	e := wire.AsError(err)
+	if !e.Internal {
+		return e
+	}
+	corr := ""
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		corr = pe.Correlation // the panic and its stack are logged already
+	} else {
+		corr = newCorrelation()
+		h.log.Error("handler error", "correlation", corr, "session_id", c.s.id, "type", c.entry.Type, "err", err)
+	}
+	return &wire.Error{
+		Code: e.Code, Capability: e.Capability, Err: e.Err,
+		Message: "internal error; the host's log has it under correlation " + corr,
+		Detail:  map[string]any{"correlation_id": corr},
 	}
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"github.com/aephost/aep/gen/msg"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ import (
 
 func init() {
 	// A module for config-driven tests: `cls: test.echo` builds an echoplug.
-	server.RegisterModule(server.Module{ID: "test.echo", New: func() any { return &echoplug.Plugin{} }})
+	server.RegisterModule(new(echoplug.Plugin))
 }
 
 // newHost starts a host with the echo namespace and the given plugins.
@@ -274,7 +275,7 @@ func TestPluginLifecycle(t *testing.T) {
 			opts := []server.Option{server.WithDataDir(t.TempDir())}
 			for _, n := range []string{"a", "b", "c"} {
 				p := &lifePlugin{name: n, log: &log, failProvision: tt.fail == "provision:"+n, failValidate: tt.fail == "validate:"+n}
-				opts = append(opts, server.WithPlugin(server.PluginSpec{Name: n, Type: "life", Impl: p}))
+				opts = append(opts, server.WithPlugin(server.PluginSpec{Name: n, Impl: p}))
 			}
 			cfg := server.Config{Server: server.ServerConfig{AuthToken: "secret"}}
 			h, err := server.New(context.Background(), cfg, opts...)
@@ -303,17 +304,78 @@ func TestPluginEnv(t *testing.T) {
 	p := &lifePlugin{name: "a", log: &log}
 	cfg := server.Config{Server: server.ServerConfig{AuthToken: "secret"}}
 	h, err := server.New(context.Background(), cfg, server.WithDataDir(dir),
-		server.WithPlugin(server.PluginSpec{Name: "a", Type: "life", Impl: p}))
+		server.WithPlugin(server.PluginSpec{Name: "a", Impl: p}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close(context.Background())
-	if p.env.Name != "a" || p.env.Type != "life" || p.env.DataDir != dir+"/a" || p.env.Host != h || p.env.Claims == nil || p.env.Logger == nil {
+	if p.env.Name != "a" || p.env.Type != "" || p.env.DataDir != dir+"/a" || p.env.Host != h || p.env.Claims == nil || p.env.Logger == nil {
 		t.Errorf("plugin env = %+v", p.env)
 	}
-	if !slices.Contains(h.Served(), "life") {
-		t.Errorf("served %q lacks the plugin's type", h.Served())
+	// A plugin that implements no handler serves nothing; only the
+	// kernel's session namespace is served.
+	if got := h.Served(); !slices.Equal(got, []string{"session"}) {
+		t.Errorf("served %q, want only session", got)
 	}
+}
+
+// TestPluginTypeMustBeServed: a plugin configured as a capability its
+// handlers do not serve is refused at start-up, naming the plugin, the
+// type and what the module does serve; the same check runs in
+// server.CheckConfig (what `aep config validate` calls).
+func TestPluginTypeMustBeServed(t *testing.T) {
+	cases := []struct {
+		name, typ string
+		impl      server.Plugin
+		wantErr   string
+	}{
+		{"served type", "echo", &echoplug.Plugin{}, ""},
+		{"alias of nothing", "procs", &echoplug.Plugin{}, `plugin "p": type "procs" is not served by module test.echo (it serves: echo)`},
+		{"capability of another plugin", "tools", &echoplug.Plugin{}, `type "tools" is not served by module test.echo`},
+		{"handler-less plugin with a type", "learn", &lifePlugin{log: new([]string)}, `(it serves: none)`},
+		{"handler-less plugin without a type", "", &lifePlugin{log: new([]string)}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := server.Config{Server: server.ServerConfig{AuthToken: "secret"}}
+			h, err := server.New(context.Background(), cfg, server.WithRegistry(msg.Registry().Union(testproto.Registry())),
+				server.WithPlugin(server.PluginSpec{Name: "p", Type: c.typ, Impl: c.impl}))
+			if h != nil {
+				defer h.Close(context.Background())
+			}
+			if c.wantErr == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("New: err %v, want %q", err, c.wantErr)
+			}
+		})
+	}
+	t.Run("config", func(t *testing.T) {
+		cfg, err := server.ParseConfig([]byte(`
+server:
+  auth_token: secret
+plugins:
+  - name: p
+    type: procs
+    cls: test.echo
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := msg.Registry().Union(testproto.Registry())
+		err = server.CheckConfig(cfg, reg)
+		if err == nil || !strings.Contains(err.Error(), `plugin "p": type "procs" is not served by module test.echo (it serves: echo)`) {
+			t.Fatalf("CheckConfig: %v", err)
+		}
+		_, err = server.New(context.Background(), cfg, server.WithRegistry(reg))
+		if err == nil || !strings.Contains(err.Error(), `type "procs" is not served`) {
+			t.Fatalf("New: %v", err)
+		}
+	})
 }
 
 // TestConfigPlugins builds plugins from YAML through registered modules.
@@ -516,3 +578,5 @@ func TestEmitAfterReply(t *testing.T) {
 		t.Fatalf("host sent %s after the reply", l)
 	}
 }
+
+func (*lifePlugin) Module() server.ModuleInfo { return server.ModuleInfo{ID: "test.lifePlugin"} }

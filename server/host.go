@@ -71,10 +71,21 @@ type Host struct {
 	store   *store.Store
 
 	plugins []*plugin
+	byName  map[string]*plugin
 	routes  map[string]*route
 	served  map[string]bool // capabilities some plugin serves
-	token   [32]byte
-	started time.Time
+
+	// The optional interfaces of the loaded plugins, found once at start.
+	observers      []pluginAs[SessionObserver]
+	childObservers []pluginAs[ChildObserver]
+	snapshotters   []pluginAs[Snapshotter]
+	secretHolders  []pluginAs[SecretHolder]
+
+	hooksMu    sync.Mutex
+	stateHooks map[string][]func(sessionID string) // plugin name → SessionState drops
+	goroutines sync.WaitGroup                      // PluginEnv.Go
+	token      [32]byte
+	started    time.Time
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -118,15 +129,22 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	// that config plugins cannot shadow it by accident.
 	specs = append([]PluginSpec{{Name: "session", Type: "session", Impl: &sessionPlugin{h: h}}}, specs...)
 	specs = append(specs, o.plugins...)
-	h.plugins, err = start(ctx, specs, h.pluginEnv, h.claims)
+	h.plugins, err = start(ctx, h.reg, specs, h.pluginEnv, h.claims)
 	if err != nil {
 		return nil, err
 	}
-	h.routes = buildRoutes(h.reg, h.plugins)
-	h.served = map[string]bool{}
+	h.byName = make(map[string]*plugin, len(h.plugins))
 	for _, p := range h.plugins {
-		h.served[CanonicalCapability(p.Type)] = true
+		h.byName[p.Name] = p
 	}
+	h.observers = implementing[SessionObserver](h.plugins)
+	h.childObservers = implementing[ChildObserver](h.plugins)
+	h.snapshotters = implementing[Snapshotter](h.plugins)
+	h.secretHolders = implementing[SecretHolder](h.plugins)
+	h.routes = buildRoutes(h.reg, h.plugins)
+	// A capability is served when some plugin's handlers answer its
+	// namespace; a config `type` alone never makes it so.
+	h.served = map[string]bool{"session": true} // the kernel's own
 	for _, r := range h.routes {
 		if len(r.plugins) > 0 && r.entry.Capability != "" {
 			h.served[r.entry.Capability] = true
@@ -180,13 +198,12 @@ func (h *Host) Plugins() []string {
 }
 
 // PluginImpl returns the implementation of a loaded plugin by name.
-func (h *Host) PluginImpl(name string) (any, bool) {
-	for _, p := range h.plugins {
-		if p.Name == name {
-			return p.Impl, true
-		}
+func (h *Host) PluginImpl(name string) (Plugin, bool) {
+	p, ok := h.byName[name]
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	return p.Impl, true
 }
 
 // ErrTooManySessions is returned when the host is at server.limits.max_sessions.
@@ -251,10 +268,9 @@ func (h *Host) forget(s *Session) {
 	delete(h.sessions, s.id)
 	h.mu.Unlock()
 	h.childTokens.Delete(s.id)
-	for _, p := range h.plugins {
-		if o, ok := p.Impl.(SessionObserver); ok {
-			o.SessionClosed(s.id)
-		}
+	h.dropState("", s.id)
+	for _, o := range h.observers {
+		o.v.SessionClosed(s.id)
 	}
 }
 
@@ -319,11 +335,26 @@ func (h *Host) Close(ctx context.Context) error {
 			break
 		}
 	}
+	if werr := waitGroup(wctx, &h.goroutines); werr != nil {
+		h.log.Warn("closing without waiting for a plugin goroutine", "err", werr)
+	}
 	err := cleanup(h.plugins)
 	if c, ok := h.auditor.(interface{ Close(context.Context) error }); ok {
 		err = errors.Join(err, c.Close(ctx))
 	}
 	return err
+}
+
+// waitGroup waits for wg or ctx, whichever ends first.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // tokenOK compares in constant time: both sides are hashed first, so neither

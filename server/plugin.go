@@ -9,60 +9,12 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
-
-// Module is a plugin implementation registered at init under an ID such as
-// "aep.tools.builtin"; a config entry's `cls` names it (DESIGN: Go has no
-// dynamic import, so this follows Caddy's module pattern).
-type Module struct {
-	ID string
-	// New returns a fresh, unprovisioned plugin. It must have no side effects.
-	New func() any
-}
-
-var (
-	modulesMu sync.RWMutex
-	modules   = map[string]Module{}
-)
-
-// RegisterModule makes a plugin implementation available to configs. It
-// panics on a duplicate or malformed ID, at init, where the mistake is made.
-func RegisterModule(m Module) {
-	if m.ID == "" || m.New == nil || strings.ContainsAny(m.ID, " /") {
-		panic(fmt.Sprintf("server: invalid module %q", m.ID))
-	}
-	modulesMu.Lock()
-	defer modulesMu.Unlock()
-	if _, dup := modules[m.ID]; dup {
-		panic(fmt.Sprintf("server: module %q registered twice", m.ID))
-	}
-	modules[m.ID] = m
-}
-
-// Modules returns the registered module IDs, sorted.
-func Modules() []string {
-	modulesMu.RLock()
-	defer modulesMu.RUnlock()
-	out := make([]string, 0, len(modules))
-	for id := range modules {
-		out = append(out, id)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func lookupModule(id string) (Module, bool) {
-	modulesMu.RLock()
-	defer modulesMu.RUnlock()
-	m, ok := modules[id]
-	return m, ok
-}
 
 // PluginEnv is what a plugin learns about its host when it is provisioned.
 type PluginEnv struct {
@@ -116,60 +68,6 @@ type Snapshotter interface {
 	Restore(ctx context.Context, sessionID string, state []byte) error
 }
 
-// Claimer is implemented by plugins that own names fixed at start-up (for
-// example the tools they serve). Claims are checked for uniqueness across
-// plugins when the host starts (DESIGN Dispatch: ownership is unique).
-type Claimer interface {
-	Claims() []Claim
-}
-
-// Claim is ownership of one name of one kind, such as ("tool", "read_file").
-type Claim struct {
-	Kind string
-	Name string
-}
-
-// ErrClaimed is the cause when a name is already owned by another plugin.
-var ErrClaimed = errors.New("already claimed")
-
-// Claims registers which plugin owns which name, so that a broadcast request
-// is answered by at most one plugin.
-type Claims struct {
-	mu     sync.RWMutex
-	owners map[Claim]string
-}
-
-// NewClaims returns an empty register.
-func NewClaims() *Claims { return &Claims{owners: map[Claim]string{}} }
-
-// Claim records that owner owns c; a name owned by another owner is refused.
-func (r *Claims) Claim(c Claim, owner string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if prev, ok := r.owners[c]; ok && prev != owner {
-		return fmt.Errorf("%s %q of plugin %q: %w by plugin %q", c.Kind, c.Name, owner, ErrClaimed, prev)
-	}
-	r.owners[c] = owner
-	return nil
-}
-
-// Release gives up a claim held by owner.
-func (r *Claims) Release(c Claim, owner string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.owners[c] == owner {
-		delete(r.owners, c)
-	}
-}
-
-// Owner returns the owner of c.
-func (r *Claims) Owner(c Claim) (string, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	o, ok := r.owners[c]
-	return o, ok
-}
-
 // PluginSpec describes one plugin instance to the host: from a config entry,
 // or given directly (tests, embedding).
 type PluginSpec struct {
@@ -177,7 +75,7 @@ type PluginSpec struct {
 	Type      string // capability named by the plugin
 	Priority  int
 	Exclusive bool
-	Impl      any
+	Impl      Plugin
 }
 
 // plugin is one loaded instance.
@@ -219,7 +117,7 @@ func instantiate(cfg Config) ([]PluginSpec, error) {
 		}
 		m, ok := lookupModule(pc.Cls)
 		if !ok {
-			return nil, fmt.Errorf("plugin %q: unknown cls %q; registered: %s", pc.Name, pc.Cls, strings.Join(Modules(), ", "))
+			return nil, fmt.Errorf("plugin %q: unknown cls %q; registered: %s", pc.Name, pc.Cls, strings.Join(ModuleIDs(), ", "))
 		}
 		impl := m.New()
 		if err := decodeSettings(&pc.Config, impl); err != nil {
@@ -230,9 +128,38 @@ func instantiate(cfg Config) ([]PluginSpec, error) {
 	return out, nil
 }
 
+// CheckConfig checks everything about cfg that [New] checks before it
+// provisions anything: the kernel settings, that every `cls` is a
+// registered module, that each plugin's settings decode strictly, and that
+// each plugin's handlers serve its configured `type`. `aep config validate`
+// runs it, so a file it accepts is one `aep serve` starts with.
+func CheckConfig(cfg Config, reg *wire.Registry) error {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	specs, err := instantiate(cfg)
+	if err != nil {
+		return err
+	}
+	for _, spec := range specs {
+		if err := checkType(reg, spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // start provisions and validates plugins in order. On failure every plugin
 // touched so far, the failing one included, is cleaned up.
-func start(ctx context.Context, specs []PluginSpec, env func(PluginSpec) PluginEnv, claims *Claims) ([]*plugin, error) {
+func start(ctx context.Context, reg *wire.Registry, specs []PluginSpec, env func(PluginSpec) PluginEnv, claims *Claims) ([]*plugin, error) {
+	for _, spec := range specs {
+		if spec.Impl == nil {
+			return nil, fmt.Errorf("plugin %q: no implementation", spec.Name)
+		}
+		if err := checkType(reg, spec); err != nil {
+			return nil, err
+		}
+	}
 	var started []*plugin
 	fail := func(p PluginSpec, err error) ([]*plugin, error) {
 		cleanup(append(started, &plugin{PluginSpec: p}))
@@ -251,7 +178,7 @@ func start(ctx context.Context, specs []PluginSpec, env func(PluginSpec) PluginE
 		}
 		if c, ok := spec.Impl.(Claimer); ok {
 			for _, cl := range c.Claims() {
-				if err := claims.Claim(cl, spec.Name); err != nil {
+				if err := claims.Claim("", cl, spec.Name); err != nil {
 					return fail(spec, err)
 				}
 			}
@@ -276,8 +203,9 @@ func cleanup(ps []*plugin) error {
 
 // route is the dispatch table row of one type.
 type route struct {
-	entry   *wire.Entry
-	plugins []*plugin // descending priority, ties in config order
+	entry     *wire.Entry
+	plugins   []*plugin // descending priority, ties in config order
+	exclusive bool      // plugins holds the one exclusive plugin
 }
 
 // buildRoutes maps every plugin-served request type to its plugins
@@ -304,6 +232,7 @@ func buildRoutes(reg *wire.Registry, ps []*plugin) map[string]*route {
 		for i, p := range r.plugins {
 			if p.Exclusive {
 				r.plugins = r.plugins[i : i+1]
+				r.exclusive = true
 				break
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -346,7 +345,7 @@ func (s *Session) run(c *call) {
 		if errors.Is(err, context.DeadlineExceeded) || (ctx.Err() == context.DeadlineExceeded && errors.Is(err, context.Canceled)) {
 			err = fmt.Errorf("request exceeded %s: %w", time.Duration(s.h.cfg.Server.Limits.RequestTimeout), wire.ErrTimeout)
 		}
-		c.replyError(wire.AsError(err))
+		c.replyError(s.h.wireError(c, err))
 		s.h.flushAudit(c, 0)
 		return
 	}
@@ -464,6 +463,13 @@ func (c *call) start(cancel context.CancelFunc) bool {
 	return true
 }
 
+// wasCancelled reports whether `cancel` stopped the call.
+func (c *call) wasCancelled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cancelled
+}
+
 func (c *call) cancelNow() {
 	c.mu.Lock()
 	c.cancelled = true
@@ -551,13 +557,10 @@ func (c *call) Dispatch(ctx context.Context, req wire.Message) (wire.Message, er
 	inner := &call{s: c.s, id: env.ID, entry: e, msg: req, parent: c, depth: c.depth + 1}
 	resp, err := c.s.h.dispatch(ctx, inner, e, req)
 	c.s.h.flushAudit(inner, 0)
-	return resp, err
-}
-
-// panicError turns a recovered panic into a runtime_error that carries a
-// correlation id instead of the stack, which goes to the log only.
-func (h *Host) panicError(c *call, plugin string, v any) *wire.Error {
-	corr := "err-" + rand16()
-	h.log.Error("handler panic", "correlation", corr, "session_id", c.s.id, "type", c.entry.Type, "plugin", plugin, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-	return &wire.Error{Code: wire.CodeRuntimeError, Message: "internal error in plugin " + plugin + " (correlation " + corr + ")", Detail: map[string]any{"correlation_id": corr}}
+	if err != nil {
+		// The caller (a chain, a subagent) may pass the error on to the
+		// agent, so it gets the same safe form a reply would.
+		return nil, c.s.h.wireError(inner, err)
+	}
+	return resp, nil
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"github.com/aephost/aep/gen/msg"
 	"strings"
 	"testing"
 	"time"
@@ -100,10 +101,11 @@ func TestCapabilityAliases(t *testing.T) {
 			t.Errorf("CanonicalCapability(%q) = %q, want %q", alias, got, canon)
 		}
 	}
-	var log []string
+	// Only the handshake runs here, so plugins that declare the learn and
+	// skills handlers (and would panic if called) are enough to serve them.
 	h := newHost(t, server.Config{},
-		server.PluginSpec{Name: "learner", Type: "learn", Impl: &lifePlugin{name: "learner", log: &log}},
-		server.PluginSpec{Name: "skiller", Type: "skills", Impl: &lifePlugin{name: "skiller", log: &log}})
+		server.PluginSpec{Name: "learner", Type: "learn", Impl: &declares{LearnHandler: nil}},
+		server.PluginSpec{Name: "skiller", Type: "skills", Impl: &declares{}})
 	for _, caps := range [][]string{{"learning", "skill", "memory"}, {"learn", "skills"}} {
 		p, err := h.ConnectLines(8)
 		if err != nil {
@@ -246,3 +248,12 @@ func TestRequestTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// declares implements the learn and skills handler interfaces without
+// bodies: enough for tests of capability negotiation, never called.
+type declares struct {
+	msg.LearnHandler
+	msg.SkillHandler
+}
+
+func (*declares) Module() server.ModuleInfo { return server.ModuleInfo{ID: "test.declares"} }

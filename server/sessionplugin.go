@@ -12,6 +12,12 @@ type sessionPlugin struct{ h *Host }
 
 var _ msg.SessionHandler = (*sessionPlugin)(nil)
 
+// Module says the kernel's session plugin is no registered module: it is
+// always loaded, first.
+func (p *sessionPlugin) Module() ModuleInfo {
+	return ModuleInfo{ID: "aep.session.kernel", Capability: "session"}
+}
+
 func (p *sessionPlugin) SessionInfo(ctx context.Context, sc wire.Scope, req *msg.SessionInfoReq) (*msg.SessionInfoResp, error) {
 	s, ok := p.h.Session(sc.SessionID())
 	if !ok {

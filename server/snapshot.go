@@ -49,12 +49,12 @@ var snapshotIDPattern = regexp.MustCompile(`^(file|sql)-[0-9a-f]{32}$`)
 
 var (
 	// ErrSnapshotNotFound is the cause when no snapshot has the requested id.
-	ErrSnapshotNotFound = errors.New("unknown snapshot")
+	ErrSnapshotNotFound = wire.Reason("unknown_snapshot", errors.New("unknown snapshot"))
 	// ErrSnapshotCorrupt is the cause when a stored snapshot fails to decode or verify.
-	ErrSnapshotCorrupt = errors.New("corrupt snapshot")
+	ErrSnapshotCorrupt = wire.Reason("corrupt_snapshot", errors.New("corrupt snapshot"))
 	// ErrSnapshotSecret is the cause when a snapshot would contain a secret
 	// the kernel knows; nothing is written.
-	ErrSnapshotSecret = errors.New("snapshot refused: it contains a secret")
+	ErrSnapshotSecret = wire.Reason("secret_in_snapshot", errors.New("snapshot refused: it contains a secret"))
 )
 
 // SecretHolder is implemented by plugins that hold secrets (API keys,
@@ -96,11 +96,11 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	switch target {
 	case "file":
 		if h.dataDir == "" {
-			return "", 0, errors.New("file snapshots need a data directory; this host has none")
+			return "", 0, wire.Reason("snapshot_target_unavailable", errors.New("file snapshots need a data directory; this host has none"))
 		}
 	case "sql":
 		if h.store == nil {
-			return "", 0, errors.New("sql snapshots need a store; this host has none")
+			return "", 0, wire.Reason("snapshot_target_unavailable", errors.New("sql snapshots need a store; this host has none"))
 		}
 	default:
 		return "", 0, fmt.Errorf("target %q: %w: want file or sql", target, wire.ErrInvalid)
@@ -112,14 +112,11 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	p.Created = time.Now().UTC()
 	p.Plugins = []pluginSnapshot{}
 	secrets := h.secrets(s.id)
-	for _, pl := range h.plugins {
-		sn, ok := pl.Impl.(Snapshotter)
-		if !ok {
-			continue
-		}
+	for _, snp := range h.snapshotters {
+		pl, sn := snp.p, snp.v
 		state, err := sn.Snapshot(ctx, s.id)
 		if err != nil {
-			return "", 0, fmt.Errorf("plugin %q: snapshot: %w", pl.Name, err)
+			return "", 0, wire.Public(fmt.Errorf("plugin %q: snapshot: %w", pl.Name, err))
 		}
 		// Plugin state is base64 in the document, so it is checked raw.
 		if what := findSecret(state, secrets); what != "" {
@@ -187,7 +184,7 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 		impl, ok := h.PluginImpl(ps.Name)
 		sn, isSn := impl.(Snapshotter)
 		if !ok || !isSn {
-			return nil, fmt.Errorf("snapshot %s holds the state of plugin %q, which this host does not load as a snapshotter; nothing was restored", id, ps.Name)
+			return nil, wire.Reason("snapshot_plugin_missing", fmt.Errorf("snapshot %s holds the state of plugin %q, which this host does not load as a snapshotter; nothing was restored", id, ps.Name))
 		}
 		steps = append(steps, step{name: ps.Name, sn: sn, state: ps.State})
 	}
@@ -195,25 +192,29 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 	for i := range steps {
 		prev, err := steps[i].sn.Snapshot(ctx, s.id)
 		if err != nil {
-			return nil, fmt.Errorf("plugin %q: saving the current state before restore: %w; nothing was restored", steps[i].name, err)
+			return nil, wire.Public(fmt.Errorf("plugin %q: saving the current state before restore: %w; nothing was restored", steps[i].name, err))
 		}
 		steps[i].prev = prev
 	}
 	restored := make([]string, 0, len(steps))
 	for i, st := range steps {
+		// A restore replaces the plugin's state of the session: the
+		// kernel drops what its SessionState containers hold first.
+		h.dropState(st.name, s.id)
 		if err := st.sn.Restore(ctx, s.id, st.state); err != nil {
 			var rbErrs []error
 			// The failing plugin may have changed part of its state, so it is rolled back too.
 			for j := i; j >= 0; j-- {
+				h.dropState(steps[j].name, s.id)
 				if rerr := steps[j].sn.Restore(ctx, s.id, steps[j].prev); rerr != nil {
 					rbErrs = append(rbErrs, fmt.Errorf("plugin %q: %w", steps[j].name, rerr))
 				}
 			}
 			if rb := errors.Join(rbErrs...); rb != nil {
 				h.log.Error("restore rollback failed", "session_id", s.id, "snapshot_id", id, "err", rb)
-				return nil, fmt.Errorf("plugin %q: restore: %w; rolling back also failed: %v", st.name, err, rb)
+				return nil, wire.Public(fmt.Errorf("plugin %q: restore: %w; rolling back also failed: %v", st.name, err, rb))
 			}
-			return nil, fmt.Errorf("plugin %q: restore: %w; the session's state was rolled back", st.name, err)
+			return nil, wire.Public(fmt.Errorf("plugin %q: restore: %w; the session's state was rolled back", st.name, err))
 		}
 		restored = append(restored, st.name)
 	}
@@ -226,7 +227,7 @@ func (h *Host) loadSnapshot(ctx context.Context, target, id string) ([]byte, err
 	switch target {
 	case "file":
 		if h.dataDir == "" {
-			return nil, errors.New("file snapshots need a data directory; this host has none")
+			return nil, wire.Reason("snapshot_target_unavailable", errors.New("file snapshots need a data directory; this host has none"))
 		}
 		path := filepath.Join(h.dataDir, snapshotDir, id+".json")
 		fi, err := os.Lstat(path)
@@ -254,7 +255,7 @@ func (h *Host) loadSnapshot(ctx context.Context, target, id string) ([]byte, err
 		return doc, nil
 	default: // "sql"
 		if h.store == nil {
-			return nil, errors.New("sql snapshots need a store; this host has none")
+			return nil, wire.Reason("snapshot_target_unavailable", errors.New("sql snapshots need a store; this host has none"))
 		}
 		row, err := h.store.Client.Snapshot.Get(ctx, id)
 		if ent.IsNotFound(err) {
@@ -327,10 +328,8 @@ func (h *Host) secrets(sid string) []string {
 	if t, ok := h.childTokens.Load(sid); ok {
 		out[1] = t.(string)
 	}
-	for _, p := range h.plugins {
-		if sh, ok := p.Impl.(SecretHolder); ok {
-			out = append(out, sh.Secrets()...)
-		}
+	for _, sh := range h.secretHolders {
+		out = append(out, sh.v.Secrets()...)
 	}
 	return out
 }

@@ -40,7 +40,7 @@ func TestSnapshotRefusesChildToken(t *testing.T) {
 	cfg := Defaults()
 	cfg.Server.AuthToken = "host-token-canary"
 	plug := &rawState{m: map[string][]byte{}}
-	h, err := New(ctx, cfg, WithDataDir(dir), WithPlugin(PluginSpec{Name: "raw", Type: "memory", Impl: plug}))
+	h, err := New(ctx, cfg, WithDataDir(dir), WithPlugin(PluginSpec{Name: "raw", Impl: plug}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,3 +123,5 @@ func TestWriteFileAtomic(t *testing.T) {
 		}
 	}
 }
+
+func (*rawState) Module() ModuleInfo { return ModuleInfo{ID: "test.rawstate"} }

@@ -61,7 +61,7 @@ type leakyState struct {
 }
 
 func init() {
-	server.RegisterModule(server.Module{ID: "aep.test.snapnotes", New: func() any { return &notesPlugin{} }})
+	server.RegisterModule(new(notesPlugin))
 }
 
 var (
@@ -625,4 +625,8 @@ func TestSnapshotNeedsItsTarget(t *testing.T) {
 			t.Fatalf("restore %s: got %v", target, err)
 		}
 	}
+}
+
+func (*notesPlugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: "aep.test.snapnotes", Capability: "echo", New: func() server.Plugin { return new(notesPlugin) }}
 }

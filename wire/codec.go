@@ -6,6 +6,7 @@ import (
 	stdjson "encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -40,7 +41,14 @@ func NewID() string {
 }
 
 // Now returns the current time as envelope `ts`: Unix epoch seconds.
-func Now() float64 { return float64(time.Now().UnixMicro()) / 1e6 }
+func Now() float64 { return Epoch(time.Now()) }
+
+// Epoch is the one clock format of the wire: t as Unix epoch seconds with
+// microsecond precision, which a float64 holds exactly for centuries.
+func Epoch(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
+
+// FromEpoch is the inverse of [Epoch].
+func FromEpoch(s float64) time.Time { return time.UnixMicro(int64(math.Round(s * 1e6))) }
 
 // AppendEncode appends the one-line JSON encoding of m with its envelope to
 // dst: the envelope fields first, then the body's fields (DESIGN Wire).

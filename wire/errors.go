@@ -15,6 +15,10 @@ type Error struct {
 	Detail     any
 	Capability string
 	Err        error
+	// Internal marks an error whose cause is not meant for the agent: the
+	// kernel logs Err under a correlation id and sends only a generic
+	// message carrying that id (see [AsError]).
+	Internal bool
 }
 
 func (e *Error) Error() string {
@@ -69,14 +73,45 @@ var (
 	ErrOverloaded = errors.New("overloaded")
 )
 
+// Public marks err's text as written for the agent: [AsError] answers it
+// runtime_error with err's message. Any other error that is not a protocol
+// error, a field error or one of the sentinels below reaches the wire only
+// as a generic message, since its text may hold a path, a DSN or a
+// library's internals.
+func Public(err error) error { return Reason("", err) }
+
+// Publicf is [Public] of fmt.Errorf(format, args...).
+func Publicf(format string, args ...any) error { return Public(fmt.Errorf(format, args...)) }
+
+// Reason is [Public] with a stable detail.reason (snake_case) that says to
+// a program what went wrong, and keys the retryable table.
+func Reason(reason string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &publicError{err: err, reason: reason}
+}
+
+type publicError struct {
+	err    error
+	reason string
+}
+
+func (e *publicError) Error() string { return e.err.Error() }
+func (e *publicError) Unwrap() error { return e.err }
+
 // AsError maps any error to the protocol error that answers it. This is the
-// one place where causes become wire codes.
+// one place where causes become wire codes. Sentinels mark text a plugin
+// wrote for the agent: ErrInvalid and ErrNotFound (schema_violation: the
+// request names something wrong or absent, so repeating it cannot help),
+// ErrDenied (runtime_error with detail.reason "denied"), and [Public].
 func AsError(err error) *Error {
 	var we *Error
 	if errors.As(err, &we) {
 		return we
 	}
 	var fe *FieldError
+	var pe *publicError
 	switch {
 	case errors.As(err, &fe):
 		return &Error{Code: CodeSchemaViolation, Message: fe.Error(), Detail: map[string]any{"field": fe.Field}, Err: err}
@@ -92,8 +127,18 @@ func AsError(err error) *Error {
 		return &Error{Code: CodeSchemaViolation, Message: Text(err), Err: err}
 	case errors.Is(err, ErrOverloaded):
 		return &Error{Code: CodeRuntimeError, Message: "session overloaded", Detail: map[string]any{"reason": "overloaded"}, Err: err}
+	case errors.Is(err, ErrNotFound):
+		return &Error{Code: CodeSchemaViolation, Message: Text(err), Detail: map[string]any{"reason": "not_found"}, Err: err}
+	case errors.Is(err, ErrDenied):
+		return &Error{Code: CodeRuntimeError, Message: Text(err), Detail: map[string]any{"reason": "denied"}, Err: err}
+	case errors.As(err, &pe):
+		e := &Error{Code: CodeRuntimeError, Message: err.Error(), Err: err}
+		if pe.reason != "" {
+			e.Detail = map[string]any{"reason": pe.reason}
+		}
+		return e
 	}
-	return &Error{Code: CodeRuntimeError, Message: err.Error(), Err: err}
+	return &Error{Code: CodeRuntimeError, Message: "internal error", Err: err, Internal: true}
 }
 
 // Text is err's message for a reader: without the words of the ErrInvalid
@@ -102,10 +147,18 @@ func AsError(err error) *Error {
 // proc_id").
 func Text(err error) string {
 	m := err.Error()
-	if !errors.Is(err, ErrInvalid) {
+	var sentinel error
+	switch {
+	case errors.Is(err, ErrInvalid):
+		sentinel = ErrInvalid
+	case errors.Is(err, ErrNotFound):
+		sentinel = ErrNotFound
+	case errors.Is(err, ErrDenied):
+		sentinel = ErrDenied
+	default:
 		return m
 	}
-	inv := ErrInvalid.Error()
+	inv := sentinel.Error()
 	if t := strings.TrimSuffix(strings.TrimPrefix(m, inv+": "), ": "+inv); t != "" {
 		m = strings.Replace(t, ": "+inv+": ", ": ", 1)
 	}

@@ -32,7 +32,13 @@ func TestAsError(t *testing.T) {
 		{"out of memory", fmt.Errorf("run: %w", wire.ErrOutOfMemory), wire.CodeOutOfMemory, "run: out of memory"},
 		{"sandbox crash", wire.ErrSandboxCrash, wire.CodeSandboxCrash, "sandbox crashed"},
 		{"overloaded", wire.ErrOverloaded, wire.CodeRuntimeError, "session overloaded"},
-		{"anything else", errors.New("disk on fire"), wire.CodeRuntimeError, "disk on fire"},
+		{"not found", fmt.Errorf("proc %q: %w", "p1", wire.ErrNotFound), wire.CodeSchemaViolation, `proc "p1"`},
+		{"denied", fmt.Errorf("episode limit reached: %w", wire.ErrDenied), wire.CodeRuntimeError, "episode limit reached"},
+		{"public", fmt.Errorf("chain: %w", wire.Public(errors.New("no node n1"))), wire.CodeRuntimeError, "chain: no node n1"},
+		{"reason", wire.Reason("step_limit", errors.New("step limit 3 reached")), wire.CodeRuntimeError, "step limit 3 reached"},
+		// Any other error's text may hold a path or a DSN: it never
+		// reaches the wire (the kernel logs it under a correlation id).
+		{"anything else", errors.New("open /srv/aep/aep.db: disk on fire"), wire.CodeRuntimeError, "internal error"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,6 +48,9 @@ func TestAsError(t *testing.T) {
 			}
 			if got != own && !errors.Is(got, tc.err) && got.Err != tc.err {
 				t.Fatalf("the cause is lost: %#v", got)
+			}
+			if got.Internal != (tc.name == "anything else") {
+				t.Fatalf("Internal = %v", got.Internal)
 			}
 		})
 	}

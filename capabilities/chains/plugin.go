@@ -22,7 +22,13 @@ import (
 const ModuleID = "aep.chains.builtin"
 
 func init() {
-	server.RegisterModule(server.Module{ID: ModuleID, New: func() any { return &Plugin{} }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module ModuleID, the chains capability,
+// named chains.builtin in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: ModuleID, Capability: "chains", DefaultName: "chains.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // Plugin serves the chain namespace.

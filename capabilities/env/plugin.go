@@ -19,7 +19,13 @@ import (
 )
 
 func init() {
-	server.RegisterModule(server.Module{ID: "aep.env.builtin", New: func() any { return new(Plugin) }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module aep.env.builtin, the env capability,
+// named env.builtin in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: "aep.env.builtin", Capability: "env", DefaultName: "env.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // Defaults of the plugin's settings.

@@ -29,7 +29,13 @@ import (
 const ModuleID = "aep.learn.builtin"
 
 func init() {
-	server.RegisterModule(server.Module{ID: ModuleID, New: func() any { return new(Plugin) }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module ModuleID, the learn capability,
+// named learn.builtin in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: ModuleID, Capability: "learn", DefaultName: "learn.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // Plugin serves the learn namespace. Its exported fields are its settings

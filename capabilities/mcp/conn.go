@@ -19,7 +19,6 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server/toolrun"
 )
@@ -70,7 +69,7 @@ func (s spec) allows(tool string) bool {
 
 // proxied is one allowed MCP tool as a plain tool.
 type proxied struct {
-	tool    *tools.Tool
+	tool    *toolrun.Tool
 	mcpName string
 }
 
@@ -320,7 +319,7 @@ func (c *conn) setToolsLocked(list []mcp.Tool) {
 			continue
 		}
 		c.claimed = append(c.claimed, name)
-		c.tools[name] = &proxied{tool: tools.NewTool(definition(c.spec.ID, name, c.serverVer, t), nil), mcpName: t.Name}
+		c.tools[name] = &proxied{tool: toolrun.NewTool(definition(c.spec.ID, name, c.serverVer, t), nil), mcpName: t.Name}
 	}
 	if len(refused) > 0 {
 		sort.Strings(refused)
@@ -364,13 +363,13 @@ func (c *conn) close() {
 
 // toolList returns the proxied tools, connecting first if needed; a server
 // that cannot connect contributes no tools (its status says why).
-func (c *conn) toolList(ctx context.Context) []*tools.Tool {
+func (c *conn) toolList(ctx context.Context) []*toolrun.Tool {
 	if _, err := c.client(ctx); err != nil {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]*tools.Tool, 0, len(c.tools))
+	out := make([]*toolrun.Tool, 0, len(c.tools))
 	for _, p := range c.tools {
 		out = append(out, p.tool)
 	}

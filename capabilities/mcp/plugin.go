@@ -23,7 +23,6 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/toolrun"
@@ -34,7 +33,13 @@ import (
 const ModuleID = "aep.mcp.bridge"
 
 func init() {
-	server.RegisterModule(server.Module{ID: ModuleID, New: func() any { return &Plugin{} }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module ModuleID, the mcp capability,
+// named mcp.bridge in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: ModuleID, Capability: "mcp", DefaultName: "mcp.bridge", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // Plugin is the MCP bridge. Its settings are the plugin's `config`; values
@@ -61,10 +66,15 @@ type Plugin struct {
 	env     server.PluginEnv
 	opts    toolrun.Options
 	config  map[string]*conn
-	mu      sync.Mutex
-	bySess  map[string]map[string]*conn
+	mu      sync.Mutex // guards config and every sessionServers' conns
+	bySess  *server.SessionState[sessionServers]
 	claimMu sync.Mutex
-	claims  map[string]int // tool name → connections holding it
+	claims  map[server.Claim]int // (session, tool name) → connections holding it
+}
+
+// sessionServers are the servers one session registered at run time.
+type sessionServers struct {
+	conns map[string]*conn // guarded by Plugin.mu
 }
 
 // ServerConfig declares one server: a stdio command, or a streamable-HTTP URL.
@@ -104,9 +114,6 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if p.env.Claims == nil {
 		p.env.Claims = server.NewClaims()
 	}
-	if p.env.Logger == nil {
-		p.env.Logger = slogDiscard()
-	}
 	p.opts = toolrun.Options{MaxOutputBytes: p.MaxOutputBytes, Logger: env.Logger}
 	if env.Host != nil {
 		p.opts.Policy = env.Host.Config().Server.ToolPolicy
@@ -125,7 +132,10 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 			return fmt.Errorf("allow_urls[%d]: %w", i, err)
 		}
 	}
-	p.config, p.bySess, p.claims = map[string]*conn{}, map[string]map[string]*conn{}, map[string]int{}
+	p.config, p.claims = map[string]*conn{}, map[server.Claim]int{}
+	p.bySess = server.NewSessionState(env, func(string) *sessionServers {
+		return &sessionServers{conns: map[string]*conn{}}
+	}, p.closeSession)
 	for i, sc := range p.Servers {
 		if !idPattern.MatchString(sc.ID) {
 			return fmt.Errorf("servers[%d]: id %q: want lower-case letters, digits and '-' (at most 32, no '_')", i, sc.ID)
@@ -144,7 +154,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		s := spec{ID: sc.ID, Origin: msg.MCPServerInfoOriginConfig, Command: sc.Command, Args: sc.Args, Env: sc.Env,
 			URL: sc.URL, Headers: sc.Headers, ToolAllow: sc.ToolAllowList, ConnectTimeout: p.seconds(sc.ConnectTimeout),
 			ProtocolVersion: sc.ProtocolVersion}
-		p.config[sc.ID] = p.newConn(s)
+		p.config[sc.ID] = p.newConn(s, "")
 	}
 	var wg sync.WaitGroup
 	for _, c := range p.config {
@@ -162,32 +172,39 @@ func (p *Plugin) seconds(v float64) time.Duration {
 	return time.Duration(v * float64(time.Second))
 }
 
-func (p *Plugin) newConn(s spec) *conn {
-	return newConn(s, p.env.Logger, time.Duration(p.BackoffMax*float64(time.Second)), p.claim, p.release)
+// newConn makes the connection of a configured server (session "") or of
+// one a session registered, whose tool names that session alone owns.
+func (p *Plugin) newConn(s spec, session string) *conn {
+	return newConn(s, p.env.Logger, time.Duration(p.BackoffMax*float64(time.Second)),
+		func(name string) error { return p.claim(session, name) },
+		func(name string) { p.release(session, name) })
 }
 
-// claim owns a proxied tool name in the host's register (DESIGN Dispatch:
-// a tool name has one owner). Sessions registering the same server share
-// the name, so claims are counted.
-func (p *Plugin) claim(name string) error {
+// claim owns a proxied tool name in the host's register, host-wide for a
+// configured server and for one session for a registered one: a tool name
+// has one owner, and tool/call goes to it (docs/DECISIONS.md, "Dispatch").
+// Connections of one scope may share a name, so claims are counted.
+func (p *Plugin) claim(session, name string) error {
 	p.claimMu.Lock()
 	defer p.claimMu.Unlock()
-	if p.claims[name] == 0 {
-		if err := p.env.Claims.Claim(server.Claim{Kind: "tool", Name: name}, p.name); err != nil {
+	k := server.Claim{Kind: session, Name: name}
+	if p.claims[k] == 0 {
+		if err := p.env.Claims.Claim(session, server.Claim{Kind: "tool", Name: name}, p.name); err != nil {
 			return err
 		}
 	}
-	p.claims[name]++
+	p.claims[k]++
 	return nil
 }
 
-func (p *Plugin) release(name string) {
+func (p *Plugin) release(session, name string) {
 	p.claimMu.Lock()
 	defer p.claimMu.Unlock()
-	p.claims[name]--
-	if p.claims[name] <= 0 {
-		delete(p.claims, name)
-		p.env.Claims.Release(server.Claim{Kind: "tool", Name: name}, p.name)
+	k := server.Claim{Kind: session, Name: name}
+	p.claims[k]--
+	if p.claims[k] <= 0 {
+		delete(p.claims, k)
+		p.env.Claims.Release(session, server.Claim{Kind: "tool", Name: name}, p.name)
 	}
 }
 
@@ -223,22 +240,25 @@ func (p *Plugin) allowed(raw string) (*AllowURL, bool) {
 func (p *Plugin) find(sessionID, id string) *conn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c := p.bySess[sessionID][id]; c != nil {
-		return c
+	if ss, ok := p.bySess.Get(sessionID); ok && ss.conns[id] != nil {
+		return ss.conns[id]
 	}
 	return p.config[id]
 }
 
 // visible returns every server the session sees, sorted by id.
 func (p *Plugin) visible(sessionID string) []*conn {
+	ss, _ := p.bySess.Get(sessionID)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]*conn, 0, len(p.config)+len(p.bySess[sessionID]))
+	out := make([]*conn, 0, len(p.config))
 	for _, c := range p.config {
 		out = append(out, c)
 	}
-	for _, c := range p.bySess[sessionID] {
-		out = append(out, c)
+	if ss != nil {
+		for _, c := range ss.conns {
+			out = append(out, c)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].spec.ID < out[j].spec.ID })
 	return out
@@ -276,16 +296,20 @@ func (p *Plugin) register(ctx context.Context, sessionID string, r registration,
 	}
 	s := spec{ID: r.ServerID, Origin: msg.MCPServerInfoOriginSession, URL: r.URL, Headers: h,
 		ToolAllow: r.ToolAllowList, ConnectTimeout: p.seconds(r.Timeout)}
-	c := p.newConn(s)
+	c := p.newConn(s, sessionID)
+	ss, err := p.bySess.GetOrCreate(sessionID)
+	if err != nil {
+		return nil, err
+	}
 	p.mu.Lock()
 	if _, dup := p.config[r.ServerID]; dup {
 		p.mu.Unlock()
 		return nil, fmt.Errorf("server_id %q is a configured server", r.ServerID)
 	}
-	m := p.bySess[sessionID]
+	m := ss.conns
 	if m == nil {
-		m = map[string]*conn{}
-		p.bySess[sessionID] = m
+		p.mu.Unlock()
+		return nil, fmt.Errorf("register: %w", server.ErrSessionEnded)
 	}
 	if _, dup := m[r.ServerID]; dup {
 		p.mu.Unlock()
@@ -336,12 +360,14 @@ func (p *Plugin) McpServerList(ctx context.Context, s wire.Scope, req *msg.MCPSe
 
 // McpServerUnregister answers mcp/server/unregister.
 func (p *Plugin) McpServerUnregister(ctx context.Context, s wire.Scope, req *msg.MCPServerUnregisterReq) (*msg.MCPServerUnregisterResp, error) {
+	ss, _ := p.bySess.Get(s.SessionID())
 	p.mu.Lock()
-	c := p.bySess[s.SessionID()][req.ServerID]
-	_, configured := p.config[req.ServerID]
-	if c != nil {
-		delete(p.bySess[s.SessionID()], req.ServerID)
+	var c *conn
+	if ss != nil {
+		c = ss.conns[req.ServerID]
+		delete(ss.conns, req.ServerID)
 	}
+	_, configured := p.config[req.ServerID]
 	p.mu.Unlock()
 	resp := &msg.MCPServerUnregisterResp{ServerID: req.ServerID, Ok: c != nil}
 	switch {
@@ -509,19 +535,19 @@ func (p *Plugin) McpPromptGet(ctx context.Context, s wire.Scope, req *msg.MCPPro
 // backoff) and otherwise contributes no tools.
 func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListReq) (*msg.ToolListResp, error) {
 	conns := p.visible(s.SessionID())
-	lists := make([][]*tools.Tool, len(conns))
+	lists := make([][]*toolrun.Tool, len(conns))
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Add(1)
 		go func() { defer wg.Done(); lists[i] = c.toolList(ctx) }()
 	}
 	wg.Wait()
-	var all []*tools.Tool
+	var all []*toolrun.Tool
 	for _, l := range lists {
 		all = append(all, l...)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Def.Name < all[j].Def.Name })
-	return tools.Select(all, req, p.opts), nil
+	return toolrun.Select(all, req, p.opts), nil
 }
 
 // ToolCall runs a proxied tool through server/toolrun; names of no server
@@ -546,17 +572,18 @@ func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallRe
 			return nil, wire.ErrDecline
 		}
 	}
-	res := toolrun.Run(ctx, s, req, pt.tool.Toolrun(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
+	res := toolrun.Run(ctx, s, req, pt.tool.Subject(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
 		return c.call(ctx, pt, req.Arguments)
 	})
 	return &msg.ToolCallResp{Result: *res}, nil
 }
 
-// SessionClosed disconnects the session's registered servers.
-func (p *Plugin) SessionClosed(id string) {
+// closeSession disconnects the servers a session registered; the kernel
+// runs it when the session ends or before a restore.
+func (p *Plugin) closeSession(_ string, ss *sessionServers) {
 	p.mu.Lock()
-	m := p.bySess[id]
-	delete(p.bySess, id)
+	m := ss.conns
+	ss.conns = nil
 	p.mu.Unlock()
 	for _, c := range m {
 		c.close()
@@ -572,9 +599,12 @@ type snapshotState struct {
 // headers are secrets and are left out (DESIGN State).
 func (p *Plugin) Snapshot(ctx context.Context, id string) ([]byte, error) {
 	st := snapshotState{Servers: []registration{}}
+	ss, _ := p.bySess.Get(id)
 	p.mu.Lock()
-	for _, c := range p.bySess[id] {
-		st.Servers = append(st.Servers, c.reg)
+	if ss != nil {
+		for _, c := range ss.conns {
+			st.Servers = append(st.Servers, c.reg)
+		}
 	}
 	p.mu.Unlock()
 	sort.Slice(st.Servers, func(i, j int) bool { return st.Servers[i].ServerID < st.Servers[j].ServerID })
@@ -590,7 +620,6 @@ func (p *Plugin) Restore(ctx context.Context, id string, state []byte) error {
 			return fmt.Errorf("mcp snapshot: %w", err)
 		}
 	}
-	p.SessionClosed(id)
 	var errs []string
 	for _, r := range st.Servers {
 		if _, err := p.register(ctx, id, r, nil); err != nil {
@@ -605,17 +634,12 @@ func (p *Plugin) Restore(ctx context.Context, id string, state []byte) error {
 
 // Cleanup disconnects every server.
 func (p *Plugin) Cleanup() error {
+	p.bySess.DropAll()
 	p.mu.Lock()
 	all := []*conn{}
 	for _, c := range p.config {
 		all = append(all, c)
 	}
-	for _, m := range p.bySess {
-		for _, c := range m {
-			all = append(all, c)
-		}
-	}
-	p.bySess = map[string]map[string]*conn{}
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range all {
@@ -627,10 +651,9 @@ func (p *Plugin) Cleanup() error {
 }
 
 var (
-	_ msg.McpHandler         = (*Plugin)(nil)
-	_ msg.ToolHandler        = (*Plugin)(nil)
-	_ server.Provisioner     = (*Plugin)(nil)
-	_ server.SessionObserver = (*Plugin)(nil)
-	_ server.Snapshotter     = (*Plugin)(nil)
-	_ server.CleanerUpper    = (*Plugin)(nil)
+	_ msg.McpHandler      = (*Plugin)(nil)
+	_ msg.ToolHandler     = (*Plugin)(nil)
+	_ server.Provisioner  = (*Plugin)(nil)
+	_ server.Snapshotter  = (*Plugin)(nil)
+	_ server.CleanerUpper = (*Plugin)(nil)
 )

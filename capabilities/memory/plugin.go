@@ -18,7 +18,13 @@ import (
 )
 
 func init() {
-	server.RegisterModule(server.Module{ID: "aep.memory.builtin", New: func() any { return new(Plugin) }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module aep.memory.builtin, the memory capability,
+// named memory.builtin in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: "aep.memory.builtin", Capability: "memory", DefaultName: "memory.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // Tier names (SPEC 2.11).

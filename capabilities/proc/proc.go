@@ -26,7 +26,13 @@ import (
 )
 
 func init() {
-	server.RegisterModule(server.Module{ID: "aep.proc.builtin", New: func() any { return new(Plugin) }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module aep.proc.builtin, the proc capability,
+// named proc.builtin in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: "aep.proc.builtin", Capability: "proc", DefaultName: "proc.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // Defaults of the plugin's settings.

@@ -32,7 +32,13 @@ import (
 )
 
 func init() {
-	server.RegisterModule(server.Module{ID: "aep.skills.builtin", New: func() any { return new(Plugin) }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module aep.skills.builtin, the skills capability,
+// named skills.builtin in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: "aep.skills.builtin", Capability: "skills", DefaultName: "skills.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // ManifestFile is the name of a skill folder's manifest.

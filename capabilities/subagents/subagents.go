@@ -33,7 +33,13 @@ import (
 )
 
 func init() {
-	server.RegisterModule(server.Module{ID: "aep.subagents.builtin", New: func() any { return new(Plugin) }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module aep.subagents.builtin, the subagents capability,
+// named subagents.builtin in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: "aep.subagents.builtin", Capability: "subagents", DefaultName: "subagents.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // Defaults of the plugin's settings.

@@ -532,3 +532,5 @@ func (r *refuser) ChildSpawned(ctx context.Context, childID, parentID, scope str
 	r.child = childID
 	return errors.New("no children today")
 }
+
+func (*refuser) Module() server.ModuleInfo { return server.ModuleInfo{ID: "test.refuser"} }

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/toolrun"
@@ -20,7 +19,13 @@ import (
 const ModuleID = "aep.toolkits.builtin"
 
 func init() {
-	server.RegisterModule(server.Module{ID: ModuleID, New: func() any { return &Plugin{} }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module ModuleID, the toolkits capability,
+// named toolkits.builtin in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: ModuleID, Capability: "toolkits", DefaultName: "toolkits.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // Plugin serves toolkit/list and toolkit/configure, and tool/list and
@@ -48,7 +53,7 @@ type session struct {
 type instance struct {
 	kit     *Toolkit
 	backend Backend
-	reg     *tools.Registry
+	reg     *toolrun.Registry
 	// public is the config without secrets, the only form that is kept.
 	public map[string]any
 }
@@ -176,10 +181,10 @@ func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.To
 	for _, sec := range k.Secrets() {
 		delete(public, sec)
 	}
-	inst := &instance{kit: k, backend: backend, reg: tools.NewRegistry(), public: public}
+	inst := &instance{kit: k, backend: backend, reg: toolrun.NewRegistry(), public: public}
 	for _, t := range backend.Tools() {
 		t.Def.Toolkit = &k.Name
-		if err := inst.reg.Add(tools.NewTool(t.Def, t.Run)); err != nil {
+		if err := inst.reg.Add(toolrun.NewTool(t.Def, t.Run)); err != nil {
 			backend.Close()
 			return fail(err.Error())
 		}
@@ -204,7 +209,7 @@ func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListRe
 		return resp, nil
 	}
 	sess.mu.Lock()
-	var all []*tools.Tool
+	var all []*toolrun.Tool
 	for _, inst := range sess.running {
 		for _, n := range inst.reg.Names() {
 			t, _ := inst.reg.Lookup(n)
@@ -213,7 +218,7 @@ func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListRe
 	}
 	sess.mu.Unlock()
 	sort.Slice(all, func(i, j int) bool { return all[i].Def.Name < all[j].Def.Name })
-	return tools.Select(all, req, p.opts), nil
+	return toolrun.Select(all, req, p.opts), nil
 }
 
 // ToolCall runs a tool of a toolkit configured in the session. A toolkit
@@ -224,7 +229,7 @@ func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallRe
 	if !ok {
 		return nil, wire.ErrDecline
 	}
-	var t *tools.Tool
+	var t *toolrun.Tool
 	if sess := p.lookupSession(s.SessionID()); sess != nil {
 		sess.mu.Lock()
 		if inst := sess.running[k.Name]; inst != nil {
@@ -236,7 +241,7 @@ func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallRe
 		return &msg.ToolCallResp{Result: *toolrun.Failure(req.ToolName, msg.ToolResultErrorCodeTOOLERROR,
 			fmt.Sprintf("toolkit %q is not configured in this session; send toolkit/configure first", k.Name))}, nil
 	}
-	res := toolrun.Run(ctx, s, req, t.Toolrun(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
+	res := toolrun.Run(ctx, s, req, t.Subject(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
 		return t.Run(ctx, req.Arguments)
 	})
 	return &msg.ToolCallResp{Result: *res}, nil

@@ -15,7 +15,6 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
 	_ "modernc.org/sqlite"             // driver "sqlite"
 
-	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/server/toolrun"
 )
 
@@ -199,17 +198,17 @@ func readOnlyStatement(q string) bool {
 	return false
 }
 
-func (b *sqlBackend) Tools() []*tools.Tool {
-	mk := func(t *tools.Tool, err error) *tools.Tool {
+func (b *sqlBackend) Tools() []*toolrun.Tool {
+	mk := func(t *toolrun.Tool, err error) *toolrun.Tool {
 		if err != nil {
 			panic(err) // fixed definitions: a mistake here is a programming error
 		}
 		return t
 	}
-	return []*tools.Tool{
-		mk(tools.NewTyped("sql_query", "Run one parameterised SQL statement; rows past the cap set truncated.", b.query, tools.Tags("sql"))),
-		mk(tools.NewTyped("sql_list_tables", "List the tables of the database.", b.listTables, tools.Tags("sql"), tools.Idempotent())),
-		mk(tools.NewTyped("sql_describe_table", "Describe the columns of a table.", b.describe, tools.Tags("sql"), tools.Idempotent())),
+	return []*toolrun.Tool{
+		mk(toolrun.NewTyped("sql_query", "Run one parameterised SQL statement; rows past the cap set truncated.", b.query, toolrun.Tags("sql"))),
+		mk(toolrun.NewTyped("sql_list_tables", "List the tables of the database.", b.listTables, toolrun.Tags("sql"), toolrun.Idempotent())),
+		mk(toolrun.NewTyped("sql_describe_table", "Describe the columns of a table.", b.describe, toolrun.Tags("sql"), toolrun.Idempotent())),
 	}
 }
 

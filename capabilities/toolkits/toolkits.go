@@ -10,12 +10,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/aephost/aep/server/toolrun"
 	"sort"
 	"strings"
 
 	"github.com/kaptinlin/jsonschema"
 
-	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/gen/msg"
 )
 
@@ -37,7 +37,7 @@ type Toolkit struct {
 // Backend is one session's running toolkit.
 type Backend interface {
 	// Tools returns the toolkit's tools bound to this backend.
-	Tools() []*tools.Tool
+	Tools() []*toolrun.Tool
 	// Alive checks the backend connection (running vs configured, SPEC 2.8 states).
 	Alive(ctx context.Context) bool
 	Close() error

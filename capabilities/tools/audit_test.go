@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/aephost/aep/server/toolrun"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,11 +36,11 @@ type reportOut struct {
 // pointer, nil map).
 func report(ctx context.Context, in reportIn) (reportOut, error) {
 	steps := []func() error{
-		func() error { return tools.Progress(ctx, 50, "searching") },
-		func() error { return tools.Status(ctx, "indexed") },
-		func() error { return tools.Log(ctx, "warn", "slow disk") },
-		func() error { return tools.Artifact(ctx, "hits.txt", "text/plain", "part one,", false) },
-		func() error { return tools.Artifact(ctx, "hits.txt", "text/plain", "part two", true) },
+		func() error { return toolrun.Progress(ctx, 50, "searching") },
+		func() error { return toolrun.Status(ctx, "indexed") },
+		func() error { return toolrun.Log(ctx, "warn", "slow disk") },
+		func() error { return toolrun.Artifact(ctx, "hits.txt", "text/plain", "part one,", false) },
+		func() error { return toolrun.Artifact(ctx, "hits.txt", "text/plain", "part two", true) },
 	}
 	for _, emit := range steps {
 		if err := emit(); err != nil {
@@ -55,9 +56,9 @@ func report(ctx context.Context, in reportIn) (reportOut, error) {
 
 func reportHost(t *testing.T, codec client.Codec) *client.Client {
 	t.Helper()
-	r := tools.NewRegistry()
-	if err := tools.Register(r, "report", "Search and report.", report,
-		tools.Tags("search", "demo"), tools.Version("2.1.0"), tools.Streaming(), tools.Idempotent()); err != nil {
+	r := toolrun.NewRegistry()
+	if err := toolrun.Register(r, "report", "Search and report.", report,
+		toolrun.Tags("search", "demo"), toolrun.Version("2.1.0"), toolrun.Streaming(), toolrun.Idempotent()); err != nil {
 		t.Fatal(err)
 	}
 	cfg := server.Defaults()

@@ -17,7 +17,7 @@ func reportOps(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
-func benchHost(b *testing.B, reg *tools.Registry) *server.Host {
+func benchHost(b *testing.B, reg *toolrun.Registry) *server.Host {
 	audit := server.NewFileAuditor(filepath.Join(b.TempDir(), "audit.jsonl"), 10, 5, nil)
 	cfg := server.Defaults()
 	cfg.Server.AuthToken = "tok"
@@ -46,8 +46,8 @@ func benchClient(b *testing.B, h *server.Host, codec client.Codec) *client.Clien
 // process with the direct codec, audit on: serially, and from several
 // sessions at once (the host's throughput; issue 4 asks ≥ 200,000/s).
 func BenchmarkToolCallTypedEchoDirect(b *testing.B) {
-	reg := tools.NewRegistry()
-	if err := tools.Register(reg, "echo", "Echo.", echo); err != nil {
+	reg := toolrun.NewRegistry()
+	if err := toolrun.Register(reg, "echo", "Echo.", echo); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("serial", func(b *testing.B) {
@@ -93,9 +93,9 @@ func BenchmarkToolCallTypedEchoDirect(b *testing.B) {
 // registered tools (issue 4 asks ≤ 1 ms), and the same through the kernel
 // with the direct codec.
 func BenchmarkToolListQuery10k(b *testing.B) {
-	reg := tools.NewRegistry()
+	reg := toolrun.NewRegistry()
 	for i := range 10000 {
-		if err := tools.Register(reg, fmt.Sprintf("tool_%05d", i), fmt.Sprintf("Tool number %d does something useful with files and text.", i), echo, tools.Tags("bench", fmt.Sprintf("group%d", i%50))); err != nil {
+		if err := toolrun.Register(reg, fmt.Sprintf("tool_%05d", i), fmt.Sprintf("Tool number %d does something useful with files and text.", i), echo, toolrun.Tags("bench", fmt.Sprintf("group%d", i%50))); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -22,17 +22,17 @@ import (
 )
 
 // registerBuiltins adds the workspace tools (issue 4 item 6).
-func registerBuiltins(r *Registry, ws *workspace, execOK bool) error {
+func registerBuiltins(r *toolrun.Registry, ws *workspace, execOK bool) error {
 	b := &builtins{ws: ws}
 	errs := []error{
-		Register(r, "read_file", "Read a text file of the workspace, from an optional byte offset; output past the cap is truncated.", b.read, Tags("file", "read"), Idempotent()),
-		Register(r, "write_file", "Write a file of the workspace, creating parent directories; replaces the content unless append is set.", b.write, Tags("file", "write")),
-		Register(r, "list_dir", "List the entries of a workspace directory.", b.list, Tags("file", "read"), Idempotent()),
-		Register(r, "glob", "Find workspace files whose path matches a glob pattern (* and ? within a path segment, ** across segments).", b.glob, Tags("file", "search"), Idempotent()),
-		Register(r, "grep", "Search workspace files for lines matching a regular expression, optionally only in files matching a glob.", b.grep, Tags("file", "search"), Idempotent()),
+		toolrun.Register(r, "read_file", "Read a text file of the workspace, from an optional byte offset; output past the cap is truncated.", b.read, toolrun.Tags("file", "read"), toolrun.Idempotent()),
+		toolrun.Register(r, "write_file", "Write a file of the workspace, creating parent directories; replaces the content unless append is set.", b.write, toolrun.Tags("file", "write")),
+		toolrun.Register(r, "list_dir", "List the entries of a workspace directory.", b.list, toolrun.Tags("file", "read"), toolrun.Idempotent()),
+		toolrun.Register(r, "glob", "Find workspace files whose path matches a glob pattern (* and ? within a path segment, ** across segments).", b.glob, toolrun.Tags("file", "search"), toolrun.Idempotent()),
+		toolrun.Register(r, "grep", "Search workspace files for lines matching a regular expression, optionally only in files matching a glob.", b.grep, toolrun.Tags("file", "search"), toolrun.Idempotent()),
 	}
 	if execOK {
-		errs = append(errs, Register(r, "run_command", "Run a program with an argv list (no shell) in the workspace, with a timeout and output caps; stdout and stderr lines are streamed as log events.", b.run, Tags("process", "exec"), Streaming()))
+		errs = append(errs, toolrun.Register(r, "run_command", "Run a program with an argv list (no shell) in the workspace, with a timeout and output caps; stdout and stderr lines are streamed as log events.", b.run, toolrun.Tags("process", "exec"), toolrun.Streaming()))
 	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package tools_test
 import (
 	"context"
 	"fmt"
+	"github.com/aephost/aep/server/toolrun"
 	"log"
 
 	"github.com/aephost/aep/capabilities/tools"
@@ -28,11 +29,11 @@ type AddOut struct {
 // from inside the tool.
 func Example() {
 	ctx := context.Background()
-	reg := tools.NewRegistry()
-	err := tools.Register(reg, "add", "Adds two integers.", func(ctx context.Context, in AddIn) (AddOut, error) {
-		_ = tools.Progress(ctx, 100, "added")
+	reg := toolrun.NewRegistry()
+	err := toolrun.Register(reg, "add", "Adds two integers.", func(ctx context.Context, in AddIn) (AddOut, error) {
+		_ = toolrun.Progress(ctx, 100, "added")
 		return AddOut{Sum: in.A + in.B}, nil
-	}, tools.Tags("math"))
+	}, toolrun.Tags("math"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,7 +16,13 @@ import (
 const ModuleID = "aep.tools.builtin"
 
 func init() {
-	server.RegisterModule(server.Module{ID: ModuleID, New: func() any { return &Plugin{} }})
+	server.RegisterModule(new(Plugin))
+}
+
+// Module registers the plugin as module ModuleID, the tools capability,
+// named tools.builtin in the default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: ModuleID, Capability: "tools", DefaultName: "tools.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
 // Plugin serves tool/list and tool/call for one registry. As the module
@@ -31,17 +37,17 @@ type Plugin struct {
 	// Exec enables the run_command tool (default true).
 	Exec *bool `yaml:"exec"`
 
-	reg    *Registry
+	reg    *toolrun.Registry
 	custom bool
 	opts   toolrun.Options
 	ws     *workspace
 }
 
 // NewPlugin returns a plugin serving reg's tools instead of the built-ins.
-func NewPlugin(reg *Registry) *Plugin { return &Plugin{reg: reg, custom: true} }
+func NewPlugin(reg *toolrun.Registry) *Plugin { return &Plugin{reg: reg, custom: true} }
 
 // Registry returns the plugin's registry.
-func (p *Plugin) Registry() *Registry { return p.reg }
+func (p *Plugin) Registry() *toolrun.Registry { return p.reg }
 
 // Provision opens the workspace and registers the built-in tools.
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
@@ -67,7 +73,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		return err
 	}
 	p.ws = ws
-	p.reg = NewRegistry()
+	p.reg = toolrun.NewRegistry()
 	return registerBuiltins(p.reg, ws, p.Exec == nil || *p.Exec)
 }
 
@@ -105,7 +111,7 @@ func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallRe
 	if !ok {
 		return nil, wire.ErrDecline
 	}
-	res := toolrun.Run(ctx, s, req, t.Toolrun(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
+	res := toolrun.Run(ctx, s, req, t.Subject(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
 		return t.Run(ctx, req.Arguments)
 	})
 	return &msg.ToolCallResp{Result: *res}, nil

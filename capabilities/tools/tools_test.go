@@ -37,19 +37,19 @@ type sleepIn struct {
 }
 
 // testRegistry is a second tool-serving plugin's registry.
-func testRegistry(t testing.TB) *tools.Registry {
-	r := tools.NewRegistry()
+func testRegistry(t testing.TB) *toolrun.Registry {
+	r := toolrun.NewRegistry()
 	must := func(err error) {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(tools.Register(r, "echo", "Echo the text back.", echo, tools.Tags("text", "demo"), tools.Idempotent()))
-	must(tools.Register(r, "shout", "Echo in UPPER case.", func(ctx context.Context, in echoIn) (echoOut, error) {
+	must(toolrun.Register(r, "echo", "Echo the text back.", echo, toolrun.Tags("text", "demo"), toolrun.Idempotent()))
+	must(toolrun.Register(r, "shout", "Echo in UPPER case.", func(ctx context.Context, in echoIn) (echoOut, error) {
 		return echoOut{Text: strings.ToUpper(in.Text)}, nil
-	}, tools.Tags("text")))
-	must(tools.Register(r, "secret_search", "Deferred semantic search.", echo, tools.Tags("search"), tools.Deferred()))
-	must(tools.Register(r, "sleep", "Sleep for ms milliseconds.", func(ctx context.Context, in sleepIn) (echoOut, error) {
+	}, toolrun.Tags("text")))
+	must(toolrun.Register(r, "secret_search", "Deferred semantic search.", echo, toolrun.Tags("search"), toolrun.Deferred()))
+	must(toolrun.Register(r, "sleep", "Sleep for ms milliseconds.", func(ctx context.Context, in sleepIn) (echoOut, error) {
 		if in.Ignore {
 			time.Sleep(time.Duration(in.Ms) * time.Millisecond)
 			return echoOut{}, nil
@@ -60,22 +60,22 @@ func testRegistry(t testing.TB) *tools.Registry {
 		case <-ctx.Done():
 			return echoOut{}, ctx.Err()
 		}
-	}, tools.Tags("slow")))
-	must(tools.Register(r, "boom", "Panics.", func(ctx context.Context, in struct{}) (echoOut, error) {
+	}, toolrun.Tags("slow")))
+	must(toolrun.Register(r, "boom", "Panics.", func(ctx context.Context, in struct{}) (echoOut, error) {
 		panic("kaboom")
-	}, tools.Tags("danger")))
-	must(tools.Register(r, "fail", "Fails.", func(ctx context.Context, in struct{}) (echoOut, error) {
+	}, toolrun.Tags("danger")))
+	must(toolrun.Register(r, "fail", "Fails.", func(ctx context.Context, in struct{}) (echoOut, error) {
 		return echoOut{}, errors.New("it failed")
 	}))
-	must(tools.Register(r, "steps", "Emits three progress events.", func(ctx context.Context, in struct{}) (echoOut, error) {
+	must(toolrun.Register(r, "steps", "Emits three progress events.", func(ctx context.Context, in struct{}) (echoOut, error) {
 		for i := 1; i <= 3; i++ {
-			if err := tools.Progress(ctx, i*33, fmt.Sprintf("step %d", i)); err != nil {
+			if err := toolrun.Progress(ctx, i*33, fmt.Sprintf("step %d", i)); err != nil {
 				return echoOut{}, err
 			}
 		}
 		return echoOut{Text: "done"}, nil
-	}, tools.Streaming()))
-	must(tools.Register(r, "big", "Returns n bytes.", func(ctx context.Context, in struct {
+	}, toolrun.Streaming()))
+	must(toolrun.Register(r, "big", "Returns n bytes.", func(ctx context.Context, in struct {
 		N int `json:"n"`
 	}) (string, error) {
 		return strings.Repeat("x", in.N), nil
@@ -236,9 +236,9 @@ func TestListPagination(t *testing.T) {
 		})
 	}
 	// One plugin's page on the wire is exact: limit tools and a cursor.
-	r := tools.NewRegistry()
+	r := toolrun.NewRegistry()
 	for _, n := range []string{"a", "b", "c"} {
-		if err := tools.Register(r, n, n, echo); err != nil {
+		if err := toolrun.Register(r, n, n, echo); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -273,9 +273,9 @@ func TestListMergesPlugins(t *testing.T) {
 func TestDuplicateToolNameRefused(t *testing.T) {
 	cfg := server.Defaults()
 	cfg.Server.AuthToken = "tok"
-	r1, r2 := tools.NewRegistry(), tools.NewRegistry()
-	tools.Register(r1, "same", "", echo)
-	tools.Register(r2, "same", "", echo)
+	r1, r2 := toolrun.NewRegistry(), toolrun.NewRegistry()
+	toolrun.Register(r1, "same", "", echo)
+	toolrun.Register(r2, "same", "", echo)
 	_, err := server.New(context.Background(), cfg,
 		server.WithPlugin(server.PluginSpec{Name: "a", Type: "tools", Impl: tools.NewPlugin(r1)}),
 		server.WithPlugin(server.PluginSpec{Name: "b", Type: "tools", Impl: tools.NewPlugin(r2)}))

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
 )
@@ -61,7 +62,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if !useStdio && serveHTTP == nil {
 		return errors.New("HTTP transport not built yet; use --stdio")
 	}
-	if err := checkModules(cfg); err != nil {
+	if err := server.CheckConfig(cfg, msg.Registry()); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
@@ -164,17 +165,16 @@ func defaultConfig() server.Config {
 	return cfg
 }
 
-// defaultPlugins has one plugin for every built-in module. A built-in
-// module has an ID "aep.<capability>.<implementation>"; its plugin is named
-// "<capability>.<implementation>" and serves <capability>.
+// defaultPlugins has one plugin for every module that names itself part of
+// the default configuration (server.ModuleInfo.DefaultName), configured
+// as the capability the module says it serves.
 func defaultPlugins() []server.PluginConfig {
 	var out []server.PluginConfig
-	for _, id := range server.Modules() {
-		parts := strings.SplitN(id, ".", 3)
-		if len(parts) != 3 || parts[0] != "aep" {
+	for _, m := range server.Modules() {
+		if m.DefaultName == "" {
 			continue // test or third-party modules are opted into by config only
 		}
-		out = append(out, server.PluginConfig{Name: parts[1] + "." + parts[2], Type: parts[1], Cls: id})
+		out = append(out, server.PluginConfig{Name: m.DefaultName, Type: m.Capability, Cls: m.ID})
 	}
 	return out
 }

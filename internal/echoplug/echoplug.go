@@ -144,3 +144,8 @@ func (p *Plugin) Claims() []server.Claim {
 	}
 	return out
 }
+
+// Module names the echo test module; it is in no default configuration.
+func (*Plugin) Module() server.ModuleInfo {
+	return server.ModuleInfo{ID: "test.echo", Capability: "echo", New: func() server.Plugin { return new(Plugin) }}
+}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
-	"runtime/debug"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -29,8 +28,8 @@ const DefaultMaxOutputBytes = 1 << 20
 // grow a result without limit; later events are still streamed but not kept.
 const maxEvents = 10000
 
-// Tool is what Run needs to know about the tool being called.
-type Tool struct {
+// Subject is what the tool policy needs to know about the tool being called.
+type Subject struct {
 	Name string
 	Tags []string
 }
@@ -72,7 +71,7 @@ type Options struct {
 // Allowed reports whether the policy lets tool run. A pattern (path.Match
 // syntax) matches the tool's name, or with the prefix "tag:" any of its tags.
 // Deny wins; an empty allow list allows every tool (server.ToolPolicy).
-func (p Options) Allowed(t Tool) (bool, string) {
+func (p Options) Allowed(t Subject) (bool, string) {
 	for _, pat := range p.Policy.Deny {
 		if matches(pat, t) {
 			return false, fmt.Sprintf("tool %q is denied by server.tool_policy (deny %q)", t.Name, pat)
@@ -89,7 +88,7 @@ func (p Options) Allowed(t Tool) (bool, string) {
 	return false, fmt.Sprintf("tool %q is not in server.tool_policy's allow list", t.Name)
 }
 
-func matches(pat string, t Tool) bool {
+func matches(pat string, t Subject) bool {
 	if tag, ok := cutPrefix(pat, "tag:"); ok {
 		for _, g := range t.Tags {
 			if ok, _ := path.Match(tag, g); ok {
@@ -198,7 +197,7 @@ func MaxOutput(ctx context.Context) int {
 // Run applies policy, timeout, panic recovery, event collection, the output
 // cap and timing to one tool call and returns its SPEC 2.6 result; it never
 // returns an error (SPEC 7: a tool failure is a result).
-func Run(ctx context.Context, s wire.Scope, req *msg.ToolCallReq, t Tool, opt Options, fn Func) *msg.ToolResult {
+func Run(ctx context.Context, s wire.Scope, req *msg.ToolCallReq, t Subject, opt Options, fn Func) *msg.ToolResult {
 	if ok, why := opt.Allowed(t); !ok {
 		return Failure(t.Name, msg.ToolResultErrorCodeTOOLDENIED, why)
 	}
@@ -268,17 +267,18 @@ func runWithTimeout(ctx context.Context, d time.Duration, log *slog.Logger, name
 }
 
 // protect turns a panic in a tool into a TOOL_ERROR instead of a
-// runtime_error of the whole request (go-sdk #958 shows why).
+// runtime_error of the whole request; the result's text carries only the
+// correlation id under which the panic and its stack were logged.
 func protect(ctx context.Context, log *slog.Logger, name string, fn Func) (out Output, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			if log != nil {
-				log.Error("tool panic", "tool", name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			}
-			out, err = Output{}, fmt.Errorf("tool panicked: %v", v)
-		}
-	}()
-	return fn(ctx)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	err = server.Protect(log, "tool "+name, func() error {
+		var ferr error
+		out, ferr = fn(ctx)
+		return ferr
+	})
+	return out, err
 }
 
 // capData enforces the output cap on result.data: strings are cut at a rune

@@ -37,7 +37,7 @@ func (s *scope) Emit(kind wire.EventKind, _ map[string]any) error {
 func ptr[T any](v T) *T { return &v }
 
 func TestAllowed(t *testing.T) {
-	tool := Tool{Name: "sql_query", Tags: []string{"db", "write"}}
+	tool := Subject{Name: "sql_query", Tags: []string{"db", "write"}}
 	cases := []struct {
 		name        string
 		allow, deny []string
@@ -114,7 +114,7 @@ func TestRun(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sc := &scope{}
-			res := Run(context.Background(), sc, &c.req, Tool{Name: c.tool}, opt, c.fn)
+			res := Run(context.Background(), sc, &c.req, Subject{Name: c.tool}, opt, c.fn)
 			if res.Success != c.success || res.ToolName != c.tool {
 				t.Fatalf("result %+v", res)
 			}
@@ -144,7 +144,7 @@ func TestRun(t *testing.T) {
 
 func TestEmitAfterRun(t *testing.T) {
 	var late context.Context
-	res := Run(context.Background(), &scope{}, &msg.ToolCallReq{}, Tool{Name: "t"}, Options{}, func(ctx context.Context) (Output, error) {
+	res := Run(context.Background(), &scope{}, &msg.ToolCallReq{}, Subject{Name: "t"}, Options{}, func(ctx context.Context) (Output, error) {
 		late = ctx
 		return Output{}, nil
 	})

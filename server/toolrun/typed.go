@@ -1,4 +1,4 @@
-package tools
+package toolrun
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/aephost/aep/gen/msg"
-	"github.com/aephost/aep/server/toolrun"
 )
 
 // Option sets a field of a tool's definition at registration.
@@ -35,7 +34,7 @@ func Idempotent() Option { return func(d *msg.ToolDefinition) { d.Idempotent = t
 // Resulter is implemented by output types that set result fields beyond
 // data: exit_code, truncated, summary (process tools, capped readers).
 type Resulter interface {
-	ToolOutput() toolrun.Output
+	ToolOutput() Output
 }
 
 // Register adds a typed tool: arguments are decoded into In (a struct whose
@@ -64,16 +63,16 @@ func NewTyped[In, Out any](name, description string, fn func(context.Context, In
 	required := inSchema["required"].([]string)
 	def := msg.ToolDefinition{
 		Name: name, Description: description,
-		InputParameters: toolrun.Parameters(inSchema), OutputParameters: toolrun.Parameters(outSchema),
+		InputParameters: Parameters(inSchema), OutputParameters: Parameters(outSchema),
 		InputSchema: inSchema, OutputSchema: outSchema,
 	}
 	for _, o := range opts {
 		o(&def)
 	}
-	run := func(ctx context.Context, args any) (toolrun.Output, error) {
+	run := func(ctx context.Context, args any) (Output, error) {
 		in, err := decodeArgs[In](args, required)
 		if err != nil {
-			return toolrun.Output{}, err
+			return Output{}, err
 		}
 		out, err := fn(ctx, in)
 		if r, ok := any(out).(Resulter); ok {
@@ -85,14 +84,14 @@ func NewTyped[In, Out any](name, description string, fn func(context.Context, In
 				// A process that ran and failed: its exit code and output
 				// are the result (SPEC 2.6). Any other failure has no
 				// result, only its error (SPEC 7).
-				return o, &toolrun.ExitError{Output: o, Err: err}
+				return o, &ExitError{Output: o, Err: err}
 			}
-			return toolrun.Output{}, err
+			return Output{}, err
 		}
 		if err != nil {
-			return toolrun.Output{}, err
+			return Output{}, err
 		}
-		return toolrun.Output{Data: out}, nil
+		return Output{Data: out}, nil
 	}
 	return NewTool(def, run), nil
 }
@@ -273,20 +272,4 @@ func jsonKind(t reflect.Type) string {
 		return s
 	}
 	return "value"
-}
-
-// Progress emits a progress event {pct, message} from inside a tool (SPEC 6).
-func Progress(ctx context.Context, pct int, message string) error {
-	return toolrun.Progress(ctx, pct, message)
-}
-
-// Status emits a status event {message}.
-func Status(ctx context.Context, message string) error { return toolrun.Status(ctx, message) }
-
-// Log emits a log event {level, message}.
-func Log(ctx context.Context, level, message string) error { return toolrun.Log(ctx, level, message) }
-
-// Artifact emits an artifact chunk {name, mime, chunk, final}.
-func Artifact(ctx context.Context, name, mime, chunk string, final bool) error {
-	return toolrun.Artifact(ctx, name, mime, chunk, final)
 }

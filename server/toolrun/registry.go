@@ -1,9 +1,8 @@
-// Package tools is the tools capability (SPEC 2.5–2.7, 4.2): a registry of
-// tools with filtered, paginated listing, a typed Go API for tool authors
-// ([Register]) whose JSON Schemas come from Go types, the plugin that serves
-// tool/list and tool/call, and the built-in workspace tools registered as
-// module "aep.tools.builtin".
-package tools
+// This file is the tool registry every tool-serving plugin shares: tools
+// with filtered, paginated listing (spec §2.5, §4.2); typed.go builds tools
+// from Go functions whose JSON Schemas come from Go types.
+
+package toolrun
 
 import (
 	"context"
@@ -13,13 +12,12 @@ import (
 	"sync"
 
 	"github.com/aephost/aep/gen/msg"
-	"github.com/aephost/aep/server/toolrun"
 )
 
 // RunFunc runs a tool on its raw arguments (the escape hatch beside the
 // typed [Register]): a map[string]any from the JSON codec, or any value a
 // direct-codec client sent.
-type RunFunc func(ctx context.Context, args any) (toolrun.Output, error)
+type RunFunc func(ctx context.Context, args any) (Output, error)
 
 // Tool is one registered tool: its definition and how it runs.
 type Tool struct {
@@ -47,8 +45,8 @@ func NewTool(def msg.ToolDefinition, run RunFunc) *Tool {
 	return &Tool{Def: def, Run: run, haystack: hay}
 }
 
-// Toolrun returns what the shared run mechanics need to know of t.
-func (t *Tool) Toolrun() toolrun.Tool { return toolrun.Tool{Name: t.Def.Name, Tags: t.Def.Tags} }
+// Subject returns what the tool policy needs to know of t.
+func (t *Tool) Subject() Subject { return Subject{Name: t.Def.Name, Tags: t.Def.Tags} }
 
 // Registry holds tools sorted by name. It is safe for concurrent use.
 type Registry struct {
@@ -106,7 +104,7 @@ func (r *Registry) Len() int {
 
 // List answers a tool/list for this registry's tools (SPEC 4.2 Tool list).
 // See [Select] for the filter rules.
-func (r *Registry) List(req *msg.ToolListReq, opt toolrun.Options) *msg.ToolListResp {
+func (r *Registry) List(req *msg.ToolListReq, opt Options) *msg.ToolListResp {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return Select(r.sorted, req, opt)
@@ -122,7 +120,7 @@ func (r *Registry) List(req *msg.ToolListReq, opt toolrun.Options) *msg.ToolList
 //   - cursor is the last name of the previous page, so pages are stable while
 //     tools are added; limit (0: no limit) bounds the page, and next_cursor
 //     is set when more matches follow (docs/DECISIONS.md, tools).
-func Select(sorted []*Tool, req *msg.ToolListReq, opt toolrun.Options) *msg.ToolListResp {
+func Select(sorted []*Tool, req *msg.ToolListReq, opt Options) *msg.ToolListResp {
 	start := 0
 	if req.Cursor != nil && *req.Cursor != "" {
 		c := *req.Cursor
@@ -147,7 +145,7 @@ func Select(sorted []*Tool, req *msg.ToolListReq, opt toolrun.Options) *msg.Tool
 		if len(req.Tags) > 0 && !anyTag(t.Def.Tags, req.Tags) {
 			continue
 		}
-		if ok, _ := opt.Allowed(t.Toolrun()); !ok {
+		if ok, _ := opt.Allowed(t.Subject()); !ok {
 			continue
 		}
 		if limit > 0 && len(resp.Tools) == limit {
