@@ -327,21 +327,29 @@ func TestPriorSDKEveryRequestTypeAnsweredOnce(t *testing.T) {
 
 // Prior SDK §1.1 BUG: a plugin configured with a type the SDK's capability
 // enum lacked (the cookbook's procs, learn, skills) made negotiation raise,
-// and the handshake got no reply. Here such types still give one
-// handshake/resp with one entry per requested name, in order (SPEC 2.2):
-// the SPEC names and the prior SDK's spellings (learning, skill) are
+// and the handshake got no reply. Here a type that the plugin's handlers
+// do not serve (procs for the proc module) is refused when the host
+// starts, naming both, so it can never be reported enabled while nothing
+// answers it. With the types the modules serve, the handshake gets one
+// handshake/resp with one entry per requested name, in order (spec §2.2):
+// the spec's names and the prior SDK's spellings (learning, skill) are
 // enabled and their namespaces work, and a capability no plugin serves
-// (planning, tools) is not enabled. A plugin's type is reported as the
-// host has it, but only a namespace's own capability opens the namespace:
-// a session that asked for procs alone cannot use proc/*.
+// (planning, procs) is not enabled.
 func TestPriorSDKHandshakeWithCookbookPluginTypes(t *testing.T) {
+	cfg, err := server.ParseConfig([]byte("server:\n  auth_token: " + priorToken + "\nplugins:\n  - {name: procs, type: procs, cls: aep.proc.builtin}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), `type "procs" is not served by module aep.proc.builtin (it serves: proc)`) {
+		t.Fatalf("a host with type procs started or failed otherwise: %v", err)
+	}
 	h := newPriorHost(t, `plugins:
-  - {name: procs, type: procs, cls: aep.proc.builtin}
+  - {name: procs, type: proc, cls: aep.proc.builtin}
   - {name: learn, type: learn, cls: aep.learn.builtin}
   - {name: skills, type: skills, cls: aep.skills.builtin}
 `)
 	a := newLineAgent(t, h)
-	asked := []string{"proc", "learn", "skills", "learning", "skill", "planning", "tools"}
+	asked := []string{"proc", "learn", "skills", "learning", "skill", "planning", "procs"}
 	r := a.handshake(asked...)
 	var caps []msg.CapabilityEntry
 	if err := json.Unmarshal(mustJSON(t, r.m["accepted_caps"]), &caps); err != nil {

@@ -54,6 +54,9 @@ func TestConfigValidate(t *testing.T) {
 		{"missing cls", []string{write("nocls.yaml", "plugins:\n  - name: t\n    type: tools\n")}, 1, "", "cls is required"},
 		{"bad transport", []string{write("tr.yaml", "transport:\n  type: carrier-pigeon\n")}, 1, "", "transport.type"},
 		{"missing file", []string{filepath.Join(dir, "absent.yaml")}, 1, "", "no such file"},
+		// What serve would refuse before provisioning, validate refuses too.
+		{"type the plugin does not serve", []string{write("procs.yaml", "plugins:\n  - name: procs\n    type: procs\n    cls: aep.proc.builtin\n")}, 1, "", `plugin "procs": type "procs" is not served by module aep.proc.builtin (it serves: proc)`},
+		{"setting the plugin does not have", []string{write("typo.yaml", "plugins:\n  - name: t\n    type: tools\n    cls: aep.tools.builtin\n    config:\n      exec: true\n      rooot: /tmp\n")}, 1, "", "rooot"},
 		{"no file argument", nil, 2, "", "Usage"},
 	}
 	for _, tc := range tests {

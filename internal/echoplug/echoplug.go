@@ -24,6 +24,8 @@ type Plugin struct {
 	Owns []string `yaml:"owns"`
 	// DeclineSay makes it decline echo/say.
 	DeclineSay bool `yaml:"decline_say"`
+	// FailSay, when set, is the error echo/say returns.
+	FailSay error `yaml:"-"`
 
 	mu    sync.Mutex
 	gates map[string]chan struct{}
@@ -67,6 +69,9 @@ func (p *Plugin) gate(name string) chan struct{} {
 func (p *Plugin) EchoSay(ctx context.Context, s wire.Scope, req *testproto.EchoSayReq) (*testproto.EchoSayResp, error) {
 	if p.DeclineSay {
 		return nil, wire.ErrDecline
+	}
+	if p.FailSay != nil {
+		return nil, p.FailSay
 	}
 	text := req.Text
 	if req.Mode == "upper" {
