@@ -106,15 +106,7 @@ func (h *Host) fallback(c *call, e *wire.Entry, req wire.Message) wire.Message {
 // (spec §1.7: every handler invocation is audited, best-effort).
 func (h *Host) invoke(ctx context.Context, c *call, p *plugin, e *wire.Entry, req wire.Message) (resp wire.Message, err error) {
 	t0 := time.Now()
-	err = Protect(h.log, "plugin "+p.Name+" handling "+e.Type, func() error {
-		var herr error
-		resp, herr = e.Invoke(ctx, p.Impl, c, req)
-		return herr
-	})
-	var pe *PanicError
-	if errors.As(err, &pe) {
-		resp = nil
-	}
+	resp, err = h.call(ctx, c, p, e, req)
 	rec := h.auditRecord(c, p, e, req, resp, t0, err)
 	if err == nil && c.answered == nil {
 		// The answering plugin's record waits for the reply's size;
@@ -125,6 +117,17 @@ func (h *Host) invoke(ctx context.Context, c *call, p *plugin, e *wire.Entry, re
 	}
 	h.record(*rec)
 	return resp, err
+}
+
+// call runs the handler; a panic becomes a [*PanicError], as in
+// [Protect], without the closure Protect would cost on this hot path.
+func (h *Host) call(ctx context.Context, c *call, p *plugin, e *wire.Entry, req wire.Message) (resp wire.Message, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			resp, err = nil, Recovered(h.log, "plugin "+p.Name+" handling "+e.Type, v)
+		}
+	}()
+	return e.Invoke(ctx, p.Impl, c, req)
 }
 
 // auditRecord builds the audit line of one handler call (p nil: the

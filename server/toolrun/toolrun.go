@@ -270,15 +270,15 @@ func runWithTimeout(ctx context.Context, d time.Duration, log *slog.Logger, name
 // runtime_error of the whole request; the result's text carries only the
 // correlation id under which the panic and its stack were logged.
 func protect(ctx context.Context, log *slog.Logger, name string, fn Func) (out Output, err error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	err = server.Protect(log, "tool "+name, func() error {
-		var ferr error
-		out, ferr = fn(ctx)
-		return ferr
-	})
-	return out, err
+	defer func() {
+		if v := recover(); v != nil {
+			if log == nil {
+				log = slog.New(slog.DiscardHandler)
+			}
+			out, err = Output{}, server.Recovered(log, "tool "+name, v)
+		}
+	}()
+	return fn(ctx)
 }
 
 // capData enforces the output cap on result.data: strings are cut at a rune
