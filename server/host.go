@@ -129,6 +129,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	// that config plugins cannot shadow it by accident.
 	specs = append([]PluginSpec{{Name: "session", Type: "session", Impl: &sessionPlugin{h: h}}}, specs...)
 	specs = append(specs, o.plugins...)
+	h.reg = withModuleNamespaces(h.reg, specs)
 	h.plugins, err = start(ctx, h.reg, specs, h.pluginEnv, h.claims)
 	if err != nil {
 		return nil, err
@@ -153,6 +154,30 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	h.janitor.Add(1)
 	go h.expire()
 	return h, nil
+}
+
+// withModuleNamespaces adds to reg the namespaces that the plugins'
+// modules bring (ModuleInfo.Namespaces) and reg lacks.
+func withModuleNamespaces(reg *wire.Registry, specs []PluginSpec) *wire.Registry {
+	for _, sp := range specs {
+		if sp.Impl == nil {
+			continue
+		}
+		ns := sp.Impl.Module().Namespaces
+		if ns == nil {
+			continue
+		}
+		fresh := true
+		for _, n := range ns.Namespaces() {
+			if reg.Namespace(n.Name) != nil {
+				fresh = false
+			}
+		}
+		if fresh {
+			reg = reg.Union(ns)
+		}
+	}
+	return reg
 }
 
 func (h *Host) pluginEnv(p PluginSpec) PluginEnv {

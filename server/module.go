@@ -31,6 +31,10 @@ type ModuleInfo struct {
 	DefaultName string
 	// New returns a fresh, unprovisioned plugin. It must have no side effects.
 	New func() Plugin
+	// Namespaces, when set, is the generated registry of namespaces the
+	// module brings with it (a capability whose schema is not in schemas/):
+	// a host that loads the module serves and decodes them too.
+	Namespaces *wire.Registry
 }
 
 var (
