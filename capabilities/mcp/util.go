@@ -3,7 +3,6 @@ package mcp
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
@@ -20,8 +19,6 @@ func isTransport(err error) bool {
 	var te *transport.Error
 	return errors.As(err, &te)
 }
-
-func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // debugHandler passes records on at debug level, with their own level kept
 // as an attribute. mcp-go's HTTP transport logs every retry of its standing
