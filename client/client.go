@@ -23,7 +23,7 @@ type Transport interface {
 	Close() error
 }
 
-// Event is one event delivered while a request is in flight (SPEC 6).
+// Event is one event delivered while a request is in flight (spec §6).
 type Event struct {
 	Type  string // e.g. "tool/event"
 	ReqID string
@@ -99,7 +99,7 @@ func (c *Client) SessionID() string {
 	return c.sessionID
 }
 
-// Handshake opens the session (SPEC 2.4). A refused handshake returns the
+// Handshake opens the session (spec §2.4). A refused handshake returns the
 // response and a *wire.Error with its code.
 func (c *Client) Handshake(ctx context.Context, agentID, token string, caps ...string) (*msg.HandshakeResp, error) {
 	if caps == nil {

@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// HTTPConn is a [LineConn] over aep's HTTP transport (DESIGN Transports):
+// HTTPConn is a [LineConn] over aep's HTTP transport (docs/DECISIONS.md, Transports):
 // lines go out as POST /send, lines come in as the events of GET /stream. A
 // broken stream is reopened with Last-Event-ID, so no message is lost or
 // repeated while the session's replay buffer holds it.

@@ -18,8 +18,8 @@ import (
 const maxHostLine = 64 << 20
 
 // StdioConn is a LineConn over the stdin and stdout of a child process that
-// serves one session as NDJSON, normally `aep serve --stdio` (DESIGN
-// Transports: Stdio).
+// serves one session as NDJSON, normally `aep serve --stdio` (docs/DECISIONS.md,
+// Transports).
 type StdioConn struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser

@@ -8,7 +8,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// GetToolkit looks one toolkit up by name in toolkit/list (SPEC 4.2 Toolkit
+// GetToolkit looks one toolkit up by name in toolkit/list (spec §4.2 Toolkit
 // configure: the client's get convenience). An unknown name is an error
 // wrapping wire.ErrNotFound.
 func (c *Client) GetToolkit(ctx context.Context, name string) (*msg.ToolkitDefinition, error) {
@@ -25,7 +25,7 @@ func (c *Client) GetToolkit(ctx context.Context, name string) (*msg.ToolkitDefin
 }
 
 // EnsureToolkit configures a toolkit only when it is not yet configured in
-// this session (SPEC 4.2: the ensure convenience). It returns the configure
+// this session (spec §4.2: the ensure convenience). It returns the configure
 // reply, or nil when the toolkit was already configured; a reply with
 // status error is returned as is, with a nil error.
 func (c *Client) EnsureToolkit(ctx context.Context, name string, config map[string]any) (*msg.ToolkitConfigureResp, error) {

@@ -14,7 +14,7 @@ func (c *Client) ListTools(ctx context.Context, req *msg.ToolListReq) (*msg.Tool
 	return c.ToolList(ctx, req)
 }
 
-// CallTool calls a tool and returns its result (SPEC 2.6); a tool's failure
+// CallTool calls a tool and returns its result (spec §2.6); a tool's failure
 // is a result with Success false, not an error.
 func (c *Client) CallTool(ctx context.Context, req *msg.ToolCallReq) (*msg.ToolResult, error) {
 	resp, err := c.ToolCall(ctx, req)

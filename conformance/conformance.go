@@ -8,7 +8,7 @@
 //     fs.FS; [SchemaDir] finds schemas/ of this module by walking up from the
 //     working directory, so a test of any package can load it.
 //   - [Checker.CheckHostLine] checks one line a host sent: the framing of
-//     DESIGN Wire (one JSON object on one line, UTF-8, no duplicate keys,
+//     docs/DECISIONS.md, Wire (one JSON object on one line, UTF-8, no duplicate keys,
 //     nothing after it), the envelope against envelope.json#/$defs/Envelope,
 //     a req_id (every host message is a reply, an error or an event), and the
 //     body against the def whose x-aep-type is the line's type, or the event
@@ -28,7 +28,7 @@
 //	rec.Host(line)  // each line the host writes
 //
 // Schemas are read from disk only: $refs resolve between the files by their
-// $id, and nothing is fetched over the network (DESIGN Security defaults).
+// $id, and nothing is fetched over the network (docs/DECISIONS.md, Security defaults).
 package conformance
 
 import (

@@ -57,7 +57,7 @@ func newPriorHost(t *testing.T, plugins string, opts ...server.Option) *server.H
 	return h
 }
 
-// allPlugins configures every built-in capability, each under its SPEC name.
+// allPlugins configures every built-in capability, each under its spec name.
 func allPlugins(t *testing.T) string {
 	return fmt.Sprintf(`plugins:
   - {name: tools, type: tools, cls: aep.tools.builtin}
@@ -169,7 +169,7 @@ func (a *lineAgent) handshake(caps ...string) hostLine {
 }
 
 // expectQuiet checks that nothing but the answer to a ping is pending: no
-// stray second reply and no pushed message (SPEC 6 rule 5). Before the
+// stray second reply and no pushed message (spec §6 rule 5). Before the
 // handshake the answer is unauthorized.
 func (a *lineAgent) expectQuiet(id string) {
 	a.t.Helper()
@@ -189,7 +189,7 @@ func wantErrorLine(t *testing.T, l hostLine, code string, retryable bool) {
 // Prior SDK §2.1 BUG: a line of valid JSON that is not an object crashed
 // its decoder and got no reply. Every such line is a parse_error here, with
 // an empty req_id since no id can be read, before and after the handshake,
-// and the session goes on (DESIGN Wire: every line gets its answer).
+// and the session goes on (docs/DECISIONS.md, Wire: every line gets its answer).
 func TestPriorSDKNonObjectJSONIsParseError(t *testing.T) {
 	a := newLineAgent(t, newPriorHost(t, ""))
 	lines := []string{`[1,2]`, `[]`, `42`, `-0.5`, `"ping"`, `null`, `true`, `false`,
@@ -237,8 +237,8 @@ func (echoFaults) EchoWait(ctx context.Context, s wire.Scope, r *testproto.EchoW
 // Prior SDK §2.2 BUGs: an exception in a plugin's handler, or a type with
 // no handler, left the request without any reply. Here a handler that
 // returns an error, panics after an event, or answers with nothing is
-// answered by exactly one runtime_error (retryable, SPEC 7 table) with the
-// request's req_id, naming the capability (SPEC 7 condition 4); a type an
+// answered by exactly one runtime_error (retryable, spec §7 table) with the
+// request's req_id, naming the capability (spec §7 condition 4); a type an
 // agent may not send (pong) is parse_error; the session goes on.
 func TestPriorSDKHandlerFailuresAreAnswered(t *testing.T) {
 	h := newPriorHost(t, "",
@@ -392,17 +392,17 @@ func mustJSON(t *testing.T, v any) []byte {
 }
 
 // Prior SDK §2.3 Δ: every error it sent said retryable false. Here the
-// retryable flag is the SPEC 7 table's for every code, on the wire, for
+// retryable flag is the spec §7 table's for every code, on the wire, for
 // errors the kernel and the plugins send.
 func TestPriorSDKRetryableFollowsSpecTable(t *testing.T) {
-	table := map[wire.Code]bool{ // SPEC 7; cancelled is our addition (DESIGN Wire)
+	table := map[wire.Code]bool{ // spec §7; cancelled is our addition (docs/DECISIONS.md, Wire)
 		wire.CodeRuntimeError: true, wire.CodeTimeout: true, wire.CodeOutOfMemory: true, wire.CodeSandboxCrash: true,
 		wire.CodeParseError: false, wire.CodeUnauthorized: false, wire.CodeVersionMismatch: false,
 		wire.CodeSchemaViolation: false, wire.CodeCapabilityMissing: false, wire.CodeCancelled: false,
 	}
 	for code, want := range table {
 		if code.Retryable() != want {
-			t.Errorf("%s: Retryable() = %v, SPEC 7 says %v", code, code.Retryable(), want)
+			t.Errorf("%s: Retryable() = %v, spec §7 says %v", code, code.Retryable(), want)
 		}
 	}
 
@@ -448,7 +448,7 @@ func TestPriorSDKRetryableFollowsSpecTable(t *testing.T) {
 // instance, so concurrent calls could tag events with another call's
 // req_id. Here concurrent streaming calls each get exactly their own
 // events, with seq 0, 1 per request (not timestamps), all before their own
-// reply, and the same events collected in result.events (SPEC 6 rule 1).
+// reply, and the same events collected in result.events (spec §6 rule 1).
 func TestPriorSDKConcurrentToolEventsKeepTheirRequest(t *testing.T) {
 	// Four run at once (max_parallel), the others wait in the queue.
 	h := newPriorHost(t, "plugins:\n  - {name: tools, type: tools, cls: aep.tools.builtin}\n")
@@ -527,8 +527,8 @@ func TestPriorSDKProcOutputIsNeverPushed(t *testing.T) {
 }
 
 // Prior SDK §4 Δ: its auth_token sat at the top level of the config, was
-// never checked, and a SPEC-style server.auth_token was silently dropped.
-// Here the token is server.auth_token (SPEC 2.10): a top-level auth_token
+// never checked, and a spec-style server.auth_token was silently dropped.
+// Here the token is server.auth_token (spec §2.10): a top-level auth_token
 // is refused with its line, a host without a token does not start, and the
 // configured one is enforced.
 func TestPriorSDKAuthTokenUnderServer(t *testing.T) {
@@ -550,7 +550,7 @@ func TestPriorSDKAuthTokenUnderServer(t *testing.T) {
 	a.handshake()
 }
 
-// Prior SDK §1 Δ: its error `detail` had to be an object; SPEC 2.3 says
+// Prior SDK §1 Δ: its error `detail` had to be an object; spec §2.3 says
 // any. The schemas accept a host error whose detail is any JSON value, and
 // the Go client hands it over as it came.
 func TestPriorSDKErrorDetailIsAnyValue(t *testing.T) {

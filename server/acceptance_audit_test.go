@@ -1,6 +1,6 @@
 package server_test
 
-// Tests added by the acceptance audit of issue 2 (kernel core). The name
+// Tests added by the acceptance audit of the kernel core. The name
 // server/audit_test.go was taken by the audit-log tests.
 
 import (
@@ -15,7 +15,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// TestDirectCodecStillValidated checks issue 2's in-process transport: the
+// TestDirectCodecStillValidated checks the in-process transport: the
 // direct codec passes typed values, and they are still validated. Each
 // invalid value gets the same error through the direct codec as its JSON
 // line gets through the decoder, and a valid request afterwards is served.
@@ -81,7 +81,7 @@ func wantWireError(t *testing.T, err error, code wire.Code, field string) {
 	}
 }
 
-// TestMaxSessions checks DESIGN's session cap (server.limits.max_sessions):
+// TestMaxSessions checks the session cap (server.limits.max_sessions):
 // past it no session is created, and a slot freed by a closed session can
 // be taken again.
 func TestMaxSessions(t *testing.T) {

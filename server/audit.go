@@ -14,7 +14,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// AuditRecord is one handler invocation (SPEC 1.7, DESIGN: fields of the
+// AuditRecord is one handler invocation (spec §1.7; docs/DECISIONS.md, Wire: fields of the
 // audit line). It holds sizes and codes, never message bodies, so secrets
 // cannot reach the audit log through it. Every field but declined is written
 // on every line, empty or not, so each line has the same documented shape.
@@ -39,7 +39,7 @@ type AuditRecord struct {
 }
 
 // Auditor receives audit records. Record must not block and must not fail
-// the request: auditing is best-effort (SPEC 1.7).
+// the request: auditing is best-effort (spec §1.7).
 type Auditor interface {
 	Record(r AuditRecord)
 }
@@ -85,7 +85,7 @@ func (h *Host) SubscribeAudit(f func(AuditRecord)) (unsubscribe func()) {
 }
 
 // FileAuditor writes audit records as JSON lines, asynchronously and in
-// batches, to a file rotated by lumberjack (SPEC 8: 10 MB, 5 backups).
+// batches, to a file rotated by lumberjack (spec §8: 10 MB, 5 backups).
 type FileAuditor struct {
 	ch       chan AuditRecord
 	w        io.WriteCloser

@@ -24,7 +24,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// auditFields are the documented fields of an audit line (SPEC 1.7, SPEC 8,
+// auditFields are the documented fields of an audit line (spec §1.7, spec §8,
 // issue: audit) with the JSON kind each must have.
 var auditFields = map[string]string{
 	"ts": "string", "session_id": "string", "req_id": "string", "correlation_id": "string",
@@ -93,7 +93,7 @@ func readAuditLines(t *testing.T, path string) [][]byte {
 func TestAuditRotation(t *testing.T) {
 	d := server.Defaults().Audit
 	if d.MaxSizeMB != 10 || d.MaxBackups != 5 {
-		t.Fatalf("defaults changed: %+v (SPEC 8: 10 MB, 5 backups)", d)
+		t.Fatalf("defaults changed: %+v (spec §8: 10 MB, 5 backups)", d)
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "audit.jsonl")
@@ -292,7 +292,7 @@ func (s *syncBuffer) String() string {
 
 // TestAuditUnwritablePathFailsNoRequest: when the audit file cannot be
 // written, every request still succeeds, the failures are counted, and the
-// failure is logged once (SPEC 1.7: auditing never makes a handler fail).
+// failure is logged once (spec §1.7: auditing never makes a handler fail).
 // Tests run as root, so permissions cannot make a path unwritable; these
 // paths fail for root too.
 func TestAuditUnwritablePathFailsNoRequest(t *testing.T) {
@@ -358,7 +358,7 @@ func TestAuditUnwritablePathFailsNoRequest(t *testing.T) {
 
 // TestCloseWaitsForHandlersAudit: a handler still finishing when the host
 // closes gets its audit line written; Close does not close the auditor
-// under it (SPEC 1.7: every handler invocation is audited).
+// under it (spec §1.7: every handler invocation is audited).
 func TestCloseWaitsForHandlersAudit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

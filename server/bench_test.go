@@ -14,7 +14,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// The kernel's benchmarks (issue 2, DESIGN Performance): each echo round
+// The kernel's benchmarks (docs/DECISIONS.md, Performance): each echo round
 // trip is measured beside two floors from the same run, a bare channel
 // ping-pong between two goroutines and one JSON encode+decode of the same
 // message. Results and commands are in docs/PERFORMANCE.md.
@@ -86,7 +86,7 @@ func BenchmarkFloorJSONEncodeDecode(b *testing.B) {
 }
 
 // benchHost starts a host with one echo plugin and the file auditor on, as
-// DESIGN Performance asks for benchmarks.
+// docs/DECISIONS.md, Performance asks for benchmarks.
 func benchHost(b *testing.B) *server.Host {
 	b.Helper()
 	audit := server.NewFileAuditor(filepath.Join(b.TempDir(), "audit.jsonl"), 10, 5, nil)

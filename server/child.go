@@ -1,6 +1,6 @@
 package server
 
-// Child sessions (SPEC 1: subagents; DESIGN Transports: child sessions).
+// Child sessions (spec §1: subagents; docs/DECISIONS.md, Transports: child sessions).
 // The kernel owns what makes a child a session of its own: its link to the
 // parent, its own handshake token, its capability subset, its depth in the
 // session tree and its step limit. Capabilities learn about a new child
@@ -18,7 +18,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// The memory scopes of SPEC 1's subagent paragraph.
+// The memory scopes of spec §1's subagent paragraph.
 var memoryScopes = map[string]bool{"shared": true, "restricted": true, "isolated": true, "snapshot": true}
 
 // Errors of SpawnChild and of connecting to a child.
@@ -38,7 +38,7 @@ type ChildOptions struct {
 	// Capabilities are the canonical names the child may enable; each must
 	// be enabled for the parent.
 	Capabilities []string
-	// MemoryScope is shared, restricted, isolated or snapshot (SPEC 1).
+	// MemoryScope is shared, restricted, isolated or snapshot (spec §1).
 	MemoryScope string
 	// MaxDepth is the deepest depth (a top-level session is at depth 0) that
 	// any session of the child's subtree may have, the child included; 0
@@ -84,7 +84,7 @@ type ChildInfo struct {
 
 // SpawnChild creates a child session of parent that waits for its
 // handshake, with its own random token, which it returns and which only
-// this child accepts (SPEC 5, DESIGN Transports). Capabilities must be a
+// this child accepts (spec §5, docs/DECISIONS.md, Transports). Capabilities must be a
 // subset of the parent's, and the child's depth must be within the
 // parent's depth limit and opts.MaxDepth. Every [ChildObserver] is told
 // before SpawnChild returns; if one fails, the child is closed and the
@@ -211,7 +211,7 @@ func (s *Session) State() string {
 // takeStep counts one request of a child session against its step limit
 // and keeps its ancestors from expiring while it works. It returns the
 // error that refuses the request past the limit, or nil. The error is a
-// runtime_error (retryable per SPEC 7's table, as every runtime_error)
+// runtime_error (retryable per spec §7's table, as every runtime_error)
 // with detail.reason "step_limit": no retry on this session can succeed.
 func (s *Session) takeStep() *wire.Error {
 	ci := s.child
@@ -253,7 +253,7 @@ func (s *Session) closeChildren() {
 }
 
 // ConnectLinesTo attaches an in-process JSON pipe to a child session that
-// waits for its handshake (DESIGN Transports: a client reaches a child by
+// waits for its handshake (docs/DECISIONS.md, Transports: a client reaches a child by
 // its id and handshakes with the child's own token).
 func (h *Host) ConnectLinesTo(sessionID string, buffer int) (*LinePipe, error) {
 	q := newQueue[[]byte](buffer)

@@ -12,7 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Config is the host configuration (SPEC 2.10, DESIGN Plugins and configuration).
+// Config is the host configuration (spec §2.10, docs/DECISIONS.md, Plugins and configuration).
 type Config struct {
 	Server    ServerConfig    `yaml:"server"`
 	Transport TransportConfig `yaml:"transport"`
@@ -24,7 +24,7 @@ type Config struct {
 // ServerConfig holds the kernel's own settings.
 type ServerConfig struct {
 	Listen string `yaml:"listen"`
-	// AuthToken is the shared secret of SPEC 5 rule 1.
+	// AuthToken is the shared secret of spec §5 rule 1.
 	AuthToken      string     `yaml:"auth_token"`
 	MaxParallel    int        `yaml:"max_parallel"`
 	AllowedOrigins []string   `yaml:"allowed_origins"`
@@ -32,7 +32,7 @@ type ServerConfig struct {
 	ToolPolicy     ToolPolicy `yaml:"tool_policy"`
 }
 
-// Limits bound what one session and the whole host may use (DESIGN Dispatch defaults).
+// Limits bound what one session and the whole host may use (docs/DECISIONS.md, Dispatch defaults).
 type Limits struct {
 	// QueueSize is how many admitted requests may wait beyond max_parallel
 	// before further ones are refused as overloaded.
@@ -50,7 +50,7 @@ type Limits struct {
 }
 
 // ToolPolicy allows or denies tools by name or tag pattern (path.Match
-// syntax); deny wins, and an empty allow list allows everything (SPEC 5 rule 6).
+// syntax); deny wins, and an empty allow list allows everything (spec §5 rule 6).
 type ToolPolicy struct {
 	Allow []string `yaml:"allow"`
 	Deny  []string `yaml:"deny"`
@@ -66,7 +66,7 @@ type StoreConfig struct {
 	DSN string `yaml:"dsn"`
 }
 
-// AuditConfig configures the audit log (SPEC 8: rotation at 10 MB, 5 backups).
+// AuditConfig configures the audit log (spec §8: rotation at 10 MB, 5 backups).
 type AuditConfig struct {
 	Enabled    *bool  `yaml:"enabled"`
 	Path       string `yaml:"path"`
@@ -74,7 +74,7 @@ type AuditConfig struct {
 	MaxBackups int    `yaml:"max_backups"`
 }
 
-// PluginConfig is one entry of plugins[] (SPEC 2.10).
+// PluginConfig is one entry of plugins[] (spec §2.10).
 type PluginConfig struct {
 	Name     string         `yaml:"name"`
 	Type     string         `yaml:"type"`
@@ -84,7 +84,7 @@ type PluginConfig struct {
 	Config yaml.Node `yaml:"config"`
 }
 
-// PluginMetadata holds the dispatch settings of a plugin (SPEC 1 dispatch rules 2–4).
+// PluginMetadata holds the dispatch settings of a plugin (spec §1 dispatch rules 2–4).
 type PluginMetadata struct {
 	Enabled   *bool `yaml:"enabled"`
 	Priority  int   `yaml:"priority"`
@@ -114,7 +114,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML writes the duration as a string.
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 
-// Defaults returns the configuration of DESIGN's defaults, with no plugins.
+// Defaults returns the configuration of the default limits (docs/DECISIONS.md, Dispatch), with no plugins.
 func Defaults() Config {
 	return Config{
 		Server: ServerConfig{

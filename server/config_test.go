@@ -68,7 +68,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// TestConfigDefaults checks DESIGN's defaults: max_parallel 4, queue 64,
+// TestConfigDefaults checks the default limits: max_parallel 4, queue 64,
 // idle 30 min, unhandshaken 60 s, 10,000 sessions, 1 MiB messages, audit
 // rotation at 10 MB with 5 backups.
 func TestConfigDefaults(t *testing.T) {

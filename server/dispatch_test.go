@@ -87,7 +87,7 @@ func echoSpec(name string, prio int, excl bool, p *echoplug.Plugin) server.Plugi
 	return server.PluginSpec{Name: name, Type: "echo", Priority: prio, Exclusive: excl, Impl: p}
 }
 
-// TestDispatch covers SPEC 1 dispatch rules 2–4 and DESIGN Dispatch with
+// TestDispatch covers spec §1 dispatch rules 2–4 and docs/DECISIONS.md, Dispatch with
 // several echo plugins: who answers echo/say (a unique-owner type),
 // what echo/list (a merged list type) holds, and who answers echo/find
 // (declining, fallback).
@@ -244,7 +244,7 @@ var (
 	_ server.CleanerUpper = (*lifePlugin)(nil)
 )
 
-// TestPluginLifecycle checks DESIGN's lifecycle: Provision, Validate, and
+// TestPluginLifecycle checks the plugin lifecycle (docs/DECISIONS.md, Plugins and configuration): Provision, Validate, and
 // Cleanup in reverse order, also for a plugin whose own step failed and for
 // every plugin started before it (unlike caddy #7067).
 func TestPluginLifecycle(t *testing.T) {
@@ -533,7 +533,7 @@ func TestMaxParallel(t *testing.T) {
 	}
 }
 
-// TestEmitAfterReply checks SPEC 6 rule 5: once the reply is sent, Emit
+// TestEmitAfterReply checks spec §6 rule 5: once the reply is sent, Emit
 // fails and nothing more reaches the wire for that request.
 func TestEmitAfterReply(t *testing.T) {
 	plug := &echoplug.Plugin{Scopes: make(chan wire.Scope, 1)}

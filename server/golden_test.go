@@ -19,8 +19,7 @@ import (
 // TestGolden replays the agent lines of each testdata/golden/*.txtar file
 // against a host through the in-process JSON pipe and compares what the host
 // answers, with volatile fields replaced by placeholders, to the file's
-// `host` section (the wire-level conformance tests of issue 2, in the style
-// of go-sdk's mcp/testdata/conformance). Package internal/golden documents
+// `host` section (the wire-level conformance tests of the protocol). Package internal/golden documents
 // the archive format and the script language; run with -update to rewrite
 // the host sections.
 //

@@ -5,7 +5,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// handshake answers handshake/req (SPEC 2.4, 5, 9; DESIGN Wire). It always
+// handshake answers handshake/req (spec §2.4, 5, 9; docs/DECISIONS.md, Wire). It always
 // answers; on failure ok is false, the error names the code and the session
 // stays unhandshaken, so no session exists for the agent.
 func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
@@ -29,7 +29,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		fail(wire.CodeSchemaViolation, `missing field "proto"`)
 		return
 	case env.Proto != wire.ProtoVersion:
-		// SPEC 9 rule 2.
+		// spec §9 rule 2.
 		fail(wire.CodeVersionMismatch, "protocol version "+env.Proto+" is not supported; this host speaks "+wire.ProtoVersion)
 		return
 	}
@@ -38,7 +38,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		want = *s.token // a child session accepts only its own token
 	}
 	if !tokenOK(want, req.AuthToken) {
-		// SPEC 5 rule 3: not retryable; the fix is to correct auth_token.
+		// spec §5 rule 3: not retryable; the fix is to correct auth_token.
 		fail(wire.CodeUnauthorized, "invalid auth_token")
 		return
 	}
@@ -57,7 +57,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		if on {
 			enabled[c] = true
 		}
-		// One entry per requested capability, echoing the agent's spelling (SPEC 2.2).
+		// One entry per requested capability, echoing the agent's spelling (spec §2.2).
 		accepted = append(accepted, msg.CapabilityEntry{Name: name, Enabled: on})
 	}
 	s.mu.Lock()

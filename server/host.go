@@ -16,7 +16,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// capabilityAliases maps the prior SDK's spellings to ours (DESIGN Wire).
+// capabilityAliases maps the prior SDK's spellings to ours (docs/DECISIONS.md, Wire).
 var capabilityAliases = map[string]string{"learning": "learn", "skill": "skills"}
 
 // CanonicalCapability returns the capability name an agent's spelling means.
@@ -299,7 +299,7 @@ func (h *Host) forget(s *Session) {
 	}
 }
 
-// expire closes sessions that stayed idle or never handshook (DESIGN Dispatch defaults).
+// expire closes sessions that stayed idle or never handshook (docs/DECISIONS.md, Dispatch defaults).
 func (h *Host) expire() {
 	defer h.janitor.Done()
 	lim := h.cfg.Server.Limits
@@ -383,7 +383,7 @@ func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
 }
 
 // tokenOK compares in constant time: both sides are hashed first, so neither
-// the content nor the length of the secret leaks through timing (SPEC 5).
+// the content nor the length of the secret leaks through timing (spec §5).
 func tokenOK(want [32]byte, got string) bool {
 	sum := sha256.Sum256([]byte(got))
 	var diff byte

@@ -28,7 +28,7 @@ func checker(t testing.TB) *conformance.Checker {
 }
 
 // checkHostLine checks one line the host sent against the JSON Schemas with
-// the conformance kit (issue 2: every message the host sends in the test
+// the conformance kit ( every message the host sends in the test
 // suite). It may run on a transport goroutine, so it reports with Errorf.
 func checkHostLine(t testing.TB, line []byte) {
 	t.Helper()

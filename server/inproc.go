@@ -170,7 +170,7 @@ func (p *LinePipe) Close() error {
 
 // DirectPipe is the agent's end of an in-process connection with the direct
 // codec: typed values cross it without JSON, still validated by the
-// generated validators (DESIGN Transports). Values are shared, not copied:
+// generated validators (docs/DECISIONS.md, Transports). Values are shared, not copied:
 // neither side may change a message after sending it.
 type DirectPipe struct {
 	s *Session

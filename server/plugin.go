@@ -209,7 +209,7 @@ type route struct {
 }
 
 // buildRoutes maps every plugin-served request type to its plugins
-// (SPEC 1 dispatch rules 2–4).
+// (spec §1 dispatch rules 2–4).
 func buildRoutes(reg *wire.Registry, ps []*plugin) map[string]*route {
 	routes := map[string]*route{}
 	for _, e := range reg.Entries() {
@@ -228,7 +228,7 @@ func buildRoutes(reg *wire.Registry, ps []*plugin) map[string]*route {
 			}
 			return r.plugins[i].order < r.plugins[j].order
 		})
-		// The highest-priority exclusive plugin handles its types alone (SPEC 1 rule 4).
+		// The highest-priority exclusive plugin handles its types alone (spec §1 rule 4).
 		for i, p := range r.plugins {
 			if p.Exclusive {
 				r.plugins = r.plugins[i : i+1]

@@ -30,7 +30,7 @@ const (
 	stateClosed
 )
 
-// Session is one isolated agent session (SPEC 1, 5 rule 4).
+// Session is one isolated agent session (spec §1, 5 rule 4).
 type Session struct {
 	h      *Host
 	id     string
@@ -170,7 +170,7 @@ func (s *Session) ReceiveLine(line []byte) {
 // RejectOversized answers a line of n bytes that was over the message limit
 // without handing it to the decoder. Streaming transports call it after
 // discarding such a line up to its newline, so they never buffer more than
-// the limit (DESIGN Wire: the connection goes on with the next line).
+// the limit (docs/DECISIONS.md, Wire: the connection goes on with the next line).
 func (s *Session) RejectOversized(n int) {
 	s.touch()
 	max := s.h.cfg.Server.Limits.MaxMessageBytes
@@ -249,7 +249,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 
 // admit queues a request for the session's workers: up to max_parallel run
 // at once, up to queue_size wait, and beyond that the request is refused as
-// overloaded (DESIGN Dispatch).
+// overloaded (docs/DECISIONS.md, Dispatch).
 func (s *Session) admit(c *call) {
 	s.mu.Lock()
 	if _, dup := s.inflight[c.id]; dup {
@@ -353,7 +353,7 @@ func (s *Session) run(c *call) {
 }
 
 // cancelCall stops an in-flight or queued request; it is answered with
-// `cancelled` at once, whatever its handler does next (DESIGN Wire).
+// `cancelled` at once, whatever its handler does next (docs/DECISIONS.md, Wire).
 func (s *Session) cancelCall(reqID string) {
 	s.mu.Lock()
 	c := s.inflight[reqID]
@@ -477,7 +477,7 @@ func (c *call) cancelNow() {
 	c.mu.Unlock()
 	// Answer before the handler's context ends: a handler that returns
 	// ctx.Err() at once would otherwise race this reply with its own
-	// runtime_error, and `cancel` is promised a `cancelled` (DESIGN Wire).
+	// runtime_error, and `cancel` is promised a `cancelled` (docs/DECISIONS.md, Wire).
 	c.replyError(wire.AsError(wire.ErrCancelled))
 	if stop != nil {
 		stop()
@@ -485,7 +485,7 @@ func (c *call) cancelNow() {
 }
 
 // Emit sends an event of the request's namespace while it is in flight
-// (SPEC 6, DESIGN Wire: seq counts from 0 per request).
+// (spec §6, docs/DECISIONS.md, Wire: seq counts from 0 per request).
 func (c *call) Emit(kind wire.EventKind, data map[string]any) error {
 	return c.emit(c.entry.Namespace+"/event", kind, data)
 }
@@ -537,7 +537,7 @@ func (c *call) replyError(e *wire.Error) int {
 }
 
 // Dispatch runs req through the kernel as this session would, for
-// capabilities that drive others (DESIGN Dispatch: internal requests bypass
+// capabilities that drive others (docs/DECISIONS.md, Dispatch: internal requests bypass
 // the admission queue and are bounded by a nesting depth instead).
 func (c *call) Dispatch(ctx context.Context, req wire.Message) (wire.Message, error) {
 	if c.depth+1 > c.s.h.cfg.Server.Limits.MaxDepth {

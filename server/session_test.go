@@ -32,7 +32,7 @@ func waitClosed(t *testing.T, p *server.LinePipe, within time.Duration) {
 }
 
 // TestExpiry checks idle and unhandshaken expiry with short configured
-// limits (DESIGN Dispatch defaults, server.limits.*): a session that never
+// limits (docs/DECISIONS.md, Dispatch defaults, server.limits.*): a session that never
 // handshakes and one that stays idle are closed; one with a request in
 // flight is not, however long the request takes.
 func TestExpiry(t *testing.T) {
@@ -92,7 +92,7 @@ server:
 	}
 }
 
-// TestCapabilityAliases checks DESIGN Wire: the prior SDK's spellings
+// TestCapabilityAliases checks docs/DECISIONS.md, Wire: the prior SDK's spellings
 // `learning` and `skill` enable learn and skills, and accepted_caps echoes
 // each name as the agent sent it.
 func TestCapabilityAliases(t *testing.T) {
@@ -134,7 +134,7 @@ func TestCapabilityAliases(t *testing.T) {
 
 // relay answers echo/find by dispatching echo/wait (with events) and
 // echo/say through the kernel, as chains and subagents reach other
-// capabilities (DESIGN Dispatch).
+// capabilities (docs/DECISIONS.md, Dispatch).
 type relay struct {
 	echoplug.Plugin
 }

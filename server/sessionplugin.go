@@ -34,7 +34,7 @@ func (p *sessionPlugin) SessionInfo(ctx context.Context, sc wire.Scope, req *msg
 	return resp, nil
 }
 
-// SessionSnapshot saves the session's state (SPEC 1.6; see snapshot.go).
+// SessionSnapshot saves the session's state (spec §1.6; see snapshot.go).
 func (p *sessionPlugin) SessionSnapshot(ctx context.Context, sc wire.Scope, req *msg.SessionSnapshotReq) (*msg.SessionSnapshotResp, error) {
 	s, ok := p.h.Session(sc.SessionID())
 	if !ok {
@@ -51,7 +51,7 @@ func (p *sessionPlugin) SessionSnapshot(ctx context.Context, sc wire.Scope, req 
 	return &msg.SessionSnapshotResp{SnapshotID: id, Bytes: n, Target: msg.SessionSnapshotRespTarget(target)}, nil
 }
 
-// SessionRestore restores a snapshot into the current session (SPEC 3).
+// SessionRestore restores a snapshot into the current session (spec §3).
 func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *msg.SessionRestoreReq) (*msg.SessionRestoreResp, error) {
 	s, ok := p.h.Session(sc.SessionID())
 	if !ok {

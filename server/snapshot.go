@@ -1,7 +1,7 @@
 package server
 
-// Session snapshots (SPEC 1.6, SPEC 3 Session live → snapshot → live,
-// DESIGN State). A snapshot is one JSON document, the same for both targets:
+// Session snapshots (spec §1.6, spec §3 Session live → snapshot → live,
+// docs/DECISIONS.md, State). A snapshot is one JSON document, the same for both targets:
 //
 //	{"format":"aep.snapshot","version":1,"sha256":"<hex of payload>","payload":{…}}
 //
@@ -60,7 +60,7 @@ var (
 // SecretHolder is implemented by plugins that hold secrets (API keys,
 // passwords from their config). Before a snapshot is written the kernel
 // checks that none of them appears in it, as a defence behind each plugin's
-// own duty to leave secrets out (DESIGN State).
+// own duty to leave secrets out (docs/DECISIONS.md, State).
 type SecretHolder interface {
 	Secrets() []string
 }

@@ -16,12 +16,12 @@ import (
 
 // ServeStdio serves one session as NDJSON: lines from in are the agent's
 // messages, and everything the host sends is written to out, one line per
-// message (DESIGN Transports: Stdio). Nothing else is written to out, so
+// message (docs/DECISIONS.md, Transports: Stdio). Nothing else is written to out, so
 // logs must go elsewhere (the CLI logs to stderr).
 //
 // A line longer than server.limits.max_message_bytes is discarded up to its
 // newline without being buffered and answered with parse_error; the next
-// line is read normally (DESIGN Wire). Blank lines are skipped.
+// line is read normally (docs/DECISIONS.md, Wire). Blank lines are skipped.
 //
 // ServeStdio returns when the session ends (shutdown, idle expiry, the host
 // closing), when out fails, or when ctx is done, closing the session. When

@@ -51,7 +51,7 @@ func Epoch(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
 func FromEpoch(s float64) time.Time { return time.UnixMicro(int64(math.Round(s * 1e6))) }
 
 // AppendEncode appends the one-line JSON encoding of m with its envelope to
-// dst: the envelope fields first, then the body's fields (DESIGN Wire).
+// dst: the envelope fields first, then the body's fields (docs/DECISIONS.md, Wire).
 func AppendEncode(dst []byte, env *Envelope, m Message) ([]byte, error) {
 	body, err := json.Marshal(m)
 	if err != nil {
@@ -136,7 +136,7 @@ func appendString(dst []byte, s string) []byte {
 
 // Decode scans line, looks its type up in reg and decodes the body into a
 // fresh model. Every failure is an *Error with code parse_error or
-// schema_violation (DESIGN Wire); sc is filled as far as the scan got, so
+// schema_violation (docs/DECISIONS.md, Wire); sc is filled as far as the scan got, so
 // the caller can answer with the line's id.
 func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
 	if err := Scan(line, sc); err != nil {
@@ -191,7 +191,7 @@ func missing(field string) *Error {
 // decodeModel decodes a scanned line into the model m. It uses the v2
 // semantics of go-json, where object members match struct fields by their
 // exact name: the v1 semantics of Unmarshal match case-insensitively, so an
-// unknown member such as "AGENT_ID" (which DESIGN Wire says is ignored) would
+// unknown member such as "AGENT_ID" (which docs/DECISIONS.md, Wire says is ignored) would
 // overwrite or fail on agent_id, and the host would disagree with the schema
 // about a line that is valid under it. The other v2 checks (duplicate names,
 // invalid UTF-8) repeat what Scan already enforces.
@@ -347,7 +347,7 @@ func DecodeBody(e *Entry, line []byte) (Message, error) {
 }
 
 // Check validates a typed value handed over by the direct codec the same way
-// Decode validates a line, as far as a Go value allows (DESIGN Transports).
+// Decode validates a line, as far as a Go value allows (docs/DECISIONS.md, Transports).
 func (reg *Registry) Check(env *Envelope, m Message) (*Entry, error) {
 	if m == nil {
 		return nil, &Error{Code: CodeParseError, Message: "nil message"}

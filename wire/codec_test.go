@@ -75,7 +75,7 @@ func probeRegistry() *wire.Registry {
 	return reg
 }
 
-// TestDecode covers the error mapping of DESIGN Wire: framing failures,
+// TestDecode covers the error mapping of docs/DECISIONS.md, Wire: framing failures,
 // unknown types and host-only types are parse_error; a known type that fails
 // its schema is schema_violation, and Detail names the field.
 func TestDecode(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Error is a protocol error: it becomes an `error` message (SPEC 2.3) on the
+// Error is a protocol error: it becomes an `error` message (spec §2.3) on the
 // wire. Err is the cause, kept for logs and errors.Is; it never reaches the wire.
 type Error struct {
 	Code       Code
@@ -30,7 +30,7 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Retryable reports the retry flag of the error's code (SPEC 7).
+// Retryable reports the retry flag of the error's code (spec §7).
 func (e *Error) Retryable() bool { return e.Code.Retryable() }
 
 // Errorf builds an *Error with a formatted message.
@@ -50,7 +50,7 @@ func (e *FieldError) Error() string { return fmt.Sprintf("field %q: %s", e.Field
 // Sentinel causes. Handlers wrap these with %w; AsError maps them to codes.
 var (
 	// ErrDecline is returned by a broadcast handler that leaves the request
-	// to other plugins (DESIGN Dispatch).
+	// to other plugins (docs/DECISIONS.md, Dispatch).
 	ErrDecline = errors.New("declined")
 	// ErrNotInFlight is returned by Scope.Emit after the reply was sent.
 	ErrNotInFlight = errors.New("request is no longer in flight")

@@ -2,7 +2,7 @@ package wire
 
 import "context"
 
-// ProtoVersion is the protocol version carried in every envelope (SPEC 9 rule 1).
+// ProtoVersion is the protocol version carried in every envelope (spec §9 rule 1).
 const ProtoVersion = "1.0"
 
 // Message is implemented by every generated message model.
@@ -15,7 +15,7 @@ type Message interface {
 	Validate() error
 }
 
-// Envelope is the routing part of a message (SPEC 2.1). Models hold only the
+// Envelope is the routing part of a message (spec §2.1). Models hold only the
 // body; the envelope travels beside them and the encoder splices both into
 // one JSON object.
 type Envelope struct {
@@ -36,10 +36,10 @@ type Packet struct {
 	Size int
 }
 
-// EventKind is the `kind` of an event message (SPEC 2.7, part 6).
+// EventKind is the `kind` of an event message (spec §2.7, part 6).
 type EventKind string
 
-// Event kinds of SPEC part 6.
+// Event kinds of spec §6.
 const (
 	EventProgress EventKind = "progress"
 	EventStatus   EventKind = "status"
@@ -56,12 +56,12 @@ type Scope interface {
 	// RequestID is the envelope id of the request being handled.
 	RequestID() string
 	// Emit sends a `<namespace>/event` for this request. It fails with
-	// ErrNotInFlight once the reply has been sent (SPEC 6 rule 5).
+	// ErrNotInFlight once the reply has been sent (spec §6 rule 5).
 	Emit(kind EventKind, data map[string]any) error
 	// Enabled reports whether a capability is enabled for the session.
 	Enabled(capability string) bool
 	// Dispatch sends req through the kernel as this session would, bypassing
 	// the admission queue but counting toward the nesting depth limit
-	// (DESIGN Dispatch). Events of the inner request reach this request.
+	// (docs/DECISIONS.md, Dispatch). Events of the inner request reach this request.
 	Dispatch(ctx context.Context, req Message) (Message, error)
 }

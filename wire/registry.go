@@ -82,7 +82,7 @@ type Namespace struct {
 	Event      string // the namespace's event type, e.g. "tool/event"
 }
 
-// Registry maps type strings to entries (SPEC 1 dispatch rule 1).
+// Registry maps type strings to entries (spec §1 dispatch rule 1).
 type Registry struct {
 	byType     map[string]*Entry
 	namespaces map[string]*Namespace
@@ -114,7 +114,7 @@ func (r *Registry) Add(entries ...*Entry) {
 }
 
 // Alias makes alias resolve to the entry of target (for the spec's exact
-// spellings such as `env/data/add`, DESIGN Wire).
+// spellings such as `env/data/add`, docs/DECISIONS.md, Wire).
 func (r *Registry) Alias(alias, target string) {
 	if _, ok := r.byType[alias]; ok {
 		panic(fmt.Sprintf("wire: alias %q shadows a type", alias))

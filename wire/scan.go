@@ -65,7 +65,7 @@ func (s *Scanned) lookup(key string) (span, bool) {
 // ErrSyntax is the cause of every framing failure found by Scan.
 var ErrSyntax = errors.New("malformed message")
 
-// Scan checks the framing rules of DESIGN Wire in one pass over line: exactly
+// Scan checks the framing rules of docs/DECISIONS.md, Wire in one pass over line: exactly
 // one JSON object, valid UTF-8, no duplicate keys at any depth, nothing but
 // white space after the object. It fills out with the envelope fields.
 func Scan(line []byte, out *Scanned) error {
@@ -211,7 +211,7 @@ func (s *scanner) str() (span, error) {
 				// A surrogate escape must be a high one followed by a low
 				// one: a lone surrogate is no character, so it is invalid
 				// UTF-8 once unescaped. The decoder rejects it too, so it
-				// must fail here, as the parse_error of DESIGN Wire.
+				// must fail here, as the parse_error of docs/DECISIONS.md, Wire.
 				if utf16.IsSurrogate(r) {
 					lo, ok := rune(0), false
 					if r < 0xdc00 && s.i+1 < len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {

@@ -26,7 +26,7 @@ func manyKeys(n int, extra string) string {
 	return b.String()
 }
 
-// TestScanRejects lists lines that break the framing rules of DESIGN Wire;
+// TestScanRejects lists lines that break the framing rules of docs/DECISIONS.md, Wire;
 // each must fail with an error wrapping wire.ErrSyntax whose text contains
 // want, so a reader of the error knows which rule was broken.
 func TestScanRejects(t *testing.T) {
@@ -86,7 +86,7 @@ func TestScanRejects(t *testing.T) {
 		{"null", `null`, "JSON object"},
 		{"true", `true`, "JSON object"},
 
-		// Invalid UTF-8, in values and in keys (DESIGN Wire: lines are UTF-8).
+		// Invalid UTF-8, in values and in keys (docs/DECISIONS.md, Wire: lines are UTF-8).
 		{"invalid byte in value", "{\"a\":\"x\xffy\"}", "invalid UTF-8"},
 		{"invalid byte in key", "{\"\xff\":1}", "invalid UTF-8"},
 		{"invalid byte in nested key", "{\"a\":{\"b\xfe\":1}}", "invalid UTF-8"},

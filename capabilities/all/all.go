@@ -2,7 +2,7 @@
 // capability package registers its plugin modules at init, and importing
 // this package for its side effects (as cmd/aep does) makes them all
 // available to configs and to the default configuration of `aep serve`
-// (DESIGN Names and layout: capabilities/all imports them all).
+// (docs/DECISIONS.md, Names and layout: capabilities/all imports them all).
 //
 // A new capability adds one blank import here and nothing else.
 package all

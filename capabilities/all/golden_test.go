@@ -18,9 +18,9 @@ import (
 // (every module capabilities/all links in), a fresh data directory and a
 // real SQLite store, and compares the normalised transcript with the
 // archive's host section: the wire-level golden files of every capability
-// namespace (STYLE practice 14). Package internal/golden documents the
+// namespace. Package internal/golden documents the
 // archive format and the script language; run with -update to rewrite the
-// host sections, then read every changed transcript against SPEC.md.
+// host sections, then read every changed transcript against the spec.
 func TestGolden(t *testing.T) {
 	c, err := conformance.Module()
 	if err != nil {

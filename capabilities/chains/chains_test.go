@@ -14,7 +14,7 @@ import (
 )
 
 // TestValidation checks that a bad graph is refused with schema_violation
-// naming the nodes, before any node runs (issue 9: unknown references, no
+// naming the nodes, before any node runs ( unknown references, no
 // entry, cycles). Every graph holds an echo/wait node, so a node that ran
 // would show in the echo plugin's counter.
 func TestValidation(t *testing.T) {
@@ -283,7 +283,7 @@ func TestNodeKinds(t *testing.T) {
 }
 
 // TestOnError covers the three policies and a tool failure as a node
-// failure (a tool result with success false, SPEC 7).
+// failure (a tool result with success false, spec §7).
 func TestOnError(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	const fails = `"request":{"type":"echo/wait/req","body":{"panic":true}}`
@@ -419,7 +419,7 @@ func TestTimeout(t *testing.T) {
 // TestMapDoesNotDeadlock runs four chains at once, each mapping over 100
 // items with eight in flight, on a session whose max_parallel is 4: the
 // chains hold all four admission slots, and their internal requests bypass
-// the admission queue (DESIGN Dispatch), so all finish.
+// the admission queue (docs/DECISIONS.md, Dispatch), so all finish.
 func TestMapDoesNotDeadlock(t *testing.T) {
 	e := newEnv(t, envOpts{maxParallel: 4})
 	items := make([]int, 100)

@@ -57,7 +57,7 @@ type edge struct {
 }
 
 // compile validates def and builds its graph. Every check runs before any
-// node does (issue 9): references, kinds' settings, an entry, cycles.
+// node does: references, kinds' settings, an entry, cycles.
 func compile(def *msg.ChainDefinition, reg *wire.Registry) (*graph, error) {
 	if def == nil || len(def.Nodes) == 0 {
 		return nil, graphErr(nil, "a chain needs at least one node")

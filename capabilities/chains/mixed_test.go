@@ -10,7 +10,7 @@ import (
 )
 
 // TestToolsAndMemory runs one chain across two capabilities that never
-// import each other or chains (SPEC 1 dispatch rule 5): it opens a memory
+// import each other or chains (spec §1 dispatch rule 5): it opens a memory
 // while a built-in tool writes a file, reads the file back with another
 // tool, stores its content in semantic memory and retrieves it. The
 // memory written by the chain is then read by the agent directly.

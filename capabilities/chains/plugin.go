@@ -1,9 +1,9 @@
-// Package chains is the chains capability (SPEC 1 table, 2.11): directed
+// Package chains is the chains capability (spec §1 table, 2.11): directed
 // acyclic graphs of action, branch, map, gather and reduce nodes, run in
 // topological order with independent nodes in parallel. Action and map
 // nodes reach other capabilities only through the kernel's internal
-// dispatch ([wire.Scope.Dispatch]), as a client would (SPEC 1 dispatch
-// rule 5, DESIGN Dispatch), so this package imports no other capability.
+// dispatch ([wire.Scope.Dispatch]), as a client would (spec §1 dispatch
+// rule 5, docs/DECISIONS.md, Dispatch), so this package imports no other capability.
 // Templates resolve with gjson paths and expressions run on expr-lang;
 // docs/chains.md describes the graph language.
 package chains

@@ -411,7 +411,7 @@ func (r *runner) send(n *node, sc scope) (json.RawMessage, error) {
 }
 
 // replyFailure reports a reply that says its request failed without being
-// an error message: a tool result with success false (SPEC 7: tools report
+// an error message: a tool result with success false (spec §7: tools report
 // failure that way) or a nested chain's success false.
 func replyFailure(out []byte) error {
 	if r := gjson.GetBytes(out, "result.success"); r.Exists() && r.Type == gjson.False {
@@ -534,7 +534,7 @@ func (r *runner) reduce(n *node, sc scope) (json.RawMessage, error) {
 
 // safely runs fn and turns a panic into an error: node goroutines are the
 // chain's own, outside the kernel's recover, and one bad node must not take
-// the host down (DESIGN Wire: never a crash).
+// the host down (docs/DECISIONS.md, Wire: never a crash).
 func safely(fn func() (json.RawMessage, error)) (out json.RawMessage, err error) {
 	defer func() {
 		if v := recover(); v != nil {

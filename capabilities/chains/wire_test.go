@@ -12,7 +12,7 @@ import (
 // pipe and checks every line against schemas/ with the conformance
 // recorder: the agent's requests, the chain/event and forwarded tool/event
 // events, the replies, and the error of a refused graph. Events come before
-// their request's reply, with req_id set (SPEC 6).
+// their request's reply, with req_id set (spec §6).
 func TestWireConformance(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	rec := conformance.NewRecorder(t)

@@ -12,7 +12,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// TestEveryWirePathConfined checks issue 6 item 6 for every path the wire
+// TestEveryWirePathConfined checks path confinement (docs/DECISIONS.md, State) for every path the wire
 // carries — env/data/add's destination and source, env/data/get's path and
 // glob, and the task environment's read and write paths: "..", absolute
 // paths, symlinks out (also to a sibling whose name extends the root's) and

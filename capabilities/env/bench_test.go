@@ -13,7 +13,7 @@ import (
 )
 
 // Benchmarks of the RL step loop through the real kernel and the Go client
-// in process, audit on (DESIGN Performance). Targets (issue 6): direct codec
+// in process, audit on (docs/DECISIONS.md, Performance). Targets: direct codec
 // ≥ 250,000 steps/s, JSON ≥ 30,000 steps/s, 64-episode batches ≥ 1,000,000
 // env steps/s. The steps/s metric is what docs/PERFORMANCE.md records.
 

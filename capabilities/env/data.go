@@ -18,7 +18,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// The data plane (SPEC 4.2 Env data plane): each session works in
+// The data plane (spec §4.2 Env data plane): each session works in
 // <DataRoot>/<session_id>/. Every access goes through an os.Root so no wire
 // path, symlink included, reaches outside its root. Temporary directories
 // live in DataRoot beside the session directories (same filesystem, so the
@@ -340,7 +340,7 @@ func describe(root *os.Root, rel string, inline bool, limit int) (msg.DataFile, 
 
 // EnvDataReset answers env/data/reset: the session's data root becomes a
 // fresh copy of the baseline corpus, built aside and swapped in. Episodes
-// are not touched (SPEC 3).
+// are not touched (spec §3).
 func (p *Plugin) EnvDataReset(ctx context.Context, s wire.Scope, req *msg.EnvDataResetReq) (*msg.EnvDataResetResp, error) {
 	root, sid, err := p.dataRoot(s.SessionID())
 	if err != nil {

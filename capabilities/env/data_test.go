@@ -150,7 +150,7 @@ func TestDataPlane(t *testing.T) {
 			wantErr(t, err, wire.CodeSchemaViolation, "does not exist")
 
 			// An episode reset never touches the data root; a data reset
-			// never touches episodes (SPEC 3).
+			// never touches episodes (spec §3).
 			ep := reset(t, c, env.GuessName, 5, "")
 			if _, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: env.GuessName, EpisodeID: &ep.EpisodeID}); err != nil {
 				t.Fatal(err)
@@ -207,7 +207,7 @@ func TestDataResetLeavesOtherSessionsAlone(t *testing.T) {
 }
 
 // The spec's exact spellings env/data/add|get|reset are requests too,
-// answered by …/resp (SPEC 4.2, DESIGN Wire).
+// answered by …/resp (spec §4.2, docs/DECISIONS.md, Wire).
 func TestDataPlaneSpecSpellings(t *testing.T) {
 	data, staging := t.TempDir(), t.TempDir()
 	part := stage(t, staging, "f.txt", "payload")

@@ -1,4 +1,4 @@
-// Package env is the env capability (SPEC 1 table, 4.2): RL-style episodes
+// Package env is the env capability (spec §1 table, 4.2): RL-style episodes
 // of registered environments — reset, step, observe, render, close and a
 // batched step with Gymnasium's autoreset modes — plus the task-data plane
 // on each session's own data root. It registers the plugin module
@@ -6,7 +6,7 @@
 //
 // An environment author implements [Env] for an action type A and registers
 // it with [Register]; actions arrive as raw JSON and are decoded straight
-// into A, with no generic map on the hot path (DESIGN Performance).
+// into A, with no generic map on the hot path (docs/DECISIONS.md, Performance).
 package env
 
 import (
@@ -40,7 +40,7 @@ type Env[A any] interface {
 // Stateful is implemented by environments whose state can be saved in a
 // session snapshot; the state must include the random state so a restored
 // episode continues the same trajectory. Episodes of other environments come
-// back closed (DESIGN State).
+// back closed (docs/DECISIONS.md, State).
 type Stateful interface {
 	SaveState() ([]byte, error)
 	LoadState(state []byte) error

@@ -6,7 +6,7 @@ import (
 	"github.com/aephost/aep/internal/confine"
 )
 
-// ErrPath marks a wire path that would leave its root (DESIGN State: every
+// ErrPath marks a wire path that would leave its root (docs/DECISIONS.md, State: every
 // wire path is confined to its root).
 var ErrPath = confine.ErrPath
 

@@ -30,7 +30,7 @@ func (*Plugin) Module() server.ModuleInfo {
 
 // Defaults of the plugin's settings.
 const (
-	DefaultDataRoot    = "/workspace/data" // SPEC 2.11
+	DefaultDataRoot    = "/workspace/data" // spec §2.11
 	DefaultMaxEpisodes = 256
 	DefaultStepTimeout = 30 * time.Second
 	DefaultInlineMax   = 64 << 10
@@ -73,7 +73,7 @@ type Plugin struct {
 }
 
 // sessionEnvs is one session's episodes. Other sessions never see them
-// (SPEC 5 rule 4).
+// (spec §5 rule 4).
 type sessionEnvs struct {
 	mu       sync.Mutex
 	episodes map[string]*episode
@@ -104,7 +104,7 @@ type episode struct {
 
 // Provision builds the catalog and prepares the data root. A data root
 // that cannot be created does not stop the host: env/data/* then answers
-// a clear error (DESIGN State).
+// a clear error (docs/DECISIONS.md, State).
 func (p *Plugin) Provision(ctx context.Context, penv server.PluginEnv) error {
 	p.log = penv.Logger
 	if p.log == nil {
@@ -187,7 +187,7 @@ func (p *Plugin) Cleanup() error {
 	return nil
 }
 
-// SessionClosed closes the session's episodes (issue 6: closing the
+// SessionClosed closes the session's episodes ( closing the
 // session closes its episodes). Its data root is left for the operator.
 func (p *Plugin) SessionClosed(sessionID string) {
 	p.mu.Lock()
@@ -289,7 +289,7 @@ func (ep *episode) alive() error {
 // A panic of the environment's code becomes an error and closes the
 // episode too. A watched goroutine is outside the kernel's recover, so the
 // panic would end the whole host; an inline one would leave ep.mu held, and
-// closing the session would then hang (SPEC 7 condition 4: an uncaught
+// closing the session would then hang (spec §7 condition 4: an uncaught
 // exception in a handler becomes an error message).
 func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func(ctx context.Context) error) error {
 	if ep.f.spec.Inline {

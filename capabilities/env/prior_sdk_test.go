@@ -60,7 +60,7 @@ func init() {
 // paths raised inside the error handler, so the agent got no reply at all.
 // Here every request to an environment that errors or panics — in reset,
 // step or render, on a watched goroutine or inline — gets exactly one reply
-// with its req_id (SPEC 7 condition 4: an uncaught exception in a handler
+// with its req_id (spec §7 condition 4: an uncaught exception in a handler
 // becomes an error message); an episode whose environment panicked is
 // closed, since its state is unknown; and the host stays up and closes
 // cleanly afterwards.

@@ -27,7 +27,7 @@ type savedSession struct {
 	Episodes []savedEpisode `json:"episodes"`
 }
 
-// Snapshot saves the session's open episodes (DESIGN State). The data root
+// Snapshot saves the session's open episodes (docs/DECISIONS.md, State). The data root
 // is not part of it: it is files on the host, outside the session state.
 func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error) {
 	out := savedSession{Version: 1, Episodes: []savedEpisode{}}

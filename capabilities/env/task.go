@@ -19,14 +19,14 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// A task is a folder of TasksDir (issue 6, docs/env.md):
+// A task is a folder of TasksDir (docs/env.md):
 //
 //	task.json        {"description", "grader": [argv...], "grader_timeout_seconds", "max_steps"}
 //	instructions.md  shown to the agent on reset
 //	files/           starting files, copied into each episode's work directory
 //
 // Reset copies files/ into a fresh per-episode work directory under
-// WorkRoot — never into the data root (SPEC 3). Actions write, read, list
+// WorkRoot — never into the data root (spec §3). Actions write, read, list
 // and run files there; `submit` runs the grader in the work directory with
 // AEP_TASK_DIR set to the task folder, and its result is the reward.
 

@@ -118,7 +118,7 @@ func TestTaskEnvironmentEndToEnd(t *testing.T) {
 			if err != nil || st.Reward != 0 || !strings.Contains(o.Error, "timed out") || time.Since(t0) > 3*time.Second {
 				t.Fatalf("slow grader: %+v %+v %v", st, o, err)
 			}
-			// Episodes never touch the data root (SPEC 3).
+			// Episodes never touch the data root (spec §3).
 			if ents, _ := os.ReadDir(filepath.Join(data, c.SessionID())); len(ents) != 0 {
 				t.Fatalf("episode wrote into the data root: %v", ents)
 			}

@@ -26,7 +26,7 @@ import (
 
 // TestFeedbackWire sends feedback lines through the in-process JSON pipe and
 // checks each answer at the wire level, every line also checked against
-// schemas/ by the conformance recorder: each SPEC 2.11 type is recorded, and
+// schemas/ by the conformance recorder: each spec §2.11 type is recorded, and
 // a CORRECTIVE without a correction is refused with schema_violation naming
 // the field, by the decoder (generated from the schema's if/then) and by the
 // schema itself.

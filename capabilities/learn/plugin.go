@@ -1,4 +1,4 @@
-// Package learn is the learn capability (SPEC 1 table: feedback, experience
+// Package learn is the learn capability (spec §1 table: feedback, experience
 // storage, adaptation): it records feedback on components and RL
 // transitions, keeps bandit preference weights per context that rank which
 // component to try first, reports per-component stats joined from the

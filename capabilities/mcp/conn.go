@@ -75,7 +75,7 @@ type proxied struct {
 
 // conn is the bridge's connection to one MCP server. It connects lazily and
 // reconnects on the next use after a failure, waiting out an exponential
-// backoff after failed connects (issue 8: reconnect with backoff).
+// backoff after failed connects ( reconnect with backoff).
 type conn struct {
 	spec       spec
 	log        *slog.Logger
@@ -408,7 +408,7 @@ func (c *conn) info() msg.MCPServerInfo {
 }
 
 // notified turns notifications/progress of a running call into a progress
-// event of that call (issue 8).
+// event of that call.
 func (c *conn) notified(n mcp.JSONRPCNotification) {
 	if n.Method == mcp.MethodNotificationToolsListChanged {
 		c.refreshTools()
@@ -521,7 +521,7 @@ func (c *conn) call(ctx context.Context, p *proxied, args any) (toolrun.Output, 
 	return out, nil
 }
 
-// summaryMax bounds the summary, a one-liner (SPEC 2.6).
+// summaryMax bounds the summary, a one-liner (spec §2.6).
 const summaryMax = 200
 
 // output maps an MCP tool result: data is structuredContent when given,
@@ -559,7 +559,7 @@ func output(res *mcp.CallToolResult) toolrun.Output {
 	return toolrun.Output{Data: data, Summary: sum}
 }
 
-// definition converts an MCP tool into a SPEC 2.5 definition: the input
+// definition converts an MCP tool into a spec §2.5 definition: the input
 // schema is kept whole, and its top-level properties become parameters.
 func definition(serverID, name, version string, t mcp.Tool) msg.ToolDefinition {
 	desc := t.Description

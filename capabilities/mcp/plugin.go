@@ -1,9 +1,9 @@
-// Package mcp is the mcp capability (SPEC 1, table: mcp): a bridge to
+// Package mcp is the mcp capability (spec §1, table: mcp): a bridge to
 // servers of the Model Context Protocol through github.com/mark3labs/mcp-go,
 // which no other package imports, so that library's API changes touch this
 // package only. Servers are declared in the plugin config (stdio or
 // streamable HTTP, shared by every session) or registered at run time by a
-// session (streamable HTTP on the allowlist only: DESIGN Security defaults).
+// session (streamable HTTP on the allowlist only: docs/DECISIONS.md, Security defaults).
 // Their allowed tools are served as plain tools named `<server_id>__<tool>`
 // through tool/list and tool/call and run through server/toolrun; resources
 // and prompts are served by mcp/resource/* and mcp/prompt/*. Module
@@ -285,7 +285,7 @@ func (p *Plugin) register(ctx context.Context, sessionID string, r registration,
 	}
 	entry, ok := p.allowed(r.URL)
 	if !ok {
-		return nil, fmt.Errorf("url %q is not on the mcp plugin's allow_urls; stdio servers come only from config (DESIGN Security defaults)", r.URL)
+		return nil, fmt.Errorf("url %q is not on the mcp plugin's allow_urls; stdio servers come only from config (docs/DECISIONS.md, Security defaults)", r.URL)
 	}
 	h := map[string]string{}
 	for k, v := range entry.Headers {
@@ -326,7 +326,7 @@ func (p *Plugin) register(ctx context.Context, sessionID string, r registration,
 	return c, nil
 }
 
-// McpServerRegister answers mcp/server/register (issue 8 part 2).
+// McpServerRegister answers mcp/server/register.
 func (p *Plugin) McpServerRegister(ctx context.Context, s wire.Scope, req *msg.MCPServerRegisterReq) (*msg.MCPServerRegisterResp, error) {
 	r := registration{ServerID: req.ServerID, URL: req.URL, ToolAllowList: req.ToolAllowList}
 	if req.Timeout != nil {
@@ -531,7 +531,7 @@ func (p *Plugin) McpPromptGet(ctx context.Context, s wire.Scope, req *msg.MCPPro
 }
 
 // ToolList answers with the allowed tools of every server the session sees
-// (issue 8 part 3). A server that is down is reconnected (within its
+// . A server that is down is reconnected (within its
 // backoff) and otherwise contributes no tools.
 func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListReq) (*msg.ToolListResp, error) {
 	conns := p.visible(s.SessionID())
@@ -595,8 +595,8 @@ type snapshotState struct {
 	Servers []registration `json:"servers"`
 }
 
-// Snapshot records the session's run-time registrations (issue 8 part 5);
-// headers are secrets and are left out (DESIGN State).
+// Snapshot records the session's run-time registrations;
+// headers are secrets and are left out (docs/DECISIONS.md, State).
 func (p *Plugin) Snapshot(ctx context.Context, id string) ([]byte, error) {
 	st := snapshotState{Servers: []registration{}}
 	ss, _ := p.bySess.Get(id)

@@ -17,7 +17,7 @@ import (
 // `servers:` of the YAML config, and MCP tools never reached tool/list.
 // Here a server declared only in the YAML config of `cls: aep.mcp.bridge`
 // is connected at start-up, listed by mcp/server/list, and its tools are
-// proxied as plain tools (SPEC 1 mcp): listed by tool/list and answered by
+// proxied as plain tools (spec §1 mcp): listed by tool/list and answered by
 // tool/call, on the wire.
 func TestYAMLServersProxiedAsPlainTools(t *testing.T) {
 	cfg, err := server.ParseConfig(fmt.Appendf(nil, `server:

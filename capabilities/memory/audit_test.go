@@ -9,7 +9,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 )
 
-// TestRecallFilters checks every recall filter of issue 5 item 2 on every
+// TestRecallFilters checks every recall filter of memory/recall on every
 // tier and backend, alone and combined with a query: the time range
 // (since and until, inclusive, on created_at), tags (all of them) and tier,
 // with and without a query.

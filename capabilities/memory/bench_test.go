@@ -23,9 +23,9 @@ import (
 )
 
 // Benchmarks through the real kernel and the Go client in process, audit
-// on, on a real SQLite file (DESIGN Performance), and the same store and
+// on, on a real SQLite file (docs/DECISIONS.md, Performance), and the same store and
 // recall on PostgreSQL (…Postgres; skipped without one, internal/pgtest),
-// for which no target was set. Targets (issue 5):
+// for which no target was set. Targets:
 // batched semantic store ≥ 20,000 entries/s; recall p50 ≤ 5 ms over
 // 100,000 semantic entries for a query matching about 1% of them; working
 // get/set with the direct codec ≥ 150,000 ops/s. The machine is shared, so

@@ -1,4 +1,4 @@
-// Package memory is the `memory` capability (SPEC 1, 2.11, 4.2; issue 5):
+// Package memory is the `memory` capability (spec §1, 2.11, 4.2):
 // module `aep.memory.builtin`, serving memory/init, store, retrieve,
 // recall, forget and stats (schemas/memory.json).
 //

@@ -12,7 +12,7 @@ import (
 // (FTS5, bm25) on a SQLite store, postgresBackend (tsvector, ts_rank) on a
 // PostgreSQL one. Every read takes `now` and hides
 // entries that expired by then, so expiry is immediate whatever the
-// collector's schedule (issue 5 TTL).
+// collector's schedule (TTL).
 type Backend interface {
 	// Put writes a batch in one transaction: semantic records upserted by
 	// key, episodic records appended.
@@ -33,7 +33,7 @@ type Backend interface {
 	Collect(ctx context.Context, now int64) (int, error)
 }
 
-// scopeKey is what the persistent tiers are scoped by (issue 5 isolation).
+// scopeKey is what the persistent tiers are scoped by (isolation).
 type scopeKey struct{ ns, agent string }
 
 // unsupported is the Backend of a host without a store.

@@ -27,7 +27,7 @@ func (*Plugin) Module() server.ModuleInfo {
 	return server.ModuleInfo{ID: "aep.memory.builtin", Capability: "memory", DefaultName: "memory.builtin", New: func() server.Plugin { return new(Plugin) }}
 }
 
-// Tier names (SPEC 2.11).
+// Tier names (spec §2.11).
 const (
 	TierWorking  = "working"
 	TierEpisodic = "episodic"
@@ -180,7 +180,7 @@ type noLink struct{}
 
 func (noLink) Parent(string) (string, bool) { return "", false }
 
-// collector deletes expired entries every CollectInterval (SPEC 3: an
+// collector deletes expired entries every CollectInterval (spec §3: an
 // expired entry may be garbage-collected). Reads never depend on it.
 func (p *Plugin) collector() {
 	defer close(p.done)
@@ -221,7 +221,7 @@ func (p *Plugin) Collect(ctx context.Context) (int, error) {
 }
 
 // SessionClosed drops the session's working memory and memory_ids
-// (DESIGN State: working memory is session-scoped).
+// (docs/DECISIONS.md, State: working memory is session-scoped).
 func (p *Plugin) SessionClosed(sessionID string) {
 	p.mu.Lock()
 	delete(p.sessions, sessionID)
@@ -247,7 +247,7 @@ func (p *Plugin) session(id string) *sessionMem {
 }
 
 // lookup finds the memory a request names; ids of other sessions are
-// unknown here (SPEC 5 rule 4).
+// unknown here (spec §5 rule 4).
 func (p *Plugin) lookup(sessionID, memoryID string) (handle, error) {
 	sm := p.session(sessionID)
 	sm.mu.Lock()

@@ -8,7 +8,7 @@ import (
 )
 
 // Scope is the memory scope a child (subagent) session is spawned with
-// (SPEC 1: shared, restricted, isolated, snapshot). It decides what the
+// (spec §1: shared, restricted, isolated, snapshot). It decides what the
 // child's working tier resolves to; persistent tiers are scoped by
 // namespace and are unaffected.
 type Scope string

@@ -11,7 +11,7 @@ import (
 // savedSession is the memory plugin's part of a session snapshot: the
 // memory_ids (so they keep working after a restore) and the working store.
 // Persistent tiers are not in it: they live in the store and outlast the
-// session anyway (DESIGN State).
+// session anyway (docs/DECISIONS.md, State).
 type savedSession struct {
 	Version int               `json:"version"`
 	Handles map[string]handle `json:"handles"`

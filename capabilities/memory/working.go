@@ -37,7 +37,7 @@ type witem struct {
 	elem *list.Element
 }
 
-// workingStore is one session's working tier (DESIGN State: session-scoped,
+// workingStore is one session's working tier (docs/DECISIONS.md, State: session-scoped,
 // in memory). The LRU list orders entries by last use, a read or a write;
 // its front is the most recent.
 type workingStore struct {

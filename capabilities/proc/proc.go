@@ -82,7 +82,7 @@ type Plugin struct {
 	sessions map[string]*table
 }
 
-// table is one session's processes (SPEC 5 rule 4: no other session sees them).
+// table is one session's processes (spec §5 rule 4: no other session sees them).
 type table struct {
 	mu    sync.Mutex
 	procs map[string]*process
@@ -104,7 +104,7 @@ type process struct {
 }
 
 // Provision applies defaults and prepares the workspace; a confined
-// configuration that cannot work on this host stops the host (DESIGN
+// configuration that cannot work on this host stops the host (docs/DECISIONS.md,
 // Sandbox outcomes: nothing runs unsandboxed by surprise).
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	p.log = env.Logger
@@ -525,7 +525,7 @@ func (p *Plugin) ProcRead(ctx context.Context, s wire.Scope, req *msg.ProcReadRe
 }
 
 // follow streams output as proc/event artifacts while the request is in
-// flight, then replies with the cursors (SPEC 6 rule 5).
+// flight, then replies with the cursors (spec §6 rule 5).
 func (p *Plugin) follow(ctx context.Context, s wire.Scope, pr *process, req *msg.ProcReadReq, limit int) (*msg.ProcReadResp, error) {
 	d := defaultFollow
 	if f := seconds(req.FollowTimeout); f > 0 {
@@ -636,7 +636,7 @@ func (p *Plugin) ProcKill(ctx context.Context, s wire.Scope, req *msg.ProcKillRe
 	return &msg.ProcKillResp{Process: pr.record()}, nil
 }
 
-// ProcWait answers proc/wait/req. Limit outcomes are errors (DESIGN Sandbox outcomes).
+// ProcWait answers proc/wait/req. Limit outcomes are errors (docs/DECISIONS.md, Sandbox outcomes).
 func (p *Plugin) ProcWait(ctx context.Context, s wire.Scope, req *msg.ProcWaitReq) (*msg.ProcWaitResp, error) {
 	pr, err := p.lookup(s.SessionID(), req.ProcID)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 // savedProc is one process in a session snapshot: only what its record
-// shows. Processes cannot be saved, so a restore reports them lost (DESIGN State).
+// shows. Processes cannot be saved, so a restore reports them lost (docs/DECISIONS.md, State).
 type savedProc struct {
 	ID        string    `json:"id"`
 	Argv      []string  `json:"argv"`

@@ -24,7 +24,7 @@ func writeSkill(t *testing.T, dir, name, entrypoint, limits string) {
 	}
 }
 
-// TestResultLimitsAndDuration: the parts of a skill result issue 7 lists
+// TestResultLimitsAndDuration: the parts of a skill result the sandbox promises
 // that the other tests leave out — a non-zero exit, stdout past output_bytes,
 // stderr past output_bytes (events stay within the cap, even for one line
 // that never ends), and the duration.

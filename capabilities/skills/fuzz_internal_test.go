@@ -112,7 +112,7 @@ func FuzzLoadManifest(f *testing.F) {
 }
 
 // FuzzParseEvent feeds any stderr line of a skill to the event parser: a
-// line that is not blank is one event of a SPEC 6 kind, a line that is not
+// line that is not blank is one event of a spec §6 kind, a line that is not
 // such an event is kept as a log event with valid UTF-8 text, and the
 // skill/event the host sends with it conforms to schemas/.
 func FuzzParseEvent(f *testing.F) {

@@ -227,7 +227,7 @@ func or[T int | int64 | float64](v, d T) T {
 	return d
 }
 
-// compile builds a validator with every loader removed (DESIGN Security
+// compile builds a validator with every loader removed (docs/DECISIONS.md, Security
 // defaults: validators never load references over the network).
 func compile(schema map[string]any) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
@@ -353,7 +353,7 @@ func (p *Plugin) SkillGet(ctx context.Context, s wire.Scope, req *msg.SkillGetRe
 }
 
 // missingToolkits asks the kernel which of the skill's toolkits are not
-// configured in the session (plugins never import each other, DESIGN Dispatch).
+// configured in the session (plugins never import each other, docs/DECISIONS.md, Dispatch).
 func missingToolkits(ctx context.Context, s wire.Scope, need []string) ([]string, error) {
 	if len(need) == 0 {
 		return nil, nil
@@ -518,7 +518,7 @@ func (p *Plugin) run(ctx context.Context, s wire.Scope, sk *skill, args []byte, 
 	if werr != nil {
 		return nil, werr
 	}
-	// Limits are errors (DESIGN Sandbox outcomes); events already went out.
+	// Limits are errors (docs/DECISIONS.md, Sandbox outcomes); events already went out.
 	if err := res.Err(); err != nil {
 		return nil, fmt.Errorf("skill %s %s: %w", sk.Name, sk.Version, err)
 	}

@@ -240,7 +240,7 @@ func TestMissingToolkit(t *testing.T) {
 	}
 }
 
-// TestSandboxOutcomes: the limits and confinement of DESIGN Sandbox outcomes
+// TestSandboxOutcomes: the limits and confinement of docs/DECISIONS.md, Sandbox outcomes
 // through skill/call.
 func TestSandboxOutcomes(t *testing.T) {
 	needSandbox(t)

@@ -11,7 +11,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// Snapshots (DESIGN State: snapshots record the subagent tree). A snapshot
+// Snapshots (docs/DECISIONS.md, State: snapshots record the subagent tree). A snapshot
 // of a session holds the records of its whole subtree as they are at that
 // moment — never a token: the kernel keeps only hashes of those. On
 // restore the records come back as history: a subagent whose session is

@@ -1,5 +1,5 @@
-// Package subagents is the `subagents` capability (SPEC 1: subagent
-// paragraph; issue 11): module `aep.subagents.builtin`, serving
+// Package subagents is the `subagents` capability (spec §1: subagent
+// paragraph): module `aep.subagents.builtin`, serving
 // subagent/spawn, list, status and terminate (schemas/subagents.json).
 //
 // A subagent is a child session that the kernel creates
@@ -7,9 +7,9 @@
 // parent's capabilities, a depth in the session tree and a step limit, all
 // enforced by the kernel. Its working memory view is set by the memory
 // capability, which the kernel tells of every spawn (server.ChildObserver),
-// so this package never looks another plugin up (SPEC 1 dispatch rule 5).
+// so this package never looks another plugin up (spec §1 dispatch rule 5).
 // The agent of a subagent reaches the child session by its id over any
-// transport and handshakes with the token (DESIGN Transports).
+// transport and handshakes with the token (docs/DECISIONS.md, Transports).
 //
 // This plugin keeps the records: one per subagent, from its spawn until
 // the top-level session of its tree closes, so ancestors can list and
@@ -61,7 +61,7 @@ const (
 )
 
 // ErrUnknownSubagent is the cause when an id is not one of the sender's
-// descendants (SPEC 5 rule 4: others' subagents are not visible).
+// descendants (spec §5 rule 4: others' subagents are not visible).
 var ErrUnknownSubagent = fmt.Errorf("unknown subagent_id: not a subagent of this session: %w", wire.ErrInvalid)
 
 // Plugin serves the subagent namespace. Its exported fields with yaml tags

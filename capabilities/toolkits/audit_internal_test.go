@@ -11,8 +11,8 @@ import (
 	"github.com/kaptinlin/jsonschema"
 )
 
-// TestSchemaRefsNeverFetched checks issue 4 item 7 (kaptinlin/jsonschema
-// with network loaders off, DESIGN Security defaults): a toolkit schema
+// TestSchemaRefsNeverFetched checks that schema references are never fetched (kaptinlin/jsonschema
+// with network loaders off, docs/DECISIONS.md, Security defaults): a toolkit schema
 // whose $ref points at a loopback HTTP server is refused at compile time,
 // naming the reference, and no request reaches that server. The library on
 // its own would silently validate as if the $ref were absent, so a

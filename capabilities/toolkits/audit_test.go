@@ -11,7 +11,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 )
 
-// TestPostgresWrongPasswordLeavesNoTrace checks issue 4's "a wrong password
+// TestPostgresWrongPasswordLeavesNoTrace checks "a wrong password
 // → status: error with no password in any output" against a real
 // PostgreSQL server that rejects the password (TestSecretsNeverLeak covers
 // a backend that cannot be reached at all): the canary is in no reply, no

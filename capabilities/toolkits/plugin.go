@@ -29,7 +29,7 @@ func (*Plugin) Module() server.ModuleInfo {
 }
 
 // Plugin serves toolkit/list and toolkit/configure, and tool/list and
-// tool/call for the toolkits configured in each session (DESIGN Dispatch:
+// tool/call for the toolkits configured in each session (docs/DECISIONS.md, Dispatch:
 // the toolkits plugin also serves tools).
 type Plugin struct {
 	// SQLiteDir holds the SQLite files of the sql toolkit; default <data-dir>/sql.
@@ -89,7 +89,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 }
 
 // Claims owns the toolkits' tool names host-wide, so no other plugin can
-// serve a tool of the same name (DESIGN Dispatch).
+// serve a tool of the same name (docs/DECISIONS.md, Dispatch).
 func (p *Plugin) Claims() []server.Claim {
 	var out []server.Claim
 	for name := range p.owner {
@@ -117,7 +117,7 @@ func (p *Plugin) lookupSession(id string) *session {
 }
 
 // ToolkitList reports every toolkit with the session's configured flag and
-// state (SPEC 4.2 Toolkit list); filter_tags matches any of the tags.
+// state (spec §4.2 Toolkit list); filter_tags matches any of the tags.
 func (p *Plugin) ToolkitList(ctx context.Context, s wire.Scope, req *msg.ToolkitListReq) (*msg.ToolkitListResp, error) {
 	sess := p.lookupSession(s.SessionID())
 	names := make([]string, 0, len(p.kits))
@@ -153,7 +153,7 @@ func hasAny(have, want []string) bool {
 	return false
 }
 
-// ToolkitConfigure applies SPEC 2.9: an unknown name is declined (the
+// ToolkitConfigure applies spec §2.9: an unknown name is declined (the
 // fallback answers status error, rule 1); the config is validated (rules 2,
 // 3); the backend is opened and pinged (rule 4); success replaces any earlier
 // configuration of the toolkit in this session (rule 5). The config is never
@@ -201,7 +201,7 @@ func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.To
 }
 
 // ToolList answers with the tools of the session's configured toolkits
-// (SPEC part 3: they appear only after configure, with toolkit set).
+// (spec §3: they appear only after configure, with toolkit set).
 func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListReq) (*msg.ToolListResp, error) {
 	sess := p.lookupSession(s.SessionID())
 	resp := &msg.ToolListResp{Tools: []msg.ToolDefinition{}}
@@ -274,7 +274,7 @@ type snapshotState struct {
 	Configured map[string]map[string]any `json:"configured"`
 }
 
-// Snapshot saves the non-secret configuration (SPEC 2.9 rule 6).
+// Snapshot saves the non-secret configuration (spec §2.9 rule 6).
 func (p *Plugin) Snapshot(ctx context.Context, id string) ([]byte, error) {
 	st := snapshotState{Configured: map[string]map[string]any{}}
 	if sess := p.lookupSession(id); sess != nil {
@@ -288,7 +288,7 @@ func (p *Plugin) Snapshot(ctx context.Context, id string) ([]byte, error) {
 }
 
 // Restore leaves every toolkit not configured: their secrets were never
-// saved, so they cannot reconnect (DESIGN State).
+// saved, so they cannot reconnect (docs/DECISIONS.md, State).
 func (p *Plugin) Restore(ctx context.Context, id string, state []byte) error {
 	var st snapshotState
 	if len(state) > 0 {

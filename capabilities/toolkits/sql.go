@@ -18,7 +18,7 @@ import (
 	"github.com/aephost/aep/server/toolrun"
 )
 
-// sqlToolkit is the `sql` toolkit (issue 4 item 8). SQLite files live under
+// sqlToolkit is the `sql` toolkit. SQLite files live under
 // dir: the agent names a file relative to it, never a host path.
 func sqlToolkit(dir string) *Toolkit {
 	return &Toolkit{

@@ -1,4 +1,4 @@
-// Package toolkits is the toolkits capability (SPEC 2.8, 2.9, part 3):
+// Package toolkits is the toolkits capability (spec §2.8, 2.9, part 3):
 // bundles of tools with a shared configuration described by a JSON Schema.
 // A session configures a toolkit with toolkit/configure; only then do its
 // tools appear in that session's tool/list with `toolkit` set, and they run
@@ -24,7 +24,7 @@ type Toolkit struct {
 	Name, Description, Category, Version string
 	Alias                                *string
 	Tags                                 []string
-	// Schema is the configuration's JSON Schema (SPEC 2.8).
+	// Schema is the configuration's JSON Schema (spec §2.8).
 	Schema map[string]any
 	// Tools names the bundled tools; Open must return exactly these.
 	Tools []string
@@ -38,13 +38,13 @@ type Toolkit struct {
 type Backend interface {
 	// Tools returns the toolkit's tools bound to this backend.
 	Tools() []*toolrun.Tool
-	// Alive checks the backend connection (running vs configured, SPEC 2.8 states).
+	// Alive checks the backend connection (running vs configured, spec §2.8 states).
 	Alive(ctx context.Context) bool
 	Close() error
 }
 
 // compile prepares the schema validator with network loaders removed
-// (DESIGN Security defaults: validators never load references over the network).
+// (docs/DECISIONS.md, Security defaults: validators never load references over the network).
 func (k *Toolkit) compile() error {
 	c := jsonschema.NewCompiler()
 	for scheme := range c.Loaders {
@@ -69,7 +69,7 @@ func (k *Toolkit) compile() error {
 }
 
 // Secrets returns the names of the schema's secret properties: writeOnly
-// true or format password (DESIGN State).
+// true or format password (docs/DECISIONS.md, State).
 func (k *Toolkit) Secrets() []string {
 	var out []string
 	props, _ := k.Schema["properties"].(map[string]any)
@@ -83,7 +83,7 @@ func (k *Toolkit) Secrets() []string {
 	return out
 }
 
-// validate applies SPEC 2.9 rules 2 and 3 with the messages they ask for,
+// validate applies spec §2.9 rules 2 and 3 with the messages they ask for,
 // then the whole schema. Messages name fields and allowed values only, never
 // the values given, so a secret is never echoed.
 func (k *Toolkit) validate(cfg map[string]any) (map[string]any, error) {
@@ -199,7 +199,7 @@ func (k *Toolkit) definition(configured, running bool) msg.ToolkitDefinition {
 }
 
 // scrub removes every secret value from text, for driver errors that might
-// quote a connection string (SPEC 2.9 rule 6, SPEC 5 rule 5).
+// quote a connection string (spec §2.9 rule 6, spec §5 rule 5).
 func scrub(text string, cfg map[string]any, secrets []string) string {
 	for _, s := range secrets {
 		if v, ok := cfg[s].(string); ok && v != "" {

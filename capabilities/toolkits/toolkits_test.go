@@ -320,7 +320,7 @@ func TestSQLiteRealFile(t *testing.T) {
 			t.Fatalf("%s: %+v %s", tc.sql, res, encode(res.Data))
 		}
 	}
-	// A failed statement has no result, only its error (SPEC 7).
+	// A failed statement has no result, only its error (spec §7).
 	res := call(t, rw, "sql_query", map[string]any{"sql": "SELECT * FROM nosuch"})
 	if res.Success || res.Error == nil || res.Data != nil || res.Summary != nil {
 		t.Fatalf("failed query: %+v", res)
@@ -495,7 +495,7 @@ func (p *tcpProxy) stop() {
 }
 
 // A configured toolkit whose backend goes away falls from `running` to
-// `configured` (SPEC 2.8 states), its calls fail as tool errors, and it is
+// `configured` (spec §2.8 states), its calls fail as tool errors, and it is
 // `running` again, without configuring anew, once the backend is back.
 func TestPostgresLostConnection(t *testing.T) {
 	needPostgres(t)

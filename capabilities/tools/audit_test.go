@@ -31,7 +31,7 @@ type reportOut struct {
 	Meta map[string]int `json:"meta"`
 }
 
-// report emits one event of each SPEC 6 kind, then answers; a query without
+// report emits one event of each spec §6 kind, then answers; a query without
 // a hit leaves every field of its output at Go's zero value (nil slice, nil
 // pointer, nil map).
 func report(ctx context.Context, in reportIn) (reportOut, error) {
@@ -111,8 +111,8 @@ func asJSON(t *testing.T, v any) any {
 	return out
 }
 
-// TestTypedToolDefinitionAndSchemas checks issue 4 items 2 and 5: a typed
-// tool's definition carries every SPEC 2.5 field, and its input and output
+// TestTypedToolDefinitionAndSchemas checks typed tools: a typed
+// tool's definition carries every spec §2.5 field, and its input and output
 // JSON Schemas, derived from the Go types, are real schemas: the input
 // schema accepts the arguments the tool accepts and refuses those it
 // refuses, and every result the tool gives conforms to the output schema.
@@ -188,9 +188,9 @@ func TestTypedToolDefinitionAndSchemas(t *testing.T) {
 	}
 }
 
-// TestTypedToolEmitsEveryEventKind checks issue 4 item 5 and SPEC 6: a tool
+// TestTypedToolEmitsEveryEventKind checks spec §6: a tool
 // emits progress, status, log and artifact events with the data shapes of
-// SPEC 6; they are collected in the result, and with streaming also sent
+// spec §6; they are collected in the result, and with streaming also sent
 // on the wire in order with seq 0, 1, ..., with both codecs.
 func TestTypedToolEmitsEveryEventKind(t *testing.T) {
 	want := []struct {
@@ -324,7 +324,7 @@ func TestFileToolsRefuseSiblingAndNUL(t *testing.T) {
 	}
 }
 
-// TestOutputCapConfigurable checks issue 4 item 4's "configurable output cap
+// TestOutputCapConfigurable checks the "configurable output cap
 // (default 1 MiB)" beyond the default that TestCallPaths covers: a plugin
 // configured from YAML with max_output_bytes cuts result.data there and
 // sets truncated, and output under the cap is whole.

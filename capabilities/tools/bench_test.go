@@ -44,7 +44,7 @@ func benchClient(b *testing.B, h *server.Host, codec client.Codec) *client.Clien
 
 // BenchmarkToolCallTypedEchoDirect is tool/call of a typed echo tool in
 // process with the direct codec, audit on: serially, and from several
-// sessions at once (the host's throughput; issue 4 asks ≥ 200,000/s).
+// sessions at once (the host's throughput; target ≥ 200,000/s in docs/PERFORMANCE.md).
 func BenchmarkToolCallTypedEchoDirect(b *testing.B) {
 	reg := toolrun.NewRegistry()
 	if err := toolrun.Register(reg, "echo", "Echo.", echo); err != nil {
@@ -90,7 +90,7 @@ func BenchmarkToolCallTypedEchoDirect(b *testing.B) {
 }
 
 // BenchmarkToolListQuery10k is Registry.List with a query over 10,000
-// registered tools (issue 4 asks ≤ 1 ms), and the same through the kernel
+// registered tools (target ≤ 1 ms), and the same through the kernel
 // with the direct codec.
 func BenchmarkToolListQuery10k(b *testing.B) {
 	reg := toolrun.NewRegistry()

@@ -21,7 +21,7 @@ import (
 	"github.com/aephost/aep/server/toolrun"
 )
 
-// registerBuiltins adds the workspace tools (issue 4 item 6).
+// registerBuiltins adds the workspace tools.
 func registerBuiltins(r *toolrun.Registry, ws *workspace, execOK bool) error {
 	b := &builtins{ws: ws}
 	errs := []error{

@@ -32,7 +32,7 @@ type Plugin struct {
 	// Root is the workspace the file and command tools are confined to;
 	// default <data-dir>/workspace.
 	Root string `yaml:"root"`
-	// MaxOutputBytes caps result.data (default 1 MiB, issue 4).
+	// MaxOutputBytes caps result.data (default 1 MiB).
 	MaxOutputBytes int `yaml:"max_output_bytes"`
 	// Exec enables the run_command tool (default true).
 	Exec *bool `yaml:"exec"`
@@ -85,7 +85,7 @@ func (p *Plugin) Cleanup() error {
 	return nil
 }
 
-// Claims makes the plugin's tool names unique across plugins (DESIGN Dispatch).
+// Claims makes the plugin's tool names unique across plugins (docs/DECISIONS.md, Dispatch).
 func (p *Plugin) Claims() []server.Claim {
 	if p.reg == nil {
 		return nil
@@ -99,7 +99,7 @@ func (p *Plugin) Claims() []server.Claim {
 }
 
 // ToolList answers with the plugin's page of matching tools; the kernel
-// merges the pages of every tool-serving plugin (DESIGN Dispatch).
+// merges the pages of every tool-serving plugin (docs/DECISIONS.md, Dispatch).
 func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListReq) (*msg.ToolListResp, error) {
 	return p.reg.List(req, p.opts), nil
 }

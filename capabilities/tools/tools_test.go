@@ -562,7 +562,7 @@ func TestRunCommand(t *testing.T) {
 	if res.Success || *res.ErrorCode != "TOOL_ERROR" || res.ExitCode != nil || res.Data != nil {
 		t.Fatalf("missing program: %+v (a command that never ran has no exit code or output)", res)
 	}
-	// A failure that is not a process's has no result beside its error (SPEC 7).
+	// A failure that is not a process's has no result beside its error (spec §7).
 	for _, tc := range []struct {
 		call msg.ToolCallReq
 		why  string

@@ -9,7 +9,7 @@ import (
 )
 
 // workspace confines file access to one directory. Paths from the wire are
-// checked before use (DESIGN State: no `..`, absolute paths or NUL bytes),
+// checked before use (docs/DECISIONS.md, State: no `..`, absolute paths or NUL bytes),
 // and every access goes through an os.Root, which also refuses symlinks that
 // lead out of the directory.
 type workspace struct {

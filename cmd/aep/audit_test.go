@@ -12,7 +12,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 )
 
-// builtinCapabilities is every capability the issues ship (README); DESIGN
+// builtinCapabilities is every capability the README lists; docs/DECISIONS.md
 // (Plugins and configuration): with no config, `aep serve` runs every
 // built-in capability.
 var builtinCapabilities = []string{"session", "tools", "toolkits", "memory", "env", "proc", "learn", "skills", "chains", "mcp", "subagents"}
@@ -20,7 +20,7 @@ var builtinCapabilities = []string{"session", "tools", "toolkits", "memory", "en
 // TestServeDefaults runs `aep serve --stdio` with neither --data-dir nor a
 // plugins list (no config at all, and a config without `plugins`): every
 // built-in capability is enabled, and the store and the audit log land in
-// ./aep-data of the working directory (issue 3: --data-dir defaults to
+// ./aep-data of the working directory ( --data-dir defaults to
 // ./aep-data; audit on by default at <data-dir>/audit.jsonl).
 func TestServeDefaults(t *testing.T) {
 	tests := []struct {

@@ -253,7 +253,7 @@ func TestStdioOverlongLine(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("server:\n  limits:\n    max_message_bytes: %d\n", limit)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// pad builds a ping of exactly n bytes; unknown fields are ignored (DESIGN Wire).
+	// pad builds a ping of exactly n bytes; unknown fields are ignored (docs/DECISIONS.md, Wire).
 	pad := func(id string, n int) string {
 		head := fmt.Sprintf(`{"type":"ping","id":%q,"proto":"1.0","ts":1,"pad":"`, id)
 		return head + strings.Repeat("x", n-len(head)-2) + `"}`

@@ -28,7 +28,7 @@ const shutdownGrace = 10 * time.Second
 
 func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	f := newFlags("serve", stderr)
-	configPath := f.String("config", "", "YAML configuration `FILE` (default: every built-in capability, DESIGN defaults)")
+	configPath := f.String("config", "", "YAML configuration `FILE` (default: every built-in capability, the default limits)")
 	listen := f.String("listen", "127.0.0.1:8765", "HTTP listen `ADDR` (overrides server.listen)")
 	dataDir := f.String("data-dir", "./aep-data", "`DIR` for the store, the audit log and plugin files")
 	stdio := f.Bool("stdio", false, "serve one session as NDJSON on stdin/stdout instead of HTTP")
@@ -74,7 +74,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		cfg.Server.AuthToken = os.Getenv("AEP_AUTH_TOKEN")
 	default:
 		// Printed once, to stderr and never to the log handler, so the
-		// secret is not repeated in structured logs (DESIGN Plugins and
+		// secret is not repeated in structured logs (docs/DECISIONS.md, Plugins and
 		// configuration).
 		cfg.Server.AuthToken = server.GenerateToken()
 		fmt.Fprintf(stderr, "aep: no auth token configured; generated one for this run:\n\n    AEP_AUTH_TOKEN=%s\n\n", cfg.Server.AuthToken)
@@ -97,7 +97,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// The shared store: SQLite at <data-dir>/aep.db unless store.dsn says
-	// otherwise (DESIGN State). It outlives the host, which may use it while
+	// otherwise (docs/DECISIONS.md, State). It outlives the host, which may use it while
 	// closing.
 	st, err := store.Open(ctx, cfg.Store.DSN, *dataDir)
 	if err != nil {
@@ -157,8 +157,8 @@ func loadServeConfig(path string) (server.Config, error) {
 	return cfg, nil
 }
 
-// defaultConfig is DESIGN's configuration for `aep serve` without --config:
-// the DESIGN defaults with the default plugins.
+// defaultConfig is the configuration for `aep serve` without --config:
+// the default limits with the default plugins.
 func defaultConfig() server.Config {
 	cfg := server.Defaults()
 	cfg.Plugins = defaultPlugins()

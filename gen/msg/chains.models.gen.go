@@ -13,7 +13,7 @@ type ChainDefineReq struct {
 	// Name corresponds to the JSON schema field "name".
 	Name string `json:"name"`
 
-	// Must be the sender's session when present (DESIGN Wire).
+	// Must be the sender's session when present (docs/DECISIONS.md, Wire).
 	SessionID *string `json:"session_id,omitempty,omitzero"`
 }
 
@@ -54,7 +54,7 @@ type ChainEdge struct {
 	When *bool `json:"when,omitempty,omitzero"`
 }
 
-// One node of a chain (SPEC 2.11 node kinds). Settings by kind — action: request;
+// One node of a chain (spec §2.11 node kinds). Settings by kind — action: request;
 // branch: condition; map: items and request; gather: none; reduce: items, expr and
 // initial.
 type ChainNode struct {
@@ -95,7 +95,7 @@ type ChainNode struct {
 
 // A node's failure.
 type ChainNodeError struct {
-	// A wire error code (SPEC 7) of the failure, e.g. timeout, runtime_error,
+	// A wire error code (spec §7) of the failure, e.g. timeout, runtime_error,
 	// schema_violation, capability_missing; or the error_code of a failed tool result
 	// (TOOL_ERROR, UNKNOWN_TOOL, TOOL_DENIED).
 	Code string `json:"code"`
@@ -159,14 +159,14 @@ type ChainRunReq struct {
 	Input *json.RawMessage `json:"input,omitempty,omitzero"`
 
 	// Requests of this chain in flight at once (action nodes and map items). Internal
-	// requests bypass the session's admission queue (DESIGN Dispatch), so this, not
-	// max_parallel, bounds them.
+	// requests bypass the session's admission queue (docs/DECISIONS.md, Dispatch), so
+	// this, not max_parallel, bounds them.
 	MaxConcurrency int `json:"max_concurrency,omitempty,omitzero"`
 
 	// A chain stored with chain/define/req.
 	Name *string `json:"name,omitempty,omitzero"`
 
-	// Must be the sender's session when present (DESIGN Wire).
+	// Must be the sender's session when present (docs/DECISIONS.md, Wire).
 	SessionID *string `json:"session_id,omitempty,omitzero"`
 
 	// Seconds for the whole chain.

@@ -3,46 +3,46 @@
 package msg
 
 // Stops the request whose id is req_id; that request is answered with `cancelled`
-// (DESIGN Wire). No reply of its own.
+// (docs/DECISIONS.md, Wire). No reply of its own.
 type Cancel struct {
 	// The id of the request to stop.
 	ReqID string `json:"req_id"`
 }
 
-// One entry of accepted_caps (SPEC 2.2).
+// One entry of accepted_caps (spec §2.2).
 type CapabilityEntry struct {
-	// False when the host has no plugin for the capability (SPEC 2.2).
+	// False when the host has no plugin for the capability (spec §2.2).
 	Enabled bool `json:"enabled"`
 
-	// The capability name as the agent sent it (DESIGN Wire).
+	// The capability name as the agent sent it (docs/DECISIONS.md, Wire).
 	Name string `json:"name"`
 }
 
-// A failure (SPEC 2.3, part 7). req_id names the request; it is empty when the
+// A failure (spec §2.3, part 7). req_id names the request; it is empty when the
 // line had no readable id.
 type Error struct {
 	// Capability concerned.
 	CapabilityName *string `json:"capability_name,omitempty,omitzero"`
 
-	// Error code (SPEC 7).
+	// Error code (spec §7).
 	Code string `json:"code"`
 
 	// Additional detail, e.g. {"field": …} for schema_violation.
 	Detail interface{} `json:"detail,omitempty,omitzero"`
 
-	// Human-readable text; never a stack trace or a secret (DESIGN Wire).
+	// Human-readable text; never a stack trace or a secret (docs/DECISIONS.md, Wire).
 	Message string `json:"message"`
 
-	// Whether retrying can succeed (SPEC 7 table).
+	// Whether retrying can succeed (spec §7 table).
 	Retryable bool `json:"retryable"`
 }
 
-// The fields of an error (SPEC 2.3), also embedded in a failed handshake/resp.
+// The fields of an error (spec §2.3), also embedded in a failed handshake/resp.
 type ErrorBody struct {
 	// Capability concerned.
 	CapabilityName *string `json:"capability_name,omitempty,omitzero"`
 
-	// Error code (SPEC 7).
+	// Error code (spec §7).
 	Code string `json:"code"`
 
 	// Additional detail.
@@ -51,25 +51,26 @@ type ErrorBody struct {
 	// Human-readable text.
 	Message string `json:"message"`
 
-	// Whether retrying can succeed (SPEC 7 table).
+	// Whether retrying can succeed (spec §7 table).
 	Retryable bool `json:"retryable"`
 }
 
-// The body of every `<namespace>/event` (SPEC 6, DESIGN Wire): sent only while its
-// request is in flight, before the reply, numbered by seq from 0 per request.
+// The body of every `<namespace>/event` (spec §6, docs/DECISIONS.md, Wire): sent
+// only while its request is in flight, before the reply, numbered by seq from 0
+// per request.
 type Event struct {
-	// Shape depends on kind (SPEC 6): progress {pct, message}, status {message},
+	// Shape depends on kind (spec §6): progress {pct, message}, status {message},
 	// artifact {name, mime, chunk, final}, log {level, message}.
 	Data EventData `json:"data"`
 
-	// SPEC 2.7.
+	// spec §2.7.
 	Kind EventKind `json:"kind"`
 
 	// 0, 1, 2 … per request.
 	Seq int `json:"seq"`
 }
 
-// Shape depends on kind (SPEC 6): progress {pct, message}, status {message},
+// Shape depends on kind (spec §6): progress {pct, message}, status {message},
 // artifact {name, mime, chunk, final}, log {level, message}.
 type EventData map[string]interface{}
 
@@ -80,33 +81,33 @@ const EventKindLog EventKind = "log"
 const EventKindProgress EventKind = "progress"
 const EventKindStatus EventKind = "status"
 
-// Opens a session (SPEC 2.4). Every other request needs a completed handshake
-// (SPEC 4.2).
+// Opens a session (spec §2.4). Every other request needs a completed handshake
+// (spec §4.2).
 type HandshakeReq struct {
-	// Requested capability names (SPEC 2.4).
+	// Requested capability names (spec §2.4).
 	AgentCaps []string `json:"agent_caps"`
 
 	// Identifier of the agent.
 	AgentID string `json:"agent_id"`
 
-	// The shared secret (SPEC 5 rule 1). Compared in constant time; never logged.
+	// The shared secret (spec §5 rule 1). Compared in constant time; never logged.
 	AuthToken string `json:"auth_token"`
 }
 
-// Answers every handshake/req (DESIGN Wire). On failure ok is false, reason says
-// why and error carries the code; no session is created.
+// Answers every handshake/req (docs/DECISIONS.md, Wire). On failure ok is false,
+// reason says why and error carries the code; no session is created.
 type HandshakeResp struct {
-	// One entry per requested capability (SPEC 2.2).
+	// One entry per requested capability (spec §2.2).
 	AcceptedCaps []CapabilityEntry `json:"accepted_caps"`
 
-	// The failure's code: unauthorized, version_mismatch or schema_violation (DESIGN
-	// Wire).
+	// The failure's code: unauthorized, version_mismatch or schema_violation
+	// (docs/DECISIONS.md, Wire).
 	Error *ErrorBody `json:"error,omitempty,omitzero"`
 
-	// Maximum concurrent requests of the session (SPEC 8).
+	// Maximum concurrent requests of the session (spec §8).
 	MaxParallel int `json:"max_parallel"`
 
-	// False means the session is invalid and the client cannot proceed (SPEC 2.4).
+	// False means the session is invalid and the client cannot proceed (spec §2.4).
 	Ok bool `json:"ok"`
 
 	// Why the handshake failed.
@@ -125,9 +126,9 @@ type Pong struct {
 	UptimeSeconds float64 `json:"uptime_seconds"`
 }
 
-// Ends the sender's session only, never the host (DESIGN Wire): no new requests
-// are admitted, requests in flight are answered, then the session closes. No
-// reply.
+// Ends the sender's session only, never the host (docs/DECISIONS.md, Wire): no new
+// requests are admitted, requests in flight are answered, then the session closes.
+// No reply.
 type Shutdown struct {
 	// Seconds to wait for requests in flight before cancelling them; absent means 10.
 	// Zero cancels at once.

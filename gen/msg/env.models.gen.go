@@ -57,7 +57,7 @@ type DataFile struct {
 	Size int `json:"size"`
 }
 
-// One input to stage (SPEC 4.2 `parts`): a file on the host's filesystem, copied
+// One input to stage (spec §4.2 `parts`): a file on the host's filesystem, copied
 // by the host; no file bytes cross the wire.
 type DataPart struct {
 	// Destination, relative to the session's data root.
@@ -87,10 +87,10 @@ type EnvCloseResp struct {
 	EpisodeID string `json:"episode_id"`
 }
 
-// Stages `parts` into the session's data root (SPEC 4.2 Env data plane). All parts
-// are copied and verified in a temporary directory first; if any fails (missing
-// source, size or checksum mismatch, a path outside its root) the data root is
-// left as it was.
+// Stages `parts` into the session's data root (spec §4.2 Env data plane). All
+// parts are copied and verified in a temporary directory first; if any fails
+// (missing source, size or checksum mismatch, a path outside its root) the data
+// root is left as it was.
 type EnvDataAddReq struct {
 	// Parts corresponds to the JSON schema field "parts".
 	Parts []DataPart `json:"parts"`
@@ -101,7 +101,7 @@ type EnvDataAddResp struct {
 	Added []DataFile `json:"added"`
 }
 
-// Reads artifacts back out of the session's data root (SPEC 4.2): the file at
+// Reads artifacts back out of the session's data root (spec §4.2): the file at
 // `path`, every file matching `glob` (path.Match syntax per segment, relative to
 // the root), or every file when neither is given.
 type EnvDataGetReq struct {
@@ -124,7 +124,7 @@ type EnvDataGetResp struct {
 }
 
 // Restores the session's data root to pristine: clears it and re-stages the
-// configured baseline corpus (SPEC 4.2). Not an episode reset.
+// configured baseline corpus (spec §4.2). Not an episode reset.
 type EnvDataResetReq struct{}
 
 type EnvDataResetResp struct {
@@ -147,7 +147,7 @@ type EnvInfo struct {
 	ObservationSpace json.RawMessage `json:"observation_space"`
 
 	// Whether episodes of this environment survive a session snapshot; those of other
-	// environments come back closed (DESIGN State).
+	// environments come back closed (docs/DECISIONS.md, State).
 	Snapshots bool `json:"snapshots"`
 }
 
@@ -209,7 +209,7 @@ type EnvRenderResp struct {
 // Starts an episode of `env_name`, or restarts the episode `episode_id` (which
 // must be of that environment and still open). The same `seed` gives the same
 // trajectory for the same actions; without a seed an open episode continues its
-// random state. Never touches the data root (SPEC 3).
+// random state. Never touches the data root (spec §3).
 type EnvResetReq struct {
 	// EnvName corresponds to the JSON schema field "env_name".
 	EnvName string `json:"env_name"`

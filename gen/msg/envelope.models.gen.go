@@ -2,20 +2,20 @@
 
 package msg
 
-// Routing fields of every message (SPEC 2.1).
+// Routing fields of every message (spec §2.1).
 type Envelope struct {
-	// Unique id of the message (SPEC 2.1).
+	// Unique id of the message (spec §2.1).
 	ID string `json:"id"`
 
-	// Protocol version, `1.0` (SPEC 9 rule 1).
+	// Protocol version, `1.0` (spec §9 rule 1).
 	Proto string `json:"proto"`
 
-	// On replies and events: the id of the request answered (SPEC 2.1).
+	// On replies and events: the id of the request answered (spec §2.1).
 	ReqID *string `json:"req_id,omitempty,omitzero"`
 
-	// Time of the message, Unix epoch seconds (DESIGN Wire).
+	// Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire).
 	Ts float64 `json:"ts"`
 
-	// Routing key `namespace/verb/suffix` (SPEC 2.1).
+	// Routing key `namespace/verb/suffix` (spec §2.1).
 	Type string `json:"type"`
 }

@@ -18,7 +18,7 @@ type Component struct {
 // Figures of one component. Calls, successes and durations come from the kernel's
 // audit records of calls naming the component (a handler answering without a
 // protocol error is a success; a tool result with success false is still an
-// answered call, SPEC 1.7); feedback figures from the stored feedback.
+// answered call, spec §1.7); feedback figures from the stored feedback.
 type ComponentStats struct {
 	// Calls corresponds to the JSON schema field "calls".
 	Calls int `json:"calls"`
@@ -82,11 +82,11 @@ type Experience struct {
 	Truncated bool `json:"truncated,omitempty,omitzero"`
 }
 
-// One rating (SPEC 2.11 feedback types). `score` is in [-1, 1] (-1 worst, 1 best);
-// when absent it follows the type: POSITIVE 1, NEGATIVE -1, NEUTRAL 0, CORRECTIVE
-// -0.5 (docs/learn.md). A CORRECTIVE feedback must carry its `correction`.
-// `component` may be left out when `correlation_id` names an audited call: the
-// call's component is rated.
+// One rating (spec §2.11 feedback types). `score` is in [-1, 1] (-1 worst, 1
+// best); when absent it follows the type: POSITIVE 1, NEGATIVE -1, NEUTRAL 0,
+// CORRECTIVE -0.5 (docs/learn.md). A CORRECTIVE feedback must carry its
+// `correction`. `component` may be left out when `correlation_id` names an audited
+// call: the call's component is rated.
 type Feedback struct {
 	// Comment corresponds to the JSON schema field "comment".
 	Comment *string `json:"comment,omitempty,omitzero"`
@@ -118,7 +118,7 @@ type Feedback struct {
 	// Who gave the rating; absent means human.
 	Source *FeedbackSource `json:"source,omitempty,omitzero"`
 
-	// SPEC 2.11, upper case.
+	// spec §2.11, upper case.
 	Type FeedbackType `json:"type"`
 }
 

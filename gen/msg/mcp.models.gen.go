@@ -227,8 +227,8 @@ type MCPServerListResp struct {
 
 // Registers a streamable-HTTP MCP server for the sender's session and connects it.
 // Only URLs on the plugin's allow_urls are accepted, and stdio commands only come
-// from config (DESIGN Security defaults). A refusal or failed connect is a reply
-// with ok false and error.
+// from config (docs/DECISIONS.md, Security defaults). A refusal or failed connect
+// is a reply with ok false and error.
 type MCPServerRegisterReq struct {
 	// HTTP headers sent to the server, added to the allowlist entry's own. Secret:
 	// never reported, logged or saved in snapshots (so a restored registration

@@ -4,7 +4,7 @@ package msg
 
 import "encoding/json"
 
-// One memory entry (SPEC 2.11: key, tags and TTL are named; the other fields
+// One memory entry (spec §2.11: key, tags and TTL are named; the other fields
 // follow the prior SDK). On store only `key`, `content` and `tier` are required;
 // the times are set by the host and ignored on input.
 type MemoryEntry struct {
@@ -38,7 +38,7 @@ type MemoryEntry struct {
 	// Tier corresponds to the JSON schema field "tier".
 	Tier MemoryEntryTier `json:"tier"`
 
-	// Seconds until the entry expires; 0 or absent never expires (SPEC 8).
+	// Seconds until the entry expires; 0 or absent never expires (spec §8).
 	TTL *int `json:"ttl,omitempty,omitzero"`
 
 	// Unix epoch seconds of the last store of this key.
@@ -126,7 +126,7 @@ type MemoryInitResp struct {
 	Success bool `json:"success"`
 }
 
-// Ranked full-text recall (SPEC 2.1 names memory/recall). `query` words match any
+// Ranked full-text recall (spec §2.1 names memory/recall). `query` words match any
 // of key, content and tags (any word matches; entries matching more and rarer
 // words rank higher). Without a query, entries are listed by time (`order`), which
 // reads the episodic log back by time range. Filters: `tags` (an entry must have

@@ -31,7 +31,7 @@ type ProcListResp struct {
 // stdout|stderr, mime: text/plain, chunk, final, cursor}) while this request is in
 // flight, until the process ends and its output is drained, follow_timeout passes,
 // or max_bytes were sent; the reply then carries no data, only the cursors to go
-// on from (SPEC 6 rule 5: nothing is streamed after the reply).
+// on from (spec §6 rule 5: nothing is streamed after the reply).
 type ProcReadReq struct {
 	// Follow corresponds to the JSON schema field "follow".
 	Follow bool `json:"follow,omitempty,omitzero"`
@@ -70,7 +70,7 @@ type ProcReadResp struct {
 	Streamed *int `json:"streamed,omitempty,omitzero"`
 }
 
-// One process of the session (the SPEC 2.11 subprocess record, decided in
+// One process of the session (the spec §2.11 subprocess record, decided in
 // docs/DECISIONS.md). state: running; exited (exit_code set); signaled (ended by a
 // signal the agent sent with proc/signal or proc/kill; signal set); timeout
 // (killed at its wall-clock timeout, or at its CPU limit by SIGXCPU);
@@ -164,7 +164,7 @@ type ProcSpawnReq struct {
 	// Extra variables.
 	Env ProcSpawnReqEnv `json:"env,omitempty,omitzero"`
 
-	// Must be the sender's session when present (DESIGN Wire).
+	// Must be the sender's session when present (docs/DECISIONS.md, Wire).
 	SessionID *string `json:"session_id,omitempty,omitzero"`
 
 	// Wall-clock seconds after which the process group is killed (state timeout); 0
@@ -215,9 +215,9 @@ type ProcStreamChunk struct {
 }
 
 // Waits until the process ends or timeout passes. A process that ended at a limit
-// is answered with an error (DESIGN Sandbox outcomes): timeout → timeout,
-// out_of_memory → out_of_memory, crashed → sandbox_crash, with the record in
-// detail.
+// is answered with an error (docs/DECISIONS.md, Sandbox outcomes): timeout →
+// timeout, out_of_memory → out_of_memory, crashed → sandbox_crash, with the record
+// in detail.
 type ProcWaitReq struct {
 	// ProcID corresponds to the JSON schema field "proc_id".
 	ProcID string `json:"proc_id"`

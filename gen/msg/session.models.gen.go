@@ -25,7 +25,7 @@ type SessionInfoResp struct {
 	SessionID string `json:"session_id"`
 }
 
-// Restores a snapshot into the current session (SPEC 3: Session saved → live). An
+// Restores a snapshot into the current session (spec §3: Session saved → live). An
 // unknown or corrupt snapshot changes nothing.
 type SessionRestoreReq struct {
 	// SnapshotID corresponds to the JSON schema field "snapshot_id".
@@ -40,8 +40,8 @@ type SessionRestoreResp struct {
 	SnapshotID string `json:"snapshot_id"`
 }
 
-// Saves the session's state (SPEC 3: Session live → snapshot). Secrets are never
-// written (SPEC 2.9 rule 6, DESIGN State).
+// Saves the session's state (spec §3: Session live → snapshot). Secrets are never
+// written (spec §2.9 rule 6, docs/DECISIONS.md, State).
 type SessionSnapshotReq struct {
 	// Where the snapshot is stored: a file under the data directory or the embedded
 	// SQL store.

@@ -33,7 +33,7 @@ type SkillCallResp struct {
 	Result SkillResult `json:"result"`
 }
 
-// A skill version as discover and get report it (SPEC 2.11; other fields decided
+// A skill version as discover and get report it (spec §2.11; other fields decided
 // in docs/DECISIONS.md).
 type SkillDefinition struct {
 	// Description corresponds to the JSON schema field "description".
@@ -57,7 +57,7 @@ type SkillDefinition struct {
 	// Tags corresponds to the JSON schema field "tags".
 	Tags []string `json:"tags"`
 
-	// Toolkits that must be configured in the session before a call (SPEC 2.11).
+	// Toolkits that must be configured in the session before a call (spec §2.11).
 	Toolkits []string `json:"toolkits"`
 
 	// Semantic version (semver 2.0).
@@ -145,7 +145,7 @@ type SkillLimits struct {
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 }
 
-// The outcome of a call that ran (SPEC 2.6-like). A skill that exits non-zero,
+// The outcome of a call that ran (spec §2.6-like). A skill that exits non-zero,
 // writes stdout that is not JSON or not valid against output_schema, or overruns
 // output_bytes gives success false with error; sandbox limits are errors instead.
 type SkillResult struct {

@@ -14,7 +14,7 @@ type SubagentListResp struct {
 	Subagents []SubagentRecord `json:"subagents"`
 }
 
-// One subagent (the SPEC 2.11 subagent record, decided in docs/DECISIONS.md).
+// One subagent (the spec §2.11 subagent record, decided in docs/DECISIONS.md).
 // status: waiting (its session waits for the handshake), running (handshaken),
 // draining (shutting down), ended (its session closed: shutdown, expiry, its
 // parent's close, a missed handshake, or it came from a restored snapshot),
@@ -99,7 +99,7 @@ type SubagentSpawnReq struct {
 	// more than the plugin's max_steps.
 	MaxSteps *int `json:"max_steps,omitempty,omitzero"`
 
-	// What the child's working memory is (SPEC 1): shared — the parent's working
+	// What the child's working memory is (spec §1): shared — the parent's working
 	// memory, read and written; restricted — a read-only view of it; isolated — its
 	// own, empty; snapshot — its own copy of the parent's, taken at spawn. Default
 	// isolated, the least the child can do to its parent.
@@ -108,7 +108,7 @@ type SubagentSpawnReq struct {
 	// Name corresponds to the JSON schema field "name".
 	Name string `json:"name"`
 
-	// Must be the sender's session when present (DESIGN Wire).
+	// Must be the sender's session when present (docs/DECISIONS.md, Wire).
 	SessionID *string `json:"session_id,omitempty,omitzero"`
 }
 
@@ -120,7 +120,7 @@ const SubagentSpawnReqMemoryScopeShared SubagentSpawnReqMemoryScope = "shared"
 const SubagentSpawnReqMemoryScopeSnapshot SubagentSpawnReqMemoryScope = "snapshot"
 
 type SubagentSpawnResp struct {
-	// The child's own handshake token, accepted by this child only (SPEC 5). A
+	// The child's own handshake token, accepted by this child only (spec §5). A
 	// secret: the host keeps only its hash, never logs or saves it; it is sent once,
 	// here.
 	AuthToken string `json:"auth_token"`

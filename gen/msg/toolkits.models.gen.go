@@ -2,23 +2,23 @@
 
 package msg
 
-// Configures a toolkit for the session (SPEC 2.9). Every outcome is a reply with
+// Configures a toolkit for the session (spec §2.9). Every outcome is a reply with
 // status ok or error, never an error message; an unknown name is answered by the
-// fallback (SPEC 2.9 rule 1).
+// fallback (spec §2.9 rule 1).
 type ToolkitConfigureReq struct {
-	// Validated against the toolkit's schema (SPEC 2.9); secrets in it are never
-	// persisted, logged or audited (SPEC 2.9 rule 6, SPEC 5 rule 5).
+	// Validated against the toolkit's schema (spec §2.9); secrets in it are never
+	// persisted, logged or audited (spec §2.9 rule 6, spec §5 rule 5).
 	Config ToolkitConfigureReqConfig `json:"config"`
 
-	// Must be the sender's session when present (DESIGN Wire).
+	// Must be the sender's session when present (docs/DECISIONS.md, Wire).
 	SessionID *string `json:"session_id,omitempty,omitzero"`
 
 	// ToolkitName corresponds to the JSON schema field "toolkit_name".
 	ToolkitName string `json:"toolkit_name"`
 }
 
-// Validated against the toolkit's schema (SPEC 2.9); secrets in it are never
-// persisted, logged or audited (SPEC 2.9 rule 6, SPEC 5 rule 5).
+// Validated against the toolkit's schema (spec §2.9); secrets in it are never
+// persisted, logged or audited (spec §2.9 rule 6, spec §5 rule 5).
 type ToolkitConfigureReqConfig map[string]interface{}
 
 type ToolkitConfigureResp struct {
@@ -37,7 +37,7 @@ type ToolkitConfigureRespStatus string
 const ToolkitConfigureRespStatusError ToolkitConfigureRespStatus = "error"
 const ToolkitConfigureRespStatusOk ToolkitConfigureRespStatus = "ok"
 
-// A toolkit as toolkit/list reports it for the sender's session (SPEC 2.8).
+// A toolkit as toolkit/list reports it for the sender's session (spec §2.8).
 type ToolkitDefinition struct {
 	// Short name.
 	Alias ToolkitDefinitionAlias `json:"alias"`
@@ -45,7 +45,7 @@ type ToolkitDefinition struct {
 	// Category corresponds to the JSON schema field "category".
 	Category string `json:"category"`
 
-	// False until a configure succeeds in this session (SPEC 2.8, part 3).
+	// False until a configure succeeds in this session (spec §2.8, part 3).
 	Configured bool `json:"configured"`
 
 	// Description corresponds to the JSON schema field "description".
@@ -58,7 +58,7 @@ type ToolkitDefinition struct {
 	Name string `json:"name"`
 
 	// JSON Schema of the configuration; properties with writeOnly true or format
-	// password are secrets (DESIGN State).
+	// password are secrets (docs/DECISIONS.md, State).
 	Schema ToolkitDefinitionSchema `json:"schema"`
 
 	// installed: not configured; running: configured and its backend connection is
@@ -82,7 +82,7 @@ type ToolkitDefinitionAlias *string
 type ToolkitDefinitionIconSvg *string
 
 // JSON Schema of the configuration; properties with writeOnly true or format
-// password are secrets (DESIGN State).
+// password are secrets (docs/DECISIONS.md, State).
 type ToolkitDefinitionSchema map[string]interface{}
 
 type ToolkitDefinitionState string
@@ -91,7 +91,7 @@ const ToolkitDefinitionStateConfigured ToolkitDefinitionState = "configured"
 const ToolkitDefinitionStateInstalled ToolkitDefinitionState = "installed"
 const ToolkitDefinitionStateRunning ToolkitDefinitionState = "running"
 
-// Lists toolkits with the session's configured flag (SPEC 4.2 Toolkit list).
+// Lists toolkits with the session's configured flag (spec §4.2 Toolkit list).
 type ToolkitListReq struct {
 	// Matches toolkits having any of these tags.
 	FilterTags []string `json:"filter_tags,omitempty,omitzero"`

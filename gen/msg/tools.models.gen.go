@@ -2,21 +2,21 @@
 
 package msg
 
-// Calls a tool (SPEC 4.2 Tool call). Answered by the plugin owning tool_name; when
-// all decline, the fallback gives UNKNOWN_TOOL (DESIGN Dispatch).
+// Calls a tool (spec §4.2 Tool call). Answered by the plugin owning tool_name;
+// when all decline, the fallback gives UNKNOWN_TOOL (docs/DECISIONS.md, Dispatch).
 type ToolCallReq struct {
 	// An object matching the tool's input parameters.
 	Arguments interface{} `json:"arguments,omitempty,omitzero"`
 
-	// Reaches the audit line (SPEC 4.2).
+	// Reaches the audit line (spec §4.2).
 	CorrelationID *string `json:"correlation_id,omitempty,omitzero"`
 
 	// When true, the tool's events also go on the wire as tool/event before the reply
-	// (DESIGN Wire).
+	// (docs/DECISIONS.md, Wire).
 	Streaming bool `json:"streaming,omitempty,omitzero"`
 
-	// Seconds; the tool's context is cancelled and the result is TOOL_ERROR (SPEC 8).
-	// 0 or absent: no per-call limit beyond the request deadline.
+	// Seconds; the tool's context is cancelled and the result is TOOL_ERROR (spec
+	// §8). 0 or absent: no per-call limit beyond the request deadline.
 	Timeout *float64 `json:"timeout,omitempty,omitzero"`
 
 	// ToolName corresponds to the JSON schema field "tool_name".
@@ -28,10 +28,10 @@ type ToolCallResp struct {
 	Result ToolResult `json:"result"`
 }
 
-// A tool as tool/list reports it: every field of SPEC 2.5, plus the full JSON
-// Schemas of its input and output for clients that validate (issue 4).
+// A tool as tool/list reports it: every field of spec §2.5, plus the full JSON
+// Schemas of its input and output for clients that validate.
 type ToolDefinition struct {
-	// Left out of the default list; found only with include_deferred (SPEC 2.5).
+	// Left out of the default list; found only with include_deferred (spec §2.5).
 	DeferLoading bool `json:"defer_loading"`
 
 	// Description corresponds to the JSON schema field "description".
@@ -47,10 +47,10 @@ type ToolDefinition struct {
 	// Go type.
 	InputSchema ToolDefinitionInputSchema `json:"input_schema,omitempty,omitzero"`
 
-	// Tool name, unique across the host's plugins (DESIGN Dispatch).
+	// Tool name, unique across the host's plugins (docs/DECISIONS.md, Dispatch).
 	Name string `json:"name"`
 
-	// Documents the result shape (SPEC 2.5).
+	// Documents the result shape (spec §2.5).
 	OutputParameters []ToolParameter `json:"output_parameters"`
 
 	// JSON Schema (2020-12) of result.data.
@@ -62,7 +62,7 @@ type ToolDefinition struct {
 	// Tags corresponds to the JSON schema field "tags".
 	Tags []string `json:"tags"`
 
-	// The configured toolkit the tool belongs to (SPEC 2.5, part 3).
+	// The configured toolkit the tool belongs to (spec §2.5, part 3).
 	Toolkit *string `json:"toolkit,omitempty,omitzero"`
 
 	// Version corresponds to the JSON schema field "version".
@@ -76,10 +76,10 @@ type ToolDefinitionInputSchema map[string]interface{}
 // JSON Schema (2020-12) of result.data.
 type ToolDefinitionOutputSchema map[string]interface{}
 
-// An event collected during a call (SPEC 2.7, part 6).
+// An event collected during a call (spec §2.7, part 6).
 type ToolEvent struct {
 	// progress {pct, message}, status {message}, artifact {name, mime, chunk, final},
-	// log {level, message} (SPEC 6).
+	// log {level, message} (spec §6).
 	Data ToolEventData `json:"data"`
 
 	// Kind corresponds to the JSON schema field "kind".
@@ -87,7 +87,7 @@ type ToolEvent struct {
 }
 
 // progress {pct, message}, status {message}, artifact {name, mime, chunk, final},
-// log {level, message} (SPEC 6).
+// log {level, message} (spec §6).
 type ToolEventData map[string]interface{}
 
 type ToolEventKind string
@@ -97,15 +97,15 @@ const ToolEventKindLog ToolEventKind = "log"
 const ToolEventKindProgress ToolEventKind = "progress"
 const ToolEventKindStatus ToolEventKind = "status"
 
-// Lists tools (SPEC 4.2 Tool list). Filters combine with AND; several tags match a
-// tool having any of them (docs/DECISIONS.md). Each plugin answers with its own
+// Lists tools (spec §4.2 Tool list). Filters combine with AND; several tags match
+// a tool having any of them (docs/DECISIONS.md). Each plugin answers with its own
 // page of at most `limit` matches after `cursor`, sorted by name; the kernel
 // merges them into one exact page of the whole host (x-aep-merge).
 type ToolListReq struct {
 	// next_cursor of the previous page: the last tool name it held.
 	Cursor *string `json:"cursor,omitempty,omitzero"`
 
-	// Also search tools with defer_loading true (SPEC 2.5).
+	// Also search tools with defer_loading true (spec §2.5).
 	IncludeDeferred bool `json:"include_deferred,omitempty,omitzero"`
 
 	// Page size; 0 or absent returns every match.
@@ -126,7 +126,7 @@ type ToolListResp struct {
 	Tools []ToolDefinition `json:"tools"`
 }
 
-// One input or output parameter of a tool (SPEC 2.5).
+// One input or output parameter of a tool (spec §2.5).
 type ToolParameter struct {
 	// Description.
 	Description *string `json:"description,omitempty,omitzero"`
@@ -137,13 +137,13 @@ type ToolParameter struct {
 	// Whether the parameter is required.
 	Required *bool `json:"required,omitempty,omitzero"`
 
-	// Type name: string, integer, number, boolean, object or array (SPEC 2.5 uses
+	// Type name: string, integer, number, boolean, object or array (spec §2.5 uses
 	// string, integer, object, array).
 	Type string `json:"type"`
 }
 
-// The outcome of a call (SPEC 2.6). A tool's failure is a result with success
-// false, never an error message (SPEC 7, DESIGN Wire).
+// The outcome of a call (spec §2.6). A tool's failure is a result with success
+// false, never an error message (spec §7, docs/DECISIONS.md, Wire).
 type ToolResult struct {
 	// Result payload; shape depends on the tool.
 	Data interface{} `json:"data,omitempty,omitzero"`
@@ -154,10 +154,10 @@ type ToolResult struct {
 	// Error message on failure.
 	Error *string `json:"error,omitempty,omitzero"`
 
-	// SPEC 7 tool error codes.
+	// spec §7 tool error codes.
 	ErrorCode *ToolResultErrorCode `json:"error_code,omitempty,omitzero"`
 
-	// Events collected during the call, whether or not they were streamed (SPEC 6
+	// Events collected during the call, whether or not they were streamed (spec §6
 	// rule 1).
 	Events []ToolEvent `json:"events"`
 

@@ -1,5 +1,5 @@
 // Package confine checks paths that arrive on the wire against the rule of
-// DESIGN State: every wire path is confined to its root — no `..`, absolute
+// docs/DECISIONS.md, State: every wire path is confined to its root — no `..`, absolute
 // paths, symlink escapes or NUL bytes, and no sibling directory that merely
 // shares the root's name as a prefix. Capabilities check the path's form
 // with Rel, then reach files through an os.Root (which refuses symlinks out

@@ -1,7 +1,6 @@
 // Package golden replays agent scripts of txtar archives against a host and
-// compares normalised transcripts: the wire-level golden tests that STYLE
-// practice 14 asks for (go-sdk's mcp/testdata/conformance), shared by the
-// kernel's tests (server/testdata/golden) and the capabilities' tests
+// compares normalised transcripts: the wire-level golden tests of the
+// protocol, shared by the kernel's tests (server/testdata/golden) and the capabilities' tests
 // (capabilities/all/testdata/golden).
 //
 // An archive holds:

@@ -10,7 +10,7 @@ import (
 	"github.com/aephost/aep/server/httpapi"
 )
 
-// TestSessionCapAnswers503 checks the one status code beyond DESIGN's
+// TestSessionCapAnswers503 checks the one status code beyond the transport's
 // 400/403/404/413 (docs/DECISIONS.md, HTTP transport): POST /session on a
 // host at server.limits.max_sessions is 503 with the JSON error body, the
 // sessions that exist go on, and a slot freed by a session that ended can be

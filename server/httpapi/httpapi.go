@@ -1,4 +1,4 @@
-// Package httpapi is aep's HTTP+SSE transport (SPEC 4.1, DESIGN Transports).
+// Package httpapi is aep's HTTP+SSE transport (spec §4.1, docs/DECISIONS.md, Transports).
 // It implements the strict server interface that oapi-codegen generates from
 // openapi.yaml into gen/httpapi and plugs into the kernel through
 // [server.Host.NewSession], [server.Session.ReceiveLine] and [server.Sink].
@@ -88,7 +88,7 @@ func Handler(h *server.Host, opts Options) http.Handler {
 		allow: parseAllowList(opts.AllowedOrigins), streams: map[string]*stream{}}
 	// Both of oapi-codegen's error hooks lead to one function, so every
 	// transport error has our JSON body and no 5xx echoes an internal error
-	// (oapi-codegen #1811, DESIGN practices 10).
+	// (so no library text reaches an agent).
 	strict := gen.NewStrictHandlerWithOptions(a, nil, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: a.fail, ResponseErrorHandlerFunc: a.fail})
 	routes := gen.HandlerWithOptions(strict, gen.StdHTTPServerOptions{ErrorHandlerFunc: a.fail})
@@ -146,7 +146,7 @@ func ServeListener(ctx context.Context, h *server.Host, ln net.Listener, opts Op
 
 // guard applies the checks that come before routing: Origin and Host (403),
 // then the body size (413), so an oversized body is refused before any
-// session lookup (DESIGN Transports).
+// session lookup (docs/DECISIONS.md, Transports).
 type guard struct {
 	a    *api
 	next http.Handler
@@ -260,7 +260,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // lookup finds the stream of a session. A child session that the host
-// created and that waits for its handshake is reached by its id too (DESIGN
+// created and that waits for its handshake is reached by its id too (docs/DECISIONS.md,
 // Transports): its output is attached to a new stream here. A live session of
 // another transport is not taken over.
 func (a *api) lookup(id string) (*stream, bool) {

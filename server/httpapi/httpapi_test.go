@@ -24,7 +24,7 @@ import (
 	"github.com/aephost/aep/server/httpapi"
 )
 
-// TestStatusCodes checks the transport-level codes of DESIGN Transports:
+// TestStatusCodes checks the transport-level codes of docs/DECISIONS.md, Transports:
 // 400 missing header, 403 foreign Origin/Host, 404 unknown session, 413 body
 // too large (before the session lookup), each with our JSON error body.
 func TestStatusCodes(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // stream is the HTTP side of one session. It is the session's [server.Sink]:
 // every message the host sends is encoded at once into a complete SSE event
 // and kept in a bounded ring, so the kernel never waits on the network and a
-// reader that stops reading delays nobody but itself (DESIGN Transports). The
+// reader that stops reading delays nobody but itself (docs/DECISIONS.md, Transports). The
 // ring doubles as the replay buffer for Last-Event-ID.
 type stream struct {
 	a    *api

@@ -10,7 +10,7 @@ import (
 	"github.com/aephost/aep/server/sandbox"
 )
 
-// TestProcessCountLimit: the process-count limit of issue 7 (Limits.MaxProcs,
+// TestProcessCountLimit: the process-count limit (Limits.MaxProcs,
 // a pids cgroup) stops a command that keeps forking, in every mode, while
 // the same command without the limit forks all it wants. The command starts
 // background sleeps and prints how many it has started; dash gives up at the
@@ -62,7 +62,7 @@ func TestProcessCountLimit(t *testing.T) {
 // TestCommandCannotReachTheInitsPipes: the init's status pipe (its report of
 // how the command ended) and control pipe (the owner's signals) stay the
 // init's. A command that could write the status pipe would forge its own
-// outcome, e.g. turn a death by SIGSEGV into a clean exit (DESIGN Sandbox
+// outcome, e.g. turn a death by SIGSEGV into a clean exit (docs/DECISIONS.md, Sandbox
 // outcomes); one that could read the control pipe would swallow the owner's
 // signals.
 func TestCommandCannotReachTheInitsPipes(t *testing.T) {

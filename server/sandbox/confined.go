@@ -249,7 +249,7 @@ func (p *Process) startConfined() (err error) {
 
 const tailBytes = 4096
 
-// memoryFailure is the rlimit fallback's out-of-memory check (DESIGN Sandbox
+// memoryFailure is the rlimit fallback's out-of-memory check (docs/DECISIONS.md, Sandbox
 // outcomes; docs/DECISIONS.md): without a memory cgroup nothing counts OOM
 // kills, and under RLIMIT_DATA an allocation fails instead of the process
 // being killed. A run that ended abnormally (a signal or a non-zero exit)

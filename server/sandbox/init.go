@@ -36,7 +36,7 @@ func writeReport(f *os.File, r report) {
 // (fds 3, 4, ...: the shell joins the run's cgroups) and closes it, sets
 // the data-segment limit RLIMIT_DATA when memBytes > 0 (every POSIX shell's
 // ulimit has -d), reports on the next fd that all went well, and execs
-// the command. RLIMIT_DATA (issue 7) counts private writable memory, what
+// the command. RLIMIT_DATA counts private writable memory, what
 // allocations use, unlike RLIMIT_AS, which also counts address space a
 // runtime only reserves (a Go or JVM heap) and would fail such programs at
 // start.
@@ -91,7 +91,7 @@ func runInit(raw string) int {
 		cgFiles = append(cgFiles, f)
 	}
 	if cfg.CPUSeconds > 0 {
-		// SIGXCPU at the soft limit, SIGKILL a second later (DESIGN Sandbox outcomes).
+		// SIGXCPU at the soft limit, SIGKILL a second later (docs/DECISIONS.md, Sandbox outcomes).
 		if err := syscall.Setrlimit(syscall.RLIMIT_CPU, &syscall.Rlimit{Cur: uint64(cfg.CPUSeconds), Max: uint64(cfg.CPUSeconds + 1)}); err != nil {
 			return fail("RLIMIT_CPU: %v", err)
 		}
@@ -137,7 +137,7 @@ func runInit(raw string) int {
 	if ready != nil {
 		// The shell writes one byte once it joined every cgroup and set the
 		// limit; end of file without it means it could not, and the
-		// command never ran (the setup error of DESIGN Sandbox outcomes).
+		// command never ran (the setup error of docs/DECISIONS.md, Sandbox outcomes).
 		for _, f := range cmd.ExtraFiles {
 			f.Close()
 		}

@@ -4,7 +4,7 @@
 // with limits on CPU time, memory, process count and wall-clock time. It is
 // the one place where the proc and skills capabilities start processes, and
 // the one place that turns how a process ended into an outcome
-// (DESIGN Sandbox outcomes):
+// (docs/DECISIONS.md, Sandbox outcomes):
 //
 //  1. the host's wall-clock kill, SIGXCPU, or SIGKILL after the CPU limit → [Timeout];
 //  2. a rise of the cgroup's oom_kill count (or, with the rlimit fallback, an
@@ -118,7 +118,7 @@ type Result struct {
 
 // Err is nil for runs that exited or were stopped by their owner; for the
 // others it wraps the sentinel that wire.AsError maps to the outcome's code
-// (DESIGN Sandbox outcomes).
+// (docs/DECISIONS.md, Sandbox outcomes).
 func (r Result) Err() error {
 	switch r.Outcome {
 	case Timeout:
@@ -347,7 +347,7 @@ func (p *Process) wait() {
 	close(p.done)
 }
 
-// decide applies the precedence of DESIGN Sandbox outcomes. rep is the
+// decide applies the precedence of docs/DECISIONS.md, Sandbox outcomes. rep is the
 // init's report for confined runs (nil if the init died first).
 func decide(lim Limits, st *os.ProcessState, waitErr error, rep *report, oomKills int64, timedOut bool, requested syscall.Signal, confined bool) Result {
 	res := Result{ExitCode: -1}

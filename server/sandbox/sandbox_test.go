@@ -127,7 +127,7 @@ func TestPlainOutcomes(t *testing.T) {
 	}
 }
 
-// TestConfinedOutcomes runs the limits and confinement of DESIGN Sandbox
+// TestConfinedOutcomes runs the limits and confinement of docs/DECISIONS.md, Sandbox
 // outcomes for real, in every available mode.
 func TestConfinedOutcomes(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,6 +1,6 @@
 // Package store opens aep's persistent store: an ent client on SQLite
 // (modernc.org/sqlite, pure Go) by default, or on PostgreSQL (pgx) when the
-// DSN is a postgres:// URL (DESIGN State). Entities that need SQLite-only
+// DSN is a postgres:// URL (docs/DECISIONS.md, State). Entities that need SQLite-only
 // features (FTS5) must check [Store.Dialect].
 //
 // One store serves the whole host. The kernel keeps session snapshots in it
@@ -60,7 +60,7 @@ var pragmas = []string{"foreign_keys(1)", "journal_mode(WAL)", "busy_timeout(100
 
 // Open opens the store that dsn names and migrates its schema.
 //
-//   - "" opens SQLite at <dataDir>/aep.db (DESIGN State default);
+//   - "" opens SQLite at <dataDir>/aep.db (docs/DECISIONS.md, State default);
 //   - "sqlite://PATH", "file:PATH" or a plain PATH opens that SQLite file;
 //     a relative PATH is taken relative to dataDir when one is given;
 //   - "postgres://…" and "postgresql://…" open PostgreSQL through pgx;

@@ -26,7 +26,7 @@ var schemaSeeds = []string{
 	`{"properties":{"dup":{"type":"string"}},"required":["dup","dup"]}`,
 }
 
-// FuzzParameters checks the schema → SPEC 2.5 parameter conversion on any
+// FuzzParameters checks the schema → spec §2.5 parameter conversion on any
 // JSON Schema document, as the MCP bridge decodes one: one parameter per
 // property, sorted by name, each with a type and its required flag and
 // description as the schema says; the same result on a second call; and

@@ -7,7 +7,7 @@ import (
 )
 
 // Parameters lists the top-level properties of an object JSON Schema as
-// SPEC 2.5 tool parameters, sorted by name, for every plugin that describes
+// spec §2.5 tool parameters, sorted by name, for every plugin that describes
 // tools by schema (typed Go tools, MCP tools). `required` may be a []string
 // (schemas built in Go) or a []any (schemas decoded from JSON); a `type`
 // list such as ["string","null"] gives its first non-null type, and a

@@ -102,7 +102,7 @@ func (r *Registry) Len() int {
 	return len(r.sorted)
 }
 
-// List answers a tool/list for this registry's tools (SPEC 4.2 Tool list).
+// List answers a tool/list for this registry's tools (spec §4.2 Tool list).
 // See [Select] for the filter rules.
 func (r *Registry) List(req *msg.ToolListReq, opt Options) *msg.ToolListResp {
 	r.mu.RLock()
@@ -111,11 +111,11 @@ func (r *Registry) List(req *msg.ToolListReq, opt Options) *msg.ToolListResp {
 }
 
 // Select filters tools, which must be sorted by name, and returns one page:
-//   - tools with defer_loading are skipped unless include_deferred (SPEC 2.5);
+//   - tools with defer_loading are skipped unless include_deferred (spec §2.5);
 //   - query is a case-insensitive substring of the name, description or a tag;
 //   - tags match a tool having any of them;
 //   - tools the host's tool policy refuses (opt.Policy) are left out: the
-//     agent could only get TOOL_DENIED from them (SPEC 2.9 rule 6);
+//     agent could only get TOOL_DENIED from them (spec §2.9 rule 6);
 //   - the filters combine with AND;
 //   - cursor is the last name of the previous page, so pages are stable while
 //     tools are added; limit (0: no limit) bounds the page, and next_cursor

@@ -1,8 +1,8 @@
 // Package toolrun holds the tool-execution mechanics shared by every plugin
-// that serves tools (DESIGN Dispatch): the host's tool policy, the per-call
+// that serves tools (docs/DECISIONS.md, Dispatch): the host's tool policy, the per-call
 // timeout, panic recovery, event collection, the output cap and duration_ms.
-// A tool's failure always becomes a SPEC 2.6 result with success false and
-// never an `error` message (SPEC 7, DESIGN Wire), so plugins call [Run] and
+// A tool's failure always becomes a spec §2.6 result with success false and
+// never an `error` message (spec §7, docs/DECISIONS.md, Wire), so plugins call [Run] and
 // return its result as is.
 package toolrun
 
@@ -21,7 +21,7 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// DefaultMaxOutputBytes is the output cap when none is configured (issue 4: 1 MiB).
+// DefaultMaxOutputBytes is the output cap when none is configured ( 1 MiB).
 const DefaultMaxOutputBytes = 1 << 20
 
 // maxEvents bounds the events one call collects, so a chatty tool cannot
@@ -38,7 +38,7 @@ type Subject struct {
 type Output struct {
 	Data    any
 	Summary any
-	// ExitCode is set by process-based tools (SPEC 2.6).
+	// ExitCode is set by process-based tools (spec §2.6).
 	ExitCode *int
 	// Truncated is set by tools that cut their own output at [MaxOutput].
 	Truncated bool
@@ -62,7 +62,7 @@ func (e *ExitError) Unwrap() error { return e.Err }
 type Options struct {
 	// MaxOutputBytes caps the encoded size of result.data; 0 means the default.
 	MaxOutputBytes int
-	// Policy is server.tool_policy (SPEC 5 rule 6).
+	// Policy is server.tool_policy (spec §5 rule 6).
 	Policy server.ToolPolicy
 	// Logger receives the stack of a panicking tool; nil discards it.
 	Logger *slog.Logger
@@ -116,7 +116,7 @@ func Failure(name string, code msg.ToolResultErrorCode, text string) *msg.ToolRe
 type collectorKey struct{}
 
 // collector gathers the events of one call and forwards them to the wire
-// when the caller asked for streaming (SPEC 6 rule 1, DESIGN Wire).
+// when the caller asked for streaming (spec §6 rule 1, docs/DECISIONS.md, Wire).
 type collector struct {
 	mu        sync.Mutex
 	scope     wire.Scope
@@ -156,7 +156,7 @@ func (c *collector) finish() []msg.ToolEvent {
 
 // Emit records an event of the running tool: it is collected into the
 // result's events and, when the call is streaming, sent as tool/event before
-// the reply (SPEC 6). Outside a tool run it does nothing.
+// the reply (spec §6). Outside a tool run it does nothing.
 func Emit(ctx context.Context, kind wire.EventKind, data map[string]any) error {
 	c, ok := ctx.Value(collectorKey{}).(*collector)
 	if !ok {
@@ -195,8 +195,8 @@ func MaxOutput(ctx context.Context) int {
 }
 
 // Run applies policy, timeout, panic recovery, event collection, the output
-// cap and timing to one tool call and returns its SPEC 2.6 result; it never
-// returns an error (SPEC 7: a tool failure is a result).
+// cap and timing to one tool call and returns its spec §2.6 result; it never
+// returns an error (spec §7: a tool failure is a result).
 func Run(ctx context.Context, s wire.Scope, req *msg.ToolCallReq, t Subject, opt Options, fn Func) *msg.ToolResult {
 	if ok, why := opt.Allowed(t); !ok {
 		return Failure(t.Name, msg.ToolResultErrorCodeTOOLDENIED, why)
@@ -283,7 +283,7 @@ func protect(ctx context.Context, log *slog.Logger, name string, fn Func) (out O
 
 // capData enforces the output cap on result.data: strings are cut at a rune
 // boundary; other values whose encoding is over the cap are replaced by their
-// encoding cut to the cap, as a string (issue 4: truncated past the cap).
+// encoding cut to the cap, as a string ( truncated past the cap).
 func capData(res *msg.ToolResult, max int) {
 	switch d := res.Data.(type) {
 	case nil:

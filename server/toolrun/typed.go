@@ -16,13 +16,13 @@ import (
 // Option sets a field of a tool's definition at registration.
 type Option func(*msg.ToolDefinition)
 
-// Tags sets the tool's tags (SPEC 2.5).
+// Tags sets the tool's tags (spec §2.5).
 func Tags(tags ...string) Option { return func(d *msg.ToolDefinition) { d.Tags = tags } }
 
-// Version sets the tool's version (SPEC 9 rule 3).
+// Version sets the tool's version (spec §9 rule 3).
 func Version(v string) Option { return func(d *msg.ToolDefinition) { d.Version = v } }
 
-// Deferred leaves the tool out of the default list (SPEC 2.5 defer_loading).
+// Deferred leaves the tool out of the default list (spec §2.5 defer_loading).
 func Deferred() Option { return func(d *msg.ToolDefinition) { d.DeferLoading = true } }
 
 // Streaming marks a tool that emits events while running.
@@ -82,8 +82,8 @@ func NewTyped[In, Out any](name, description string, fn func(context.Context, In
 				return o, nil
 			case o.ExitCode != nil:
 				// A process that ran and failed: its exit code and output
-				// are the result (SPEC 2.6). Any other failure has no
-				// result, only its error (SPEC 7).
+				// are the result (spec §2.6). Any other failure has no
+				// result, only its error (spec §7).
 				return o, &ExitError{Output: o, Err: err}
 			}
 			return Output{}, err

@@ -565,7 +565,7 @@ func (g *generator) codes() ([]byte, error) {
 	}
 	var w bytes.Buffer
 	header(&w, src.Path, src.Hash, "wire")
-	w.WriteString("// Code is a protocol error code (SPEC 7).\ntype Code string\n\nconst (\n")
+	w.WriteString("// Code is a protocol error code (spec §7).\ntype Code string\n\nconst (\n")
 	names := sortedKeys(src.Codes)
 	seen := map[string]string{}
 	for _, c := range names {
@@ -580,7 +580,7 @@ func (g *generator) codes() ([]byte, error) {
 	for _, c := range names {
 		fmt.Fprintf(&w, "Code%s, ", camel(c))
 	}
-	w.WriteString("}\n\n// Retryable reports whether retrying can succeed (SPEC 7 table).\nfunc (c Code) Retryable() bool {\nswitch c {\ncase ")
+	w.WriteString("}\n\n// Retryable reports whether retrying can succeed (spec §7 table).\nfunc (c Code) Retryable() bool {\nswitch c {\ncase ")
 	var retry []string
 	for _, c := range names {
 		if src.Codes[c].Retryable {
@@ -594,7 +594,7 @@ func (g *generator) codes() ([]byte, error) {
 
 // accessors gives the kernel typed access to body fields it cares about
 // without reflection: correlation_id for audit, session_id for the
-// session check of DESIGN Wire.
+// session check of docs/DECISIONS.md, Wire.
 func (g *generator) accessors(w *bytes.Buffer, m *message) {
 	gs := g.models[m.name]
 	for _, pm := range [][2]string{{"correlation_id", "GetCorrelationID"}, {"session_id", "BodySessionID"}} {
