@@ -9,6 +9,7 @@ import (
 	"github.com/aephost/aep/capabilities/env"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
 )
 
@@ -28,8 +29,8 @@ func BenchmarkStepLoop(b *testing.B) {
 	h := benchHost(b)
 	for _, cd := range codecs {
 		b.Run(cd.name, func(b *testing.B) {
-			c := connect(b, h, cd.codec)
-			ctx := ctxT(b)
+			c := aeptest.ConnectWith(b, h, cd.codec, nil, "env")
+			ctx := aeptest.Context(b)
 			ep := reset(b, c, env.GuessName, 1, benchOpts).EpisodeID
 			req := &msg.EnvStepReq{EpisodeID: ep, Action: json.RawMessage("7")}
 			b.ReportAllocs()
@@ -60,11 +61,11 @@ func BenchmarkStepLoopParallel(b *testing.B) {
 					return
 				}
 				defer c.Close()
-				if _, err := c.Handshake(ctxT(b), "agent", token, "env"); err != nil {
+				if _, err := c.Handshake(aeptest.Context(b), "agent", aeptest.Token, "env"); err != nil {
 					b.Error(err)
 					return
 				}
-				ctx := ctxT(b)
+				ctx := aeptest.Context(b)
 				ep := reset(b, c, env.GuessName, 1, benchOpts).EpisodeID
 				for pb.Next() {
 					if _, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: ep, Action: json.RawMessage("7")}); err != nil {
@@ -82,8 +83,8 @@ func BenchmarkStepBatch64(b *testing.B) {
 	h := benchHost(b)
 	for _, cd := range codecs {
 		b.Run(cd.name, func(b *testing.B) {
-			c := connect(b, h, cd.codec)
-			ctx := ctxT(b)
+			c := aeptest.ConnectWith(b, h, cd.codec, nil, "env")
+			ctx := aeptest.Context(b)
 			const n = 64
 			ids := make([]string, n)
 			actions := make([]json.RawMessage, n)

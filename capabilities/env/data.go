@@ -26,25 +26,36 @@ import (
 
 const tmpPrefix = ".aep-tmp-"
 
-// ErrNoDataPlane marks a host whose data root is unusable.
-var ErrNoDataPlane = errors.New("env data plane unavailable")
+// ErrNoDataPlane marks a host whose data root is unusable; it reaches the
+// agent with detail.reason "data_plane_unavailable". Its causes name host
+// paths, so they go to the log, never into the error.
+var ErrNoDataPlane = wire.Reason("data_plane_unavailable", errors.New("env data plane unavailable"))
+
+// ErrNoStaging answers env/data/add on a host with no staging_root: it is
+// [ErrNoDataPlane] with detail.reason "staging_root_unset", since only the
+// operator's configuration can change it.
+var ErrNoStaging = wire.Reason("staging_root_unset", fmt.Errorf("%w: no staging_root is configured, so nothing can be added", ErrNoDataPlane))
 
 // dataRoot opens the host's data root and the session's directory in it.
 func (p *Plugin) dataRoot(sessionID string) (*os.Root, string, error) {
 	if p.dataErr != nil {
-		return nil, "", fmt.Errorf("%w: %v", ErrNoDataPlane, p.dataErr)
+		return nil, "", ErrNoDataPlane // the cause was logged by Provision
 	}
 	sid, err := cleanRel("session_id", sessionID)
 	if err != nil || strings.Contains(sid, "/") || strings.HasPrefix(sid, ".") {
-		return nil, "", fmt.Errorf("%w: session id %q cannot name a directory", ErrNoDataPlane, sessionID)
+		// The session id is a bearer secret: neither the wire nor the log gets it.
+		p.log.Warn("env data plane: a session id cannot name a directory")
+		return nil, "", fmt.Errorf("%w: the session cannot have a data directory", ErrNoDataPlane)
 	}
 	root, err := os.OpenRoot(p.DataRoot)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %v", ErrNoDataPlane, err)
+		p.log.Warn("env data plane unavailable", "error", err)
+		return nil, "", ErrNoDataPlane
 	}
 	if err := root.Mkdir(sid, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		root.Close()
-		return nil, "", fmt.Errorf("%w: %v", ErrNoDataPlane, err)
+		p.log.Warn("env data plane: making the session's data directory", "error", err)
+		return nil, "", ErrNoDataPlane
 	}
 	return root, sid, nil
 }
@@ -56,7 +67,7 @@ func tmpName() string { return tmpPrefix + newEpisodeID()[3:] }
 // moved into the session's data root, so a failed part leaves it as it was.
 func (p *Plugin) EnvDataAdd(ctx context.Context, s wire.Scope, req *msg.EnvDataAddReq) (*msg.EnvDataAddResp, error) {
 	if p.StagingRoot == "" {
-		return nil, fmt.Errorf("%w: no staging_root is configured, so nothing can be added", ErrNoDataPlane)
+		return nil, ErrNoStaging
 	}
 	root, sid, err := p.dataRoot(s.SessionID())
 	if err != nil {
@@ -65,7 +76,8 @@ func (p *Plugin) EnvDataAdd(ctx context.Context, s wire.Scope, req *msg.EnvDataA
 	defer root.Close()
 	staging, err := os.OpenRoot(p.StagingRoot)
 	if err != nil {
-		return nil, fmt.Errorf("%w: staging root: %v", ErrNoDataPlane, err)
+		p.log.Warn("env data plane: opening the staging root", "error", err)
+		return nil, fmt.Errorf("%w: the staging root cannot be opened", ErrNoDataPlane)
 	}
 	defer staging.Close()
 
@@ -112,7 +124,7 @@ func (p *Plugin) EnvDataAdd(ctx context.Context, s wire.Scope, req *msg.EnvDataA
 	}
 	for i := range added {
 		if fi, err := root.Lstat(path.Join(sid, dests[i])); err == nil {
-			added[i].Mtime = float64(fi.ModTime().UnixNano()) / 1e9
+			added[i].Mtime = wire.Epoch(fi.ModTime())
 		}
 	}
 	return &msg.EnvDataAddResp{Added: added}, nil
@@ -327,7 +339,7 @@ func describe(root *os.Root, rel string, inline bool, limit int) (msg.DataFile, 
 	if _, err := io.Copy(w, f); err != nil {
 		return msg.DataFile{}, err
 	}
-	df := msg.DataFile{Path: rel, Size: int(fi.Size()), Sha256: hex.EncodeToString(h.Sum(nil)), Mtime: float64(fi.ModTime().UnixNano()) / 1e9}
+	df := msg.DataFile{Path: rel, Size: int(fi.Size()), Sha256: hex.EncodeToString(h.Sum(nil)), Mtime: wire.Epoch(fi.ModTime())}
 	if buf.Len() > 0 || (inline && fi.Size() == 0) {
 		text = []byte(buf.String())
 		if utf8.Valid(text) {

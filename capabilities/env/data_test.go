@@ -13,6 +13,7 @@ import (
 	"github.com/aephost/aep/capabilities/env"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/wire"
 )
 
@@ -54,8 +55,8 @@ func TestDataPlane(t *testing.T) {
 	h := newHost(t, &env.Plugin{DataRoot: data, StagingRoot: staging, BaselineDir: baseline})
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
-			c := connect(t, h, cd.codec)
-			ctx := ctxT(t)
+			c := aeptest.ConnectWith(t, h, cd.codec, nil, "env")
+			ctx := aeptest.Context(t)
 			mine := filepath.Join(data, c.SessionID())
 
 			add, err := c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: []msg.DataPart{good, {Path: "deep/dir/other.txt", Source: other.Source, Sha256: other.Sha256, Size: other.Size}, bin}})
@@ -100,7 +101,7 @@ func TestDataPlane(t *testing.T) {
 			for _, tc := range refused {
 				t.Run(tc.name, func(t *testing.T) {
 					_, err := c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: bad(tc.part)})
-					wantErr(t, err, tc.code, tc.sub)
+					aeptest.WantError(t, err, tc.code, tc.sub)
 					if after := listData(t, mine); len(after) != len(before) || after["in/good.txt"] != before["in/good.txt"] {
 						t.Fatalf("refused add changed the data root: %v", after)
 					}
@@ -114,21 +115,21 @@ func TestDataPlane(t *testing.T) {
 			must(t, os.WriteFile(filepath.Join(sibling, "theirs.txt"), []byte("theirs"), 0o644))
 			must(t, os.Symlink(sibling, filepath.Join(mine, "sib")))
 			_, err = c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: bad(msg.DataPart{Path: "sib/x.txt", Source: good.Source, Sha256: good.Sha256, Size: good.Size})})
-			wantErr(t, err, wire.CodeSchemaViolation, "symbolic link")
-			_, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Path: ptr("sib/theirs.txt")})
-			wantErr(t, err, wire.CodeSchemaViolation, "symbolic link")
-			_, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Path: ptr("../" + filepath.Base(sibling) + "/theirs.txt")})
-			wantErr(t, err, wire.CodeSchemaViolation, `".."`)
-			_, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Glob: ptr("/etc/*")})
-			wantErr(t, err, wire.CodeSchemaViolation, "absolute")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "symbolic link")
+			_, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Path: aeptest.Ptr("sib/theirs.txt")})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "symbolic link")
+			_, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Path: aeptest.Ptr("../" + filepath.Base(sibling) + "/theirs.txt")})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, `".."`)
+			_, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Glob: aeptest.Ptr("/etc/*")})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "absolute")
 			must(t, os.Remove(filepath.Join(mine, "sib")))
 
 			// get: by path, by glob, with inline text.
-			g, err := c.EnvDataGet(ctx, &msg.EnvDataGetReq{Path: ptr("in/good.txt"), Inline: true})
+			g, err := c.EnvDataGet(ctx, &msg.EnvDataGetReq{Path: aeptest.Ptr("in/good.txt"), Inline: true})
 			if err != nil || len(g.Files) != 1 || g.Files[0].Sha256 != good.Sha256 || g.Files[0].Size != good.Size || g.Files[0].Content == nil || *g.Files[0].Content != "good data" {
 				t.Fatalf("get by path: %+v %v", g, err)
 			}
-			g, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Glob: ptr("in/*"), Inline: true, MaxInlineBytes: ptr(4)})
+			g, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Glob: aeptest.Ptr("in/*"), Inline: true, MaxInlineBytes: aeptest.Ptr(4)})
 			if err != nil || len(g.Files) != 2 {
 				t.Fatalf("get by glob: %+v %v", g, err)
 			}
@@ -146,8 +147,8 @@ func TestDataPlane(t *testing.T) {
 					t.Fatalf("binary inlined: %+v", f)
 				}
 			}
-			_, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Path: ptr("in/none.txt")})
-			wantErr(t, err, wire.CodeSchemaViolation, "does not exist")
+			_, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Path: aeptest.Ptr("in/none.txt")})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "does not exist")
 
 			// An episode reset never touches the data root; a data reset
 			// never touches episodes (spec §3).
@@ -182,8 +183,8 @@ func TestDataResetLeavesOtherSessionsAlone(t *testing.T) {
 	data, staging := t.TempDir(), t.TempDir()
 	part := stage(t, staging, "f.txt", "payload")
 	h := newHost(t, &env.Plugin{DataRoot: data, StagingRoot: staging})
-	a, b := connect(t, h, directCodec()), connect(t, h, client.JSON)
-	ctx := ctxT(t)
+	a, b := aeptest.ConnectWith(t, h, directCodec(), nil, "env"), aeptest.ConnectWith(t, h, client.JSON, nil, "env")
+	ctx := aeptest.Context(t)
 	for _, c := range []*client.Client{a, b} {
 		if _, err := c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: []msg.DataPart{part}}); err != nil {
 			t.Fatal(err)
@@ -219,13 +220,13 @@ func TestDataPlaneSpecSpellings(t *testing.T) {
 	send := func(line string) map[string]any {
 		t.Helper()
 		must(t, pipe.WriteLine(ctx, []byte(line)))
-		got, err := pipe.ReadLine(ctxT(t))
+		got, err := pipe.ReadLine(aeptest.Context(t))
 		must(t, err)
 		var m map[string]any
 		must(t, json.Unmarshal(got, &m))
 		return m
 	}
-	send(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["env"],"auth_token":"` + token + `"}`)
+	send(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["env"],"auth_token":"` + aeptest.Token + `"}`)
 	pj, _ := json.Marshal([]msg.DataPart{part})
 	for _, tc := range []struct{ line, want string }{
 		{`{"type":"env/data/add","id":"1","proto":"1.0","ts":1,"parts":` + string(pj) + `}`, "env/data/add/resp"},
@@ -243,12 +244,23 @@ func TestDataRootUnavailable(t *testing.T) {
 	blocker := filepath.Join(t.TempDir(), "file")
 	must(t, os.WriteFile(blocker, []byte("x"), 0o644))
 	h := newHost(t, &env.Plugin{DataRoot: filepath.Join(blocker, "data")})
-	c := connect(t, h, directCodec())
-	ctx := ctxT(t)
+	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
+	ctx := aeptest.Context(t)
+	// The cause names host paths: it goes to the log, and the agent gets
+	// the condition with a stable reason.
 	_, err := c.EnvDataGet(ctx, &msg.EnvDataGetReq{})
-	wantErr(t, err, wire.CodeRuntimeError, "data plane unavailable")
+	for _, we := range []*wire.Error{
+		aeptest.WantError(t, err, wire.CodeRuntimeError, "data plane unavailable"),
+		aeptest.WantReason(t, err, wire.CodeRuntimeError, "data_plane_unavailable"),
+	} {
+		if strings.Contains(we.Message, blocker) {
+			t.Fatalf("the error names a host path: %s", we.Message)
+		}
+	}
 	_, err = c.EnvDataReset(ctx, &msg.EnvDataResetReq{})
-	wantErr(t, err, wire.CodeRuntimeError, "data plane unavailable")
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "data plane unavailable")
+	_, err = c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: []msg.DataPart{{Path: "f.txt", Source: "f.txt", Size: 1, Sha256: strings.Repeat("0", 64)}}})
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "staging_root_unset")
 	// Episodes still work.
 	reset(t, c, env.GuessName, 1, "")
 }

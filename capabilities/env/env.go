@@ -23,6 +23,11 @@ import (
 
 // Env is one episode's environment with actions of type A. The host calls
 // its methods from one goroutine at a time.
+//
+// An error an Env returns is its answer to the agent: its text reaches the
+// wire as a runtime_error (or a schema_violation for [ErrBadAction]), so it
+// must not name host paths or secrets. A panic is not an answer: the agent
+// gets a generic error with a correlation id and the episode is closed.
 type Env[A any] interface {
 	// Reset starts a new episode. A nil seed continues the environment's
 	// random state; the same seed must give the same trajectory for the
@@ -104,7 +109,8 @@ type instance interface {
 type typed[A any] struct{ env Env[A] }
 
 func (t typed[A]) reset(ctx context.Context, seed *int64, o json.RawMessage) (Obs, error) {
-	return t.env.Reset(ctx, seed, o)
+	obs, err := t.env.Reset(ctx, seed, o)
+	return obs, answer(err)
 }
 
 func (t typed[A]) step(ctx context.Context, raw json.RawMessage) (Step, error) {
@@ -117,11 +123,36 @@ func (t typed[A]) step(ctx context.Context, raw json.RawMessage) (Step, error) {
 			return Step{}, fmt.Errorf("action: %w: %v", ErrBadAction, err)
 		}
 	}
-	return t.env.Step(ctx, a)
+	st, err := t.env.Step(ctx, a)
+	return st, answer(err)
 }
 
-func (t typed[A]) render() (string, error) { return t.env.Render() }
-func (t typed[A]) close() error            { return t.env.Close() }
+func (t typed[A]) render() (string, error) {
+	text, err := t.env.Render()
+	return text, answer(err)
+}
+
+// answer marks an error an environment returned as written for the agent
+// (see [Env]). Errors that already say how they reach the wire (a
+// sentinel such as [ErrBadAction], a protocol error), a context's end, and
+// a host fault of the built-in task environment pass unchanged.
+func answer(err error) error {
+	var hf hostFault
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.As(err, &hf), !wire.AsError(err).Internal:
+		return err
+	}
+	return wire.Public(err)
+}
+
+// hostFault is an error of an environment's host-side work (a work
+// directory, starting files copied from the task folder): its text names
+// host paths, so it stays generic on the wire and goes to the host's log.
+type hostFault struct{ err error }
+
+func (e hostFault) Error() string { return e.err.Error() }
+func (e hostFault) Unwrap() error { return e.err }
+func (t typed[A]) close() error   { return t.env.Close() }
 func (t typed[A]) stateful() Stateful {
 	s, _ := t.env.(Stateful)
 	return s

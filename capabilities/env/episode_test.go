@@ -8,6 +8,7 @@ import (
 
 	"github.com/aephost/aep/capabilities/env"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/wire"
 )
 
@@ -15,8 +16,8 @@ func TestEveryEpisodeMessage(t *testing.T) {
 	h := newHost(t, &env.Plugin{})
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
-			c := connect(t, h, cd.codec)
-			ctx := ctxT(t)
+			c := aeptest.ConnectWith(t, h, cd.codec, nil, "env")
+			ctx := aeptest.Context(t)
 			list, err := c.EnvList(ctx, &msg.EnvListReq{})
 			if err != nil {
 				t.Fatal(err)
@@ -30,7 +31,7 @@ func TestEveryEpisodeMessage(t *testing.T) {
 			if guess == nil || !guess.Snapshots || !strings.Contains(string(guess.ActionSpace), "integer") {
 				t.Fatalf("env/list: %+v", list.Envs)
 			}
-			sp, err := c.EnvSpaces(ctx, &msg.EnvSpacesReq{EnvName: ptr(env.GuessName)})
+			sp, err := c.EnvSpaces(ctx, &msg.EnvSpacesReq{EnvName: aeptest.Ptr(env.GuessName)})
 			if err != nil || string(sp.ActionSpace) != string(guess.ActionSpace) {
 				t.Fatalf("env/spaces: %+v %v", sp, err)
 			}
@@ -94,15 +95,15 @@ func TestEveryEpisodeMessage(t *testing.T) {
 				t.Fatalf("env/close: %+v %v", cl, err)
 			}
 			_, err = c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: json.RawMessage("1")})
-			wantErr(t, err, wire.CodeSchemaViolation, "closed by env/close")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "closed by env/close")
 		})
 	}
 }
 
 func TestSameSeedSameTrajectory(t *testing.T) {
 	h := newHost(t, &env.Plugin{})
-	c := connect(t, h, directCodec())
-	ctx := ctxT(t)
+	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
+	ctx := aeptest.Context(t)
 	play := func(seed int) string {
 		r := reset(t, c, env.GuessName, seed, `{"high":1000,"max_steps":30}`)
 		var b strings.Builder
@@ -133,8 +134,8 @@ func TestSameSeedSameTrajectory(t *testing.T) {
 
 func TestEpisodeErrors(t *testing.T) {
 	h := newHost(t, &env.Plugin{MaxEpisodes: 2})
-	c := connect(t, h, directCodec())
-	ctx := ctxT(t)
+	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
+	ctx := aeptest.Context(t)
 	done := reset(t, c, env.GuessName, 1, `{"high":1}`)
 	if st, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: done.EpisodeID, Action: json.RawMessage("0")}); err != nil || !st.Terminated {
 		t.Fatalf("%+v %v", st, err)
@@ -198,7 +199,7 @@ func TestEpisodeErrors(t *testing.T) {
 		}, wire.CodeSchemaViolation, "autoreset_mode"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { wantErr(t, tc.call(), tc.code, tc.sub) })
+		t.Run(tc.name, func(t *testing.T) { aeptest.WantError(t, tc.call(), tc.code, tc.sub) })
 	}
 	// The refused requests changed nothing.
 	ob, err := c.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: open.EpisodeID})
@@ -209,24 +210,24 @@ func TestEpisodeErrors(t *testing.T) {
 
 func TestStepTimeoutClosesEpisode(t *testing.T) {
 	h := newHost(t, &env.Plugin{StepTimeout: 100e6})
-	c := connect(t, h, directCodec())
-	ctx := ctxT(t)
+	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
+	ctx := aeptest.Context(t)
 	r := reset(t, c, "test/sleep", 0, "")
 	if st, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: json.RawMessage("1")}); err != nil || st.Step != 1 {
 		t.Fatalf("fast step: %+v %v", st, err)
 	}
 	_, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: json.RawMessage("5000")})
-	wantErr(t, err, wire.CodeTimeout, "step timeout")
+	aeptest.WantError(t, err, wire.CodeTimeout, "step timeout")
 	_, err = c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: json.RawMessage("1")})
-	wantErr(t, err, wire.CodeSchemaViolation, "step timeout")
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "step timeout")
 }
 
 func TestAutoresetModes(t *testing.T) {
 	h := newHost(t, &env.Plugin{})
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
-			c := connect(t, h, cd.codec)
-			ctx := ctxT(t)
+			c := aeptest.ConnectWith(t, h, cd.codec, nil, "env")
+			ctx := aeptest.Context(t)
 			// high 1: the secret is 0, so guess 0 terminates and guess 5 does
 			// not (max_steps 3 truncates it on its third guess).
 			a := reset(t, c, env.GuessName, 1, `{"high":1,"max_steps":3}`).EpisodeID
@@ -271,7 +272,7 @@ func TestAutoresetModes(t *testing.T) {
 
 			// disabled: both are finished now, so the batch is refused whole.
 			_, err = batch("disabled")
-			wantErr(t, err, wire.CodeSchemaViolation, "autoreset is disabled")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "autoreset is disabled")
 			for _, id := range []string{a, b} {
 				if _, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: env.GuessName, EpisodeID: &id, Options: rawp(`{"high":1,"max_steps":3}`)}); err != nil {
 					t.Fatal(err)
@@ -285,7 +286,7 @@ func TestAutoresetModes(t *testing.T) {
 				t.Fatalf("disabled batch 1, a: %+v", x)
 			}
 			_, err = batch("disabled")
-			wantErr(t, err, wire.CodeSchemaViolation, "autoreset is disabled")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "autoreset is disabled")
 			ob, _ := c.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: b})
 			if ob.Step != 1 {
 				t.Fatalf("a refused batch stepped b: %+v", ob)
@@ -317,8 +318,8 @@ func TestAutoresetModes(t *testing.T) {
 
 func TestOtherSessionsEpisodesAreInvisible(t *testing.T) {
 	h := newHost(t, &env.Plugin{})
-	a, b := connect(t, h, directCodec()), connect(t, h, directCodec())
-	ctx := ctxT(t)
+	a, b := aeptest.ConnectWith(t, h, directCodec(), nil, "env"), aeptest.ConnectWith(t, h, directCodec(), nil, "env")
+	ctx := aeptest.Context(t)
 	ep := reset(t, a, env.GuessName, 3, "").EpisodeID
 	calls := map[string]func() error{
 		"step": func() error {
@@ -338,7 +339,7 @@ func TestOtherSessionsEpisodesAreInvisible(t *testing.T) {
 		},
 	}
 	for name, call := range calls {
-		t.Run(name, func(t *testing.T) { wantErr(t, call(), wire.CodeSchemaViolation, "unknown episode") })
+		t.Run(name, func(t *testing.T) { aeptest.WantError(t, call(), wire.CodeSchemaViolation, "unknown episode") })
 	}
 	if ob, err := a.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: ep}); err != nil || ob.Step != 0 {
 		t.Fatalf("owner lost its episode: %+v %v", ob, err)

@@ -3,19 +3,16 @@ package env_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"strings"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/aephost/aep/capabilities/env"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
-	"github.com/aephost/aep/wire"
 )
-
-const token = "secret"
 
 var codecs = []struct {
 	name  string
@@ -44,55 +41,15 @@ func init() {
 	env.Register(env.Spec{Name: "test/sleep", Description: "sleeps for the action's milliseconds"}, func() env.Env[int] { return sleepEnv{} })
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// newHost starts a host serving p; p.DataRoot defaults to a temp dir.
+// newHost starts a host serving p as plugin "env"; p.DataRoot defaults to
+// a temp dir.
 func newHost(t testing.TB, p *env.Plugin, opts ...server.Option) *server.Host {
 	t.Helper()
 	if p.DataRoot == "" {
 		p.DataRoot = t.TempDir()
 	}
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = token
-	opts = append([]server.Option{server.WithPlugin(server.PluginSpec{Name: "env", Type: "env", Impl: p})}, opts...)
-	h, err := server.New(context.Background(), cfg, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(context.Background()) })
-	return h
+	return aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{aeptest.Plugin("env", p)}, opts...)
 }
-
-func connect(t testing.TB, h *server.Host, codec client.Codec) *client.Client {
-	t.Helper()
-	c, err := client.InProcess(h, codec, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Handshake(context.Background(), "agent", token, "env"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// wantErr checks that err is a protocol error with code whose message contains sub.
-func wantErr(t testing.TB, err error, code wire.Code, sub string) {
-	t.Helper()
-	var we *wire.Error
-	if !errors.As(err, &we) {
-		t.Fatalf("want %s error containing %q, got %v", code, sub, err)
-	}
-	if we.Code != code || !strings.Contains(we.Message, sub) {
-		t.Fatalf("want %s error containing %q, got %s: %s", code, sub, we.Code, we.Message)
-	}
-}
-
-func ptr[T any](v T) *T { return &v }
 
 func rawp(s string) *json.RawMessage { r := json.RawMessage(s); return &r }
 
@@ -102,7 +59,7 @@ func reset(t testing.TB, c *client.Client, name string, seed int, opts string) *
 	if opts != "" {
 		req.Options = rawp(opts)
 	}
-	r, err := c.EnvReset(ctxT(t), req)
+	r, err := c.EnvReset(aeptest.Context(t), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,4 +83,7 @@ func decodeObs(t testing.TB, raw json.RawMessage) guessObs {
 
 func directCodec() client.Codec { return client.Direct }
 
-func serverEnv() server.PluginEnv { return server.PluginEnv{Name: "env", Type: "env"} }
+// serverEnv is the plugin env of a plugin provisioned without a host.
+func serverEnv() server.PluginEnv {
+	return server.PluginEnv{Name: "env", Type: "env", Logger: slog.New(slog.DiscardHandler)}
+}

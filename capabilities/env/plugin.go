@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -68,8 +67,10 @@ type Plugin struct {
 	names   []string
 	dataErr error // why the data plane is unavailable, if it is
 
-	mu       sync.RWMutex
-	sessions map[string]*sessionEnvs
+	// sessions holds each session's episodes; the kernel drops a
+	// session's entry (closing its episodes) when the session ends and
+	// before a restore.
+	sessions *server.SessionState[sessionEnvs]
 }
 
 // sessionEnvs is one session's episodes. Other sessions never see them
@@ -107,9 +108,6 @@ type episode struct {
 // a clear error (docs/DECISIONS.md, State).
 func (p *Plugin) Provision(ctx context.Context, penv server.PluginEnv) error {
 	p.log = penv.Logger
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
 	if p.MaxEpisodes <= 0 {
 		p.MaxEpisodes = DefaultMaxEpisodes
 	}
@@ -122,7 +120,9 @@ func (p *Plugin) Provision(ctx context.Context, penv server.PluginEnv) error {
 	if p.DataRoot == "" {
 		p.DataRoot = DefaultDataRoot
 	}
-	p.sessions = map[string]*sessionEnvs{}
+	p.sessions = server.NewSessionState(penv, newSessionEnvs, func(_ string, se *sessionEnvs) {
+		p.closeAll(se, errors.New("its session ended"))
+	})
 	p.catalog = map[string]*factory{}
 	names := p.Envs
 	if len(names) == 0 {
@@ -175,34 +175,26 @@ func (p *Plugin) provisionData() error {
 
 // Cleanup closes every episode of every session.
 func (p *Plugin) Cleanup() error {
-	p.mu.Lock()
-	ids := make([]string, 0, len(p.sessions))
-	for id := range p.sessions {
-		ids = append(ids, id)
-	}
-	p.mu.Unlock()
-	for _, id := range ids {
-		p.SessionClosed(id)
+	if p.sessions != nil {
+		p.sessions.DropAll()
 	}
 	return nil
 }
 
-// SessionClosed closes the session's episodes ( closing the
-// session closes its episodes). Its data root is left for the operator.
-func (p *Plugin) SessionClosed(sessionID string) {
-	p.mu.Lock()
-	se := p.sessions[sessionID]
-	delete(p.sessions, sessionID)
-	p.mu.Unlock()
-	if se == nil {
-		return
-	}
+func newSessionEnvs(string) *sessionEnvs {
+	return &sessionEnvs{episodes: map[string]*episode{}, gone: map[string]string{}}
+}
+
+// closeAll closes the episodes of a session the kernel dropped (its
+// session ended, or a restore replaces them); a request racing with it
+// finds episodes == nil. The session's data root is left for the operator.
+func (p *Plugin) closeAll(se *sessionEnvs, why error) {
 	se.mu.Lock()
 	eps := se.episodes
 	se.episodes = nil
 	se.mu.Unlock()
 	for _, ep := range eps {
-		p.closeEpisode(ep, errors.New("its session ended"))
+		p.closeEpisode(ep, why)
 	}
 }
 
@@ -218,19 +210,9 @@ func (p *Plugin) closeEpisode(ep *episode, why error) {
 	}
 }
 
-func (p *Plugin) session(id string, create bool) *sessionEnvs {
-	p.mu.RLock()
-	se := p.sessions[id]
-	p.mu.RUnlock()
-	if se != nil || !create {
-		return se
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if se = p.sessions[id]; se == nil {
-		se = &sessionEnvs{episodes: map[string]*episode{}, gone: map[string]string{}}
-		p.sessions[id] = se
-	}
+// session returns the session's episodes, or nil when it has none yet.
+func (p *Plugin) session(id string) *sessionEnvs {
+	se, _ := p.sessions.Get(id)
 	return se
 }
 
@@ -246,8 +228,7 @@ var (
 
 // lookup finds an open episode of the session.
 func (p *Plugin) lookup(sessionID, id string) (*episode, error) {
-	se := p.session(sessionID, false)
-	if se != nil {
+	if se := p.session(sessionID); se != nil {
 		se.mu.Lock()
 		ep := se.episodes[id]
 		why, gone := se.gone[id]
@@ -286,19 +267,20 @@ func (ep *episode) alive() error {
 // caller's goroutine; others on a watched one. A step that overruns closes
 // the episode, whose state is then unknown.
 //
-// A panic of the environment's code becomes an error and closes the
-// episode too. A watched goroutine is outside the kernel's recover, so the
-// panic would end the whole host; an inline one would leave ep.mu held, and
-// closing the session would then hang (spec §7 condition 4: an uncaught
-// exception in a handler becomes an error message).
+// A panic of the environment's code becomes a [*server.PanicError] and
+// closes the episode too. A watched goroutine is outside the kernel's
+// recover, so the panic would end the whole host; an inline one would leave
+// ep.mu held, and closing the session would then hang (spec §7 condition 4:
+// an uncaught exception in a handler becomes an error message).
 func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func(ctx context.Context) error) error {
+	what := fmt.Sprintf("environment %s, episode %s", ep.envName, ep.id)
 	if ep.f.spec.Inline {
-		return p.afterPanic(sessionID, ep, p.protect(ctx, ep, fn))
+		return p.afterPanic(sessionID, ep, server.Protect(p.log, what, func() error { return fn(ctx) }))
 	}
 	d := time.Duration(p.StepTimeout)
 	sctx, cancel := context.WithTimeout(ctx, d)
 	done := make(chan error, 1)
-	go func() { done <- p.protect(sctx, ep, fn) }()
+	go func() { done <- server.Protect(p.log, what, func() error { return fn(sctx) }) }()
 	select {
 	case err := <-done:
 		cancel()
@@ -318,25 +300,13 @@ func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func
 	}
 }
 
-// errEnvPanic marks the error of an environment call that panicked.
-var errEnvPanic = errors.New("environment panicked")
-
-// protect calls fn, turning a panic into an error wrapping errEnvPanic; the
-// stack goes to the log only.
-func (p *Plugin) protect(ctx context.Context, ep *episode, fn func(ctx context.Context) error) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			p.log.Error("environment panic", "env", ep.envName, "episode_id", ep.id, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			err = fmt.Errorf("%w: %v", errEnvPanic, v)
-		}
-	}()
-	return fn(ctx)
-}
-
 // afterPanic closes ep when err is a panic of its environment, whose state
-// is then unknown; it returns err.
+// is then unknown; it returns err. The panic value stays in the log: the
+// agent gets a generic error with the correlation id, and the episode's
+// "closed" reason names only that id.
 func (p *Plugin) afterPanic(sessionID string, ep *episode, err error) error {
-	if errors.Is(err, errEnvPanic) {
+	var pe *server.PanicError
+	if errors.As(err, &pe) {
 		p.kill(sessionID, ep, err)
 		_ = ep.inst.close()
 		return fmt.Errorf("episode %q closed: %w", ep.id, err)
@@ -347,7 +317,7 @@ func (p *Plugin) afterPanic(sessionID string, ep *episode, err error) error {
 // kill marks ep dead for why and buries it; the caller holds ep.mu.
 func (p *Plugin) kill(sessionID string, ep *episode, why error) {
 	ep.dead = why
-	if se := p.session(sessionID, false); se != nil {
+	if se := p.session(sessionID); se != nil {
 		se.mu.Lock()
 		se.bury(ep.id, why.Error())
 		se.mu.Unlock()
@@ -442,7 +412,10 @@ func (p *Plugin) EnvReset(ctx context.Context, s wire.Scope, req *msg.EnvResetRe
 		return &msg.EnvResetResp{EpisodeID: ep.id, EnvName: ep.envName, Observation: o.Observation, Info: infoOf(o.Info)}, nil
 	}
 
-	se := p.session(s.SessionID(), true)
+	se, err := p.sessions.GetOrCreate(s.SessionID())
+	if err != nil {
+		return nil, err
+	}
 	se.mu.Lock()
 	if se.episodes == nil {
 		se.mu.Unlock()
@@ -587,10 +560,11 @@ func (p *Plugin) EnvClose(ctx context.Context, s wire.Scope, req *msg.EnvCloseRe
 	if err != nil {
 		return nil, err
 	}
-	se := p.session(s.SessionID(), false)
-	se.mu.Lock()
-	se.bury(ep.id, "closed by env/close")
-	se.mu.Unlock()
+	if se := p.session(s.SessionID()); se != nil {
+		se.mu.Lock()
+		se.bury(ep.id, "closed by env/close")
+		se.mu.Unlock()
+	}
 	p.closeEpisode(ep, errors.New("closed by env/close"))
 	return &msg.EnvCloseResp{EpisodeID: ep.id, Closed: true}, nil
 }
@@ -619,9 +593,8 @@ func raw(b json.RawMessage) *json.RawMessage {
 }
 
 var (
-	_ msg.EnvHandler         = (*Plugin)(nil)
-	_ server.Provisioner     = (*Plugin)(nil)
-	_ server.CleanerUpper    = (*Plugin)(nil)
-	_ server.SessionObserver = (*Plugin)(nil)
-	_ server.Snapshotter     = (*Plugin)(nil)
+	_ msg.EnvHandler      = (*Plugin)(nil)
+	_ server.Provisioner  = (*Plugin)(nil)
+	_ server.CleanerUpper = (*Plugin)(nil)
+	_ server.Snapshotter  = (*Plugin)(nil)
 )

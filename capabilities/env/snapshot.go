@@ -31,8 +31,7 @@ type savedSession struct {
 // is not part of it: it is files on the host, outside the session state.
 func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error) {
 	out := savedSession{Version: 1, Episodes: []savedEpisode{}}
-	se := p.session(sessionID, false)
-	if se != nil {
+	if se := p.session(sessionID); se != nil {
 		se.mu.Lock()
 		eps := make([]*episode, 0, len(se.episodes))
 		for _, ep := range se.episodes {
@@ -61,13 +60,15 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 
 // Restore replaces the session's episodes with the saved ones. Episodes of
 // environments that cannot save state, or that this host no longer serves,
-// come back closed: their ids answer "closed" with the reason.
+// come back closed: their ids answer "closed" with the reason. The kernel
+// has dropped the session's episodes before it calls Restore; any found
+// anyway (a direct caller) are closed as replaced.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var saved savedSession
 	if err := server.DecodeState("env", state, 1, &saved); err != nil {
 		return err
 	}
-	fresh := &sessionEnvs{episodes: map[string]*episode{}, gone: map[string]string{}}
+	fresh := newSessionEnvs(sessionID)
 	for _, sv := range saved.Episodes {
 		f, ok := p.catalog[sv.EnvName]
 		if !ok {
@@ -97,18 +98,17 @@ func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) er
 		fresh.episodes[sv.ID] = &episode{id: sv.ID, envName: sv.EnvName, f: f, inst: inst,
 			status: sv.Status, step: sv.Step, total: sv.Total, obs: sv.Obs}
 	}
-	p.mu.Lock()
-	old := p.sessions[sessionID]
-	p.sessions[sessionID] = fresh
-	p.mu.Unlock()
-	if old != nil {
-		old.mu.Lock()
-		eps := old.episodes
-		old.episodes = nil
-		old.mu.Unlock()
-		for _, ep := range eps {
-			p.closeEpisode(ep, errors.New("replaced by a restored snapshot"))
-		}
+	se, err := p.sessions.GetOrCreate(sessionID)
+	if err != nil {
+		p.closeAll(fresh, err)
+		return err
+	}
+	se.mu.Lock()
+	old := se.episodes
+	se.episodes, se.gone, se.goneFIFO = fresh.episodes, fresh.gone, fresh.goneFIFO
+	se.mu.Unlock()
+	for _, ep := range old {
+		p.closeEpisode(ep, errors.New("replaced by a restored snapshot"))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/aephost/aep/capabilities/env"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
 )
@@ -19,8 +20,8 @@ func TestSnapshotRestoresEpisodes(t *testing.T) {
 	h := newHost(t, &env.Plugin{TasksDir: tasks, WorkRoot: t.TempDir()}, server.WithDataDir(t.TempDir()))
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
-			c := connect(t, h, cd.codec)
-			ctx := ctxT(t)
+			c := aeptest.ConnectWith(t, h, cd.codec, nil, "env")
+			ctx := aeptest.Context(t)
 			g := reset(t, c, env.GuessName, 9, `{"high":1000,"max_steps":100}`).EpisodeID
 			task := reset(t, c, "task/answer", 0, "").EpisodeID
 			step := func(a string) string {
@@ -70,16 +71,16 @@ func TestSnapshotRestoresEpisodes(t *testing.T) {
 				t.Fatalf("restored trajectory differs:\n got %s\nwant %s", got, want)
 			}
 			_, err = c.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: task})
-			wantErr(t, err, wire.CodeSchemaViolation, "cannot save its state")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "cannot save its state")
 		})
 	}
 }
 
 func TestRestoreRejectsCorruptState(t *testing.T) {
 	p := &env.Plugin{DataRoot: t.TempDir()}
-	must(t, p.Provision(ctxT(t), serverEnv()))
+	must(t, p.Provision(aeptest.Context(t), serverEnv()))
 	for _, bad := range []string{"", "{", `{"version":7,"episodes":[]}`} {
-		if err := p.Restore(ctxT(t), "s-1", []byte(bad)); err == nil {
+		if err := p.Restore(aeptest.Context(t), "s-1", []byte(bad)); err == nil {
 			t.Fatalf("restore of %q succeeded", bad)
 		}
 	}

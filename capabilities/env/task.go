@@ -15,8 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/aephost/aep/wire"
 )
 
 // A task is a folder of TasksDir (docs/env.md):
@@ -171,18 +169,18 @@ func (t *taskEnv) Reset(ctx context.Context, seed *int64, options json.RawMessag
 	t.removeWork()
 	dir, err := os.MkdirTemp(t.def.workRoot, "ep-")
 	if err != nil {
-		return Obs{}, err
+		return Obs{}, hostFault{fmt.Errorf("task work directory: %w", err)}
 	}
 	t.work, t.steps = dir, 0
 	if fi, err := os.Stat(filepath.Join(t.def.dir, "files")); err == nil && fi.IsDir() {
 		root, err := os.OpenRoot(dir)
 		if err != nil {
-			return Obs{}, err
+			return Obs{}, hostFault{err}
 		}
 		_, err = copyTree(ctx, filepath.Join(t.def.dir, "files"), root, ".")
 		root.Close()
 		if err != nil {
-			return Obs{}, fmt.Errorf("copying starting files: %w", err)
+			return Obs{}, hostFault{fmt.Errorf("copying starting files: %w", err)}
 		}
 	}
 	files, _ := t.list()
@@ -196,7 +194,7 @@ func (t *taskEnv) Step(ctx context.Context, a TaskAction) (Step, error) {
 	}
 	root, err := os.OpenRoot(t.work)
 	if err != nil {
-		return Step{}, err
+		return Step{}, hostFault{err}
 	}
 	defer root.Close()
 	t.steps++
@@ -342,6 +340,9 @@ func (t *taskEnv) list() ([]string, error) {
 // Render lists the work directory.
 func (t *taskEnv) Render() (string, error) {
 	files, err := t.list()
+	if err != nil {
+		err = hostFault{err}
+	}
 	return fmt.Sprintf("task %s, step %d of %d; files: %s", filepath.Base(t.def.dir), t.steps, t.def.MaxSteps, strings.Join(files, ", ")), err
 }
 
@@ -357,5 +358,3 @@ func (t *taskEnv) removeWork() {
 		t.work = ""
 	}
 }
-
-var _ = wire.ErrInvalid

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aephost/aep/capabilities/env"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/wire"
 )
 
@@ -49,8 +50,8 @@ func TestTaskEnvironmentEndToEnd(t *testing.T) {
 	h := newHost(t, &env.Plugin{TasksDir: tasks, WorkRoot: work, DataRoot: data})
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
-			c := connect(t, h, cd.codec)
-			ctx := ctxT(t)
+			c := aeptest.ConnectWith(t, h, cd.codec, nil, "env")
+			ctx := aeptest.Context(t)
 			act := func(id string, a env.TaskAction) (*msg.EnvStepResp, taskObs, error) {
 				b, _ := json.Marshal(a)
 				st, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: id, Action: b})
@@ -95,15 +96,15 @@ func TestTaskEnvironmentEndToEnd(t *testing.T) {
 			}
 			// Paths stay inside the work directory.
 			_, _, err = act(r.EpisodeID, env.TaskAction{Op: "write", Path: "../escape.txt", Content: "x"})
-			wantErr(t, err, wire.CodeSchemaViolation, `".."`)
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, `".."`)
 			_, _, err = act(r.EpisodeID, env.TaskAction{Op: "read", Path: "/etc/passwd"})
-			wantErr(t, err, wire.CodeSchemaViolation, "absolute")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "absolute")
 			outside := t.TempDir()
 			if _, _, err := act(r.EpisodeID, env.TaskAction{Op: "run", Command: "ln -s " + outside + " out"}); err != nil {
 				t.Fatal(err)
 			}
 			_, _, err = act(r.EpisodeID, env.TaskAction{Op: "write", Path: "out/x.txt", Content: "x"})
-			wantErr(t, err, wire.CodeSchemaViolation, "symbolic link")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "symbolic link")
 			if ents, _ := os.ReadDir(outside); len(ents) != 0 {
 				t.Fatalf("a write escaped through a symlink: %v", ents)
 			}
@@ -125,7 +126,7 @@ func TestTaskEnvironmentEndToEnd(t *testing.T) {
 		})
 	}
 	// Ending a session closes its episodes: their work directories go.
-	c := connect(t, h, directCodec())
+	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
 	reset(t, c, "task/answer", 0, "")
 	c.Close()
 	deadline := time.Now().Add(5 * time.Second)
@@ -146,7 +147,7 @@ func TestWorkRootInsideDataRootIsRefused(t *testing.T) {
 	tasks := t.TempDir()
 	writeTask(t, tasks, "answer", "echo 1", 5)
 	p := &env.Plugin{TasksDir: tasks, DataRoot: data, WorkRoot: filepath.Join(data, "work")}
-	err := p.Provision(ctxT(t), serverEnv())
+	err := p.Provision(aeptest.Context(t), serverEnv())
 	if err == nil || !strings.Contains(err.Error(), "inside data_root") {
 		t.Fatalf("want a refusal, got %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aephost/aep/capabilities/env"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/wire"
 )
 
@@ -35,8 +36,8 @@ func TestEveryWirePathConfined(t *testing.T) {
 	must(t, os.Symlink(outside, filepath.Join(staging, "out")))
 
 	h := newHost(t, &env.Plugin{DataRoot: data, StagingRoot: staging, TasksDir: tasks, WorkRoot: work})
-	c := connect(t, h, directCodec())
-	ctx := ctxT(t)
+	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
+	ctx := aeptest.Context(t)
 	if _, err := c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: []msg.DataPart{good}}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,15 +108,15 @@ func TestEveryWirePathConfined(t *testing.T) {
 		{"add source symlink out", add("x.txt", "out/secret"), "symbolic link"},
 		{"add source symlink to sibling", add("x.txt", "sib/s.txt"), "symbolic link"},
 		{"add source NUL", add("x.txt", "in/good.txt\x00"), "NUL"},
-		{"get path dotdot", get(ptr("../x"), nil), `".."`},
-		{"get path sibling by dotdot", get(ptr(sibBase(mine)), nil), `".."`},
-		{"get path absolute", get(ptr(filepath.Join(dataSib, "s.txt")), nil), "absolute"},
-		{"get path symlink out", get(ptr("out/secret"), nil), "symbolic link"},
-		{"get path symlink to sibling", get(ptr("sib/s.txt"), nil), "symbolic link"},
-		{"get path NUL", get(ptr("in/good.txt\x00"), nil), "NUL"},
-		{"get glob dotdot", get(nil, ptr("../*")), `".."`},
-		{"get glob absolute", get(nil, ptr(dataSib+"/*")), "absolute"},
-		{"get glob NUL", get(nil, ptr("*\x00")), "NUL"},
+		{"get path dotdot", get(aeptest.Ptr("../x"), nil), `".."`},
+		{"get path sibling by dotdot", get(aeptest.Ptr(sibBase(mine)), nil), `".."`},
+		{"get path absolute", get(aeptest.Ptr(filepath.Join(dataSib, "s.txt")), nil), "absolute"},
+		{"get path symlink out", get(aeptest.Ptr("out/secret"), nil), "symbolic link"},
+		{"get path symlink to sibling", get(aeptest.Ptr("sib/s.txt"), nil), "symbolic link"},
+		{"get path NUL", get(aeptest.Ptr("in/good.txt\x00"), nil), "NUL"},
+		{"get glob dotdot", get(nil, aeptest.Ptr("../*")), `".."`},
+		{"get glob absolute", get(nil, aeptest.Ptr(dataSib+"/*")), "absolute"},
+		{"get glob NUL", get(nil, aeptest.Ptr("*\x00")), "NUL"},
 		{"task read dotdot", task("read", "../x"), `".."`},
 		{"task read sibling by dotdot", task("read", sibBase(wd)), `".."`},
 		{"task read absolute", task("read", filepath.Join(workSib, "s.txt")), "absolute"},
@@ -130,7 +131,7 @@ func TestEveryWirePathConfined(t *testing.T) {
 		{"task write NUL", task("write", "a\x00"), "NUL"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) { wantErr(t, tc.call(), wire.CodeSchemaViolation, tc.sub) })
+		t.Run(tc.name, func(t *testing.T) { aeptest.WantError(t, tc.call(), wire.CodeSchemaViolation, tc.sub) })
 	}
 	// Nothing was written outside a root, and the data root holds what it held.
 	for _, dir := range []string{outside, stagingSib, dataSib, workSib} {
@@ -143,7 +144,7 @@ func TestEveryWirePathConfined(t *testing.T) {
 		t.Errorf("data root after the refusals: %v", got)
 	}
 	// A glob matching into a symlink finds nothing behind it.
-	g, err := c.EnvDataGet(ctx, &msg.EnvDataGetReq{Glob: ptr("*/*"), Inline: true})
+	g, err := c.EnvDataGet(ctx, &msg.EnvDataGetReq{Glob: aeptest.Ptr("*/*"), Inline: true})
 	if err != nil {
 		t.Fatal(err)
 	}

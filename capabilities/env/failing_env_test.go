@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/capabilities/env"
+	"github.com/aephost/aep/internal/aeptest"
 )
 
 // faultyEnv fails on request, so that every failure path of the env plugin
@@ -61,9 +62,11 @@ func init() {
 // Here every request to an environment that errors or panics — in reset,
 // step or render, on a watched goroutine or inline — gets exactly one reply
 // with its req_id (spec §7 condition 4: an uncaught exception in a handler
-// becomes an error message); an episode whose environment panicked is
-// closed, since its state is unknown; and the host stays up and closes
-// cleanly afterwards.
+// becomes an error message). An error the environment returns is its
+// answer and reaches the agent as written; a panic reaches it only as a
+// generic error with a correlation id, never the panic value. An episode
+// whose environment panicked is closed, since its state is unknown; and the
+// host stays up and closes cleanly afterwards.
 func TestFailingEnvironmentAlwaysAnswers(t *testing.T) {
 	for _, name := range []string{"test/faulty", "test/faulty-inline"} {
 		t.Run(name, func(t *testing.T) {
@@ -71,7 +74,7 @@ func TestFailingEnvironmentAlwaysAnswers(t *testing.T) {
 			pipe, err := h.ConnectLines(16)
 			must(t, err)
 			defer pipe.Close()
-			ctx := ctxT(t)
+			ctx := aeptest.Context(t)
 			// ask sends one line and returns the next host line, which must
 			// answer it: nothing else is in flight.
 			ask := func(id, typ, body string) map[string]any {
@@ -95,12 +98,27 @@ func TestFailingEnvironmentAlwaysAnswers(t *testing.T) {
 					t.Fatalf("want error %s containing %q, got %v", code, part, m)
 				}
 			}
-			if m := ask("h", "handshake/req", `,"agent_id":"a","agent_caps":["env"],"auth_token":"`+token+`"`); m["ok"] != true {
+			// wantPanic checks the answer to a request whose environment
+			// panicked: generic, with the correlation id under which the
+			// host logged the panic, and no trace of the panic value.
+			wantPanic := func(m map[string]any) {
+				t.Helper()
+				wantError(m, "runtime_error", "internal error")
+				d, _ := m["detail"].(map[string]any)
+				corr, _ := d["correlation_id"].(string)
+				if !strings.HasPrefix(corr, "err-") || !strings.Contains(fmt.Sprint(m["message"]), corr) {
+					t.Fatalf("a panic's answer carries no correlation id: %v", m)
+				}
+				if b, _ := json.Marshal(m); strings.Contains(string(b), "faulty:") {
+					t.Fatalf("the panic value reached the wire: %s", b)
+				}
+			}
+			if m := ask("h", "handshake/req", `,"agent_id":"a","agent_caps":["env"],"auth_token":"`+aeptest.Token+`"`); m["ok"] != true {
 				t.Fatalf("handshake: %v", m)
 			}
 			envName := fmt.Sprintf(`,"env_name":%q`, name)
 			wantError(ask("r-err", "env/reset/req", envName+`,"options":{"reset":"error"}`), "runtime_error", "did not start")
-			wantError(ask("r-panic", "env/reset/req", envName+`,"options":{"reset":"panic"}`), "runtime_error", "panicked")
+			wantPanic(ask("r-panic", "env/reset/req", envName+`,"options":{"reset":"panic"}`))
 
 			r := ask("r-ok", "env/reset/req", envName)
 			ep, _ := r["episode_id"].(string)
@@ -113,8 +131,12 @@ func TestFailingEnvironmentAlwaysAnswers(t *testing.T) {
 			if m := ask("o1", "env/observe/req", epField); m["type"] != "env/observe/resp" {
 				t.Fatalf("an environment error leaves the episode open: %v", m)
 			}
-			wantError(ask("s-panic", "env/step/req", epField+`,"action":2`), "runtime_error", "panicked")
-			wantError(ask("o2", "env/observe/req", epField), "schema_violation", "closed")
+			wantPanic(ask("s-panic", "env/step/req", epField+`,"action":2`))
+			o2 := ask("o2", "env/observe/req", epField)
+			wantError(o2, "schema_violation", "closed")
+			if b, _ := json.Marshal(o2); strings.Contains(string(b), "faulty:") {
+				t.Fatalf("the closed episode's reason holds the panic value: %s", b)
+			}
 
 			// The host is still up: a fresh episode runs, and nothing else was sent.
 			if m := ask("r2", "env/reset/req", envName); m["type"] != "env/reset/resp" {
