@@ -7,6 +7,7 @@ import (
 
 	"github.com/aephost/aep/capabilities/proc"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 )
 
 // BenchmarkSpawnWaitTrue: proc/spawn + proc/wait of `true` through the
@@ -18,8 +19,8 @@ func BenchmarkSpawnWaitTrue(b *testing.B) {
 			name = "sandboxed"
 		}
 		b.Run(name, func(b *testing.B) {
-			c := connect(b, newHost(b, &proc.Plugin{Sandbox: sandboxed, MaxRecords: 16}))
-			ctx := ctxT(b)
+			c := aeptest.Connect(b, newHost(b, &proc.Plugin{Sandbox: sandboxed, MaxRecords: 16}), "proc")
+			ctx := aeptest.Context(b)
 			ds := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

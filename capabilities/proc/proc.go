@@ -10,12 +10,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
@@ -77,9 +81,12 @@ type Plugin struct {
 	ProcLimit   int             `yaml:"proc_limit"`
 
 	log *slog.Logger
-	mu  sync.Mutex
-	// sessions is nil after Cleanup: nothing more is spawned.
-	sessions map[string]*table
+	// sessions holds each session's processes; the kernel drops a
+	// session's table (killing its processes) when the session ends and
+	// before a restore.
+	sessions *server.SessionState[table]
+	// stopped is set by Cleanup: nothing more is spawned.
+	stopped atomic.Bool
 }
 
 // table is one session's processes (spec §5 rule 4: no other session sees them).
@@ -108,9 +115,6 @@ type process struct {
 // Sandbox outcomes: nothing runs unsandboxed by surprise).
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	p.log = env.Logger
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
 	if p.MaxProcs <= 0 {
 		p.MaxProcs = DefaultMaxProcs
 	}
@@ -149,37 +153,26 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 			return err
 		}
 	}
-	p.sessions = map[string]*table{}
+	p.sessions = server.NewSessionState(env, func(string) *table {
+		return &table{procs: map[string]*process{}}
+	}, func(_ string, t *table) { t.killAll() })
 	return nil
 }
 
 // Cleanup kills every process of every session (host shutdown).
 func (p *Plugin) Cleanup() error {
-	p.mu.Lock()
-	ids := make([]string, 0, len(p.sessions))
-	for id := range p.sessions {
-		ids = append(ids, id)
+	p.stopped.Store(true)
+	if p.sessions != nil {
+		p.sessions.DropAll()
 	}
-	p.mu.Unlock()
-	for _, id := range ids {
-		p.SessionClosed(id)
-	}
-	p.mu.Lock()
-	p.sessions = nil
-	p.mu.Unlock()
 	return nil
 }
 
-// SessionClosed kills the session's processes, whole process groups, and
-// waits until they are reaped, so none outlives its session.
-func (p *Plugin) SessionClosed(sessionID string) {
-	p.mu.Lock()
-	t := p.sessions[sessionID]
-	delete(p.sessions, sessionID)
-	p.mu.Unlock()
-	if t == nil {
-		return
-	}
+// killAll kills the processes of a table the kernel dropped (its session
+// ended, or a restore replaces it), whole process groups, and waits until
+// they are reaped, so none outlives its session. A spawn racing with it
+// finds procs == nil.
+func (t *table) killAll() {
 	t.mu.Lock()
 	procs := make([]*process, 0, len(t.procs))
 	for _, pr := range t.procs {
@@ -209,29 +202,19 @@ func killAll(procs []*process) {
 	}
 }
 
-func (p *Plugin) table(sessionID string, create bool) (*table, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.sessions == nil {
-		return nil, errors.New("the proc plugin has stopped")
-	}
-	t := p.sessions[sessionID]
-	if t == nil && create {
-		t = &table{procs: map[string]*process{}}
-		p.sessions[sessionID] = t
-	}
-	if t == nil {
-		return nil, fmt.Errorf("no processes in this session: %w", wire.ErrNotFound)
-	}
-	return t, nil
-}
-
 // ErrUnknownProc is the cause for a proc_id the session does not have.
 var ErrUnknownProc = fmt.Errorf("unknown proc_id: %w", wire.ErrInvalid)
 
+// Errors of a program that cannot be started, the agent's mistake: they
+// name only the argv[0] it sent.
+var (
+	ErrNoProgram     = wire.Reason("program_not_found", errors.New("no such program"))
+	ErrNotExecutable = wire.Reason("program_not_executable", errors.New("the program cannot be executed"))
+)
+
 func (p *Plugin) lookup(sessionID, id string) (*process, error) {
-	t, err := p.table(sessionID, false)
-	if err != nil {
+	t, ok := p.sessions.Get(sessionID)
+	if !ok {
 		return nil, fmt.Errorf("process %q: %w", id, ErrUnknownProc)
 	}
 	t.mu.Lock()
@@ -327,12 +310,17 @@ func (p *Plugin) ProcSpawn(ctx context.Context, s wire.Scope, req *msg.ProcSpawn
 	if d := seconds(req.Timeout); d > 0 && d < timeout {
 		timeout = d
 	}
-	t, err := p.table(s.SessionID(), true)
+	t, err := p.sessions.GetOrCreate(s.SessionID())
 	if err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Checked under t.mu: a Cleanup that stores stopped after this check
+	// drops this table afterwards, and so kills what this spawn starts.
+	if p.stopped.Load() {
+		return nil, errors.New("the proc plugin has stopped")
+	}
 	if t.procs == nil {
 		return nil, errors.New("the session is closing")
 	}
@@ -360,7 +348,7 @@ func (p *Plugin) ProcSpawn(ctx context.Context, s wire.Scope, req *msg.ProcSpawn
 		if errors.Is(err, wire.ErrInvalid) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("spawn %q: %w", req.Argv[0], err)
+		return nil, startError(req.Argv[0], err)
 	}
 	pr.sb, pr.started = sb, time.Now()
 	go func() {
@@ -372,6 +360,20 @@ func (p *Plugin) ProcSpawn(ctx context.Context, s wire.Scope, req *msg.ProcSpawn
 	t.order = append(t.order, pr.id)
 	t.evict(p.MaxRecords)
 	return &msg.ProcSpawnResp{Process: pr.record(), DroppedEnv: dropped}, nil
+}
+
+// startError is the answer to a spawn that failed. A program that does not
+// exist or cannot be executed is the agent's mistake and says so, naming
+// only the argv[0] it sent; any other cause may name host paths, so it
+// stays generic on the wire (the kernel logs it).
+func startError(argv0 string, err error) error {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("spawn %q: %w", argv0, ErrNoProgram)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC), errors.Is(err, exec.ErrDot):
+		return fmt.Errorf("spawn %q: %w", argv0, ErrNotExecutable)
+	}
+	return fmt.Errorf("spawn %q: %w", argv0, err)
 }
 
 // evict forgets the oldest ended processes beyond max records.
@@ -417,7 +419,7 @@ func (pr *process) running() bool {
 // record is the wire record of the process.
 func (pr *process) record() msg.ProcRecord {
 	rec := msg.ProcRecord{ProcID: pr.id, Argv: pr.argv, Cwd: pr.cwd, Sandboxed: pr.sandboxed,
-		StartedAt: epoch(pr.started), State: msg.ProcRecordStateLost}
+		StartedAt: wire.Epoch(pr.started), State: msg.ProcRecordStateLost}
 	if pr.sb == nil {
 		rec.Reason = ptr("the process did not survive the restore of a snapshot")
 		return rec
@@ -429,7 +431,7 @@ func (pr *process) record() msg.ProcRecord {
 		return rec
 	}
 	rec.State = msg.ProcRecordState(res.Outcome)
-	rec.EndedAt = ptr(epoch(res.Ended))
+	rec.EndedAt = ptr(wire.Epoch(res.Ended))
 	rec.Reason = ptr(res.Reason)
 	if res.Outcome == sandbox.Exited {
 		rec.ExitCode = ptr(res.ExitCode)
@@ -439,8 +441,6 @@ func (pr *process) record() msg.ProcRecord {
 	}
 	return rec
 }
-
-func epoch(t time.Time) float64 { return float64(t.UnixMicro()) / 1e6 }
 
 func ptr[T any](v T) *T { return &v }
 
@@ -483,7 +483,10 @@ func (p *Plugin) ProcWrite(ctx context.Context, s wire.Scope, req *msg.ProcWrite
 		return nil, fmt.Errorf("process %q did not read its stdin within %s: %w", pr.id, time.Duration(p.WriteTimeout), wire.ErrTimeout)
 	}
 	if werr != nil {
-		return nil, fmt.Errorf("writing to process %q: %v", pr.id, werr)
+		if errors.Is(werr, syscall.EPIPE) || errors.Is(werr, os.ErrClosed) {
+			return nil, wire.Reason("stdin_closed", fmt.Errorf("writing to process %q: it no longer reads its stdin", pr.id))
+		}
+		return nil, fmt.Errorf("writing to process %q: %w", pr.id, werr)
 	}
 	if req.Eof {
 		pr.sb.Stdin.Close()
@@ -614,6 +617,10 @@ func (p *Plugin) ProcSignal(ctx context.Context, s wire.Scope, req *msg.ProcSign
 		return nil, fmt.Errorf("process %q is not running (%s): %w", pr.id, pr.record().State, wire.ErrInvalid)
 	}
 	if err := pr.sb.Signal(sig); err != nil {
+		if !pr.running() {
+			// It ended between the check above and the signal.
+			return nil, fmt.Errorf("process %q is not running: %w", pr.id, wire.ErrInvalid)
+		}
 		return nil, fmt.Errorf("signal %s to %q: %w", sandbox.SignalName(sig), pr.id, err)
 	}
 	return &msg.ProcSignalResp{Process: pr.record()}, nil
@@ -694,8 +701,8 @@ func (p *Plugin) ProcStatus(ctx context.Context, s wire.Scope, req *msg.ProcStat
 // ProcList answers proc/list/req.
 func (p *Plugin) ProcList(ctx context.Context, s wire.Scope, req *msg.ProcListReq) (*msg.ProcListResp, error) {
 	out := &msg.ProcListResp{Processes: []msg.ProcRecord{}}
-	t, err := p.table(s.SessionID(), false)
-	if err != nil {
+	t, ok := p.sessions.Get(s.SessionID())
+	if !ok {
 		return out, nil
 	}
 	t.mu.Lock()
@@ -711,9 +718,8 @@ func (p *Plugin) ProcList(ctx context.Context, s wire.Scope, req *msg.ProcListRe
 }
 
 var (
-	_ msg.ProcHandler        = (*Plugin)(nil)
-	_ server.Provisioner     = (*Plugin)(nil)
-	_ server.CleanerUpper    = (*Plugin)(nil)
-	_ server.SessionObserver = (*Plugin)(nil)
-	_ server.Snapshotter     = (*Plugin)(nil)
+	_ msg.ProcHandler     = (*Plugin)(nil)
+	_ server.Provisioner  = (*Plugin)(nil)
+	_ server.CleanerUpper = (*Plugin)(nil)
+	_ server.Snapshotter  = (*Plugin)(nil)
 )

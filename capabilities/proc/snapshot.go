@@ -26,7 +26,7 @@ type savedTable struct {
 // given at spawn is not saved: it may hold secrets.
 func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error) {
 	out := savedTable{Version: 1, Procs: []savedProc{}}
-	if t, err := p.table(sessionID, false); err == nil {
+	if t, ok := p.sessions.Get(sessionID); ok {
 		t.mu.Lock()
 		for _, id := range t.order {
 			if pr := t.procs[id]; pr != nil {
@@ -38,14 +38,16 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 	return json.Marshal(out)
 }
 
-// Restore kills the session's current processes and replaces its table with
-// the snapshot's processes, every one of them lost.
+// Restore replaces the session's table with the snapshot's processes, every
+// one of them lost. The kernel has dropped the session's table (killing its
+// processes) before it calls Restore; any found anyway (a direct caller)
+// are killed.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var in savedTable
 	if err := json.Unmarshal(state, &in); err != nil {
 		return fmt.Errorf("proc snapshot: %w", err)
 	}
-	t, err := p.table(sessionID, true)
+	t, err := p.sessions.GetOrCreate(sessionID)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,63 @@
+package proc_test
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/aephost/aep/capabilities/proc"
+	"github.com/aephost/aep/client"
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
+	"github.com/aephost/aep/server"
+)
+
+// newHost starts a host with a data directory serving p as plugin "proc";
+// p.Workspace defaults to a temp dir.
+func newHost(t testing.TB, p *proc.Plugin) *server.Host {
+	t.Helper()
+	if p.Workspace == "" {
+		p.Workspace = t.TempDir()
+	}
+	return aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{aeptest.Plugin("proc", p)}, server.WithDataDir(t.TempDir()))
+}
+
+func spawn(t testing.TB, c *client.Client, argv ...string) msg.ProcRecord {
+	t.Helper()
+	r, err := c.ProcSpawn(aeptest.Context(t), &msg.ProcSpawnReq{Argv: argv})
+	if err != nil {
+		t.Fatalf("spawn %v: %v", argv, err)
+	}
+	return r.Process
+}
+
+func wait(t testing.TB, c *client.Client, id string) (*msg.ProcWaitResp, error) {
+	t.Helper()
+	return c.ProcWait(aeptest.Context(t), &msg.ProcWaitReq{ProcID: id})
+}
+
+func readAll(t testing.TB, c *client.Client, id string) (string, string) {
+	t.Helper()
+	r, err := c.ProcRead(aeptest.Context(t), &msg.ProcReadReq{ProcID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Stdout.Data, r.Stderr.Data
+}
+
+// alive: the pid exists and is not a zombie waiting for a reaper that is
+// not ours (the grandchild's parent died first).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
