@@ -10,6 +10,7 @@ import (
 
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/wire"
 )
 
@@ -57,10 +58,7 @@ func TestValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, evs, err := e.run(t, `{"chain":`+tt.chain+`}`)
-			we := protoErr(t, err)
-			if we.Code != wire.CodeSchemaViolation {
-				t.Errorf("code %s, want schema_violation (%s)", we.Code, we.Message)
-			}
+			we := aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 			for _, w := range tt.want {
 				if !strings.Contains(we.Message, w) {
 					t.Errorf("message %q does not contain %q", we.Message, w)
@@ -99,7 +97,7 @@ func TestOrderAndParallelism(t *testing.T) {
 	phases := make(chan string, 16)
 	go func() {
 		var ev events
-		ctx := client.WithEvents(tctx(t), func(e client.Event) {
+		ctx := client.WithEvents(aeptest.Context(t), func(e client.Event) {
 			ev.mu.Lock()
 			ev.all = append(ev.all, e)
 			ev.mu.Unlock()
@@ -318,6 +316,11 @@ func TestOnError(t *testing.T) {
 		if r.Success || r.Error == nil || r.Error.Node != "bad" || r.Error.Code != "runtime_error" {
 			t.Fatalf("reply %s", encode(t, r))
 		}
+		// The node's request panicked: the reply names the correlation id
+		// of the logged panic, never the panic value.
+		if b := encode(t, r); !strings.Contains(r.Error.Message, "correlation err-") || strings.Contains(b, "asked to panic") {
+			t.Errorf("a panicking node's error: %s", b)
+		}
 		if f := failure(r, "slow"); f == nil || f.Code != "cancelled" {
 			t.Errorf("running node at abort: %+v", f)
 		}
@@ -411,9 +414,8 @@ func TestTimeout(t *testing.T) {
 		t.Errorf("ran %v skipped %v", r.Ran, r.Skipped)
 	}
 	waitCtxDone(t, e, "never")
-	if _, err := e.c.Request(tctx(t), runReq(t, `{"timeout":0}`)); protoErr(t, err).Code != wire.CodeSchemaViolation {
-		t.Errorf("timeout 0 accepted")
-	}
+	_, err := e.c.Request(aeptest.Context(t), runReq(t, `{"timeout":0}`))
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 }
 
 // TestMapDoesNotDeadlock runs four chains at once, each mapping over 100
@@ -467,7 +469,7 @@ func TestStoredAndNested(t *testing.T) {
 		if err := wire.Unmarshal([]byte(chain), &d); err != nil {
 			t.Fatal(err)
 		}
-		if resp, err := e.c.ChainDefine(tctx(t), &msg.ChainDefineReq{Name: name, Chain: d}); err != nil || resp.Nodes != len(d.Nodes) {
+		if resp, err := e.c.ChainDefine(aeptest.Context(t), &msg.ChainDefineReq{Name: name, Chain: d}); err != nil || resp.Nodes != len(d.Nodes) {
 			t.Fatalf("define %s: %+v %v", name, resp, err)
 		}
 	}
@@ -487,18 +489,13 @@ func TestStoredAndNested(t *testing.T) {
 	}
 
 	_, _, err := e.run(t, `{"name":"missing"}`)
-	if we := protoErr(t, err); we.Code != wire.CodeSchemaViolation || !strings.Contains(we.Message, `"missing"`) {
-		t.Errorf("unknown name: %v", we)
-	}
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, `"missing"`)
 	_, _, err = e.run(t, `{"name":"shout","chain":{"nodes":[{"id":"g","kind":"gather"}]}}`)
-	if protoErr(t, err).Code != wire.CodeSchemaViolation {
-		t.Errorf("name and chain together accepted")
-	}
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 	// Another session does not see this session's chains.
-	other := connect(t, e.h, "chains", "echo")
-	if _, err := other.ChainRun(tctx(t), runReq(t, `{"name":"shout"}`)); protoErr(t, err).Code != wire.CodeSchemaViolation {
-		t.Errorf("stored chain visible to another session")
-	}
+	other := aeptest.Connect(t, e.h, "chains", "echo")
+	_, err = other.ChainRun(aeptest.Context(t), runReq(t, `{"name":"shout"}`))
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 }
 
 // TestCapabilityGating checks that an action needs its capability enabled

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"testing"
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/testproto"
+	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
 )
 
@@ -93,19 +95,36 @@ func FuzzCompile(f *testing.F) {
 			return
 		}
 		const session = "s-fuzz"
-		p := &Plugin{reg: reg, MaxDefinitions: 1, defs: map[string]map[string]stored{session: {"c": {g: g, def: def}}}}
+		p := newPlugin(t, reg)
+		sc, err := p.sessions.GetOrCreate(session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.defs["c"] = stored{g: g, def: def}
 		state, err := p.Snapshot(context.Background(), session)
 		if err != nil {
 			t.Fatalf("snapshot of a stored chain: %v", err)
 		}
-		q := &Plugin{reg: reg, MaxDefinitions: 1, defs: map[string]map[string]stored{}}
+		q := newPlugin(t, reg)
 		if err := q.Restore(context.Background(), session, state); err != nil {
 			t.Fatalf("restore of a stored chain: %v\nstate %s", err, state)
 		}
-		if got := q.defs[session]["c"].g; got == nil || len(got.nodes) != len(g.nodes) || got.active != g.active {
+		qc, _ := q.sessions.Get(session)
+		if got := qc.defs["c"].g; got == nil || len(got.nodes) != len(g.nodes) || got.active != g.active {
 			t.Fatalf("restore changed the chain: %d nodes, %d active; want %d, %d", len(got.nodes), got.active, len(g.nodes), g.active)
 		}
 	})
+}
+
+// newPlugin provisions a plugin without a host, allowing one stored chain.
+func newPlugin(t *testing.T, reg *wire.Registry) *Plugin {
+	t.Helper()
+	p := &Plugin{MaxDefinitions: 1}
+	if err := p.Provision(context.Background(), server.PluginEnv{Name: "chains", Type: "chains", Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		t.Fatal(err)
+	}
+	p.reg = reg
+	return p
 }
 
 func checkGraph(t *testing.T, reg *wire.Registry, def *msg.ChainDefinition, g *graph) {

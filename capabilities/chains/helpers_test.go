@@ -3,7 +3,6 @@ package chains_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"reflect"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/internal/echoplug"
 	"github.com/aephost/aep/internal/testproto"
 	"github.com/aephost/aep/server"
@@ -40,65 +40,39 @@ type envOpts struct {
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = "tok"
-	if o.maxParallel > 0 {
-		cfg.Server.MaxParallel = o.maxParallel
-	}
-	if o.maxDepth > 0 {
-		cfg.Server.Limits.MaxDepth = o.maxDepth
-	}
-	dir := t.TempDir()
-	var storeOpt []server.Option
-	if o.store {
-		st, err := store.Open(tctx(t), "", dir)
-		if err != nil {
-			t.Fatal(err)
+	cfg := aeptest.Config(func(cfg *server.Config) {
+		if o.maxParallel > 0 {
+			cfg.Server.MaxParallel = o.maxParallel
 		}
-		t.Cleanup(func() { st.Close() }) // runs after the host's Close below
-		storeOpt = append(storeOpt, server.WithStore(st))
-	}
-	echo := &echoplug.Plugin{Name: "echo", Started: make(chan string, 256), CtxDone: make(chan string, 256)}
+		if o.maxDepth > 0 {
+			cfg.Server.Limits.MaxDepth = o.maxDepth
+		}
+	})
+	dir := t.TempDir()
 	opts := []server.Option{
 		server.WithRegistry(msg.Registry().Union(testproto.Registry())),
 		server.WithDataDir(dir),
-		server.WithPlugin(server.PluginSpec{Name: "chains", Type: "chains", Impl: &chains.Plugin{}}),
-		server.WithPlugin(server.PluginSpec{Name: "echo", Type: "echo", Impl: echo}),
-		server.WithPlugin(server.PluginSpec{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}}),
 	}
-	opts = append(opts, storeOpt...)
-	for _, p := range o.extra {
-		opts = append(opts, server.WithPlugin(p))
+	if o.store {
+		st, err := store.Open(aeptest.Context(t), "", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() }) // runs after the host's Close
+		opts = append(opts, server.WithStore(st))
 	}
-	h, err := server.New(context.Background(), cfg, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(context.Background()) })
+	echo := &echoplug.Plugin{Name: "echo", Started: make(chan string, 256), CtxDone: make(chan string, 256)}
+	plugins := append([]server.PluginSpec{
+		aeptest.Plugin("chains", &chains.Plugin{}),
+		aeptest.Plugin("echo", echo),
+		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}},
+	}, o.extra...)
+	h := aeptest.NewHost(t, cfg, plugins, opts...)
 	caps := o.caps
 	if caps == nil {
 		caps = []string{"chains", "echo", "tools"}
 	}
-	return &env{h: h, c: connect(t, h, caps...), echo: echo}
-}
-
-func connect(t *testing.T, h *server.Host, caps ...string) *client.Client {
-	t.Helper()
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if _, err := c.Handshake(tctx(t), "agent", "tok", caps...); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func tctx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	return &env{h: h, c: aeptest.Connect(t, h, caps...), echo: echo}
 }
 
 // runReq builds a chain/run/req from JSON, over the schema's defaults.
@@ -135,7 +109,7 @@ func (e *events) list() []client.Event {
 func (e *env) run(t *testing.T, js string) (*msg.ChainRunResp, []client.Event, error) {
 	t.Helper()
 	var ev events
-	resp, err := e.c.ChainRun(ev.ctx(tctx(t)), runReq(t, js))
+	resp, err := e.c.ChainRun(ev.ctx(aeptest.Context(t)), runReq(t, js))
 	return resp, ev.list(), err
 }
 
@@ -147,15 +121,6 @@ func (e *env) mustRun(t *testing.T, js string) (*msg.ChainRunResp, []client.Even
 		t.Fatalf("chain/run: %v", err)
 	}
 	return resp, evs
-}
-
-func protoErr(t *testing.T, err error) *wire.Error {
-	t.Helper()
-	var we *wire.Error
-	if !errors.As(err, &we) {
-		t.Fatalf("want a protocol error, got %v", err)
-	}
-	return we
 }
 
 func output(t *testing.T, r *msg.ChainRunResp, id string) string {

@@ -11,6 +11,7 @@ package chains
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/aephost/aep/gen/msg"
@@ -38,9 +39,16 @@ type Plugin struct {
 	MaxDefinitions int `yaml:"max_definitions"`
 
 	reg *wire.Registry
+	log *slog.Logger
+	// sessions holds each session's stored chains; the kernel forgets them
+	// when the session ends and before a restore.
+	sessions *server.SessionState[sessionChains]
+}
 
+// sessionChains is one session's stored chains, by name.
+type sessionChains struct {
 	mu   sync.Mutex
-	defs map[string]map[string]stored // session → name → chain
+	defs map[string]stored
 }
 
 // stored is a defined chain: compiled for runs, and its definition for
@@ -61,7 +69,10 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if p.MaxDefinitions == 0 {
 		p.MaxDefinitions = 256
 	}
-	p.defs = map[string]map[string]stored{}
+	p.log = env.Logger
+	p.sessions = server.NewSessionState(env, func(string) *sessionChains {
+		return &sessionChains{defs: map[string]stored{}}
+	}, nil)
 	return nil
 }
 
@@ -73,30 +84,22 @@ func (p *Plugin) Validate() error {
 	return nil
 }
 
-// SessionClosed forgets the session's stored chains.
-func (p *Plugin) SessionClosed(sessionID string) {
-	p.mu.Lock()
-	delete(p.defs, sessionID)
-	p.mu.Unlock()
-}
-
 // ChainDefine validates a chain and stores it under a name for the session.
 func (p *Plugin) ChainDefine(ctx context.Context, s wire.Scope, req *msg.ChainDefineReq) (*msg.ChainDefineResp, error) {
 	g, err := compile(&req.Chain, p.reg)
 	if err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m := p.defs[s.SessionID()]
-	if m == nil {
-		m = map[string]stored{}
-		p.defs[s.SessionID()] = m
+	sc, err := p.sessions.GetOrCreate(s.SessionID())
+	if err != nil {
+		return nil, err
 	}
-	if _, ok := m[req.Name]; !ok && len(m) >= p.MaxDefinitions {
-		return nil, fmt.Errorf("%w: the session already stores %d chains", wire.ErrInvalid, len(m))
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if _, ok := sc.defs[req.Name]; !ok && len(sc.defs) >= p.MaxDefinitions {
+		return nil, fmt.Errorf("%w: the session already stores %d chains", wire.ErrInvalid, len(sc.defs))
 	}
-	m[req.Name] = stored{g: g, def: req.Chain}
+	sc.defs[req.Name] = stored{g: g, def: req.Chain}
 	return &msg.ChainDefineResp{Name: req.Name, Nodes: len(req.Chain.Nodes)}, nil
 }
 
@@ -110,9 +113,11 @@ func (p *Plugin) ChainRun(ctx context.Context, s wire.Scope, req *msg.ChainRunRe
 	case req.Name != nil && req.Chain != nil:
 		return nil, &wire.FieldError{Field: "name", Reason: "give name or chain, not both"}
 	case req.Name != nil:
-		p.mu.Lock()
-		g = p.defs[s.SessionID()][*req.Name].g
-		p.mu.Unlock()
+		if sc, ok := p.sessions.Get(s.SessionID()); ok {
+			sc.mu.Lock()
+			g = sc.defs[*req.Name].g
+			sc.mu.Unlock()
+		}
 		if g == nil {
 			return nil, fmt.Errorf("%w: no chain named %q is defined in this session", wire.ErrInvalid, *req.Name)
 		}
@@ -128,13 +133,12 @@ func (p *Plugin) ChainRun(ctx context.Context, s wire.Scope, req *msg.ChainRunRe
 	if req.Input != nil {
 		input = *req.Input
 	}
-	return execute(ctx, s, p.reg, g, input, req.MaxConcurrency, secondsToDuration(req.Timeout))
+	return execute(ctx, s, p.reg, p.log, g, input, req.MaxConcurrency, secondsToDuration(req.Timeout))
 }
 
 var (
-	_ msg.ChainHandler       = (*Plugin)(nil)
-	_ server.Provisioner     = (*Plugin)(nil)
-	_ server.Validator       = (*Plugin)(nil)
-	_ server.SessionObserver = (*Plugin)(nil)
-	_ server.Snapshotter     = (*Plugin)(nil)
+	_ msg.ChainHandler   = (*Plugin)(nil)
+	_ server.Provisioner = (*Plugin)(nil)
+	_ server.Validator   = (*Plugin)(nil)
+	_ server.Snapshotter = (*Plugin)(nil)
 )

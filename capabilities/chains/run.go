@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
 )
 
@@ -25,15 +27,29 @@ type nodeError struct {
 
 func (e *nodeError) Error() string { return e.code + ": " + e.message }
 
-// asNodeError turns any failure into a code and message: wire errors keep
-// their code (wire.AsError is the one mapping of causes to codes).
-func asNodeError(err error) *nodeError {
+// nodeError turns n's failure into a code and message: wire errors keep
+// their code (wire.AsError is the one mapping of causes to codes). A
+// failure not meant for the agent (a panic, a fault of the host) goes to
+// the log under a correlation id, and the reply names only that id, as the
+// kernel's generic error does.
+func (r *runner) nodeError(n *node, err error) *nodeError {
 	var ne *nodeError
 	if errors.As(err, &ne) {
 		return ne
 	}
 	we := wire.AsError(err)
-	return &nodeError{code: string(we.Code), message: we.Message}
+	if !we.Internal {
+		return &nodeError{code: string(we.Code), message: we.Message}
+	}
+	var pe *server.PanicError
+	corr := ""
+	if errors.As(err, &pe) {
+		corr = pe.Correlation // the panic and its stack are logged already
+	} else {
+		corr = "err-" + wire.RandomHex(8)
+		r.log.Error("chain node error", "correlation", corr, "node", n.def.ID, "err", err)
+	}
+	return &nodeError{code: string(we.Code), message: "internal error; the host's log has it under correlation " + corr}
 }
 
 // result is what a node's goroutine hands back to the scheduler.
@@ -52,6 +68,7 @@ type result struct {
 type runner struct {
 	ctx     context.Context
 	s       wire.Scope
+	log     *slog.Logger
 	reg     *wire.Registry
 	g       *graph
 	input   json.RawMessage
@@ -75,7 +92,7 @@ type runner struct {
 // settled, in parallel, until no node can run. Node failures and the
 // timeout are answered in the reply (success false); only the end of the
 // request's own context is an error.
-func execute(ctx context.Context, s wire.Scope, reg *wire.Registry, g *graph, input json.RawMessage, limit int, timeout time.Duration) (*msg.ChainRunResp, error) {
+func execute(ctx context.Context, s wire.Scope, reg *wire.Registry, log *slog.Logger, g *graph, input json.RawMessage, limit int, timeout time.Duration) (*msg.ChainRunResp, error) {
 	began := time.Now()
 	if len(input) == 0 {
 		input = json.RawMessage("null")
@@ -83,7 +100,7 @@ func execute(ctx context.Context, s wire.Scope, reg *wire.Registry, g *graph, in
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	r := &runner{
-		ctx: cctx, s: s, reg: reg, g: g, input: input,
+		ctx: cctx, s: s, log: log, reg: reg, g: g, input: input,
 		sem: make(chan struct{}, limit),
 		// Every node and every fallback sends at most one result, so
 		// senders never block, even after the scheduler has returned.
@@ -229,7 +246,12 @@ func (r *runner) launch(n *node, stand *node, failure *nodeError) {
 		start := time.Now()
 		var out json.RawMessage
 		if err == nil {
-			out, err = safely(func() (json.RawMessage, error) { return r.work(n, sc) })
+			// Node goroutines are the chain's own, outside the kernel's
+			// recover: one bad node must not take the host down.
+			err = server.Protect(r.log, "chain node "+n.def.ID, func() (err error) {
+				out, err = r.work(n, sc)
+				return err
+			})
 		}
 		r.results <- result{n: n, stand: stand, out: out, err: err, start: start}
 	}()
@@ -257,7 +279,7 @@ func (r *runner) settle(res result) {
 		r.propagate(n, res.out, true)
 		return
 	}
-	ne := asNodeError(res.err)
+	ne := r.nodeError(n, res.err)
 	switch {
 	case n.policy == msg.ChainNodeOnErrorFallback && !r.stopped:
 		r.fail(n, ne, msg.ChainNodeErrorHandledFallback)
@@ -465,19 +487,21 @@ func (r *runner) mapItems(n *node, sc scope) (json.RawMessage, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-spawn }()
-			out, err := safely(func() (json.RawMessage, error) {
+			var out json.RawMessage
+			err := server.Protect(r.log, fmt.Sprintf("chain node %s, item %d", n.def.ID, i), func() error {
 				idx, _ := json.Marshal(i)
 				isc, err := sc.with(map[string]json.RawMessage{"item": it, "index": idx})
 				if err != nil {
-					return nil, err
+					return err
 				}
-				return r.send(n, isc)
+				out, err = r.send(n, isc)
+				return err
 			})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				if firstErr == nil {
-					ne := asNodeError(err)
+					ne := r.nodeError(n, err)
 					firstErr = &nodeError{code: ne.code, message: fmt.Sprintf("item %d: %s", i, ne.message)}
 				}
 				return
@@ -530,16 +554,4 @@ func (r *runner) reduce(n *node, sc scope) (json.RawMessage, error) {
 		}
 	}
 	return json.Marshal(acc)
-}
-
-// safely runs fn and turns a panic into an error: node goroutines are the
-// chain's own, outside the kernel's recover, and one bad node must not take
-// the host down (docs/DECISIONS.md, Wire: never a crash).
-func safely(fn func() (json.RawMessage, error)) (out json.RawMessage, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			out, err = nil, fmt.Errorf("chain node panicked: %v", v)
-		}
-	}()
-	return fn()
 }

@@ -24,18 +24,21 @@ const stateVersion = 1
 // Snapshot saves the session's stored chain definitions.
 func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error) {
 	st := savedState{Version: stateVersion, Chains: map[string]msg.ChainDefinition{}}
-	p.mu.Lock()
-	for name, d := range p.defs[sessionID] {
-		st.Chains[name] = d.def
+	if sc, ok := p.sessions.Get(sessionID); ok {
+		sc.mu.Lock()
+		for name, d := range sc.defs {
+			st.Chains[name] = d.def
+		}
+		sc.mu.Unlock()
 	}
-	p.mu.Unlock()
 	return json.Marshal(st)
 }
 
 // Restore replaces the session's stored chains with those of the snapshot.
 // Each definition is compiled again against today's registry, so a chain
 // naming a message type this host no longer serves is refused and nothing
-// changes.
+// changes. The kernel has forgotten the session's chains before it calls
+// Restore; the session's entry is replaced whole anyway, for a direct caller.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var st savedState
 	if err := server.DecodeState("chains", state, stateVersion, &st); err != nil {
@@ -57,12 +60,12 @@ func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) er
 		}
 		m[name] = stored{g: g, def: def}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(m) == 0 {
-		delete(p.defs, sessionID)
-		return nil
+	sc, err := p.sessions.GetOrCreate(sessionID)
+	if err != nil {
+		return err
 	}
-	p.defs[sessionID] = m
+	sc.mu.Lock()
+	sc.defs = m
+	sc.mu.Unlock()
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/aephost/aep/conformance"
+	"github.com/aephost/aep/internal/aeptest"
 )
 
 // TestWireConformance drives chains as raw lines on the in-process JSON
@@ -21,7 +22,7 @@ func TestWireConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pipe.Close()
-	ctx := tctx(t)
+	ctx := aeptest.Context(t)
 	// exchange sends one line and reads up to its reply.
 	exchange := func(line string) (events []map[string]any, reply map[string]any) {
 		t.Helper()
@@ -51,7 +52,7 @@ func TestWireConformance(t *testing.T) {
 			return events, m
 		}
 	}
-	if _, r := exchange(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["chains","tools"],"auth_token":"tok"}`); r["ok"] != true {
+	if _, r := exchange(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["chains","tools"],"auth_token":"` + aeptest.Token + `"}`); r["ok"] != true {
 		t.Fatalf("handshake: %v", r)
 	}
 	evs, r := exchange(`{"type":"chain/run/req","id":"c1","proto":"1.0","ts":1,"input":{"msg":"hi"},"chain":{"nodes":[

@@ -5,6 +5,7 @@ import (
 
 	"github.com/aephost/aep/capabilities/memory"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
 	"github.com/tidwall/gjson"
 )
@@ -53,7 +54,7 @@ func TestToolsAndMemory(t *testing.T) {
 	}
 	// The agent sees what the chain stored.
 	id := gjson.Get(string(r.Outputs["init"]), "memory_id").String()
-	resp, err := e.c.MemoryRetrieve(tctx(t), &msg.MemoryRetrieveReq{MemoryID: id, Keys: []string{"notes/today.txt"}})
+	resp, err := e.c.MemoryRetrieve(aeptest.Context(t), &msg.MemoryRetrieveReq{MemoryID: id, Keys: []string{"notes/today.txt"}})
 	if err != nil || len(resp.Entries) != 1 || len(resp.Missing) != 0 {
 		t.Fatalf("retrieve: %+v %v", resp, err)
 	}
