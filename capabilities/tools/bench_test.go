@@ -9,6 +9,7 @@ import (
 	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/toolrun"
 )
@@ -19,27 +20,11 @@ func reportOps(b *testing.B) {
 
 func benchHost(b *testing.B, reg *toolrun.Registry) *server.Host {
 	audit := server.NewFileAuditor(filepath.Join(b.TempDir(), "audit.jsonl"), 10, 5, nil)
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = "tok"
-	h, err := server.New(context.Background(), cfg, server.WithAuditor(audit),
-		server.WithPlugin(server.PluginSpec{Name: "custom", Type: "tools", Impl: tools.NewPlugin(reg)}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { h.Close(context.Background()) })
-	return h
+	return aeptest.NewHost(b, aeptest.Config(nil), []server.PluginSpec{{Name: "custom", Type: "tools", Impl: tools.NewPlugin(reg)}}, server.WithAuditor(audit))
 }
 
 func benchClient(b *testing.B, h *server.Host, codec client.Codec) *client.Client {
-	c, err := client.InProcess(h, codec, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	if _, err := c.Handshake(context.Background(), "bench", "tok", "tools"); err != nil {
-		b.Fatal(err)
-	}
-	return c
+	return aeptest.ConnectWith(b, h, codec, nil, "tools")
 }
 
 // BenchmarkToolCallTypedEchoDirect is tool/call of a typed echo tool in

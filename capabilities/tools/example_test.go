@@ -3,13 +3,13 @@ package tools_test
 import (
 	"context"
 	"fmt"
-	"github.com/aephost/aep/server/toolrun"
 	"log"
 
 	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/toolrun"
 )
 
 // AddIn is the typed input of the example tool: its json tags name the

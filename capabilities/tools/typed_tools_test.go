@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/aephost/aep/server/toolrun"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +13,9 @@ import (
 	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/toolrun"
 )
 
 type reportIn struct {
@@ -61,25 +60,8 @@ func reportHost(t *testing.T, codec client.Codec) *client.Client {
 		toolrun.Tags("search", "demo"), toolrun.Version("2.1.0"), toolrun.Streaming(), toolrun.Idempotent()); err != nil {
 		t.Fatal(err)
 	}
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = "tok"
-	ctx := context.Background()
-	h, err := server.New(ctx, cfg, server.WithPlugin(server.PluginSpec{Name: "rep", Type: "tools", Impl: tools.NewPlugin(r)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.InProcess(h, codec, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		h.Close(ctx)
-	})
-	if _, err := c.Handshake(ctx, "agent", "tok", "tools"); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{{Name: "rep", Type: "tools", Impl: tools.NewPlugin(r)}})
+	return aeptest.ConnectWith(t, h, codec, nil, "tools")
 }
 
 // compileSchema compiles a tool's derived schema with a JSON Schema 2020-12
@@ -119,7 +101,7 @@ func asJSON(t *testing.T, v any) any {
 func TestTypedToolDefinitionAndSchemas(t *testing.T) {
 	c := reportHost(t, client.JSON)
 	ctx := context.Background()
-	l, err := c.ListTools(ctx, &msg.ToolListReq{Query: ptr("report")})
+	l, err := c.ListTools(ctx, &msg.ToolListReq{Query: aeptest.Ptr("report")})
 	if err != nil || len(l.Tools) != 1 {
 		t.Fatalf("list: %+v %v", l, err)
 	}
@@ -248,145 +230,5 @@ func TestTypedToolEmitsEveryEventKind(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// TestFileToolsRefuseSiblingAndNUL adds to TestFileTools the cases of issue
-// 4's "must show" it does not reach: a symlink inside the root to a sibling
-// directory whose name extends the root's (the prefix-check bug), and NUL
-// bytes in the path of every file tool.
-func TestFileToolsRefuseSiblingAndNUL(t *testing.T) {
-	e := newEnv(t, client.JSON, server.ToolPolicy{}, 0)
-	ctx := context.Background()
-	sibling := e.root + "-sibling"
-	if err := os.MkdirAll(sibling, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sibling) })
-	if err := os.WriteFile(filepath.Join(sibling, "s.txt"), []byte("SIBLING"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(sibling, filepath.Join(e.root, "sib")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(e.root, "ok.txt"), []byte("fine"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	refused := []struct {
-		name, tool string
-		args       map[string]any
-		why        string // in the error: refused for this reason, not another
-	}{
-		{"read via sibling symlink", "read_file", map[string]any{"path": "sib/s.txt"}, "escapes"},
-		{"write via sibling symlink", "write_file", map[string]any{"path": "sib/new.txt", "content": "x"}, "escapes"},
-		{"list sibling symlink", "list_dir", map[string]any{"path": "sib"}, "escapes"},
-		{"cwd sibling symlink", "run_command", map[string]any{"argv": []any{"cat", "s.txt"}, "cwd": "sib"}, "symbolic link"},
-		{"read NUL", "read_file", map[string]any{"path": "ok.txt\x00"}, "NUL byte"},
-		{"write NUL", "write_file", map[string]any{"path": "new\x00.txt", "content": "x"}, "NUL byte"},
-		{"list NUL", "list_dir", map[string]any{"path": ".\x00"}, "NUL byte"},
-		{"glob NUL", "glob", map[string]any{"pattern": "*\x00"}, "NUL byte"},
-		{"grep glob NUL", "grep", map[string]any{"pattern": "fine", "glob": "ok.txt\x00"}, "NUL byte"},
-		{"cwd NUL", "run_command", map[string]any{"argv": []any{"pwd"}, "cwd": ".\x00"}, "NUL byte"},
-	}
-	for _, tc := range refused {
-		t.Run(tc.name, func(t *testing.T) {
-			res, err := e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: tc.tool, Arguments: tc.args})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Success || res.ErrorCode == nil || *res.ErrorCode != "TOOL_ERROR" {
-				t.Fatalf("not refused: %+v data %v", res, encode(t, res.Data))
-			}
-			if !strings.Contains(deref(res.Error), tc.why) {
-				t.Fatalf("refused for another reason: %s", deref(res.Error))
-			}
-			if strings.Contains(encode(t, res.Data), "SIBLING") || strings.Contains(deref(res.Error), "SIBLING") {
-				t.Fatal("the sibling's content leaked")
-			}
-		})
-	}
-	// glob and grep do not follow the symlink: they find nothing behind it.
-	for tool, args := range map[string]map[string]any{
-		"glob": {"pattern": "sib/*"},
-		"grep": {"pattern": "SIBLING", "glob": "sib/*"},
-	} {
-		res, err := e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: tool, Arguments: args})
-		if err != nil || !res.Success || encode(t, res.Data) != `{"matches":[],"truncated":false}` {
-			t.Fatalf("%s through the sibling symlink: %+v %v", tool, res, err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(sibling, "new.txt")); err == nil {
-		t.Fatal("wrote into the sibling directory")
-	}
-	// The same tools work on the file inside the root.
-	if res, _ := e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: "read_file", Arguments: map[string]any{"path": "ok.txt"}}); !res.Success {
-		t.Fatalf("read inside the root: %v", deref(res.Error))
-	}
-}
-
-// TestOutputCapConfigurable checks the "configurable output cap
-// (default 1 MiB)" beyond the default that TestCallPaths covers: a plugin
-// configured from YAML with max_output_bytes cuts result.data there and
-// sets truncated, and output under the cap is whole.
-func TestOutputCapConfigurable(t *testing.T) {
-	root := t.TempDir()
-	cfg, err := server.ParseConfig([]byte(fmt.Sprintf(`
-server:
-  auth_token: tok
-plugins:
-  - name: files
-    type: tools
-    cls: aep.tools.builtin
-    config:
-      root: %q
-      max_output_bytes: 2048
-`, root)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	h, err := server.New(ctx, cfg, server.WithDataDir(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(ctx) })
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if _, err := c.Handshake(ctx, "agent", "tok", "tools"); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		size      int
-		truncated bool
-	}{{100, false}, {10000, true}} {
-		name := fmt.Sprintf("f%d.txt", tc.size)
-		if err := os.WriteFile(filepath.Join(root, name), []byte(strings.Repeat("y", tc.size)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		res, err := c.CallTool(ctx, &msg.ToolCallReq{ToolName: "read_file", Arguments: map[string]any{"path": name}})
-		if err != nil || !res.Success {
-			t.Fatalf("read %s: %+v %v", name, res, err)
-		}
-		if res.Truncated != tc.truncated {
-			t.Fatalf("read %d bytes under a 2048-byte cap: truncated %v", tc.size, res.Truncated)
-		}
-		if n := len(encode(t, res.Data)); n > 2048 {
-			t.Fatalf("result.data of %d bytes over the 2048-byte cap", n)
-		}
-		if content := res.Data.(map[string]any)["content"].(string); !tc.truncated && len(content) != tc.size {
-			t.Fatalf("whole file cut to %d bytes", len(content))
-		}
-	}
-	// The plugin field serves embedders the same way.
-	e := newEnv(t, client.JSON, server.ToolPolicy{}, 64)
-	res, err := e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: "big", Arguments: map[string]any{"n": 1000}})
-	if err != nil || !res.Success || !res.Truncated {
-		t.Fatalf("big under a 64-byte cap: %+v %v", res, err)
-	}
-	if s, _ := res.Data.(string); len(s) != 64 {
-		t.Fatalf("data of %d bytes, want the 64-byte cap", len(s))
 	}
 }
