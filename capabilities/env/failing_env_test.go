@@ -56,9 +56,9 @@ func init() {
 	env.Register(env.Spec{Name: "test/faulty-inline", Description: "fails on request, inline", Inline: true}, func() env.Env[int] { return faultyEnv{} })
 }
 
-// TestFailingEnvironmentAlwaysAnswers pins a defect of the prior Python SDK
-// (reference/prior-python-sdk.md §7.4): its env reset and observe failure
-// paths raised inside the error handler, so the agent got no reply at all.
+// TestFailingEnvironmentAlwaysAnswers pins a defect of an earlier Python
+// host: its env reset and observe failure paths raised inside the error
+// handler, so the agent got no reply at all.
 // Here every request to an environment that errors or panics — in reset,
 // step or render, on a watched goroutine or inline — gets exactly one reply
 // with its req_id (spec §7 condition 4: an uncaught exception in a handler
