@@ -23,26 +23,16 @@
 //
 // # Scope views for subagents
 //
-// A child session's working store resolves through the parent link
-// ([Link]; the kernel's server.Session.Parent by default) and its memory
-// [Scope]. Whoever spawns the child calls [Plugin.SetScope] right after the
-// kernel creates it and before it serves a request. The subagents plugin
-// does so without importing this package, through
-// server.Host.PluginImpl and a local interface of the same method:
-//
-//	type memoryScopes interface {
-//		SetScope(childID, parentID, scope string) error
-//	}
-//	impl, _ := host.PluginImpl("memory") // the memory plugin's config name
-//	if ms, ok := impl.(memoryScopes); ok {
-//		err := ms.SetScope(child.ID(), parent.ID(), "snapshot")
-//	}
+// A child session's working store resolves through the kernel's child link
+// (server.Session.Parent and server.ChildInfo.MemoryScope). The kernel
+// tells the plugin of a new child through server.ChildObserver
+// ([Plugin.ChildSpawned]) before the child can be reached, so the
+// subagents capability never names this one.
 //
 // `shared` reads and writes the parent's store (as the parent resolves it,
 // so chains of children work); `restricted` reads it, and a store or forget
 // in the working tier fails with [ErrReadOnly] (schema_violation on the
-// wire); `isolated` starts empty; `snapshot` is a copy taken in SetScope. A
-// child without a scope has its own store, like `isolated`. A child still
-// opens its own memory_id with memory/init; the namespace it names selects
-// the entries it sees, as for any session.
+// wire); `isolated` starts empty; `snapshot` is a copy taken at spawn. A
+// child still opens its own memory_id with memory/init; the namespace it
+// names selects the entries it sees, as for any session.
 package memory

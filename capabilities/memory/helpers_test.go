@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
+	"github.com/aephost/aep/internal/aeptest"
 	"strings"
 	"sync"
 	"testing"
@@ -25,12 +25,6 @@ var codecs = []struct {
 	name  string
 	codec client.Codec
 }{{"json", client.JSON}, {"direct", client.Direct}}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // clock is an injectable clock the tests move by hand.
 type clock struct {
@@ -112,7 +106,7 @@ func newHostDSN(t testing.TB, p *memory.Plugin, dir, dsn string) *testHost {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	st, err := store.Open(ctxT(t), dsn, dir)
+	st, err := store.Open(aeptest.Context(t), dsn, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +151,7 @@ func initMem(t testing.TB, c *client.Client, ns string, scope map[string]string)
 	if scope != nil {
 		req.Scope = &scope
 	}
-	r, err := c.MemoryInit(ctxT(t), req)
+	r, err := c.MemoryInit(aeptest.Context(t), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +170,7 @@ func ent(tier, key, content string, ttl int, tags ...string) msg.MemoryEntry {
 
 func store1(t testing.TB, c *client.Client, id string, es ...msg.MemoryEntry) *msg.MemoryStoreResp {
 	t.Helper()
-	r, err := c.MemoryStore(ctxT(t), &msg.MemoryStoreReq{MemoryID: id, Entries: es})
+	r, err := c.MemoryStore(aeptest.Context(t), &msg.MemoryStoreReq{MemoryID: id, Entries: es})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +186,7 @@ func get(t testing.TB, c *client.Client, id, tier string, keys ...string) []stri
 	if tier != "" {
 		req.Tier = tierp(tier)
 	}
-	r, err := c.MemoryRetrieve(ctxT(t), req)
+	r, err := c.MemoryRetrieve(aeptest.Context(t), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +213,7 @@ func recall(t testing.TB, c *client.Client, req *msg.MemoryRecallReq) []msg.Memo
 	if req.Order == "" {
 		req.Order = msg.MemoryRecallReqOrderRelevance
 	}
-	r, err := c.MemoryRecall(ctxT(t), req)
+	r, err := c.MemoryRecall(aeptest.Context(t), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +230,7 @@ func keysOf(hits []msg.MemoryHit) string {
 
 func stats(t testing.TB, c *client.Client, id string) map[string]int {
 	t.Helper()
-	r, err := c.MemoryStats(ctxT(t), &msg.MemoryStatsReq{MemoryID: id})
+	r, err := c.MemoryStats(aeptest.Context(t), &msg.MemoryStatsReq{MemoryID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,18 +239,6 @@ func stats(t testing.TB, c *client.Client, id string) map[string]int {
 		out[string(ts.Tier)] = ts.Entries
 	}
 	return out
-}
-
-// wantErr checks that err is a protocol error with code whose message contains sub.
-func wantErr(t testing.TB, err error, code wire.Code, sub string) {
-	t.Helper()
-	var we *wire.Error
-	if !errors.As(err, &we) {
-		t.Fatalf("want %s error containing %q, got %v", code, sub, err)
-	}
-	if we.Code != code || !strings.Contains(we.Message, sub) {
-		t.Fatalf("want %s error containing %q, got %s: %s", code, sub, we.Code, we.Message)
-	}
 }
 
 func ptr[T any](v T) *T { return &v }

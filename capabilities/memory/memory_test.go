@@ -3,6 +3,7 @@ package memory_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/aephost/aep/internal/aeptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func testOperationsPerTier(t *testing.T, dsn string) {
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
 			c := connect(t, h, cd.codec)
-			ctx := ctxT(t)
+			ctx := aeptest.Context(t)
 			id := initMem(t, c, "ops-"+cd.name, nil)
 			r := store1(t, c, id,
 				ent("working", "w1", "scratch one", 0, "a"),
@@ -102,7 +103,7 @@ func testOperationsPerTier(t *testing.T, dsn string) {
 			}
 			clk.Add(time.Hour)
 			store1(t, c, id, ent("working", "w3", "fresh", 0))
-			if n := forget(&msg.MemoryForgetReq{OlderThan: ptr(60.0)}); n != 3 { // w1, s1, e2
+			if n := forget(&msg.MemoryForgetReq{OlderThan: aeptest.Ptr(60.0)}); n != 3 { // w1, s1, e2
 				t.Fatalf("forget older than 60s: %d", n)
 			}
 			wk := msg.MemoryForgetReqTierWorking
@@ -126,7 +127,7 @@ func testBadInputChangesNothing(t *testing.T, dsn string) {
 		t.Run(cd.name, func(t *testing.T) {
 			c := connect(t, h, cd.codec)
 			other := connect(t, h, cd.codec)
-			ctx := ctxT(t)
+			ctx := aeptest.Context(t)
 			id := initMem(t, c, "bad-"+cd.name, nil)
 			otherID := initMem(t, other, "bad-"+cd.name, nil)
 			store1(t, c, id, ent("working", "keep", "w", 0), ent("semantic", "keep", "s", 0), ent("episodic", "keep", "e", 0))
@@ -150,7 +151,7 @@ func testBadInputChangesNothing(t *testing.T, dsn string) {
 					if err == nil {
 						t.Fatalf("%s/%s: stored", tier, tc.name)
 					}
-					wantErr(t, err, tc.code, tc.sub)
+					aeptest.WantError(t, err, tc.code, tc.sub)
 					if got := get(t, c, id, "", "new"); got != nil {
 						t.Fatalf("%s/%s: the batch's good entry was stored: %q", tier, tc.name, got)
 					}
@@ -158,17 +159,17 @@ func testBadInputChangesNothing(t *testing.T, dsn string) {
 			}
 			// Reads and forget with a bad memory_id or tier.
 			_, err := c.MemoryRetrieve(ctx, &msg.MemoryRetrieveReq{MemoryID: "mem-nope", Keys: []string{"keep"}})
-			wantErr(t, err, wire.CodeSchemaViolation, "unknown memory_id")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
 			_, err = c.MemoryRetrieve(ctx, &msg.MemoryRetrieveReq{MemoryID: id, Keys: []string{"keep"}, Tier: tierp("cosmic")})
-			wantErr(t, err, wire.CodeSchemaViolation, "tier")
-			_, err = c.MemoryRecall(ctx, &msg.MemoryRecallReq{MemoryID: otherID, Query: ptr("keep"), Limit: 5, Order: "relevance"})
-			wantErr(t, err, wire.CodeSchemaViolation, "unknown memory_id")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "tier")
+			_, err = c.MemoryRecall(ctx, &msg.MemoryRecallReq{MemoryID: otherID, Query: aeptest.Ptr("keep"), Limit: 5, Order: "relevance"})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
 			_, err = c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: id})
-			wantErr(t, err, wire.CodeSchemaViolation, "one of keys, tags, tier or older_than")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "one of keys, tags, tier or older_than")
 			_, err = c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: "mem-nope", Keys: []string{"keep"}})
-			wantErr(t, err, wire.CodeSchemaViolation, "unknown memory_id")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
 			_, err = c.MemoryStats(ctx, &msg.MemoryStatsReq{MemoryID: "mem-nope"})
-			wantErr(t, err, wire.CodeSchemaViolation, "unknown memory_id")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
 			if after := stats(t, c, id); !reflect.DeepEqual(after, before) {
 				t.Fatalf("stats changed: %v → %v", before, after)
 			}
@@ -191,7 +192,7 @@ func testIsolation(t *testing.T, dsn string) {
 	if got := get(t, b, idb, "", "k"); !reflect.DeepEqual(got, []string{"shared fact"}) {
 		t.Fatalf("session b sees %q", got)
 	}
-	if hits := recall(t, b, &msg.MemoryRecallReq{MemoryID: idb, Query: ptr("scratch")}); len(hits) != 0 {
+	if hits := recall(t, b, &msg.MemoryRecallReq{MemoryID: idb, Query: aeptest.Ptr("scratch")}); len(hits) != 0 {
 		t.Fatalf("session b recalls a's working memory: %v", keysOf(hits))
 	}
 	other := initMem(t, b, "iso-other", nil)
@@ -224,7 +225,7 @@ func testPersistenceAcrossRestart(t *testing.T, dsn string) {
 	if got := get(t, c2, id2, "", "fact", "ev", "tmp"); !reflect.DeepEqual(got, []string{"the sky is blue", "first", "second"}) {
 		t.Fatalf("after restart: %q", got)
 	}
-	if hits := recall(t, c2, &msg.MemoryRecallReq{MemoryID: id2, Query: ptr("sky")}); keysOf(hits) != "fact" {
+	if hits := recall(t, c2, &msg.MemoryRecallReq{MemoryID: id2, Query: aeptest.Ptr("sky")}); keysOf(hits) != "fact" {
 		t.Fatalf("full-text index after restart: %s", keysOf(hits))
 	}
 	// A third start migrates over the full-text tables and columns without
@@ -237,7 +238,7 @@ func testPersistenceAcrossRestart(t *testing.T, dsn string) {
 	if st := stats(t, c3, id3); st["semantic"] != 1 || st["episodic"] != 2 {
 		t.Fatalf("stats after second restart: %v", st)
 	}
-	if hits := recall(t, c3, &msg.MemoryRecallReq{MemoryID: id3, Query: ptr("blue second")}); keysOf(hits) != "ev,fact" && keysOf(hits) != "fact,ev" {
+	if hits := recall(t, c3, &msg.MemoryRecallReq{MemoryID: id3, Query: aeptest.Ptr("blue second")}); keysOf(hits) != "ev,fact" && keysOf(hits) != "fact,ev" {
 		t.Fatalf("full-text index after second restart: %s", keysOf(hits))
 	}
 }
@@ -265,7 +266,7 @@ func testRecallRanking(t *testing.T, dsn string) {
 			}
 			store1(t, c, id, es...)
 			tr := msg.MemoryRecallReqTier(tier)
-			hits := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("Rust borrow-checker"), Tier: &tr})
+			hits := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("Rust borrow-checker"), Tier: &tr})
 			if got := keysOf(hits); got != "all3,two,one" {
 				t.Fatalf("order %s, want all3,two,one", got)
 			}
@@ -276,7 +277,7 @@ func testRecallRanking(t *testing.T, dsn string) {
 			}
 			// min_score between the 2nd and 3rd scores keeps two hits.
 			ms := (hits[1].Score + hits[2].Score) / 2
-			got := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("Rust borrow-checker"), Tier: &tr, MinScore: ms})
+			got := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("Rust borrow-checker"), Tier: &tr, MinScore: ms})
 			if keysOf(got) != "all3,two" {
 				t.Fatalf("min_score %v: %s", ms, keysOf(got))
 			}
@@ -286,14 +287,14 @@ func testRecallRanking(t *testing.T, dsn string) {
 				}
 			}
 			// Limit and tag filters.
-			if got := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("rust"), Tier: &tr, Limit: 1}); len(got) != 1 {
+			if got := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("rust"), Tier: &tr, Limit: 1}); len(got) != 1 {
 				t.Fatalf("limit 1: %d hits", len(got))
 			}
 			store1(t, c, id, ent(tier, "tagged", "rust", 0, "keep"))
-			if got := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("rust"), Tier: &tr, Tags: []string{"keep"}}); keysOf(got) != "tagged" {
+			if got := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("rust"), Tier: &tr, Tags: []string{"keep"}}); keysOf(got) != "tagged" {
 				t.Fatalf("tag filter: %s", keysOf(got))
 			}
-			if got := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("?!"), Tier: &tr}); len(got) != 0 {
+			if got := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("?!"), Tier: &tr}); len(got) != 0 {
 				t.Fatalf("query without words: %s", keysOf(got))
 			}
 		})
@@ -325,7 +326,7 @@ func testTTLExpiryAndCollection(t *testing.T, dsn string) {
 	if got := get(t, c, id, "", "short"); got != nil {
 		t.Fatalf("retrieve after expiry: %q", got)
 	}
-	if hits := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("note")}); len(hits) != 3 || strings.Contains(keysOf(hits), "short") {
+	if hits := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("note")}); len(hits) != 3 || strings.Contains(keysOf(hits), "short") {
 		t.Fatalf("recall after expiry: %s", keysOf(hits))
 	}
 	if hits := recall(t, c, &msg.MemoryRecallReq{MemoryID: id}); len(hits) != 3 {
@@ -374,7 +375,7 @@ func TestAwkwardText(t *testing.T) { forEachBackend(t, testAwkwardText) }
 func testAwkwardText(t *testing.T, dsn string) {
 	h := newHostDSN(t, &memory.Plugin{}, "", dsn)
 	c := connect(t, h, codecs[0].codec)
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	for _, tier := range []string{"semantic", "episodic"} {
 		t.Run(tier, func(t *testing.T) {
 			id := initMem(t, c, "awkward-"+tier, nil)
@@ -388,7 +389,7 @@ func testAwkwardText(t *testing.T, dsn string) {
 				{"bar", odd}, {"path", odd}, {"some", odd}, {"2", odd}, {"14", odd}, {"GRÖßE", odd},
 				{"quoted", odd}, {"DROP", odd}, {"y", odd}, {"OR", "plain"}, {"NOT NEAR", ""}, {`"*"`, ""},
 			} {
-				if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr(tc.query), Tier: &tr})); got != tc.want {
+				if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr(tc.query), Tier: &tr})); got != tc.want {
 					t.Errorf("recall %q = %q, want %q", tc.query, got, tc.want)
 				}
 			}
@@ -406,7 +407,7 @@ func testAwkwardText(t *testing.T, dsn string) {
 			if got := get(t, c, id, tier, "nul"); !reflect.DeepEqual(got, []string{"before\x00after"}) {
 				t.Fatalf("content with NUL: %q", got)
 			}
-			if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("after"), Tier: &tr})); got != "nul" {
+			if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("after"), Tier: &tr})); got != "nul" {
 				t.Fatalf("recall past a NUL: %q", got)
 			}
 			fr, err := c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: id, Keys: []string{odd}})
@@ -424,7 +425,7 @@ func testAwkwardText(t *testing.T, dsn string) {
 		id := initMem(t, c, "awkward-nul", nil)
 		_, err := c.MemoryStore(ctx, &msg.MemoryStoreReq{MemoryID: id, Entries: []msg.MemoryEntry{
 			ent("semantic", "fine", "v", 0), ent("working", "w", "v", 0), ent("episodic", "bad\x00key", "v", 0)}})
-		wantErr(t, err, wire.CodeSchemaViolation, "NUL")
+		aeptest.WantError(t, err, wire.CodeSchemaViolation, "NUL")
 		if st := stats(t, c, id); st["semantic"]+st["episodic"]+st["working"] != 0 {
 			t.Fatalf("a refused batch stored entries: %v", st)
 		}
@@ -454,7 +455,7 @@ func testBatchRepeatsAKey(t *testing.T, dsn string) {
 	store1(t, c, id, ent("semantic", "t1", "same words here", 0), ent("semantic", "t2", "same words here", 0))
 	store1(t, c, id, ent("semantic", "t3", "same words here", 0))
 	tr := msg.MemoryRecallReqTierSemantic
-	if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("same words"), Tier: &tr})); got != "t3,t2,t1" {
+	if got := keysOf(recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("same words"), Tier: &tr})); got != "t3,t2,t1" {
 		t.Fatalf("ties: %s, want newest first", got)
 	}
 }
@@ -470,10 +471,10 @@ func testEntryFieldsRoundTrip(t *testing.T, dsn string) {
 	id := initMem(t, c, "fields", map[string]string{"agent": "a"})
 	for _, tier := range []string{"semantic", "episodic"} {
 		full := msg.MemoryEntry{Key: "full-" + tier, Tier: msg.MemoryEntryTier(tier), Content: json.RawMessage(`{"n":[1,2.5,"x"],"ok":true}`),
-			Tags: []string{"t1", "t 2"}, Source: ptr("agent-x"), Metadata: ptr(json.RawMessage(`{"model":"m","score":0.5}`)), TTL: ptr(60)}
+			Tags: []string{"t1", "t 2"}, Source: aeptest.Ptr("agent-x"), Metadata: aeptest.Ptr(json.RawMessage(`{"model":"m","score":0.5}`)), TTL: aeptest.Ptr(60)}
 		bare := msg.MemoryEntry{Key: "bare-" + tier, Tier: msg.MemoryEntryTier(tier), Content: json.RawMessage(`42`)}
 		store1(t, c, id, full, bare)
-		r, err := c.MemoryRetrieve(ctxT(t), &msg.MemoryRetrieveReq{MemoryID: id, Keys: []string{full.Key, bare.Key}, Tier: tierp(tier)})
+		r, err := c.MemoryRetrieve(aeptest.Context(t), &msg.MemoryRetrieveReq{MemoryID: id, Keys: []string{full.Key, bare.Key}, Tier: tierp(tier)})
 		if err != nil || len(r.Entries) != 2 {
 			t.Fatalf("%s: %+v %v", tier, r, err)
 		}

@@ -72,27 +72,25 @@ type Plugin struct {
 	// Clock is the time source of TTLs and timestamps; nil is time.Now.
 	// Tests set it to move time.
 	Clock func() time.Time `yaml:"-"`
-	// Link overrides the parent link of child sessions (tests); nil uses
-	// the kernel's.
-	Link Link `yaml:"-"`
 
 	log     *slog.Logger
 	backend Backend
-	link    Link
+	host    *server.Host
 	stop    chan struct{}
 	done    chan struct{}
 
-	mu       sync.RWMutex
-	sessions map[string]*sessionMem
+	// sessions holds each session's memory; the kernel drops it when the
+	// session ends and before a restore (docs/DECISIONS.md, State: working
+	// memory is session-scoped).
+	sessions *server.SessionState[sessionMem]
 }
 
 // sessionMem is one session's memory: its memory_ids and its own working
 // store (unused by shared and restricted children, which resolve to their
-// parent's; see [Plugin.SetScope]).
+// parent's; see [Plugin.working]).
 type sessionMem struct {
 	mu      sync.Mutex
 	handles map[string]handle
-	scope   Scope
 	working *workingStore
 }
 
@@ -108,9 +106,6 @@ func (h handle) key() scopeKey { return scopeKey{h.Namespace, h.Agent} }
 // Provision opens the persistent tiers on the host's store.
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	p.log = env.Logger
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
 	if p.MaxContentBytes <= 0 {
 		p.MaxContentBytes = DefaultMaxContentBytes
 	}
@@ -123,14 +118,10 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if p.Clock == nil {
 		p.Clock = time.Now
 	}
-	p.sessions = map[string]*sessionMem{}
-	p.link = p.Link
-	if p.link == nil && env.Host != nil {
-		p.link = kernelLink{env.Host}
-	}
-	if p.link == nil {
-		p.link = noLink{}
-	}
+	p.host = env.Host
+	p.sessions = server.NewSessionState(env, func(string) *sessionMem {
+		return &sessionMem{handles: map[string]handle{}, working: newWorkingStore()}
+	}, nil)
 	switch {
 	case env.Store == nil:
 		p.backend = unsupported{ErrNoStore}
@@ -176,10 +167,6 @@ func (p *Plugin) Cleanup() error {
 	return nil
 }
 
-type noLink struct{}
-
-func (noLink) Parent(string) (string, bool) { return "", false }
-
 // collector deletes expired entries every CollectInterval (spec §3: an
 // expired entry may be garbage-collected). Reads never depend on it.
 func (p *Plugin) collector() {
@@ -204,14 +191,12 @@ func (p *Plugin) collector() {
 // store and in the persistent tiers, and returns how many.
 func (p *Plugin) Collect(ctx context.Context) (int, error) {
 	now := p.now()
-	p.mu.RLock()
-	stores := make([]*workingStore, 0, len(p.sessions))
-	for _, sm := range p.sessions {
+	var stores []*workingStore
+	p.sessions.Each(func(_ string, sm *sessionMem) {
 		sm.mu.Lock()
 		stores = append(stores, sm.working)
 		sm.mu.Unlock()
-	}
-	p.mu.RUnlock()
+	})
 	n := 0
 	for _, ws := range stores {
 		n += ws.purge(now)
@@ -220,36 +205,18 @@ func (p *Plugin) Collect(ctx context.Context) (int, error) {
 	return n + m, err
 }
 
-// SessionClosed drops the session's working memory and memory_ids
-// (docs/DECISIONS.md, State: working memory is session-scoped).
-func (p *Plugin) SessionClosed(sessionID string) {
-	p.mu.Lock()
-	delete(p.sessions, sessionID)
-	p.mu.Unlock()
-}
-
-func (p *Plugin) now() int64 { return p.Clock().UnixNano() }
-
-func (p *Plugin) session(id string) *sessionMem {
-	p.mu.RLock()
-	sm := p.sessions[id]
-	p.mu.RUnlock()
-	if sm != nil {
-		return sm
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if sm = p.sessions[id]; sm == nil {
-		sm = &sessionMem{handles: map[string]handle{}, working: newWorkingStore()}
-		p.sessions[id] = sm
-	}
-	return sm
-}
+// now is the plugin's clock in nanoseconds, cut to the microseconds of
+// the wire's timestamps (wire.Epoch), so a created_at an agent reads back
+// selects the entry exactly in a since/until filter.
+func (p *Plugin) now() int64 { return p.Clock().Truncate(time.Microsecond).UnixNano() }
 
 // lookup finds the memory a request names; ids of other sessions are
 // unknown here (spec §5 rule 4).
 func (p *Plugin) lookup(sessionID, memoryID string) (handle, error) {
-	sm := p.session(sessionID)
+	sm, err := p.sessions.GetOrCreate(sessionID)
+	if err != nil {
+		return handle{}, err
+	}
 	sm.mu.Lock()
 	h, ok := sm.handles[memoryID]
 	sm.mu.Unlock()
@@ -272,7 +239,10 @@ func (p *Plugin) MemoryInit(ctx context.Context, s wire.Scope, req *msg.MemoryIn
 		h.Agent = h.Scope["agent"]
 	}
 	id := newMemoryID()
-	sm := p.session(s.SessionID())
+	sm, err := p.sessions.GetOrCreate(s.SessionID())
+	if err != nil {
+		return nil, err
+	}
 	sm.mu.Lock()
 	sm.handles[id] = h
 	sm.mu.Unlock()
@@ -434,7 +404,7 @@ func tiersOf(t *string) ([]string, error) {
 }
 
 func secs(ns int64) *float64 {
-	v := float64(ns) / 1e9
+	v := wire.Epoch(time.Unix(0, ns))
 	return &v
 }
 
@@ -465,7 +435,7 @@ func nanos(sec *float64) int64 {
 	if sec == nil {
 		return 0
 	}
-	return int64(*sec * 1e9)
+	return wire.FromEpoch(*sec).UnixNano()
 }
 
 // MemoryRecall answers memory/recall/req: each tier returns its best
@@ -613,11 +583,10 @@ func (p *Plugin) MemoryStats(ctx context.Context, s wire.Scope, req *msg.MemoryS
 }
 
 var (
-	_ msg.MemoryHandler      = (*Plugin)(nil)
-	_ server.Provisioner     = (*Plugin)(nil)
-	_ server.Validator       = (*Plugin)(nil)
-	_ server.CleanerUpper    = (*Plugin)(nil)
-	_ server.SessionObserver = (*Plugin)(nil)
-	_ server.Snapshotter     = (*Plugin)(nil)
-	_ ScopeSetter            = (*Plugin)(nil)
+	_ msg.MemoryHandler    = (*Plugin)(nil)
+	_ server.Provisioner   = (*Plugin)(nil)
+	_ server.Validator     = (*Plugin)(nil)
+	_ server.CleanerUpper  = (*Plugin)(nil)
+	_ server.Snapshotter   = (*Plugin)(nil)
+	_ server.ChildObserver = (*Plugin)(nil)
 )

@@ -1,16 +1,18 @@
 package memory
 
 import (
+	"context"
 	"fmt"
 
-	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
 )
 
 // Scope is the memory scope a child (subagent) session is spawned with
 // (spec §1: shared, restricted, isolated, snapshot). It decides what the
 // child's working tier resolves to; persistent tiers are scoped by
-// namespace and are unaffected.
+// namespace and are unaffected. The kernel keeps it with the child
+// (server.ChildInfo.MemoryScope), so it outlives a restore of the child's
+// memory.
 type Scope string
 
 // The four scopes.
@@ -23,109 +25,86 @@ const (
 	// ScopeIsolated: the child has its own, empty working store.
 	ScopeIsolated Scope = "isolated"
 	// ScopeSnapshot: the child has its own copy of the parent's working
-	// store as it was when the scope was set (at spawn).
+	// store as it was when the child was spawned.
 	ScopeSnapshot Scope = "snapshot"
 )
 
-// Errors of scope views. ErrReadOnly wraps wire.ErrInvalid: retrying the
-// write cannot succeed.
+// Errors of scope views. They wrap wire.ErrInvalid: retrying cannot succeed.
 var (
-	ErrReadOnly   = fmt.Errorf("working memory is read-only in a restricted scope: %w", wire.ErrInvalid)
-	ErrNoParent   = fmt.Errorf("the parent session is gone: %w", wire.ErrInvalid)
-	ErrBadScope   = fmt.Errorf("unknown memory scope (shared, restricted, isolated, snapshot): %w", wire.ErrInvalid)
-	ErrScopeOwner = fmt.Errorf("session is not a child of the named parent: %w", wire.ErrInvalid)
+	ErrReadOnly = fmt.Errorf("working memory is read-only in a restricted scope: %w", wire.ErrInvalid)
+	ErrNoParent = fmt.Errorf("the parent session is gone: %w", wire.ErrInvalid)
+	ErrBadScope = fmt.Errorf("unknown memory scope (shared, restricted, isolated, snapshot): %w", wire.ErrInvalid)
 )
 
-// Link tells the plugin a session's parent: the kernel's parent link
-// (server.Session.Parent) by default; tests pass a double.
-type Link interface {
-	// Parent returns the id of sessionID's parent session; ok is false for
-	// a root session or an unknown one.
-	Parent(sessionID string) (parentID string, ok bool)
-}
-
-// kernelLink reads the parent link of the host's live sessions.
-type kernelLink struct{ h *server.Host }
-
-func (k kernelLink) Parent(id string) (string, bool) {
-	s, ok := k.h.Session(id)
-	if !ok || s.Parent() == nil {
-		return "", false
-	}
-	return s.Parent().ID(), true
-}
-
-// ScopeSetter is what the subagents capability calls, without importing
-// this package, on the memory plugin it finds through server.Host.PluginImpl:
-//
-//	type memoryScopes interface{ SetScope(child, parent, scope string) error }
-//	if ms, ok := impl.(memoryScopes); ok { err = ms.SetScope(childID, parentID, "restricted") }
-type ScopeSetter interface {
-	SetScope(childID, parentID, scope string) error
-}
-
-// SetScope registers the memory scope of a child session, right after the
-// kernel creates it and before it handles a request. The link must report
-// parentID as the child's parent. For ScopeSnapshot the parent's working
-// store (as the parent itself resolves it) is copied now.
-func (p *Plugin) SetScope(childID, parentID, scope string) error {
-	sc := Scope(scope)
-	switch sc {
-	case ScopeShared, ScopeRestricted, ScopeIsolated, ScopeSnapshot:
-	default:
-		return fmt.Errorf("scope %q: %w", scope, ErrBadScope)
-	}
-	if childID == "" || childID == parentID {
-		return fmt.Errorf("child %q of parent %q: %w", childID, parentID, ErrScopeOwner)
-	}
-	if got, ok := p.link.Parent(childID); !ok || got != parentID {
-		return fmt.Errorf("child %q, parent %q: %w", childID, parentID, ErrScopeOwner)
-	}
-	var copyOf *workingStore
-	if sc == ScopeSnapshot {
+// ChildSpawned sets up the working store of a child session the kernel
+// has just created (server.ChildObserver): the kernel calls it before the
+// child can be reached, and a refusal aborts the spawn. Only a snapshot
+// scope needs work here: the parent's working store, as the parent
+// resolves it, is copied now; isolated children start empty, and shared
+// or restricted ones resolve to their parent's store at each access.
+func (p *Plugin) ChildSpawned(ctx context.Context, childID, parentID, memoryScope string) error {
+	switch sc := Scope(memoryScope); sc {
+	case ScopeShared, ScopeRestricted, ScopeIsolated:
+		return nil
+	case ScopeSnapshot:
 		ws, _, err := p.working(parentID)
 		if err != nil {
 			return err
 		}
-		copyOf = ws.clone()
-	}
-	sm := p.session(childID)
-	sm.mu.Lock()
-	sm.scope = sc
-	switch sc {
-	case ScopeIsolated:
-		sm.working = newWorkingStore()
-	case ScopeSnapshot:
+		copyOf := ws.clone()
+		sm, err := p.sessions.GetOrCreate(childID)
+		if err != nil {
+			return err
+		}
+		sm.mu.Lock()
 		sm.working = copyOf
+		sm.mu.Unlock()
+		return nil
 	}
-	sm.mu.Unlock()
-	return nil
+	return fmt.Errorf("scope %q: %w", memoryScope, ErrBadScope)
 }
 
-// maxScopeDepth bounds the walk up the parent links, which the kernel
-// keeps acyclic; the bound only guards against a faulty Link.
-const maxScopeDepth = 64
+// scopeOf returns a session's memory scope and its parent's id, from the
+// kernel's child link; a top-level session has no scope.
+func (p *Plugin) scopeOf(sessionID string) (Scope, string) {
+	if p.host == nil {
+		return "", ""
+	}
+	s, ok := p.host.Session(sessionID)
+	if !ok {
+		return "", ""
+	}
+	ci, ok := s.Child()
+	if !ok || s.Parent() == nil {
+		return "", ""
+	}
+	return Scope(ci.MemoryScope), s.Parent().ID()
+}
 
 // working resolves the working store a session reads and writes, and
 // whether it is read-only: a shared or restricted child resolves to what
 // its parent resolves to, read-only if any step on the way is restricted.
+// The kernel keeps the session tree acyclic and bounded by its depth
+// limit, so the walk ends.
 func (p *Plugin) working(sessionID string) (*workingStore, bool, error) {
 	ro := false
 	id := sessionID
-	for range maxScopeDepth {
-		sm := p.session(id)
-		sm.mu.Lock()
-		sc, ws := sm.scope, sm.working
-		sm.mu.Unlock()
+	for {
+		sc, parent := p.scopeOf(id)
 		if sc != ScopeShared && sc != ScopeRestricted {
+			sm, err := p.sessions.GetOrCreate(id)
+			if err != nil {
+				if id != sessionID {
+					return nil, false, fmt.Errorf("session %q: %w", sessionID, ErrNoParent)
+				}
+				return nil, false, err
+			}
+			sm.mu.Lock()
+			ws := sm.working
+			sm.mu.Unlock()
 			return ws, ro, nil
-		}
-		parent, ok := p.link.Parent(id)
-		if !ok {
-			return nil, false, fmt.Errorf("session %q (memory scope %s): %w", id, sc, ErrNoParent)
 		}
 		ro = ro || sc == ScopeRestricted
 		id = parent
 	}
-	return nil, false, fmt.Errorf("session %q: parent links deeper than %d", sessionID, maxScopeDepth)
 }

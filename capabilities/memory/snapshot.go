@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/aephost/aep/server"
 )
@@ -22,9 +21,13 @@ type savedSession struct {
 // Snapshot saves the session's memory_ids and the working store it
 // resolves to (a shared or restricted child saves what it sees).
 func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error) {
-	sm := p.session(sessionID)
+	sm, err := p.sessions.GetOrCreate(sessionID)
+	if err != nil {
+		return nil, err
+	}
+	sc, _ := p.scopeOf(sessionID)
 	sm.mu.Lock()
-	out := savedSession{Version: 1, Handles: make(map[string]handle, len(sm.handles)), Scope: sm.scope}
+	out := savedSession{Version: 1, Handles: make(map[string]handle, len(sm.handles)), Scope: sc}
 	for id, h := range sm.handles {
 		out.Handles[id] = h
 	}
@@ -38,23 +41,29 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 }
 
 // Restore replaces the session's memory_ids and working store with the
-// saved ones. A shared or restricted child's working store is its parent's,
-// which a child's restore must not overwrite: it is refused.
+// saved ones (the kernel has dropped the session's memory just before). A
+// shared or restricted child's working store is its parent's, which only
+// the parent's restore may change: such a child gets its memory_ids back
+// and keeps reading its parent's store. Refusing instead would leave the
+// child without the ids the kernel dropped, and make the kernel's
+// rollback, which restores the state taken just before, fail too.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var saved savedSession
 	if err := server.DecodeState("memory", state, 1, &saved); err != nil {
 		return err
 	}
-	sm := p.session(sessionID)
+	sm, err := p.sessions.GetOrCreate(sessionID)
+	if err != nil {
+		return err
+	}
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
-	if sm.scope == ScopeShared || sm.scope == ScopeRestricted {
-		return fmt.Errorf("memory snapshot: session %q uses its parent's working memory (scope %s); restore the parent: %w", sessionID, sm.scope, ErrReadOnly)
-	}
 	if saved.Handles == nil {
 		saved.Handles = map[string]handle{}
 	}
 	sm.handles = saved.Handles
-	sm.working = loadWorking(saved.Working)
+	if sc, _ := p.scopeOf(sessionID); sc != ScopeShared && sc != ScopeRestricted {
+		sm.working = loadWorking(saved.Working)
+	}
 	return nil
 }

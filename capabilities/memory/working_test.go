@@ -2,14 +2,15 @@ package memory_test
 
 import (
 	"errors"
+	"log/slog"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aephost/aep/capabilities/memory"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
 )
@@ -30,8 +31,8 @@ func TestWorkingFullPolicies(t *testing.T) {
 			c := connect(t, h, codecs[0].codec)
 			id := initMem(t, c, "full", nil)
 			store1(t, c, id, ent("working", "k1", "v1", 0), ent("working", "k2", "v2", 0), ent("working", "k3", "v3", 0))
-			_, err := c.MemoryStore(ctxT(t), &msg.MemoryStoreReq{MemoryID: id, Entries: []msg.MemoryEntry{ent("semantic", "s", "v", 0), ent("working", "k4", "v4", 0)}})
-			wantErr(t, err, wire.CodeSchemaViolation, "working memory is full")
+			_, err := c.MemoryStore(aeptest.Context(t), &msg.MemoryStoreReq{MemoryID: id, Entries: []msg.MemoryEntry{ent("semantic", "s", "v", 0), ent("working", "k4", "v4", 0)}})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "working memory is full")
 			if got := get(t, c, id, "", "k1", "k2", "k3", "k4", "s"); !reflect.DeepEqual(got, []string{"v1", "v2", "v3"}) {
 				t.Fatalf("after a refused batch: %q", got)
 			}
@@ -55,9 +56,9 @@ func TestWorkingFullPolicies(t *testing.T) {
 				t.Fatalf("after eviction: %q", got)
 			}
 			// A batch bigger than the whole limit is refused under both policies.
-			_, err := c.MemoryStore(ctxT(t), &msg.MemoryStoreReq{MemoryID: id, Entries: []msg.MemoryEntry{
+			_, err := c.MemoryStore(aeptest.Context(t), &msg.MemoryStoreReq{MemoryID: id, Entries: []msg.MemoryEntry{
 				ent("working", "a1", "v1", 0), ent("working", "a2", "v2", 0), ent("working", "a3", "v3", 0), ent("working", "a4", "v4", 0)}})
-			wantErr(t, err, wire.CodeSchemaViolation, "exceeds the")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "exceeds the")
 		})
 	}
 	p := &memory.Plugin{WorkingFullPolicy: "drop_random"}
@@ -74,7 +75,7 @@ func TestSnapshotRestoresWorkingMemory(t *testing.T) {
 		for _, target := range []string{"file", "sql"} {
 			t.Run(cd.name+"/"+target, func(t *testing.T) {
 				c := connect(t, h, cd.codec)
-				ctx := ctxT(t)
+				ctx := aeptest.Context(t)
 				id := initMem(t, c, "snap", nil)
 				store1(t, c, id, ent("working", "a", "alpha", 0, "t"), ent("working", "b", "beta", 0))
 				snap, err := c.SessionSnapshot(ctx, &msg.SessionSnapshotReq{Target: msg.SessionSnapshotReqTarget(target)})
@@ -95,49 +96,53 @@ func TestSnapshotRestoresWorkingMemory(t *testing.T) {
 				if got := get(t, c, id, "working", "a", "b", "c"); !reflect.DeepEqual(got, []string{"alpha", "beta"}) {
 					t.Fatalf("restored working memory: %q", got)
 				}
-				if hits := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("alpha"), Tags: []string{"t"}}); keysOf(hits) != "a" {
+				if hits := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("alpha"), Tags: []string{"t"}}); keysOf(hits) != "a" {
 					t.Fatalf("recall after restore: %s", keysOf(hits))
 				}
 			})
 		}
 	}
 	p := &memory.Plugin{}
-	if err := p.Provision(ctxT(t), serverEnvNoStore()); err != nil {
+	if err := p.Provision(aeptest.Context(t), serverEnvNoStore()); err != nil {
 		t.Fatal(err)
 	}
 	defer p.Cleanup()
 	for _, bad := range []string{"", "{", `{"version":9}`} {
-		if err := p.Restore(ctxT(t), "s-1", []byte(bad)); err == nil {
+		if err := p.Restore(aeptest.Context(t), "s-1", []byte(bad)); err == nil {
 			t.Fatalf("restore of %q succeeded", bad)
 		}
 	}
 }
 
-// fakeLink is the test double of the kernel's parent link, until the
-// subagents capability spawns real child sessions.
-type fakeLink struct {
-	mu      sync.Mutex
-	parents map[string]string
+// spawnChild makes a child session of parent with the memory scope
+// through the kernel (server.Host.SpawnChild, which calls the plugin's
+// ChildSpawned), and connects an agent to it with the child's own token.
+func spawnChild(t *testing.T, h *testHost, parent *client.Client, scope string) *client.Client {
+	t.Helper()
+	ps, ok := h.Session(parent.SessionID())
+	if !ok {
+		t.Fatalf("no session %s", parent.SessionID())
+	}
+	child, tok, err := h.SpawnChild(aeptest.Context(t), ps, server.ChildOptions{Name: scope, Capabilities: []string{"memory"}, MemoryScope: scope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe, err := h.ConnectLinesTo(child.ID(), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(client.Lines(pipe, nil))
+	t.Cleanup(func() { c.Close() })
+	if hs, err := c.Handshake(aeptest.Context(t), scope, tok, "memory"); err != nil || !hs.Ok {
+		t.Fatalf("child handshake: %+v %v", hs, err)
+	}
+	return c
 }
 
-func (l *fakeLink) Parent(id string) (string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p, ok := l.parents[id]
-	return p, ok
-}
-
-func (l *fakeLink) set(child, parent string) {
-	l.mu.Lock()
-	l.parents[child] = parent
-	l.mu.Unlock()
-}
-
-// The four scope views of a child session's working memory, through the
-// kernel, with the parent link's test double.
+// The four scope views of a child session's working memory, with child
+// sessions the kernel spawns.
 func TestScopeViews(t *testing.T) {
-	link := &fakeLink{parents: map[string]string{}}
-	p := &memory.Plugin{Link: link}
+	p := &memory.Plugin{}
 	h := newHost(t, p, "")
 	parent := connect(t, h, codecs[0].codec)
 	pid := initMem(t, parent, "team", nil)
@@ -148,11 +153,7 @@ func TestScopeViews(t *testing.T) {
 		id string
 	}
 	spawn := func(scope string) childMem {
-		cl := connect(t, h, codecs[1].codec)
-		link.set(cl.SessionID(), parent.SessionID())
-		if err := p.SetScope(cl.SessionID(), parent.SessionID(), scope); err != nil {
-			t.Fatal(err)
-		}
+		cl := spawnChild(t, h, parent, scope)
 		return childMem{cl, initMem(t, cl, "team", nil)}
 	}
 	shared, restricted, isolated, snapshot := spawn("shared"), spawn("restricted"), spawn("isolated"), spawn("snapshot")
@@ -180,10 +181,10 @@ func TestScopeViews(t *testing.T) {
 		t.Fatalf("parent reads %q", got)
 	}
 	// A restricted child's write fails with the named error, changing nothing.
-	_, err := restricted.c.MemoryStore(ctxT(t), &msg.MemoryStoreReq{MemoryID: restricted.id, Entries: []msg.MemoryEntry{ent("working", "plan", "hijack", 0)}})
-	wantErr(t, err, wire.CodeSchemaViolation, "read-only in a restricted scope")
-	_, err = restricted.c.MemoryForget(ctxT(t), &msg.MemoryForgetReq{MemoryID: restricted.id, Keys: []string{"plan"}})
-	wantErr(t, err, wire.CodeSchemaViolation, "read-only in a restricted scope")
+	_, err := restricted.c.MemoryStore(aeptest.Context(t), &msg.MemoryStoreReq{MemoryID: restricted.id, Entries: []msg.MemoryEntry{ent("working", "plan", "hijack", 0)}})
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "read-only in a restricted scope")
+	_, err = restricted.c.MemoryForget(aeptest.Context(t), &msg.MemoryForgetReq{MemoryID: restricted.id, Keys: []string{"plan"}})
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "read-only in a restricted scope")
 	if got := get(t, parent, pid, "working", "plan"); !reflect.DeepEqual(got, []string{"step two"}) {
 		t.Fatalf("parent's plan after a restricted write: %q", got)
 	}
@@ -194,34 +195,67 @@ func TestScopeViews(t *testing.T) {
 		t.Fatalf("parent's plan after isolated/snapshot writes: %q", got)
 	}
 	// A grandchild sharing with a restricted child is read-only too.
-	gc := connect(t, h, codecs[0].codec)
-	link.set(gc.SessionID(), restricted.c.SessionID())
-	if err := p.SetScope(gc.SessionID(), restricted.c.SessionID(), "shared"); err != nil {
-		t.Fatal(err)
-	}
+	gc := spawnChild(t, h, restricted.c, "shared")
 	gid := initMem(t, gc, "team", nil)
 	if got := get(t, gc, gid, "working", "plan"); !reflect.DeepEqual(got, []string{"step two"}) {
 		t.Fatalf("grandchild reads %q", got)
 	}
-	_, err = gc.MemoryStore(ctxT(t), &msg.MemoryStoreReq{MemoryID: gid, Entries: []msg.MemoryEntry{ent("working", "x", "y", 0)}})
-	wantErr(t, err, wire.CodeSchemaViolation, "read-only")
+	_, err = gc.MemoryStore(aeptest.Context(t), &msg.MemoryStoreReq{MemoryID: gid, Entries: []msg.MemoryEntry{ent("working", "x", "y", 0)}})
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "read-only")
 
-	// SetScope refuses an unknown scope and a parent the link does not report.
-	stranger := connect(t, h, codecs[0].codec)
-	if err := p.SetScope(stranger.SessionID(), parent.SessionID(), "shared"); !errors.Is(err, memory.ErrScopeOwner) {
-		t.Fatalf("scope for a session that is no child: %v", err)
-	}
-	link.set(stranger.SessionID(), parent.SessionID())
-	if err := p.SetScope(stranger.SessionID(), parent.SessionID(), "borrowed"); !errors.Is(err, memory.ErrBadScope) {
+	// The plugin refuses a scope it does not know, whoever calls it.
+	if err := p.ChildSpawned(aeptest.Context(t), isolated.c.SessionID(), parent.SessionID(), "borrowed"); !errors.Is(err, memory.ErrBadScope) {
 		t.Fatalf("unknown scope: %v", err)
 	}
-	// When the link loses the parent, a shared child gets a clear error.
-	link.set(shared.c.SessionID(), "")
-	link.mu.Lock()
-	delete(link.parents, shared.c.SessionID())
-	link.mu.Unlock()
-	_, err = shared.c.MemoryRetrieve(ctxT(t), &msg.MemoryRetrieveReq{MemoryID: shared.id, Keys: []string{"plan"}})
-	wantErr(t, err, wire.CodeSchemaViolation, "parent session is gone")
 }
 
-func serverEnvNoStore() server.PluginEnv { return server.PluginEnv{Name: "memory", Type: "memory"} }
+// A restore replaces the session's memory (the kernel drops it first), yet
+// the scope is the kernel's and outlives it: a shared child gets its
+// memory_ids back and still reads and writes its parent's store, which its
+// restore leaves alone; an isolated child gets its own store back.
+func TestRestoreKeepsChildScope(t *testing.T) {
+	h := newHost(t, &memory.Plugin{}, "")
+	ctx := aeptest.Context(t)
+	for _, tc := range []struct {
+		scope     string
+		childSees string // the child's plan after the restore
+	}{{"shared", "child plan"}, {"isolated", ""}} {
+		t.Run(tc.scope, func(t *testing.T) {
+			parent := connect(t, h, codecs[0].codec)
+			pid := initMem(t, parent, "team", nil)
+			c := spawnChild(t, h, parent, tc.scope)
+			id := initMem(t, c, "team", nil)
+			snap, err := c.SessionSnapshot(ctx, &msg.SessionSnapshotReq{Target: msg.SessionSnapshotReqTarget("file")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			store1(t, c, id, ent("working", "plan", "child plan", 0))
+			if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			if tc.childSees != "" {
+				want = []string{tc.childSees}
+			}
+			if got := get(t, c, id, "working", "plan"); !reflect.DeepEqual(got, want) {
+				t.Fatalf("after the restore the child reads %q, want %q", got, want)
+			}
+			// The parent's store is the one the shared child wrote to, and
+			// the child's restore did not undo that write.
+			if got := get(t, parent, pid, "working", "plan"); !reflect.DeepEqual(got, want) {
+				t.Fatalf("parent reads %q, want %q", got, want)
+			}
+			store1(t, c, id, ent("working", "after", "restore", 0))
+			inParent := get(t, parent, pid, "working", "after") != nil
+			if inParent != (tc.scope == "shared") {
+				t.Fatalf("a write after the restore reaches the parent: %v", inParent)
+			}
+		})
+	}
+}
+
+// serverEnvNoStore is the env of a plugin provisioned without a host or a
+// store; the host always gives a logger, so the test does too.
+func serverEnvNoStore() server.PluginEnv {
+	return server.PluginEnv{Name: "memory", Type: "memory", Logger: slog.New(slog.DiscardHandler)}
+}

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"fmt"
+	"github.com/aephost/aep/internal/aeptest"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func testRecallFilters(t *testing.T, dsn string) {
 	at := func(n int) *float64 { v := t0 + float64(10*n); return &v }
 	for _, tier := range tiers {
 		tr := msg.MemoryRecallReqTier(tier)
-		for _, q := range []*string{nil, ptr("comet")} {
+		for _, q := range []*string{nil, aeptest.Ptr("comet")} {
 			name := tier + "/listing"
 			if q != nil {
 				name = tier + "/query"
@@ -51,7 +52,7 @@ func testRecallFilters(t *testing.T, dsn string) {
 					{"since inclusive", msg.MemoryRecallReq{Since: at(2)}, "2,3"},
 					{"until inclusive", msg.MemoryRecallReq{Until: at(1)}, "0,1"},
 					{"window", msg.MemoryRecallReq{Since: at(1), Until: at(2)}, "1,2"},
-					{"window between entries", msg.MemoryRecallReq{Since: ptr(*at(1) + 1), Until: ptr(*at(2) - 1)}, ""},
+					{"window between entries", msg.MemoryRecallReq{Since: aeptest.Ptr(*at(1) + 1), Until: aeptest.Ptr(*at(2) - 1)}, ""},
 					{"one tag", msg.MemoryRecallReq{Tags: []string{"b"}}, "1,2,3"},
 					{"all tags", msg.MemoryRecallReq{Tags: []string{"a", "b"}}, "1,3"},
 					{"unknown tag", msg.MemoryRecallReq{Tags: []string{"a", "zzz"}}, ""},
@@ -78,7 +79,7 @@ func testRecallFilters(t *testing.T, dsn string) {
 		}
 	}
 	// Without a tier, recall spans every tier; with one, only it.
-	hits := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: ptr("comet"), Since: at(3), Until: at(3)})
+	hits := recall(t, c, &msg.MemoryRecallReq{MemoryID: id, Query: aeptest.Ptr("comet"), Since: at(3), Until: at(3)})
 	if got := keysOf(hits); len(hits) != 3 {
 		t.Fatalf("every tier at t3: %s", got)
 	}
