@@ -37,11 +37,12 @@ type Plugin struct {
 	// MaxOutputBytes caps result.data of toolkit tools (default 1 MiB).
 	MaxOutputBytes int `yaml:"max_output_bytes"`
 
-	kits   map[string]*Toolkit
-	owner  map[string]*Toolkit // tool name → toolkit
-	opts   toolrun.Options
-	mu     sync.Mutex
-	bySess map[string]*session
+	kits  map[string]*Toolkit
+	owner map[string]*Toolkit // tool name → toolkit
+	opts  toolrun.Options
+	// sessions holds each session's configured toolkits; the kernel closes
+	// their backends when the session ends and before a restore.
+	sessions *server.SessionState[session]
 }
 
 // session is one session's configured toolkits.
@@ -74,7 +75,9 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if err := os.MkdirAll(p.SQLiteDir, 0o700); err != nil {
 		return fmt.Errorf("sqlite_dir: %w", err)
 	}
-	p.bySess = map[string]*session{}
+	p.sessions = server.NewSessionState(env, func(string) *session {
+		return &session{running: map[string]*instance{}}
+	}, func(_ string, s *session) { s.closeAll() })
 	p.kits, p.owner = map[string]*Toolkit{}, map[string]*Toolkit{}
 	for _, k := range []*Toolkit{sqlToolkit(p.SQLiteDir)} {
 		if err := k.compile(); err != nil {
@@ -99,21 +102,10 @@ func (p *Plugin) Claims() []server.Claim {
 	return out
 }
 
-func (p *Plugin) session(id string) *session {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s := p.bySess[id]
-	if s == nil {
-		s = &session{running: map[string]*instance{}}
-		p.bySess[id] = s
-	}
-	return s
-}
-
+// lookupSession returns the session's toolkits, or nil before its first configure.
 func (p *Plugin) lookupSession(id string) *session {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.bySess[id]
+	s, _ := p.sessions.Get(id)
+	return s
 }
 
 // ToolkitList reports every toolkit with the session's configured flag and
@@ -189,7 +181,11 @@ func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.To
 			return fail(err.Error())
 		}
 	}
-	sess := p.session(s.SessionID())
+	sess, err := p.sessions.GetOrCreate(s.SessionID())
+	if err != nil {
+		backend.Close()
+		return nil, err
+	}
 	sess.mu.Lock()
 	old := sess.running[k.Name]
 	sess.running[k.Name] = inst
@@ -247,17 +243,6 @@ func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallRe
 	return &msg.ToolCallResp{Result: *res}, nil
 }
 
-// SessionClosed closes the session's backends.
-func (p *Plugin) SessionClosed(id string) {
-	p.mu.Lock()
-	sess := p.bySess[id]
-	delete(p.bySess, id)
-	p.mu.Unlock()
-	if sess != nil {
-		sess.closeAll()
-	}
-}
-
 func (s *session) closeAll() {
 	s.mu.Lock()
 	running := s.running
@@ -288,7 +273,8 @@ func (p *Plugin) Snapshot(ctx context.Context, id string) ([]byte, error) {
 }
 
 // Restore leaves every toolkit not configured: their secrets were never
-// saved, so they cannot reconnect (docs/DECISIONS.md, State).
+// saved, so they cannot reconnect (docs/DECISIONS.md, State). The kernel
+// has closed the session's backends just before.
 func (p *Plugin) Restore(ctx context.Context, id string, state []byte) error {
 	var st snapshotState
 	if len(state) > 0 {
@@ -296,30 +282,22 @@ func (p *Plugin) Restore(ctx context.Context, id string, state []byte) error {
 			return fmt.Errorf("toolkits snapshot: %w", err)
 		}
 	}
-	if sess := p.lookupSession(id); sess != nil {
-		sess.closeAll()
-	}
 	return nil
 }
 
 // Cleanup closes every session's backends.
 func (p *Plugin) Cleanup() error {
-	p.mu.Lock()
-	all := p.bySess
-	p.bySess = map[string]*session{}
-	p.mu.Unlock()
-	for _, s := range all {
-		s.closeAll()
+	if p.sessions != nil {
+		p.sessions.DropAll()
 	}
 	return nil
 }
 
 var (
-	_ msg.ToolkitHandler     = (*Plugin)(nil)
-	_ msg.ToolHandler        = (*Plugin)(nil)
-	_ server.Provisioner     = (*Plugin)(nil)
-	_ server.Claimer         = (*Plugin)(nil)
-	_ server.SessionObserver = (*Plugin)(nil)
-	_ server.Snapshotter     = (*Plugin)(nil)
-	_ server.CleanerUpper    = (*Plugin)(nil)
+	_ msg.ToolkitHandler  = (*Plugin)(nil)
+	_ msg.ToolHandler     = (*Plugin)(nil)
+	_ server.Provisioner  = (*Plugin)(nil)
+	_ server.Claimer      = (*Plugin)(nil)
+	_ server.Snapshotter  = (*Plugin)(nil)
+	_ server.CleanerUpper = (*Plugin)(nil)
 )

@@ -22,7 +22,9 @@ import (
 	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/wire"
 )
 
 const canary = "CANARY-pw-7f3a91"
@@ -47,36 +49,23 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
 	e := &env{data: t.TempDir(), logs: &syncBuf{}}
 	e.sqlDir = filepath.Join(e.data, "tk", "sql")
 	e.auditLog = filepath.Join(e.data, "audit.jsonl")
 	e.audit = server.NewFileAuditor(e.auditLog, 10, 5, nil)
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = "tok"
 	logger := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h, err := server.New(ctx, cfg, server.WithDataDir(e.data), server.WithLogger(logger), server.WithAuditor(e.audit),
-		server.WithPlugin(server.PluginSpec{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}}),
-		server.WithPlugin(server.PluginSpec{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.h = h
-	e.c = connect(t, h)
-	t.Cleanup(func() { h.Close(ctx) })
+	e.h = aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
+		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
+		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}},
+	}, server.WithDataDir(e.data), server.WithLogger(logger), server.WithAuditor(e.audit))
+	e.c = connect(t, e.h)
 	return e
 }
 
+// connect handshakes an agent that enables the built-in tools and the toolkits.
 func connect(t *testing.T, h *server.Host) *client.Client {
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Handshake(context.Background(), "agent", "tok", "tools", "toolkits"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	t.Helper()
+	return aeptest.Connect(t, h, "tools", "toolkits")
 }
 
 // sqliteFile creates a real SQLite database in the toolkit's directory.
@@ -248,7 +237,7 @@ func call(t *testing.T, c *client.Client, name string, args map[string]any) *msg
 }
 
 func encode(v any) string {
-	b, _ := jsonMarshal(v)
+	b, _ := wire.Marshal(v)
 	return string(b)
 }
 
