@@ -1,9 +1,7 @@
 package subagents_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -12,18 +10,13 @@ import (
 	"github.com/aephost/aep/capabilities/subagents"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/httpapi"
-	"github.com/aephost/aep/wire"
 )
 
-const token = "host-secret"
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+// token is the host's auth token.
+const token = aeptest.Token
 
 // newHost starts a host with the real memory and subagents plugins and a
 // data directory (for file snapshots).
@@ -32,41 +25,24 @@ func newHost(t testing.TB, sp *subagents.Plugin, edit func(*server.Config)) *ser
 	if sp == nil {
 		sp = &subagents.Plugin{}
 	}
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = token
-	if edit != nil {
-		edit(&cfg)
-	}
-	h, err := server.New(context.Background(), cfg, server.WithDataDir(t.TempDir()),
-		server.WithPlugin(server.PluginSpec{Name: "memory", Type: "memory", Impl: &memory.Plugin{}}),
-		server.WithPlugin(server.PluginSpec{Name: "subagents", Type: "subagents", Impl: sp}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(context.Background()) })
-	return h
+	return aeptest.NewHost(t, aeptest.Config(edit), []server.PluginSpec{
+		aeptest.Plugin("memory", &memory.Plugin{}),
+		aeptest.Plugin("subagents", sp),
+	}, server.WithDataDir(t.TempDir()))
 }
 
 // root opens a top-level session with the host token.
 func root(t testing.TB, h *server.Host, caps ...string) *client.Client {
 	t.Helper()
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
 	if len(caps) == 0 {
 		caps = []string{"memory", "subagents"}
 	}
-	if hs, err := c.Handshake(ctxT(t), "root", token, caps...); err != nil || !hs.Ok {
-		t.Fatalf("handshake: %+v %v", hs, err)
-	}
-	return c
+	return aeptest.Connect(t, h, caps...)
 }
 
 func spawn(t testing.TB, c *client.Client, req *msg.SubagentSpawnReq) *msg.SubagentSpawnResp {
 	t.Helper()
-	r, err := c.SubagentSpawn(ctxT(t), req)
+	r, err := c.SubagentSpawn(aeptest.Context(t), req)
 	if err != nil {
 		t.Fatalf("spawn %s: %v", req.Name, err)
 	}
@@ -105,7 +81,7 @@ func overHTTP(t testing.TB, h *server.Host) transport {
 	ts := httptest.NewServer(httpapi.Handler(h, httpapi.Options{}))
 	t.Cleanup(ts.Close)
 	return transport{"http", func(t testing.TB, h *server.Host, id string) *client.Client {
-		conn, err := client.AttachHTTP(ctxT(t), ts.URL, id, nil)
+		conn, err := client.AttachHTTP(aeptest.Context(t), ts.URL, id, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +98,7 @@ func child(t testing.TB, h *server.Host, tr transport, r *msg.SubagentSpawnResp,
 	if len(caps) == 0 {
 		caps = []string{"memory", "subagents"}
 	}
-	hs, err := c.Handshake(ctxT(t), r.Subagent.Name, r.AuthToken, caps...)
+	hs, err := c.Handshake(aeptest.Context(t), r.Subagent.Name, r.AuthToken, caps...)
 	if err != nil || !hs.Ok {
 		t.Fatalf("child handshake: %+v %v", hs, err)
 	}
@@ -132,30 +108,9 @@ func child(t testing.TB, h *server.Host, tr transport, r *msg.SubagentSpawnResp,
 	return c
 }
 
-// wantErr checks a wire error's code and, when reason is set, its detail.reason.
-func wantErr(t testing.TB, err error, code wire.Code, reason string) *wire.Error {
-	t.Helper()
-	var we *wire.Error
-	if !errors.As(err, &we) {
-		t.Fatalf("got %v, want a %s error", err, code)
-	}
-	if we.Code != code {
-		t.Fatalf("got code %s (%s), want %s", we.Code, we.Message, code)
-	}
-	if reason != "" {
-		d, _ := we.Detail.(map[string]any)
-		if d["reason"] != reason {
-			t.Fatalf("detail %v, want reason %q (%s)", we.Detail, reason, we.Message)
-		}
-	}
-	return we
-}
-
-func ptr[T any](v T) *T { return &v }
-
 func initMem(t testing.TB, c *client.Client) string {
 	t.Helper()
-	r, err := c.MemoryInit(ctxT(t), &msg.MemoryInitReq{Namespace: "team"})
+	r, err := c.MemoryInit(aeptest.Context(t), &msg.MemoryInitReq{Namespace: "team"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +119,7 @@ func initMem(t testing.TB, c *client.Client) string {
 
 func put(c *client.Client, t testing.TB, id, key, val string) error {
 	b, _ := json.Marshal(val)
-	_, err := c.MemoryStore(ctxT(t), &msg.MemoryStoreReq{MemoryID: id,
+	_, err := c.MemoryStore(aeptest.Context(t), &msg.MemoryStoreReq{MemoryID: id,
 		Entries: []msg.MemoryEntry{{Key: key, Content: b, Tier: msg.MemoryEntryTierWorking}}})
 	return err
 }
@@ -173,7 +128,7 @@ func put(c *client.Client, t testing.TB, id, key, val string) error {
 func get(t testing.TB, c *client.Client, id, key string) string {
 	t.Helper()
 	tier := msg.MemoryRetrieveReqTier("working")
-	r, err := c.MemoryRetrieve(ctxT(t), &msg.MemoryRetrieveReq{MemoryID: id, Keys: []string{key}, Tier: &tier})
+	r, err := c.MemoryRetrieve(aeptest.Context(t), &msg.MemoryRetrieveReq{MemoryID: id, Keys: []string{key}, Tier: &tier})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +166,7 @@ func waitDone(t testing.TB, c *client.Client, what string) {
 
 func status(t testing.TB, c *client.Client, id string) msg.SubagentRecord {
 	t.Helper()
-	r, err := c.SubagentStatus(ctxT(t), &msg.SubagentStatusReq{SubagentID: id})
+	r, err := c.SubagentStatus(aeptest.Context(t), &msg.SubagentStatusReq{SubagentID: id})
 	if err != nil {
 		t.Fatal(err)
 	}

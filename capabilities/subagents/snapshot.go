@@ -81,7 +81,7 @@ func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) er
 		}
 		r := &record{ID: w.SubagentID, Name: w.Name, ParentID: w.ParentID, Scope: string(w.MemoryScope),
 			Caps: w.Capabilities, Depth: w.Depth, MaxDepth: w.MaxDepth, MaxSteps: w.MaxSteps, Steps: w.Steps,
-			Status: string(w.Status), Created: fromEpoch(w.CreatedAt), Restored: true}
+			Status: string(w.Status), Created: wire.FromEpoch(w.CreatedAt), Restored: true}
 		if r.ParentID == st.SessionID {
 			r.ParentID = sessionID
 		}
@@ -89,7 +89,7 @@ func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) er
 			r.Reason = *w.Reason
 		}
 		if w.EndedAt != nil {
-			r.Ended = fromEpoch(*w.EndedAt)
+			r.Ended = wire.FromEpoch(*w.EndedAt)
 		}
 		if r.Status != StatusEnded && r.Status != StatusTerminated {
 			r.Status, r.Reason, r.Ended = StatusEnded, RestoredReason, now
@@ -102,8 +102,4 @@ func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) er
 		p.tree[sessionID] = kept
 	}
 	return nil
-}
-
-func fromEpoch(s float64) time.Time {
-	return time.Unix(0, int64(s*1e9))
 }

@@ -22,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -80,11 +79,15 @@ type Plugin struct {
 	MaxEnded int `yaml:"max_ended"`
 
 	host *server.Host
-	log  *slog.Logger
 
 	spawnMu sync.Mutex // serialises the children count and the spawn
 	mu      sync.Mutex
 	// tree holds the records under each parent session id, in spawn order.
+	// It is not a server.SessionState: a record outlives its own session
+	// (ancestors list ended subagents until the tree's top-level session
+	// closes), and a restore keeps the live records, which the kernel's
+	// drop before Restore would discard (docs/DECISIONS.md, Subagent
+	// records are not session state).
 	// Restored records all sit under the session restored into and are not
 	// descended into (their ids may be those of another live tree).
 	tree map[string][]*record
@@ -109,10 +112,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if env.Host == nil {
 		return errors.New("subagents needs the host (PluginEnv.Host)")
 	}
-	p.host, p.log = env.Host, env.Logger
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
+	p.host = env.Host
 	if p.MaxDepth == 0 {
 		p.MaxDepth = DefaultMaxDepth
 	}
@@ -332,19 +332,17 @@ func (p *Plugin) wireRecord(r *record) msg.SubagentRecord {
 	out := msg.SubagentRecord{SubagentID: r.ID, Name: r.Name, ParentID: r.ParentID, Depth: r.Depth,
 		MemoryScope: msg.SubagentRecordMemoryScope(r.Scope), Capabilities: append([]string{}, r.Caps...),
 		MaxDepth: r.MaxDepth, MaxSteps: r.MaxSteps, Steps: steps, Status: msg.SubagentRecordStatus(st),
-		CreatedAt: epoch(r.Created)}
+		CreatedAt: wire.Epoch(r.Created)}
 	if r.Reason != "" {
 		reason := r.Reason
 		out.Reason = &reason
 	}
 	if !r.Ended.IsZero() {
-		e := epoch(r.Ended)
+		e := wire.Epoch(r.Ended)
 		out.EndedAt = &e
 	}
 	return out
 }
-
-func epoch(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // SubagentList answers subagent/list/req.
 func (p *Plugin) SubagentList(ctx context.Context, sc wire.Scope, req *msg.SubagentListReq) (*msg.SubagentListResp, error) {

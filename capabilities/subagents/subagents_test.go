@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aephost/aep/internal/aeptest"
 	"reflect"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func TestMemoryScopes(t *testing.T) {
 				t.Fatalf("child write: %v", err)
 			}
 			if !tc.childWrites {
-				wantErr(t, err, wire.CodeSchemaViolation, "")
+				aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 			}
 			want := ""
 			if tc.parentSees {
@@ -120,20 +121,20 @@ func TestDepthLimit(t *testing.T) {
 		t.Fatalf("grandchild record %+v", r2.Subagent)
 	}
 	c2 := child(t, h, inprocJSON, r2)
-	_, err := c2.SubagentSpawn(ctxT(t), &msg.SubagentSpawnReq{Name: "d3"})
-	we := wantErr(t, err, wire.CodeRuntimeError, "depth_limit")
+	_, err := c2.SubagentSpawn(aeptest.Context(t), &msg.SubagentSpawnReq{Name: "d3"})
+	we := aeptest.WantReason(t, err, wire.CodeRuntimeError, "depth_limit")
 	if d := we.Detail.(map[string]any); fmt.Sprint(d["depth"]) != "3" || fmt.Sprint(d["limit"]) != "2" {
 		t.Fatalf("detail %v", we.Detail)
 	}
 
 	// max_depth 0: the child may spawn none, though the plugin allows more.
-	r0 := spawn(t, p, &msg.SubagentSpawnReq{Name: "leaf", MaxDepth: ptr(0)})
+	r0 := spawn(t, p, &msg.SubagentSpawnReq{Name: "leaf", MaxDepth: aeptest.Ptr(0)})
 	if r0.Subagent.MaxDepth != 1 {
 		t.Fatalf("leaf max_depth %d", r0.Subagent.MaxDepth)
 	}
 	c0 := child(t, h, inprocJSON, r0)
-	_, err = c0.SubagentSpawn(ctxT(t), &msg.SubagentSpawnReq{Name: "no"})
-	wantErr(t, err, wire.CodeRuntimeError, "depth_limit")
+	_, err = c0.SubagentSpawn(aeptest.Context(t), &msg.SubagentSpawnReq{Name: "no"})
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "depth_limit")
 	// Nothing was created by the refused spawns.
 	if n := len(list(t, p, false)); n != 3 {
 		t.Fatalf("root lists %d subagents, want 3", n)
@@ -142,7 +143,7 @@ func TestDepthLimit(t *testing.T) {
 
 func list(t testing.TB, c *client.Client, runningOnly bool) []msg.SubagentRecord {
 	t.Helper()
-	r, err := c.SubagentList(ctxT(t), &msg.SubagentListReq{RunningOnly: runningOnly})
+	r, err := c.SubagentList(aeptest.Context(t), &msg.SubagentListReq{RunningOnly: runningOnly})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,29 +157,29 @@ func TestStepLimit(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			h := newHost(t, nil, nil)
 			p := root(t, h)
-			r := spawn(t, p, &msg.SubagentSpawnReq{Name: "s", MaxSteps: ptr(3)})
+			r := spawn(t, p, &msg.SubagentSpawnReq{Name: "s", MaxSteps: aeptest.Ptr(3)})
 			c := child(t, h, tr, r)
-			if _, err := c.Ping(ctxT(t), &msg.Ping{}); err != nil {
+			if _, err := c.Ping(aeptest.Context(t), &msg.Ping{}); err != nil {
 				t.Fatal(err)
 			}
 			for i := range 3 {
-				if _, err := c.SessionInfo(ctxT(t), &msg.SessionInfoReq{}); err != nil {
+				if _, err := c.SessionInfo(aeptest.Context(t), &msg.SessionInfoReq{}); err != nil {
 					t.Fatalf("step %d: %v", i+1, err)
 				}
 			}
-			_, err := c.SessionInfo(ctxT(t), &msg.SessionInfoReq{})
-			we := wantErr(t, err, wire.CodeRuntimeError, "step_limit")
+			_, err := c.SessionInfo(aeptest.Context(t), &msg.SessionInfoReq{})
+			we := aeptest.WantReason(t, err, wire.CodeRuntimeError, "step_limit")
 			if fmt.Sprint(we.Detail.(map[string]any)["limit"]) != "3" {
 				t.Fatalf("detail %v", we.Detail)
 			}
-			_, err = c.MemoryInit(ctxT(t), &msg.MemoryInitReq{})
-			wantErr(t, err, wire.CodeRuntimeError, "step_limit")
+			_, err = c.MemoryInit(aeptest.Context(t), &msg.MemoryInitReq{})
+			aeptest.WantReason(t, err, wire.CodeRuntimeError, "step_limit")
 			if st := status(t, p, r.SubagentID); st.Steps != 3 || st.Status != "running" {
 				t.Fatalf("status %+v", st)
 			}
 			// The parent itself has no step limit.
 			for range 5 {
-				if _, err := p.SessionInfo(ctxT(t), &msg.SessionInfoReq{}); err != nil {
+				if _, err := p.SessionInfo(aeptest.Context(t), &msg.SessionInfoReq{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -191,24 +192,23 @@ func TestSpawnRefused(t *testing.T) {
 	h := newHost(t, &subagents.Plugin{MaxSteps: 100, DefaultMaxSteps: 10, MaxChildren: 2}, nil)
 	p := root(t, h)
 	for _, tc := range []struct {
-		name   string
-		req    *msg.SubagentSpawnReq
-		code   wire.Code
-		reason string
+		name string
+		req  *msg.SubagentSpawnReq
+		code wire.Code
 	}{
-		{"capability not held", &msg.SubagentSpawnReq{Name: "x", Capabilities: []string{"memory", "proc"}}, wire.CodeSchemaViolation, ""},
-		{"steps over ceiling", &msg.SubagentSpawnReq{Name: "x", MaxSteps: ptr(101)}, wire.CodeSchemaViolation, ""},
-		{"empty name", &msg.SubagentSpawnReq{Name: ""}, wire.CodeSchemaViolation, ""},
+		{"capability not held", &msg.SubagentSpawnReq{Name: "x", Capabilities: []string{"memory", "proc"}}, wire.CodeSchemaViolation},
+		{"steps over ceiling", &msg.SubagentSpawnReq{Name: "x", MaxSteps: aeptest.Ptr(101)}, wire.CodeSchemaViolation},
+		{"empty name", &msg.SubagentSpawnReq{Name: ""}, wire.CodeSchemaViolation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := p.SubagentSpawn(ctxT(t), tc.req)
-			wantErr(t, err, tc.code, tc.reason)
+			_, err := p.SubagentSpawn(aeptest.Context(t), tc.req)
+			aeptest.WantError(t, err, tc.code, "")
 		})
 	}
 	spawn(t, p, &msg.SubagentSpawnReq{Name: "a"})
 	spawn(t, p, &msg.SubagentSpawnReq{Name: "b"})
-	_, err := p.SubagentSpawn(ctxT(t), &msg.SubagentSpawnReq{Name: "c"})
-	wantErr(t, err, wire.CodeRuntimeError, "children_limit")
+	_, err := p.SubagentSpawn(aeptest.Context(t), &msg.SubagentSpawnReq{Name: "c"})
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "children_limit")
 	if n := len(list(t, p, false)); n != 2 {
 		t.Fatalf("%d records, want 2", n)
 	}
@@ -223,7 +223,7 @@ func TestCapabilitySubset(t *testing.T) {
 		t.Fatalf("caps %v", r.Subagent.Capabilities)
 	}
 	c := inprocJSON.dial(t, h, r.SubagentID)
-	hs, err := c.Handshake(ctxT(t), "m", r.AuthToken, "memory", "subagents")
+	hs, err := c.Handshake(aeptest.Context(t), "m", r.AuthToken, "memory", "subagents")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,8 +231,8 @@ func TestCapabilitySubset(t *testing.T) {
 	if !reflect.DeepEqual(hs.AcceptedCaps, want) {
 		t.Fatalf("accepted %+v", hs.AcceptedCaps)
 	}
-	_, err = c.SubagentList(ctxT(t), &msg.SubagentListReq{})
-	wantErr(t, err, wire.CodeCapabilityMissing, "")
+	_, err = c.SubagentList(aeptest.Context(t), &msg.SubagentListReq{})
+	aeptest.WantError(t, err, wire.CodeCapabilityMissing, "")
 }
 
 // Tokens: a child's token opens that child only — not a top-level session
@@ -248,11 +248,11 @@ func TestChildTokens(t *testing.T) {
 	}
 	refused := func(c *client.Client, tok, what string) {
 		t.Helper()
-		hs, err := c.Handshake(ctxT(t), "x", tok, "memory")
+		hs, err := c.Handshake(aeptest.Context(t), "x", tok, "memory")
 		if hs == nil || hs.Ok {
 			t.Fatalf("%s: handshake accepted (%v)", what, err)
 		}
-		wantErr(t, err, wire.CodeUnauthorized, "")
+		aeptest.WantError(t, err, wire.CodeUnauthorized, "")
 	}
 	top, err := client.InProcess(h, client.JSON, nil)
 	if err != nil {
@@ -261,15 +261,15 @@ func TestChildTokens(t *testing.T) {
 	defer top.Close()
 	refused(top, a.AuthToken, "child token on a top-level session")
 	// The parent's own (live) session does not take it either.
-	_, err = p.Handshake(ctxT(t), "x", a.AuthToken, "memory")
-	wantErr(t, err, wire.CodeSchemaViolation, "")
+	_, err = p.Handshake(aeptest.Context(t), "x", a.AuthToken, "memory")
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 
 	cb := inprocJSON.dial(t, h, b.SubagentID)
 	refused(cb, a.AuthToken, "sibling's token")
 	refused(cb, token, "host token on a child")
 	child(t, h, inprocJSON, a)
 	// b still waits and still takes its own token after the refusals.
-	if hs, err := cb.Handshake(ctxT(t), "b", b.AuthToken, "memory"); err != nil || !hs.Ok {
+	if hs, err := cb.Handshake(aeptest.Context(t), "b", b.AuthToken, "memory"); err != nil || !hs.Ok {
 		t.Fatalf("b's own token: %+v %v", hs, err)
 	}
 	// A live child cannot be attached to again.
@@ -296,20 +296,20 @@ func TestTerminateCascade(t *testing.T) {
 
 	// Visibility: c knows neither its sibling nor its parent.
 	for _, id := range []string{ra.SubagentID, rb.SubagentID, p.SessionID()} {
-		_, err := cc.SubagentTerminate(ctxT(t), &msg.SubagentTerminateReq{SubagentID: id})
-		wantErr(t, err, wire.CodeSchemaViolation, "")
-		_, err = cc.SubagentStatus(ctxT(t), &msg.SubagentStatusReq{SubagentID: id})
-		wantErr(t, err, wire.CodeSchemaViolation, "")
+		_, err := cc.SubagentTerminate(aeptest.Context(t), &msg.SubagentTerminateReq{SubagentID: id})
+		aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
+		_, err = cc.SubagentStatus(aeptest.Context(t), &msg.SubagentStatusReq{SubagentID: id})
+		aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 	}
 	if got := len(list(t, ca, false)); got != 2 {
 		t.Fatalf("a lists %d, want its 2", got)
 	}
-	st, err := p.SubagentStatus(ctxT(t), &msg.SubagentStatusReq{SubagentID: ra.SubagentID})
+	st, err := p.SubagentStatus(aeptest.Context(t), &msg.SubagentStatusReq{SubagentID: ra.SubagentID})
 	if err != nil || !reflect.DeepEqual(st.Children, []string{rb.SubagentID, rw.SubagentID}) {
 		t.Fatalf("status of a: %+v %v", st, err)
 	}
 
-	tr, err := p.SubagentTerminate(ctxT(t), &msg.SubagentTerminateReq{SubagentID: ra.SubagentID, Reason: ptr("done")})
+	tr, err := p.SubagentTerminate(aeptest.Context(t), &msg.SubagentTerminateReq{SubagentID: ra.SubagentID, Reason: aeptest.Ptr("done")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestTerminateCascade(t *testing.T) {
 	waitDone(t, ca, "a")
 	waitDone(t, cb, "b")
 	// The sibling runs on.
-	if _, err := cc.SessionInfo(ctxT(t), &msg.SessionInfoReq{}); err != nil {
+	if _, err := cc.SessionInfo(aeptest.Context(t), &msg.SessionInfoReq{}); err != nil {
 		t.Fatalf("sibling: %v", err)
 	}
 	if s := status(t, p, rc.SubagentID); s.Status != "running" {
@@ -336,7 +336,7 @@ func TestTerminateCascade(t *testing.T) {
 		t.Fatalf("running %+v", running)
 	}
 	// Terminating again changes nothing.
-	tr, err = p.SubagentTerminate(ctxT(t), &msg.SubagentTerminateReq{SubagentID: ra.SubagentID})
+	tr, err = p.SubagentTerminate(aeptest.Context(t), &msg.SubagentTerminateReq{SubagentID: ra.SubagentID})
 	if err != nil || len(tr.Terminated) != 0 {
 		t.Fatalf("second terminate: %+v %v", tr, err)
 	}
@@ -373,7 +373,7 @@ func TestParentCloseCascades(t *testing.T) {
 		// silent meanwhile and stays, because its child's requests count.
 		for range 8 {
 			time.Sleep(100 * time.Millisecond)
-			if _, err := ca.SessionInfo(ctxT(t), &msg.SessionInfoReq{}); err != nil {
+			if _, err := ca.SessionInfo(aeptest.Context(t), &msg.SessionInfoReq{}); err != nil {
 				t.Fatalf("child request: %v", err)
 			}
 		}
@@ -402,7 +402,7 @@ func TestReachChild(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			r := spawn(t, p, &msg.SubagentSpawnReq{Name: tr.name, MemoryScope: "shared"})
 			c := child(t, h, tr, r)
-			info, err := c.SessionInfo(ctxT(t), &msg.SessionInfoReq{})
+			info, err := c.SessionInfo(aeptest.Context(t), &msg.SessionInfoReq{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -423,7 +423,7 @@ func TestReachChild(t *testing.T) {
 				t.Fatalf("status %+v", s)
 			}
 			// Shutdown of the child ends it; the record says so.
-			if err := c.Shutdown(ctxT(t), 1); err != nil {
+			if err := c.Shutdown(aeptest.Context(t), 1); err != nil {
 				t.Fatal(err)
 			}
 			waitGone(t, h, r.SubagentID)
@@ -444,17 +444,17 @@ func TestSnapshotRecordsTree(t *testing.T) {
 	ca := child(t, h, inprocJSON, ra)
 	rb := spawn(t, ca, &msg.SubagentSpawnReq{Name: "b"})
 	rt := spawn(t, p, &msg.SubagentSpawnReq{Name: "t"})
-	if _, err := p.SubagentTerminate(ctxT(t), &msg.SubagentTerminateReq{SubagentID: rt.SubagentID, Reason: ptr("not needed")}); err != nil {
+	if _, err := p.SubagentTerminate(aeptest.Context(t), &msg.SubagentTerminateReq{SubagentID: rt.SubagentID, Reason: aeptest.Ptr("not needed")}); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := p.SessionSnapshot(ctxT(t), &msg.SessionSnapshotReq{Target: "file"})
+	snap, err := p.SessionSnapshot(aeptest.Context(t), &msg.SessionSnapshotReq{Target: "file"})
 	if err != nil {
 		t.Fatalf("snapshot: %v", err) // the kernel refuses one holding a child's token
 	}
 
 	p2 := root(t, h)
 	live := spawn(t, p2, &msg.SubagentSpawnReq{Name: "live"})
-	if _, err := p2.SessionRestore(ctxT(t), &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+	if _, err := p2.SessionRestore(aeptest.Context(t), &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]msg.SubagentRecord{}
@@ -481,7 +481,7 @@ func TestSnapshotRecordsTree(t *testing.T) {
 		t.Errorf("fields lost: %+v %+v", got["a"], got["b"])
 	}
 	// A restored record cannot be terminated into anything, and is not a session.
-	tr, err := p2.SubagentTerminate(ctxT(t), &msg.SubagentTerminateReq{SubagentID: ra.SubagentID})
+	tr, err := p2.SubagentTerminate(aeptest.Context(t), &msg.SubagentTerminateReq{SubagentID: ra.SubagentID})
 	if err != nil || len(tr.Terminated) != 0 {
 		t.Fatalf("terminate restored: %+v %v", tr, err)
 	}
@@ -504,17 +504,16 @@ func TestSpawnAbortedByObserver(t *testing.T) {
 	if !errors.Is(err, wire.ErrInvalid) {
 		t.Fatalf("bad scope: %v", err)
 	}
+	// The refuser serves no capability, so its entry has no type: the
+	// kernel refuses a type that no handler of the module serves.
 	obs := &refuser{}
-	h2, err := server.New(context.Background(), func() server.Config { c := server.Defaults(); c.Server.AuthToken = token; return c }(),
-		server.WithPlugin(server.PluginSpec{Name: "subagents", Type: "subagents", Impl: &subagents.Plugin{}}),
-		server.WithPlugin(server.PluginSpec{Name: "refuser", Type: "refuser", Impl: obs}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h2.Close(context.Background())
+	h2 := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
+		aeptest.Plugin("subagents", &subagents.Plugin{}),
+		{Name: "refuser", Impl: obs},
+	})
 	c := root(t, h2, "subagents")
-	_, err = c.SubagentSpawn(ctxT(t), &msg.SubagentSpawnReq{Name: "x"})
-	wantErr(t, err, wire.CodeRuntimeError, "")
+	_, err = c.SubagentSpawn(aeptest.Context(t), &msg.SubagentSpawnReq{Name: "x"})
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "")
 	if obs.child == "" {
 		t.Fatal("observer not called")
 	}
