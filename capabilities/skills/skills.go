@@ -99,9 +99,6 @@ type Plugin struct {
 // the folder named, and so does a sandbox that cannot work here.
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	p.log = env.Logger
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
 	if _, err := sandbox.Mechanism(p.SandboxMode); err != nil {
 		return err
 	}

@@ -3,14 +3,13 @@ package skills_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/aephost/aep/internal/aeptest"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aephost/aep/capabilities/skills"
 	"github.com/aephost/aep/capabilities/toolkits"
@@ -20,14 +19,6 @@ import (
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
 )
-
-const token = "secret"
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // needSandbox: skills always run sandboxed; bwrap must be there under CI.
 func needSandbox(t testing.TB) {
@@ -49,44 +40,19 @@ func newHost(t testing.TB, p *skills.Plugin) *server.Host {
 		p.Dir = "testdata/skills"
 	}
 	p.WorkRoot = t.TempDir()
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = token
-	h, err := server.New(context.Background(), cfg, server.WithPlugin(server.PluginSpec{Name: "skills", Type: "skills", Impl: p}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(context.Background()) })
-	return h
+	return aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{aeptest.Plugin("skills", p)})
 }
 
 func connect(t testing.TB, h *server.Host) *client.Client {
 	t.Helper()
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Handshake(context.Background(), "agent", token, "skills"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func wantErr(t testing.TB, err error, code wire.Code, sub string) *wire.Error {
-	t.Helper()
-	var we *wire.Error
-	if !errors.As(err, &we) || we.Code != code || !strings.Contains(we.Message, sub) {
-		t.Fatalf("want %s error containing %q, got %v", code, sub, err)
-	}
-	return we
+	return aeptest.Connect(t, h, "skills")
 }
 
 func raw(s string) *json.RawMessage { r := json.RawMessage(s); return &r }
-func ptr[T any](v T) *T             { return &v }
 
 func TestDiscoverAndVersions(t *testing.T) {
 	c := connect(t, newHost(t, &skills.Plugin{}))
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	names := func(ds []msg.SkillDefinition) string {
 		var out []string
 		for _, d := range ds {
@@ -100,8 +66,8 @@ func TestDiscoverAndVersions(t *testing.T) {
 		want string
 	}{
 		{"newest by semver, not by text", msg.SkillDiscoverReq{FilterTags: []string{"demo"}}, "echo@1.10.0"},
-		{"every version of a name", msg.SkillDiscoverReq{Name: ptr("echo")}, "echo@1.10.0 echo@1.9.0 echo@1.2.0"},
-		{"one version", msg.SkillDiscoverReq{Name: ptr("echo"), Version: ptr("1.9.0")}, "echo@1.9.0"},
+		{"every version of a name", msg.SkillDiscoverReq{Name: aeptest.Ptr("echo")}, "echo@1.10.0 echo@1.9.0 echo@1.2.0"},
+		{"one version", msg.SkillDiscoverReq{Name: aeptest.Ptr("echo"), Version: aeptest.Ptr("1.9.0")}, "echo@1.9.0"},
 		{"tags match any", msg.SkillDiscoverReq{FilterTags: []string{"db", "broken"}}, "badout@1.0.0 needs-sql@1.0.0 notjson@1.0.0"},
 		{"unknown tag", msg.SkillDiscoverReq{FilterTags: []string{"nope"}}, ""},
 	}
@@ -125,8 +91,8 @@ func TestDiscoverAndVersions(t *testing.T) {
 	if err != nil || g.Skill.Version != "1.10.0" || g.Skill.Instructions == nil || *g.Skill.Instructions == "" {
 		t.Fatalf("get: %+v %v", g, err)
 	}
-	_, err = c.SkillGet(ctx, &msg.SkillGetReq{Name: "echo", Version: ptr("2.0.0")})
-	wantErr(t, err, wire.CodeSchemaViolation, "have 1.10.0, 1.9.0, 1.2.0")
+	_, err = c.SkillGet(ctx, &msg.SkillGetReq{Name: "echo", Version: aeptest.Ptr("2.0.0")})
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "have 1.10.0, 1.9.0, 1.2.0")
 }
 
 func TestBadManifestStopsTheHost(t *testing.T) {
@@ -142,9 +108,7 @@ func TestBadManifestStopsTheHost(t *testing.T) {
 			os.Mkdir(filepath.Join(dir, "x"), 0o755)
 			os.WriteFile(filepath.Join(dir, "x", skills.ManifestFile), []byte(cs.manifest), 0o644)
 			p := &skills.Plugin{Dir: dir, WorkRoot: t.TempDir()}
-			cfg := server.Defaults()
-			cfg.Server.AuthToken = token
-			_, err := server.New(context.Background(), cfg, server.WithPlugin(server.PluginSpec{Name: "skills", Type: "skills", Impl: p}))
+			_, err := server.New(context.Background(), aeptest.Config(nil), server.WithPlugin(server.PluginSpec{Name: "skills", Type: "skills", Impl: p}))
 			if err == nil || !strings.Contains(err.Error(), cs.want) || !strings.Contains(err.Error(), "folder x") {
 				t.Fatalf("got %v, want an error about %q naming the folder", err, cs.want)
 			}
@@ -161,7 +125,7 @@ func TestCallEventsInOrder(t *testing.T) {
 		t.Run("version="+version, func(t *testing.T) {
 			var seen []string
 			replied := false
-			ctx := client.WithEvents(ctxT(t), func(e client.Event) {
+			ctx := client.WithEvents(aeptest.Context(t), func(e client.Event) {
 				if replied {
 					t.Error("event after the reply")
 				}
@@ -206,14 +170,14 @@ func TestCallEventsInOrder(t *testing.T) {
 func TestCallFailures(t *testing.T) {
 	needSandbox(t)
 	c := connect(t, newHost(t, &skills.Plugin{}))
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	// Input violations are schema_violation errors naming the field; nothing runs.
 	for _, args := range []string{`{}`, `{"text": 5}`, `{"text":"x","extra":1}`, `[1]`} {
 		_, err := c.SkillCall(ctx, &msg.SkillCallReq{Name: "echo", Arguments: raw(args)})
-		wantErr(t, err, wire.CodeSchemaViolation, "input_schema")
+		aeptest.WantError(t, err, wire.CodeSchemaViolation, "input_schema")
 	}
 	_, err := c.SkillCall(ctx, &msg.SkillCallReq{Name: "nope"})
-	wantErr(t, err, wire.CodeSchemaViolation, "unknown skill")
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown skill")
 	// Output that is not valid is a failed result.
 	for name, sub := range map[string]string{"badout": "output_schema at /", "notjson": "not JSON"} {
 		r, err := c.SkillCall(ctx, &msg.SkillCallReq{Name: name})
@@ -229,8 +193,8 @@ func TestCallFailures(t *testing.T) {
 func TestMissingToolkit(t *testing.T) {
 	p := &skills.Plugin{}
 	c := connect(t, newHost(t, p))
-	_, err := c.SkillCall(ctxT(t), &msg.SkillCallReq{Name: "needs-sql"})
-	we := wantErr(t, err, wire.CodeCapabilityMissing, "needs toolkit(s) not configured in this session: sql")
+	_, err := c.SkillCall(aeptest.Context(t), &msg.SkillCallReq{Name: "needs-sql"})
+	we := aeptest.WantError(t, err, wire.CodeCapabilityMissing, "needs toolkit(s) not configured in this session: sql")
 	if we.Capability != "toolkits" {
 		t.Fatalf("capability %q", we.Capability)
 	}
@@ -267,10 +231,10 @@ func TestSandboxOutcomes(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			c := connect(t, newHost(t, &skills.Plugin{SandboxMode: mode}))
-			ctx := ctxT(t)
+			ctx := aeptest.Context(t)
 			for name, code := range map[string]wire.Code{"hog": wire.CodeOutOfMemory, "spin": wire.CodeTimeout, "segv": wire.CodeSandboxCrash} {
 				_, err := c.SkillCall(ctx, &msg.SkillCallReq{Name: name})
-				wantErr(t, err, code, name)
+				aeptest.WantError(t, err, code, name)
 			}
 			r, err := c.SkillCall(ctx, &msg.SkillCallReq{Name: "escape", Arguments: raw(fmt.Sprintf(`{"target":%q}`, filepath.Join(outside, "x")))})
 			if err != nil || !r.Result.Success {
@@ -306,36 +270,24 @@ func ptrBool(b bool) *bool { return &b }
 // before anything runs; once the session configures it, the skill runs.
 func TestToolkitNotConfigured(t *testing.T) {
 	p := &skills.Plugin{Dir: "testdata/skills", WorkRoot: t.TempDir()}
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = token
-	h, err := server.New(context.Background(), cfg, server.WithDataDir(t.TempDir()),
-		server.WithPlugin(server.PluginSpec{Name: "skills", Type: "skills", Impl: p}),
-		server.WithPlugin(server.PluginSpec{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(context.Background()) })
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if _, err := c.Handshake(ctxT(t), "agent", token, "skills", "toolkits"); err != nil {
-		t.Fatal(err)
-	}
+	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
+		aeptest.Plugin("skills", p),
+		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
+	}, server.WithDataDir(t.TempDir()))
+	c := aeptest.Connect(t, h, "skills", "toolkits")
 	// Refused before anything runs: no work directory is created.
-	_, err = c.SkillCall(ctxT(t), &msg.SkillCallReq{Name: "needs-sql"})
-	wantErr(t, err, wire.CodeCapabilityMissing, "not configured in this session: sql")
+	_, err := c.SkillCall(aeptest.Context(t), &msg.SkillCallReq{Name: "needs-sql"})
+	aeptest.WantError(t, err, wire.CodeCapabilityMissing, "not configured in this session: sql")
 	if entries, _ := os.ReadDir(p.WorkRoot); len(entries) != 0 {
 		t.Fatalf("the skill started before its toolkit was configured: %v", entries)
 	}
 
-	r, err := c.ToolkitConfigure(ctxT(t), &msg.ToolkitConfigureReq{ToolkitName: "sql",
+	r, err := c.ToolkitConfigure(aeptest.Context(t), &msg.ToolkitConfigureReq{ToolkitName: "sql",
 		Config: map[string]any{"driver": "sqlite", "database": "skills.db", "mode": "read_write"}})
 	if err != nil || r.Status != "ok" {
 		t.Fatalf("configure: %v %+v", err, r)
 	}
-	res, err := c.SkillCall(ctxT(t), &msg.SkillCallReq{Name: "needs-sql"})
+	res, err := c.SkillCall(aeptest.Context(t), &msg.SkillCallReq{Name: "needs-sql"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package skills_test
 
 import (
 	"fmt"
+	"github.com/aephost/aep/internal/aeptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +39,7 @@ func TestResultLimitsAndDuration(t *testing.T) {
 	c := connect(t, newHost(t, &skills.Plugin{Dir: dir}))
 	call := func(name string) msg.SkillResult {
 		t.Helper()
-		r, err := c.SkillCall(ctxT(t), &msg.SkillCallReq{Name: name, Streaming: ptrBool(false)})
+		r, err := c.SkillCall(aeptest.Context(t), &msg.SkillCallReq{Name: name, Streaming: ptrBool(false)})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
