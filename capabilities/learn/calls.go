@@ -40,10 +40,11 @@ func newIngest(db *ent.Client, log *slog.Logger) *ingest {
 
 // componentOf maps an audit record to the component it called: the kind is
 // the namespace of the request type (tool/call/req → tool), the name its
-// target. Records without a target (learn/*, env/*, declines) are no call
-// of a component.
+// target. Records without a target (learn/*, env/*), declines and the
+// kernel's fallback answer (no plugin ran: an unknown tool's UNKNOWN_TOOL)
+// are no call of a component (docs/learn.md, Stats).
 func componentOf(r server.AuditRecord) (kind, name string, ok bool) {
-	if r.Target == "" || r.Declined {
+	if r.Target == "" || r.Declined || r.Plugin == "" {
 		return "", "", false
 	}
 	return wire.NamespaceOf(r.Type), r.Target, true

@@ -3,12 +3,11 @@ package learn_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"github.com/aephost/aep/internal/aeptest"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aephost/aep/capabilities/learn"
 	"github.com/aephost/aep/capabilities/tools"
@@ -16,16 +15,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
-	"github.com/aephost/aep/wire"
 )
-
-const token = "secret"
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // testHost is a host with a real SQLite store and data directory under dir,
 // serving the built-in tools and the learn plugin.
@@ -69,9 +59,7 @@ func startHostDSN(t testing.TB, dir, dsn string) (th *testHost, close func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = token
-	h, err := server.New(ctx, cfg, server.WithStore(st), server.WithDataDir(dir),
+	h, err := server.New(ctx, aeptest.Config(nil), server.WithStore(st), server.WithDataDir(dir),
 		server.WithPlugin(server.PluginSpec{Name: "tools", Type: "tools", Impl: &tools.Plugin{Root: filepath.Join(dir, "ws")}}),
 		server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{}}))
 	if err != nil {
@@ -98,40 +86,18 @@ func startHostDSN(t testing.TB, dir, dsn string) (th *testHost, close func()) {
 
 func connect(t testing.TB, h *server.Host, caps ...string) *client.Client {
 	t.Helper()
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(caps) == 0 {
 		caps = []string{"learn", "tools"}
 	}
-	if _, err := c.Handshake(context.Background(), "agent", token, caps...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return aeptest.Connect(t, h, caps...)
 }
-
-// wantErr checks that err is a protocol error with code whose message contains sub.
-func wantErr(t testing.TB, err error, code wire.Code, sub string) {
-	t.Helper()
-	var we *wire.Error
-	if !errors.As(err, &we) {
-		t.Fatalf("want %s error containing %q, got %v", code, sub, err)
-	}
-	if we.Code != code || !strings.Contains(we.Message, sub) {
-		t.Fatalf("want %s error containing %q, got %s: %s", code, sub, we.Code, we.Message)
-	}
-}
-
-func ptr[T any](v T) *T { return &v }
 
 func tool(name string) *msg.Component { return &msg.Component{Kind: "tool", Name: name} }
 
 // feedback sends one learn/feedback/req and fails the test on error.
 func feedback(t testing.TB, c *client.Client, fbs ...msg.Feedback) *msg.LearnFeedbackResp {
 	t.Helper()
-	r, err := c.LearnFeedback(ctxT(t), &msg.LearnFeedbackReq{Feedbacks: fbs})
+	r, err := c.LearnFeedback(aeptest.Context(t), &msg.LearnFeedbackReq{Feedbacks: fbs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +108,9 @@ func feedback(t testing.TB, c *client.Client, fbs ...msg.Feedback) *msg.LearnFee
 func fb(n int, typ msg.FeedbackType, name, context string) []msg.Feedback {
 	out := make([]msg.Feedback, n)
 	for i := range out {
-		out[i] = msg.Feedback{Type: typ, Component: tool(name), Context: ptr(context)}
+		out[i] = msg.Feedback{Type: typ, Component: tool(name), Context: aeptest.Ptr(context)}
 		if typ == msg.FeedbackTypeCORRECTIVE {
-			out[i].Correction = ptr("use a narrower pattern")
+			out[i].Correction = aeptest.Ptr("use a narrower pattern")
 		}
 	}
 	return out
@@ -155,7 +121,7 @@ func exportAll(t testing.TB, c *client.Client, what msg.LearnExportReqWhat, limi
 	t.Helper()
 	var cursor *string
 	for {
-		r, err := c.LearnExport(ctxT(t), &msg.LearnExportReq{What: what, Limit: ptr(limit), Cursor: cursor})
+		r, err := c.LearnExport(aeptest.Context(t), &msg.LearnExportReq{What: what, Limit: aeptest.Ptr(limit), Cursor: cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +164,7 @@ func rankNames(r *msg.LearnRankResp) []string {
 // stats returns learn/stats of kind "tool" keyed by name.
 func statsByName(t testing.TB, c *client.Client) map[string]msg.ComponentStats {
 	t.Helper()
-	r, err := c.LearnStats(ctxT(t), &msg.LearnStatsReq{Kind: ptr("tool")})
+	r, err := c.LearnStats(aeptest.Context(t), &msg.LearnStatsReq{Kind: aeptest.Ptr("tool")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"github.com/aephost/aep/internal/aeptest"
 	"math"
 	"os"
 	"path/filepath"
@@ -38,7 +39,7 @@ func TestFeedbackWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pipe.Close()
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	// Agent lines are checked by the recorder where they are valid; the
 	// invalid ones are checked against the schemas below.
 	send := func(line string) map[string]any {
@@ -57,7 +58,7 @@ func TestFeedbackWire(t *testing.T) {
 		}
 		return m
 	}
-	if r := send(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["learning"],"auth_token":"secret"}`); r["ok"] != true {
+	if r := send(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["learning"],"auth_token":"`+aeptest.Token+`"}`); r["ok"] != true {
 		t.Fatalf("handshake: %v", r)
 	}
 	checker, err := conformance.Module()
@@ -164,14 +165,14 @@ func TestFeedbackWire(t *testing.T) {
 func TestExperienceBatches(t *testing.T) {
 	th, _ := startHost(t, t.TempDir())
 	c := connect(t, th.h)
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	tr := func(ep string, step int, reward float64, term, trunc bool) msg.Experience {
 		return msg.Experience{
 			State: json.RawMessage(`{"pos":` + itoa(step) + `}`), Action: json.RawMessage(`"right"`), Reward: reward,
 			NextState: json.RawMessage(`{"pos":` + itoa(step+1) + `}`), Terminated: term, Truncated: trunc, EpisodeID: ep, Step: step,
 		}
 	}
-	b1, err := c.LearnExperience(ctx, &msg.LearnExperienceReq{EnvName: ptr("counter"), Experiences: []msg.Experience{
+	b1, err := c.LearnExperience(ctx, &msg.LearnExperienceReq{EnvName: aeptest.Ptr("counter"), Experiences: []msg.Experience{
 		tr("ep1", 0, 0, false, false), tr("ep1", 1, 0.5, false, false), tr("ep1", 2, 1, true, false)}})
 	if err != nil {
 		t.Fatal(err)
@@ -186,9 +187,9 @@ func TestExperienceBatches(t *testing.T) {
 	}
 	// An empty batch and a negative step are refused, and store nothing.
 	_, err = c.LearnExperience(ctx, &msg.LearnExperienceReq{Experiences: []msg.Experience{}})
-	wantErr(t, err, wire.CodeSchemaViolation, "experiences")
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "experiences")
 	_, err = c.LearnExperience(ctx, &msg.LearnExperienceReq{Experiences: []msg.Experience{tr("ep3", -1, 0, false, false)}})
-	wantErr(t, err, wire.CodeSchemaViolation, "step")
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "step")
 
 	lines, pages := exportAll(t, c, "experience", 2)
 	if len(lines) != 5 || pages != 3 {
@@ -211,7 +212,7 @@ func TestExperienceBatches(t *testing.T) {
 	if lines[2]["terminated"] != true || lines[2]["reward"] != 1.0 || lines[0]["env_name"] != "counter" {
 		t.Fatalf("first batch: %v", lines[:3])
 	}
-	r, err := c.LearnExport(ctx, &msg.LearnExportReq{What: "experience", EpisodeID: ptr("ep1")})
+	r, err := c.LearnExport(ctx, &msg.LearnExportReq{What: "experience", EpisodeID: aeptest.Ptr("ep1")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 func TestRankingAdapts(t *testing.T) {
 	th, _ := startHost(t, t.TempDir())
 	c := connect(t, th.h)
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	var set []msg.Feedback
 	set = append(set, fb(4, msg.FeedbackTypePOSITIVE, "grep", "search")...)
 	set = append(set, fb(1, msg.FeedbackTypeNEGATIVE, "grep", "search")...)
@@ -241,7 +242,7 @@ func TestRankingAdapts(t *testing.T) {
 
 	rankIn := func(context string, strategy msg.LearnRankReqStrategy, extra func(*msg.LearnRankReq)) *msg.LearnRankResp {
 		t.Helper()
-		req := &msg.LearnRankReq{Context: ptr(context), Strategy: strategy}
+		req := &msg.LearnRankReq{Context: aeptest.Ptr(context), Strategy: strategy}
 		if extra != nil {
 			extra(req)
 		}
@@ -271,7 +272,7 @@ func TestRankingAdapts(t *testing.T) {
 		}
 	}
 	// Without exploration UCB1 is greedy.
-	if got := rankNames(rankIn("search", "ucb1", func(r *msg.LearnRankReq) { r.Exploration = ptr(0.0) })); !reflect.DeepEqual(got, []string{"grep", "ls", "find"}) {
+	if got := rankNames(rankIn("search", "ucb1", func(r *msg.LearnRankReq) { r.Exploration = aeptest.Ptr(0.0) })); !reflect.DeepEqual(got, []string{"grep", "ls", "find"}) {
 		t.Fatalf("ucb1 c=0: %v", got)
 	}
 	// An untried candidate comes first under UCB1 and last under greedy.
@@ -294,7 +295,9 @@ func TestRankingAdapts(t *testing.T) {
 	}
 	// Thompson sampling: one seed gives one ranking; with clearly separated
 	// arms the best is sampled first for every seed tried.
-	seeded := func(seed int) func(*msg.LearnRankReq) { return func(r *msg.LearnRankReq) { r.Seed = ptr(seed) } }
+	seeded := func(seed int) func(*msg.LearnRankReq) {
+		return func(r *msg.LearnRankReq) { r.Seed = aeptest.Ptr(seed) }
+	}
 	if a, b := rankIn("search", "thompson", seeded(7)), rankIn("search", "thompson", seeded(7)); !reflect.DeepEqual(a, b) {
 		t.Fatalf("thompson with one seed differs: %v %v", a, b)
 	}
@@ -317,7 +320,7 @@ func TestRankingAdapts(t *testing.T) {
 
 	// learn/adapt rebuilds the same weights from the feedback log; with a
 	// half-life, old feedback weighs less (pulls shrink below the count).
-	ad, err := c.LearnAdapt(ctx, &msg.LearnAdaptReq{Context: ptr("search")})
+	ad, err := c.LearnAdapt(ctx, &msg.LearnAdaptReq{Context: aeptest.Ptr("search")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +336,7 @@ func TestRankingAdapts(t *testing.T) {
 		t.Fatalf("greedy after adapt: %v", got)
 	}
 	time.Sleep(20 * time.Millisecond)
-	ad, err = c.LearnAdapt(ctx, &msg.LearnAdaptReq{Context: ptr("search"), HalfLifeS: ptr(0.001)})
+	ad, err = c.LearnAdapt(ctx, &msg.LearnAdaptReq{Context: aeptest.Ptr("search"), HalfLifeS: aeptest.Ptr(0.001)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +347,7 @@ func TestRankingAdapts(t *testing.T) {
 	}
 	// Bad input is refused.
 	_, err = c.LearnRank(ctx, &msg.LearnRankReq{Strategy: "softmax"})
-	wantErr(t, err, wire.CodeSchemaViolation, "strategy")
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "strategy")
 }
 
 // TestStatsMatchAudit drives real tool calls through the built-in tools
@@ -353,12 +356,12 @@ func TestRankingAdapts(t *testing.T) {
 func TestStatsMatchAudit(t *testing.T) {
 	th, _ := startHost(t, t.TempDir())
 	c := connect(t, th.h)
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	call := func(name, corr string, args map[string]any) {
 		t.Helper()
 		req := &msg.ToolCallReq{ToolName: name, Arguments: args}
 		if corr != "" {
-			req.CorrelationID = ptr(corr)
+			req.CorrelationID = aeptest.Ptr(corr)
 		}
 		if _, err := c.ToolCall(ctx, req); err != nil {
 			t.Fatal(err)
@@ -375,7 +378,7 @@ func TestStatsMatchAudit(t *testing.T) {
 		call("run_command", "run-"+itoa(i), map[string]any{"argv": []any{"sleep", "0.03"}})
 	}
 	call("list_dir", "", map[string]any{"path": "."})
-	call("no_such_tool", "", nil) // declined by every plugin: no call of a component
+	call("no_such_tool", "", nil) // answered by the kernel's fallback (UNKNOWN_TOOL): no call of a component
 	const calls = 14
 
 	// The audit record of a call is written after its reply, so wait until
@@ -403,7 +406,9 @@ func TestStatsMatchAudit(t *testing.T) {
 	}
 	want := map[string]*figures{}
 	for _, r := range th.audit.all() {
-		if r.Type != "tool/call/req" || r.Declined {
+		// A call of a component is one a plugin answered: not a decline,
+		// nor the kernel's fallback (no plugin), which answers an unknown tool.
+		if r.Type != "tool/call/req" || r.Declined || r.Plugin == "" {
 			continue
 		}
 		f := want[r.Target]
@@ -424,7 +429,7 @@ func TestStatsMatchAudit(t *testing.T) {
 		t.Fatalf("audit records: %+v", want)
 	}
 	if _, ok := got["no_such_tool"]; ok {
-		t.Fatal("a declined call counted as a component call")
+		t.Fatal("a call of an unknown tool counted as a component call")
 	}
 	for name, w := range want {
 		s := got[name]
@@ -436,7 +441,7 @@ func TestStatsMatchAudit(t *testing.T) {
 		p95 := w.durs[int(math.Ceil(0.95*float64(len(w.durs))))-1]
 		if s.Calls != w.calls || s.Successes != w.ok || s.Failures != w.calls-w.ok ||
 			math.Abs(s.MeanDurationMs-sum/float64(w.calls)) > 1e-9 || s.P95DurationMs != p95 ||
-			s.LastCalled == nil || math.Abs(*s.LastCalled-float64(w.last.UnixNano())/1e9) > 1e-6 {
+			s.LastCalled == nil || math.Abs(*s.LastCalled-wire.Epoch(w.last)) > 1e-6 {
 			t.Fatalf("%s: stats %+v, audit %d calls %d ok mean %v p95 %v", name, s, w.calls, w.ok, sum/float64(w.calls), p95)
 		}
 	}
@@ -445,7 +450,7 @@ func TestStatsMatchAudit(t *testing.T) {
 	}
 
 	// Feedback naming a call by correlation_id rates that call's component.
-	r := feedback(t, c, msg.Feedback{Type: "NEGATIVE", CorrelationID: ptr("run-2")}, msg.Feedback{Type: "POSITIVE", Score: ptr(0.5), CorrelationID: ptr("run-3")})
+	r := feedback(t, c, msg.Feedback{Type: "NEGATIVE", CorrelationID: aeptest.Ptr("run-2")}, msg.Feedback{Type: "POSITIVE", Score: aeptest.Ptr(0.5), CorrelationID: aeptest.Ptr("run-3")})
 	if r.Linked != 2 || len(r.Weights) != 1 || r.Weights[0].Name != "run_command" || r.Weights[0].Pulls != 2 {
 		t.Fatalf("linked feedback: %+v", r)
 	}
@@ -471,7 +476,7 @@ func TestExportFile(t *testing.T) {
 	dir := t.TempDir()
 	th, _ := startHost(t, dir)
 	c := connect(t, th.h)
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	feedback(t, c, fb(7, msg.FeedbackTypePOSITIVE, "grep", "")...)
 	exps := make([]msg.Experience, 1200)
 	for i := range exps {
@@ -512,8 +517,8 @@ func TestExportFile(t *testing.T) {
 			t.Fatalf("%s file has %d lines, want %d", tc.what, n, tc.n)
 		}
 	}
-	_, err := c.LearnExport(ctx, &msg.LearnExportReq{What: "feedback", Cursor: ptr("x")})
-	wantErr(t, err, wire.CodeSchemaViolation, "cursor")
+	_, err := c.LearnExport(ctx, &msg.LearnExportReq{What: "feedback", Cursor: aeptest.Ptr("x")})
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, "cursor")
 }
 
 // TestPersistsAcrossRestart records feedback, experience and calls, stops
@@ -540,7 +545,7 @@ func testRestart(t *testing.T, dsn string) {
 	dir := t.TempDir()
 	th, stop := startHostDSN(t, dir, dsn)
 	c := connect(t, th.h)
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	feedback(t, c, append(fb(3, msg.FeedbackTypePOSITIVE, "grep", "search"), fb(2, msg.FeedbackTypeCORRECTIVE, "find", "search")...)...)
 	if _, err := c.LearnExperience(ctx, &msg.LearnExperienceReq{Experiences: []msg.Experience{
 		{State: json.RawMessage(`1`), Action: json.RawMessage(`2`), NextState: json.RawMessage(`3`), EpisodeID: "e", Reward: 1, Terminated: true}}}); err != nil {
@@ -554,7 +559,7 @@ func testRestart(t *testing.T, dsn string) {
 	rank := func(c interface {
 		LearnRank(context.Context, *msg.LearnRankReq) (*msg.LearnRankResp, error)
 	}) *msg.LearnRankResp {
-		r, err := c.LearnRank(ctx, &msg.LearnRankReq{Context: ptr("search"), Strategy: "ucb1"})
+		r, err := c.LearnRank(ctx, &msg.LearnRankReq{Context: aeptest.Ptr("search"), Strategy: "ucb1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -582,8 +587,7 @@ func testRestart(t *testing.T, dsn string) {
 // TestNeedsStore checks that the plugin refuses to start on a host without
 // a store rather than losing what it learns.
 func TestNeedsStore(t *testing.T) {
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = token
+	cfg := aeptest.Config(nil)
 	_, err := server.New(context.Background(), cfg, server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{}}))
 	if err == nil || !strings.Contains(err.Error(), "store") {
 		t.Fatalf("want a store error, got %v", err)

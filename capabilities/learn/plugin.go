@@ -59,9 +59,6 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	}
 	p.db = env.Store.Client
 	p.log = env.Logger
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
 	p.dataDir = env.DataDir
 	p.in = newIngest(p.db, p.log)
 	if env.Host != nil {

@@ -120,7 +120,7 @@ func (p *Plugin) stats(ctx context.Context, kind, name string) ([]msg.ComponentS
 			cs.Calls, cs.Successes, cs.Failures = f.calls, f.successes, f.calls-f.successes
 			cs.MeanDurationMs = f.sum / float64(f.calls)
 			cs.P95DurationMs = p95(f.durations)
-			last := float64(f.last.UnixNano()) / 1e9
+			last := wire.Epoch(f.last)
 			cs.LastCalled = &last
 		}
 		if f, ok := feedback[k]; ok {
@@ -243,8 +243,6 @@ type experienceLine struct {
 	TS         float64         `json:"ts"`
 }
 
-func epoch(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
-
 // exportPage appends up to limit records after id `after` as JSON lines and
 // returns the last id written and whether more follow.
 func (p *Plugin) exportPage(ctx context.Context, what, episode string, after, limit int, buf []byte) ([]byte, int, int, bool, error) {
@@ -267,7 +265,7 @@ func (p *Plugin) exportPage(ctx context.Context, what, episode string, after, li
 		for _, f := range rows {
 			lines = append(lines, feedbackLine{ID: f.ID, Type: f.Type, Score: f.Score, Component: msg.Component{Kind: f.Kind, Name: f.Name},
 				Context: f.Context, CorrelationID: f.CorrelationID, CallReqID: f.CallReqID, Correction: f.Correction, Comment: f.Comment,
-				Dimension: f.Dimension, Source: f.Source, EpisodeID: f.EpisodeID, SessionID: f.SessionID, TS: epoch(f.CreatedAt)})
+				Dimension: f.Dimension, Source: f.Source, EpisodeID: f.EpisodeID, SessionID: f.SessionID, TS: wire.Epoch(f.CreatedAt)})
 			last = f.ID
 		}
 	default:
@@ -285,7 +283,7 @@ func (p *Plugin) exportPage(ctx context.Context, what, episode string, after, li
 		for _, e := range rows {
 			lines = append(lines, experienceLine{ID: e.ID, BatchID: e.BatchID, EpisodeID: e.EpisodeID, Step: e.Step, State: e.State,
 				Action: e.Action, Reward: e.Reward, NextState: e.NextState, Terminated: e.Terminated, Truncated: e.Truncated,
-				Info: e.Info, EnvName: e.EnvName, SessionID: e.SessionID, TS: epoch(e.CreatedAt)})
+				Info: e.Info, EnvName: e.EnvName, SessionID: e.SessionID, TS: wire.Epoch(e.CreatedAt)})
 			last = e.ID
 		}
 	}
@@ -301,6 +299,10 @@ func (p *Plugin) exportPage(ctx context.Context, what, episode string, after, li
 	}
 	return buf, len(lines), last, more, nil
 }
+
+// errExportNoDataDir refuses to_file on a host without a data directory: a
+// setting of the host, which the agent can work around with pages.
+var errExportNoDataDir = wire.Reason("data_dir_unavailable", errors.New("learn: export to a file needs the host's data directory; export in pages instead"))
 
 // LearnExport returns one page of JSON Lines, or writes every matching
 // record to a file under the plugin's data directory.
@@ -333,7 +335,7 @@ func (p *Plugin) LearnExport(ctx context.Context, s wire.Scope, req *msg.LearnEx
 		return resp, nil
 	}
 	if p.dataDir == "" {
-		return nil, errors.New("learn: export to a file needs the host's data directory")
+		return nil, errExportNoDataDir
 	}
 	dir := filepath.Join(p.dataDir, "export")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
