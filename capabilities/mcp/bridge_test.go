@@ -15,6 +15,8 @@ import (
 
 	aepmcp "github.com/aephost/aep/capabilities/mcp"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
+	"github.com/aephost/aep/wire"
 )
 
 // Both MCP protocol versions mcp-go speaks, pinned on the server side, over
@@ -46,7 +48,7 @@ func TestProtocolVersions(t *testing.T) {
 		})
 		t.Run("stdio/"+v, func(t *testing.T) {
 			e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", v)}})
-			l, err := e.c.McpServerList(ctxT(t), &msg.MCPServerListReq{})
+			l, err := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +71,7 @@ func TestToolDefinitions(t *testing.T) {
 	if r := e.register(t, "d", hs.url()); !r.Ok {
 		t.Fatal(*r.Error)
 	}
-	l, err := e.c.ListTools(ctxT(t), &msg.ToolListReq{Tags: []string{"mcp"}})
+	l, err := e.c.ListTools(aeptest.Context(t), &msg.ToolListReq{Tags: []string{"mcp"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +144,7 @@ func TestCrashMidCallReconnects(t *testing.T) {
 	if r.Success || *r.ErrorCode != msg.ToolResultErrorCodeTOOLERROR || !strings.Contains(*r.Error, "reconnects") {
 		t.Fatalf("crash: %+v", r)
 	}
-	l, _ := e.c.McpServerList(ctxT(t), &msg.MCPServerListReq{})
+	l, _ := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
 	if l.Servers[0].Status != msg.MCPServerInfoStatusError || l.Servers[0].LastError == nil {
 		t.Fatalf("after crash: %+v", l.Servers[0])
 	}
@@ -254,7 +256,7 @@ func TestAllowLists(t *testing.T) {
 		t.Fatal("registered without an allowlist")
 	}
 	// Unregister forgets the session's server; configured ones stay.
-	u, err := e.c.McpServerUnregister(ctxT(t), &msg.MCPServerUnregisterReq{ServerID: "h"})
+	u, err := e.c.McpServerUnregister(aeptest.Context(t), &msg.MCPServerUnregisterReq{ServerID: "h"})
 	if err != nil || !u.Ok {
 		t.Fatalf("unregister: %+v %v", u, err)
 	}
@@ -296,7 +298,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 // Resources and prompts of a server, with the server's cursors.
 func TestResourcesAndPrompts(t *testing.T) {
 	e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", "")}})
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	rl, err := e.c.McpResourceList(ctx, &msg.MCPResourceListReq{ServerID: "s"})
 	if err != nil || len(rl.Resources) != 1 || rl.Resources[0].Uri != "mem://a" {
 		t.Fatalf("resources: %+v %v", rl, err)
@@ -323,7 +325,7 @@ func TestResourcesAndPrompts(t *testing.T) {
 func TestSnapshotRestoreReconnects(t *testing.T) {
 	hs := startHTTP(t, "h")
 	e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}})
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	if r, err := e.c.McpServerRegister(ctx, &msg.MCPServerRegisterReq{ServerID: "h", URL: hs.url(),
 		Headers: map[string]string{"Authorization": "Bearer CANARY-9d1"}, ToolAllowList: []string{"echo"}}); err != nil || !r.Ok {
 		t.Fatalf("register: %+v %v", r, err)
@@ -364,19 +366,30 @@ func TestConfigChecks(t *testing.T) {
 		{"bad allow url", &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: "ftp://x"}}}, "allow_urls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.p.Provision(ctxT(t), serverEnv())
+			err := tc.p.Provision(aeptest.Context(t), serverEnv())
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
 		})
 	}
 	e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{{ID: "gone", Command: "/nonexistent/mcp-server"}}})
-	l, _ := e.c.McpServerList(ctxT(t), &msg.MCPServerListReq{})
+	l, _ := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
 	if len(l.Servers) != 1 || l.Servers[0].Status != msg.MCPServerInfoStatusError || l.Servers[0].LastError == nil {
 		t.Fatalf("servers: %+v", l.Servers)
 	}
-	if r := e.call(t, "gone__x", nil, 0); r.Success || *r.ErrorCode != msg.ToolResultErrorCodeTOOLERROR {
-		t.Fatalf("call to a dead server: %+v", r)
+	// A server that never connected never listed its tools, so no plugin
+	// owns its tool names and the kernel answers UNKNOWN_TOOL (tool/call
+	// goes only to the claiming owner); a server that was connected and
+	// went down answers TOOL_ERROR (TestReconnectAfterRestart).
+	if r := e.call(t, "gone__x", nil, 0); r.Success || r.ErrorCode == nil || *r.ErrorCode != msg.ToolResultErrorCodeUNKNOWNTOOL {
+		t.Fatalf("call to a server that never connected: %+v", r)
+	}
+	// Its resources are refused with the reason it is down, in the words
+	// mcp/server/list shows.
+	_, err := e.c.McpResourceList(aeptest.Context(t), &msg.MCPResourceListReq{ServerID: "gone"})
+	we := aeptest.WantReason(t, err, wire.CodeRuntimeError, aepmcp.ReasonUnavailable)
+	if !strings.Contains(we.Message, `mcp server "gone"`) {
+		t.Fatalf("resource list of a down server: %s", we.Message)
 	}
 }
 
@@ -396,7 +409,7 @@ func TestListWhileConnecting(t *testing.T) {
 	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 30, AllowURLs: []aepmcp.AllowURL{{Prefix: hang.URL}}})
 	registered := make(chan *msg.MCPServerRegisterResp, 1)
 	go func() {
-		r, err := e.c.McpServerRegister(ctxT(t), &msg.MCPServerRegisterReq{ServerID: "slow", URL: hang.URL + "/mcp"})
+		r, err := e.c.McpServerRegister(aeptest.Context(t), &msg.MCPServerRegisterReq{ServerID: "slow", URL: hang.URL + "/mcp"})
 		if err != nil {
 			t.Error(err)
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server/toolrun"
+	"github.com/aephost/aep/wire"
 )
 
 // Separator joins a server id and an MCP tool name into the proxied tool's
@@ -120,7 +121,12 @@ type conn struct {
 var progressSeq atomic.Uint64
 
 // errClosed is the cause when a server was unregistered or the host stops.
-var errClosed = errors.New("mcp server connection closed")
+var errClosed = wire.Reason(ReasonUnavailable, errors.New("mcp server connection closed"))
+
+// ReasonUnavailable is the detail.reason of a request to an MCP server the
+// bridge cannot reach now. Its text is the server's last_error, which
+// mcp/server/list shows the agent anyway.
+const ReasonUnavailable = "mcp_server_unavailable"
 
 func newConn(s spec, log *slog.Logger, backoffMax time.Duration, claim func(string) error, release func(string)) *conn {
 	return &conn{spec: s, log: log, backoffMax: backoffMax, claim: claim, release: release,
@@ -179,7 +185,7 @@ func (c *conn) client(ctx context.Context) (*mcpclient.Client, error) {
 		}
 		c.lastErr = err.Error()
 		c.log.Warn("mcp connect failed", "server", c.spec.ID, "err", err, "retry_in", d)
-		return nil, fmt.Errorf("mcp server %q: connect: %w", c.spec.ID, err)
+		return nil, wire.Reason(ReasonUnavailable, fmt.Errorf("mcp server %q: connect: %w", c.spec.ID, err))
 	}
 	c.proto, c.serverName, c.serverVer = hello.proto, hello.name, hello.version
 	c.resources, c.prompts = hello.resources, hello.prompts
@@ -210,7 +216,7 @@ func (c *conn) ready() (cli *mcpclient.Client, done bool, err error) {
 		return c.cli, true, nil
 	}
 	if wait := time.Until(c.nextTry); wait > 0 {
-		return nil, true, fmt.Errorf("mcp server %q is unavailable (%s); next reconnect in %s", c.spec.ID, c.lastErr, wait.Round(time.Millisecond))
+		return nil, true, wire.Reason(ReasonUnavailable, fmt.Errorf("mcp server %q is unavailable (%s); next reconnect in %s", c.spec.ID, c.lastErr, wait.Round(time.Millisecond)))
 	}
 	return nil, false, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/aephost/aep/capabilities/tools"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
 )
 
@@ -236,37 +237,18 @@ type env struct {
 // reach another tool plugin) and connects an agent with tools and mcp.
 func newEnv(t testing.TB, p *aepmcp.Plugin) *env {
 	t.Helper()
-	ctx := context.Background()
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = "tok"
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	h, err := server.New(ctx, cfg, server.WithDataDir(t.TempDir()), server.WithLogger(logger),
-		server.WithPlugin(server.PluginSpec{Name: "mcp", Type: "mcp", Impl: p}),
-		server.WithPlugin(server.PluginSpec{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(ctx) })
+	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
+		aeptest.Plugin("mcp", p),
+		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}},
+	}, server.WithDataDir(t.TempDir()), server.WithLogger(logger))
 	return &env{h: h, p: p, c: connect(t, h)}
 }
 
+// connect handshakes another agent with tools and mcp.
 func connect(t testing.TB, h *server.Host) *client.Client {
 	t.Helper()
-	c, err := client.InProcess(h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Handshake(context.Background(), "agent", "tok", "tools", "mcp"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	return aeptest.Connect(t, h, "tools", "mcp")
 }
 
 func (e *env) call(t *testing.T, name string, args map[string]any, timeout float64) *msg.ToolResult {
@@ -275,7 +257,7 @@ func (e *env) call(t *testing.T, name string, args map[string]any, timeout float
 	if timeout > 0 {
 		req.Timeout = &timeout
 	}
-	r, err := e.c.CallTool(ctxT(t), req)
+	r, err := e.c.CallTool(aeptest.Context(t), req)
 	if err != nil {
 		t.Fatalf("tool/call %s: %v", name, err)
 	}
@@ -284,7 +266,7 @@ func (e *env) call(t *testing.T, name string, args map[string]any, timeout float
 
 func (e *env) register(t *testing.T, id, url string, allow ...string) *msg.MCPServerRegisterResp {
 	t.Helper()
-	r, err := e.c.McpServerRegister(ctxT(t), &msg.MCPServerRegisterReq{ServerID: id, URL: url, ToolAllowList: allow})
+	r, err := e.c.McpServerRegister(aeptest.Context(t), &msg.MCPServerRegisterReq{ServerID: id, URL: url, ToolAllowList: allow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +275,7 @@ func (e *env) register(t *testing.T, id, url string, allow ...string) *msg.MCPSe
 
 func (e *env) toolNames(t *testing.T, tags ...string) []string {
 	t.Helper()
-	r, err := e.c.ListTools(ctxT(t), &msg.ToolListReq{Tags: tags})
+	r, err := e.c.ListTools(aeptest.Context(t), &msg.ToolListReq{Tags: tags})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,8 +296,10 @@ func text(r *msg.ToolResult) string {
 	return fmt.Sprint(r.Data)
 }
 
+// serverEnv is the env of a plugin provisioned without a host; the host
+// always gives a logger, so this does too.
 func serverEnv() server.PluginEnv {
-	return server.PluginEnv{Name: "mcp", Type: "mcp", Claims: server.NewClaims()}
+	return server.PluginEnv{Name: "mcp", Type: "mcp", Claims: server.NewClaims(), Logger: slog.New(slog.DiscardHandler)}
 }
 
 func deref(s *string) string {

@@ -2,11 +2,17 @@ package mcp_test
 
 import (
 	"context"
+	"github.com/aephost/aep/internal/aeptest"
+	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	aepmcp "github.com/aephost/aep/capabilities/mcp"
 	"github.com/aephost/aep/client"
@@ -41,7 +47,7 @@ func TestServerEverything(t *testing.T) {
 	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 30, Servers: []aepmcp.ServerConfig{
 		{ID: "everything", Command: "node", Args: []string{script, "stdio"}},
 	}})
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	l, err := e.c.McpServerList(ctx, &msg.MCPServerListReq{})
 	if err != nil || len(l.Servers) != 1 || l.Servers[0].Status != msg.MCPServerInfoStatusReady {
 		t.Fatalf("servers: %+v %v", l, err)
@@ -127,6 +133,88 @@ func TestServerFilesystem(t *testing.T) {
 	}
 	if r := e.call(t, "fs__write_file", map[string]any{"path": file, "content": "x"}, 0); *r.ErrorCode != msg.ToolResultErrorCodeUNKNOWNTOOL {
 		t.Fatalf("write_file outside the tool allow list: %+v", r)
+	}
+}
+
+// startEverythingHTTP runs @modelcontextprotocol/server-everything over
+// streamable HTTP on a free loopback port, stops it when the test ends,
+// and returns its /mcp URL once it accepts connections.
+func startEverythingHTTP(t *testing.T) string {
+	t.Helper()
+	script := npmServer(t, "AEP_TEST_MCP_EVERYTHING", "server-everything")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	cmd := exec.Command("node", script, "streamableHttp")
+	cmd.Env = append(os.Environ(), "PORT="+port)
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server-everything did not listen on port %s: %v", port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "http://127.0.0.1:" + port + "/mcp"
+}
+
+// A run-time registration is the registering session's own: a second
+// session registers the same server_id, and so owns the same tool names,
+// without conflict; a session that registered nothing gets UNKNOWN_TOOL
+// for those names and does not list them; and one session's unregister
+// leaves the other's tools working (spec §5 rule 4, docs/DECISIONS.md,
+// Dispatch: per-session claims).
+func TestRegistrationsPerSession(t *testing.T) {
+	url := startEverythingHTTP(t)
+	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 30, AllowURLs: []aepmcp.AllowURL{{Prefix: url}}})
+	a, b := e, &env{h: e.h, p: e.p, c: connect(t, e.h)}
+	third := &env{h: e.h, p: e.p, c: connect(t, e.h)}
+	for name, s := range map[string]*env{"first": a, "second": b} {
+		if r := s.register(t, "ev", url, "echo", "get-sum"); !r.Ok {
+			t.Fatalf("%s session's registration: %+v %s", name, r, deref(r.Error))
+		}
+	}
+	for name, s := range map[string]*env{"first": a, "second": b} {
+		if got := s.toolNames(t, "ev"); !slices.Equal(got, []string{"ev__echo", "ev__get-sum"}) {
+			t.Fatalf("%s session lists %v", name, got)
+		}
+		if r := s.call(t, "ev__echo", map[string]any{"message": name}, 0); !r.Success || r.Summary != "Echo: "+name {
+			t.Fatalf("%s session's echo: %+v", name, r)
+		}
+	}
+	if got := third.toolNames(t, "ev"); len(got) != 0 {
+		t.Fatalf("a session that registered nothing lists %v", got)
+	}
+	for _, tool := range []string{"ev__echo", "ev__get-sum"} {
+		r := third.call(t, tool, map[string]any{"message": "x", "a": 1, "b": 2}, 0)
+		if r.Success || r.ErrorCode == nil || *r.ErrorCode != msg.ToolResultErrorCodeUNKNOWNTOOL {
+			t.Fatalf("%s from a session that registered nothing: %+v", tool, r)
+		}
+	}
+	// The first session unregisters: its names are gone for it alone.
+	if u, err := a.c.McpServerUnregister(aeptest.Context(t), &msg.MCPServerUnregisterReq{ServerID: "ev"}); err != nil || !u.Ok {
+		t.Fatalf("unregister: %+v %v", u, err)
+	}
+	if r := a.call(t, "ev__echo", map[string]any{"message": "x"}, 0); r.ErrorCode == nil || *r.ErrorCode != msg.ToolResultErrorCodeUNKNOWNTOOL {
+		t.Fatalf("echo after unregister: %+v", r)
+	}
+	if r := b.call(t, "ev__get-sum", map[string]any{"a": 2, "b": 40}, 0); !r.Success || !strings.Contains(text(r), "42") {
+		t.Fatalf("second session's get-sum after the first unregistered: %+v", r)
 	}
 }
 

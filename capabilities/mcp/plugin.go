@@ -401,8 +401,13 @@ func (c *conn) failed(ctx context.Context, cli *mcpClient, err error) error {
 	if isTransport(err) && ctx.Err() == nil {
 		c.broken(cli, err)
 	}
-	return fmt.Errorf("mcp server %q: %w", c.spec.ID, err)
+	return wire.Reason(ReasonServerError, fmt.Errorf("mcp server %q: %w", c.spec.ID, err))
 }
+
+// ReasonServerError is the detail.reason of a resource or prompt request
+// the MCP server refused or failed: its text is the server's answer to the
+// client, written for it, as a tool's error text is in a tool result.
+const ReasonServerError = "mcp_server_error"
 
 // McpResourceList answers one page of resources/list.
 func (p *Plugin) McpResourceList(ctx context.Context, s wire.Scope, req *msg.MCPResourceListReq) (*msg.MCPResourceListResp, error) {
@@ -530,8 +535,8 @@ func (p *Plugin) McpPromptGet(ctx context.Context, s wire.Scope, req *msg.MCPPro
 	return resp, nil
 }
 
-// ToolList answers with the allowed tools of every server the session sees
-// . A server that is down is reconnected (within its
+// ToolList answers with the allowed tools of every server the session
+// sees. A server that is down is reconnected (within its
 // backoff) and otherwise contributes no tools.
 func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListReq) (*msg.ToolListResp, error) {
 	conns := p.visible(s.SessionID())
@@ -550,9 +555,10 @@ func (p *Plugin) ToolList(ctx context.Context, s wire.Scope, req *msg.ToolListRe
 	return toolrun.Select(all, req, p.opts), nil
 }
 
-// ToolCall runs a proxied tool through server/toolrun; names of no server
-// the session sees, or of tools a server does not offer or allow, are
-// declined so other plugins or the UNKNOWN_TOOL fallback answer.
+// ToolCall runs a proxied tool through server/toolrun. The kernel routes
+// only the names this plugin claimed (a connected server's allowed tools);
+// a name that no longer matches one (the server dropped the tool since) is
+// declined, so the UNKNOWN_TOOL fallback answers.
 func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallReq) (*msg.ToolCallResp, error) {
 	id, _, ok := strings.Cut(req.ToolName, Separator)
 	if !ok {

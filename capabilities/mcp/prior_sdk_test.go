@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/aephost/aep/internal/aeptest"
 	"os"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ plugins:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	h, err := server.New(ctx, cfg, server.WithDataDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/aephost/aep/internal/aeptest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -46,7 +47,7 @@ func (e *env) waitReady(t *testing.T) []msg.MCPServerInfo {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		l, err := e.c.McpServerList(ctxT(t), &msg.MCPServerListReq{})
+		l, err := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +102,7 @@ func TestHeadersAndSecretsReachHTTPServers(t *testing.T) {
 	// After the host's own cleanup, which ends the bridge's standing streams.
 	t.Cleanup(ts.Close)
 	e := envFromYAML(t, fmt.Sprintf(`server:
-  auth_token: tok
+  auth_token: `+aeptest.Token+`
 plugins:
   - name: mcp
     type: mcp
@@ -122,7 +123,7 @@ plugins:
 	if got := rec.values("Authorization"); !slices.Equal(got, []string{"Bearer s3cret-7f2"}) {
 		t.Fatalf("Authorization seen by the server: %q", got)
 	}
-	r, err := e.c.McpServerRegister(ctxT(t), &msg.MCPServerRegisterReq{ServerID: "run", URL: ts.URL + "/run/mcp",
+	r, err := e.c.McpServerRegister(aeptest.Context(t), &msg.MCPServerRegisterReq{ServerID: "run", URL: ts.URL + "/run/mcp",
 		Headers: map[string]string{"X-Wire": "wire-secret-41"}})
 	if err != nil || !r.Ok {
 		t.Fatalf("register: %+v %v", r, err)
@@ -133,7 +134,7 @@ plugins:
 	if a, w := rec.values("X-Allow"), rec.values("X-Wire"); !slices.Equal(a, []string{"s3cret-7f2-allow"}) || !slices.Equal(w, []string{"wire-secret-41"}) {
 		t.Fatalf("run-time headers seen by the server: X-Allow %q, X-Wire %q", a, w)
 	}
-	l, err := e.c.McpServerList(ctxT(t), &msg.MCPServerListReq{})
+	l, err := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestStdioServerEnvironment(t *testing.T) {
 	t.Setenv("AEP_AUDIT_MCP_SECRET", "from-host-env-93")
 	t.Setenv("AEP_AUDIT_HOST_ONLY", "must-not-leak")
 	e := envFromYAML(t, fmt.Sprintf(`server:
-  auth_token: tok
+  auth_token: `+aeptest.Token+`
 plugins:
   - name: mcp
     type: mcp
@@ -199,7 +200,7 @@ func TestConnectTimeout(t *testing.T) {
 	t.Cleanup(hang.Close)
 	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 0.3, AllowURLs: []aepmcp.AllowURL{{Prefix: hang.URL}},
 		Servers: []aepmcp.ServerConfig{{ID: "mute", Command: "sleep", Args: []string{"1000"}}}})
-	l, err := e.c.McpServerList(ctxT(t), &msg.MCPServerListReq{})
+	l, err := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
 	if err != nil || len(l.Servers) != 1 || l.Servers[0].Status != msg.MCPServerInfoStatusError ||
 		l.Servers[0].LastError == nil || !strings.Contains(*l.Servers[0].LastError, "no answer within 300ms") {
 		t.Fatalf("stdio server that never answers: %+v %v", l, err)
@@ -270,7 +271,7 @@ func TestResourceAndPromptCursors(t *testing.T) {
 	if r := e.register(t, "paged", ts.URL+"/mcp"); !r.Ok || r.Server.ToolsCount != 0 {
 		t.Fatalf("register: %+v error %s", r.Server, deref(r.Error))
 	}
-	ctx := ctxT(t)
+	ctx := aeptest.Context(t)
 	var uris []string
 	pages := 0
 	for cursor := (*string)(nil); ; pages++ {
