@@ -240,5 +240,3 @@ func stats(t testing.TB, c *client.Client, id string) map[string]int {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }
