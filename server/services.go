@@ -161,9 +161,13 @@ func Protect(log *slog.Logger, what string, fn func() error) (err error) {
 // Recovered logs a panic value that a deferred recover() returned, with
 // the stack, under a new correlation id, and returns the error that stands
 // for it. Hot paths that cannot afford [Protect]'s closure call it from
-// their own deferred function.
+// their own deferred function. A nil log drops the record (a tool run
+// without a host, as in a package's own tests), never the error.
 func Recovered(log *slog.Logger, what string, v any) *PanicError {
 	corr := newCorrelation()
+	if log == nil {
+		return &PanicError{Correlation: corr, What: what}
+	}
 	log.Error("panic", "correlation", corr, "in", what, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 	return &PanicError{Correlation: corr, What: what}
 }

@@ -272,9 +272,6 @@ func runWithTimeout(ctx context.Context, d time.Duration, log *slog.Logger, name
 func protect(ctx context.Context, log *slog.Logger, name string, fn Func) (out Output, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			if log == nil {
-				log = slog.New(slog.DiscardHandler)
-			}
 			out, err = Output{}, server.Recovered(log, "tool "+name, v)
 		}
 	}()
