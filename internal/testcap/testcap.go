@@ -2,7 +2,9 @@ package testcap
 
 import (
 	"context"
+	"embed"
 	"fmt"
+	"io/fs"
 	"sync"
 	"time"
 
@@ -23,14 +25,28 @@ const DefaultMaxKeys = 16
 // Module registers the plugin as module test.testcap, the testcap
 // capability, named testcap.builtin in the default configuration of a
 // binary that links it. Its namespace is not in schemas/, so the module
-// brings its generated registry along: a host that loads it decodes and
-// routes testcap/* without being told.
+// brings its generated registry and the schema it came from along: a host
+// that loads it decodes and routes testcap/* without being told.
 func (*Plugin) Module() server.ModuleInfo {
 	return server.ModuleInfo{
 		ID: ModuleID, Capability: "testcap", DefaultName: "testcap.builtin",
 		New:        func() server.Plugin { return new(Plugin) },
 		Namespaces: Registry(),
+		Schemas:    schemaFS(),
 	}
+}
+
+//go:embed schemas/testcap.json
+var schemaFiles embed.FS
+
+// schemaFS is the capability's schema file at the root, for conformance
+// checks of what the host sends.
+func schemaFS() fs.FS {
+	sub, err := fs.Sub(schemaFiles, "schemas")
+	if err != nil {
+		panic(err) // the embedded directory exists: a build-time fact
+	}
+	return sub
 }
 
 // Plugin serves the testcap namespace: named counters, one set per
