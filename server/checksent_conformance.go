@@ -4,6 +4,7 @@ package server
 
 import (
 	"fmt"
+	"io/fs"
 	"sync"
 
 	"github.com/aephost/aep/conformance"
@@ -12,7 +13,8 @@ import (
 )
 
 // With the aepconformance tag every message the host sends is encoded and
-// checked against the module's schemas (and the echo test namespace's); a
+// checked against the module's schemas (and the echo test namespace's, and
+// those of registered modules that bring their own: ModuleInfo.Schemas); a
 // message that does not conform stops the test binary with the line and
 // the reason, whichever test made the host send it.
 func init() {
@@ -22,7 +24,15 @@ func init() {
 		loadErr error
 	)
 	checkSent = func(p *wire.Packet) {
-		once.Do(func() { checker, loadErr = conformance.Module(testproto.Schemas()) })
+		once.Do(func() {
+			extra := []fs.FS{testproto.Schemas()}
+			for _, m := range Modules() {
+				if m.Schemas != nil {
+					extra = append(extra, m.Schemas)
+				}
+			}
+			checker, loadErr = conformance.Module(extra...)
+		})
 		if loadErr != nil {
 			panic(fmt.Sprintf("aepconformance: loading the schemas: %v", loadErr))
 		}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"io/fs"
 	"sort"
 	"strings"
 	"sync"
@@ -35,6 +36,11 @@ type ModuleInfo struct {
 	// module brings with it (a capability whose schema is not in schemas/):
 	// a host that loads the module serves and decodes them too.
 	Namespaces *wire.Registry
+	// Schemas, set with Namespaces, holds the JSON Schema files those
+	// namespaces were generated from, at its root: the contract that
+	// conformance checks (the aepconformance build) read the module's
+	// messages against, as they read schemas/ for the built-in ones.
+	Schemas fs.FS
 }
 
 var (

@@ -141,6 +141,8 @@ func CheckConfig(cfg Config, reg *wire.Registry) error {
 	if err != nil {
 		return err
 	}
+	// As in New: a module's own namespaces count towards what it serves.
+	reg = withModuleNamespaces(reg, specs)
 	for _, spec := range specs {
 		if err := checkType(reg, spec); err != nil {
 			return err
