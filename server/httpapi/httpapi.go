@@ -89,7 +89,7 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	// Both of oapi-codegen's error hooks lead to one function, so every
 	// transport error has our JSON body and no 5xx echoes an internal error
 	// (so no library text reaches an agent).
-	strict := gen.NewStrictHandlerWithOptions(a, nil, gen.StrictHTTPServerOptions{
+	strict := gen.NewStrictHandlerWithOptions(a, []gen.StrictMiddlewareFunc{exchangeMiddleware}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: a.fail, ResponseErrorHandlerFunc: a.fail})
 	routes := gen.HandlerWithOptions(strict, gen.StdHTTPServerOptions{ErrorHandlerFunc: a.fail})
 	return &guard{a: a, next: routes}
@@ -323,6 +323,9 @@ func (a *api) Send(ctx context.Context, req gen.SendRequestObject) (gen.SendResp
 	var line []byte
 	if req.Body != nil {
 		line = []byte(*req.Body)
+	}
+	if m := modeOf(ctx); m != modeStream {
+		return a.sendExchange(ctx, st, line, m), nil
 	}
 	st.sess.ReceiveLine(line)
 	return accepted{}, nil
