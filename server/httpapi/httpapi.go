@@ -45,6 +45,8 @@ type Options struct {
 	AllowedOrigins []string
 	// Logger defaults to the host's logger.
 	Logger *slog.Logger
+	// WebSocket tunes GET /ws (ws.go).
+	WebSocket WebSocketOptions
 }
 
 func (o Options) withDefaults(h *server.Host) Options {
@@ -92,7 +94,7 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	strict := gen.NewStrictHandlerWithOptions(a, []gen.StrictMiddlewareFunc{exchangeMiddleware}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: a.fail, ResponseErrorHandlerFunc: a.fail})
 	routes := gen.HandlerWithOptions(strict, gen.StdHTTPServerOptions{ErrorHandlerFunc: a.fail})
-	return &guard{a: a, next: routes}
+	return &guard{a: a, next: a.withWebSocket(routes)}
 }
 
 // Serve serves h's HTTP transport on listenAddr (DefaultListen when empty)
