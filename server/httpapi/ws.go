@@ -117,6 +117,22 @@ func (hub *wsHub) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	conn := &wsConn{hub: hub, ctx: ctx, cancel: cancel}
+	var ws *wsSession
+	var err error
+	if want == nil {
+		// A session is created on connect; the first frame is its
+		// handshake, or an attach frame that trades it for another session.
+		// Its id goes back in the upgrade's X-Session-Id header, so a client
+		// can re-attach even before its handshake.
+		if ws, err = hub.create(conn); err != nil {
+			a.fail(w, r, &statusError{http.StatusServiceUnavailable, "unavailable", err.Error()})
+			return
+		}
+		w.Header().Set("X-Session-Id", ws.id)
+	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		// The guard in front of every route already checked Origin and Host
 		// against server.allowed_origins; the library's own same-host rule
@@ -128,27 +144,19 @@ func (hub *wsHub) serve(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		a.log.Debug("websocket upgrade failed", "err", err)
+		if ws != nil {
+			ws.sess.Close()
+		}
 		return
 	}
 	// The kernel's limit is applied per frame below, so that an oversized
 	// frame is answered and the connection goes on (docs/DECISIONS.md,
 	// Wire); the library's own limit would close the connection.
 	c.SetReadLimit(-1)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	conn := &wsConn{hub: hub, c: c, ctx: ctx, cancel: cancel}
-
-	var ws *wsSession
+	conn.c = c
 	if want != nil {
 		if ws, err = hub.attach(conn, want); err != nil {
 			c.Close(closeNotFound, err.Error())
-			return
-		}
-	} else {
-		// A session is created on connect; the first frame is its
-		// handshake, or an attach frame that trades it for another session.
-		if ws, err = hub.create(conn); err != nil {
-			c.Close(websocket.StatusTryAgainLater, "no session: "+err.Error())
 			return
 		}
 	}
