@@ -155,10 +155,13 @@ func (hub *wsHub) serve(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(-1)
 	conn.c = c
 	if want != nil {
-		if ws, err = hub.attach(conn, want); err != nil {
-			c.Close(closeNotFound, err.Error())
-			return
-		}
+		ws, err = hub.attach(conn, want)
+	} else {
+		err = ws.take(conn, nil)
+	}
+	if err != nil {
+		c.Close(closeNotFound, err.Error())
+		return
 	}
 	conn.run(ws)
 }
@@ -186,7 +189,6 @@ func (hub *wsHub) create(conn *wsConn) (*wsSession, error) {
 		return nil, fmt.Errorf("new session: %w", err)
 	}
 	ws.id, ws.sess = s.ID(), s
-	ws.conn = conn
 	hub.sessions[ws.id] = ws
 	return ws, nil
 }
@@ -289,6 +291,7 @@ type wsSession struct {
 	dropGen  uint64 // counts drops, so a stale grace timer does nothing
 	closed   bool
 	overflow bool
+	writing  bool // someone is writing frames to the connection
 	notify   chan struct{}
 
 	elem *list.Element // in wsHub.detached; guarded by wsHub.mu
@@ -349,9 +352,43 @@ func (ws *wsSession) Send(p *wire.Packet) (int, error) {
 	ws.next++
 	ws.n++
 	ws.bytes += len(line)
+	if conn := ws.conn; conn != nil && !ws.writing {
+		// Nobody is writing: write on this goroutine, saving the hand-off
+		// to the connection's writer (the cost that separates a round trip
+		// from the bare echo floor). Should the socket be full, this blocks
+		// this session only; its other messages go to the ring meanwhile,
+		// up to the cap.
+		ws.writing = true
+		ws.mu.Unlock()
+		ws.drain(conn)
+		return len(line), nil
+	}
 	ws.wake()
 	ws.mu.Unlock()
 	return len(line), nil
+}
+
+// drain writes the unwritten frames to conn while the caller holds the
+// writer's turn (ws.writing), then gives the turn back.
+func (ws *wsSession) drain(conn *wsConn) {
+	ws.mu.Lock()
+	for ws.conn == conn && ws.written+1 < ws.next {
+		k := int(ws.written + 1 - ws.ring[ws.head].seq)
+		f := ws.ring[(ws.head+k)%len(ws.ring)]
+		ws.mu.Unlock()
+		err := conn.c.Write(conn.ctx, websocket.MessageText, f.data)
+		ws.mu.Lock()
+		if err != nil {
+			conn.cancel() // the read loop ends and detaches the connection
+			break
+		}
+		if ws.conn == conn && f.seq > ws.written {
+			ws.written = f.seq
+		}
+	}
+	ws.writing = false
+	ws.wake()
+	ws.mu.Unlock()
 }
 
 // Close implements [server.Sink]: the session ended. The connection writes
@@ -552,7 +589,9 @@ func readFrame(r io.Reader, limit int) ([]byte, int, error) {
 	return nil, int(n + rest), nil
 }
 
-// writeLoop writes the frames of the connection's session in order.
+// writeLoop writes what no Send wrote inline: a re-attach's replay, and
+// frames sent while another goroutine was writing. It also closes the
+// connection once the session ended and everything was written.
 func (conn *wsConn) writeLoop() {
 	for {
 		ws := conn.sess.Load()
@@ -562,25 +601,18 @@ func (conn *wsConn) writeLoop() {
 			continue
 		}
 		if ws.conn != conn {
-			ws.mu.Unlock() // a newer connection took the session over
-			return
-		}
-		if ws.written+1 < ws.next {
-			k := int(ws.written + 1 - ws.ring[ws.head].seq)
-			f := ws.ring[(ws.head+k)%len(ws.ring)]
-			ws.mu.Unlock()
-			if err := conn.c.Write(conn.ctx, websocket.MessageText, f.data); err != nil {
-				conn.cancel()
+			if ws.closed {
+				ws.mu.Unlock()
 				return
 			}
-			ws.mu.Lock()
-			if ws.conn == conn && f.seq > ws.written {
-				ws.written = f.seq
-			}
+			// Not attached yet, or a newer connection took over (then
+			// this one is being closed and its context ends).
+		} else if !ws.writing && ws.written+1 < ws.next {
+			ws.writing = true
 			ws.mu.Unlock()
+			ws.drain(conn)
 			continue
-		}
-		if ws.closed {
+		} else if !ws.writing && ws.closed {
 			ws.mu.Unlock()
 			conn.closeWith(websocket.StatusNormalClosure, "session ended")
 			return
