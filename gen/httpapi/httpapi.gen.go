@@ -37,6 +37,16 @@ type Health struct {
 	Sessions int `json:"sessions"`
 }
 
+// Message One protocol message (schemas/envelope.json and docs/protocol.md); in single-exchange mode the reply to the request sent.
+type Message struct {
+	Id                   string                 `json:"id"`
+	Proto                string                 `json:"proto"`
+	ReqId                *string                `json:"req_id,omitempty"`
+	Ts                   float32                `json:"ts"`
+	Type                 string                 `json:"type"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
 // SessionCreated defines model for SessionCreated.
 type SessionCreated struct {
 	SessionId string `json:"session_id"`
@@ -72,6 +82,126 @@ type StreamParams struct {
 
 // SendTextRequestBody defines body for Send for text/plain ContentType.
 type SendTextRequestBody = SendTextBody
+
+// Getter for additional properties for Message. Returns the specified
+// element and whether it was found
+func (a Message) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for Message
+func (a *Message) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for Message to handle AdditionalProperties
+func (a *Message) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["id"]; found {
+		err = json.Unmarshal(raw, &a.Id)
+		if err != nil {
+			return fmt.Errorf("error reading 'id': %w", err)
+		}
+		delete(object, "id")
+	}
+
+	if raw, found := object["proto"]; found {
+		err = json.Unmarshal(raw, &a.Proto)
+		if err != nil {
+			return fmt.Errorf("error reading 'proto': %w", err)
+		}
+		delete(object, "proto")
+	}
+
+	if raw, found := object["req_id"]; found {
+		err = json.Unmarshal(raw, &a.ReqId)
+		if err != nil {
+			return fmt.Errorf("error reading 'req_id': %w", err)
+		}
+		delete(object, "req_id")
+	}
+
+	if raw, found := object["ts"]; found {
+		err = json.Unmarshal(raw, &a.Ts)
+		if err != nil {
+			return fmt.Errorf("error reading 'ts': %w", err)
+		}
+		delete(object, "ts")
+	}
+
+	if raw, found := object["type"]; found {
+		err = json.Unmarshal(raw, &a.Type)
+		if err != nil {
+			return fmt.Errorf("error reading 'type': %w", err)
+		}
+		delete(object, "type")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for Message to handle AdditionalProperties
+func (a Message) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	object["id"], err = json.Marshal(a.Id)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'id': %w", err)
+	}
+
+	object["proto"], err = json.Marshal(a.Proto)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'proto': %w", err)
+	}
+
+	if a.ReqId != nil {
+		object["req_id"], err = json.Marshal(a.ReqId)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'req_id': %w", err)
+		}
+	}
+
+	object["ts"], err = json.Marshal(a.Ts)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'ts': %w", err)
+	}
+
+	object["type"], err = json.Marshal(a.Type)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'type': %w", err)
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -411,6 +541,63 @@ type SendRequestObject struct {
 
 type SendResponseObject interface {
 	VisitSendResponse(w http.ResponseWriter) error
+}
+
+type Send200JSONResponse Message
+
+func (response Send200JSONResponse) VisitSendResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Send200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response Send200TexteventStreamResponse) VisitSendResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
 }
 
 type Send202JSONResponse Accepted

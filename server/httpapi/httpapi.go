@@ -45,6 +45,8 @@ type Options struct {
 	AllowedOrigins []string
 	// Logger defaults to the host's logger.
 	Logger *slog.Logger
+	// WebSocket tunes GET /ws (ws.go).
+	WebSocket WebSocketOptions
 }
 
 func (o Options) withDefaults(h *server.Host) Options {
@@ -89,10 +91,10 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	// Both of oapi-codegen's error hooks lead to one function, so every
 	// transport error has our JSON body and no 5xx echoes an internal error
 	// (so no library text reaches an agent).
-	strict := gen.NewStrictHandlerWithOptions(a, nil, gen.StrictHTTPServerOptions{
+	strict := gen.NewStrictHandlerWithOptions(a, []gen.StrictMiddlewareFunc{exchangeMiddleware}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: a.fail, ResponseErrorHandlerFunc: a.fail})
 	routes := gen.HandlerWithOptions(strict, gen.StdHTTPServerOptions{ErrorHandlerFunc: a.fail})
-	return &guard{a: a, next: routes}
+	return &guard{a: a, next: a.withWebSocket(routes)}
 }
 
 // Serve serves h's HTTP transport on listenAddr (DefaultListen when empty)
@@ -323,6 +325,9 @@ func (a *api) Send(ctx context.Context, req gen.SendRequestObject) (gen.SendResp
 	var line []byte
 	if req.Body != nil {
 		line = []byte(*req.Body)
+	}
+	if m := modeOf(ctx); m != modeStream {
+		return a.sendExchange(ctx, st, line, m), nil
 	}
 	st.sess.ReceiveLine(line)
 	return accepted{}, nil

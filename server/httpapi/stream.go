@@ -30,6 +30,8 @@ type stream struct {
 	gen       uint64 // generation of the newest reader; older readers end
 	closed    bool
 	notify    chan struct{} // closed on any change; nil while nobody waits
+
+	ex exchanges // POST /send requests answered in their own response (exchange.go)
 }
 
 // frame is one complete SSE event: "id: N\ndata: <message>\n\n".
@@ -46,6 +48,9 @@ var encPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }
 
 // Send encodes p and appends it to the ring. It never blocks on a reader.
 func (st *stream) Send(p *wire.Packet) (int, error) {
+	if n, ok := st.ex.route(p); ok {
+		return n, nil
+	}
 	bp := encPool.Get().(*[]byte)
 	line, err := wire.AppendEncode((*bp)[:0], &p.Envelope, p.Msg)
 	if err != nil {

@@ -1,0 +1,219 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/aephost/aep/wire"
+)
+
+// WSOptions tune [DialWebSocket]. The zero value is ready to use.
+type WSOptions struct {
+	// SessionID attaches to an existing session (a child session the host
+	// created) instead of opening a new one. It travels in a header, never
+	// in the URL.
+	SessionID string
+	// Header adds request headers to the upgrade (Origin, for example).
+	Header http.Header
+	// HTTPClient performs the upgrade; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Registry decodes replies (msg.Registry() when nil); used by [WebSocket].
+	Registry *wire.Registry
+}
+
+// WSConn is a [LineConn] over aep's WebSocket transport (GET /ws): one
+// session per connection, one message per text frame. A connection that
+// drops is re-attached to its session with the count of messages received,
+// so the host replays what was missed while its buffer holds it
+// (docs/DECISIONS.md, WebSocket transport).
+type WSConn struct {
+	url  string
+	opts WSOptions
+	sid  string
+
+	lines chan []byte
+	ctx   context.Context
+	stop  context.CancelFunc
+	done  chan struct{}
+
+	mu   sync.Mutex
+	c    *websocket.Conn
+	seen uint64 // messages received in this session, across connections
+	err  error
+}
+
+// WebSocket connects a [Client] to the host's GET /ws at url
+// (e.g. "ws://127.0.0.1:8765/ws"). Call Handshake next.
+func WebSocket(ctx context.Context, url string, opts *WSOptions) (*Client, error) {
+	if opts == nil {
+		opts = &WSOptions{}
+	}
+	conn, err := DialWebSocket(ctx, url, *opts)
+	if err != nil {
+		return nil, err
+	}
+	return New(Lines(conn, opts.Registry)), nil
+}
+
+// DialWebSocket opens a WebSocket connection to the host at url.
+func DialWebSocket(ctx context.Context, url string, opts WSOptions) (*WSConn, error) {
+	w := &WSConn{url: url, opts: opts, sid: opts.SessionID, lines: make(chan []byte, 64), done: make(chan struct{})}
+	w.ctx, w.stop = context.WithCancel(context.Background())
+	c, err := w.dial(ctx, false)
+	if err != nil {
+		w.stop()
+		return nil, err
+	}
+	w.c = c
+	go w.pump(c)
+	return w, nil
+}
+
+// SessionID returns the id of the connection's session.
+func (w *WSConn) SessionID() string { return w.sid }
+
+func (w *WSConn) dial(ctx context.Context, reattach bool) (*websocket.Conn, error) {
+	h := http.Header{}
+	for k, v := range w.opts.Header {
+		h[k] = v
+	}
+	if w.sid != "" {
+		h.Set("X-Session-Id", w.sid)
+	}
+	if reattach {
+		h.Set("Last-Event-ID", strconv.FormatUint(w.seen, 10))
+	}
+	c, resp, err := websocket.Dial(ctx, w.url, &websocket.DialOptions{HTTPClient: w.opts.HTTPClient, HTTPHeader: h,
+		CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("websocket %s: status %d: %w", w.url, resp.StatusCode, err)
+		}
+		return nil, fmt.Errorf("websocket %s: %w", w.url, err)
+	}
+	// The host enforces the message limit; replies may be as large.
+	c.SetReadLimit(-1)
+	if id := resp.Header.Get("X-Session-Id"); id != "" {
+		w.sid = id
+	}
+	return c, nil
+}
+
+// WriteLine sends one message as a text frame.
+func (w *WSConn) WriteLine(ctx context.Context, line []byte) error {
+	w.mu.Lock()
+	c, err := w.c, w.err
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := c.Write(ctx, websocket.MessageText, line); err != nil {
+		return fmt.Errorf("websocket write: %w", err)
+	}
+	return nil
+}
+
+// ReadLine returns the next message the host sent.
+func (w *WSConn) ReadLine(ctx context.Context) ([]byte, error) {
+	select {
+	case l, ok := <-w.lines:
+		if !ok {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return nil, w.err
+		}
+		return l, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close closes the connection; the host keeps the session for its grace
+// period unless it was shut down first.
+func (w *WSConn) Close() error {
+	w.stop()
+	w.mu.Lock()
+	c := w.c
+	w.mu.Unlock()
+	err := c.Close(websocket.StatusNormalClosure, "")
+	<-w.done
+	return err
+}
+
+// pump reads frames into lines, re-attaching up to three times with back-off
+// when the connection drops (not when the host closes it on purpose).
+func (w *WSConn) pump(c *websocket.Conn) {
+	defer close(w.done)
+	defer close(w.lines)
+	for {
+		err := w.readAll(c)
+		if w.ctx.Err() != nil || websocket.CloseStatus(err) != -1 {
+			w.fail(err)
+			return
+		}
+		c = nil
+		for try := range 3 {
+			select {
+			case <-time.After(time.Duration(50<<try) * time.Millisecond):
+			case <-w.ctx.Done():
+				w.fail(w.ctx.Err())
+				return
+			}
+			ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+			nc, derr := w.dial(ctx, true)
+			cancel()
+			if derr == nil {
+				c = nc
+				break
+			}
+			err = derr
+		}
+		if c == nil {
+			w.fail(err)
+			return
+		}
+		w.mu.Lock()
+		w.c = c
+		w.mu.Unlock()
+	}
+}
+
+func (w *WSConn) readAll(c *websocket.Conn) error {
+	for {
+		typ, b, err := c.Read(w.ctx)
+		if err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			continue
+		}
+		w.mu.Lock()
+		w.seen++
+		w.mu.Unlock()
+		select {
+		case w.lines <- b:
+		case <-w.ctx.Done():
+			return w.ctx.Err()
+		}
+	}
+}
+
+func (w *WSConn) fail(err error) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		err = errors.New("connection closed")
+	}
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = fmt.Errorf("websocket: %w", err)
+	}
+	w.mu.Unlock()
+}
+
+var _ LineConn = (*WSConn)(nil)

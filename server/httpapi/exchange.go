@@ -1,0 +1,337 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	gen "github.com/aephost/aep/gen/httpapi"
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/wire"
+)
+
+// Single-exchange mode of POST /send (docs/DECISIONS.md, HTTP transport):
+// with Accept: application/json the request's reply is the response body;
+// with Accept: text/event-stream its events and then its reply are the
+// response, as SSE. The session's Sink (stream.Send) hands every message
+// whose req_id names a waiting exchange to that exchange instead of the
+// ring, so nothing answered this way reaches /stream or its replay buffer.
+
+// exchangeMode is how a POST /send is answered.
+type exchangeMode uint8
+
+const (
+	modeStream exchangeMode = iota // 202; the answer goes to /stream
+	modeJSON                       // the reply as the body; events dropped
+	modeSSE                        // events then the reply, as SSE
+)
+
+// parseAccept picks the mode from an Accept header. Both types (as MCP
+// clients send) choose SSE, which can carry everything JSON can; */* and
+// absent keep the 202 behaviour clients of the stream rely on.
+func parseAccept(h string) exchangeMode {
+	if h == "" {
+		return modeStream
+	}
+	var json, sse bool
+	for part := range strings.SplitSeq(h, ",") {
+		typ, params, _ := strings.Cut(part, ";")
+		if q, ok := strings.CutPrefix(strings.TrimSpace(params), "q="); ok && strings.Trim(q, "0.") == "" {
+			continue // q=0 means "not acceptable"
+		}
+		switch strings.ToLower(strings.TrimSpace(typ)) {
+		case "text/event-stream":
+			sse = true
+		case "application/json":
+			json = true
+		}
+	}
+	switch {
+	case sse:
+		return modeSSE
+	case json:
+		return modeJSON
+	}
+	return modeStream
+}
+
+type modeKey struct{}
+
+// exchangeMiddleware passes POST /send's Accept header to [api.Send], which
+// the strict server interface does not see: content negotiation is not a
+// parameter in OpenAPI, so openapi.yaml describes it by response types.
+func exchangeMiddleware(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
+	if operationID != "Send" {
+		return f
+	}
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, req any) (any, error) {
+		if m := parseAccept(r.Header.Get("Accept")); m != modeStream {
+			ctx = context.WithValue(ctx, modeKey{}, m)
+		}
+		return f(ctx, w, r, req)
+	}
+}
+
+func modeOf(ctx context.Context) exchangeMode {
+	m, _ := ctx.Value(modeKey{}).(exchangeMode)
+	return m
+}
+
+// exchanges are the single exchanges waiting on one session, by request id.
+type exchanges struct {
+	n  atomic.Int32 // len(m), read without the lock on every Send
+	mu sync.Mutex
+	m  map[string]*exchange
+}
+
+// add registers x, or reports false when a request with its id already waits.
+func (xs *exchanges) add(x *exchange) bool {
+	xs.mu.Lock()
+	defer xs.mu.Unlock()
+	if _, dup := xs.m[x.id]; dup {
+		return false
+	}
+	if xs.m == nil {
+		xs.m = map[string]*exchange{}
+	}
+	xs.m[x.id] = x
+	xs.n.Add(1)
+	return true
+}
+
+func (xs *exchanges) remove(x *exchange) {
+	xs.mu.Lock()
+	if xs.m[x.id] == x {
+		delete(xs.m, x.id)
+		xs.n.Add(-1)
+	}
+	xs.mu.Unlock()
+}
+
+// route hands p to the exchange waiting for its request, if any. The reply
+// (any message for the request that is not an event) ends the exchange.
+func (xs *exchanges) route(p *wire.Packet) (int, bool) {
+	if p.ReqID == "" || xs.n.Load() == 0 {
+		return 0, false
+	}
+	event := strings.HasSuffix(p.Type, "/event")
+	xs.mu.Lock()
+	x := xs.m[p.ReqID]
+	if x != nil && !event {
+		delete(xs.m, p.ReqID)
+		xs.n.Add(-1)
+	}
+	xs.mu.Unlock()
+	if x == nil {
+		return 0, false
+	}
+	return x.deliver(p, !event), true
+}
+
+// exchange is one request answered in its own POST response.
+type exchange struct {
+	id       string
+	sse      bool
+	maxBytes int // bound on the events held for a slow reader
+
+	mu      sync.Mutex
+	events  [][]byte // encoded events not yet written (SSE mode)
+	held    int
+	dropped int
+	reply   []byte // the encoded reply, once it came
+	wake    chan struct{}
+}
+
+func newExchange(id string, mode exchangeMode, maxBytes int) *exchange {
+	return &exchange{id: id, sse: mode == modeSSE, maxBytes: maxBytes, wake: make(chan struct{}, 1)}
+}
+
+// deliver takes one message of the request. In JSON mode events are
+// dropped: a response has room for one message, and a tool's events are in
+// its result's events anyway (spec §6 rule 1). Past maxBytes of unwritten
+// events further events are dropped and counted; the reply is always kept.
+func (x *exchange) deliver(p *wire.Packet, reply bool) int {
+	if !reply && !x.sse {
+		return 0
+	}
+	line, err := wire.Encode(&p.Envelope, p.Msg)
+	if err != nil {
+		// The kernel's own messages always encode; should one not, the
+		// reply must still come, so it becomes an error message.
+		line, _ = wire.Encode(&wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: x.id},
+			&msg.Error{Code: string(wire.CodeRuntimeError), Message: "the reply could not be encoded", Retryable: true})
+	}
+	x.mu.Lock()
+	switch {
+	case reply:
+		x.reply = line
+	case x.held+len(line) > x.maxBytes:
+		x.dropped++
+	default:
+		x.events = append(x.events, line)
+		x.held += len(line)
+	}
+	x.mu.Unlock()
+	select {
+	case x.wake <- struct{}{}:
+	default:
+	}
+	return len(line)
+}
+
+// take returns the events held, the dropped count and the reply (nil until
+// it came), and empties the held events.
+func (x *exchange) take() (events [][]byte, dropped int, reply []byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	events, dropped, reply = x.events, x.dropped, x.reply
+	x.events, x.held, x.dropped = nil, 0, 0
+	return events, dropped, reply
+}
+
+// sendExchange answers one POST /send in single-exchange mode.
+func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode exchangeMode) gen.SendResponseObject {
+	var sc wire.Scanned
+	if err := wire.Scan(line, &sc); err != nil || !sc.HasID || sc.IDNotString || sc.ID == "" {
+		// The kernel could answer this line only with an error whose
+		// req_id is empty, which no exchange can claim; the transport
+		// answers it with the kernel's decoder and error table instead.
+		_, _, derr := a.h.Registry().Decode(line, &sc)
+		if derr == nil { // unreachable: Scan or the id check failed above
+			derr = wire.Errorf(wire.CodeParseError, "malformed message")
+		}
+		return answerNow(mode, errorLine(sc.ID, wire.AsError(derr)))
+	}
+	if e := a.h.Registry().Lookup(sc.Type); e != nil && e.Kind == wire.KindNotification {
+		st.sess.ReceiveLine(line) // cancel, shutdown: no reply to wait for
+		return accepted{}
+	}
+	x := newExchange(sc.ID, mode, a.opts.BufferBytes)
+	if !st.ex.add(x) {
+		return answerNow(mode, errorLine(sc.ID, &wire.Error{Code: wire.CodeSchemaViolation,
+			Message: "a request with this id is already in flight", Detail: map[string]any{"field": "id"}}))
+	}
+	st.sess.ReceiveLine(line)
+	if mode == modeSSE {
+		return &sseExchange{a: a, st: st, x: x, ctx: ctx}
+	}
+	for {
+		if _, _, reply := x.take(); reply != nil {
+			return jsonReply(reply)
+		}
+		select {
+		case <-x.wake:
+		case <-ctx.Done():
+			a.cancelExchange(st, x)
+			return jsonReply(nil) // nobody is left to read it
+		}
+	}
+}
+
+// cancelExchange stops the request of a client that went away, as `cancel`
+// would (spec §4.2, docs/DECISIONS.md, Wire). The kernel answers
+// `cancelled` at once and that answer reaches the exchange, not /stream;
+// the exchange is then dropped in any case.
+func (a *api) cancelExchange(st *stream, x *exchange) {
+	st.sess.ReceivePacket(&wire.Envelope{Type: "cancel", ID: wire.NewID(), Proto: wire.ProtoVersion}, &msg.Cancel{ReqID: x.id})
+	st.ex.remove(x)
+}
+
+func errorLine(reqID string, e *wire.Error) []byte {
+	m := &msg.Error{Code: string(e.Code), Message: e.Message, Detail: e.Detail, Retryable: e.Retryable()}
+	line, _ := wire.Encode(&wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: reqID}, m)
+	return line
+}
+
+func answerNow(mode exchangeMode, line []byte) gen.SendResponseObject {
+	if mode == modeSSE {
+		return sseNow(line)
+	}
+	return jsonReply(line)
+}
+
+// jsonReply is the 200 of the JSON mode: the reply message itself. A nil
+// reply (the client went away) writes nothing.
+type jsonReply []byte
+
+func (r jsonReply) VisitSendResponse(w http.ResponseWriter) error {
+	if r == nil {
+		return nil
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(append(r, '\n'))
+	return err
+}
+
+// sseNow is an SSE answer known before anything was sent to the kernel.
+type sseNow []byte
+
+func (r sseNow) VisitSendResponse(w http.ResponseWriter) error {
+	startSSE(w)
+	_, err := w.Write(sseData(nil, r))
+	return err
+}
+
+func startSSE(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+}
+
+// sseData frames one message as an SSE event. These events have no id: they
+// are not kept for replay, so there is nothing to resume from.
+func sseData(dst, line []byte) []byte {
+	dst = append(dst, "data: "...)
+	dst = append(dst, line...)
+	return append(dst, "\n\n"...)
+}
+
+// sseExchange streams one request's events and then its reply.
+type sseExchange struct {
+	a   *api
+	st  *stream
+	x   *exchange
+	ctx context.Context
+}
+
+func (r *sseExchange) VisitSendResponse(w http.ResponseWriter) error {
+	startSSE(w)
+	flush := func() {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	flush() // the head goes out now, so the client sees the exchange began
+	var buf []byte
+	for {
+		select {
+		case <-r.x.wake:
+		case <-r.ctx.Done():
+			r.a.cancelExchange(r.st, r.x)
+			return nil
+		}
+		events, dropped, reply := r.x.take()
+		buf = buf[:0]
+		if dropped > 0 {
+			buf = append(buf, ": dropped events beyond the buffer cap\n\n"...)
+		}
+		for _, ev := range events {
+			buf = sseData(buf, ev)
+		}
+		if reply != nil {
+			buf = sseData(buf, reply)
+		}
+		if _, err := w.Write(buf); err != nil {
+			r.a.cancelExchange(r.st, r.x)
+			return nil // the client is gone; nobody to tell
+		}
+		if reply != nil {
+			return nil
+		}
+		flush()
+	}
+}

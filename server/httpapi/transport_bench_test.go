@@ -1,0 +1,293 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"github.com/aephost/aep/capabilities/env"
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/httpapi"
+)
+
+// Benchmarks of the WebSocket transport and the single-exchange mode of
+// POST /send, each beside its floor and mcp-go's streamable HTTP server,
+// all measured in one run (docs/PERFORMANCE.md):
+//   - WebSocket floor: a bare coder/websocket server echoing each text frame;
+//   - single-exchange floor: a bare net/http server answering each POST with
+//     its body;
+//   - mcp-go: mcpBase/mcpCall of bench_test.go (one exchange per call).
+// The client side is the same raw code for aep and its floor.
+
+// wsBench is one raw WebSocket connection of a benchmark.
+type wsBench struct {
+	c *websocket.Conn
+}
+
+func dialBenchWS(b *testing.B, url string) *wsBench {
+	b.Helper()
+	c, _, err := websocket.Dial(context.Background(), url, &websocket.DialOptions{HTTPClient: benchHTTP})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.SetReadLimit(-1)
+	b.Cleanup(func() { c.CloseNow() })
+	return &wsBench{c: c}
+}
+
+func (w *wsBench) roundTrip(b *testing.B, line string, id string) []byte {
+	ctx := context.Background()
+	if err := w.c.Write(ctx, websocket.MessageText, []byte(line)); err != nil {
+		b.Fatal(err)
+	}
+	_, d, err := w.c.Read(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !bytes.Contains(d, []byte(id)) {
+		b.Fatalf("reply %s to %s", d, id)
+	}
+	return d
+}
+
+// wsFloorURL serves the WebSocket floor: read a frame, write it back.
+func wsFloorURL(b *testing.B) string {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(-1)
+		for {
+			typ, d, err := c.Read(r.Context())
+			if err != nil {
+				return
+			}
+			if err := c.Write(r.Context(), typ, d); err != nil {
+				return
+			}
+		}
+	}))
+	b.Cleanup(ts.Close)
+	return "ws" + strings.TrimPrefix(ts.URL, "http")
+}
+
+func aepWSURL(b *testing.B) string {
+	base := aepBase(b)
+	return "ws" + strings.TrimPrefix(base, "http") + "/ws"
+}
+
+func aepWSSession(b *testing.B, url string) *wsBench {
+	w := dialBenchWS(b, url)
+	w.roundTrip(b, handshakeLine("h"), `"ok":true`)
+	return w
+}
+
+// exchangeFloorBase serves the single-exchange floor: the POST's body is the
+// answer.
+func exchangeFloorBase(b *testing.B) string {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(append(body, '\n'))
+	}))
+	b.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// exchangeSession posts lines with Accept: application/json.
+type exchangeSession struct{ base, sid string }
+
+func (s *exchangeSession) roundTrip(b *testing.B, line, id string) {
+	req, _ := http.NewRequest(http.MethodPost, s.base+"/send", strings.NewReader(line))
+	req.Header.Set("X-Session-Id", s.sid)
+	req.Header.Set("Content-Type", "text/plain")
+	req.Header.Set("Accept", "application/json")
+	resp, err := benchHTTP.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(d, []byte(id)) {
+		b.Fatalf("send: %d %s", resp.StatusCode, d)
+	}
+}
+
+func aepExchangeSession(b *testing.B, base string) *exchangeSession {
+	s := &exchangeSession{base: base, sid: createSession(b, base)}
+	s.roundTrip(b, handshakeLine("h"), `"ok":true`)
+	return s
+}
+
+// BenchmarkTransportRoundTrip is one session's echo round trip over each
+// transport, beside its floor and mcp-go, in one run.
+func BenchmarkTransportRoundTrip(b *testing.B) {
+	b.Run("impl=mcp-go", func(b *testing.B) {
+		c := mcpSession(b, mcpBase(b))
+		b.ResetTimer()
+		defer measure(b)()
+		for i := range b.N {
+			mcpCall(b, c, i)
+		}
+	})
+	b.Run("impl=ws-floor", func(b *testing.B) {
+		w := dialBenchWS(b, wsFloorURL(b))
+		b.ResetTimer()
+		defer measure(b)()
+		for i := range b.N {
+			id := "r" + strconv.Itoa(i)
+			w.roundTrip(b, benchLine(id), id)
+		}
+	})
+	b.Run("impl=ws-aep", func(b *testing.B) {
+		w := aepWSSession(b, aepWSURL(b))
+		b.ResetTimer()
+		defer measure(b)()
+		for i := range b.N {
+			id := "r" + strconv.Itoa(i)
+			w.roundTrip(b, benchLine(id), id)
+		}
+	})
+	b.Run("impl=exchange-floor", func(b *testing.B) {
+		s := &exchangeSession{base: exchangeFloorBase(b), sid: "floor"}
+		b.ResetTimer()
+		defer measure(b)()
+		for i := range b.N {
+			id := "r" + strconv.Itoa(i)
+			s.roundTrip(b, benchLine(id), id)
+		}
+	})
+	b.Run("impl=exchange-aep", func(b *testing.B) {
+		s := aepExchangeSession(b, aepBase(b))
+		b.ResetTimer()
+		defer measure(b)()
+		for i := range b.N {
+			id := "r" + strconv.Itoa(i)
+			s.roundTrip(b, benchLine(id), id)
+		}
+	})
+}
+
+// BenchmarkTransportThroughput32 runs round trips on 32 concurrent sessions
+// per transport; ops/s is round trips per second across all of them.
+func BenchmarkTransportThroughput32(b *testing.B) {
+	const sessions = 32
+	run := func(b *testing.B, open func() func(i int)) {
+		trips := make([]func(int), sessions)
+		for i := range trips {
+			trips[i] = open()
+		}
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		defer measure(b)()
+		for _, trip := range trips {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := next.Add(1)
+					if i > int64(b.N) {
+						return
+					}
+					trip(int(i))
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	b.Run("impl=mcp-go", func(b *testing.B) {
+		base := mcpBase(b)
+		run(b, func() func(int) {
+			c := mcpSession(b, base)
+			return func(i int) { mcpCall(b, c, i) }
+		})
+	})
+	b.Run("impl=ws-floor", func(b *testing.B) {
+		url := wsFloorURL(b)
+		run(b, func() func(int) {
+			w := dialBenchWS(b, url)
+			return func(i int) { id := "r" + strconv.Itoa(i); w.roundTrip(b, benchLine(id), id) }
+		})
+	})
+	b.Run("impl=ws-aep", func(b *testing.B) {
+		url := aepWSURL(b)
+		run(b, func() func(int) {
+			w := aepWSSession(b, url)
+			return func(i int) { id := "r" + strconv.Itoa(i); w.roundTrip(b, benchLine(id), id) }
+		})
+	})
+	b.Run("impl=exchange-floor", func(b *testing.B) {
+		base := exchangeFloorBase(b)
+		run(b, func() func(int) {
+			s := &exchangeSession{base: base, sid: "floor"}
+			return func(i int) { id := "r" + strconv.Itoa(i); s.roundTrip(b, benchLine(id), id) }
+		})
+	})
+	b.Run("impl=exchange-aep", func(b *testing.B) {
+		base := aepBase(b)
+		run(b, func() func(int) {
+			s := aepExchangeSession(b, base)
+			return func(i int) { id := "r" + strconv.Itoa(i); s.roundTrip(b, benchLine(id), id) }
+		})
+	})
+}
+
+// BenchmarkEnvStepWS is an RL step loop over WebSocket, one session, with
+// the built-in guess environment (audit on), beside the WebSocket echo floor
+// carrying a step-sized message.
+func BenchmarkEnvStepWS(b *testing.B) {
+	stepLine := func(ep, id string) string {
+		return `{"type":"env/step/req","id":"` + id + `","proto":"1.0","ts":1,"episode_id":"` + ep + `","action":7}`
+	}
+	b.Run("impl=ws-floor", func(b *testing.B) {
+		w := dialBenchWS(b, wsFloorURL(b))
+		b.ResetTimer()
+		defer measure(b)()
+		for i := range b.N {
+			id := "s" + strconv.Itoa(i)
+			w.roundTrip(b, stepLine("ep-0123456789abcdef", id), id)
+		}
+	})
+	b.Run("impl=ws-aep", func(b *testing.B) {
+		cfg := server.Defaults()
+		cfg.Server.AuthToken = token
+		aud := server.NewFileAuditor(filepath.Join(b.TempDir(), "audit.jsonl"), 10, 5, nil)
+		h, err := server.New(context.Background(), cfg, server.WithAuditor(aud), server.WithDataDir(b.TempDir()),
+			server.WithPlugin(server.PluginSpec{Name: "env", Type: "env", Impl: &env.Plugin{DataRoot: b.TempDir()}}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { h.Close(context.Background()) })
+		base := newServer(b, h, httpapi.Options{})
+		w := dialBenchWS(b, "ws"+strings.TrimPrefix(base, "http")+"/ws")
+		w.roundTrip(b, `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["env"],"auth_token":"`+token+`"}`, `"ok":true`)
+		d := w.roundTrip(b, `{"type":"env/reset/req","id":"r","proto":"1.0","ts":1,"env_name":"`+env.GuessName+`","seed":1,"options":{"high":1000000,"max_steps":1000000000}}`, `"r"`)
+		var reset struct {
+			EpisodeID string `json:"episode_id"`
+		}
+		if err := json.Unmarshal(d, &reset); err != nil || reset.EpisodeID == "" {
+			b.Fatalf("reset: %s", d)
+		}
+		b.ResetTimer()
+		defer measure(b)()
+		for i := range b.N {
+			id := "s" + strconv.Itoa(i)
+			w.roundTrip(b, stepLine(reset.EpisodeID, id), id)
+		}
+	})
+}
