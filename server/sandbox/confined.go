@@ -194,7 +194,9 @@ func (p *Process) startConfined() (err error) {
 	if lim.CPUTime > 0 {
 		cfg.CPUSeconds = max(1, int64((lim.CPUTime+time.Second-1)/time.Second))
 	}
-	if lim.MemoryBytes > 0 || lim.MaxProcs > 0 {
+	// Only root makes cgroups here; an unprivileged host (tier b) has the
+	// rlimit fallbacks.
+	if (lim.MemoryBytes > 0 || lim.MaxProcs > 0) && os.Geteuid() == 0 {
 		cg, err := newCgroups(lim)
 		if err != nil {
 			return fmt.Errorf("making the run's cgroup: %v: %w", err, ErrSetup)
