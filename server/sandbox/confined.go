@@ -35,6 +35,7 @@ type initConfig struct {
 	RunID      string   `json:"run_id,omitempty"`     // the value of RunMarker
 	ReadOnly   []string `json:"read_only,omitempty"`  // further read-only paths (namespaces, Landlock)
 	FSize      int64    `json:"fsize,omitempty"`      // RLIMIT_FSIZE of the command
+	WorkRO     bool     `json:"work_ro,omitempty"`    // the work directory is read-only
 	Argv       []string `json:"argv"`
 	Dir        string   `json:"dir"`
 	WorkDir    string   `json:"work_dir"`
@@ -167,7 +168,7 @@ func (p *Process) startConfined() (err error) {
 	}
 	p.tier = TierOf(mech)
 	cfg := initConfig{Namespaces: mech == "namespaces", Supervised: p.tier == TierSupervised, Argv: p.spec.Argv,
-		Dir: p.spec.Dir, WorkDir: work, ReadOnly: p.spec.ReadOnly, RunID: newRunID(), FSize: lim.FileBytes}
+		Dir: p.spec.Dir, WorkDir: work, ReadOnly: p.spec.ReadOnly, RunID: newRunID(), FSize: lim.FileBytes, WorkRO: p.spec.WorkReadOnly}
 	if os.Geteuid() == 0 {
 		cfg.UID = SandboxUID
 	}
@@ -373,7 +374,11 @@ func bwrapArgs(spec Spec, exe, work, dir string, dropUID bool) []string {
 	for _, r := range spec.ReadOnly {
 		a = append(a, "--ro-bind", r, r)
 	}
-	a = append(a, "--bind", work, Workspace,
+	bind := "--bind"
+	if spec.WorkReadOnly {
+		bind = "--ro-bind"
+	}
+	a = append(a, bind, work, Workspace,
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--chdir", dir)
 	if dropUID {

@@ -120,7 +120,11 @@ func runInit(raw string) int {
 		// the domain, while the init's other threads still read /proc to
 		// end the command's descendants.
 		ro := append(append([]string{}, SystemPaths...), cfg.ReadOnly...)
-		if err := landlock(ro, []string{cfg.WorkDir}); err != nil {
+		rw := []string{cfg.WorkDir}
+		if cfg.WorkRO {
+			ro, rw = append(ro, cfg.WorkDir), nil
+		}
+		if err := landlock(ro, rw); err != nil {
 			return fail("landlock: %v", err)
 		}
 	}
@@ -309,7 +313,7 @@ func setupRoot(cfg initConfig) error {
 			return err
 		}
 	}
-	if err := bind(cfg.WorkDir, Workspace, false); err != nil {
+	if err := bind(cfg.WorkDir, Workspace, cfg.WorkRO); err != nil {
 		return err
 	}
 	for _, d := range []string{"/proc", "/tmp", "/.old"} {

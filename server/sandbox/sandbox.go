@@ -81,6 +81,9 @@ type Spec struct {
 	Mode      Mode
 	// WorkDir is the one writable directory of a confined run (default Dir).
 	WorkDir string
+	// WorkReadOnly shows the work directory read-only (a restricted
+	// subagent's view of its parent's files).
+	WorkReadOnly bool
 	// ReadOnly are further host paths made visible read-only (bwrap hides
 	// /tmp behind a private tmpfs, so e.g. a skill folder there needs this).
 	ReadOnly []string
