@@ -369,9 +369,20 @@ func bwrapArgs(spec Spec, exe, work, dir string, dropUID bool) []string {
 			a = append(a, "--ro-bind", p, p)
 		}
 	}
-	a = append(a, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+	// /tmp is writable for the unprivileged uid, and the directories
+	// bubblewrap makes above a read-only path can be traversed by it.
+	a = append(a, "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
 		"--ro-bind", exe, initPath)
 	for _, r := range spec.ReadOnly {
+		var parents []string
+		for d := filepath.Dir(r); d != "/" && d != "."; d = filepath.Dir(d) {
+			parents = append([]string{d}, parents...)
+		}
+		for _, d := range parents {
+			if d != "/tmp" {
+				a = append(a, "--perms", "0755", "--dir", d)
+			}
+		}
 		a = append(a, "--ro-bind", r, r)
 	}
 	bind := "--bind"
