@@ -12,6 +12,7 @@ import (
 
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
 )
 
@@ -29,15 +30,7 @@ func call(t *testing.T, c *client.Client, tool string, args map[string]any) *msg
 
 func secondClient(t *testing.T, e *env) *client.Client {
 	t.Helper()
-	c, err := client.InProcess(e.h, client.JSON, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Handshake(context.Background(), "agent-b", "tok", "tools"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return aeptest.Connect(t, e.h, "tools")
 }
 
 // TestSessionsDoNotShareFiles: session B cannot read, list or overwrite
