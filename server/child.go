@@ -144,6 +144,10 @@ func (h *Host) SpawnChild(ctx context.Context, parent *Session, opts ChildOption
 	}
 	parent.kids[child] = struct{}{}
 	parent.mu.Unlock()
+	if err := h.prepareChildDir(child, parent, opts.MemoryScope); err != nil {
+		child.Close()
+		return nil, "", fmt.Errorf("spawn: %w", err)
+	}
 	for _, o := range h.childObservers {
 		if err := o.v.ChildSpawned(ctx, child.id, parent.id, opts.MemoryScope); err != nil {
 			child.Close()

@@ -30,6 +30,9 @@ type ServerConfig struct {
 	AllowedOrigins []string   `yaml:"allowed_origins"`
 	Limits         Limits     `yaml:"limits"`
 	ToolPolicy     ToolPolicy `yaml:"tool_policy"`
+	// Isolation configures session directories and contained processes
+	// (server/sessionfs.go, docs/SECURITY.md).
+	Isolation IsolationConfig `yaml:"isolation"`
 }
 
 // Limits bound what one session and the whole host may use (docs/DECISIONS.md, Dispatch defaults).

@@ -100,6 +100,8 @@ type Host struct {
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)
 	subSeq int
+
+	fs sessionFS // session directories (server/sessionfs.go)
 }
 
 // New provisions the plugins of cfg and returns a running host. On error
@@ -121,6 +123,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		dataDir: o.dataDir, store: o.store, token: sha256.Sum256([]byte(cfg.Server.AuthToken)), started: time.Now(),
 		sessions: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
+	h.logIsolation()
 	specs, err := instantiate(cfg)
 	if err != nil {
 		return nil, err
@@ -297,6 +300,7 @@ func (h *Host) forget(s *Session) {
 	for _, o := range h.observers {
 		o.v.SessionClosed(s.id)
 	}
+	h.releaseSessionDir(s.id)
 }
 
 // expire closes sessions that stayed idle or never handshook (docs/DECISIONS.md, Dispatch defaults).

@@ -144,6 +144,8 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 		return "", 0, fmt.Errorf("write snapshot: %w", err)
 	}
 	h.log.Info("snapshot written", "session_id", s.id, "snapshot_id", p.SnapshotID, "target", target, "bytes", len(doc), "plugins", len(p.Plugins))
+	// The snapshot refers to the session's files: its directory outlives it.
+	h.pinSessionDir(s.id)
 	return p.SnapshotID, len(doc), nil
 }
 

@@ -9,21 +9,20 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/server/toolrun"
 )
 
 // registerBuiltins adds the workspace tools.
-func registerBuiltins(r *toolrun.Registry, ws *workspace, execOK bool) error {
-	b := &builtins{ws: ws}
+func registerBuiltins(r *toolrun.Registry, execOK bool, run func(ctx context.Context, ws *workspace, in runIn) (runOut, error)) error {
+	b := &builtins{runner: run}
 	errs := []error{
 		toolrun.Register(r, "read_file", "Read a text file of the workspace, from an optional byte offset; output past the cap is truncated.", b.read, toolrun.Tags("file", "read"), toolrun.Idempotent()),
 		toolrun.Register(r, "write_file", "Write a file of the workspace, creating parent directories; replaces the content unless append is set.", b.write, toolrun.Tags("file", "write")),
@@ -37,7 +36,11 @@ func registerBuiltins(r *toolrun.Registry, ws *workspace, execOK bool) error {
 	return errors.Join(errs...)
 }
 
-type builtins struct{ ws *workspace }
+// builtins are the workspace tools; each call finds its session's
+// workspace in its context (wsOf), so no session reaches another's files.
+type builtins struct {
+	runner func(ctx context.Context, ws *workspace, in runIn) (runOut, error)
+}
 
 type readIn struct {
 	Path     string `json:"path" desc:"File path relative to the workspace."`
@@ -61,7 +64,7 @@ func (b *builtins) read(ctx context.Context, in readIn) (readOut, error) {
 	if err != nil {
 		return readOut{}, err
 	}
-	f, err := b.ws.root.Open(rel)
+	f, err := wsOf(ctx).root.Open(rel)
 	if err != nil {
 		return readOut{}, err
 	}
@@ -113,8 +116,11 @@ func (b *builtins) write(ctx context.Context, in writeIn) (writeOut, error) {
 	if rel == "." {
 		return writeOut{}, fmt.Errorf("%w: a file path is required", ErrPath)
 	}
+	if err := wsOf(ctx).check(int64(len(in.Content))); err != nil {
+		return writeOut{}, err
+	}
 	if dir := path.Dir(rel); dir != "." {
-		if err := b.ws.root.MkdirAll(dir, 0o755); err != nil {
+		if err := wsOf(ctx).root.MkdirAll(dir, 0o755); err != nil {
 			return writeOut{}, err
 		}
 	}
@@ -122,7 +128,7 @@ func (b *builtins) write(ctx context.Context, in writeIn) (writeOut, error) {
 	if in.Append {
 		flag = os.O_WRONLY | os.O_CREATE | os.O_APPEND
 	}
-	f, err := b.ws.root.OpenFile(rel, flag, 0o644)
+	f, err := wsOf(ctx).root.OpenFile(rel, flag, 0o644)
 	if err != nil {
 		return writeOut{}, err
 	}
@@ -153,7 +159,7 @@ func (b *builtins) list(ctx context.Context, in listIn) (listOut, error) {
 	if err != nil {
 		return listOut{}, err
 	}
-	f, err := b.ws.root.Open(rel)
+	f, err := wsOf(ctx).root.Open(rel)
 	if err != nil {
 		return listOut{}, err
 	}
@@ -227,7 +233,7 @@ func globRegexp(pat string) (*regexp.Regexp, error) {
 // walk visits the regular files of the workspace; it does not follow
 // symlinks, so a link out of the root is never read.
 func (b *builtins) walk(ctx context.Context, fn func(p string) bool) error {
-	return fs.WalkDir(b.ws.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	return fs.WalkDir(wsOf(ctx).root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // unreadable entries are skipped, not fatal
 		}
@@ -295,7 +301,7 @@ func (b *builtins) grep(ctx context.Context, in grepIn) (grepOut, error) {
 		if only != nil && !only.MatchString(p) {
 			return true
 		}
-		f, err := b.ws.root.Open(p)
+		f, err := wsOf(ctx).root.Open(p)
 		if err != nil {
 			return true
 		}
@@ -371,72 +377,89 @@ func (b *builtins) run(ctx context.Context, in runIn) (runOut, error) {
 			return runOut{}, errors.New("argv contains a NUL byte")
 		}
 	}
-	rel, err := cleanPath(in.Cwd)
-	if err != nil {
-		return runOut{}, err
-	}
-	dir, err := b.ws.real(rel)
-	if err != nil {
-		return runOut{}, err
-	}
-	if in.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(in.Timeout*float64(time.Second)))
-		defer cancel()
-	}
-	limit := toolrun.MaxOutput(ctx)/2 - 256
-	if in.MaxOutputBytes > 0 && in.MaxOutputBytes < limit {
-		limit = in.MaxOutputBytes
-	}
-	cmd := exec.CommandContext(ctx, in.Argv[0], in.Argv[1:]...)
-	cmd.Dir = dir
-	cmd.Stdin = strings.NewReader(in.Stdin)
-	// The whole process group is killed, so children of the program cannot
-	// keep the pipes open past the timeout.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return runOut{}, err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return runOut{}, err
-	}
-	if err := cmd.Start(); err != nil {
-		return runOut{}, err
-	}
-	outBuf, errBuf := &capBuffer{max: limit}, &capBuffer{max: limit}
-	var wg sync.WaitGroup
-	pump := func(r io.Reader, buf *capBuffer, stream, level string) {
-		defer wg.Done()
-		br := bufio.NewReader(r)
-		for {
-			line, err := br.ReadBytes('\n')
-			if len(line) > 0 {
-				buf.add(line)
-				_ = toolrun.Emit(ctx, "log", map[string]any{"level": level, "stream": stream, "message": strings.TrimRight(string(line), "\n")})
-			}
-			if err != nil {
-				return
+	return b.runner(ctx, wsOf(ctx), in)
+}
+
+// runContained runs a command of run_command in the session's sandbox
+// (server/sandbox, docs/SECURITY.md, Isolation): only system paths and the
+// session directory (at /workspace) visible, the shared env allowlist, an
+// unprivileged uid, a pids limit, every descendant ended with the call.
+func runContained(mode sandbox.Mode, quota int64) func(ctx context.Context, ws *workspace, in runIn) (runOut, error) {
+	return func(ctx context.Context, ws *workspace, in runIn) (runOut, error) {
+		rel, err := cleanPath(in.Cwd)
+		if err != nil {
+			return runOut{}, err
+		}
+		dir, err := ws.real(rel)
+		if err != nil {
+			return runOut{}, err
+		}
+		if in.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(in.Timeout*float64(time.Second)))
+			defer cancel()
+		}
+		limit := toolrun.MaxOutput(ctx)/2 - 256
+		if in.MaxOutputBytes > 0 && in.MaxOutputBytes < limit {
+			limit = in.MaxOutputBytes
+		}
+		home := ws.dir
+		if mech, _ := sandbox.Mechanism(mode); sandbox.TierOf(mech) == sandbox.TierNamespaces {
+			home = sandbox.Workspace
+		}
+		env, _ := sandbox.Environ(nil, home, nil)
+		outR, outW := io.Pipe()
+		errR, errW := io.Pipe()
+		p, err := sandbox.Start(sandbox.Spec{Argv: in.Argv, Dir: dir, Env: env, Sandboxed: true, Mode: mode,
+			WorkDir: ws.dir, WorkReadOnly: ws.readOnly, Stdout: outW, Stderr: errW,
+			Limits: sandbox.Limits{MaxProcs: sandbox.DefaultMaxProcs, FileBytes: quota}})
+		if err != nil {
+			return runOut{}, err
+		}
+		go func() {
+			_, _ = io.WriteString(p.Stdin, in.Stdin)
+			p.Stdin.Close()
+		}()
+		outBuf, errBuf := &capBuffer{max: limit}, &capBuffer{max: limit}
+		var wg sync.WaitGroup
+		pump := func(r io.Reader, buf *capBuffer, stream, level string) {
+			defer wg.Done()
+			br := bufio.NewReader(r)
+			for {
+				line, err := br.ReadBytes('\n')
+				if len(line) > 0 {
+					buf.add(line)
+					_ = toolrun.Emit(ctx, "log", map[string]any{"level": level, "stream": stream, "message": strings.TrimRight(string(line), "\n")})
+				}
+				if err != nil {
+					return
+				}
 			}
 		}
+		wg.Add(2)
+		go pump(outR, outBuf, "stdout", "info")
+		go pump(errR, errBuf, "stderr", "error")
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			p.Kill()
+			<-p.Done()
+		}
+		outW.Close()
+		errW.Close()
+		wg.Wait()
+		res := p.Result()
+		out := runOut{Stdout: outBuf.buf.String(), Stderr: errBuf.buf.String(), Truncated: outBuf.dropped || errBuf.dropped, started: true, ExitCode: res.ExitCode}
+		switch {
+		case ctx.Err() == context.DeadlineExceeded:
+			return out, fmt.Errorf("command killed after its timeout: %w", ctx.Err())
+		case ctx.Err() != nil:
+			return out, ctx.Err()
+		case res.Outcome != sandbox.Exited:
+			return out, fmt.Errorf("command %s: %s", res.Outcome, res.Reason)
+		case res.ExitCode != 0:
+			return out, fmt.Errorf("command failed: exit status %d", res.ExitCode)
+		}
+		return out, nil
 	}
-	wg.Add(2)
-	go pump(stdout, outBuf, "stdout", "info")
-	go pump(stderr, errBuf, "stderr", "error")
-	wg.Wait()
-	werr := cmd.Wait()
-	out := runOut{Stdout: outBuf.buf.String(), Stderr: errBuf.buf.String(), Truncated: outBuf.dropped || errBuf.dropped, started: true}
-	out.ExitCode = cmd.ProcessState.ExitCode()
-	switch {
-	case ctx.Err() == context.DeadlineExceeded:
-		return out, fmt.Errorf("command killed after its timeout: %w", ctx.Err())
-	case ctx.Err() != nil:
-		return out, ctx.Err()
-	case werr != nil:
-		return out, fmt.Errorf("command failed: %w", werr)
-	}
-	return out, nil
 }

@@ -105,7 +105,7 @@ func TestRunCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Success || res.ExitCode == nil || *res.ExitCode != 3 || !strings.Contains(encode(t, res.Data), `"stdout":"one\n`+e.root) {
+	if res.Success || res.ExitCode == nil || *res.ExitCode != 3 || !strings.Contains(encode(t, res.Data), `"stdout":"one\n`+workdirSeen(t, e.root)) {
 		t.Fatalf("got %+v %v", res, encode(t, res.Data))
 	}
 	mu.Lock()
@@ -243,7 +243,14 @@ plugins:
 		t.Fatal(err)
 	}
 	ctx := aeptest.Context(t)
-	c := aeptest.Connect(t, aeptest.NewHost(t, cfg, nil, server.WithDataDir(t.TempDir())), "tools")
+	h := aeptest.NewHost(t, cfg, nil, server.WithDataDir(t.TempDir()))
+	c := aeptest.Connect(t, h, "tools")
+	// Under a host the workspace is the session's directory, not root.
+	sd, err := h.SessionDir(c.SessionID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root = sd.Path
 	for _, tc := range []struct {
 		size      int
 		truncated bool

@@ -13,6 +13,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/server/toolrun"
 	"github.com/aephost/aep/wire"
 )
@@ -120,7 +121,26 @@ func newEnv(t testing.TB, codec client.Codec, policy server.ToolPolicy, maxOut i
 	})
 	t.Cleanup(unsub)
 	e.c = aeptest.ConnectWith(t, h, codec, nil, "tools")
+	// The workspace is the session's own directory (server/sessionfs.go).
+	d, err := h.SessionDir(e.c.SessionID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.root = d.Path
 	return e
+}
+
+// workdirSeen is where a contained command finds its session directory:
+// /workspace in tier (a), the host path in tier (b).
+func workdirSeen(t *testing.T, hostPath string) string {
+	mech, err := sandbox.Mechanism(sandbox.ModeAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sandbox.TierOf(mech) == sandbox.TierNamespaces {
+		return sandbox.Workspace
+	}
+	return hostPath
 }
 
 func names(ts []msg.ToolDefinition) string {

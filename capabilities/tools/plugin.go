@@ -8,6 +8,7 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/server/toolrun"
 	"github.com/aephost/aep/wire"
 )
@@ -29,8 +30,9 @@ func (*Plugin) Module() server.ModuleInfo {
 // "aep.tools.builtin" it holds the built-in workspace tools; [NewPlugin]
 // serves a registry of the embedder's own tools.
 type Plugin struct {
-	// Root is the workspace the file and command tools are confined to;
-	// default <data-dir>/workspace.
+	// Root is the workspace of a plugin provisioned without a host
+	// (default <data-dir>/workspace); under a host each session works in
+	// its own session directory (server/sessionfs.go) and Root is unused.
 	Root string `yaml:"root"`
 	// MaxOutputBytes caps result.data (default 1 MiB).
 	MaxOutputBytes int `yaml:"max_output_bytes"`
@@ -40,7 +42,8 @@ type Plugin struct {
 	reg    *toolrun.Registry
 	custom bool
 	opts   toolrun.Options
-	ws     *workspace
+	ws     *workspace   // without a host: the one workspace at Root
+	host   *server.Host // with one: each session's directory (server/sessionfs.go)
 }
 
 // NewPlugin returns a plugin serving reg's tools instead of the built-ins.
@@ -58,6 +61,21 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if p.custom {
 		return nil
 	}
+	execOK := p.Exec == nil || *p.Exec
+	mode := sandbox.ModeAuto
+	var quota int64
+	if env.Host != nil {
+		// Each session works in its own directory; Root is not used.
+		p.host = env.Host
+		mode, quota = env.Host.SandboxMode(), env.Host.SessionQuota()
+		if execOK {
+			if _, _, err := sandbox.Describe(mode); err != nil {
+				return fmt.Errorf("run_command needs the configured sandbox (server.isolation.sandbox): %w", err)
+			}
+		}
+		p.reg = toolrun.NewRegistry()
+		return registerBuiltins(p.reg, execOK, runContained(mode, quota))
+	}
 	if p.Root == "" {
 		base := env.DataDir
 		if base == "" {
@@ -74,7 +92,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	}
 	p.ws = ws
 	p.reg = toolrun.NewRegistry()
-	return registerBuiltins(p.reg, ws, p.Exec == nil || *p.Exec)
+	return registerBuiltins(p.reg, execOK, runContained(mode, quota))
 }
 
 // Cleanup closes the workspace.
@@ -111,10 +129,39 @@ func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallRe
 	if !ok {
 		return nil, wire.ErrDecline
 	}
+	if !p.custom {
+		ws, err := p.workspace(s.SessionID())
+		if err != nil {
+			return nil, err
+		}
+		if ws != p.ws {
+			defer ws.root.Close()
+		}
+		ctx = context.WithValue(ctx, wsKey{}, ws)
+	}
 	res := toolrun.Run(ctx, s, req, t.Subject(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
 		return t.Run(ctx, req.Arguments)
 	})
 	return &msg.ToolCallResp{Result: *res}, nil
+}
+
+// workspace opens the session's directory (spec §5 rule 4: one session
+// never reaches another's files).
+func (p *Plugin) workspace(sessionID string) (*workspace, error) {
+	if p.host == nil {
+		return p.ws, nil
+	}
+	d, err := p.host.SessionDir(sessionID)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := openWorkspace(d.Path)
+	if err != nil {
+		return nil, err
+	}
+	ws.readOnly = d.ReadOnly
+	ws.quota = func(n int64) error { return p.host.CheckWrite(sessionID, n) }
+	return ws, nil
 }
 
 var (

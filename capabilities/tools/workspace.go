@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,8 +14,26 @@ import (
 // and every access goes through an os.Root, which also refuses symlinks that
 // lead out of the directory.
 type workspace struct {
-	dir  string // absolute path of the root
-	root *os.Root
+	dir      string // absolute path of the root
+	root     *os.Root
+	readOnly bool              // a restricted subagent's view of its parent's files
+	quota    func(int64) error // may n more bytes be written (nil: no bound)
+}
+
+type wsKey struct{}
+
+// wsOf is the workspace of the call's session, put in its context by ToolCall.
+func wsOf(ctx context.Context) *workspace { return ctx.Value(wsKey{}).(*workspace) }
+
+// check refuses a write of n bytes to a read-only or full workspace.
+func (w *workspace) check(n int64) error {
+	if w.readOnly {
+		return fmt.Errorf("%w: the workspace is read-only for this session", ErrPath)
+	}
+	if w.quota != nil {
+		return w.quota(n)
+	}
+	return nil
 }
 
 // ErrPath is the cause of a path that is not allowed in the workspace.

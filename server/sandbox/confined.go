@@ -29,6 +29,13 @@ const (
 // initConfig is what the host tells the init.
 type initConfig struct {
 	Namespaces bool     `json:"namespaces,omitempty"` // set up mounts itself (ModeNamespaces)
+	Supervised bool     `json:"supervised,omitempty"` // tier (b): Landlock, subreaper, sweep
+	NewRoot    string   `json:"new_root,omitempty"`   // namespaces: empty directory the new root is built on
+	UID        int      `json:"uid,omitempty"`        // > 0: the command runs as this uid and gid
+	RunID      string   `json:"run_id,omitempty"`     // the value of RunMarker
+	ReadOnly   []string `json:"read_only,omitempty"`  // further read-only paths (namespaces, Landlock)
+	FSize      int64    `json:"fsize,omitempty"`      // RLIMIT_FSIZE of the command
+	WorkRO     bool     `json:"work_ro,omitempty"`    // the work directory is read-only
 	Argv       []string `json:"argv"`
 	Dir        string   `json:"dir"`
 	WorkDir    string   `json:"work_dir"`
@@ -81,19 +88,28 @@ func self() (string, error) {
 func Mechanism(m Mode) (string, error) {
 	switch m {
 	case ModeAuto, "":
-		if BwrapPath() != "" {
+		// The best tier this host provides (docs/SECURITY.md, Isolation).
+		if bwrapWorks() == nil {
 			return "bwrap", nil
 		}
-		return "namespaces", nil
+		if os.Geteuid() == 0 {
+			return "namespaces", nil
+		}
+		return string(ModeSupervised), nil
 	case ModeBwrap:
-		if BwrapPath() == "" {
-			return "", fmt.Errorf("mode bwrap: bubblewrap (bwrap) is not installed: %w", ErrSetup)
+		if err := bwrapWorks(); err != nil {
+			return "", fmt.Errorf("mode bwrap: %v: %w", err, ErrSetup)
 		}
 		return "bwrap", nil
 	case ModeNamespaces:
+		if os.Geteuid() != 0 {
+			return "", fmt.Errorf("mode namespaces needs the host to run as root (use bwrap with user namespaces, or supervised): %w", ErrSetup)
+		}
 		return "namespaces", nil
+	case ModeSupervised:
+		return string(ModeSupervised), nil
 	}
-	return "", fmt.Errorf("unknown sandbox mode %q (auto, bwrap or namespaces): %w", m, ErrSetup)
+	return "", fmt.Errorf("unknown sandbox mode %q (auto, bwrap, namespaces or supervised): %w", m, ErrSetup)
 }
 
 // limitWriter keeps the last bytes written, for error messages about a
@@ -137,12 +153,51 @@ func (p *Process) startConfined() (err error) {
 	if work == "" {
 		return fmt.Errorf("a sandboxed run needs a work directory: %w", ErrSetup)
 	}
+	if p.spec.Dir != "" && !withinDir(p.spec.Dir, work) {
+		return fmt.Errorf("working directory %s is outside the work directory: %w", p.spec.Dir, ErrSetup)
+	}
+	if fi, err := os.Stat(work); err != nil || !fi.IsDir() {
+		return fmt.Errorf("the work directory %s is not a directory: %w", work, ErrSetup)
+	}
+	if err := handOver(work); err != nil {
+		return fmt.Errorf("%v: %w", err, ErrSetup)
+	}
 	lim := p.spec.Limits
-	cfg := initConfig{Namespaces: mech == "namespaces", Argv: p.spec.Argv, Dir: p.spec.Dir, WorkDir: work}
+	if lim.MaxProcs == 0 {
+		lim.MaxProcs = DefaultMaxProcs
+	}
+	p.tier = TierOf(mech)
+	cfg := initConfig{Namespaces: mech == "namespaces", Supervised: p.tier == TierSupervised, Argv: p.spec.Argv,
+		Dir: p.spec.Dir, WorkDir: work, ReadOnly: p.spec.ReadOnly, RunID: newRunID(), FSize: lim.FileBytes, WorkRO: p.spec.WorkReadOnly}
+	if os.Geteuid() == 0 {
+		cfg.UID = SandboxUID
+	}
+	if p.tier == TierNamespaces {
+		// Inside, the work directory is /workspace; the working directory keeps its place in it.
+		rel, _ := filepath.Rel(work, orRoot(p.spec.Dir))
+		if p.spec.Dir == "" {
+			rel = "."
+		}
+		cfg.Dir = filepath.Join(Workspace, rel)
+	}
+	if mech == "namespaces" {
+		root, err := os.MkdirTemp("", "aep-root-")
+		if err != nil {
+			return fmt.Errorf("making the sandbox root: %v: %w", err, ErrSetup)
+		}
+		cfg.NewRoot = root
+		p.newRoot = root
+	}
+	if p.tier == TierSupervised {
+		becomeSubreaper()
+	}
+	p.runID = cfg.RunID
 	if lim.CPUTime > 0 {
 		cfg.CPUSeconds = max(1, int64((lim.CPUTime+time.Second-1)/time.Second))
 	}
-	if lim.MemoryBytes > 0 || lim.MaxProcs > 0 {
+	// Only root makes cgroups here; an unprivileged host (tier b) has the
+	// rlimit fallbacks.
+	if (lim.MemoryBytes > 0 || lim.MaxProcs > 0) && os.Geteuid() == 0 {
 		cg, err := newCgroups(lim)
 		if err != nil {
 			return fmt.Errorf("making the run's cgroup: %v: %w", err, ErrSetup)
@@ -152,6 +207,9 @@ func (p *Process) startConfined() (err error) {
 	defer func() {
 		if err != nil && p.cg != nil {
 			p.cg.remove()
+		}
+		if err != nil && p.newRoot != "" {
+			os.Remove(p.newRoot)
 		}
 	}()
 	var cgFiles []*os.File
@@ -179,14 +237,21 @@ func (p *Process) startConfined() (err error) {
 
 	var cmd *exec.Cmd
 	if mech == "bwrap" {
-		cmd = exec.Command(BwrapPath(), bwrapArgs(p.spec, exe, work)...)
-	} else {
+		cmd = exec.Command(BwrapPath(), bwrapArgs(p.spec, exe, work, cfg.Dir, cfg.UID > 0)...)
+	} else if mech == "namespaces" {
 		cmd = exec.Command(exe)
 		flags := syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
 		if !p.spec.Network {
 			flags |= syscall.CLONE_NEWNET
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: uintptr(flags)}
+		// The init is pid 1 of the namespace: its death, here with the
+		// host's, ends every process in it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: uintptr(flags), Pdeathsig: syscall.SIGKILL}
+	} else {
+		// Supervised: SIGTERM, which the init catches to end every
+		// descendant before it goes (SIGKILL would leave them behind).
+		cmd = exec.Command(exe)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -280,31 +345,64 @@ type statusFile struct {
 	br *bufio.Reader
 }
 
-// bwrapArgs builds the bubblewrap command line: the host's file system
-// read-only, a private /tmp, the work directory writable, fresh /dev and
-// /proc, own PID, IPC and UTS namespaces, no network unless allowed, and
-// death with the host. --new-session is left out on purpose: it would move
-// the run out of the process group the host kills (the command has no
-// terminal, stdin is a pipe, so TIOCSTI, the reason for it, does not apply).
-func bwrapArgs(spec Spec, exe, work string) []string {
-	a := []string{
-		"--ro-bind", "/", "/",
-		"--dev", "/dev",
-		"--proc", "/proc",
-		"--tmpfs", "/tmp",
-		"--ro-bind", exe, exe,
+// bwrapArgs builds the bubblewrap command line: an empty root with only
+// [SystemPaths] read-only, the work directory writable at [Workspace], the
+// caller's read-only paths, a private /tmp, fresh /dev and /proc, own PID,
+// IPC and UTS namespaces, no network unless allowed, and death with the
+// host. As root, the init keeps CAP_SETUID and CAP_SETGID only, to start
+// the command as [SandboxUID]. --new-session is left out on purpose: it
+// would move the run out of the process group the host kills (the command
+// has no terminal, stdin is a pipe, so TIOCSTI, the reason for it, does
+// not apply).
+func bwrapArgs(spec Spec, exe, work, dir string, dropUID bool) []string {
+	var a []string
+	for _, p := range SystemPaths {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&os.ModeSymlink != 0:
+			if t, err := os.Readlink(p); err == nil {
+				a = append(a, "--symlink", t, p)
+			}
+		default:
+			a = append(a, "--ro-bind", p, p)
+		}
 	}
+	// /tmp is writable for the unprivileged uid, and the directories
+	// bubblewrap makes above a read-only path can be traversed by it.
+	a = append(a, "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
+		"--ro-bind", exe, initPath)
 	for _, r := range spec.ReadOnly {
+		var parents []string
+		for d := filepath.Dir(r); d != "/" && d != "."; d = filepath.Dir(d) {
+			parents = append([]string{d}, parents...)
+		}
+		for _, d := range parents {
+			if d != "/tmp" {
+				a = append(a, "--perms", "0755", "--dir", d)
+			}
+		}
 		a = append(a, "--ro-bind", r, r)
 	}
-	a = append(a, "--bind", work, work,
+	bind := "--bind"
+	if spec.WorkReadOnly {
+		bind = "--ro-bind"
+	}
+	a = append(a, bind, work, Workspace,
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-		"--die-with-parent", "--chdir", orRoot(spec.Dir))
+		"--die-with-parent", "--chdir", dir)
+	if dropUID {
+		a = append(a, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID")
+	}
 	if !spec.Network {
 		a = append(a, "--unshare-net")
 	}
-	return append(a, "--", exe)
+	return append(a, "--", initPath)
 }
+
+// initPath is where bubblewrap shows the host binary, the sandbox's init.
+const initPath = "/.aep-init"
 
 func orRoot(d string) string {
 	if d == "" {

@@ -1,13 +1,13 @@
 package sandbox
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
+	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -75,8 +75,12 @@ func runInit(raw string) int {
 	// Credentials changed below are per thread; the command is forked from
 	// this one.
 	runtime.LockOSThread()
+	// Orphans of the command come back to the init, which ends them all
+	// when the command ends (docs/SECURITY.md, Isolation).
+	const prSetChildSubreaper = 36
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 	if cfg.Namespaces {
-		if err := setupMounts(cfg.WorkDir); err != nil {
+		if err := setupRoot(cfg); err != nil {
 			return fail("sandbox mounts: %v", err)
 		}
 	}
@@ -101,9 +105,27 @@ func runInit(raw string) int {
 			return fail("RLIMIT_NPROC: %v", err)
 		}
 	}
+	if cfg.FSize > 0 {
+		if err := syscall.Setrlimit(rlimitFSize, &syscall.Rlimit{Cur: uint64(cfg.FSize), Max: uint64(cfg.FSize)}); err != nil {
+			return fail("RLIMIT_FSIZE: %v", err)
+		}
+	}
 	if cfg.Namespaces {
-		if err := dropPrivileges(); err != nil {
+		if err := dropPrivileges(cfg.UID > 0); err != nil {
 			return fail("dropping privileges: %v", err)
+		}
+	}
+	if cfg.Supervised {
+		// On this locked thread only: the command forked from it inherits
+		// the domain, while the init's other threads still read /proc to
+		// end the command's descendants.
+		ro := append(append([]string{}, SystemPaths...), cfg.ReadOnly...)
+		rw := []string{cfg.WorkDir}
+		if cfg.WorkRO {
+			ro, rw = append(ro, cfg.WorkDir), nil
+		}
+		if err := landlock(ro, rw); err != nil {
+			return fail("landlock: %v", err)
 		}
 	}
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
@@ -117,6 +139,10 @@ func runInit(raw string) int {
 		if cmd.Err != nil {
 			return fail("starting %q: %v", cfg.Argv[0], cmd.Err)
 		}
+		// The shell would only fail its exec: a missing program is a setup error.
+		if _, err := os.Stat(cmd.Path); err != nil {
+			return fail("starting %q: %v", cfg.Argv[0], err)
+		}
 		r, w, err := os.Pipe()
 		if err != nil {
 			return fail("sandbox init: %v", err)
@@ -129,8 +155,16 @@ func runInit(raw string) int {
 	}
 	cmd.Dir = cfg.Dir
 	cmd.Env = os.Environ()
+	if cfg.RunID != "" {
+		cmd.Env = append(cmd.Env, RunMarker+"="+cfg.RunID)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cfg.UID > 0 {
+		// The command owns nothing of the host's (the session directory
+		// was handed to this uid before the run).
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.UID), Groups: []uint32{}}
+	}
 	if err := cmd.Start(); err != nil {
 		return fail("starting %q: %v", cfg.Argv[0], err)
 	}
@@ -152,8 +186,27 @@ func runInit(raw string) int {
 	os.Stdin.Close()
 	os.Stdout.Close()
 	go forward(os.NewFile(fdControl, "control"), cmd.Process.Pid)
+	// SIGTERM to the init (the host's kill in tier b, or the host's death
+	// through PR_SET_PDEATHSIG) ends the command's group and every
+	// descendant; the command's own end is reported as usual below.
+	terms := make(chan os.Signal, 1)
+	signal.Notify(terms, syscall.SIGTERM)
+	go func(pid int) {
+		for range terms {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			for _, c := range children(os.Getpid()) {
+				_ = syscall.Kill(c, syscall.SIGKILL)
+			}
+		}
+	}(cmd.Process.Pid)
 	writeReport(status, report{Started: true})
 	_ = cmd.Wait()
+	// A descendant that left the command's group (setsid) came back to the
+	// init as subreaper: it goes now. On another goroutine, since this
+	// thread may be under Landlock, which hides /proc.
+	swept := make(chan struct{})
+	go func() { sweepOwn(); close(swept) }()
+	<-swept
 	st := cmd.ProcessState
 	rep := report{Exit: -1}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok {
@@ -171,7 +224,10 @@ func runInit(raw string) int {
 	return 0
 }
 
-const rlimitNProc = 6 // RLIMIT_NPROC on Linux
+const (
+	rlimitNProc = 6 // RLIMIT_NPROC on Linux
+	rlimitFSize = 1 // RLIMIT_FSIZE on Linux
+)
 
 // forward turns each byte from the host into a signal to the command's group.
 func forward(control *os.File, pid int) {
@@ -184,93 +240,113 @@ func forward(control *os.File, pid int) {
 	}
 }
 
-// setupMounts gives the namespaces mode bubblewrap's view: every mount
-// read-only except the work directory (bound onto itself first), and a
-// /proc of the new PID namespace. The init is pid 1 of a fresh mount
+// setupRoot gives the namespaces mode bubblewrap's view: a new root on a
+// tmpfs holding only [SystemPaths] and the caller's read-only paths (bound
+// read-only), the work directory at [Workspace] (writable), /dev's null,
+// zero, random and urandom, a private /tmp and a /proc of the new PID
+// namespace; the old root is detached. The init is pid 1 of a fresh mount
 // namespace, so none of this reaches the host.
-func setupMounts(work string) error {
+func setupRoot(cfg initConfig) error {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
-	if err := syscall.Mount(work, work, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-		return fmt.Errorf("binding the work directory: %w", err)
+	nr := cfg.NewRoot
+	if err := syscall.Mount("tmpfs", nr, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("mounting the new root: %w", err)
 	}
-	mps, err := mountPoints()
-	if err != nil {
+	bind := func(src, dst string, ro bool) error {
+		fi, err := os.Stat(src)
+		if err != nil {
+			return nil
+		}
+		target := filepath.Join(nr, dst)
+		if fi.IsDir() {
+			err = os.MkdirAll(target, 0o755)
+		} else {
+			if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
+				var f *os.File
+				if f, err = os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+					f.Close()
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if err := syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding %s: %w", src, err)
+		}
+		if ro {
+			if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID, ""); err != nil {
+				return fmt.Errorf("making %s read-only: %w", src, err)
+			}
+		}
+		return nil
+	}
+	for _, p := range SystemPaths {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			t, err := os.Readlink(p)
+			if err == nil {
+				_ = os.MkdirAll(filepath.Dir(filepath.Join(nr, p)), 0o755)
+				err = os.Symlink(t, filepath.Join(nr, p))
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if err := bind(p, p, true); err != nil {
+			return err
+		}
+	}
+	for _, p := range cfg.ReadOnly {
+		if err := bind(p, p, true); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"} {
+		if err := bind(d, d, false); err != nil {
+			return err
+		}
+	}
+	if err := bind(cfg.WorkDir, Workspace, cfg.WorkRO); err != nil {
 		return err
 	}
-	for _, m := range mps {
-		if within(m.path, work) || within(m.path, "/proc") || within(m.path, "/dev") {
-			continue
-		}
-		flags := uintptr(syscall.MS_BIND | syscall.MS_REMOUNT | syscall.MS_RDONLY)
-		for _, o := range strings.Split(m.opts, ",") {
-			switch o {
-			case "nosuid":
-				flags |= syscall.MS_NOSUID
-			case "nodev":
-				flags |= syscall.MS_NODEV
-			case "noexec":
-				flags |= syscall.MS_NOEXEC
-			}
-		}
-		if err := syscall.Mount("", m.path, "", flags, ""); err != nil && !within(m.path, "/sys") {
-			return fmt.Errorf("making %s read-only: %w", m.path, err)
+	for _, d := range []string{"/proc", "/tmp", "/.old"} {
+		if err := os.MkdirAll(filepath.Join(nr, d), 0o755); err != nil {
+			return err
 		}
 	}
-	if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+	if err := syscall.Mount("tmpfs", filepath.Join(nr, "/tmp"), "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777"); err != nil {
+		return fmt.Errorf("mounting /tmp: %w", err)
+	}
+	if err := syscall.Mount("proc", filepath.Join(nr, "/proc"), "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
+	if err := syscall.PivotRoot(nr, filepath.Join(nr, "/.old")); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := os.Chdir("/"); err != nil {
+		return err
+	}
+	if err := syscall.Unmount("/.old", syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the old root: %w", err)
+	}
+	_ = os.Remove("/.old")
+	if err := syscall.Mount("", "/", "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("making the new root read-only: %w", err)
+	}
 	return nil
-}
-
-type mountPoint struct{ path, opts string }
-
-func mountPoints() ([]mountPoint, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []mountPoint
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 6 {
-			continue
-		}
-		out = append(out, mountPoint{path: unescapeMount(fs[4]), opts: fs[5]})
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func within(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 }
 
 // dropPrivileges leaves the command no capabilities (so it cannot undo the
 // read-only mounts) and no way to gain any (no_new_privs), on this thread,
 // from which the command is forked.
-func dropPrivileges() error {
+func dropPrivileges(keepSetuid bool) error {
 	const (
 		prSetNoNewPrivs = 38
 		prCapbsetDrop   = 24
@@ -280,6 +356,12 @@ func dropPrivileges() error {
 	}
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0); e != 0 {
 		return e
+	}
+	if keepSetuid {
+		// The command is started as an unprivileged uid, which clears
+		// every capability it would have had; the init needs CAP_SETUID
+		// until then.
+		return nil
 	}
 	hdr := struct {
 		version uint32

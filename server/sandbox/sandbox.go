@@ -62,6 +62,9 @@ type Limits struct {
 	// MaxProcs is the pids cgroup limit when one can be made, else RLIMIT_NPROC
 	// (which the kernel does not enforce for root).
 	MaxProcs int
+	// FileBytes is RLIMIT_FSIZE of a confined command: no file it writes
+	// grows past it (a session's byte quota, docs/SECURITY.md, Isolation).
+	FileBytes int64
 }
 
 // Spec describes one run.
@@ -78,6 +81,9 @@ type Spec struct {
 	Mode      Mode
 	// WorkDir is the one writable directory of a confined run (default Dir).
 	WorkDir string
+	// WorkReadOnly shows the work directory read-only (a restricted
+	// subagent's view of its parent's files).
+	WorkReadOnly bool
 	// ReadOnly are further host paths made visible read-only (bwrap hides
 	// /tmp behind a private tmpfs, so e.g. a skill folder there needs this).
 	ReadOnly []string
@@ -131,6 +137,8 @@ func (r Result) Err() error {
 	return nil
 }
 
+func newRunID() string { return wire.RandomHex(8) }
+
 // DefaultPath is the environment of a run whose Spec.Env is nil.
 const DefaultPath = "PATH=/usr/local/bin:/usr/bin:/bin"
 
@@ -156,6 +164,9 @@ type Process struct {
 	timer     *time.Timer
 	errTail   *limitWriter // confined: the tail of stderr
 	rlimitMem bool         // confined: memory limited by RLIMIT_DATA, not a cgroup
+	tier      Tier         // confined: the tier the run got
+	runID     string       // confined: the value of RunMarker in its processes
+	newRoot   string       // namespaces mode: the directory its root was built on
 
 	mu        sync.Mutex
 	timedOut  bool
@@ -307,8 +318,26 @@ func (p *Process) Signal(sig syscall.Signal) error {
 // process of its cgroups) on behalf of the owner.
 func (p *Process) Kill() { _ = p.Signal(syscall.SIGKILL) }
 
+// Tier is the isolation tier of a confined run ("" for a plain one).
+func (p *Process) Tier() Tier { return p.tier }
+
 // killAll is SIGKILL to everything of the run, whoever asks.
 func (p *Process) killAll() {
+	if p.tier == TierSupervised {
+		// The init ends the command's group and every descendant it
+		// reaped as subreaper, then reports; SIGKILL would orphan them.
+		// If it does not end soon, it is killed and the host sweeps.
+		_ = syscall.Kill(p.Pid, syscall.SIGTERM)
+		done := p.done
+		time.AfterFunc(2*time.Second, func() {
+			select {
+			case <-done:
+			default:
+				_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+			}
+		})
+		return
+	}
 	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 	if p.cg != nil {
 		p.cg.killAll()
@@ -322,8 +351,16 @@ func (p *Process) wait() {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
-	// Whatever the command left behind in its group or cgroups goes with it.
-	p.killAll()
+	// Whatever the command left behind in its group or cgroups goes with
+	// it; in tier (b), whatever was re-parented to the host.
+	if p.tier == TierSupervised {
+		sweepHost(p.runID)
+	} else {
+		p.killAll()
+	}
+	if p.newRoot != "" {
+		os.Remove(p.newRoot)
+	}
 	st := p.cmd.ProcessState
 	var rep *report
 	if p.status != nil {
