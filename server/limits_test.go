@@ -1,7 +1,7 @@
 package server_test
 
-// Tests added by the acceptance audit of the kernel core. The name
-// server/audit_test.go was taken by the audit-log tests.
+// Tests of the kernel's limits: the direct codec still validates, and the
+// session cap holds.
 
 import (
 	"errors"
