@@ -169,6 +169,13 @@ func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
 			return e, nil, &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("required field %q must not be null", f), Detail: map[string]any{"field": f}}
 		}
 	}
+	for _, f := range e.NotNull {
+		if sc.IsNull(f) {
+			// JSON Schema refuses null where the type does not list it;
+			// decoding it would silently read as absent.
+			return e, nil, &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("field %q must not be null", f), Detail: map[string]any{"field": f}}
+		}
+	}
 	if e.Shape != nil {
 		if err := checkShape(line, e.Shape); err != nil {
 			return e, nil, AsError(err)
@@ -195,11 +202,26 @@ func missing(field string) *Error {
 // overwrite or fail on agent_id, and the host would disagree with the schema
 // about a line that is valid under it. The other v2 checks (duplicate names,
 // invalid UTF-8) repeat what Scan already enforces.
+//
+// An integer field takes a number with a zero fraction or an exponent, such
+// as 7.0 or 1e2, as JSON Schema's integers do: the decoder rewrites that one
+// number into integer form and decodes again, so only integer fields see
+// the rewrite and raw payloads keep their bytes.
 func decodeModel(line []byte, m Message) *Error {
-	if err := jsonv2.Unmarshal(line, m); err != nil {
+	for tries := 0; ; tries++ {
+		err := jsonv2.Unmarshal(line, m)
+		if err == nil {
+			return nil
+		}
+		var se *jsonv2.SemanticError
+		if tries < maxIntegralRewrites && errors.As(err, &se) && se.JSONKind == jsontext.KindNumber && jsonTypeName(se.GoType) == "integer" {
+			if fixed, ok := integralAt(line, se.ByteOffset, se.JSONValue); ok {
+				line = fixed
+				continue
+			}
+		}
 		return decodeError(err, m)
 	}
-	return nil
 }
 
 // decodeError turns a JSON decoder failure into a schema_violation that names

@@ -1,167 +1,62 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 )
 
-// retryRow is one row of the retry table of errors.json: an error code, a
-// detail.reason (empty for the code's own row) and whether a retry can
-// succeed.
-type retryRow struct {
-	code, reason string
-	retryable    bool
-	description  string
+// codeInfo is one entry of x-aep-codes: spec §7's retry flag and the
+// code's meaning.
+type codeInfo struct {
+	Retryable   bool   `json:"retryable"`
+	Description string `json:"description"`
 }
 
-// errorCatalogue is what errors.json states: the codes, the reasons and the
-// retry table.
+// errorCatalogue is the error-code catalogue: x-aep-codes of the one file
+// that has it, whose $defs/Code enum lists exactly the same codes, so
+// messages refer to the catalogue through "$ref": "#/$defs/Code" and a
+// stock validator refuses a code outside it.
 type errorCatalogue struct {
-	file    *schemaFile
-	codes   []string
-	reasons []string
-	rows    []retryRow
+	file  *schemaFile
+	codes map[string]codeInfo
 }
 
-// catalogue reads errors.json: $defs/Code (enum), $defs/Reason (enum) and
-// $defs/Retryable, whose allOf rows have exactly two forms:
-//
-//	{"if": {"properties": {"code": {"const": C}, "detail": {"properties": {"reason": {"not": {"enum": [R…]}}}}}}, "then": {"properties": {"retryable": {"const": V}}}}
-//	{"if": {"required": ["detail"], "properties": {"code": {"const": C}, "detail": {"required": ["reason"], "properties": {"reason": {"const": R}}}}}, "then": …}
-//
-// The first is the code's row (its detail part only when the code has
-// reason rows, listing exactly them); the second a reason's row. Every
-// other shape fails generation.
 func (g *generator) catalogue() (*errorCatalogue, error) {
-	var f *schemaFile
-	for _, x := range g.files {
-		if x.Base == "errors" {
-			f = x
+	var c *errorCatalogue
+	for _, f := range g.files {
+		raw, ok := f.Raw["x-aep-codes"]
+		if !ok {
+			continue
+		}
+		if c != nil {
+			return nil, fmt.Errorf("x-aep-codes in both %s and %s", c.file.Path, f.Path)
+		}
+		b, err := json.Marshal(raw)
+		if err != nil {
+			return nil, err
+		}
+		c = &errorCatalogue{file: f}
+		if err := json.Unmarshal(b, &c.codes); err != nil {
+			return nil, fmt.Errorf("%s: x-aep-codes: %w", f.Path, err)
 		}
 	}
-	if f == nil {
-		return nil, fmt.Errorf("no errors.json among the schema files")
+	if c == nil {
+		return nil, fmt.Errorf("no schema file has x-aep-codes")
 	}
-	c := &errorCatalogue{file: f}
-	bad := func(where, why string) error {
-		return fmt.Errorf("%s: %s: %s (the retry table's forms are documented in tools/aepgen/codes.go)", f.Path, where, why)
+	d := c.file.Defs["Code"]
+	if d == nil || d.typeName() != "string" || len(d.Enum) == 0 {
+		return nil, fmt.Errorf("%s: $defs/Code must be a string enum of the codes of x-aep-codes", c.file.Path)
 	}
-	enum := func(name string) ([]string, error) {
-		d := f.Defs[name]
-		if d == nil || d.typeName() != "string" || len(d.Enum) == 0 {
-			return nil, bad("$defs/"+name, "must be a string enum")
-		}
-		var out []string
-		for _, e := range d.Enum {
-			s, _ := e.(string)
-			out = append(out, s)
-		}
-		return out, nil
+	var enum []string
+	for _, e := range d.Enum {
+		s, _ := e.(string)
+		enum = append(enum, s)
 	}
-	var err error
-	if c.codes, err = enum("Code"); err != nil {
-		return nil, err
-	}
-	if c.reasons, err = enum("Reason"); err != nil {
-		return nil, err
-	}
-	isCode, isReason := setOf(c.codes), setOf(c.reasons)
-	table := f.Defs["Retryable"]
-	if table == nil || len(table.AllOf) == 0 {
-		return nil, bad("$defs/Retryable", "needs allOf rows")
-	}
-	codeRow := map[string]int{}
-	notList := map[string][]string{}
-	seen := map[[2]string]bool{}
-	used := map[string]bool{}
-	for i, row := range table.AllOf {
-		where := fmt.Sprintf("$defs/Retryable/allOf/%d", i)
-		if row.If == nil || row.Then == nil || row.Else != nil || row.Description == "" {
-			return nil, bad(where, "a row is if, then and a description")
-		}
-		codeC := row.If.Properties["code"]
-		if codeC == nil || codeC.Const == nil {
-			return nil, bad(where, "if needs properties.code.const")
-		}
-		code, _ := codeC.Const.(string)
-		if !isCode[code] {
-			return nil, bad(where, fmt.Sprintf("%q is not in $defs/Code", code))
-		}
-		ret := row.Then.Properties["retryable"]
-		v, ok := any(nil), false
-		if ret != nil {
-			v, ok = ret.Const.(bool)
-		}
-		if !ok || len(row.Then.Properties) != 1 {
-			return nil, bad(where, "then must be properties.retryable.const, a boolean")
-		}
-		r := retryRow{code: code, retryable: v.(bool), description: row.Description}
-		detail := row.If.Properties["detail"]
-		switch {
-		case detail == nil:
-			if len(row.If.Required) != 0 {
-				return nil, bad(where, "a code's row requires nothing")
-			}
-		case len(row.If.Required) == 0:
-			// The code's row, for reasons without rows of their own.
-			rc := detail.Properties["reason"]
-			if rc == nil || rc.Not == nil || len(rc.Not.Enum) == 0 || len(detail.Required) != 0 {
-				return nil, bad(where, "a code's row names the reasons it leaves to their rows as detail.properties.reason.not.enum")
-			}
-			for _, e := range rc.Not.Enum {
-				s, _ := e.(string)
-				notList[code] = append(notList[code], s)
-			}
-		default:
-			rc := detail.Properties["reason"]
-			if strings.Join(row.If.Required, ",") != "detail" || strings.Join(detail.Required, ",") != "reason" || rc == nil || rc.Const == nil {
-				return nil, bad(where, "a reason's row requires detail and detail.reason, and gives reason's const")
-			}
-			r.reason, _ = rc.Const.(string)
-			if !isReason[r.reason] {
-				return nil, bad(where, fmt.Sprintf("%q is not in $defs/Reason", r.reason))
-			}
-			used[r.reason] = true
-		}
-		key := [2]string{r.code, r.reason}
-		if seen[key] {
-			return nil, bad(where, fmt.Sprintf("a second row for %s %s", r.code, r.reason))
-		}
-		seen[key] = true
-		if r.reason == "" {
-			codeRow[code] = len(c.rows)
-		}
-		c.rows = append(c.rows, r)
-	}
-	for _, code := range c.codes {
-		if _, ok := codeRow[code]; !ok {
-			return nil, bad("$defs/Retryable", fmt.Sprintf("no row for code %s", code))
-		}
-		var own []string
-		for _, r := range c.rows {
-			if r.code == code && r.reason != "" {
-				own = append(own, r.reason)
-			}
-		}
-		if strings.Join(sortedStrings(own), ",") != strings.Join(sortedStrings(notList[code]), ",") {
-			return nil, bad("$defs/Retryable", fmt.Sprintf("the row of %s must leave exactly its reason rows (%s) to them", code, strings.Join(sortedStrings(own), ", ")))
-		}
-	}
-	for _, r := range c.reasons {
-		if !used[r] {
-			return nil, bad("$defs/Reason", fmt.Sprintf("reason %q has no row in $defs/Retryable", r))
-		}
+	if strings.Join(sortedStrings(enum), ",") != strings.Join(sortedKeys(c.codes), ",") {
+		return nil, fmt.Errorf("%s: $defs/Code's enum (%s) and x-aep-codes (%s) must list the same codes", c.file.Path, strings.Join(sortedStrings(enum), ", "), strings.Join(sortedKeys(c.codes), ", "))
 	}
 	return c, nil
-}
-
-func setOf(s []string) map[string]bool {
-	m := make(map[string]bool, len(s))
-	for _, x := range s {
-		m[x] = true
-	}
-	return m
 }
 
 func camel(s string) string {
@@ -174,8 +69,7 @@ func camel(s string) string {
 	return b.String()
 }
 
-// codes emits the error catalogue and the retry table of errors.json as Go
-// for package pkg (wire).
+// codes emits the error-code catalogue as Go constants of package pkg (wire).
 func (g *generator) codes(pkg string) ([]byte, error) {
 	c, err := g.catalogue()
 	if err != nil {
@@ -183,59 +77,29 @@ func (g *generator) codes(pkg string) ([]byte, error) {
 	}
 	w := newGoFile()
 	w.WriteString("// Code is a protocol error code (spec §7).\ntype Code string\n\nconst (\n")
+	names := sortedKeys(c.codes)
 	seen := map[string]string{}
-	defaultOf := map[string]retryRow{}
-	for _, r := range c.rows {
-		if r.reason == "" {
-			defaultOf[r.code] = r
-		}
-	}
-	codes := sortedStrings(c.codes)
-	for _, code := range codes {
+	for _, code := range names {
 		id := "Code" + camel(code)
 		if prev, dup := seen[id]; dup {
 			return nil, fmt.Errorf("codes %q and %q map to one constant", prev, code)
 		}
 		seen[id] = code
-		fmt.Fprintf(w, "// %s: %s\n%s Code = %q\n", id, defaultOf[code].description, id, code)
+		fmt.Fprintf(w, "// %s: %s\n%s Code = %q\n", id, c.codes[code].Description, id, code)
 	}
 	w.WriteString(")\n\n// Codes lists every error code.\nvar Codes = []Code{")
-	for _, code := range codes {
+	for _, code := range names {
 		fmt.Fprintf(w, "Code%s, ", camel(code))
 	}
-	w.WriteString("}\n\n// Reasons of detail.reason that the retry table knows (errors.json#/$defs/Reason).\nconst (\n")
-	for _, r := range sortedStrings(c.reasons) {
-		id := "Reason" + camel(r)
-		if prev, dup := seen[id]; dup {
-			return nil, fmt.Errorf("%q and %q map to one constant", prev, r)
-		}
-		seen[id] = r
-		fmt.Fprintf(w, "%s = %q\n", id, r)
-	}
-	w.WriteString(")\n\n// Retryable reports whether retrying an error of this code without a\n// detail.reason can succeed: the spec §7 value (errors.json#/$defs/Retryable).\nfunc (c Code) Retryable() bool {\nswitch c {\ncase ")
+	w.WriteString("}\n\n// Retryable reports whether retrying can succeed (spec §7 table).\nfunc (c Code) Retryable() bool {\nswitch c {\ncase ")
 	var yes []string
-	for _, code := range codes {
-		if defaultOf[code].retryable {
+	for _, code := range names {
+		if c.codes[code].Retryable {
 			yes = append(yes, "Code"+camel(code))
 		}
 	}
 	w.WriteString(strings.Join(yes, ", "))
-	w.WriteString(":\nreturn true\n}\nreturn false\n}\n\n")
-	w.WriteString("// RetryableFor reports whether retrying an error of code c whose\n// detail.reason is reason (\"\" for none) can succeed: the row of the reason\n// where errors.json#/$defs/Retryable has one, else the code's row.\nfunc RetryableFor(c Code, reason string) bool {\nswitch {\n")
-	rows := append([]retryRow(nil), c.rows...)
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].code != rows[j].code {
-			return rows[i].code < rows[j].code
-		}
-		return rows[i].reason < rows[j].reason
-	})
-	for _, r := range rows {
-		if r.reason == "" {
-			continue
-		}
-		fmt.Fprintf(w, "case c == Code%s && reason == Reason%s:\n// %s\nreturn %v\n", camel(r.code), camel(r.reason), r.description, r.retryable)
-	}
-	w.WriteString("}\nreturn c.Retryable()\n}\n")
+	w.WriteString(":\nreturn true\n}\nreturn false\n}\n")
 	return w.source(c.file.Path, c.file.Hash, pkg), nil
 }
 

@@ -44,13 +44,9 @@ func (g *generator) docs() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(&w, "## Error codes\n\n%s\n\n| code | detail.reason | retryable | when |\n|---|---|---|---|\n", c.file.Description)
-	for _, r := range c.rows {
-		reason := ""
-		if r.reason != "" {
-			reason = "`" + r.reason + "`"
-		}
-		fmt.Fprintf(&w, "| `%s` | %s | %v | %s |\n", r.code, reason, r.retryable, cell(r.description))
+	w.WriteString("## Error codes\n\n| code | retryable | when |\n|---|---|---|\n")
+	for _, code := range sortedKeys(c.codes) {
+		fmt.Fprintf(&w, "| `%s` | %v | %s |\n", code, c.codes[code].Retryable, cell(c.codes[code].Description))
 	}
 	w.WriteString("\n")
 	for _, f := range g.files {

@@ -382,6 +382,9 @@ func (g *generator) entry(w *goFile, f *schemaFile, m *message, iface bool, hand
 		sort.Strings(req)
 		fmt.Fprintf(w, "Required: %#v,\n", req)
 	}
+	if nn := g.notNull(f, n); len(nn) > 0 {
+		fmt.Fprintf(w, "NotNull: %#v,\n", nn)
+	}
 	shape, err := g.shape(f, n, true)
 	if err != nil {
 		return err
@@ -575,4 +578,23 @@ func stringAccessor(w *goFile, model, meth, prop string, f *goField) {
 	} else {
 		fmt.Fprintf(w, "return m.%s\n}\n\n", f.Name)
 	}
+}
+
+// notNull lists the top-level properties whose schema does not allow null,
+// for the decoder (wire.Entry.NotNull).
+func (g *generator) notNull(f *schemaFile, n *schemaNode) []string {
+	var out []string
+	for _, prop := range sortedKeys(n.Properties) {
+		p := n.Properties[prop]
+		types := p.types()
+		if p.Ref != "" {
+			if d, err := g.resolve(f, p); err == nil {
+				types = d.node.types()
+			}
+		}
+		if !contains(types, "null") {
+			out = append(out, prop)
+		}
+	}
+	return out
 }

@@ -64,8 +64,8 @@ var keywords = []keyword{
 	{"$id", inFile, "the file's identity for go-jsonschema's output and for cross-file `$ref`", "structure.json", false},
 	{"title", inFile, "nothing", "structure.json", false},
 	{"description", inFile | inDef | inValue | inBranch | inThen | inRow, "doc comments on models, handler and client methods, and docs/protocol.md", "structure.json", false},
-	{"$defs", inFile, "one Go model per object def (go-jsonschema), with `Validate()`; errors.json's defs become the error catalogue and the retry table", "structure.json", false},
-	{"$ref", inDef | inValue | inThen, "to an object def: its struct, whose `Validate()` is called with the field path (`wire.Nest`) and whose required fields join `wire.Shape`; to a scalar def (errors.json#/$defs/Code): the def's type and checks, inline; at a def or in `then`: only in files without messages (envelope.json)", "refs.json", true},
+	{"$defs", inFile, "one Go model per object def (go-jsonschema), with `Validate()`; a scalar def (a string enum such as core.json's `Code`) is inlined where `$ref` names it", "structure.json", false},
+	{"$ref", inDef | inValue | inThen, "to an object def: its struct, whose `Validate()` is called with the field path (`wire.Nest`) and whose required fields join `wire.Shape`; to a scalar def (core.json#/$defs/Code): the def's type and checks, inline; at a def or in `then`: only in files without messages (envelope.json)", "refs.json", true},
 	{"type", inDef | inValue, "the Go type of a field (go-jsonschema). On a field decoded into `any` or `json.RawMessage` (several types, or `goJSONSchema`), `Validate()` checks the JSON type (`wire.KindOf`, `wire.RawKind`); `integer` fields also take `7.0` (JSON Schema's integers), in the decoder", "any.json", true},
 	{"properties", inDef | inValue | inIf | inThen, "struct fields; in `if`, conditions on them; in `then`/`else`, checks on them; on a value only in files without messages (nested objects of messages are $defs)", "structure.json", false},
 	{"required", inDef | inBranch | inIf | inThen, "top level: `wire.Entry.Required`, checked by the decoder on the raw line (absent or `null` is refused); nested defs: `wire.Shape`; in branches, `if`, `then`, `else`: presence of optional (pointer, list, map) fields in `Validate()`", "structure.json", true},
@@ -95,13 +95,13 @@ var keywords = []keyword{
 	{"if", inDef | inThen | inRow, "a condition: `properties` with `const`/`enum` (string, boolean) and `required`; a property it tests must be required (by the def or by the `if`) or optional (a pointer)", "conditions.json", true},
 	{"then", inDef | inThen | inRow, "checks run when `if` holds: `required`, `properties` checks, nested `if`", "conditions.json", true},
 	{"else", inDef | inThen | inRow, "checks run when `if` does not hold", "conditions.json", true},
-	{"allOf", inDef, "a list of conditionals (`if`/`then`/`else`), each checked; errors.json's `Retryable` is the retry table", "conditions.json", true},
-	{"not", inIf, "only `not: {enum}` on a string in `if` (errors.json's retry table: a code's row for reasons without rows of their own)", "errors.json", false},
+	{"allOf", inDef, "a list of conditionals (`if`/`then`/`else`), each checked", "conditions.json", true},
 	// Values.
 	{"default", inValue, "scalars: set by the message's constructor and by `ApplyDefaults()` (the direct codec); a default equal to Go's zero value emits nothing; a boolean default of `true` fails generation (omitempty could never send false)", "defaults.json", false},
 	{"goJSONSchema", inDef | inValue, "go-jsonschema's Go type hint (`json.RawMessage`, `struct{}`, `map[string]string`); `{\"type\": \"any\"}` makes the field `interface{}`", "any.json", false},
 	// Ours: messages and dispatch.
 	{"x-aep-namespace", inFile, "the namespace of the file's types; files without it give no messages", "messages.json", false},
+	{"x-aep-codes", inFile, "the error-code catalogue `{code: {retryable, description}}`: `wire.Code` constants, `wire.Codes`, `Code.Retryable()` (-codes) and docs/protocol.md; its file's `$defs/Code` enum must list the same codes", "messages.json", false},
 	{"x-aep-capability", inFile | inDef, "the capability a namespace (or one type) needs; empty: always on", "messages.json", false},
 	{"x-aep-kernel", inFile, "the kernel answers these types; no handler interface", "messages.json", false},
 	{"x-aep-type", inDef, "the wire type string: `MessageType()`, a registry entry (`wire.Entry`), a constructor", "messages.json", false},
@@ -165,7 +165,7 @@ func walkKeywords(path, loc string, at place, node map[string]any) error {
 			err = walkList(path, here, inBranch, v)
 		case "allOf":
 			err = walkList(path, here, inRow, v)
-		case "if", "not":
+		case "if":
 			err = walkOne(path, here, inIf, v)
 		case "then", "else":
 			err = walkOne(path, here, inThen, v)

@@ -19,7 +19,7 @@ func main() {
 		schemaDir = flag.String("schemas", "schemas", "directory of JSON Schema files")
 		outDir    = flag.String("out", "gen/msg", "output directory of the Go package")
 		pkg       = flag.String("pkg", "msg", "Go package name")
-		codesOut  = flag.String("codes", "", "where to write the error catalogue and retry table of errors.json (package wire); empty: none")
+		codesOut  = flag.String("codes", "", "where to write the error catalogue of x-aep-codes (package wire); empty: none")
 		envOut    = flag.String("envelope", "", "where to write the envelope constants of envelope.json (package wire); empty: none")
 		wirePkg   = flag.String("wirepkg", "wire", "package of the -codes and -envelope files")
 		docsOut   = flag.String("docs", "", "where to write the protocol reference; empty: none")
@@ -33,7 +33,7 @@ func main() {
 }
 
 type options struct {
-	schemaDir, outDir, pkg     string
+	schemaDir, outDir, pkg    string
 	codesOut, envOut, wirePkg string
 	docsOut                   string
 }

@@ -112,7 +112,7 @@ func (g *generator) structuralNode(f *schemaFile, n map[string]any) (map[string]
 			return nil, err
 		}
 		if d.node.typeName() != "object" {
-			// A scalar def (a catalogue such as errors.json's Code) is
+			// A scalar def (a catalogue such as core.json's Code) is
 			// inlined as its type, so the field keeps a plain Go type.
 			out := map[string]any{"type": d.node.Type}
 			if desc, ok := n["description"]; ok {

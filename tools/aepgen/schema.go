@@ -42,26 +42,25 @@ type schemaNode struct {
 	PrefixItems []*schemaNode          `json:"prefixItems"`
 	// AdditionalProperties is a schema (the values of a map) or true (an
 	// object open to fields it does not name).
-	AdditionalProperties *additional  `json:"additionalProperties"`
-	Enum                 []any        `json:"enum"`
-	Const                any          `json:"const"`
-	Default              any          `json:"default"`
-	MinLength            *int         `json:"minLength"`
-	MaxLength            *int         `json:"maxLength"`
-	Pattern              *string      `json:"pattern"`
-	Minimum              *json.Number `json:"minimum"`
-	Maximum              *json.Number `json:"maximum"`
-	ExclusiveMinimum     *json.Number `json:"exclusiveMinimum"`
-	ExclusiveMaximum     *json.Number `json:"exclusiveMaximum"`
-	MinItems             *int         `json:"minItems"`
-	MaxItems             *int         `json:"maxItems"`
-	UniqueItems          bool         `json:"uniqueItems"`
-	Format               string       `json:"format"`
-	WriteOnly            bool         `json:"writeOnly"`
+	AdditionalProperties *additional   `json:"additionalProperties"`
+	Enum                 []any         `json:"enum"`
+	Const                any           `json:"const"`
+	Default              any           `json:"default"`
+	MinLength            *int          `json:"minLength"`
+	MaxLength            *int          `json:"maxLength"`
+	Pattern              *string       `json:"pattern"`
+	Minimum              *json.Number  `json:"minimum"`
+	Maximum              *json.Number  `json:"maximum"`
+	ExclusiveMinimum     *json.Number  `json:"exclusiveMinimum"`
+	ExclusiveMaximum     *json.Number  `json:"exclusiveMaximum"`
+	MinItems             *int          `json:"minItems"`
+	MaxItems             *int          `json:"maxItems"`
+	UniqueItems          bool          `json:"uniqueItems"`
+	Format               string        `json:"format"`
+	WriteOnly            bool          `json:"writeOnly"`
 	AnyOf                []*schemaNode `json:"anyOf"`
 	OneOf                []*schemaNode `json:"oneOf"`
 	AllOf                []*schemaNode `json:"allOf"`
-	Not                  *schemaNode   `json:"not"`
 	// If, Then and Else are JSON Schema's conditional (2020-12 §10.2.2).
 	If   *schemaNode `json:"if"`
 	Then *schemaNode `json:"then"`
@@ -159,6 +158,17 @@ func loadSchemas(dir string) ([]*schemaFile, error) {
 		f := &schemaFile{Path: filepath.ToSlash(p), Base: strings.TrimSuffix(filepath.Base(p), ".json")}
 		if err := decodeExact(raw, &f.Raw); err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if _, isSchema := f.Raw["$schema"]; !isSchema {
+			// A data file beside the schemas (a table such as
+			// retryable.json) is not aepgen's to read. A file that looks
+			// like a schema but forgot "$schema" is refused, not skipped.
+			for _, k := range []string{"$id", "$defs", "x-aep-namespace"} {
+				if _, ok := f.Raw[k]; ok {
+					return nil, fmt.Errorf("%s: has %q but no \"$schema\"; a schema file states its dialect, and a file without one is a data file aepgen skips", p, k)
+				}
+			}
+			continue
 		}
 		if err := checkKeywords(f.Path, f.Raw); err != nil {
 			return nil, err

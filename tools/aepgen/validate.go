@@ -70,6 +70,9 @@ func (v *validatorGen) def(f *schemaFile, name string, n *schemaNode, gs *goStru
 		if fld == nil {
 			return "", fmt.Errorf("%s: go-jsonschema made no field for property %q", where, prop)
 		}
+		if p.Ref == "" && len(p.types()) == 0 {
+			return "", fmt.Errorf("%s/properties/%s: no type: state it, a list of every JSON type for any value", where, prop)
+		}
 		body, err := v.value(f, where+"/properties/"+prop, p, "m."+fld.Name, fld.Type, pathOf(prop), agent)
 		if err != nil {
 			return "", err
@@ -167,8 +170,13 @@ func (v *validatorGen) value(f *schemaFile, where string, n *schemaNode, expr, g
 		if u == "json.RawMessage" {
 			fn = "wire.RawKindIs"
 		}
+		guard := ""
+		if u != "json.RawMessage" && !contains(types, "null") {
+			// nil is an absent field; a null the decoder refuses (wire.Entry.NotNull).
+			guard = expr + " != nil && "
+		}
 		v.w.use(wirePkg)
-		fmt.Fprintf(&w, "if !%s(%s, %s) {\n%s}\n", fn, expr, strings.Join(quoted, ", "), v.fail(field, "must be of JSON type "+strings.Join(types, " or ")))
+		fmt.Fprintf(&w, "if %s!%s(%s, %s) {\n%s}\n", guard, fn, expr, strings.Join(quoted, ", "), v.fail(field, "must be of JSON type "+strings.Join(types, " or ")))
 	}
 	kind := goKind(u)
 	// bad names a keyword that does not fit the Go type: never ignored.
@@ -686,4 +694,13 @@ func sortedStrings(s []string) []string {
 	out := append([]string(nil), s...)
 	sort.Strings(out)
 	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
