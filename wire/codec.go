@@ -158,6 +158,9 @@ func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
 	if !sc.HasID || sc.IDNotString || sc.ID == "" {
 		return e, nil, &Error{Code: CodeSchemaViolation, Message: `field "id": a non-empty string is required`, Detail: map[string]any{"field": "id"}}
 	}
+	if err := checkEnvelope(sc); err != nil {
+		return e, nil, err
+	}
 	for _, f := range e.Required {
 		k, ok := sc.lookup(f)
 		if !ok {

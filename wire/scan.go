@@ -26,9 +26,9 @@ type Scanned struct {
 	// HasProto and HasTS are set when the line has those keys; TSValid
 	// when ts is a JSON number that is a finite float64.
 	HasProto, HasTS, TSValid bool
-	line        []byte
-	keys        []span
-	inline      [24]span
+	line                     []byte
+	keys                     []span
+	inline                   [24]span
 }
 
 type span struct {
