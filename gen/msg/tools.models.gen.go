@@ -5,7 +5,7 @@ package msg
 // Calls a tool (spec §4.2 Tool call). Answered by the plugin owning tool_name;
 // when all decline, the fallback gives UNKNOWN_TOOL (docs/DECISIONS.md, Dispatch).
 type ToolCallReq struct {
-	// An object matching the tool's input parameters.
+	// An object matching the tool's input parameters; null or absent: no arguments.
 	Arguments interface{} `json:"arguments,omitempty,omitzero"`
 
 	// Reaches the audit line (spec §4.2).
