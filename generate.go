@@ -3,5 +3,5 @@
 // lines; the generators are pinned in go.mod.
 package aep
 
-//go:generate go run ./tools/aepgen -schemas schemas -out gen/msg -pkg msg -codes wire/codes.gen.go -docs docs/protocol.md
+//go:generate go run ./tools/aepgen -schemas schemas -out gen/msg -pkg msg -codes wire/codes.gen.go -envelope wire/envelope.gen.go -docs docs/protocol.md
 //go:generate go tool oapi-codegen -config httpapi.cfg.yaml openapi.yaml

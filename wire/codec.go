@@ -158,6 +158,9 @@ func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
 	if !sc.HasID || sc.IDNotString || sc.ID == "" {
 		return e, nil, &Error{Code: CodeSchemaViolation, Message: `field "id": a non-empty string is required`, Detail: map[string]any{"field": "id"}}
 	}
+	if err := checkEnvelope(sc); err != nil {
+		return e, nil, err
+	}
 	for _, f := range e.Required {
 		k, ok := sc.lookup(f)
 		if !ok {
@@ -167,6 +170,13 @@ func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
 			// The schemas give no required field a null type; decoding null
 			// would silently leave the zero value.
 			return e, nil, &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("required field %q must not be null", f), Detail: map[string]any{"field": f}}
+		}
+	}
+	for _, f := range e.NotNull {
+		if sc.IsNull(f) {
+			// JSON Schema refuses null where the type does not list it;
+			// decoding it would silently read as absent.
+			return e, nil, &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("field %q must not be null", f), Detail: map[string]any{"field": f}}
 		}
 	}
 	if e.Shape != nil {
@@ -195,11 +205,26 @@ func missing(field string) *Error {
 // overwrite or fail on agent_id, and the host would disagree with the schema
 // about a line that is valid under it. The other v2 checks (duplicate names,
 // invalid UTF-8) repeat what Scan already enforces.
+//
+// An integer field takes a number with a zero fraction or an exponent, such
+// as 7.0 or 1e2, as JSON Schema's integers do: the decoder rewrites that one
+// number into integer form and decodes again, so only integer fields see
+// the rewrite and raw payloads keep their bytes.
 func decodeModel(line []byte, m Message) *Error {
-	if err := jsonv2.Unmarshal(line, m); err != nil {
+	for tries := 0; ; tries++ {
+		err := jsonv2.Unmarshal(line, m)
+		if err == nil {
+			return nil
+		}
+		var se *jsonv2.SemanticError
+		if tries < maxIntegralRewrites && errors.As(err, &se) && se.JSONKind == jsontext.KindNumber && jsonTypeName(se.GoType) == "integer" {
+			if fixed, ok := integralAt(line, se.ByteOffset, se.JSONValue); ok {
+				line = fixed
+				continue
+			}
+		}
 		return decodeError(err, m)
 	}
-	return nil
 }
 
 // decodeError turns a JSON decoder failure into a schema_violation that names

@@ -96,22 +96,22 @@ func TestDecode(t *testing.T) {
 	}{
 		// Framing (Scan) failures.
 		{name: "not JSON", line: `hello`, code: wire.CodeParseError, want: "JSON object"},
-		{name: "invalid JSON", line: `{"type":"ping","id":"1"`, code: wire.CodeParseError, want: "unterminated", entry: "", id: "1"},
+		{name: "invalid JSON", line: `{"type":"ping","id":"1","proto":"1.0","ts":1`, code: wire.CodeParseError, want: "unterminated", entry: "", id: "1"},
 		{name: "array", line: `[1,2]`, code: wire.CodeParseError},
 		{name: "string", line: `"x"`, code: wire.CodeParseError},
 		{name: "number", line: `5`, code: wire.CodeParseError},
 		{name: "empty line", line: ``, code: wire.CodeParseError},
 		{name: "invalid UTF-8 in value", line: "{\"type\":\"handshake/req\",\"id\":\"1\",\"agent_id\":\"\xc3\x28\"}", code: wire.CodeParseError, want: "UTF-8", id: "1"},
 		{name: "invalid UTF-8 in key", line: "{\"type\":\"ping\",\"id\":\"1\",\"\xe2\x28\xa1\":1}", code: wire.CodeParseError, want: "UTF-8"},
-		{name: "duplicate top-level key", line: `{"type":"ping","id":"1","id":"2"}`, code: wire.CodeParseError, want: "duplicate"},
-		{name: "duplicate type smuggled with escapes", line: `{"type":"ping","id":"1","\u0074\u0079\u0070\u0065":"pong"}`, code: wire.CodeParseError, want: "duplicate"},
+		{name: "duplicate top-level key", line: `{"type":"ping","id":"1","proto":"1.0","ts":1,"id":"2"}`, code: wire.CodeParseError, want: "duplicate"},
+		{name: "duplicate type smuggled with escapes", line: `{"type":"ping","id":"1","proto":"1.0","ts":1,"\u0074\u0079\u0070\u0065":"pong"}`, code: wire.CodeParseError, want: "duplicate"},
 		{name: "duplicate nested key", line: hs(`,"x":{"k":1,"k":2}`), code: wire.CodeParseError, want: "duplicate"},
 		{name: "duplicate nested key with escape", line: hs(`,"x":[{"k":1,"\u006b":2}]`), code: wire.CodeParseError, want: "duplicate"},
-		{name: "two objects", line: `{"type":"ping","id":"1"}{"type":"ping","id":"2"}`, code: wire.CodeParseError, want: "after the JSON object"},
-		{name: "data after object", line: `{"type":"ping","id":"1"} x`, code: wire.CodeParseError, want: "after the JSON object"},
-		{name: "lone surrogate escape", line: `{"type":"session/restore/req","id":"r","snapshot_id":"\ud800"}`, code: wire.CodeParseError, want: "unpaired surrogate", id: "r"},
+		{name: "two objects", line: `{"type":"ping","id":"1","proto":"1.0","ts":1}{"type":"ping","id":"2","proto":"1.0","ts":1}`, code: wire.CodeParseError, want: "after the JSON object"},
+		{name: "data after object", line: `{"type":"ping","id":"1","proto":"1.0","ts":1} x`, code: wire.CodeParseError, want: "after the JSON object"},
+		{name: "lone surrogate escape", line: `{"type":"session/restore/req","id":"r","proto":"1.0","ts":1,"snapshot_id":"\ud800"}`, code: wire.CodeParseError, want: "unpaired surrogate", id: "r"},
 		{name: "control character in string", line: "{\"type\":\"ping\",\"id\":\"a\tb\"}", code: wire.CodeParseError, want: "control character"},
-		{name: "deep nesting", line: `{"type":"ping","id":"1","x":` + strings.Repeat(`[`, 5000) + strings.Repeat(`]`, 5000) + `}`, code: wire.CodeParseError, want: "too deep"},
+		{name: "deep nesting", line: `{"type":"ping","id":"1","proto":"1.0","ts":1,"x":` + strings.Repeat(`[`, 5000) + strings.Repeat(`]`, 5000) + `}`, code: wire.CodeParseError, want: "too deep"},
 
 		// Type lookup failures.
 		{name: "missing type", line: `{"id":"1"}`, code: wire.CodeParseError, want: `missing field "type"`, id: "1"},
@@ -119,64 +119,64 @@ func TestDecode(t *testing.T) {
 		{name: "type not a string", line: `{"type":7,"id":"1"}`, code: wire.CodeParseError, want: "must be a string", id: "1"},
 		{name: "type null", line: `{"type":null,"id":"1"}`, code: wire.CodeParseError, want: "must be a string"},
 		{name: "type array", line: `{"type":["ping"],"id":"1"}`, code: wire.CodeParseError, want: "must be a string"},
-		{name: "unknown type", line: `{"type":"nope/x/req","id":"1"}`, code: wire.CodeParseError, want: `unknown type "nope/x/req"`, id: "1"},
-		{name: "type differs in case", line: `{"type":"PING","id":"1"}`, code: wire.CodeParseError, want: "unknown type"},
-		{name: "type with trailing space", line: `{"type":"ping ","id":"1"}`, code: wire.CodeParseError, want: "unknown type"},
+		{name: "unknown type", line: `{"type":"nope/x/req","id":"1","proto":"1.0","ts":1}`, code: wire.CodeParseError, want: `unknown type "nope/x/req"`, id: "1"},
+		{name: "type differs in case", line: `{"type":"PING","id":"1","proto":"1.0","ts":1}`, code: wire.CodeParseError, want: "unknown type"},
+		{name: "type with trailing space", line: `{"type":"ping ","id":"1","proto":"1.0","ts":1}`, code: wire.CodeParseError, want: "unknown type"},
 		{name: "nested type does not count", line: `{"body":{"type":"ping"},"id":"1"}`, code: wire.CodeParseError, want: "missing"},
 
 		// Types only the host sends.
-		{name: "pong", line: `{"type":"pong","id":"1","uptime_seconds":1}`, code: wire.CodeParseError, want: "only by the host", entry: "pong", id: "1"},
-		{name: "error", line: `{"type":"error","id":"1","code":"timeout","message":"m","retryable":true}`, code: wire.CodeParseError, want: "only by the host", entry: "error"},
-		{name: "handshake/resp", line: `{"type":"handshake/resp","id":"1","ok":true,"accepted_caps":[],"max_parallel":4}`, code: wire.CodeParseError, want: "only by the host", entry: "handshake/resp"},
-		{name: "session/info/resp", line: `{"type":"session/info/resp","id":"1"}`, code: wire.CodeParseError, want: "only by the host", entry: "session/info/resp"},
+		{name: "pong", line: `{"type":"pong","id":"1","proto":"1.0","ts":1,"uptime_seconds":1}`, code: wire.CodeParseError, want: "only by the host", entry: "pong", id: "1"},
+		{name: "error", line: `{"type":"error","id":"1","proto":"1.0","ts":1,"code":"timeout","message":"m","retryable":true}`, code: wire.CodeParseError, want: "only by the host", entry: "error"},
+		{name: "handshake/resp", line: `{"type":"handshake/resp","id":"1","proto":"1.0","ts":1,"ok":true,"accepted_caps":[],"max_parallel":4}`, code: wire.CodeParseError, want: "only by the host", entry: "handshake/resp"},
+		{name: "session/info/resp", line: `{"type":"session/info/resp","id":"1","proto":"1.0","ts":1}`, code: wire.CodeParseError, want: "only by the host", entry: "session/info/resp"},
 		{name: "host-only type checked before id", line: `{"type":"pong"}`, code: wire.CodeParseError, entry: "pong"},
-		{name: "probe reply", reg: probe, line: `{"type":"probe/do/resp","id":"1"}`, code: wire.CodeParseError, want: "only by the host", entry: "probe/do/resp"},
+		{name: "probe reply", reg: probe, line: `{"type":"probe/do/resp","id":"1","proto":"1.0","ts":1}`, code: wire.CodeParseError, want: "only by the host", entry: "probe/do/resp"},
 
 		// The envelope id.
 		{name: "missing id", line: `{"type":"ping"}`, code: wire.CodeSchemaViolation, field: "id", entry: "ping"},
-		{name: "empty id", line: `{"type":"ping","id":""}`, code: wire.CodeSchemaViolation, field: "id", entry: "ping"},
+		{name: "empty id", line: `{"type":"ping","id":"","proto":"1.0","ts":1}`, code: wire.CodeSchemaViolation, field: "id", entry: "ping"},
 		{name: "id not a string", line: `{"type":"ping","id":42}`, code: wire.CodeSchemaViolation, field: "id", entry: "ping"},
 		{name: "id null", line: `{"type":"ping","id":null}`, code: wire.CodeSchemaViolation, field: "id", entry: "ping"},
 
 		// Required fields.
-		{name: "handshake without agent_caps", line: `{"type":"handshake/req","id":"h","agent_id":"a","auth_token":"t"}`,
+		{name: "handshake without agent_caps", line: `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","auth_token":"t"}`,
 			code: wire.CodeSchemaViolation, field: "agent_caps", want: `"agent_caps"`, entry: "handshake/req", id: "h"},
-		{name: "handshake without auth_token", line: `{"type":"handshake/req","id":"h","agent_id":"a","agent_caps":[]}`,
+		{name: "handshake without auth_token", line: `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":[]}`,
 			code: wire.CodeSchemaViolation, field: "auth_token", entry: "handshake/req"},
-		{name: "required field in other case", line: `{"type":"handshake/req","id":"h","agent_id":"a","AGENT_CAPS":[],"auth_token":"t"}`,
+		{name: "required field in other case", line: `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","AGENT_CAPS":[],"auth_token":"t"}`,
 			code: wire.CodeSchemaViolation, field: "agent_caps"},
-		{name: "required field spelled with escape", line: `{"type":"cancel","id":"c","req\u005fid":"r"}`,
+		{name: "required field spelled with escape", line: `{"type":"cancel","id":"c","proto":"1.0","ts":1,"req\u005fid":"r"}`,
 			check: func(t *testing.T, m wire.Message) {
 				if got := m.(*msg.Cancel).ReqID; got != "r" {
 					t.Errorf("ReqID = %q, want r", got)
 				}
 			}},
-		{name: "cancel without req_id", line: `{"type":"cancel","id":"c"}`, code: wire.CodeSchemaViolation, field: "req_id", entry: "cancel"},
-		{name: "restore without snapshot_id", line: `{"type":"session/restore/req","id":"r"}`, code: wire.CodeSchemaViolation, field: "snapshot_id"},
+		{name: "cancel without req_id", line: `{"type":"cancel","id":"c","proto":"1.0","ts":1}`, code: wire.CodeSchemaViolation, field: "req_id", entry: "cancel"},
+		{name: "restore without snapshot_id", line: `{"type":"session/restore/req","id":"r","proto":"1.0","ts":1}`, code: wire.CodeSchemaViolation, field: "snapshot_id"},
 
 		// Wrong field types.
-		{name: "agent_id a number", line: `{"type":"handshake/req","id":"h","agent_id":5,"agent_caps":[],"auth_token":"t"}`,
+		{name: "agent_id a number", line: `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":5,"agent_caps":[],"auth_token":"t"}`,
 			code: wire.CodeSchemaViolation, field: "agent_id", want: "expected string, got number", id: "h"},
-		{name: "agent_caps a string", line: `{"type":"handshake/req","id":"h","agent_id":"a","agent_caps":"tools","auth_token":"t"}`,
+		{name: "agent_caps a string", line: `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":"tools","auth_token":"t"}`,
 			code: wire.CodeSchemaViolation, field: "agent_caps", want: "expected array, got string"},
-		{name: "agent_caps element a number", line: `{"type":"handshake/req","id":"h","agent_id":"a","agent_caps":["tools",3],"auth_token":"t"}`,
+		{name: "agent_caps element a number", line: `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["tools",3],"auth_token":"t"}`,
 			code: wire.CodeSchemaViolation, field: "agent_caps[1]", want: "expected string, got number"},
-		{name: "auth_token an object", line: `{"type":"handshake/req","id":"h","agent_id":"a","agent_caps":[],"auth_token":{}}`,
+		{name: "auth_token an object", line: `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":[],"auth_token":{}}`,
 			code: wire.CodeSchemaViolation, field: "auth_token", want: "got object"},
-		{name: "timeout a string", line: `{"type":"shutdown","id":"s","timeout":"10"}`, code: wire.CodeSchemaViolation, field: "timeout", want: "expected number, got string"},
-		{name: "timeout a boolean", line: `{"type":"shutdown","id":"s","timeout":true}`, code: wire.CodeSchemaViolation, field: "timeout", want: "got boolean"},
-		{name: "timeout out of range", line: `{"type":"shutdown","id":"s","timeout":1e400}`, code: wire.CodeSchemaViolation, field: "timeout", want: "out of range"},
-		{name: "target a number", line: `{"type":"session/snapshot/req","id":"s","target":1}`, code: wire.CodeSchemaViolation, field: "target", want: "expected string"},
+		{name: "timeout a string", line: `{"type":"shutdown","id":"s","proto":"1.0","ts":1,"timeout":"10"}`, code: wire.CodeSchemaViolation, field: "timeout", want: "expected number, got string"},
+		{name: "timeout a boolean", line: `{"type":"shutdown","id":"s","proto":"1.0","ts":1,"timeout":true}`, code: wire.CodeSchemaViolation, field: "timeout", want: "got boolean"},
+		{name: "timeout out of range", line: `{"type":"shutdown","id":"s","proto":"1.0","ts":1,"timeout":1e400}`, code: wire.CodeSchemaViolation, field: "timeout", want: "out of range"},
+		{name: "target a number", line: `{"type":"session/snapshot/req","id":"s","proto":"1.0","ts":1,"target":1}`, code: wire.CodeSchemaViolation, field: "target", want: "expected string"},
 
 		// Value constraints (the generated Validate).
-		{name: "target outside its enum", line: `{"type":"session/snapshot/req","id":"s","target":"disk"}`,
+		{name: "target outside its enum", line: `{"type":"session/snapshot/req","id":"s","proto":"1.0","ts":1,"target":"disk"}`,
 			code: wire.CodeSchemaViolation, field: "target", want: `"file", "sql"`, entry: "session/snapshot/req", id: "s"},
-		{name: "target in other case", line: `{"type":"session/snapshot/req","id":"s","target":"FILE"}`, code: wire.CodeSchemaViolation, field: "target"},
-		{name: "negative timeout", line: `{"type":"shutdown","id":"s","timeout":-1}`, code: wire.CodeSchemaViolation, field: "timeout"},
-		{name: "empty snapshot_id", line: `{"type":"session/restore/req","id":"r","snapshot_id":""}`, code: wire.CodeSchemaViolation, field: "snapshot_id"},
+		{name: "target in other case", line: `{"type":"session/snapshot/req","id":"s","proto":"1.0","ts":1,"target":"FILE"}`, code: wire.CodeSchemaViolation, field: "target"},
+		{name: "negative timeout", line: `{"type":"shutdown","id":"s","proto":"1.0","ts":1,"timeout":-1}`, code: wire.CodeSchemaViolation, field: "timeout"},
+		{name: "empty snapshot_id", line: `{"type":"session/restore/req","id":"r","proto":"1.0","ts":1,"snapshot_id":""}`, code: wire.CodeSchemaViolation, field: "snapshot_id"},
 
 		// Lines that decode.
-		{name: "ping", line: `{"type":"ping","id":"p1"}`, entry: "ping", id: "p1"},
+		{name: "ping", line: `{"type":"ping","id":"p1","proto":"1.0","ts":1}`, entry: "ping", id: "p1"},
 		{name: "ping with envelope", line: `{"type":"ping","id":"p1","proto":"1.0","ts":1712345678.5}`, entry: "ping", id: "p1"},
 		{name: "handshake", line: hs(``), entry: "handshake/req", id: "h1",
 			check: func(t *testing.T, m wire.Message) {
@@ -193,31 +193,31 @@ func TestDecode(t *testing.T) {
 					t.Errorf("a member in another case leaked into the model: %+v", h)
 				}
 			}},
-		{name: "unknown field in other case does not override", line: `{"type":"session/restore/req","id":"r","snapshot_id":"s1","SNAPSHOT_ID":""}`,
+		{name: "unknown field in other case does not override", line: `{"type":"session/restore/req","id":"r","proto":"1.0","ts":1,"snapshot_id":"s1","SNAPSHOT_ID":""}`,
 			check: func(t *testing.T, m wire.Message) {
 				if got := m.(*msg.SessionRestoreReq).SnapshotID; got != "s1" {
 					t.Errorf("SnapshotID = %q, want s1", got)
 				}
 			}},
-		{name: "default applied", line: `{"type":"session/snapshot/req","id":"s"}`,
+		{name: "default applied", line: `{"type":"session/snapshot/req","id":"s","proto":"1.0","ts":1}`,
 			check: func(t *testing.T, m wire.Message) {
 				if got := m.(*msg.SessionSnapshotReq).Target; got != msg.SessionSnapshotReqTargetFile {
 					t.Errorf("Target = %q, want the schema default file", got)
 				}
 			}},
-		{name: "enum value", line: `{"type":"session/snapshot/req","id":"s","target":"sql"}`,
+		{name: "enum value", line: `{"type":"session/snapshot/req","id":"s","proto":"1.0","ts":1,"target":"sql"}`,
 			check: func(t *testing.T, m wire.Message) {
 				if got := m.(*msg.SessionSnapshotReq).Target; got != msg.SessionSnapshotReqTargetSQL {
 					t.Errorf("Target = %q, want sql", got)
 				}
 			}},
-		{name: "escaped values decode", line: `{"type":"session/restore/req","id":"r","snapshot_id":"caf\u00e9 \ud83d\ude00"}`,
+		{name: "escaped values decode", line: `{"type":"session/restore/req","id":"r","proto":"1.0","ts":1,"snapshot_id":"caf\u00e9 \ud83d\ude00"}`,
 			check: func(t *testing.T, m wire.Message) {
 				if got := m.(*msg.SessionRestoreReq).SnapshotID; got != "café 😀" {
 					t.Errorf("SnapshotID = %q", got)
 				}
 			}},
-		{name: "notification", line: `{"type":"shutdown","id":"s","timeout":0.5}`, entry: "shutdown",
+		{name: "notification", line: `{"type":"shutdown","id":"s","proto":"1.0","ts":1,"timeout":0.5}`, entry: "shutdown",
 			check: func(t *testing.T, m wire.Message) {
 				if got := m.(*msg.Shutdown).Timeout; got == nil || *got != 0.5 {
 					t.Errorf("Timeout = %v", got)
@@ -227,7 +227,7 @@ func TestDecode(t *testing.T) {
 
 		// Nested required fields (Shape), aliases and Validate errors of a
 		// hand-made entry.
-		{name: "probe", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[{"name":"a","refs":["x"]}],"opts":{"mode":"m","level":3},"tags":{"0":1}}`,
+		{name: "probe", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[{"name":"a","refs":["x"]}],"opts":{"mode":"m","level":3},"tags":{"0":1}}`,
 			entry: "probe/do/req",
 			check: func(t *testing.T, m wire.Message) {
 				want := &probeReq{Items: []probeItem{{Name: "a", Refs: []string{"x"}}}, Opts: &probeOpts{Mode: "m", Level: 3}, Count: 1, Tags: map[string]int{"0": 1}}
@@ -235,28 +235,28 @@ func TestDecode(t *testing.T) {
 					t.Errorf("got %+v, want %+v", m, want)
 				}
 			}},
-		{name: "probe alias", reg: probe, line: `{"type":"probe/do","id":"1","items":[]}`, entry: "probe/do/req"},
-		{name: "probe missing top-level", reg: probe, line: `{"type":"probe/do/req","id":"1"}`, code: wire.CodeSchemaViolation, field: "items"},
-		{name: "probe missing nested in object", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[],"opts":{"level":1}}`,
+		{name: "probe alias", reg: probe, line: `{"type":"probe/do","id":"1","proto":"1.0","ts":1,"items":[]}`, entry: "probe/do/req"},
+		{name: "probe missing top-level", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1}`, code: wire.CodeSchemaViolation, field: "items"},
+		{name: "probe missing nested in object", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[],"opts":{"level":1}}`,
 			code: wire.CodeSchemaViolation, field: "opts.mode", want: "required"},
-		{name: "probe missing nested in array", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[{"name":"a"}, {"refs":[]} ]}`,
+		{name: "probe missing nested in array", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[{"name":"a"}, {"refs":[]} ]}`,
 			code: wire.CodeSchemaViolation, field: "items[1].name"},
-		{name: "probe nested key spelled with escape", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[{"n\u0061me":"a"}],"opts":{"mod\u0065":"x"}}`, entry: "probe/do/req"},
-		{name: "probe nested key in other case", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[{"NAME":"a"}]}`, code: wire.CodeSchemaViolation, field: "items[0].name"},
-		{name: "probe shape of wrong type left to the decoder", reg: probe, line: `{"type":"probe/do/req","id":"1","items":{"name":"a"}}`,
+		{name: "probe nested key spelled with escape", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[{"n\u0061me":"a"}],"opts":{"mod\u0065":"x"}}`, entry: "probe/do/req"},
+		{name: "probe nested key in other case", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[{"NAME":"a"}]}`, code: wire.CodeSchemaViolation, field: "items[0].name"},
+		{name: "probe shape of wrong type left to the decoder", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":{"name":"a"}}`,
 			code: wire.CodeSchemaViolation, field: "items", want: "expected array, got object"},
-		{name: "probe nested wrong type", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[{"name":"a"},{"name":"b","refs":[true]}]}`,
+		{name: "probe nested wrong type", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[{"name":"a"},{"name":"b","refs":[true]}]}`,
 			code: wire.CodeSchemaViolation, field: "items[1].refs[0]", want: "expected string, got boolean"},
-		{name: "probe map value wrong type", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[],"tags":{"0":"x"}}`,
+		{name: "probe map value wrong type", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[],"tags":{"0":"x"}}`,
 			code: wire.CodeSchemaViolation, field: "tags.0", want: "expected integer, got string"},
-		{name: "probe fraction for integer", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[],"count":1.5}`,
+		{name: "probe fraction for integer", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[],"count":1.5}`,
 			code: wire.CodeSchemaViolation, field: "count", want: "expected integer, got number 1.5"},
-		{name: "probe integer overflow", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[],"opts":{"mode":"m","level":300}}`,
+		{name: "probe integer overflow", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[],"opts":{"mode":"m","level":300}}`,
 			code: wire.CodeSchemaViolation, field: "opts.level"},
-		{name: "probe untyped values accept anything", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[],"any":{"a":[1,"x",null,true]}}`, entry: "probe/do/req"},
-		{name: "probe Validate field error", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[],"count":-3}`, code: wire.CodeSchemaViolation, field: "count"},
-		{name: "probe Validate ErrInvalid", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[],"count":13}`, code: wire.CodeSchemaViolation, want: "unlucky"},
-		{name: "probe framing checked before shape", reg: probe, line: `{"type":"probe/do/req","id":"1","items":[{"name":"a","name":"b"}]}`, code: wire.CodeParseError, want: "duplicate"},
+		{name: "probe untyped values accept anything", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[],"any":{"a":[1,"x",null,true]}}`, entry: "probe/do/req"},
+		{name: "probe Validate field error", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[],"count":-3}`, code: wire.CodeSchemaViolation, field: "count"},
+		{name: "probe Validate ErrInvalid", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[],"count":13}`, code: wire.CodeSchemaViolation, want: "unlucky"},
+		{name: "probe framing checked before shape", reg: probe, line: `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[{"name":"a","name":"b"}]}`, code: wire.CodeParseError, want: "duplicate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -357,7 +357,7 @@ func TestDecodeBody(t *testing.T) {
 		want  wire.Message
 		field string
 	}{
-		{"pong", "pong", `{"type":"pong","id":"1","req_id":"0","uptime_seconds":2.5}`, &msg.Pong{UptimeSeconds: 2.5}, ""},
+		{"pong", "pong", `{"type":"pong","id":"1","proto":"1.0","ts":1,"req_id":"0","uptime_seconds":2.5}`, &msg.Pong{UptimeSeconds: 2.5}, ""},
 		{"handshake/resp", "handshake/resp", `{"ok":true,"accepted_caps":[{"name":"tools","enabled":true}],"max_parallel":4,"session_id":"s"}`,
 			&msg.HandshakeResp{Ok: true, AcceptedCaps: []msg.CapabilityEntry{{Name: "tools", Enabled: true}}, MaxParallel: 4, SessionID: ptr("s")}, ""},
 		{"other case ignored", "pong", `{"UPTIME_SECONDS":9,"uptime_seconds":1}`, &msg.Pong{UptimeSeconds: 1}, ""},
@@ -623,9 +623,10 @@ func TestRequiredNullRefused(t *testing.T) {
 	if !errors.As(err, &we) || we.Code != wire.CodeSchemaViolation || !strings.Contains(we.Message, `"agent_id"`) {
 		t.Fatalf("got %v, want schema_violation naming agent_id", err)
 	}
-	// An optional field may be null: it reads as absent.
+	// An optional field is null only where its schema's type lists null
+	// (JSON Schema); elsewhere null is refused, not read as absent.
 	line = []byte(`{"type":"shutdown","id":"1","proto":"1.0","ts":1,"timeout":null}`)
-	if _, m, err := msg.Registry().Decode(line, &sc); err != nil || m.(*msg.Shutdown).Timeout != nil {
-		t.Fatalf("optional null: %v %+v", err, m)
+	if _, _, err := msg.Registry().Decode(line, &sc); !errors.As(err, &we) || we.Code != wire.CodeSchemaViolation || !strings.Contains(we.Message, `"timeout"`) {
+		t.Fatalf("optional null: got %v, want schema_violation naming timeout", err)
 	}
 }

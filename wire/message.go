@@ -2,9 +2,6 @@ package wire
 
 import "context"
 
-// ProtoVersion is the protocol version carried in every envelope (spec §9 rule 1).
-const ProtoVersion = "1.0"
-
 // Message is implemented by every generated message model.
 type Message interface {
 	// MessageType returns the wire `type` string of the message.

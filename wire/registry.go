@@ -55,6 +55,10 @@ type Entry struct {
 	Owner string
 	// Required lists the top-level fields that must be present.
 	Required []string
+	// NotNull lists the top-level fields whose schema does not allow null:
+	// the decoder refuses a null there, as JSON Schema does, rather than
+	// reading it as absent.
+	NotNull []string
 	// Shape checks required fields nested inside the message; nil if none.
 	Shape *Shape
 	// New returns a model filled with the schema's defaults.

@@ -23,9 +23,12 @@ type Scanned struct {
 	// IDNotString is set when `id` is present but not a string.
 	IDNotString bool
 	HasID       bool
-	line        []byte
-	keys        []span
-	inline      [24]span
+	// HasProto and HasTS are set when the line has those keys; TSValid
+	// when ts is a JSON number that is a finite float64.
+	HasProto, HasTS, TSValid bool
+	line                     []byte
+	keys                     []span
+	inline                   [24]span
 }
 
 type span struct {
@@ -398,6 +401,12 @@ func (s *scanner) envelopeValue(key span) error {
 	isString := s.i < len(s.b) && s.b[s.i] == '"'
 	start := s.i
 	switch name {
+	case "proto":
+		s.out.HasProto = true
+	case "ts":
+		s.out.HasTS = true
+	}
+	switch name {
 	case "type", "id", "proto", "req_id", "session_id":
 		if !isString {
 			switch name {
@@ -434,7 +443,7 @@ func (s *scanner) envelopeValue(key span) error {
 			return err
 		}
 		if f, err := strconv.ParseFloat(string(s.b[start:s.i]), 64); err == nil {
-			s.out.TS = f
+			s.out.TS, s.out.TSValid = f, true
 		}
 		return nil
 	}

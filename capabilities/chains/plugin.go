@@ -105,13 +105,10 @@ func (p *Plugin) ChainDefine(ctx context.Context, s wire.Scope, req *msg.ChainDe
 
 // ChainRun validates and runs a chain, inline or stored.
 func (p *Plugin) ChainRun(ctx context.Context, s wire.Scope, req *msg.ChainRunReq) (*msg.ChainRunResp, error) {
-	if req.Timeout <= 0 {
-		return nil, &wire.FieldError{Field: "timeout", Reason: "must be greater than 0"}
-	}
+	// The timeout's bounds and "exactly one of name or chain" are the
+	// schema's (schemas/chains.json), checked by the generated Validate.
 	var g *graph
 	switch {
-	case req.Name != nil && req.Chain != nil:
-		return nil, &wire.FieldError{Field: "name", Reason: "give name or chain, not both"}
 	case req.Name != nil:
 		if sc, ok := p.sessions.Get(s.SessionID()); ok {
 			sc.mu.Lock()
@@ -121,13 +118,11 @@ func (p *Plugin) ChainRun(ctx context.Context, s wire.Scope, req *msg.ChainRunRe
 		if g == nil {
 			return nil, fmt.Errorf("%w: no chain named %q is defined in this session", wire.ErrInvalid, *req.Name)
 		}
-	case req.Chain != nil:
+	default:
 		var err error
 		if g, err = compile(req.Chain, p.reg); err != nil {
 			return nil, err
 		}
-	default:
-		return nil, &wire.FieldError{Field: "chain", Reason: "give name or chain"}
 	}
 	var input []byte
 	if req.Input != nil {

@@ -39,7 +39,6 @@ func TestCallPaths(t *testing.T) {
 			{"missing argument", msg.ToolCallReq{ToolName: "echo", Arguments: map[string]any{}}, false, "TOOL_ERROR", `missing required argument "text"`, "", false},
 			{"wrong type", msg.ToolCallReq{ToolName: "echo", Arguments: map[string]any{"text": 5}}, false, "TOOL_ERROR", `argument "text": expected string, got number`, "", false},
 			{"unknown argument", msg.ToolCallReq{ToolName: "echo", Arguments: map[string]any{"text": "a", "txet": 1}}, false, "TOOL_ERROR", `unknown argument "txet"`, "", false},
-			{"not an object", msg.ToolCallReq{ToolName: "echo", Arguments: []any{1}}, false, "TOOL_ERROR", "must be a JSON object", "", false},
 			{"tool error", msg.ToolCallReq{ToolName: "shout", Arguments: map[string]any{"text": "a"}}, true, "", "", `"text":"A"`, false},
 			{"output cap", msg.ToolCallReq{ToolName: "big", Arguments: map[string]any{"n": 2 << 20}}, true, "", "", "xxx", true},
 		}
@@ -71,6 +70,11 @@ func TestCallPaths(t *testing.T) {
 					t.Fatalf("data %v lacks %q", encode(t, res.Data), tc.data)
 				}
 			})
+		}
+		// arguments that are not an object break the message's schema
+		// (schemas/tools.json): schema_violation, not a tool result.
+		if _, err := e.c.CallTool(context.Background(), &msg.ToolCallReq{ToolName: "echo", Arguments: []any{1}}); !strings.Contains(fmt.Sprint(err), "schema_violation") || !strings.Contains(fmt.Sprint(err), "arguments") {
+			t.Fatalf("%v: arguments [1]: got %v, want schema_violation naming arguments", codec, err)
 		}
 		// Denied tools are not offered: tool/list leaves them out, even
 		// when searched for by name or asked for by tag.

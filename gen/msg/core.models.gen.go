@@ -27,7 +27,7 @@ type Error struct {
 	// Error code (spec §7).
 	Code string `json:"code"`
 
-	// Additional detail, e.g. {"field": …} for schema_violation.
+	// Additional detail, any JSON value, e.g. {"field": …} for schema_violation.
 	Detail interface{} `json:"detail,omitempty,omitzero"`
 
 	// Human-readable text; never a stack trace or a secret (docs/DECISIONS.md, Wire).
@@ -45,7 +45,7 @@ type ErrorBody struct {
 	// Error code (spec §7).
 	Code string `json:"code"`
 
-	// Additional detail.
+	// Additional detail: any JSON value.
 	Detail interface{} `json:"detail,omitempty,omitzero"`
 
 	// Human-readable text.

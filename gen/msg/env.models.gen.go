@@ -220,7 +220,8 @@ type EnvResetReq struct {
 	// Environment-specific reset options.
 	Options *json.RawMessage `json:"options,omitempty,omitzero"`
 
-	// Seeds the episode's random state.
+	// Seeds the episode's random state: any int64; 7.0 is the integer 7 (JSON
+	// Schema's integers).
 	Seed *int `json:"seed,omitempty,omitzero"`
 }
 

@@ -66,7 +66,7 @@ type Experience struct {
 	// NextState corresponds to the JSON schema field "next_state".
 	NextState json.RawMessage `json:"next_state"`
 
-	// Reward corresponds to the JSON schema field "reward".
+	// A finite reward; the bound keeps sums of rewards finite.
 	Reward float64 `json:"reward"`
 
 	// State corresponds to the JSON schema field "state".

@@ -2,7 +2,9 @@
 
 package msg
 
-import "github.com/aephost/aep/wire"
+import (
+	"github.com/aephost/aep/wire"
+)
 
 var registry = wire.NewRegistry()
 
@@ -11,3 +13,6 @@ func Registry() *wire.Registry { return registry }
 
 // Client has one typed method per request type; it sends through a wire.Requester.
 type Client struct{ wire.Requester }
+
+// ptrTo returns a pointer to a copy of v, for optional fields of fallback replies.
+func ptrTo[T any](v T) *T { return &v }

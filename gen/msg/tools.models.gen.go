@@ -5,7 +5,7 @@ package msg
 // Calls a tool (spec §4.2 Tool call). Answered by the plugin owning tool_name;
 // when all decline, the fallback gives UNKNOWN_TOOL (docs/DECISIONS.md, Dispatch).
 type ToolCallReq struct {
-	// An object matching the tool's input parameters.
+	// An object matching the tool's input parameters; null or absent: no arguments.
 	Arguments interface{} `json:"arguments,omitempty,omitzero"`
 
 	// Reaches the audit line (spec §4.2).
@@ -145,7 +145,7 @@ type ToolParameter struct {
 // The outcome of a call (spec §2.6). A tool's failure is a result with success
 // false, never an error message (spec §7, docs/DECISIONS.md, Wire).
 type ToolResult struct {
-	// Result payload; shape depends on the tool.
+	// Result payload, any JSON value; shape depends on the tool.
 	Data interface{} `json:"data,omitempty,omitzero"`
 
 	// Wall-clock execution time in milliseconds.
@@ -167,7 +167,7 @@ type ToolResult struct {
 	// True if the tool ran without error.
 	Success bool `json:"success"`
 
-	// Human-readable one-liner.
+	// Human-readable one-liner, any JSON value (usually a string).
 	Summary interface{} `json:"summary,omitempty,omitzero"`
 
 	// ToolName corresponds to the JSON schema field "tool_name".

@@ -2,7 +2,9 @@
 
 package testproto
 
-import "github.com/aephost/aep/wire"
+import (
+	"github.com/aephost/aep/wire"
+)
 
 var registry = wire.NewRegistry()
 

@@ -23,10 +23,16 @@ type message struct {
 
 type generator struct {
 	files  []*schemaFile
-	models map[string]*goStruct
+	models *goModels
 	pkg    string
 	defs   map[string]*defRef // "base#Name"
 	byType map[string]*message
+	// agent holds the defs an agent's message can contain (requests,
+	// notifications and every def they reach), whose numbers must state
+	// their range.
+	agent map[*schemaNode]bool
+	// usesPtr is set when a fallback needs the package's ptrTo helper.
+	usesPtr bool
 }
 
 func (g *generator) index() error {
@@ -53,51 +59,111 @@ func (g *generator) index() error {
 			if _, dup := g.byType[n.XType]; dup {
 				return fmt.Errorf("%s: type %q defined twice", f.Path, n.XType)
 			}
-			if g.models[name] == nil {
-				return fmt.Errorf("%s: go-jsonschema made no struct for %s (give it \"type\": \"object\")", f.Path, name)
-			}
 			g.byType[n.XType] = &message{defRef: *d, kind: n.XKind}
 		}
 	}
-	for t, m := range g.byType {
-		if m.kind == "request" {
-			if m.node.XReply == "" {
-				return fmt.Errorf("%s: request %s has no x-aep-reply", m.file.Path, t)
+	for _, t := range sortedKeys(g.byType) {
+		m := g.byType[t]
+		agentSends := m.kind == "request" || m.kind == "notification"
+		if open := m.node.AdditionalProperties != nil && m.node.AdditionalProperties.Open; open != agentSends {
+			if agentSends {
+				return fmt.Errorf("%s: %s: an agent's message must state \"additionalProperties\": true (unknown fields are ignored, envelope.json)", m.file.Path, m.name)
 			}
-			r := g.byType[m.node.XReply]
-			if r == nil || r.kind != "reply" {
-				return fmt.Errorf("%s: reply %q of %s is not a reply type", m.file.Path, m.node.XReply, t)
+			return fmt.Errorf("%s: %s: only agents' messages are open; a host's message states nothing (a strict check closes it, envelope.json)", m.file.Path, m.name)
+		}
+		if m.kind != "request" {
+			continue
+		}
+		if m.node.XReply == "" {
+			return fmt.Errorf("%s: request %s has no x-aep-reply", m.file.Path, t)
+		}
+		r := g.byType[m.node.XReply]
+		if r == nil || r.kind != "reply" {
+			return fmt.Errorf("%s: reply %q of %s is not a reply type", m.file.Path, m.node.XReply, t)
+		}
+	}
+	g.agent = map[*schemaNode]bool{}
+	for _, m := range g.byType {
+		if m.kind == "request" || m.kind == "notification" {
+			if err := g.markAgent(m.file, m.node); err != nil {
+				return err
 			}
-			if t := m.node.XAuditTarget; t != "" {
-				f := g.models[m.name].Fields[t]
-				if f == nil || strings.TrimPrefix(f.Type, "*") != "string" {
-					return fmt.Errorf("%s: x-aep-audit-target %q of %s is not a string field", m.file.Path, t, m.name)
-				}
+		}
+	}
+	return nil
+}
+
+// checkModels checks what needs go-jsonschema's output.
+func (g *generator) checkModels() error {
+	for _, t := range sortedKeys(g.byType) {
+		m := g.byType[t]
+		if g.models.structs[m.name] == nil {
+			return fmt.Errorf("%s: go-jsonschema made no struct for %s (give it \"type\": \"object\")", m.file.Path, m.name)
+		}
+		if m.kind != "request" {
+			continue
+		}
+		r := g.byType[m.node.XReply]
+		if t := m.node.XAuditTarget; t != "" {
+			f := g.models.structs[m.name].Fields[t]
+			if f == nil || strings.TrimPrefix(f.Type, "*") != "string" {
+				return fmt.Errorf("%s: x-aep-audit-target %q of %s is not a string field", m.file.Path, t, m.name)
 			}
-			if m.node.XOwner != "" && m.node.XAuditTarget == "" {
-				return fmt.Errorf("%s: x-aep-owner of %s needs x-aep-audit-target", m.file.Path, m.name)
+		}
+		if m.node.XOwner != "" && m.node.XAuditTarget == "" {
+			return fmt.Errorf("%s: x-aep-owner of %s needs x-aep-audit-target", m.file.Path, m.name)
+		}
+		if mr := m.node.XMerge; mr.Field != "" {
+			f := g.models.structs[r.name].Fields[mr.Field]
+			if f == nil || !strings.HasPrefix(f.Type, "[]") {
+				return fmt.Errorf("%s: x-aep-merge %q of %s is not a list field of %s", m.file.Path, mr.Field, t, r.name)
 			}
-			if mr := m.node.XMerge; mr.Field != "" {
-				f := g.models[r.name].Fields[mr.Field]
-				if f == nil || !strings.HasPrefix(f.Type, "[]") {
-					return fmt.Errorf("%s: x-aep-merge %q of %s is not a list field of %s", m.file.Path, mr.Field, t, r.name)
-				}
-				if mr.Key != "" || mr.Limit != "" || mr.Cursor != "" {
-					item := g.models[strings.TrimPrefix(f.Type, "[]")]
-					lf, cf := g.models[m.name].Fields[mr.Limit], g.models[r.name].Fields[mr.Cursor]
-					switch {
-					case item == nil || item.Fields[mr.Key] == nil || item.Fields[mr.Key].Type != "string":
-						return fmt.Errorf("%s: x-aep-merge key %q of %s is not a string field of the list items", m.file.Path, mr.Key, t)
-					case lf == nil || strings.TrimPrefix(lf.Type, "*") != "int":
-						return fmt.Errorf("%s: x-aep-merge limit %q of %s is not an integer field of the request", m.file.Path, mr.Limit, t)
-					case cf == nil || cf.Type != "*string":
-						return fmt.Errorf("%s: x-aep-merge cursor %q of %s is not an optional string field of the reply", m.file.Path, mr.Cursor, t)
-					}
+			if mr.Key != "" || mr.Limit != "" || mr.Cursor != "" {
+				item := g.models.structs[strings.TrimPrefix(f.Type, "[]")]
+				lf, cf := g.models.structs[m.name].Fields[mr.Limit], g.models.structs[r.name].Fields[mr.Cursor]
+				switch {
+				case item == nil || item.Fields[mr.Key] == nil || item.Fields[mr.Key].Type != "string":
+					return fmt.Errorf("%s: x-aep-merge key %q of %s is not a string field of the list items", m.file.Path, mr.Key, t)
+				case lf == nil || strings.TrimPrefix(lf.Type, "*") != "int":
+					return fmt.Errorf("%s: x-aep-merge limit %q of %s is not an integer field of the request", m.file.Path, mr.Limit, t)
+				case cf == nil || cf.Type != "*string":
+					return fmt.Errorf("%s: x-aep-merge cursor %q of %s is not an optional string field of the reply", m.file.Path, mr.Cursor, t)
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// markAgent records n and every def it reaches as part of agents' messages.
+func (g *generator) markAgent(f *schemaFile, n *schemaNode) error {
+	if n == nil || g.agent[n] {
+		return nil
+	}
+	g.agent[n] = true
+	if n.Ref != "" {
+		d, err := g.resolve(f, n)
+		if err != nil {
+			return err
+		}
+		return g.markAgent(d.file, d.node)
+	}
+	for _, p := range n.Properties {
+		if err := g.markAgent(f, p); err != nil {
+			return err
+		}
+	}
+	for _, p := range n.PrefixItems {
+		if err := g.markAgent(f, p); err != nil {
+			return err
+		}
+	}
+	if n.AdditionalProperties != nil {
+		if err := g.markAgent(f, n.AdditionalProperties.Schema); err != nil {
+			return err
+		}
+	}
+	return g.markAgent(f, n.Items)
 }
 
 // resolve follows $ref to its def.
@@ -113,14 +179,52 @@ func (g *generator) resolve(from *schemaFile, n *schemaNode) (*defRef, error) {
 	return d, nil
 }
 
-func header(w *bytes.Buffer, source, hash, pkg string) {
-	if source != "" {
-		fmt.Fprintf(w, "// Code generated by aepgen from %s (sha256 %s). DO NOT EDIT.\n\n", source, hash)
-	} else {
-		fmt.Fprintf(w, "// Code generated by aepgen. DO NOT EDIT.\n\n")
-	}
-	fmt.Fprintf(w, "package %s\n\n", pkg)
+// goFile collects one generated Go file: its body and the imports the body
+// uses, so the file imports exactly what it needs.
+type goFile struct {
+	bytes.Buffer
+	imports map[string]bool
 }
+
+func newGoFile() *goFile { return &goFile{imports: map[string]bool{}} }
+
+func (w *goFile) use(path string) { w.imports[path] = true }
+
+// source returns the whole file: header, package clause, imports, body.
+func (w *goFile) source(source, hash, pkg string) []byte {
+	var out bytes.Buffer
+	if source != "" {
+		fmt.Fprintf(&out, "// Code generated by aepgen from %s (sha256 %s). DO NOT EDIT.\n\n", source, hash)
+	} else {
+		fmt.Fprintf(&out, "// Code generated by aepgen. DO NOT EDIT.\n\n")
+	}
+	fmt.Fprintf(&out, "package %s\n\n", pkg)
+	if len(w.imports) > 0 {
+		var std, other []string
+		for _, p := range sortedKeys(w.imports) {
+			if strings.Contains(strings.SplitN(p, "/", 2)[0], ".") {
+				other = append(other, p)
+			} else {
+				std = append(std, p)
+			}
+		}
+		out.WriteString("import (\n")
+		for _, p := range std {
+			fmt.Fprintf(&out, "%q\n", p)
+		}
+		if len(std) > 0 && len(other) > 0 {
+			out.WriteString("\n")
+		}
+		for _, p := range other {
+			fmt.Fprintf(&out, "%q\n", p)
+		}
+		out.WriteString(")\n\n")
+	}
+	out.Write(w.Bytes())
+	return out.Bytes()
+}
+
+const wirePkg = "github.com/aephost/aep/wire"
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
@@ -143,85 +247,102 @@ func (g *generator) messagesOf(f *schemaFile) []*message {
 }
 
 func (g *generator) file(f *schemaFile) ([]byte, error) {
-	var w bytes.Buffer
-	header(&w, f.Path, f.Hash, g.pkg)
-	w.WriteString("import (\n\"context\"\n\"fmt\"\n\"sort\"\n\"unicode/utf8\"\n\n\"github.com/aephost/aep/wire\"\n)\n\n")
-	w.WriteString("var (\n_ = context.Background\n_ = fmt.Sprintf\n_ = sort.Strings\n_ = utf8.RuneCountInString\n)\n\n")
+	w := newGoFile()
 	msgs := g.messagesOf(f)
 
 	for _, m := range msgs {
-		fmt.Fprintf(&w, "// MessageType returns %q.\nfunc (*%s) MessageType() string { return %q }\n\n", m.node.XType, m.name, m.node.XType)
-		g.accessors(&w, m)
+		fmt.Fprintf(w, "// MessageType returns %q.\nfunc (*%s) MessageType() string { return %q }\n\n", m.node.XType, m.name, m.node.XType)
+		g.accessors(w, m)
 	}
 	// The event body has no type of its own: the envelope carries the
 	// namespace's `<ns>/event` type, so MessageType is empty.
 	for _, name := range sortedKeys(f.Defs) {
-		if n := f.Defs[name]; n.XType == "" && n.XKind == "event" && g.models[name] != nil {
-			fmt.Fprintf(&w, "// MessageType is empty: the envelope of an event carries its namespace's event type.\nfunc (*%s) MessageType() string { return \"\" }\n\n", name)
+		if n := f.Defs[name]; n.XType == "" && n.XKind == "event" && g.models.structs[name] != nil {
+			fmt.Fprintf(w, "// MessageType is empty: the envelope of an event carries its namespace's event type.\nfunc (*%s) MessageType() string { return \"\" }\n\n", name)
 		}
 	}
 	// Validators for every struct def of the file, so nested values validate too.
+	v := &validatorGen{g: g, w: w}
 	for _, name := range sortedKeys(f.Defs) {
-		gs := g.models[name]
+		gs := g.models.structs[name]
 		if gs == nil {
 			continue
 		}
-		body, err := g.validator(f, f.Defs[name], gs)
+		body, err := v.def(f, name, f.Defs[name], gs)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(&w, "// Validate checks the value constraints of %s's schema.\nfunc (m *%s) Validate() error {\nif m == nil { return nil }\n%sreturn nil\n}\n\n", name, name, body)
+		fmt.Fprintf(w, "// Validate checks the value constraints of %s's schema.\nfunc (m *%s) Validate() error {\n", name, name)
+		if body == "" {
+			w.WriteString("return nil\n}\n\n")
+			continue
+		}
+		fmt.Fprintf(w, "if m == nil { return nil }\n%sreturn nil\n}\n\n", body)
+	}
+	if len(v.patterns) > 0 {
+		w.use("regexp")
+		w.WriteString("// Patterns of the schema's `pattern` keywords, compiled once.\nvar (\n")
+		for _, p := range v.patterns {
+			fmt.Fprintf(w, "%s = regexp.MustCompile(%q)\n", p.name, p.expr)
+		}
+		w.WriteString(")\n\n")
 	}
 	for _, m := range msgs {
-		init, err := g.defaults(m)
+		defs, err := g.defaults(m)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(&w, "func new%s() wire.Message { return &%s{%s} }\n\n", m.name, m.name, init)
-		if init != "" {
+		var init []string
+		for _, d := range defs {
+			init = append(init, d.field+": "+d.lit)
+		}
+		w.use(wirePkg)
+		fmt.Fprintf(w, "func new%s() wire.Message { return &%s{%s} }\n\n", m.name, m.name, strings.Join(init, ", "))
+		if len(defs) > 0 {
 			// A Go value handed over by the direct codec never went through
 			// the constructor: zero fields that have a default take it.
-			fmt.Fprintf(&w, "// ApplyDefaults sets the schema defaults of fields left at their zero value.\nfunc (m *%s) ApplyDefaults() {\n", m.name)
-			for _, part := range strings.Split(init, ", ") {
-				name, lit, _ := strings.Cut(part, ": ")
-				fmt.Fprintf(&w, "if m.%s == %s { m.%s = %s }\n", name, zeroLiteral(lit), name, lit)
+			fmt.Fprintf(w, "// ApplyDefaults sets the schema defaults of fields left at their zero value.\nfunc (m *%s) ApplyDefaults() {\n", m.name)
+			for _, d := range defs {
+				fmt.Fprintf(w, "if m.%s == %s { m.%s = %s }\n", d.field, d.zero, d.field, d.lit)
 			}
 			w.WriteString("}\n\n")
 		}
 	}
 
-	iface := f.Namespace != "" && !f.Kernel
+	iface := !f.Kernel
 	handler := methodName(f.Namespace) + "Handler"
 	if iface {
-		fmt.Fprintf(&w, "// %s is implemented by plugins that serve the %q namespace", handler, f.Namespace)
+		fmt.Fprintf(w, "// %s is implemented by plugins that serve the %q namespace", handler, f.Namespace)
 		if f.Capability != "" {
-			fmt.Fprintf(&w, " (capability %q)", f.Capability)
+			fmt.Fprintf(w, " (capability %q)", f.Capability)
 		}
 		w.WriteString(".\n// A handler may return wire.ErrDecline to leave a broadcast request to other plugins.\n")
-		fmt.Fprintf(&w, "type %s interface {\n", handler)
+		fmt.Fprintf(w, "type %s interface {\n", handler)
 		for _, m := range msgs {
 			if m.kind != "request" {
 				continue
 			}
 			reply := g.byType[m.node.XReply]
-			fmt.Fprintf(&w, "// %s answers %s with %s.\n", methodName(m.node.XType), m.node.XType, reply.node.XType)
-			fmt.Fprintf(&w, "%s(ctx context.Context, s wire.Scope, req *%s) (*%s, error)\n", methodName(m.node.XType), m.name, reply.name)
+			w.use("context")
+			fmt.Fprintf(w, "// %s answers %s with %s.\n", methodName(m.node.XType), m.node.XType, reply.node.XType)
+			fmt.Fprintf(w, "%s(ctx context.Context, s wire.Scope, req *%s) (*%s, error)\n", methodName(m.node.XType), m.name, reply.name)
 		}
 		w.WriteString("}\n\n")
 	}
 
+	w.use(wirePkg)
 	w.WriteString("func init() {\n")
-	fmt.Fprintf(&w, "registry.AddNamespace(&wire.Namespace{Name: %q, Capability: %q, Kernel: %v, Event: %q})\n", f.Namespace, f.Capability, f.Kernel, f.Namespace+"/event")
+	fmt.Fprintf(w, "registry.AddNamespace(&wire.Namespace{Name: %q, Capability: %q, Kernel: %v, Event: %q})\n", f.Namespace, f.Capability, f.Kernel, f.Namespace+"/event")
 	w.WriteString("registry.Add(\n")
 	for _, m := range msgs {
-		if err := g.entry(&w, f, m, iface, handler); err != nil {
+		if err := g.entry(w, f, m, iface, handler); err != nil {
 			return nil, err
 		}
 	}
 	w.WriteString(")\n")
 	for _, m := range msgs {
 		for _, a := range m.node.XAliases {
-			fmt.Fprintf(&w, "registry.Alias(%q, %q)\n", a, m.node.XType)
+			fmt.Fprintf(w, "registry.Alias(%q, %q)\n", a, m.node.XType)
 		}
 	}
 	w.WriteString("}\n\n")
@@ -232,15 +353,17 @@ func (g *generator) file(f *schemaFile) ([]byte, error) {
 		}
 		reply := g.byType[m.node.XReply]
 		meth := methodName(m.node.XType)
-		fmt.Fprintf(&w, "// %s sends %s and waits for %s.\n", meth, m.node.XType, reply.node.XType)
-		fmt.Fprintf(&w, "func (c Client) %s(ctx context.Context, req *%s) (*%s, error) {\n", meth, m.name, reply.name)
-		fmt.Fprintf(&w, "r, err := c.Requester.Request(ctx, req)\nif err != nil { return nil, err }\n")
-		fmt.Fprintf(&w, "resp, ok := r.(*%s)\nif !ok { return nil, fmt.Errorf(\"%s: unexpected reply %%T\", r) }\nreturn resp, nil\n}\n\n", reply.name, m.node.XType)
+		w.use("context")
+		w.use("fmt")
+		fmt.Fprintf(w, "// %s sends %s and waits for %s.\n", meth, m.node.XType, reply.node.XType)
+		fmt.Fprintf(w, "func (c Client) %s(ctx context.Context, req *%s) (*%s, error) {\n", meth, m.name, reply.name)
+		fmt.Fprintf(w, "r, err := c.Requester.Request(ctx, req)\nif err != nil { return nil, err }\n")
+		fmt.Fprintf(w, "resp, ok := r.(*%s)\nif !ok { return nil, fmt.Errorf(\"%s: unexpected reply %%T\", r) }\nreturn resp, nil\n}\n\n", reply.name, m.node.XType)
 	}
-	return w.Bytes(), nil
+	return w.source(f.Path, f.Hash, g.pkg), nil
 }
 
-func (g *generator) entry(w *bytes.Buffer, f *schemaFile, m *message, iface bool, handler string) error {
+func (g *generator) entry(w *goFile, f *schemaFile, m *message, iface bool, handler string) error {
 	n := m.node
 	capability := f.Capability
 	if n.XCapability != "" {
@@ -259,6 +382,9 @@ func (g *generator) entry(w *bytes.Buffer, f *schemaFile, m *message, iface bool
 		sort.Strings(req)
 		fmt.Fprintf(w, "Required: %#v,\n", req)
 	}
+	if nn := g.notNull(f, n); len(nn) > 0 {
+		fmt.Fprintf(w, "NotNull: %#v,\n", nn)
+	}
 	shape, err := g.shape(f, n, true)
 	if err != nil {
 		return err
@@ -269,16 +395,17 @@ func (g *generator) entry(w *bytes.Buffer, f *schemaFile, m *message, iface bool
 	fmt.Fprintf(w, "New: new%s,\n", m.name)
 	if iface && m.kind == "request" {
 		reply := g.byType[n.XReply]
+		w.use("context")
 		fmt.Fprintf(w, "Handles: func(p any) bool { _, ok := p.(%s); return ok },\n", handler)
 		fmt.Fprintf(w, "Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {\nr, err := p.(%s).%s(ctx, s, req.(*%s))\nif r == nil { return nil, err }\nreturn r, err\n},\n", handler, methodName(n.XType), m.name)
 		if mr := n.XMerge; mr.Field != "" {
-			fld := g.models[reply.name].Fields[mr.Field]
+			fld := g.models.structs[reply.name].Fields[mr.Field]
 			if mr.Key == "" {
 				fmt.Fprintf(w, "Merge: func(dst, src wire.Message) { d, s := dst.(*%s), src.(*%s); d.%s = append(d.%s, s.%s...) },\n", reply.name, reply.name, fld.Name, fld.Name, fld.Name)
 			} else {
-				item := g.models[strings.TrimPrefix(fld.Type, "[]")]
+				item := g.models.structs[strings.TrimPrefix(fld.Type, "[]")]
 				key := item.Fields[mr.Key].Name
-				lf, cf := g.models[m.name].Fields[mr.Limit], g.models[reply.name].Fields[mr.Cursor]
+				lf, cf := g.models.structs[m.name].Fields[mr.Limit], g.models.structs[reply.name].Fields[mr.Cursor]
 				// A plugin that has more than its page says so with its cursor;
 				// the merged reply keeps that fact until Page sets the real cursor.
 				fmt.Fprintf(w, "Merge: func(dst, src wire.Message) { d, s := dst.(*%s), src.(*%s); d.%s = append(d.%s, s.%s...); if s.%s != nil { d.%s = s.%s } },\n",
@@ -287,6 +414,7 @@ func (g *generator) entry(w *bytes.Buffer, f *schemaFile, m *message, iface bool
 				if lf.Pointer {
 					limit = "0\nif req." + lf.Name + " != nil { limit = *req." + lf.Name + " }"
 				}
+				w.use("sort")
 				fmt.Fprintf(w, `Page: func(rq, rp wire.Message) {
 req, resp := rq.(*%s), rp.(*%s)
 sort.SliceStable(resp.%s, func(i, j int) bool { return resp.%s[i].%s < resp.%s[j].%s })
@@ -306,11 +434,11 @@ resp.%s = &last
 			}
 		}
 		if n.XFallback != nil {
-			tmpl, err := json.Marshal(n.XFallback)
+			src, err := g.fallback(w, m, reply)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(w, "Fallback: func(req wire.Message) wire.Message { m := new%s(); _ = wire.Unmarshal(wire.FillTemplate(%q, req), m); return m },\n", reply.name, tmpl)
+			fmt.Fprintf(w, "Fallback: %s,\n", src)
 		}
 	}
 	w.WriteString("},\n")
@@ -360,146 +488,17 @@ func (g *generator) shape(f *schemaFile, n *schemaNode, top bool) (string, error
 	return "&wire.Shape{" + strings.Join(parts, ", ") + "}", nil
 }
 
-// validator emits the checks of one struct's properties.
-func (g *generator) validator(f *schemaFile, n *schemaNode, gs *goStruct) (string, error) {
-	var w bytes.Buffer
-	for _, prop := range sortedKeys(n.Properties) {
-		p := n.Properties[prop]
-		fld := gs.Fields[prop]
-		if fld == nil {
-			continue
-		}
-		v := "m." + fld.Name
-		var body bytes.Buffer
-		val := v
-		if fld.Pointer {
-			val = "(*" + v + ")"
-		}
-		if p.Ref != "" {
-			d, err := g.resolve(f, p)
-			if err != nil {
-				return "", err
-			}
-			if g.models[d.name] != nil {
-				fmt.Fprintf(&w, "if err := %s.Validate(); err != nil { return wire.Nest(%q, err) }\n", v, prop)
-			}
-			continue
-		}
-		switch p.typeName() {
-		case "string":
-			if len(p.Enum) > 0 {
-				var quoted []string
-				for _, e := range p.Enum {
-					quoted = append(quoted, strconv.Quote(fmt.Sprint(e)))
-				}
-				fmt.Fprintf(&body, "switch string(%s) {\ncase %s:\ndefault:\nreturn &wire.FieldError{Field: %q, Reason: %q}\n}\n",
-					val, strings.Join(quoted, ", "), prop, "must be one of "+strings.Join(quoted, ", "))
-			}
-			if c, ok := p.Const.(string); ok {
-				fmt.Fprintf(&body, "if string(%s) != %q { return &wire.FieldError{Field: %q, Reason: %q} }\n", val, c, prop, "must be "+strconv.Quote(c))
-			}
-			if p.MinLength != nil {
-				fmt.Fprintf(&body, "if utf8.RuneCountInString(string(%s)) < %d { return &wire.FieldError{Field: %q, Reason: %q} }\n", val, *p.MinLength, prop, fmt.Sprintf("must have at least %d characters", *p.MinLength))
-			}
-			if p.MaxLength != nil {
-				fmt.Fprintf(&body, "if utf8.RuneCountInString(string(%s)) > %d { return &wire.FieldError{Field: %q, Reason: %q} }\n", val, *p.MaxLength, prop, fmt.Sprintf("must have at most %d characters", *p.MaxLength))
-			}
-		case "integer", "number":
-			if p.Minimum != nil {
-				fmt.Fprintf(&body, "if float64(%s) < %v { return &wire.FieldError{Field: %q, Reason: %q} }\n", val, *p.Minimum, prop, fmt.Sprintf("must be at least %v", *p.Minimum))
-			}
-			if p.Maximum != nil {
-				fmt.Fprintf(&body, "if float64(%s) > %v { return &wire.FieldError{Field: %q, Reason: %q} }\n", val, *p.Maximum, prop, fmt.Sprintf("must be at most %v", *p.Maximum))
-			}
-		case "array":
-			if p.MinItems != nil {
-				fmt.Fprintf(&body, "if len(%s) < %d { return &wire.FieldError{Field: %q, Reason: %q} }\n", val, *p.MinItems, prop, fmt.Sprintf("must have at least %d items", *p.MinItems))
-			}
-			if p.MaxItems != nil {
-				fmt.Fprintf(&body, "if len(%s) > %d { return &wire.FieldError{Field: %q, Reason: %q} }\n", val, *p.MaxItems, prop, fmt.Sprintf("must have at most %d items", *p.MaxItems))
-			}
-			if p.Items != nil && p.Items.Ref != "" {
-				d, err := g.resolve(f, p.Items)
-				if err != nil {
-					return "", err
-				}
-				if g.models[d.name] != nil {
-					fmt.Fprintf(&body, "for i := range %s {\nif err := %s[i].Validate(); err != nil { return wire.Nest(fmt.Sprintf(\"%s[%%d]\", i), err) }\n}\n", val, val, prop)
-				}
-			}
-		}
-		if body.Len() == 0 {
-			continue
-		}
-		if fld.Pointer {
-			fmt.Fprintf(&w, "if %s != nil {\n%s}\n", v, body.String())
-		} else {
-			w.Write(body.Bytes())
-		}
-	}
-	cond, err := conditional(f, n, gs)
-	if err != nil {
-		return "", err
-	}
-	w.WriteString(cond)
-	return w.String(), nil
+// defaultField is one field a message's constructor sets.
+type defaultField struct {
+	field, lit, zero string
 }
 
-// conditional emits the check of a def's `if`/`then`, in the one form
-// aepgen supports: `if` holds only string `const`s of properties (and may
-// list them in `required`), `then` holds only `required` of optional
-// (pointer, list or map) fields. Anything else is a generation error, so
-// a schema never states a rule the host does not enforce.
-func conditional(f *schemaFile, n *schemaNode, gs *goStruct) (string, error) {
-	if n.If == nil && n.Then == nil && n.Else == nil {
-		return "", nil
-	}
-	bad := func(why string) (string, error) {
-		return "", fmt.Errorf("%s: %s: unsupported if/then (%s); see tools/aepgen/README.md", f.Path, gs.Name, why)
-	}
-	if n.If == nil || n.Then == nil || n.Else != nil {
-		return bad("needs if and then, without else")
-	}
-	var conds, names []string
-	for _, prop := range sortedKeys(n.If.Properties) {
-		c, ok := n.If.Properties[prop].Const.(string)
-		fld := gs.Fields[prop]
-		if !ok || fld == nil || len(n.If.Properties[prop].Properties) > 0 {
-			return bad("if." + prop + " must be a string const of a property")
-		}
-		val := "m." + fld.Name
-		if fld.Pointer {
-			conds = append(conds, val+" != nil")
-			val = "(*" + val + ")"
-		}
-		conds = append(conds, fmt.Sprintf("string(%s) == %q", val, c))
-		names = append(names, fmt.Sprintf("%s is %q", prop, c))
-	}
-	for _, r := range n.If.Required {
-		if n.If.Properties[r] == nil {
-			return bad("if.required " + r + " without a const")
-		}
-	}
-	if len(conds) == 0 || len(n.Then.Required) == 0 || len(n.Then.Properties) > 0 || n.If.Then != nil || n.Then.If != nil {
-		return bad("if needs property consts and then only required")
-	}
-	var w bytes.Buffer
-	fmt.Fprintf(&w, "if %s {\n", strings.Join(conds, " && "))
-	for _, r := range n.Then.Required {
-		fld := gs.Fields[r]
-		if fld == nil || !(fld.Pointer || strings.HasPrefix(fld.Type, "[]") || strings.HasPrefix(fld.Type, "map[")) {
-			return bad("then.required " + r + " must be an optional property")
-		}
-		fmt.Fprintf(&w, "if m.%s == nil { return &wire.FieldError{Field: %q, Reason: %q} }\n", fld.Name, r, "required when "+strings.Join(names, " and "))
-	}
-	w.WriteString("}\n")
-	return w.String(), nil
-}
-
-// defaults emits the field initialisers of a model's constructor.
-func (g *generator) defaults(m *message) (string, error) {
-	gs := g.models[m.name]
-	var parts []string
+// defaults returns the scalar defaults of a message, as Go literals made
+// from the schema's values. A default equal to Go's zero value is left out:
+// the field starts there anyway.
+func (g *generator) defaults(m *message) ([]defaultField, error) {
+	gs := g.models.structs[m.name]
+	var out []defaultField
 	for _, prop := range sortedKeys(m.node.Properties) {
 		p := m.node.Properties[prop]
 		if p.Default == nil {
@@ -509,94 +508,51 @@ func (g *generator) defaults(m *message) (string, error) {
 		if fld == nil || fld.Pointer {
 			continue
 		}
-		var lit string
-		switch d := p.Default.(type) {
+		var d defaultField
+		d.field = fld.Name
+		switch v := p.Default.(type) {
 		case string:
-			lit = strconv.Quote(d)
+			d.lit, d.zero = strconv.Quote(v), `""`
 		case bool:
-			if d {
+			if v {
 				// omitempty drops false, so the default would always win.
-				return "", fmt.Errorf("%s: %s.%s: a boolean default of true cannot be overridden with false; give no default and treat absent as true in the handler", m.file.Path, m.name, prop)
+				return nil, fmt.Errorf("%s: %s.%s: a boolean default of true cannot be overridden with false; give no default and treat absent as true in the handler", m.file.Path, m.name, prop)
 			}
-			lit = strconv.FormatBool(d)
-		case float64:
-			lit = strconv.FormatFloat(d, 'f', -1, 64)
+			continue
+		case json.Number:
+			lit, err := g.numberLiteral(g.underlying(fld.Type), v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s.%s: default: %w", m.file.Path, m.name, prop, err)
+			}
+			d.lit, d.zero = lit, "0"
 		default:
 			continue // lists and objects start empty; the handler documents their default
 		}
-		parts = append(parts, fld.Name+": "+lit)
+		if d.lit == d.zero || d.lit == "0.0" {
+			continue
+		}
+		out = append(out, d)
 	}
-	return strings.Join(parts, ", "), nil
+	return out, nil
 }
 
-func (g *generator) packageFile() []byte {
-	var w bytes.Buffer
-	header(&w, "", "", g.pkg)
-	w.WriteString("import \"github.com/aephost/aep/wire\"\n\n")
+func (g *generator) packageFile(usesPtr bool) []byte {
+	w := newGoFile()
+	w.use(wirePkg)
 	w.WriteString("var registry = wire.NewRegistry()\n\n")
 	w.WriteString("// Registry returns the type registry of every message of this package.\nfunc Registry() *wire.Registry { return registry }\n\n")
 	w.WriteString("// Client has one typed method per request type; it sends through a wire.Requester.\ntype Client struct{ wire.Requester }\n")
-	return w.Bytes()
-}
-
-func camel(s string) string {
-	var b strings.Builder
-	for _, p := range strings.Split(s, "_") {
-		if p != "" {
-			b.WriteString(strings.ToUpper(p[:1]) + p[1:])
-		}
+	if usesPtr {
+		w.WriteString("\n// ptrTo returns a pointer to a copy of v, for optional fields of fallback replies.\nfunc ptrTo[T any](v T) *T { return &v }\n")
 	}
-	return b.String()
-}
-
-// codes emits the error-code catalog of core.json as Go constants of package wire.
-func (g *generator) codes() ([]byte, error) {
-	var src *schemaFile
-	for _, f := range g.files {
-		if len(f.Codes) > 0 {
-			if src != nil {
-				return nil, fmt.Errorf("x-aep-codes in both %s and %s", src.Path, f.Path)
-			}
-			src = f
-		}
-	}
-	if src == nil {
-		return nil, fmt.Errorf("no schema has x-aep-codes")
-	}
-	var w bytes.Buffer
-	header(&w, src.Path, src.Hash, "wire")
-	w.WriteString("// Code is a protocol error code (spec §7).\ntype Code string\n\nconst (\n")
-	names := sortedKeys(src.Codes)
-	seen := map[string]string{}
-	for _, c := range names {
-		id := "Code" + camel(c)
-		if prev, dup := seen[id]; dup {
-			return nil, fmt.Errorf("codes %q and %q map to one constant", prev, c)
-		}
-		seen[id] = c
-		fmt.Fprintf(&w, "// %s: %s\n%s Code = %q\n", id, src.Codes[c].Description, id, c)
-	}
-	w.WriteString(")\n\n// Codes lists every error code.\nvar Codes = []Code{")
-	for _, c := range names {
-		fmt.Fprintf(&w, "Code%s, ", camel(c))
-	}
-	w.WriteString("}\n\n// Retryable reports whether retrying can succeed (spec §7 table).\nfunc (c Code) Retryable() bool {\nswitch c {\ncase ")
-	var retry []string
-	for _, c := range names {
-		if src.Codes[c].Retryable {
-			retry = append(retry, "Code"+camel(c))
-		}
-	}
-	w.WriteString(strings.Join(retry, ", "))
-	w.WriteString(":\nreturn true\n}\nreturn false\n}\n")
-	return w.Bytes(), nil
+	return w.source("", "", g.pkg)
 }
 
 // accessors gives the kernel typed access to body fields it cares about
 // without reflection: correlation_id for audit, session_id for the
 // session check of docs/DECISIONS.md, Wire.
-func (g *generator) accessors(w *bytes.Buffer, m *message) {
-	gs := g.models[m.name]
+func (g *generator) accessors(w *goFile, m *message) {
+	gs := g.models.structs[m.name]
 	for _, pm := range [][2]string{{"correlation_id", "GetCorrelationID"}, {"session_id", "BodySessionID"}} {
 		prop, meth := pm[0], pm[1]
 		if m.kind != "request" {
@@ -615,7 +571,7 @@ func (g *generator) accessors(w *bytes.Buffer, m *message) {
 	}
 }
 
-func stringAccessor(w *bytes.Buffer, model, meth, prop string, f *goField) {
+func stringAccessor(w *goFile, model, meth, prop string, f *goField) {
 	fmt.Fprintf(w, "// %s returns the %s field.\nfunc (m *%s) %s() string {\n", meth, prop, model, meth)
 	if f.Pointer {
 		fmt.Fprintf(w, "if m.%s == nil { return \"\" }\nreturn *m.%s\n}\n\n", f.Name, f.Name)
@@ -624,13 +580,21 @@ func stringAccessor(w *bytes.Buffer, model, meth, prop string, f *goField) {
 	}
 }
 
-// zeroLiteral is the zero value matching a default literal.
-func zeroLiteral(lit string) string {
-	switch {
-	case strings.HasPrefix(lit, `"`):
-		return `""`
-	case lit == "true" || lit == "false":
-		return "false"
+// notNull lists the top-level properties whose schema does not allow null,
+// for the decoder (wire.Entry.NotNull).
+func (g *generator) notNull(f *schemaFile, n *schemaNode) []string {
+	var out []string
+	for _, prop := range sortedKeys(n.Properties) {
+		p := n.Properties[prop]
+		types := p.types()
+		if p.Ref != "" {
+			if d, err := g.resolve(f, p); err == nil {
+				types = d.node.types()
+			}
+		}
+		if !contains(types, "null") {
+			out = append(out, prop)
+		}
 	}
-	return "0"
+	return out
 }

@@ -6,12 +6,10 @@
 package main
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"go/format"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -21,42 +19,78 @@ func main() {
 		schemaDir = flag.String("schemas", "schemas", "directory of JSON Schema files")
 		outDir    = flag.String("out", "gen/msg", "output directory of the Go package")
 		pkg       = flag.String("pkg", "msg", "Go package name")
-		codesOut  = flag.String("codes", "", "where to write the error-code constants (package wire); empty: none")
+		codesOut  = flag.String("codes", "", "where to write the error catalogue of x-aep-codes (package wire); empty: none")
+		envOut    = flag.String("envelope", "", "where to write the envelope constants of envelope.json (package wire); empty: none")
+		wirePkg   = flag.String("wirepkg", "wire", "package of the -codes and -envelope files")
 		docsOut   = flag.String("docs", "", "where to write the protocol reference; empty: none")
 	)
 	flag.Parse()
-	if err := run(*schemaDir, *outDir, *pkg, *codesOut, *docsOut); err != nil {
+	o := options{schemaDir: *schemaDir, outDir: *outDir, pkg: *pkg, codesOut: *codesOut, envOut: *envOut, wirePkg: *wirePkg, docsOut: *docsOut}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "aepgen:", err)
 		os.Exit(1)
 	}
 }
 
-func run(schemaDir, outDir, pkg, codesOut, docsOut string) error {
-	files, err := loadSchemas(schemaDir)
+type options struct {
+	schemaDir, outDir, pkg    string
+	codesOut, envOut, wirePkg string
+	docsOut                   string
+}
+
+func run(o options) error {
+	files, err := loadSchemas(o.schemaDir)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
-		return fmt.Errorf("no schema files in %s", schemaDir)
+		return fmt.Errorf("no schema files in %s", o.schemaDir)
 	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
+	if err := os.MkdirAll(o.outDir, 0o755); err != nil {
 		return err
 	}
-	// Remove stale outputs so a deleted schema leaves nothing behind.
-	old, _ := filepath.Glob(filepath.Join(outDir, "*.gen.go"))
-	for _, f := range old {
-		_ = os.Remove(f)
-	}
-	if err := runModels(files, outDir, pkg); err != nil {
+	g := &generator{files: files, pkg: o.pkg}
+	if err := g.index(); err != nil {
 		return err
 	}
-	models, err := parseModels(outDir)
+	// Every output is built before any file is written, so a failed
+	// generation leaves the previous files in place.
+	out := map[string][]byte{}
+	if o.codesOut != "" {
+		src, err := g.codes(o.wirePkg)
+		if err != nil {
+			return err
+		}
+		out[o.codesOut] = src
+	}
+	if o.envOut != "" {
+		src, err := g.envelope(o.wirePkg)
+		if err != nil {
+			return err
+		}
+		out[o.envOut] = src
+	}
+	modelDir, err := os.MkdirTemp("", "aepgen-out-")
 	if err != nil {
 		return err
 	}
-	g := &generator{files: files, models: models, pkg: pkg}
-	if err := g.index(); err != nil {
+	defer os.RemoveAll(modelDir)
+	if err := runModels(g, modelDir, o.pkg); err != nil {
 		return err
+	}
+	if g.models, err = parseModels(modelDir); err != nil {
+		return err
+	}
+	if err := g.checkModels(); err != nil {
+		return err
+	}
+	models, _ := filepath.Glob(filepath.Join(modelDir, "*.models.gen.go"))
+	for _, m := range models {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			return err
+		}
+		out[filepath.Join(o.outDir, filepath.Base(m))] = b
 	}
 	for _, f := range files {
 		if f.Namespace == "" {
@@ -66,57 +100,43 @@ func run(schemaDir, outDir, pkg, codesOut, docsOut string) error {
 		if err != nil {
 			return err
 		}
-		if err := writeGo(filepath.Join(outDir, f.Base+".gen.go"), src); err != nil {
-			return err
-		}
+		out[filepath.Join(o.outDir, f.Base+".gen.go")] = src
 	}
-	if err := writeGo(filepath.Join(outDir, "package.gen.go"), g.packageFile()); err != nil {
-		return err
-	}
-	if codesOut != "" {
-		src, err := g.codes()
+	out[filepath.Join(o.outDir, "package.gen.go")] = g.packageFile(g.usesPtr)
+	if o.docsOut != "" {
+		doc, err := g.docs()
 		if err != nil {
 			return err
 		}
-		if err := writeGo(codesOut, src); err != nil {
-			return err
+		out[o.docsOut] = doc
+	}
+	formatted := map[string][]byte{}
+	for _, p := range sortedKeys(out) {
+		if !strings.HasSuffix(p, ".go") {
+			formatted[p] = out[p]
+			continue
+		}
+		src, err := format.Source(out[p])
+		if err != nil {
+			return fmt.Errorf("format %s: %w\n%s", p, err, numbered(out[p]))
+		}
+		formatted[p] = src
+	}
+	// Remove stale outputs so a deleted schema leaves nothing behind.
+	old, _ := filepath.Glob(filepath.Join(o.outDir, "*.gen.go"))
+	for _, f := range old {
+		if _, keep := formatted[f]; !keep {
+			if err := os.Remove(f); err != nil {
+				return err
+			}
 		}
 	}
-	if docsOut != "" {
-		if err := os.WriteFile(docsOut, g.docs(), 0o644); err != nil {
+	for _, p := range sortedKeys(formatted) {
+		if err := os.WriteFile(p, formatted[p], 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// runModels runs go-jsonschema over every schema file, one output per file.
-func runModels(files []*schemaFile, outDir, pkg string) error {
-	args := []string{"tool", "go-jsonschema", "--only-models", "--tags", "json",
-		"--capitalization", "ID", "--capitalization", "URL", "--capitalization", "TTL",
-		"--capitalization", "JSON", "--capitalization", "SQL", "--capitalization", "MCP",
-		"-p", pkg}
-	for _, f := range files {
-		args = append(args, "--schema-output="+f.ID+"="+filepath.Join(outDir, f.Base+".models.gen.go"))
-	}
-	for _, f := range files {
-		args = append(args, f.Path)
-	}
-	cmd := exec.Command("go", args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go-jsonschema: %w: %s", err, stderr.String())
-	}
-	return nil
-}
-
-func writeGo(path string, src []byte) error {
-	out, err := format.Source(src)
-	if err != nil {
-		return fmt.Errorf("format %s: %w\n%s", path, err, numbered(src))
-	}
-	return os.WriteFile(path, out, 0o644)
 }
 
 func numbered(src []byte) string {

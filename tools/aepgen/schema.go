@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -21,41 +22,51 @@ type schemaFile struct {
 	Namespace   string                 `json:"x-aep-namespace"`
 	Capability  string                 `json:"x-aep-capability"`
 	Kernel      bool                   `json:"x-aep-kernel"`
-	Codes       map[string]codeInfo    `json:"x-aep-codes"`
 	Defs        map[string]*schemaNode `json:"$defs"`
 	Hash        string
+	// Raw is the file as written, numbers kept as written (json.Number),
+	// for the keyword check and the copy go-jsonschema reads.
+	Raw map[string]any `json:"-"`
 }
 
-type codeInfo struct {
-	Retryable   bool   `json:"retryable"`
-	Description string `json:"description"`
-}
-
-// schemaNode is the part of JSON Schema that aepgen understands; the rest
-// is the concern of go-jsonschema and of the conformance validator.
+// schemaNode is one schema of a file, with every keyword of the table in
+// keywords.go. Numbers stay json.Number so that a bound such as
+// 9223372036854775807 reaches the generated code exactly.
 type schemaNode struct {
-	Type        any                    `json:"type"`
+	Type        any                    `json:"type"` // a name or a list of names
 	Ref         string                 `json:"$ref"`
 	Description string                 `json:"description"`
 	Required    []string               `json:"required"`
 	Properties  map[string]*schemaNode `json:"properties"`
 	Items       *schemaNode            `json:"items"`
-	Enum        []any                  `json:"enum"`
-	Const       any                    `json:"const"`
-	Default     any                    `json:"default"`
-	MinLength   *int                   `json:"minLength"`
-	MaxLength   *int                   `json:"maxLength"`
-	Minimum     *float64               `json:"minimum"`
-	Maximum     *float64               `json:"maximum"`
-	MinItems    *int                   `json:"minItems"`
-	MaxItems    *int                   `json:"maxItems"`
-	Format      string                 `json:"format"`
-	WriteOnly   bool                   `json:"writeOnly"`
-	// If and Then are JSON Schema's conditional (2020-12 §10.2.2); aepgen
-	// supports the subset that validator() documents.
+	PrefixItems []*schemaNode          `json:"prefixItems"`
+	// AdditionalProperties is a schema (the values of a map) or true (an
+	// object open to fields it does not name).
+	AdditionalProperties *additional   `json:"additionalProperties"`
+	Enum                 []any         `json:"enum"`
+	Const                any           `json:"const"`
+	Default              any           `json:"default"`
+	MinLength            *int          `json:"minLength"`
+	MaxLength            *int          `json:"maxLength"`
+	Pattern              *string       `json:"pattern"`
+	Minimum              *json.Number  `json:"minimum"`
+	Maximum              *json.Number  `json:"maximum"`
+	ExclusiveMinimum     *json.Number  `json:"exclusiveMinimum"`
+	ExclusiveMaximum     *json.Number  `json:"exclusiveMaximum"`
+	MinItems             *int          `json:"minItems"`
+	MaxItems             *int          `json:"maxItems"`
+	UniqueItems          bool          `json:"uniqueItems"`
+	Format               string        `json:"format"`
+	WriteOnly            bool          `json:"writeOnly"`
+	AnyOf                []*schemaNode `json:"anyOf"`
+	OneOf                []*schemaNode `json:"oneOf"`
+	AllOf                []*schemaNode `json:"allOf"`
+	// If, Then and Else are JSON Schema's conditional (2020-12 §10.2.2).
 	If   *schemaNode `json:"if"`
 	Then *schemaNode `json:"then"`
 	Else *schemaNode `json:"else"`
+
+	GoHint *goHint `json:"goJSONSchema"`
 
 	XType     string         `json:"x-aep-type"`
 	XKind     string         `json:"x-aep-kind"`
@@ -74,11 +85,62 @@ type schemaNode struct {
 	XCapability string `json:"x-aep-capability"`
 }
 
+// goHint is go-jsonschema's type hint (goJSONSchema).
+type goHint struct {
+	Type    string   `json:"type"`
+	Imports []string `json:"imports"`
+}
+
+// additional is the value of additionalProperties: true, or a schema.
+type additional struct {
+	Open   bool
+	Schema *schemaNode
+}
+
+func (a *additional) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch string(b) {
+	case "true":
+		a.Open = true
+		return nil
+	case "false":
+		return fmt.Errorf("additionalProperties: false closes an object, which agents' messages never are (see envelope.json)")
+	}
+	a.Schema = new(schemaNode)
+	return decodeExact(b, a.Schema)
+}
+
+// types returns the type names the node allows: one for "type": "string",
+// several for a list.
+func (n *schemaNode) types() []string {
+	switch t := n.Type.(type) {
+	case string:
+		return []string{t}
+	case []any:
+		out := make([]string, 0, len(t))
+		for _, v := range t {
+			if s, ok := v.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// typeName returns the single type name of the node, or "".
 func (n *schemaNode) typeName() string {
 	if s, ok := n.Type.(string); ok {
 		return s
 	}
 	return ""
+}
+
+// decodeExact decodes JSON keeping numbers as json.Number.
+func decodeExact(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
 }
 
 func loadSchemas(dir string) ([]*schemaFile, error) {
@@ -94,7 +156,24 @@ func loadSchemas(dir string) ([]*schemaFile, error) {
 			return nil, err
 		}
 		f := &schemaFile{Path: filepath.ToSlash(p), Base: strings.TrimSuffix(filepath.Base(p), ".json")}
-		if err := json.Unmarshal(raw, f); err != nil {
+		if err := decodeExact(raw, &f.Raw); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if _, isSchema := f.Raw["$schema"]; !isSchema {
+			// A data file beside the schemas (a table such as
+			// retryable.json) is not aepgen's to read. A file that looks
+			// like a schema but forgot "$schema" is refused, not skipped.
+			for _, k := range []string{"$id", "$defs", "x-aep-namespace"} {
+				if _, ok := f.Raw[k]; ok {
+					return nil, fmt.Errorf("%s: has %q but no \"$schema\"; a schema file states its dialect, and a file without one is a data file aepgen skips", p, k)
+				}
+			}
+			continue
+		}
+		if err := checkKeywords(f.Path, f.Raw); err != nil {
+			return nil, err
+		}
+		if err := decodeExact(raw, f); err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		if f.ID == "" {
