@@ -43,8 +43,11 @@ const ModeSupervised Mode = "supervised"
 const Workspace = "/workspace"
 
 // SandboxUID is the uid (and gid) contained commands run as when the host
-// is root: nobody, which owns nothing of the host's.
-const SandboxUID = 65534
+// is root: a uid of their own, which owns nothing of the host's. Not
+// nobody (65534): RLIMIT_NPROC counts every process of a uid, so commands
+// sharing nobody with an unprivileged host, or with anything else the
+// machine runs as nobody, would spend each other's process allowance.
+const SandboxUID = 64646
 
 // DefaultMaxProcs is the pids limit of a contained run whose caller sets none.
 const DefaultMaxProcs = 256
