@@ -74,8 +74,22 @@ func TestSchemaCommand(t *testing.T) {
 	if err != nil || len(onDisk) == 0 {
 		t.Fatalf("schemas on disk: %v %v", onDisk, err)
 	}
-	t.Run("print all", func(t *testing.T) {
+	t.Run("the bundle", func(t *testing.T) {
 		out, errOut, code := runAEP(t, "schema")
+		want, _ := os.ReadFile("../../gen/contract/aep.schema.json")
+		if code != 0 || out != string(want) {
+			t.Fatalf("exit %d, output differs from gen/contract/aep.schema.json: %s", code, errOut)
+		}
+	})
+	t.Run("asyncapi", func(t *testing.T) {
+		out, errOut, code := runAEP(t, "schema", "--asyncapi")
+		want, _ := os.ReadFile("../../gen/contract/asyncapi.yaml")
+		if code != 0 || out != string(want) {
+			t.Fatalf("exit %d, output differs from gen/contract/asyncapi.yaml: %s", code, errOut)
+		}
+	})
+	t.Run("print all sources", func(t *testing.T) {
+		out, errOut, code := runAEP(t, "schema", "--sources")
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errOut)
 		}
@@ -119,6 +133,13 @@ func TestSchemaCommand(t *testing.T) {
 			got, err := os.ReadFile(filepath.Join(dir, filepath.Base(p)))
 			if err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("%s: written copy differs (%v)", filepath.Base(p), err)
+			}
+		}
+		for _, name := range []string{"aep.schema.json", "asyncapi.yaml"} {
+			want, _ := os.ReadFile(filepath.Join("../../gen/contract", name))
+			got, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s: written copy differs (%v)", name, err)
 			}
 		}
 	})

@@ -19,7 +19,7 @@ const usage = `aep — a host for the Agent-Environment Protocol
 Usage:
   aep serve [--config FILE] [--listen ADDR] [--data-dir DIR] [--stdio]
   aep config validate FILE
-  aep schema [--out DIR] [NAME...]
+  aep schema [--sources | --asyncapi | --out DIR] [NAME...]
   aep version
 
 Run "aep <command> -h" for a command's flags.
