@@ -65,9 +65,12 @@ type Checker struct {
 }
 
 type typeSchema struct {
-	loc    string // the def's absolute location, for messages
-	kind   string
-	schema *jsonschema.Schema
+	loc        string // the def's absolute location, for messages
+	kind       string
+	schema     *jsonschema.Schema
+	namespace  string // the file's x-aep-namespace
+	capability string // x-aep-capability of the def, else of the file
+	reply      string // x-aep-reply of a request
 }
 
 // Violation is a line that does not conform. Err is the cause: a
@@ -231,7 +234,13 @@ func LoadFS(fsyss ...fs.FS) (*Checker, error) {
 			if err != nil {
 				return nil, fmt.Errorf("conformance: %w", err)
 			}
-			ts := &typeSchema{loc: loc, kind: kind, schema: sch}
+			ns, _ := f.raw["x-aep-namespace"].(string)
+			capName, ok := def["x-aep-capability"].(string)
+			if !ok {
+				capName, _ = f.raw["x-aep-capability"].(string)
+			}
+			reply, _ := def["x-aep-reply"].(string)
+			ts := &typeSchema{loc: loc, kind: kind, schema: sch, namespace: ns, capability: capName, reply: reply}
 			aliases, _ := def["x-aep-aliases"].([]any)
 			for _, t := range append([]any{typ}, aliases...) {
 				t, _ := t.(string)

@@ -72,3 +72,15 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	id := s.id
 	reply(&msg.HandshakeResp{Ok: true, SessionID: &id, AcceptedCaps: accepted})
 }
+
+// handshakeRefused answers a handshake/req that failed its schema with
+// handshake/resp ok false and that error, as a handshake that decoded and
+// failed is answered: an agent reads the outcome of every handshake from
+// handshake/resp (docs/DECISIONS.md, Wire).
+func (s *Session) handshakeRefused(reqID string, e *wire.Error) {
+	reason := e.Message
+	s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: reqID}, Msg: &msg.HandshakeResp{
+		Ok: false, Reason: &reason, MaxParallel: s.h.cfg.Server.MaxParallel, AcceptedCaps: []msg.CapabilityEntry{},
+		Error: &msg.ErrorBody{Code: string(e.Code), Message: e.Message, Detail: e.Detail, Retryable: e.Code.Retryable()},
+	}})
+}

@@ -161,7 +161,13 @@ func (s *Session) ReceiveLine(line []byte) {
 	var sc wire.Scanned
 	e, m, err := s.h.reg.Decode(line, &sc)
 	if err != nil {
-		s.sendError(sc.ID, wire.AsError(err))
+		we := wire.AsError(err)
+		if sc.Type == "handshake/req" && we.Code == wire.CodeSchemaViolation {
+			// handshake/resp always answers a handshake (docs/DECISIONS.md, Wire).
+			s.handshakeRefused(sc.ID, we)
+			return
+		}
+		s.sendError(sc.ID, we)
 		return
 	}
 	s.receive(e, &sc.Envelope, m, len(line), sc.SessionID)

@@ -20,6 +20,7 @@ Usage:
   aep serve [--config FILE] [--listen ADDR] [--data-dir DIR] [--stdio]
   aep config validate FILE
   aep schema [--sources | --asyncapi | --out DIR] [NAME...]
+  aep conformance (--url URL | --stdio CMD) [--token TOKEN] [--json]
   aep version
 
 Run "aep <command> -h" for a command's flags.
@@ -48,6 +49,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdConfig(args[1:], stdout, stderr)
 	case "schema":
 		err = cmdSchema(args[1:], stdout, stderr)
+	case "conformance":
+		err = cmdConformance(ctx, args[1:], stdout, stderr)
 	case "version":
 		err = cmdVersion(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

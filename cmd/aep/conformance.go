@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/aephost/aep/conformance"
+)
+
+// errNotConformant is the exit status of a host that breaks a rule: the
+// report says which.
+var errNotConformant = errors.New("the host is not conformant")
+
+// cmdConformance runs the conformance kit against a running host
+// (conformance.Run): over HTTP+SSE (--url) or a command speaking stdio
+// (--stdio, started once per session).
+func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("conformance", stderr)
+	url := f.String("url", "", "the host's HTTP base `URL`, e.g. http://127.0.0.1:8765")
+	stdio := f.String("stdio", "", "a shell `CMD` that serves one session on its stdin/stdout, e.g. 'aep serve --stdio'")
+	token := f.String("token", os.Getenv("AEP_AUTH_TOKEN"), "the host's auth_token (default $AEP_AUTH_TOKEN)")
+	examples := f.String("examples", "", "a `DIR` of example messages (<type>/<name>.json; names starting with invalid are invalid); default: the kit's own")
+	events := f.String("events", "", "a request `JSON` that makes the host send events, e.g. a streaming tool call")
+	asJSON := f.Bool("json", false, "print the report as JSON")
+	timeout := f.Duration("timeout", 10*time.Second, "how long to wait for one reply")
+	hostLog := f.Bool("host-log", false, "with --stdio: pass the host's stderr through (default: discarded)")
+	f.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: aep conformance (--url URL | --stdio CMD) [--token TOKEN] [--json] [flags]\n\nChecks a running host against the protocol's contract, one result per rule with its spec section.\nExits 1 when a rule fails.\n\n")
+		f.PrintDefaults()
+	}
+	if err := parse(f, args); err != nil {
+		return err
+	}
+	if (*url == "") == (*stdio == "") || f.NArg() > 0 {
+		fmt.Fprintln(stderr, "aep conformance: give exactly one of --url and --stdio")
+		f.Usage()
+		return errUsage
+	}
+	opts := conformance.Options{Token: *token, Timeout: *timeout}
+	if *events != "" {
+		if !json.Valid([]byte(*events)) {
+			return fmt.Errorf("--events is not JSON")
+		}
+		opts.EventsRequest = []byte(*events)
+	}
+	if *examples != "" {
+		ex, err := conformance.LoadExamples(os.DirFS(*examples))
+		if err != nil {
+			return err
+		}
+		opts.Examples = ex
+	}
+	var dial conformance.Dialer
+	if *url != "" {
+		dial = conformance.HTTPDialer(*url, nil)
+	} else {
+		var logs io.Writer = io.Discard
+		if *hostLog {
+			logs = stderr
+		}
+		dial = conformance.StdioDialer(*stdio, logs)
+	}
+	rep, err := conformance.Run(ctx, dial, opts)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else if err := rep.WriteText(stdout); err != nil {
+		return err
+	}
+	if !rep.OK {
+		return errNotConformant
+	}
+	return nil
+}

@@ -1,0 +1,237 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Conn is one session's raw line exchange with a host under test: the
+// conformance kit sees the exact bytes, never a decoded value.
+type Conn interface {
+	// Send writes one line (without its newline) to the host.
+	Send(ctx context.Context, line []byte) error
+	// Recv returns the next line the host sent, or an error when ctx ends
+	// or the host closed the session.
+	Recv(ctx context.Context) ([]byte, error)
+	Close() error
+}
+
+// Dialer opens a new session with the host under test. Every rule of the
+// kit runs in sessions of its own.
+type Dialer func(ctx context.Context) (Conn, error)
+
+// errClosed is returned by Recv once the host closed the session.
+var errClosed = errors.New("conformance: the host closed the session")
+
+// lines turns a reader of host output into a channel of lines, so Recv can
+// wait on it with a context.
+type lines struct {
+	ch   chan []byte
+	done chan struct{}
+	err  error
+}
+
+func newLines(r io.Reader, split func(*bufio.Scanner, chan<- []byte)) *lines {
+	l := &lines{ch: make(chan []byte, 1024), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64*1024), 64<<20)
+		split(sc, l.ch)
+		l.err = sc.Err()
+	}()
+	return l
+}
+
+func (l *lines) recv(ctx context.Context) ([]byte, error) {
+	select {
+	case b := <-l.ch:
+		return b, nil
+	default:
+	}
+	select {
+	case b := <-l.ch:
+		return b, nil
+	case <-l.done:
+		select {
+		case b := <-l.ch:
+			return b, nil
+		default:
+		}
+		if l.err != nil {
+			return nil, fmt.Errorf("%w: %w", errClosed, l.err)
+		}
+		return nil, errClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func ndjson(sc *bufio.Scanner, out chan<- []byte) {
+	for sc.Scan() {
+		out <- append([]byte(nil), sc.Bytes()...)
+	}
+}
+
+// StdioDialer runs command (through `sh -c`) once per session and speaks
+// NDJSON on its stdin and stdout (docs/DECISIONS.md, Transports); its
+// stderr goes to stderr, when given.
+func StdioDialer(command string, stderr io.Writer) Dialer {
+	return func(ctx context.Context) (Conn, error) {
+		cmd := exec.Command("sh", "-c", command)
+		cmd.Stderr = stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("conformance: start %q: %w", command, err)
+		}
+		return &stdioConn{cmd: cmd, in: in, lines: newLines(out, ndjson)}, nil
+	}
+}
+
+type stdioConn struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines *lines
+	mu    sync.Mutex
+}
+
+func (c *stdioConn) Send(_ context.Context, line []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.in.Write(append(append([]byte(nil), line...), '\n'))
+	return err
+}
+
+func (c *stdioConn) Recv(ctx context.Context) ([]byte, error) { return c.lines.recv(ctx) }
+
+// Close ends stdin, which ends a stdio host's one session, and waits a
+// moment for the process before killing it.
+func (c *stdioConn) Close() error {
+	_ = c.in.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+	return nil
+}
+
+// HTTPDialer creates a session with POST {base}/session and exchanges
+// messages through POST {base}/send and GET {base}/stream (openapi.yaml).
+func HTTPDialer(base string, client *http.Client) Dialer {
+	base = strings.TrimSuffix(base, "/")
+	if client == nil {
+		client = &http.Client{}
+	}
+	return func(ctx context.Context) (Conn, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/session", nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("conformance: POST /session: %w", err)
+		}
+		var created struct {
+			SessionID string `json:"session_id"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&created)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil || created.SessionID == "" {
+			return nil, fmt.Errorf("conformance: POST /session: status %d, %v", resp.StatusCode, err)
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		sreq, err := http.NewRequestWithContext(sctx, http.MethodGet, base+"/stream", nil)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		sreq.Header.Set("X-Session-Id", created.SessionID)
+		sreq.Header.Set("Accept", "text/event-stream")
+		sresp, err := client.Do(sreq)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("conformance: GET /stream: %w", err)
+		}
+		if sresp.StatusCode != http.StatusOK {
+			sresp.Body.Close()
+			cancel()
+			return nil, fmt.Errorf("conformance: GET /stream: status %d", sresp.StatusCode)
+		}
+		return &httpConn{base: base, client: client, session: created.SessionID, cancel: cancel,
+			body: sresp.Body, lines: newLines(sresp.Body, sse)}, nil
+	}
+}
+
+// sse yields the data of each server-sent event; comments (heartbeats),
+// ids and other fields are not messages.
+func sse(sc *bufio.Scanner, out chan<- []byte) {
+	var data [][]byte
+	for sc.Scan() {
+		l := sc.Bytes()
+		switch {
+		case len(l) == 0:
+			if data != nil {
+				out <- bytes.Join(data, []byte("\n"))
+				data = nil
+			}
+		case bytes.HasPrefix(l, []byte("data:")):
+			d := bytes.TrimPrefix(bytes.TrimPrefix(l, []byte("data:")), []byte(" "))
+			data = append(data, append([]byte(nil), d...))
+		}
+	}
+}
+
+type httpConn struct {
+	base, session string
+	client        *http.Client
+	cancel        context.CancelFunc
+	body          io.Closer
+	lines         *lines
+}
+
+func (c *httpConn) Send(ctx context.Context, line []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/send", bytes.NewReader(line))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Session-Id", c.session)
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("conformance: POST /send: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("conformance: POST /send: status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func (c *httpConn) Recv(ctx context.Context) ([]byte, error) { return c.lines.recv(ctx) }
+
+func (c *httpConn) Close() error {
+	c.cancel()
+	return c.body.Close()
+}
