@@ -116,6 +116,9 @@ type Example struct {
 	Type  string
 	Valid bool
 	Line  []byte
+	// Beyond marks an invalid example no static schema can refuse (a
+	// duplicate key, invalid UTF-8): only a host can.
+	Beyond bool
 }
 
 // Options configure [Run].
@@ -133,6 +136,28 @@ type Options struct {
 	Examples []Example
 	// Timeout bounds the wait for one reply; default 10 s.
 	Timeout time.Duration
+	// Record, when set, gets every line of every session as one JSON object
+	// per line: {"from": "agent"|"host", "line": "...", "example":
+	// "valid"|"invalid" (the examples), "beyond": true (an invalid example
+	// no schema can refuse)}. CI validates such a recording with stock tools.
+	Record io.Writer
+}
+
+type record struct {
+	From    string `json:"from"`
+	Line    string `json:"line"`
+	Example string `json:"example,omitempty"`
+	Beyond  bool   `json:"beyond,omitempty"`
+}
+
+func (k *kit) record(r record) {
+	if k.opts.Record == nil {
+		return
+	}
+	b, _ := json.Marshal(r)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, _ = k.opts.Record.Write(append(b, '\n'))
 }
 
 // BuiltinExamples are the kit's own examples, used when no example
@@ -142,6 +167,7 @@ func BuiltinExamples() []Example {
 	ex := func(typ, name string, valid bool, line string) Example {
 		return Example{Name: "built-in " + name, Type: typ, Valid: valid, Line: []byte(line)}
 	}
+	beyond := func(e Example) Example { e.Beyond = true; return e }
 	return []Example{
 		ex("ping", "ping", true, `{"type":"ping","id":"ex-v1","proto":"1.0","ts":1}`),
 		ex("session/info/req", "session info", true, `{"type":"session/info/req","id":"ex-v2","proto":"1.0","ts":1}`),
@@ -149,8 +175,8 @@ func BuiltinExamples() []Example {
 		ex("tool/call/req", "unknown tool", true, `{"type":"tool/call/req","id":"ex-v4","proto":"1.0","ts":1,"tool_name":"no_such_tool_conformance","arguments":{}}`),
 		ex("ping", "not JSON", false, `{"type":"ping",`),
 		ex("ping", "trailing data", false, `{"type":"ping","id":"ex-i1","proto":"1.0","ts":1} {}`),
-		ex("ping", "duplicate key", false, `{"type":"ping","id":"ex-i2","proto":"1.0","proto":"1.0","ts":1}`),
-		ex("ping", "invalid UTF-8", false, "{\"type\":\"ping\",\"id\":\"ex-i3\",\"proto\":\"1.0\",\"ts\":1,\"x\":\"\xff\"}"),
+		beyond(ex("ping", "duplicate key", false, `{"type":"ping","id":"ex-i2","proto":"1.0","proto":"1.0","ts":1}`)),
+		beyond(ex("ping", "invalid UTF-8", false, "{\"type\":\"ping\",\"id\":\"ex-i3\",\"proto\":\"1.0\",\"ts\":1,\"x\":\"\xff\"}")),
 		ex("nope/nope/req", "unknown type", false, `{"type":"nope/nope/req","id":"ex-i4","proto":"1.0","ts":1}`),
 		ex("tool/call/req", "no tool_name", false, `{"type":"tool/call/req","id":"ex-i5","proto":"1.0","ts":1,"arguments":{}}`),
 		ex("tool/call/req", "tool_name a number", false, `{"type":"tool/call/req","id":"ex-i6","proto":"1.0","ts":1,"tool_name":7,"arguments":{}}`),
@@ -395,6 +421,7 @@ func (m *msg) reqID() string {
 type session struct {
 	k        *kit
 	conn     Conn
+	example  *Example          // set while an example is sent
 	inflight map[string]string // id → request type
 	events   map[string]int    // id → events seen
 	replies  map[string]int    // id → replies seen
@@ -413,6 +440,9 @@ func (k *kit) open(ctx context.Context) (*session, error) {
 func (s *session) send(ctx context.Context, line []byte) error {
 	if typ, id := lineID(line); id != "" {
 		s.inflight[id] = typ
+	}
+	if s.example == nil {
+		s.k.record(record{From: "agent", Line: string(line)})
 	}
 	return s.conn.Send(ctx, line)
 }
@@ -480,6 +510,7 @@ func (s *session) next(ctx context.Context) (*msg, error) {
 		return nil, err
 	}
 	k := s.k
+	k.record(record{From: "host", Line: string(line)})
 	k.count(RuleHostStrict)
 	if err := k.checker.CheckHostLine(line); err != nil {
 		var v *Violation
@@ -864,7 +895,11 @@ func (k *kit) examples(ctx context.Context, valid bool) error {
 			}
 		}
 		k.count(rule)
-		if err := s.send(ctx, ex.Line); err != nil {
+		k.record(record{From: "agent", Line: string(ex.Line), Example: map[bool]string{true: "valid", false: "invalid"}[ex.Valid], Beyond: ex.Beyond})
+		s.example = &ex
+		err := s.send(ctx, ex.Line)
+		s.example = nil
+		if err != nil {
 			return err
 		}
 		// One line at a time, so the next answer is this line's; an error

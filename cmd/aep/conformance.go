@@ -28,6 +28,7 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	events := f.String("events", "", "a request `JSON` that makes the host send events, e.g. a streaming tool call")
 	asJSON := f.Bool("json", false, "print the report as JSON")
 	timeout := f.Duration("timeout", 10*time.Second, "how long to wait for one reply")
+	recordPath := f.String("record", "", "write every line of every session to `FILE` (NDJSON records: from, line, example)")
 	hostLog := f.Bool("host-log", false, "with --stdio: pass the host's stderr through (default: discarded)")
 	f.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: aep conformance (--url URL | --stdio CMD) [--token TOKEN] [--json] [flags]\n\nChecks a running host against the protocol's contract, one result per rule with its spec section.\nExits 1 when a rule fails.\n\n")
@@ -54,6 +55,14 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			return err
 		}
 		opts.Examples = ex
+	}
+	if *recordPath != "" {
+		rf, err := os.Create(*recordPath)
+		if err != nil {
+			return err
+		}
+		defer rf.Close()
+		opts.Record = rf
 	}
 	var dial conformance.Dialer
 	if *url != "" {

@@ -303,12 +303,7 @@ func codeProp(def map[string]any) {
 	if props == nil {
 		return
 	}
-	old, _ := props["code"].(map[string]any)
-	p := map[string]any{"$ref": "#/$defs/ErrorCode"}
-	if d, ok := old["description"]; ok {
-		p["description"] = d
-	}
-	props["code"] = p
+	props["code"] = map[string]any{"$ref": "#/$defs/ErrorCode"}
 }
 
 // standardFormats are the formats JSON Schema 2020-12 defines (§7.3); any
@@ -328,6 +323,17 @@ var standardFormats = map[string]bool{
 func clean(v any, file string, names map[string]string) (any, error) {
 	switch v := v.(type) {
 	case map[string]any:
+		if ref, ok := v["$ref"].(string); ok {
+			// A $ref alone: stock generators (json-schema-to-typescript,
+			// quicktype) make a numbered copy of the target's type for a
+			// $ref with siblings (ChainNodeError1), so annotations beside
+			// it are dropped; the target's own description stays.
+			target, err := rewriteRef(ref, file, names)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"$ref": target}, nil
+		}
 		out := map[string]any{}
 		for k, x := range v {
 			switch {
