@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,5 +192,38 @@ func TestServeRefusesBadConfig(t *testing.T) {
 				t.Fatalf("exit %d\nstdout: %q\nstderr: %s", code, out, errOut)
 			}
 		})
+	}
+}
+
+// TestConformanceCommand: the kit's command line against aep over stdio,
+// the JSON report, and its usage errors. The kit's rules themselves are
+// tested in conformance/.
+func TestConformanceCommand(t *testing.T) {
+	host := fmt.Sprintf("AEP_AUTH_TOKEN=tok exec %s serve --stdio --data-dir %s", bin, t.TempDir())
+	t.Run("json", func(t *testing.T) {
+		out, errOut, code := runAEP(t, "conformance", "--stdio", host, "--token", "tok", "--json")
+		var rep struct {
+			OK      bool
+			Results []struct{ Rule, Section, Status string }
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || len(rep.Results) != 10 {
+			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+		}
+		for _, r := range rep.Results {
+			if r.Section == "" || r.Status == "fail" {
+				t.Errorf("%+v", r)
+			}
+		}
+	})
+	t.Run("wrong token fails", func(t *testing.T) {
+		out, _, code := runAEP(t, "conformance", "--stdio", host, "--token", "not-the-token")
+		if code != 1 || !strings.Contains(out, "FAIL handshake ") || !strings.Contains(out, "not conformant") {
+			t.Fatalf("exit %d\n%s", code, out)
+		}
+	})
+	for _, args := range [][]string{{}, {"--url", "http://127.0.0.1:1", "--stdio", "x"}} {
+		if _, errOut, code := runAEP(t, append([]string{"conformance"}, args...)...); code != 2 || !strings.Contains(errOut, "exactly one of") {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
 	}
 }
