@@ -223,6 +223,8 @@ type kit struct {
 	codes   map[string]bool    // retryable per code, from the bundle
 	// required lists each message type's required fields (bundle).
 	required map[string][]string
+	// conditional marks types whose def has rules beyond required fields.
+	conditional map[string]bool
 
 	mu       sync.Mutex
 	problems map[string][]string
@@ -330,6 +332,8 @@ func (k *kit) loadBundle() error {
 				Const any `json:"const"`
 			} `json:"properties"`
 			Required []string `json:"required"`
+			AnyOf    []any    `json:"anyOf"`
+			OneOf    []any    `json:"oneOf"`
 			AllOf    []struct {
 				If struct {
 					Properties map[string]struct {
@@ -348,9 +352,11 @@ func (k *kit) loadBundle() error {
 		return err
 	}
 	k.required = map[string][]string{}
+	k.conditional = map[string]bool{}
 	for _, d := range b.Defs {
 		if t, ok := d.Properties["type"].Const.(string); ok {
 			k.required[t] = d.Required
+			k.conditional[t] = len(d.AllOf)+len(d.AnyOf)+len(d.OneOf) > 0
 		}
 	}
 	// retryable per code: ErrorMessage's if/then rules.
@@ -821,7 +827,7 @@ func (k *kit) events(ctx context.Context) error {
 
 func (k *kit) capabilityGating(ctx context.Context) error {
 	// One request per gated namespace, chosen among those needing no body
-	// field, so no schema check can come first.
+	// field and stating no other rule, so no schema check can come first.
 	pick := map[string]string{} // capability → type
 	for typ, ts := range k.checker.types {
 		if ts.kind != kindRequest || ts.capability == "" {
@@ -835,7 +841,7 @@ func (k *kit) capabilityGating(ctx context.Context) error {
 				bodyReq = true
 			}
 		}
-		if !bodyReq && (pick[ts.capability] == "" || typ < pick[ts.capability]) {
+		if !bodyReq && !k.conditional[typ] && (pick[ts.capability] == "" || typ < pick[ts.capability]) {
 			pick[ts.capability] = typ
 		}
 	}

@@ -447,6 +447,12 @@ func (c *contract) wholeMessage(m *message) map[string]any {
 			out[k] = v
 		}
 	}
+	for _, kw := range []string{"anyOf", "oneOf"} {
+		if rules, ok := requiredChoice(kw, out[kw]); ok {
+			delete(out, kw)
+			out["allOf"] = append(asList(out["allOf"]), rules...)
+		}
+	}
 	if m.Type == "error" {
 		codeProp(map[string]any{"properties": props})
 		out["allOf"] = append(asList(out["allOf"]), c.retryableRules()...)
@@ -469,6 +475,50 @@ func (c *contract) wholeMessage(m *message) map[string]any {
 		out["additionalProperties"] = false
 	}
 	return out
+}
+
+// requiredChoice restates an anyOf or oneOf whose branches only list
+// required fields (the sources' selector rules: memory/forget, chain/run,
+// env/spaces) with `not`, which means the same: anyOf R1…Rn is "not every
+// Ri missing a field", oneOf adds "no two Ri complete". Stock generators
+// turn an object-level anyOf/oneOf into an intersection with a numbered
+// empty type (ChainRunReqMessage1); `not` they leave alone.
+func requiredChoice(kw string, v any) ([]any, bool) {
+	branches, ok := v.([]any)
+	if !ok || len(branches) == 0 {
+		return nil, false
+	}
+	var sets [][]any
+	for _, b := range branches {
+		m, ok := b.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		req, ok := m["required"].([]any)
+		for k := range m {
+			if k != "required" && k != "description" {
+				return nil, false
+			}
+		}
+		if !ok || len(req) == 0 {
+			return nil, false
+		}
+		sets = append(sets, req)
+	}
+	var missing []any
+	for _, r := range sets {
+		missing = append(missing, map[string]any{"not": map[string]any{"required": r}})
+	}
+	out := []any{map[string]any{"not": map[string]any{"allOf": missing}}}
+	if kw == "oneOf" {
+		for i := range sets {
+			for j := i + 1; j < len(sets); j++ {
+				both := append(append([]any{}, sets[i]...), sets[j]...)
+				out = append(out, map[string]any{"not": map[string]any{"required": both}})
+			}
+		}
+	}
+	return out, true
 }
 
 func asList(v any) []any {
