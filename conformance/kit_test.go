@@ -28,7 +28,11 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("AEP_BROKEN_HOST"); mode != "" {
 		os.Exit(brokenHost(mode, os.Getenv("AEP_BROKEN_TARGET")))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if aepBin != "" {
+		os.RemoveAll(filepath.Dir(aepBin))
+	}
+	os.Exit(code)
 }
 
 const token = "conformance-test-token"
