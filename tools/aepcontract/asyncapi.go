@@ -37,6 +37,12 @@ var transports = []transport{
 		In:          channelDef{Address: "/send", Description: "`POST /send`: one message as the request body."},
 		Out:         channelDef{Address: "/stream", Description: "`GET /stream`: server-sent events, one message per event's data."},
 	},
+	{
+		ID: "websocket", Host: "127.0.0.1:8080", Protocol: "ws",
+		Description: "`GET /ws` upgrades to a WebSocket: one session per connection, created on connect; a host-created session is attached by the `X-Session-Id` request header or a first frame, never the URL (openapi.yaml, docs/transports.md).",
+		In:          channelDef{Address: "/ws", Description: "Text frames the agent sends: one message per frame."},
+		Out:         channelDef{Address: "/ws", Description: "Text frames the host sends: one message per frame."},
+	},
 }
 
 // kv and om make an ordered YAML mapping, so the document reads top-down.
