@@ -24,7 +24,7 @@ func TestSessionCloseKillsEverything(t *testing.T) {
 			if sandboxed && os.Geteuid() != 0 {
 				t.Skip("sandboxed processes need root")
 			}
-			h := newHost(t, &proc.Plugin{Sandbox: sandboxed})
+			h := newHost(t, &proc.Plugin{Sandbox: &sandboxed})
 			c := aeptest.Connect(t, h, "proc")
 			var pids []int
 			for i := 0; i < 3; i++ {

@@ -1,7 +1,9 @@
 // Package proc serves the proc capability (schemas/proc.json): long-running
-// subprocesses per session, started through server/sandbox plainly or
-// confined, with their output kept in ring buffers that never block the
-// child, and every process of a session killed with it.
+// subprocesses per session, started through server/sandbox, contained in
+// the host's configured tier by default (docs/SECURITY.md, Isolation),
+// working in the session's directory, with their output kept in ring
+// buffers that never block the child, and every process of a session
+// killed with it.
 package proc
 
 import (
@@ -15,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,14 +50,11 @@ const (
 	defaultFollow       = 30 * time.Second
 )
 
-// DefaultEnvAllow are the host variables a process inherits by default.
-var DefaultEnvAllow = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TERM"}
-
 // Plugin serves the proc namespace. Its exported fields are its settings.
 type Plugin struct {
-	// Workspace holds each session's workspace `<Workspace>/<session_id>/`,
-	// the root of its processes' working directories. Default: <plugin data
-	// dir>/workspace, or a directory under the system's temporary directory.
+	// Workspace is used only without a host (an embedded plugin): it holds
+	// each session's workspace `<Workspace>/<session_id>/`. Under a host a
+	// process works in its session's directory (server/sessionfs.go).
 	Workspace string `yaml:"workspace"`
 	// MaxProcs caps the running processes of one session.
 	MaxProcs int `yaml:"max_procs"`
@@ -70,17 +68,26 @@ type Plugin struct {
 	Timeout server.Duration `yaml:"timeout"`
 	// WriteTimeout bounds one proc/write to a process that does not read.
 	WriteTimeout server.Duration `yaml:"write_timeout"`
-	// EnvAllow names the host variables a process inherits.
+	// EnvAllow names the host variables a process inherits (default
+	// sandbox.DefaultEnvAllow, the one list every contained command gets).
 	EnvAllow []string `yaml:"env_allow"`
-	// Sandbox runs every process confined (server/sandbox) with the limits below.
-	Sandbox     bool            `yaml:"sandbox"`
+	// Sandbox contains every process (server/sandbox) with the limits
+	// below; on by default. `sandbox: false` is the operator's explicit
+	// choice of plain processes (their own process group, no confinement),
+	// logged as a warning at start-up.
+	Sandbox *bool `yaml:"sandbox"`
+	// SandboxMode is the old per-plugin mode, kept as an alias: when set it
+	// overrides server.isolation.sandbox for this plugin (docs/DECISIONS.md,
+	// Isolation). Unset, the host's configured tier applies.
 	SandboxMode sandbox.Mode    `yaml:"sandbox_mode"`
 	Network     bool            `yaml:"network"`
 	CPUTime     server.Duration `yaml:"cpu_time"`
 	MemoryMB    int64           `yaml:"memory_mb"`
 	ProcLimit   int             `yaml:"proc_limit"`
 
-	log *slog.Logger
+	log  *slog.Logger
+	host *server.Host // with one: each session's directory and quota
+	mode sandbox.Mode // the tier's mode contained processes run in
 	// sessions holds each session's processes; the kernel drops a
 	// session's table (killing its processes) when the session ends and
 	// before a restore.
@@ -131,7 +138,15 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		p.WriteTimeout = server.Duration(DefaultWriteTimeout)
 	}
 	if p.EnvAllow == nil {
-		p.EnvAllow = DefaultEnvAllow
+		p.EnvAllow = sandbox.DefaultEnvAllow
+	}
+	p.host = env.Host
+	p.mode = sandbox.ModeAuto
+	if env.Host != nil {
+		p.mode = env.Host.SandboxMode()
+	}
+	if p.SandboxMode != "" {
+		p.mode = p.SandboxMode
 	}
 	if p.Workspace == "" {
 		if env.DataDir != "" {
@@ -148,16 +163,21 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
-	if p.Sandbox {
-		if _, err := sandbox.Mechanism(p.SandboxMode); err != nil {
-			return err
+	if p.contained() {
+		if _, _, err := sandbox.Describe(p.mode); err != nil {
+			return fmt.Errorf("proc needs the configured sandbox (server.isolation.sandbox): %w", err)
 		}
+	} else {
+		p.log.Warn("proc: sandbox is off by configuration; processes run uncontained, as the host's uid with its view of the file system")
 	}
 	p.sessions = server.NewSessionState(env, func(string) *table {
 		return &table{procs: map[string]*process{}}
 	}, func(_ string, t *table) { t.killAll() })
 	return nil
 }
+
+// contained reports whether processes run in the sandbox (the default).
+func (p *Plugin) contained() bool { return p.Sandbox == nil || *p.Sandbox }
 
 // Cleanup kills every process of every session (host shutdown).
 func (p *Plugin) Cleanup() error {
@@ -226,65 +246,46 @@ func (p *Plugin) lookup(sessionID, id string) (*process, error) {
 	return pr, nil
 }
 
-// unsafeEnv are variables that change what a program loads or runs at start,
-// refused whatever the allowlist says.
-var unsafeEnv = map[string]bool{
-	"GCONV_PATH": true, "LOCPATH": true, "NLSPATH": true, "HOSTALIASES": true, "RESOLV_HOST_CONF": true,
-	"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true, "IFS": true, "CDPATH": true,
-	"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PERL5LIB": true, "PERL5OPT": true,
-	"RUBYOPT": true, "RUBYLIB": true, "NODE_OPTIONS": true, "JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true,
-	"MALLOC_CHECK_": true, "MALLOC_TRACE": true, "TMPDIR": false,
-}
-
-func unsafeName(n string) bool {
-	return strings.HasPrefix(n, "LD_") || strings.HasPrefix(n, "DYLD_") || strings.HasPrefix(n, "GLIBC_TUNABLES") || unsafeEnv[n] || n == "" || strings.ContainsAny(n, "=\x00")
-}
-
-// environ builds a process's environment: allowed host variables, then the
-// request's, without loader-style variables.
-func (p *Plugin) environ(extra map[string]string, home string) (env []string, dropped []string) {
-	vals := map[string]string{}
-	for _, n := range p.EnvAllow {
-		if v, ok := os.LookupEnv(n); ok && !unsafeName(n) {
-			vals[n] = v
+// workdir resolves cwd inside the session's directory (server/sessionfs.go;
+// without a host, <Workspace>/<session id>); symlinks may not lead out.
+// readOnly is set for a restricted subagent, whose processes see their
+// parent's files read-only.
+func (p *Plugin) workdir(sessionID, cwd string) (root, dir string, readOnly bool, err error) {
+	if p.host != nil {
+		d, err := p.host.SessionDir(sessionID)
+		if err != nil {
+			return "", "", false, err
 		}
-	}
-	vals["HOME"] = home
-	for n, v := range extra {
-		if unsafeName(n) || strings.ContainsRune(v, 0) {
-			dropped = append(dropped, n)
-			continue
+		root, readOnly = d.Path, d.ReadOnly
+	} else {
+		root = filepath.Join(p.Workspace, sessionID)
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return "", "", false, fmt.Errorf("workspace: %w", err)
 		}
-		vals[n] = v
-	}
-	if _, ok := vals["PATH"]; !ok {
-		vals["PATH"] = strings.TrimPrefix(sandbox.DefaultPath, "PATH=")
-	}
-	for n, v := range vals {
-		env = append(env, n+"="+v)
-	}
-	sort.Strings(env)
-	sort.Strings(dropped)
-	return env, dropped
-}
-
-// workdir resolves cwd inside the session's workspace; symlinks may not lead out.
-func (p *Plugin) workdir(sessionID, cwd string) (root, dir string, err error) {
-	root = filepath.Join(p.Workspace, sessionID)
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", "", fmt.Errorf("workspace: %w", err)
 	}
 	if cwd == "" {
-		return root, root, nil
+		return root, root, readOnly, nil
 	}
 	rel, err := confine.Rel("cwd", cwd)
 	if err == nil {
 		dir, err = confine.Dir(root, "cwd", rel)
 	}
 	if err != nil {
-		return "", "", &wire.FieldError{Field: "cwd", Reason: err.Error()}
+		return "", "", false, &wire.FieldError{Field: "cwd", Reason: err.Error()}
 	}
-	return root, dir, nil
+	return root, dir, readOnly, nil
+}
+
+// home is HOME of a process: the session directory as the process sees it
+// (/workspace inside tier (a)).
+func (p *Plugin) home(root string) string {
+	if !p.contained() {
+		return root
+	}
+	if mech, _ := sandbox.Mechanism(p.mode); sandbox.TierOf(mech) == sandbox.TierNamespaces {
+		return sandbox.Workspace
+	}
+	return root
 }
 
 func newProcID() string { return "p-" + wire.RandomHex(6) }
@@ -301,11 +302,11 @@ func (p *Plugin) ProcSpawn(ctx context.Context, s wire.Scope, req *msg.ProcSpawn
 	if req.Argv[0] == "" {
 		return nil, &wire.FieldError{Field: "argv[0]", Reason: "empty command"}
 	}
-	root, dir, err := p.workdir(s.SessionID(), derefStr(req.Cwd))
+	root, dir, readOnly, err := p.workdir(s.SessionID(), derefStr(req.Cwd))
 	if err != nil {
 		return nil, err
 	}
-	env, dropped := p.environ(req.Env, root)
+	env, dropped := sandbox.Environ(p.EnvAllow, p.home(root), req.Env)
 	timeout := time.Duration(p.Timeout)
 	if d := seconds(req.Timeout); d > 0 && d < timeout {
 		timeout = d
@@ -333,15 +334,18 @@ func (p *Plugin) ProcSpawn(ctx context.Context, s wire.Scope, req *msg.ProcSpawn
 	if running >= p.MaxProcs {
 		return nil, fmt.Errorf("the session has %d running processes, the limit: %w", running, wire.ErrDenied)
 	}
-	pr := &process{id: newProcID(), argv: req.Argv, cwd: relTo(root, dir), sandboxed: p.Sandbox,
+	pr := &process{id: newProcID(), argv: req.Argv, cwd: relTo(root, dir), sandboxed: p.contained(),
 		stdout: newRing(p.BufferBytes), stderr: newRing(p.BufferBytes)}
 	spec := sandbox.Spec{Argv: req.Argv, Dir: dir, Env: env, Stdout: pr.stdout, Stderr: pr.stderr,
 		Limits: sandbox.Limits{Timeout: timeout}}
-	if p.Sandbox {
-		spec.Sandboxed, spec.Mode, spec.WorkDir, spec.Network = true, p.SandboxMode, root, p.Network
+	if p.contained() {
+		spec.Sandboxed, spec.Mode, spec.WorkDir, spec.WorkReadOnly, spec.Network = true, p.mode, root, readOnly, p.Network
 		spec.Limits.CPUTime = time.Duration(p.CPUTime)
 		spec.Limits.MemoryBytes = p.MemoryMB << 20
 		spec.Limits.MaxProcs = p.ProcLimit
+		if p.host != nil {
+			spec.Limits.FileBytes = p.host.SessionQuota()
+		}
 	}
 	sb, err := sandbox.Start(spec)
 	if err != nil {

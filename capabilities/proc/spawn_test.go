@@ -2,21 +2,24 @@ package proc_test
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/aephost/aep/capabilities/proc"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
+	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
 )
 
 func TestSpawnRules(t *testing.T) {
-	ws := t.TempDir()
+	h := newHost(t, &proc.Plugin{MaxProcs: 2})
+	ws := filepath.Join(h.DataDir(), "sessions")
 	if err := os.MkdirAll(ws+"/s", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := aeptest.Connect(t, newHost(t, &proc.Plugin{Workspace: ws, MaxProcs: 2}), "proc")
+	c := aeptest.Connect(t, h, "proc")
 	ctx := aeptest.Context(t)
 	os.MkdirAll(ws+"/"+c.SessionID()+"/sub", 0o755)
 	os.Symlink("/etc", ws+"/"+c.SessionID()+"/out")
@@ -80,13 +83,13 @@ func TestSpawnRules(t *testing.T) {
 
 // TestEnvironmentAllowlist: a process inherits only the host variables on
 // env_allow (loader variables dropped even when listed), HOME is its
-// workspace, and argv reaches the program as it is, with no shell between.
+// session directory as the contained process sees it, and argv reaches the program as it is, with no shell between.
 func TestEnvironmentAllowlist(t *testing.T) {
 	t.Setenv("AEP_AUDIT_LISTED", "listed-value")
 	t.Setenv("AEP_AUDIT_UNLISTED", "must-not-leak")
 	t.Setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
-	ws := t.TempDir()
-	c := aeptest.Connect(t, newHost(t, &proc.Plugin{Workspace: ws, EnvAllow: []string{"PATH", "AEP_AUDIT_LISTED", "GLIBC_TUNABLES"}}), "proc")
+	h := newHost(t, &proc.Plugin{EnvAllow: []string{"PATH", "AEP_AUDIT_LISTED", "GLIBC_TUNABLES"}})
+	c := aeptest.Connect(t, h, "proc")
 	rec := spawn(t, c, "env")
 	if _, err := wait(t, c, rec.ProcID); err != nil {
 		t.Fatal(err)
@@ -95,9 +98,17 @@ func TestEnvironmentAllowlist(t *testing.T) {
 	env := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		k, v, _ := strings.Cut(l, "=")
-		env[k] = v
+		// The sandbox's own: the run's marker, and the working directory
+		// bubblewrap sets.
+		if k != sandbox.RunMarker && k != "PWD" {
+			env[k] = v
+		}
 	}
-	want := map[string]string{"PATH": os.Getenv("PATH"), "AEP_AUDIT_LISTED": "listed-value", "HOME": ws + "/" + c.SessionID()}
+	home := filepath.Join(h.DataDir(), "sessions", c.SessionID())
+	if mech, _ := sandbox.Mechanism(sandbox.ModeAuto); sandbox.TierOf(mech) == sandbox.TierNamespaces {
+		home = sandbox.Workspace
+	}
+	want := map[string]string{"PATH": os.Getenv("PATH"), "AEP_AUDIT_LISTED": "listed-value", "HOME": home}
 	for k, v := range want {
 		if env[k] != v {
 			t.Errorf("%s = %q, want %q", k, env[k], v)

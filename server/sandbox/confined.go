@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,7 +58,15 @@ type report struct {
 	MaxRSS     int64  `json:"max_rss"`
 	// MemFail is the rlimit fallback's verdict: see init.go.
 	MemFail bool `json:"mem_fail,omitempty"`
+	// Program says why the command could not start, when it is the
+	// program's fault: programNotFound or programNotExecutable.
+	Program string `json:"program,omitempty"`
 }
+
+const (
+	programNotFound      = "not_found"
+	programNotExecutable = "not_executable"
+)
 
 var (
 	bwrapOnce sync.Once
@@ -305,6 +314,12 @@ func (p *Process) startConfined() (err error) {
 		why := rep.SetupError
 		if why == "" {
 			why = fmt.Sprintf("%s exited before the command started: %s", mech, bytes.TrimSpace([]byte(errs.String())))
+		}
+		switch rep.Program {
+		case programNotFound:
+			return fmt.Errorf("%s: %w: %w", why, ErrSetup, exec.ErrNotFound)
+		case programNotExecutable:
+			return fmt.Errorf("%s: %w: %w", why, ErrSetup, fs.ErrPermission)
 		}
 		return fmt.Errorf("%s: %w", why, ErrSetup)
 	}

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -65,6 +67,19 @@ func runInit(raw string) int {
 	status := os.NewFile(fdStatus, "status")
 	fail := func(format string, args ...any) int {
 		writeReport(status, report{SetupError: fmt.Sprintf(format, args...)})
+		return 1
+	}
+	// failStart is a command that cannot start: whether the program is
+	// missing or not executable is the caller's to say (the agent's mistake).
+	failStart := func(argv0 string, err error) int {
+		r := report{SetupError: fmt.Sprintf("starting %q: %v", argv0, err)}
+		switch {
+		case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+			r.Program = programNotFound
+		case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC), errors.Is(err, exec.ErrDot):
+			r.Program = programNotExecutable
+		}
+		writeReport(status, r)
 		return 1
 	}
 	var cfg initConfig
@@ -137,11 +152,14 @@ func runInit(raw string) int {
 		// the init's own runtime (a race-instrumented one dies under it at
 		// once), and so would pids.max.
 		if cmd.Err != nil {
-			return fail("starting %q: %v", cfg.Argv[0], cmd.Err)
+			return failStart(cfg.Argv[0], cmd.Err)
 		}
-		// The shell would only fail its exec: a missing program is a setup error.
-		if _, err := os.Stat(cmd.Path); err != nil {
-			return fail("starting %q: %v", cfg.Argv[0], err)
+		// The shell would only fail its exec: a missing or unexecutable
+		// program is a setup error.
+		if fi, err := os.Stat(cmd.Path); err != nil {
+			return failStart(cfg.Argv[0], err)
+		} else if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+			return failStart(cfg.Argv[0], fs.ErrPermission)
 		}
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -166,7 +184,7 @@ func runInit(raw string) int {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.UID), Groups: []uint32{}}
 	}
 	if err := cmd.Start(); err != nil {
-		return fail("starting %q: %v", cfg.Argv[0], err)
+		return failStart(cfg.Argv[0], err)
 	}
 	if ready != nil {
 		// The shell writes one byte once it joined every cgroup and set the
