@@ -18,8 +18,8 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// The data plane (spec §4.2 Env data plane): each session works in
-// <DataRoot>/<session_id>/. Every access goes through an os.Root so no wire
+// The data plane (spec §4.2 Env data plane): each session works in its
+// data directory (see dataRoot). Every access goes through an os.Root so no wire
 // path, symlink included, reaches outside its root. Temporary directories
 // live in DataRoot beside the session directories (same filesystem, so the
 // final renames are atomic) under names no session id can take.
@@ -36,10 +36,57 @@ var ErrNoDataPlane = wire.Reason("data_plane_unavailable", errors.New("env data 
 // operator's configuration can change it.
 var ErrNoStaging = wire.Reason("staging_root_unset", fmt.Errorf("%w: no staging_root is configured, so nothing can be added", ErrNoDataPlane))
 
-// dataRoot opens the host's data root and the session's directory in it.
-func (p *Plugin) dataRoot(sessionID string) (*os.Root, string, error) {
+// Data-plane operations, for what each subagent scope may do (see dataRoot).
+const (
+	opRead  = "get"
+	opAdd   = "add"
+	opReset = "reset"
+)
+
+// ErrSharedReset answers env/data/reset from a shared-scope subagent: its
+// data root is its parent's, and a reset would wipe data the parent relies
+// on (docs/DECISIONS.md, Isolation).
+var ErrSharedReset = fmt.Errorf("this session shares its parent's data root (memory scope shared): env/data/reset would wipe the parent's data, so only the session that owns it (the parent) may reset it: %w", wire.ErrDenied)
+
+// ErrReadOnlyData answers env/data/add and env/data/reset from a
+// restricted subagent, which reads its parent's data and writes none.
+var ErrReadOnlyData = fmt.Errorf("the data root is read-only for a restricted subagent: %w", wire.ErrDenied)
+
+// dataRoot opens the directory that holds the session's data directory,
+// and names that directory in it (temporary directories go beside it, on
+// the same file system, so the final renames are atomic). Under a host
+// with the default data root the data directory is data/ in the session's
+// directory (server/sessionfs.go), which every sandbox shows at
+// /workspace/data (spec §2.11); a subagent's follows its memory scope:
+// shared → its parent's (a reset is refused), restricted → its parent's,
+// read-only (add and reset refused), isolated → its own, snapshot → its
+// own copy made at spawn. Otherwise it is <DataRoot>/<session id>.
+func (p *Plugin) dataRoot(sessionID, op string) (*os.Root, string, error) {
 	if p.dataErr != nil {
 		return nil, "", ErrNoDataPlane // the cause was logged by Provision
+	}
+	if p.inSession {
+		d, err := p.host.SessionDir(sessionID)
+		if err != nil {
+			return nil, "", err
+		}
+		switch {
+		case op != opRead && d.ReadOnly:
+			return nil, "", ErrReadOnlyData
+		case op == opReset && d.Owner != sessionID:
+			return nil, "", ErrSharedReset
+		}
+		root, err := os.OpenRoot(d.Path)
+		if err != nil {
+			p.log.Warn("env data plane: opening the session directory", "error", err)
+			return nil, "", ErrNoDataPlane
+		}
+		if err := root.Mkdir(sessionData, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			root.Close()
+			p.log.Warn("env data plane: making the session's data directory", "error", err)
+			return nil, "", ErrNoDataPlane
+		}
+		return root, sessionData, nil
 	}
 	sid, err := cleanRel("session_id", sessionID)
 	if err != nil || strings.Contains(sid, "/") || strings.HasPrefix(sid, ".") {
@@ -60,6 +107,9 @@ func (p *Plugin) dataRoot(sessionID string) (*os.Root, string, error) {
 	return root, sid, nil
 }
 
+// sessionData is the data directory's name in a session directory.
+const sessionData = "data"
+
 func tmpName() string { return tmpPrefix + newEpisodeID()[3:] }
 
 // EnvDataAdd answers env/data/add: every part is copied from the staging
@@ -69,11 +119,20 @@ func (p *Plugin) EnvDataAdd(ctx context.Context, s wire.Scope, req *msg.EnvDataA
 	if p.StagingRoot == "" {
 		return nil, ErrNoStaging
 	}
-	root, sid, err := p.dataRoot(s.SessionID())
+	root, sid, err := p.dataRoot(s.SessionID(), opAdd)
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
+	if p.inSession {
+		var total int64
+		for _, part := range req.Parts {
+			total += int64(part.Size)
+		}
+		if err := p.host.CheckWrite(s.SessionID(), total); err != nil {
+			return nil, err
+		}
+	}
 	staging, err := os.OpenRoot(p.StagingRoot)
 	if err != nil {
 		p.log.Warn("env data plane: opening the staging root", "error", err)
@@ -247,7 +306,7 @@ func commit(root *os.Root, sid, tmp string, dests []string) (err error) {
 // EnvDataGet answers env/data/get: metadata of the selected regular files
 // (symbolic links are never followed or reported), text inline on request.
 func (p *Plugin) EnvDataGet(ctx context.Context, s wire.Scope, req *msg.EnvDataGetReq) (*msg.EnvDataGetResp, error) {
-	root, sid, err := p.dataRoot(s.SessionID())
+	root, sid, err := p.dataRoot(s.SessionID(), opRead)
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +413,7 @@ func describe(root *os.Root, rel string, inline bool, limit int) (msg.DataFile, 
 // fresh copy of the baseline corpus, built aside and swapped in. Episodes
 // are not touched (spec §3).
 func (p *Plugin) EnvDataReset(ctx context.Context, s wire.Scope, req *msg.EnvDataResetReq) (*msg.EnvDataResetResp, error) {
-	root, sid, err := p.dataRoot(s.SessionID())
+	root, sid, err := p.dataRoot(s.SessionID(), opReset)
 	if err != nil {
 		return nil, err
 	}

@@ -53,11 +53,17 @@ type Plugin struct {
 	// it must not lie inside DataRoot. Default: <plugin data dir>/work, or a
 	// directory under the system's temporary directory.
 	WorkRoot string `yaml:"work_root"`
-	// DataRoot holds each session's data root `<DataRoot>/<session_id>/`.
+	// DataRoot, left at its default (/workspace/data) under a host, makes
+	// each session's data root data/ in its session directory, which
+	// every sandbox shows at /workspace/data. Set to another path it holds
+	// `<DataRoot>/<session_id>/` instead, which no sandbox shows.
 	DataRoot string `yaml:"data_root"`
-	// StagingRoot is the only place env/data/add copies from.
+	// StagingRoot is the only place env/data/add copies from. Default under
+	// a host with a data dir: <plugin data dir>/staging.
 	StagingRoot string `yaml:"staging_root"`
-	// BaselineDir is the corpus env/data/reset re-stages; empty means none.
+	// BaselineDir is the corpus env/data/reset re-stages. Default under a
+	// host with a data dir: <plugin data dir>/baseline (empty until the
+	// operator fills it); otherwise none.
 	BaselineDir string `yaml:"baseline_dir"`
 	// InlineMaxBytes caps the text env/data/get returns inline.
 	InlineMaxBytes int `yaml:"inline_max_bytes"`
@@ -66,6 +72,9 @@ type Plugin struct {
 	catalog map[string]*factory
 	names   []string
 	dataErr error // why the data plane is unavailable, if it is
+	host    *server.Host
+	// inSession: each session's data root is data/ in its session directory.
+	inSession bool
 
 	// sessions holds each session's episodes; the kernel drops a
 	// session's entry (closing its episodes) when the session ends and
@@ -117,8 +126,18 @@ func (p *Plugin) Provision(ctx context.Context, penv server.PluginEnv) error {
 	if p.InlineMaxBytes <= 0 {
 		p.InlineMaxBytes = DefaultInlineMax
 	}
-	if p.DataRoot == "" {
+	p.host = penv.Host
+	if p.DataRoot == "" || p.DataRoot == DefaultDataRoot {
 		p.DataRoot = DefaultDataRoot
+		p.inSession = penv.Host != nil
+	}
+	if penv.Host != nil && penv.DataDir != "" {
+		if p.StagingRoot == "" {
+			p.StagingRoot = filepath.Join(penv.DataDir, "staging")
+		}
+		if p.BaselineDir == "" {
+			p.BaselineDir = filepath.Join(penv.DataDir, "baseline")
+		}
 	}
 	p.sessions = server.NewSessionState(penv, newSessionEnvs, func(_ string, se *sessionEnvs) {
 		p.closeAll(se, errors.New("its session ended"))
@@ -152,22 +171,26 @@ func (p *Plugin) Provision(ctx context.Context, penv server.PluginEnv) error {
 }
 
 func (p *Plugin) provisionData() error {
-	abs, err := filepath.Abs(p.DataRoot)
-	if err != nil {
-		return err
-	}
-	p.DataRoot = abs
-	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return fmt.Errorf("data root %q cannot be created: %w", abs, err)
-	}
-	if p.StagingRoot != "" {
-		if p.StagingRoot, err = filepath.Abs(p.StagingRoot); err != nil {
+	var err error
+	if !p.inSession {
+		abs, err := filepath.Abs(p.DataRoot)
+		if err != nil {
 			return err
 		}
+		p.DataRoot = abs
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return fmt.Errorf("data root %q cannot be created: %w", abs, err)
+		}
 	}
-	if p.BaselineDir != "" {
-		if p.BaselineDir, err = filepath.Abs(p.BaselineDir); err != nil {
+	for _, d := range []*string{&p.StagingRoot, &p.BaselineDir} {
+		if *d == "" {
+			continue
+		}
+		if *d, err = filepath.Abs(*d); err != nil {
 			return err
+		}
+		if err := os.MkdirAll(*d, 0o755); err != nil {
+			return fmt.Errorf("%q cannot be created: %w", *d, err)
 		}
 	}
 	return nil
