@@ -87,9 +87,13 @@ type Plugin struct {
 	Dir string `yaml:"dir"`
 	// WorkRoot holds each call's fresh work directory, removed after the call.
 	WorkRoot string `yaml:"work_root"`
-	// SandboxMode is auto, bwrap or namespaces (server/sandbox).
+	// SandboxMode is the old per-plugin mode, kept as an alias: when set it
+	// overrides server.isolation.sandbox for this plugin (docs/DECISIONS.md,
+	// Isolation). Unset, skills run in the host's configured tier; they
+	// always run contained.
 	SandboxMode sandbox.Mode `yaml:"sandbox_mode"`
 
+	mode   sandbox.Mode // the mode skills run in
 	log    *slog.Logger
 	byName map[string][]*skill // newest version first
 	names  []string
@@ -99,8 +103,15 @@ type Plugin struct {
 // the folder named, and so does a sandbox that cannot work here.
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	p.log = env.Logger
-	if _, err := sandbox.Mechanism(p.SandboxMode); err != nil {
-		return err
+	p.mode = sandbox.ModeAuto
+	if env.Host != nil {
+		p.mode = env.Host.SandboxMode()
+	}
+	if p.SandboxMode != "" {
+		p.mode = p.SandboxMode
+	}
+	if _, _, err := sandbox.Describe(p.mode); err != nil {
+		return fmt.Errorf("skills need the configured sandbox (server.isolation.sandbox): %w", err)
 	}
 	if p.WorkRoot == "" {
 		if env.DataDir != "" {
@@ -489,9 +500,13 @@ func (p *Plugin) run(ctx context.Context, s wire.Scope, sk *skill, args []byte, 
 		events = p.readEvents(evR, s, streaming, sk.limits.OutputBytes)
 	}()
 	absDir := sk.dir
-	spec := sandbox.Spec{Argv: argvs, Dir: work, WorkDir: work, Sandboxed: true, Mode: p.SandboxMode,
+	home := work
+	if mech, _ := sandbox.Mechanism(p.mode); sandbox.TierOf(mech) == sandbox.TierNamespaces {
+		home = sandbox.Workspace // where tier (a) shows the work directory
+	}
+	spec := sandbox.Spec{Argv: argvs, Dir: work, WorkDir: work, Sandboxed: true, Mode: p.mode,
 		ReadOnly: []string{absDir}, Network: sk.limits.Network,
-		Env: []string{sandbox.DefaultPath, "HOME=" + work, "SKILL_DIR=" + absDir, "SKILL_NAME=" + sk.Name, "SKILL_VERSION=" + sk.Version, "LANG=C.UTF-8"},
+		Env: []string{sandbox.DefaultPath, "HOME=" + home, "SKILL_DIR=" + absDir, "SKILL_NAME=" + sk.Name, "SKILL_VERSION=" + sk.Version, "LANG=C.UTF-8"},
 		Limits: sandbox.Limits{Timeout: timeout, CPUTime: time.Duration(sk.limits.CPUSeconds * float64(time.Second)),
 			MemoryBytes: sk.limits.MemoryMB << 20, MaxProcs: sk.limits.MaxProcs},
 		Stdout: stdout, Stderr: evW}
