@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/aephost/aep/capabilities/env"
@@ -61,12 +60,15 @@ func TestEveryWirePathConfined(t *testing.T) {
 		must(t, json.Unmarshal(st.Observation, &o))
 		return o, nil
 	}
-	o, err := act(env.TaskAction{Op: "run", Command: "pwd"})
+	// Runs are contained (they see their directory at /workspace in tier
+	// a): the episode's directory is the one ep-* under the work root.
+	_, err := act(env.TaskAction{Op: "run", Command: "pwd"})
 	must(t, err)
-	wd := strings.TrimSpace(o["output"].(string))
-	if !strings.HasPrefix(wd, work) {
-		t.Fatalf("work directory %q is not under the work root %q", wd, work)
+	eps, _ := filepath.Glob(filepath.Join(work, "ep-*"))
+	if len(eps) != 1 {
+		t.Fatalf("episode directories under the work root %q: %v", work, eps)
 	}
+	wd := eps[0]
 	workSib := wd + "x"
 	must(t, os.MkdirAll(workSib, 0o755))
 	t.Cleanup(func() { os.RemoveAll(workSib) })

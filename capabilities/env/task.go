@@ -8,13 +8,15 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aephost/aep/server/sandbox"
 )
 
 // A task is a folder of TasksDir (docs/env.md):
@@ -25,8 +27,13 @@ import (
 //
 // Reset copies files/ into a fresh per-episode work directory under
 // WorkRoot — never into the data root (spec §3). Actions write, read, list
-// and run files there; `submit` runs the grader in the work directory with
-// AEP_TASK_DIR set to the task folder, and its result is the reward.
+// and run files there; every `run` is contained in the host's tier
+// (docs/SECURITY.md, Isolation) and sees only the work directory, never the
+// task folder, and whatever it leaves running ends with it. `submit` runs
+// the grader in a fresh sandbox of its own, on copies of the agent's
+// submission (AEP_WORK_DIR, its working directory) and of the task folder
+// (AEP_TASK_DIR), so nothing the agent did can change the hidden tests or
+// reach into the grading; its result is the reward.
 
 // TaskAction is an action of a task environment.
 type TaskAction struct {
@@ -69,6 +76,7 @@ type taskDef struct {
 	instructions  string
 	workRoot      string
 	stepTimeout   time.Duration
+	mode          sandbox.Mode // the host's tier for runs and graders
 }
 
 const taskOutputCap = 64 << 10
@@ -105,6 +113,13 @@ func (p *Plugin) loadTasks(pluginDataDir string) error {
 		return fmt.Errorf("work_root: %w", err)
 	}
 	p.WorkRoot = work
+	mode := sandbox.ModeAuto
+	if p.host != nil {
+		mode = p.host.SandboxMode()
+	}
+	if _, _, err := sandbox.Describe(mode); err != nil {
+		return fmt.Errorf("task environments need the configured sandbox (server.isolation.sandbox): %w", err)
+	}
 	for _, d := range dirs {
 		if !d.IsDir() {
 			continue
@@ -131,6 +146,7 @@ func (p *Plugin) loadTasks(pluginDataDir string) error {
 		}
 		ins, _ := os.ReadFile(filepath.Join(dir, "instructions.md"))
 		def.instructions, def.dir, def.workRoot, def.stepTimeout = string(ins), dir, work, time.Duration(p.StepTimeout)
+		def.mode = mode
 		name := "task/" + d.Name()
 		if _, dup := p.catalog[name]; dup {
 			return fmt.Errorf("task %q: environment %q exists already", d.Name(), name)
@@ -231,7 +247,7 @@ func (t *taskEnv) Step(ctx context.Context, a TaskAction) (Step, error) {
 		if a.TimeoutSeconds > 0 && time.Duration(a.TimeoutSeconds*float64(time.Second)) < d {
 			d = time.Duration(a.TimeoutSeconds * float64(time.Second))
 		}
-		out, code, err := t.exec(ctx, d, nil, "sh", "-c", a.Command)
+		out, code, err := t.exec(ctx, d, t.work, t.work, nil, "sh", "-c", a.Command)
 		o.Output, o.ExitCode = &out, &code
 		if err != nil {
 			o.Error = err.Error()
@@ -264,7 +280,30 @@ func pathErr(err error) error {
 // that overruns gives 0.
 func (t *taskEnv) grade(ctx context.Context) (float64, string, int, error) {
 	d := time.Duration(t.def.GraderTimeout * float64(time.Second))
-	out, code, err := t.exec(ctx, d, []string{"AEP_TASK_DIR=" + t.def.dir, "AEP_WORK_DIR=" + t.work}, t.def.Grader[0], t.def.Grader[1:]...)
+	g, err := os.MkdirTemp(t.def.workRoot, "grade-")
+	if err != nil {
+		return 0, "", -1, hostFault{fmt.Errorf("grading directory: %w", err)}
+	}
+	defer os.RemoveAll(g)
+	root, err := os.OpenRoot(g)
+	if err != nil {
+		return 0, "", -1, hostFault{err}
+	}
+	// Copies, made after the last run of the episode ended (and every
+	// process it left with it): symbolic links are not copied.
+	for _, c := range []struct{ src, dst string }{{t.work, "submission"}, {t.def.dir, "task"}} {
+		if err := root.Mkdir(c.dst, 0o755); err == nil {
+			_, err = copyTree(ctx, c.src, root, c.dst)
+		}
+		if err != nil {
+			root.Close()
+			return 0, "", -1, hostFault{fmt.Errorf("preparing the grading sandbox: %w", err)}
+		}
+	}
+	root.Close()
+	sub, task := filepath.Join(g, "submission"), filepath.Join(g, "task")
+	env := map[string]string{"AEP_TASK_DIR": t.inside(task, g), "AEP_WORK_DIR": t.inside(sub, g)}
+	out, code, err := t.exec(ctx, d, g, sub, env, t.def.Grader[0], t.def.Grader[1:]...)
 	if err != nil {
 		return 0, out, code, fmt.Errorf("grader: %w", err)
 	}
@@ -280,32 +319,69 @@ func (t *taskEnv) grade(ctx context.Context) (float64, string, int, error) {
 	return 0, out, code, nil
 }
 
-// exec runs a command in the work directory with a timeout, killing its
-// whole process group when time is up, and returns its combined output
-// (capped) and exit code.
-func (t *taskEnv) exec(ctx context.Context, d time.Duration, env []string, name string, args ...string) (string, int, error) {
+// inside is where a contained command sees host path p of its work
+// directory work: below /workspace in tier (a), unchanged in tier (b).
+func (t *taskEnv) inside(p, work string) string {
+	if mech, _ := sandbox.Mechanism(t.def.mode); sandbox.TierOf(mech) == sandbox.TierNamespaces {
+		rel, _ := filepath.Rel(work, p)
+		return filepath.Join(sandbox.Workspace, rel)
+	}
+	return p
+}
+
+// exec runs a command contained (server/sandbox, the host's tier) with
+// work as its only writable directory and dir as its working directory,
+// ends it and everything it started when it exits or time is up, and
+// returns its combined output (capped) and exit code.
+func (t *taskEnv) exec(ctx context.Context, d time.Duration, work, dir string, extra map[string]string, name string, args ...string) (string, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = t.work
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.work}, env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
+	env, _ := sandbox.Environ(nil, t.inside(work, work), extra)
 	var buf capped
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err := cmd.Run()
-	code := 0
-	if cmd.ProcessState != nil {
-		code = cmd.ProcessState.ExitCode()
+	w := &lockedWriter{w: &buf}
+	p, err := sandbox.Start(sandbox.Spec{Argv: append([]string{name}, args...), Dir: dir, WorkDir: work, Env: env,
+		Sandboxed: true, Mode: t.def.mode, Stdout: w, Stderr: w,
+		Limits: sandbox.Limits{Timeout: d, MaxProcs: sandbox.DefaultMaxProcs}})
+	if err != nil {
+		return "", -1, err
 	}
+	p.Stdin.Close()
+	res, werr := p.Wait(ctx)
+	if werr != nil {
+		p.Kill()
+		res = waitDone(p)
+	}
+	code := res.ExitCode
 	switch {
-	case ctx.Err() == context.DeadlineExceeded:
-		return buf.String(), code, fmt.Errorf("timed out after %s", d)
-	case err != nil && cmd.ProcessState == nil:
-		return buf.String(), -1, err
+	case ctx.Err() == context.DeadlineExceeded, res.Outcome == sandbox.Timeout:
+		return w.String(), code, fmt.Errorf("timed out after %s", d)
+	case werr != nil:
+		return w.String(), code, werr
 	}
-	return buf.String(), code, nil
+	return w.String(), code, nil
+}
+
+func waitDone(p *sandbox.Process) sandbox.Result {
+	<-p.Done()
+	return p.Result()
+}
+
+// lockedWriter serialises stdout and stderr into one buffer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *capped
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
 }
 
 // capped keeps the first taskOutputCap bytes written to it.

@@ -2,6 +2,7 @@ package env_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,4 +152,72 @@ func TestWorkRootInsideDataRootIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "inside data_root") {
 		t.Fatalf("want a refusal, got %v", err)
 	}
+}
+
+// TestGradeCannotBeTampered: an agent that edits the hidden tests (by the
+// task folder's host path, or anywhere it can find a grade.sh) or leaves a
+// background process rewriting its answer cannot change the grade: runs
+// are contained and never see the task folder, their processes end with
+// them, and the grader runs on copies in a sandbox of its own.
+func TestGradeCannotBeTampered(t *testing.T) {
+	tasks, work, data := t.TempDir(), t.TempDir(), t.TempDir()
+	os.Chmod(tasks, 0o755)
+	grader := `if [ "$(cat answer.txt)" = "42" ]; then echo 1; else echo 0; fi`
+	writeTask(t, tasks, "guarded", grader, 10)
+	hidden := filepath.Join(tasks, "guarded", "grade.sh")
+	must(t, os.Chmod(filepath.Dir(hidden), 0o777))
+	must(t, os.Chmod(hidden, 0o666)) // writable by anyone: only containment protects it
+	h := newHost(t, &env.Plugin{TasksDir: tasks, WorkRoot: work, DataRoot: data})
+	c := aeptest.Connect(t, h, "env")
+	ctx := aeptest.Context(t)
+	r := reset(t, c, "task/guarded", 0, "")
+	act := func(a env.TaskAction) (*msg.EnvStepResp, taskObs) {
+		t.Helper()
+		b, _ := json.Marshal(a)
+		st, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o taskObs
+		must(t, json.Unmarshal(st.Observation, &o))
+		return st, o
+	}
+	act(env.TaskAction{Op: "write", Path: "answer.txt", Content: "41"})
+	tag := fmt.Sprintf("%d.%d", 5000+os.Getpid()%1000, time.Now().UnixNano()%100000)
+	_, o := act(env.TaskAction{Op: "run", Command: `echo "task dir: [$AEP_TASK_DIR]"; ` +
+		`echo 'echo 1' > ` + hidden + `; find / -name grade.sh -exec sh -c 'echo "echo 1" > "$1"' _ {} \; 2>/dev/null; ` +
+		`setsid sh -c 'sleep 1; while :; do echo 42 > answer.txt; sleep 0.05; done' </dev/null >/dev/null 2>&1 & ` +
+		`setsid sleep ` + tag + ` </dev/null >/dev/null 2>&1 & echo left`})
+	if o.Output == nil || !strings.Contains(*o.Output, "task dir: []") {
+		t.Fatalf("the run saw the task folder: %+v", o)
+	}
+	for deadline := time.Now().Add(5 * time.Second); processRunning(tag); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a background process of the run outlived it")
+		}
+	}
+	if b, _ := os.ReadFile(hidden); string(b) != grader {
+		t.Fatalf("the hidden tests changed: %q", b)
+	}
+	// Past the moment the left-behind loop would have rewritten the answer.
+	time.Sleep(1500 * time.Millisecond)
+	if _, o := act(env.TaskAction{Op: "read", Path: "answer.txt"}); o.Content == nil || *o.Content != "41" {
+		t.Fatalf("the answer changed after the run: %+v", o)
+	}
+	st, o := act(env.TaskAction{Op: "submit"})
+	if !st.Terminated || st.Reward != 0 {
+		t.Fatalf("tampered grade: reward %v, %+v", st.Reward, o)
+	}
+}
+
+func processRunning(tag string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), tag) && !strings.Contains(string(st), ") Z ") {
+			return true
+		}
+	}
+	return false
 }
