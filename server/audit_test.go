@@ -441,8 +441,8 @@ func TestSubscribersSeeAnswerBeforeReply(t *testing.T) {
 		t.Fatalf("handshake answered %s", got)
 	}
 	for i, line := range []string{
-		`{"type":"echo/say/req","id":"r1","text":"hi"}`,
-		`{"type":"echo/list/req","id":"r2"}`,
+		`{"type":"echo/say/req","id":"r1","proto":"1.0","ts":1,"text":"hi"}`,
+		`{"type":"echo/list/req","id":"r2","proto":"1.0","ts":1}`,
 	} {
 		s.ReceiveLine([]byte(line))
 		want := fmt.Sprintf("r%d", i+1)

@@ -557,9 +557,9 @@ func TestEmitAfterReply(t *testing.T) {
 		checkHostLine(t, l)
 		return l
 	}
-	send(`{"type":"handshake/req","id":"h","proto":"1.0","agent_id":"a","agent_caps":["echo"],"auth_token":"secret"}`)
+	send(`{"type":"handshake/req","id":"h","ts":1,"proto":"1.0","agent_id":"a","agent_caps":["echo"],"auth_token":"secret"}`)
 	read()
-	send(`{"type":"echo/wait/req","id":"w","events":1}`)
+	send(`{"type":"echo/wait/req","id":"w","proto":"1.0","ts":1,"events":1}`)
 	if l := read(); !isEvent(l) {
 		t.Fatalf("want the event first, got %s", l)
 	}

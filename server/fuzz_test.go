@@ -62,7 +62,7 @@ func goldenAgentLines(f *testing.F) [][]byte {
 					}
 				case verb == "!long":
 					n, _ := strconv.Atoi(arg)
-					head := `{"type":"echo/say/req","id":"long","text":"`
+					head := `{"type":"echo/say/req","id":"long","proto":"1.0","ts":1,"text":"`
 					lines = append(lines, head+strings.Repeat("x", max(n-len(head)-2, 0))+`"}`)
 				}
 			}
@@ -87,18 +87,18 @@ func FuzzSession(f *testing.F) {
 		f.Add(s)
 	}
 	for _, s := range []string{
-		`{"type":"echo/say/req","id":"1","text":"hi","mode":"upper"}`,
-		"{\"type\":\"echo/wait/req\",\"id\":\"w\",\"events\":2,\"gate\":\"g\"}\n{\"type\":\"cancel\",\"id\":\"c\",\"req_id\":\"w\"}\n{\"type\":\"echo/wait/req\",\"id\":\"w\",\"ms\":1}",
-		"{\"type\":\"echo/wait/req\",\"id\":\"p\",\"panic\":true}\n{\"type\":\"echo/list/req\",\"id\":\"l\"}\n{\"type\":\"echo/find/req\",\"id\":\"f\",\"name\":\"x\"}",
-		"{\"type\":\"echo/wait/req\",\"id\":\"s\",\"ms\":100000}\n{\"type\":\"shutdown\",\"id\":\"x\",\"timeout\":0.001}",
-		`{"type":"shutdown","id":"x","timeout":-1}`,
+		`{"type":"echo/say/req","id":"1","proto":"1.0","ts":1,"text":"hi","mode":"upper"}`,
+		"{\"type\":\"echo/wait/req\",\"id\":\"w\",\"proto\":\"1.0\",\"ts\":1,\"events\":2,\"gate\":\"g\"}\n{\"type\":\"cancel\",\"id\":\"c\",\"proto\":\"1.0\",\"ts\":1,\"req_id\":\"w\"}\n{\"type\":\"echo/wait/req\",\"id\":\"w\",\"proto\":\"1.0\",\"ts\":1,\"ms\":1}",
+		"{\"type\":\"echo/wait/req\",\"id\":\"p\",\"proto\":\"1.0\",\"ts\":1,\"panic\":true}\n{\"type\":\"echo/list/req\",\"id\":\"l\",\"proto\":\"1.0\",\"ts\":1}\n{\"type\":\"echo/find/req\",\"id\":\"f\",\"proto\":\"1.0\",\"ts\":1,\"name\":\"x\"}",
+		"{\"type\":\"echo/wait/req\",\"id\":\"s\",\"proto\":\"1.0\",\"ts\":1,\"ms\":100000}\n{\"type\":\"shutdown\",\"id\":\"x\",\"proto\":\"1.0\",\"ts\":1,\"timeout\":0.001}",
+		`{"type":"shutdown","id":"x","proto":"1.0","ts":1,"timeout":-1}`,
 		fuzzHandshake,
-		`{"type":"session/snapshot/req","id":"s","target":"file"}`,
-		`{"type":"session/restore/req","id":"r","snapshot_id":"file-0123"}`,
-		`{"type":"echo/say/req","id":"1","text":"x","session_id":"s-0000000000000000"}`,
-		`{"type":"pong","id":"1"}`, `{"type":"error","id":"1","code":"parse_error"}`, "", "\n\n", "{", "\xff",
-		`{"type":"echo/say/req","id":"` + strings.Repeat("x", fuzzMaxLine) + `","text":"x"}`,
-		`{"type":"ping","id":"fuzz-hs"}`,
+		`{"type":"session/snapshot/req","id":"s","proto":"1.0","ts":1,"target":"file"}`,
+		`{"type":"session/restore/req","id":"r","proto":"1.0","ts":1,"snapshot_id":"file-0123"}`,
+		`{"type":"echo/say/req","id":"1","proto":"1.0","ts":1,"text":"x","session_id":"s-0000000000000000"}`,
+		`{"type":"pong","id":"1","proto":"1.0","ts":1}`, `{"type":"error","id":"1","proto":"1.0","ts":1,"code":"parse_error"}`, "", "\n\n", "{", "\xff",
+		`{"type":"echo/say/req","id":"` + strings.Repeat("x", fuzzMaxLine) + `","proto":"1.0","ts":1,"text":"x"}`,
+		`{"type":"ping","id":"fuzz-hs","proto":"1.0","ts":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -184,7 +184,7 @@ func fuzzSession(t *testing.T, h *server.Host, script []byte, pingID string) {
 			break
 		}
 	}
-	pingErr := p.WriteLine(ctx, []byte(`{"type":"ping","id":"`+pingID+`"}`))
+	pingErr := p.WriteLine(ctx, []byte(`{"type":"ping","id":"`+pingID+`","proto":"1.0","ts":1}`))
 
 	var all []hostLine
 	answered := false

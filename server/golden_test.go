@@ -57,7 +57,7 @@ func newGoldenHost(a *golden.Archive) (*server.Host, map[string]golden.Step, err
 			if err != nil {
 				return err
 			}
-			head := `{"type":"echo/say/req","id":"long","text":"`
+			head := `{"type":"echo/say/req","id":"long","proto":"1.0","ts":1,"text":"`
 			pad := max(n-len(head)-2, 0)
 			return r.SendAndRead(head + strings.Repeat("x", pad) + `"}`)
 		},

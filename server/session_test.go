@@ -48,7 +48,7 @@ server:
 	}
 	plug := &echoplug.Plugin{Started: make(chan string, 4)}
 	h := newHost(t, cfg, echoSpec("e", 0, false, plug))
-	hs := []byte(`{"type":"handshake/req","id":"h","proto":"1.0","agent_id":"a","agent_caps":["echo"],"auth_token":"secret"}`)
+	hs := []byte(`{"type":"handshake/req","id":"h","ts":1,"proto":"1.0","agent_id":"a","agent_caps":["echo"],"auth_token":"secret"}`)
 	ctx := tctx(t)
 
 	unshaken, _ := h.ConnectLines(8)
@@ -60,7 +60,7 @@ server:
 			t.Fatalf("handshake: %s %v", l, err)
 		}
 	}
-	busy.WriteLine(ctx, []byte(`{"type":"echo/wait/req","id":"w","gate":"slow"}`))
+	busy.WriteLine(ctx, []byte(`{"type":"echo/wait/req","id":"w","proto":"1.0","ts":1,"gate":"slow"}`))
 	if err := waitFor(ctx, plug.Started, "slow"); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ server:
 	if _, ok := h.Session(idle.Session().ID()); ok {
 		t.Error("expired session still known to the host")
 	}
-	if err := idle.WriteLine(ctx, []byte(`{"type":"ping","id":"p"}`)); !errors.Is(err, server.ErrSessionClosed) {
+	if err := idle.WriteLine(ctx, []byte(`{"type":"ping","id":"p","proto":"1.0","ts":1}`)); !errors.Is(err, server.ErrSessionClosed) {
 		t.Errorf("write to an expired session: %v", err)
 	}
 	// Well past idle_timeout, the busy session is alive.

@@ -101,8 +101,8 @@ func TestDecode(t *testing.T) {
 		{name: "string", line: `"x"`, code: wire.CodeParseError},
 		{name: "number", line: `5`, code: wire.CodeParseError},
 		{name: "empty line", line: ``, code: wire.CodeParseError},
-		{name: "invalid UTF-8 in value", line: "{\"type\":\"handshake/req\",\"id\":\"1\",\"agent_id\":\"\xc3\x28\"}", code: wire.CodeParseError, want: "UTF-8", id: "1"},
-		{name: "invalid UTF-8 in key", line: "{\"type\":\"ping\",\"id\":\"1\",\"\xe2\x28\xa1\":1}", code: wire.CodeParseError, want: "UTF-8"},
+		{name: "invalid UTF-8 in value", line: "{\"type\":\"handshake/req\",\"id\":\"1\",\"proto\":\"1.0\",\"ts\":1,\"agent_id\":\"\xc3\x28\"}", code: wire.CodeParseError, want: "UTF-8", id: "1"},
+		{name: "invalid UTF-8 in key", line: "{\"type\":\"ping\",\"id\":\"1\",\"proto\":\"1.0\",\"ts\":1,\"\xe2\x28\xa1\":1}", code: wire.CodeParseError, want: "UTF-8"},
 		{name: "duplicate top-level key", line: `{"type":"ping","id":"1","proto":"1.0","ts":1,"id":"2"}`, code: wire.CodeParseError, want: "duplicate"},
 		{name: "duplicate type smuggled with escapes", line: `{"type":"ping","id":"1","proto":"1.0","ts":1,"\u0074\u0079\u0070\u0065":"pong"}`, code: wire.CodeParseError, want: "duplicate"},
 		{name: "duplicate nested key", line: hs(`,"x":{"k":1,"k":2}`), code: wire.CodeParseError, want: "duplicate"},
@@ -115,7 +115,7 @@ func TestDecode(t *testing.T) {
 
 		// Type lookup failures.
 		{name: "missing type", line: `{"id":"1"}`, code: wire.CodeParseError, want: `missing field "type"`, id: "1"},
-		{name: "empty type", line: `{"type":"","id":"1"}`, code: wire.CodeParseError, want: `missing field "type"`},
+		{name: "empty type", line: `{"type":"","id":"1","proto":"1.0","ts":1}`, code: wire.CodeParseError, want: `missing field "type"`},
 		{name: "type not a string", line: `{"type":7,"id":"1"}`, code: wire.CodeParseError, want: "must be a string", id: "1"},
 		{name: "type null", line: `{"type":null,"id":"1"}`, code: wire.CodeParseError, want: "must be a string"},
 		{name: "type array", line: `{"type":["ping"],"id":"1"}`, code: wire.CodeParseError, want: "must be a string"},
@@ -137,6 +137,12 @@ func TestDecode(t *testing.T) {
 		{name: "empty id", line: `{"type":"ping","id":"","proto":"1.0","ts":1}`, code: wire.CodeSchemaViolation, field: "id", entry: "ping"},
 		{name: "id not a string", line: `{"type":"ping","id":42}`, code: wire.CodeSchemaViolation, field: "id", entry: "ping"},
 		{name: "id null", line: `{"type":"ping","id":null}`, code: wire.CodeSchemaViolation, field: "id", entry: "ping"},
+		// proto and ts are required on every agent line (spec §2.1).
+		{name: "missing proto", line: `{"type":"ping","id":"1","ts":1}`, code: wire.CodeSchemaViolation, field: "proto", entry: "ping", id: "1"},
+		{name: "missing ts", line: `{"type":"ping","id":"1","proto":"1.0"}`, code: wire.CodeSchemaViolation, field: "ts", entry: "ping", id: "1"},
+		{name: "missing both", line: `{"type":"tool/list/req","id":"1"}`, code: wire.CodeSchemaViolation, field: "proto", id: "1"},
+		{name: "proto null", line: `{"type":"ping","id":"1","proto":null,"ts":1}`, code: wire.CodeVersionMismatch, entry: "ping", id: "1"},
+		{name: "ts null", line: `{"type":"ping","id":"1","proto":"1.0","ts":null}`, code: wire.CodeSchemaViolation, field: "ts", entry: "ping", id: "1"},
 
 		// Required fields.
 		{name: "handshake without agent_caps", line: `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","auth_token":"t"}`,
@@ -223,7 +229,7 @@ func TestDecode(t *testing.T) {
 					t.Errorf("Timeout = %v", got)
 				}
 			}},
-		{name: "trailing white space", line: "{\"type\":\"ping\",\"id\":\"1\"} \t\r\n", entry: "ping"},
+		{name: "trailing white space", line: "{\"type\":\"ping\",\"id\":\"1\",\"proto\":\"1.0\",\"ts\":1} \t\r\n", entry: "ping"},
 
 		// Nested required fields (Shape), aliases and Validate errors of a
 		// hand-made entry.

@@ -9,17 +9,22 @@ import (
 )
 
 // checkEnvelope enforces the envelope of schemas/envelope.json on every
-// message an agent sends (spec §2.1, §9): proto, when present, is the host's
-// version, and ts, when present, a finite number within [MinTS, MaxTS]. A
-// wrong proto is version_mismatch (spec §9 rule 2); handshake/req is left to
-// the handshake, which answers with handshake/resp ok false. The schema
-// also requires both fields; the host does not yet refuse a line without
-// them (docs/DECISIONS.md, Schemas and examples).
+// message an agent sends (spec §2.1, §9): proto is required and must be the
+// host's version, and ts is required and must be a finite number within
+// [MinTS, MaxTS]. A missing proto or ts is schema_violation, as the schema
+// says; a wrong proto is version_mismatch (spec §9 rule 2), except on
+// handshake/req, which the handshake answers with handshake/resp ok false.
 func checkEnvelope(sc *Scanned) *Error {
-	if sc.HasProto && sc.Proto != ProtoVersion && sc.Type != "handshake/req" {
+	if !sc.HasProto {
+		return missing("proto")
+	}
+	if !sc.HasTS {
+		return missing("ts")
+	}
+	if sc.Proto != ProtoVersion && sc.Type != "handshake/req" {
 		return &Error{Code: CodeVersionMismatch, Message: fmt.Sprintf("field \"proto\" must be %q", ProtoVersion), Detail: map[string]any{"field": "proto"}}
 	}
-	if sc.HasTS && (!sc.TSValid || math.IsNaN(sc.TS) || sc.TS < MinTS || sc.TS > MaxTS) {
+	if (!sc.TSValid || math.IsNaN(sc.TS) || sc.TS < MinTS || sc.TS > MaxTS) {
 		return &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("field \"ts\": a number of Unix epoch seconds from %v to %v is required", float64(MinTS), float64(MaxTS)), Detail: map[string]any{"field": "ts"}}
 	}
 	return nil

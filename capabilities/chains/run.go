@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -406,6 +407,11 @@ func (r *runner) send(n *node, sc scope) (json.RawMessage, error) {
 	typ, _ := json.Marshal(n.reqType)
 	fields["type"] = typ
 	fields["id"] = json.RawMessage(`"chain-node"`)
+	// The decoder requires the envelope of every line (spec §2.1); the
+	// node's request is the host's own, so it carries the host's version
+	// and the time it is sent.
+	fields["proto"] = json.RawMessage(`"` + wire.ProtoVersion + `"`)
+	fields["ts"] = json.RawMessage(strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', -1, 64))
 	line, err := json.Marshal(fields)
 	if err != nil {
 		return nil, err

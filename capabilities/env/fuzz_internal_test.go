@@ -57,7 +57,7 @@ func FuzzDecodeAction(f *testing.F) {
 	reg := msg.Registry()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		checkAction(t, raw)
-		line := []byte(`{"type":"env/step/req","id":"f","episode_id":"e","action":` + string(raw) + `}`)
+		line := []byte(`{"type":"env/step/req","id":"f","proto":"1.0","ts":1,"episode_id":"e","action":` + string(raw) + `}`)
 		var sc wire.Scanned
 		if _, m, err := reg.Decode(line, &sc); err == nil {
 			checkAction(t, m.(*msg.EnvStepReq).Action)
