@@ -165,7 +165,10 @@ func testBadInputChangesNothing(t *testing.T, dsn string) {
 			_, err = c.MemoryRecall(ctx, &msg.MemoryRecallReq{MemoryID: otherID, Query: aeptest.Ptr("keep"), Limit: 5, Order: "relevance"})
 			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
 			_, err = c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: id})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "one of keys, tags, tier or older_than")
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "tier or older_than is required")
+			// An empty list is no selector (schemas/memory.json's anyOf).
+			_, err = c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: id, Keys: []string{}, Tags: []string{}})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "keys (at least 1 item)")
 			_, err = c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: "mem-nope", Keys: []string{"keep"}})
 			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
 			_, err = c.MemoryStats(ctx, &msg.MemoryStatsReq{MemoryID: "mem-nope"})

@@ -67,7 +67,7 @@ var keywords = []keyword{
 	{"$defs", inFile, "one Go model per object def (go-jsonschema), with `Validate()`; a scalar def (a string enum such as core.json's `Code`) is inlined where `$ref` names it", "structure.json", false},
 	{"$ref", inDef | inValue | inThen, "to an object def: its struct, whose `Validate()` is called with the field path (`wire.Nest`) and whose required fields join `wire.Shape`; to a scalar def (core.json#/$defs/Code): the def's type and checks, inline; at a def or in `then`: only in files without messages (envelope.json)", "refs.json", true},
 	{"type", inDef | inValue, "the Go type of a field (go-jsonschema). On a field decoded into `any` or `json.RawMessage` (several types, or `goJSONSchema`), `Validate()` checks the JSON type (`wire.KindOf`, `wire.RawKind`); `integer` fields also take `7.0` (JSON Schema's integers), in the decoder", "any.json", true},
-	{"properties", inDef | inValue | inIf | inThen, "struct fields; in `if`, conditions on them; in `then`/`else`, checks on them; on a value only in files without messages (nested objects of messages are $defs)", "structure.json", false},
+	{"properties", inDef | inValue | inBranch | inIf | inThen, "struct fields; in `if`, conditions on them; in `then`/`else`, checks on them; in an `anyOf`/`oneOf` branch, `minItems` of a list the branch requires; on a value only in files without messages (nested objects of messages are $defs)", "structure.json", false},
 	{"required", inDef | inBranch | inIf | inThen, "top level: `wire.Entry.Required`, checked by the decoder on the raw line (absent or `null` is refused); nested defs: `wire.Shape`; in branches, `if`, `then`, `else`: presence of optional (pointer, list, map) fields in `Validate()`", "structure.json", true},
 	{"additionalProperties", inDef | inValue, "a schema: a Go map of that value type, values checked; `true` (request defs): states that unknown fields are ignored (nothing to generate: the decoder skips them); `false` is refused", "maps.json", true},
 	// Strings.
@@ -90,8 +90,8 @@ var keywords = []keyword{
 	{"maxItems", inValue, "a check of `len`", "arrays.json", true},
 	{"uniqueItems", inValue, "strings and integers: a set in `Validate()` refusing the first repeated item", "arrays.json", true},
 	// Choices and conditions.
-	{"anyOf", inDef, "branches of `required` only: at least one branch's fields present, checked in `Validate()`", "choices.json", true},
-	{"oneOf", inDef, "branches of `required` only: exactly one branch's fields present", "choices.json", true},
+	{"anyOf", inDef, "branches of `required` (a required list may also need `minItems` in the branch's `properties`): at least one branch's fields present, checked in `Validate()`", "choices.json", true},
+	{"oneOf", inDef, "branches as `anyOf`: exactly one branch's fields present", "choices.json", true},
 	{"if", inDef | inThen | inRow, "a condition: `properties` with `const`/`enum` (string, boolean) and `required`; a property it tests must be required (by the def or by the `if`) or optional (a pointer)", "conditions.json", true},
 	{"then", inDef | inThen | inRow, "checks run when `if` holds: `required`, `properties` checks, nested `if`", "conditions.json", true},
 	{"else", inDef | inThen | inRow, "checks run when `if` does not hold", "conditions.json", true},

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/big"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -446,22 +447,42 @@ func (c *condGen) choice(branches []*schemaNode, one bool) (string, error) {
 	first := ""
 	for i, b := range branches {
 		where := fmt.Sprintf("%s/%s/%d", c.where, kw, i)
-		if len(b.Required) == 0 || !onlyKeywords(b, "required", "description") {
-			return "", fmt.Errorf("%s: aepgen supports branches that hold only required", where)
+		if len(b.Required) == 0 || !onlyKeywords(b, "required", "description", "properties") {
+			return "", fmt.Errorf("%s: aepgen supports branches that hold only required (and minItems of required lists)", where)
 		}
-		var parts []string
+		var parts, labels []string
 		for _, r := range b.Required {
 			p, err := c.presence(r, where)
 			if err != nil {
 				return "", err
 			}
+			label := r
+			// A branch may ask more of a list it requires (memory/forget's
+			// keys: at least one item), so an empty list does not count as
+			// the branch's selector while it stays valid beside another.
+			if pn := b.Properties[r]; pn != nil {
+				if pn.MinItems == nil || !onlyKeywords(pn, "minItems", "description") || !strings.HasPrefix(c.gs.Fields[r].Type, "[]") {
+					return "", fmt.Errorf("%s/properties/%s: aepgen supports only minItems of a list field in a branch", where, r)
+				}
+				p = fmt.Sprintf("len(m.%s) >= %d", c.gs.Fields[r].Name, *pn.MinItems)
+				label = fmt.Sprintf("%s (at least %d item)", r, *pn.MinItems)
+				if *pn.MinItems != 1 {
+					label += "s"
+				}
+			}
 			parts = append(parts, p)
+			labels = append(labels, label)
+		}
+		for prop := range b.Properties {
+			if !slices.Contains(b.Required, prop) {
+				return "", fmt.Errorf("%s/properties/%s: a branch may constrain only fields it requires", where, prop)
+			}
 		}
 		if first == "" {
 			first = b.Required[0]
 		}
 		tests = append(tests, strings.Join(parts, " && "))
-		names = append(names, strings.Join(b.Required, " and "))
+		names = append(names, strings.Join(labels, " and "))
 	}
 	list := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 	if !one {
