@@ -32,7 +32,7 @@ func loadExamples(t *testing.T) []example {
 	t.Helper()
 	var out []example
 	err := filepath.WalkDir("examples", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Ext(p) != ".json" || filepath.Dir(p) == "examples" {
+		if err != nil || d.IsDir() || filepath.Ext(p) != ".json" {
 			return err
 		}
 		b, err := os.ReadFile(p)
@@ -156,35 +156,33 @@ func agentMessageSchema(t *testing.T, files map[string]map[string]any) *jsonsche
 	return s
 }
 
-type unstatable struct {
-	Examples []struct {
-		File, Rule, Why string
-	} `json:"examples"`
-}
-
+// loadUnstatable reads the table of UNSTATABLE.md: example file → rule.
 func loadUnstatable(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("examples", "UNSTATABLE.json"))
+	b, err := os.ReadFile(filepath.Join("examples", "UNSTATABLE.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var u unstatable
-	if err := json.Unmarshal(b, &u); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]string{}
-	for _, e := range u.Examples {
-		if e.File == "" || e.Rule == "" || e.Why == "" {
-			t.Fatalf("UNSTATABLE.json: an entry needs file, rule and why: %+v", e)
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "| `") {
+			continue
 		}
-		out[e.File] = e.Rule
+		cells := strings.Split(strings.Trim(l, "| "), " | ")
+		if len(cells) != 3 || cells[1] == "" || cells[2] == "" {
+			t.Fatalf("UNSTATABLE.md: a row needs example, rule and why: %q", l)
+		}
+		out[strings.Trim(cells[0], "`")] = cells[1]
+	}
+	if len(out) == 0 {
+		t.Fatal("UNSTATABLE.md lists no example")
 	}
 	return out
 }
 
 // TestExamplesAgree runs every example through a stock JSON Schema
 // validator and through the host's decoder: both must give the verdict the
-// example's name states, except on the rules of UNSTATABLE.json, which only
+// example's name states, except on the rules of UNSTATABLE.md, which only
 // the host can enforce.
 func TestExamplesAgree(t *testing.T) {
 	files := schemaFiles(t)
@@ -197,7 +195,7 @@ func TestExamplesAgree(t *testing.T) {
 	}
 	for f := range unst {
 		if !byFile[f] {
-			t.Errorf("UNSTATABLE.json names %s, which is not an example", f)
+			t.Errorf("UNSTATABLE.md names %s, which is not an example", f)
 		}
 	}
 	for _, ex := range exs {
