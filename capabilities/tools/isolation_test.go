@@ -13,7 +13,9 @@ import (
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
+	"github.com/aephost/aep/internal/uidlock"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/sandbox"
 )
 
 // Isolation of the tools capability (docs/SECURITY.md, Isolation), with the
@@ -111,6 +113,7 @@ func running(tag string) bool {
 // TestRunCommandForkBomb: the pids limit stops a fork bomb and the host
 // answers another session meanwhile.
 func TestRunCommandForkBomb(t *testing.T) {
+	uidlock.Hold(t, sandbox.SandboxUID)
 	e := newEnv(t, client.JSON, server.ToolPolicy{}, 0)
 	done := make(chan *msg.ToolResult, 1)
 	go func() {

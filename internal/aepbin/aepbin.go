@@ -175,10 +175,18 @@ var tierRe = regexp.MustCompile(`msg=isolation tier=(\S+)`)
 
 // Tier is the isolation tier the host logged at start-up.
 func (h *Host) Tier() string {
-	if m := tierRe.FindStringSubmatch(h.Stderr()); m != nil {
-		return m[1]
+	// The host logs its tier before it serves, but its stderr is copied
+	// asynchronously: the line may reach us after the handshake.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m := tierRe.FindStringSubmatch(h.Stderr()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			return ""
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return ""
 }
 
 // Running reports whether a live (not zombie) process has tag in its

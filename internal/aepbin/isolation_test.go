@@ -13,6 +13,7 @@ import (
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aepbin"
+	"github.com/aephost/aep/internal/uidlock"
 	"github.com/aephost/aep/server/sandbox"
 )
 
@@ -22,7 +23,11 @@ import (
 // config file while unprivileged. Each test logs the tier the host picked.
 
 func TestMain(m *testing.M) {
+	// These tests fork-bomb as uid 65534 and as the sandbox's uid; other
+	// packages' tests running as those uids wait (internal/uidlock).
+	release := uidlock.Main(aepbin.NobodyUID, sandbox.SandboxUID)
 	code := m.Run()
+	release()
 	aepbin.Cleanup()
 	os.Exit(code)
 }

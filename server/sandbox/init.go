@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -116,7 +117,16 @@ func runInit(raw string) int {
 		}
 	}
 	if cfg.NProc > 0 {
-		if err := syscall.Setrlimit(rlimitNProc, &syscall.Rlimit{Cur: uint64(cfg.NProc), Max: uint64(cfg.NProc)}); err != nil {
+		// RLIMIT_NPROC counts every task of the real uid, the host's own
+		// threads and other runs' processes included (an unprivileged host
+		// runs its commands as itself): the run may start NProc more than
+		// the uid has now, not NProc in all.
+		uid := cfg.UID
+		if uid <= 0 {
+			uid = os.Getuid()
+		}
+		n := uint64(cfg.NProc + tasksOf(uid))
+		if err := syscall.Setrlimit(rlimitNProc, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
 			return fail("RLIMIT_NPROC: %v", err)
 		}
 	}
@@ -390,4 +400,42 @@ func dropPrivileges(keepSetuid bool) error {
 		return e
 	}
 	return nil
+}
+
+// tasksOf counts the tasks (threads) whose real uid is uid, as RLIMIT_NPROC
+// counts them, from /proc/<pid>/status.
+func tasksOf(uid int) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	want := strconv.Itoa(uid)
+	total := 0
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var mine bool
+		threads := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			switch {
+			case strings.HasPrefix(line, "Uid:"):
+				f := strings.Fields(line)
+				mine = len(f) > 1 && f[1] == want
+			case strings.HasPrefix(line, "Threads:"):
+				f := strings.Fields(line)
+				if len(f) > 1 {
+					threads, _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+		if mine {
+			total += threads
+		}
+	}
+	return total
 }
