@@ -731,15 +731,15 @@ type Stream200ResponseHeaders struct {
 	CacheControl *string
 }
 
-type Stream200TexteventStreamResponse struct {
+type Stream200TexteventStreamCharsetUtf8Response struct {
 	Body          io.Reader
 	Headers       Stream200ResponseHeaders
 	ContentLength int64
 }
 
-func (response Stream200TexteventStreamResponse) VisitStreamResponse(w http.ResponseWriter) error {
+func (response Stream200TexteventStreamCharsetUtf8Response) VisitStreamResponse(w http.ResponseWriter) error {
 
-	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 	if response.ContentLength != 0 {
 		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
 	}

@@ -371,7 +371,7 @@ func (a *api) Stream(ctx context.Context, req gen.StreamRequestObject) (gen.Stre
 	if !ok {
 		return gen.Stream404JSONResponse{NotFoundJSONResponse: notFound(req.Params.XSessionId)}, nil
 	}
-	return gen.Stream200TexteventStreamResponse{Body: st.reader(ctx, after),
+	return gen.Stream200TexteventStreamCharsetUtf8Response{Body: st.reader(ctx, after),
 		Headers: gen.Stream200ResponseHeaders{CacheControl: &noCache}}, nil
 }
 
