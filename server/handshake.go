@@ -15,7 +15,9 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		if resp.AcceptedCaps == nil {
 			resp.AcceptedCaps = []msg.CapabilityEntry{}
 		}
-		s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: env.ID}, Msg: resp})
+		// The id is cut like an error's: this reply may go to anyone who
+		// opened a session (wire.ClipID).
+		s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: wire.ClipID(env.ID)}, Msg: resp})
 	}
 	fail := func(code wire.Code, reason string) {
 		reply(&msg.HandshakeResp{Ok: false, Reason: &reason,
@@ -30,7 +32,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		return
 	case env.Proto != wire.ProtoVersion:
 		// spec §9 rule 2.
-		fail(wire.CodeVersionMismatch, "protocol version "+env.Proto+" is not supported; this host speaks "+wire.ProtoVersion)
+		fail(wire.CodeVersionMismatch, "protocol version "+wire.Clip(env.Proto)+" is not supported; this host speaks "+wire.ProtoVersion)
 		return
 	}
 	want := h.token

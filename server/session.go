@@ -137,9 +137,12 @@ func (s *Session) send(p *wire.Packet) int {
 	return n
 }
 
-// sendError answers reqID with an error message.
+// sendError answers reqID with an error message. It answers lines that
+// were never admitted, on sessions that may not have handshaken, so the id
+// it echoes is cut (wire.ClipID): a bad line must not buy a reply as large
+// as itself (docs/SECURITY.md).
 func (s *Session) sendError(reqID string, e *wire.Error) int {
-	return s.send(&wire.Packet{Envelope: wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: reqID}, Msg: errorMessage(e)})
+	return s.send(&wire.Packet{Envelope: wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: wire.ClipID(reqID)}, Msg: errorMessage(e)})
 }
 
 func errorMessage(e *wire.Error) *msg.Error {
@@ -260,7 +263,7 @@ func (s *Session) admit(c *call) {
 	s.mu.Lock()
 	if _, dup := s.inflight[c.id]; dup {
 		s.mu.Unlock()
-		s.sendError(c.id, &wire.Error{Code: wire.CodeSchemaViolation, Message: fmt.Sprintf("a request with id %q is already in flight", c.id), Detail: map[string]any{"field": "id"}})
+		s.sendError(c.id, &wire.Error{Code: wire.CodeSchemaViolation, Message: "a request with id " + wire.Clip(c.id) + " is already in flight", Detail: map[string]any{"field": "id"}})
 		return
 	}
 	select {
