@@ -1,12 +1,16 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
@@ -41,6 +45,12 @@ type Session struct {
 	child     *childInfo   // set for child sessions (child.go)
 	steps     atomic.Int64 // requests a child session has made (child.go)
 	created   time.Time
+	remote    netip.Addr // the client's address, when the transport knows it
+
+	// Guarded by Host.mu (pending.go): the session's place in the pending
+	// pool, or whether it counts against max_sessions.
+	pendingAt *list.Element
+	counted   bool
 
 	state      atomic.Int32
 	lastActive atomic.Int64 // unix nanos
@@ -57,6 +67,7 @@ type Session struct {
 	queue    chan *call
 	drained  chan struct{}         // closed when pending drops to 0 while draining
 	kids     map[*Session]struct{} // child sessions not yet closed (child.go)
+	hsLimit  *rate.Limiter         // failed handshakes of this session (throttle.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc

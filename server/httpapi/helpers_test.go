@@ -211,6 +211,11 @@ type message struct {
 	SessionID string         `json:"session_id"`
 	Text      string         `json:"text"`
 	Detail    map[string]any `json:"detail"`
+	// Error is a failed handshake's error.
+	Error struct {
+		Code   string         `json:"code"`
+		Detail map[string]any `json:"detail"`
+	} `json:"error"`
 }
 
 func decode(tb testing.TB, ev event) message {
