@@ -183,7 +183,7 @@ func Defaults() Config {
 			WriteTimeout:      Duration(15 * time.Second),
 			MaxHeaderBytes:    16 << 10,
 		}},
-		Audit:     AuditConfig{MaxSizeMB: 10, MaxBackups: 5},
+		Audit: AuditConfig{MaxSizeMB: 10, MaxBackups: 5},
 	}
 }
 

@@ -88,8 +88,9 @@ func fitString(s string, max int) string {
 }
 
 // fitValue returns v, or when its encoding is over max, a string of its
-// encoding cut to fit (issue 4: the cap replaces an oversized structured
-// value by its JSON text, cut). The second result reports a cut.
+// encoding cut to fit (docs/DECISIONS.md, Tools and toolkits: the cap replaces an
+// oversized structured value by its JSON text, cut). The second result
+// reports a cut.
 func fitValue(v any, max int) (any, bool, error) {
 	if max <= 2 {
 		// Not even an empty string fits: the other fields took the cap.
