@@ -38,6 +38,10 @@ type ServerConfig struct {
 	// one, or else the X-Forwarded-For header of its requests. Empty: the
 	// peer's own address counts (docs/SECURITY.md, The network edge).
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ProxyProtocol requires a PROXY protocol header (v1 or v2) on every
+	// connection from a trusted proxy and takes the client's address from
+	// it; without it, X-Forwarded-For of a trusted proxy's requests is used.
+	ProxyProtocol bool `yaml:"proxy_protocol"`
 }
 
 // Limits bound what one session and the whole host may use (docs/DECISIONS.md, Dispatch defaults).
@@ -310,6 +314,9 @@ func (c Config) check() error {
 		if p.Type == "" {
 			return fmt.Errorf("config: plugin %q: type is required", p.Name)
 		}
+	}
+	if c.Server.ProxyProtocol && len(c.Server.TrustedProxies) == 0 {
+		return fmt.Errorf("config: server.proxy_protocol needs server.trusted_proxies: the proxies whose header is read")
 	}
 	for i, p := range c.Server.TrustedProxies {
 		if _, err := ParseTrustedProxy(p); err != nil {
