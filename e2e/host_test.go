@@ -356,3 +356,21 @@ func toolCall(id string, streaming bool, tool string, args any) string {
 func outputCommand(n int) map[string]any {
 	return map[string]any{"argv": []string{"sh", "-c", `yes "$1" | head -c "$2"`, "sh", strings.Repeat("a", 999), strconv.Itoa(n)}, "timeout": 120}
 }
+
+// waitAudited waits until the host's audit log (./aep-data/audit.jsonl,
+// written in batches) has n lines of the given message type: the requests
+// were handled, whether or not anyone read their replies.
+func (h *host) waitAudited(t *testing.T, typ string, n int) {
+	t.Helper()
+	path := filepath.Join(h.cmd.Dir, "aep-data", "audit.jsonl")
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		b, _ := os.ReadFile(path)
+		if got := bytes.Count(b, []byte(`"type":"`+typ+`"`)); got >= n {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d of %d %s audited", got, n, typ)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
