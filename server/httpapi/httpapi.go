@@ -257,6 +257,9 @@ func (e *statusError) Error() string { return e.message }
 // and never the internal error, which goes to the log only.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code, message := classify(err)
+	if status == http.StatusRequestTimeout {
+		a.log.Debug("http request body timed out", "path", r.URL.Path, "remote", r.RemoteAddr)
+	}
 	if status >= 500 {
 		if r.Context().Err() != nil {
 			a.log.Debug("http request ended by the client", "path", r.URL.Path, "err", err)
@@ -277,6 +280,7 @@ func classify(err error) (status int, code, message string) {
 	var (
 		se   *statusError
 		mb   *http.MaxBytesError
+		ne   net.Error
 		req  *gen.RequiredHeaderError
 		inv  *gen.InvalidParamFormatError
 		many *gen.TooManyValuesForParamError
@@ -286,6 +290,9 @@ func classify(err error) (status int, code, message string) {
 		return se.status, se.code, se.message
 	case errors.As(err, &mb):
 		return http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body is over the limit of %d bytes", mb.Limit)
+	case errors.As(err, &ne) && ne.Timeout():
+		// The body did not arrive within read_body_timeout.
+		return http.StatusRequestTimeout, "timeout", "the request body took too long to arrive"
 	case errors.As(err, &req):
 		return http.StatusBadRequest, "bad_request", "header " + req.ParamName + " is required"
 	case errors.As(err, &inv):
@@ -341,16 +348,15 @@ func (a *api) forget(id string) {
 // handshake, so the id returned here is the one the handshake reports.
 func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObject) (gen.CreateSessionResponseObject, error) {
 	st := newStream(a)
-	// Hold the map lock across NewSession so that the stream is registered
-	// before any message of the session can reach it.
 	var opts []server.SessionOption
 	if addr, ok := ctx.Value(clientAddrKey{}).(netip.Addr); ok && addr.IsValid() {
 		opts = append(opts, server.WithRemoteAddr(addr))
 	}
-	a.mu.Lock()
+	// Not under a.mu: NewSession may evict (close) the oldest pending
+	// session, whose stream then takes a.mu to forget itself. The new
+	// stream keeps what the session sends before it is registered.
 	s, err := a.h.NewSession(st, opts...)
 	if err != nil {
-		a.mu.Unlock()
 		// Only a closing host refuses: pending sessions evict each other.
 		if errors.Is(err, server.ErrTooManySessions) || errors.Is(err, server.ErrClosed) {
 			return gen.CreateSession503JSONResponse{Ok: false, Error: "unavailable", Message: err.Error()}, nil
@@ -358,8 +364,14 @@ func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObjec
 		return nil, fmt.Errorf("new session: %w", err)
 	}
 	st.attach(s)
+	a.mu.Lock()
 	a.streams[st.id] = st
 	a.mu.Unlock()
+	// Evicted already (a flood of new sessions): its Close may have run
+	// before it was registered, so forget it here.
+	if st.isClosed() {
+		a.forget(st.id)
+	}
 	return gen.CreateSession200JSONResponse{SessionId: st.id}, nil
 }
 

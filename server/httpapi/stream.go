@@ -126,8 +126,17 @@ func (st *stream) Close() {
 	st.mu.Lock()
 	st.closed = true
 	st.wake()
+	id := st.id
 	st.mu.Unlock()
-	st.a.forget(st.id)
+	if id != "" {
+		st.a.forget(id)
+	}
+}
+
+func (st *stream) isClosed() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.closed
 }
 
 // oldest returns the sequence number of the oldest frame held (next when empty).
