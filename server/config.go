@@ -36,7 +36,7 @@ type ServerConfig struct {
 	// TrustedProxies lists the CIDRs of proxies whose word on the client's
 	// address is taken: the PROXY protocol header of a connection from
 	// one, or else the X-Forwarded-For header of its requests. Empty: the
-	// peer's own address counts (docs/SECURITY.md, The network edge).
+	// peer's own address counts (docs/SECURITY.md, The edge).
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// ProxyProtocol requires a PROXY protocol header (v1 or v2) on every
 	// connection from a trusted proxy and takes the client's address from

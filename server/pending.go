@@ -14,7 +14,7 @@ import (
 // agent, and opening a session is never refused for load. A session leaves
 // the pool when its handshake succeeds and is then counted against
 // max_sessions; a child session, made by a live parent, is counted from
-// its creation (docs/SECURITY.md, The network edge).
+// its creation (docs/SECURITY.md, The edge).
 
 // ErrEvicted is the reason a pending session was closed to make room.
 var ErrEvicted = errors.New("pending session evicted: too many sessions wait for their handshake")

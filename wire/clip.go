@@ -8,7 +8,7 @@ import (
 // MaxEcho bounds how many bytes of an agent's input an error message repeats
 // (a `type`, a key, a file name): the error of a 1 MiB type must not be a
 // 1 MiB reply, or every bad line would cost the host twice its size in
-// buffered output (docs/SECURITY.md, The network edge).
+// buffered output (docs/SECURITY.md, The edge).
 const MaxEcho = 128
 
 // MaxReqIDEcho bounds the `req_id` of an error answering a line whose id is

@@ -10,7 +10,7 @@ import (
 
 // TestErrorsClipEchoedInput sends lines whose offending part is 1 MiB: the
 // error must name it, cut, so a bad line never buys a reply as large as
-// itself (docs/SECURITY.md, The network edge).
+// itself (docs/SECURITY.md, The edge).
 func TestErrorsClipEchoedInput(t *testing.T) {
 	big := strings.Repeat("x", 1<<20)
 	tests := []struct {

@@ -656,6 +656,20 @@ func (response Send404JSONResponse) VisitSendResponse(w http.ResponseWriter) err
 	return err
 }
 
+type Send408JSONResponse Error
+
+func (response Send408JSONResponse) VisitSendResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type Send413JSONResponse Error
 
 func (response Send413JSONResponse) VisitSendResponse(w http.ResponseWriter) error {

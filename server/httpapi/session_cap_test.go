@@ -12,7 +12,7 @@ import (
 )
 
 // TestSessionCapAtHandshake checks server.limits.max_sessions over HTTP
-// (docs/SECURITY.md, The network edge): POST /session is never refused for
+// (docs/SECURITY.md, The edge): POST /session is never refused for
 // load, since a pending session does not count; a handshake that would
 // pass the cap answers ok false with runtime_error "too_many_sessions";
 // the sessions that exist go on, and a slot freed by a session that ended

@@ -37,7 +37,7 @@ func (s *wireScope) Emit(kind wire.EventKind, data map[string]any) error {
 // TestOutputCapBoundsTheResult runs tools whose output, events or error
 // are far over the cap: the encoded tool/call/resp line, events included,
 // and every event line on the wire stay within max_output_bytes, and the
-// result says it was cut (docs/SECURITY.md, The network edge).
+// result says it was cut (docs/SECURITY.md, The edge).
 func TestOutputCapBoundsTheResult(t *testing.T) {
 	line := strings.Repeat("<é\"\x01\n", 20) // escapes make the encoding ~3× the text
 	tests := []struct {
