@@ -70,7 +70,7 @@ type Limits struct {
 	// handshaken: it only ever gets errors and the handshake's reply.
 	PendingBufferBytes int `yaml:"pending_buffer_bytes"`
 	// FailedHandshakeBurst failed handshakes are allowed per client address
-	// (and 3 per session) before further attempts are refused unchecked;
+	// (and 5 per session) before further attempts are refused unchecked;
 	// one more is allowed every FailedHandshakeInterval.
 	FailedHandshakeBurst    int      `yaml:"failed_handshake_burst"`
 	FailedHandshakeInterval Duration `yaml:"failed_handshake_interval"`

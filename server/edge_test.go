@@ -142,16 +142,16 @@ func TestHandshakeThrottle(t *testing.T) {
 		return l
 	}
 
-	// Per session: 3 failures, then even the right token is not checked.
+	// Per session: 5 failures, then even the right token is not checked.
 	s, k := open(netip.Addr{})
 	var got []string
-	for i := range 4 {
+	for i := range 6 {
 		s.ReceiveLine(hsLine(fmt.Sprint("g", i), "guess"))
 		got = append(got, outcome(k.last(t)))
 	}
 	s.ReceiveLine(hsLine("right", "secret"))
 	got = append(got, outcome(k.last(t)))
-	if want := "unauthorized,unauthorized,unauthorized,throttled,throttled"; strings.Join(got, ",") != want {
+	if want := "unauthorized,unauthorized,unauthorized,unauthorized,unauthorized,throttled,throttled"; strings.Join(got, ",") != want {
 		t.Fatalf("one session: %s, want %s", strings.Join(got, ","), want)
 	}
 

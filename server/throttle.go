@@ -62,7 +62,7 @@ func (h *Host) TrustedProxies() TrustedProxies { return h.proxies }
 // Per-session budget of failed handshakes, refilled at the per-address
 // interval: a new session is cheap, so this only slows a single session
 // down; the per-address budget is what bounds a client.
-const sessionHandshakeBurst = 3
+const sessionHandshakeBurst = 5
 
 // maxThrottled bounds the addresses the throttle remembers. Past it, idle
 // entries (a full budget: nothing to remember) are swept, then arbitrary
