@@ -157,15 +157,10 @@ func TestConfigureRules(t *testing.T) {
 // still name the file, not take the directory for a URI authority.
 func TestSQLiteRelativeDataDir(t *testing.T) {
 	t.Chdir(t.TempDir())
-	ctx := context.Background()
-	cfg := server.Defaults()
-	cfg.Server.AuthToken = "tok"
-	h, err := server.New(ctx, cfg, server.WithDataDir("aep-data"),
-		server.WithPlugin(server.PluginSpec{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(ctx) })
+	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
+		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
+		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}},
+	}, server.WithDataDir("aep-data"))
 	e := &env{h: h, sqlDir: filepath.Join("aep-data", "tk", "sql")}
 	e.sqliteFile(t, "rel.db", 3)
 	c := connect(t, h)
