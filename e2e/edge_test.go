@@ -77,8 +77,8 @@ func TestSessionFloodLocksNoAgentOut(t *testing.T) {
 // is cut by read_body_timeout (10 s), headers that never end by
 // read_header_timeout (10 s), an idle keep-alive connection by
 // idle_timeout (15 s), a header block over max_header_bytes is refused
-// with 431, while a stream that is read stays open past all of them and
-// still delivers.
+// with 431, while a stream that is read, and a single-exchange POST /send
+// whose answer takes 17 s, stay open past all of them and deliver.
 func TestDeadlinesPerRoute(t *testing.T) {
 	t.Parallel()
 	h := startHost(t, "")
@@ -107,7 +107,25 @@ func TestDeadlinesPerRoute(t *testing.T) {
 		return conn
 	}
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { // a single exchange that waits longer than every deadline
+		defer wg.Done()
+		req, _ := http.NewRequest(http.MethodPost, h.base+"/send",
+			strings.NewReader(toolCall("long", false, "run_command", map[string]any{"argv": []string{"sleep", "17"}})))
+		req.Header.Set("X-Session-Id", sid)
+		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("Accept", "application/json")
+		resp, err := newClient().Do(req)
+		if err != nil {
+			t.Errorf("a 17 s single exchange: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"success":true`) {
+			t.Errorf("a 17 s single exchange: %d %.300s", resp.StatusCode, b)
+		}
+	}()
 	go func() { // slow body
 		defer wg.Done()
 		conn := dial()

@@ -70,28 +70,47 @@ func clientAddr(r *http.Request, trusted server.TrustedProxies) netip.Addr {
 }
 
 // deadlines applies the per-route deadlines of server.transport.http on a
-// request: bodies must arrive within read_body_timeout and answers be
-// written within write_timeout; a stream has no deadline as a whole, each of
-// its writes has write_timeout instead (respWriter), so a reader that stops
-// reading is dropped while a long stream that is read lives on.
+// request: a body must arrive within read_body_timeout, and every write of
+// an answer is given write_timeout (respWriter). No route has a deadline
+// for its answer as a whole: a stream (GET /stream, POST /send in
+// single-exchange mode) is as long as its session or request, so a reader
+// that stops reading is dropped while a long answer that is read lives on.
+// GET /ws gets none here: its connection is hijacked, where a deadline set
+// now would outlive the request, and the WebSocket layer pings its peer
+// instead (ws.go).
 func (g *guard) deadlines(w *respWriter, r *http.Request) {
-	c := g.a.httpCfg
-	now := time.Now()
-	rc := http.NewResponseController(w.ResponseWriter)
-	if isStream(r) {
-		w.rc, w.perWrite = rc, time.Duration(c.WriteTimeout)
+	if r.URL.Path == "/ws" {
 		return
 	}
-	// Errors mean the connection cannot take deadlines (HTTP/2 over a
-	// test conn); the server-wide idle and header timeouts still hold.
-	_ = rc.SetWriteDeadline(now.Add(time.Duration(c.WriteTimeout)))
-	if r.Method == http.MethodPost {
-		_ = rc.SetReadDeadline(now.Add(time.Duration(c.ReadBodyTimeout)))
+	c := g.a.httpCfg
+	rc := http.NewResponseController(w.ResponseWriter)
+	w.rc, w.perWrite = rc, time.Duration(c.WriteTimeout)
+	if r.Method == http.MethodPost && r.Body != nil {
+		// Errors mean the connection cannot take deadlines (a test
+		// conn); the server-wide idle and header timeouts still hold.
+		if rc.SetReadDeadline(time.Now().Add(time.Duration(c.ReadBodyTimeout))) == nil {
+			r.Body = &bodyDeadline{ReadCloser: r.Body, rc: rc}
+		}
 	}
 }
 
-func isStream(r *http.Request) bool {
-	return r.Method == http.MethodGet && r.URL.Path == "/stream"
+// bodyDeadline lifts the body's read deadline once the body is read: the
+// server then reads the connection in the background to notice a client
+// that went away, and a deadline passing there would cancel a request that
+// is still waiting for its answer (single-exchange POST /send).
+type bodyDeadline struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *bodyDeadline) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // proxyListener reads the PROXY protocol header (v1 or v2) of connections

@@ -198,7 +198,7 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, clientAddr(r, g.a.proxies)))
 	g.next.ServeHTTP(rw, r)
 	if rw.perWrite > 0 {
-		// The end of a stream is written after the handler returns.
+		// The end of an answer is written after the handler returns.
 		_ = rw.rc.SetWriteDeadline(time.Now().Add(rw.perWrite))
 	}
 }
