@@ -69,6 +69,15 @@ func clientAddr(r *http.Request, trusted server.TrustedProxies) netip.Addr {
 	return addr
 }
 
+// sessionOptions passes the client's address of a request to the session
+// it opens, for the handshake throttle.
+func sessionOptions(ctx context.Context) []server.SessionOption {
+	if addr, ok := ctx.Value(clientAddrKey{}).(netip.Addr); ok && addr.IsValid() {
+		return []server.SessionOption{server.WithRemoteAddr(addr)}
+	}
+	return nil
+}
+
 // deadlines applies the per-route deadlines of server.transport.http on a
 // request: a body must arrive within read_body_timeout, and every write of
 // an answer is given write_timeout (respWriter). No route has a deadline

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -348,10 +347,7 @@ func (a *api) forget(id string) {
 // handshake, so the id returned here is the one the handshake reports.
 func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObject) (gen.CreateSessionResponseObject, error) {
 	st := newStream(a)
-	var opts []server.SessionOption
-	if addr, ok := ctx.Value(clientAddrKey{}).(netip.Addr); ok && addr.IsValid() {
-		opts = append(opts, server.WithRemoteAddr(addr))
-	}
+	opts := sessionOptions(ctx)
 	// Not under a.mu: NewSession may evict (close) the oldest pending
 	// session, whose stream then takes a.mu to forget itself. The new
 	// stream keeps what the session sends before it is registered.
