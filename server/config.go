@@ -33,6 +33,15 @@ type ServerConfig struct {
 	// Isolation configures session directories and contained processes
 	// (server/sessionfs.go, docs/SECURITY.md).
 	Isolation IsolationConfig `yaml:"isolation"`
+	// TrustedProxies lists the CIDRs of proxies whose word on the client's
+	// address is taken: the PROXY protocol header of a connection from
+	// one, or else the X-Forwarded-For header of its requests. Empty: the
+	// peer's own address counts (docs/SECURITY.md, The edge).
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ProxyProtocol requires a PROXY protocol header (v1 or v2) on every
+	// connection from a trusted proxy and takes the client's address from
+	// it; without it, X-Forwarded-For of a trusted proxy's requests is used.
+	ProxyProtocol bool `yaml:"proxy_protocol"`
 }
 
 // Limits bound what one session and the whole host may use (docs/DECISIONS.md, Dispatch defaults).
@@ -50,6 +59,21 @@ type Limits struct {
 	RequestTimeout Duration `yaml:"request_timeout"`
 	// MaxDepth bounds nested internal dispatch (chains in chains, subagents).
 	MaxDepth int `yaml:"max_depth"`
+	// MaxPendingSessions bounds the sessions that wait for their handshake;
+	// a new one evicts the oldest when it is full. They do not count
+	// against max_sessions, so they cannot lock agents out.
+	MaxPendingSessions int `yaml:"max_pending_sessions"`
+	// SessionBufferBytes bounds what the host holds for one session's
+	// reader (the HTTP replay buffer).
+	SessionBufferBytes int `yaml:"session_buffer_bytes"`
+	// PendingBufferBytes is that bound for a session that has not
+	// handshaken: it only ever gets errors and the handshake's reply.
+	PendingBufferBytes int `yaml:"pending_buffer_bytes"`
+	// FailedHandshakeBurst failed handshakes are allowed per client address
+	// (and 5 per session) before further attempts are refused unchecked;
+	// one more is allowed every FailedHandshakeInterval.
+	FailedHandshakeBurst    int      `yaml:"failed_handshake_burst"`
+	FailedHandshakeInterval Duration `yaml:"failed_handshake_interval"`
 }
 
 // ToolPolicy allows or denies tools by name or tag pattern (path.Match
@@ -61,7 +85,24 @@ type ToolPolicy struct {
 
 // TransportConfig selects the transport: "http" (default), "stdio" or "inprocess".
 type TransportConfig struct {
-	Type string `yaml:"type"`
+	Type string     `yaml:"type"`
+	HTTP HTTPConfig `yaml:"http"`
+}
+
+// HTTPConfig holds the HTTP transport's deadlines and header limit. They
+// apply per route: a stream is never cut by a server-wide write timeout,
+// each of its writes has WriteTimeout instead (docs/SECURITY.md).
+type HTTPConfig struct {
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadBodyTimeout bounds reading a request's body once its headers are in.
+	ReadBodyTimeout Duration `yaml:"read_body_timeout"`
+	// IdleTimeout closes a keep-alive connection with no request.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// WriteTimeout bounds writing a whole response, and each write of a stream.
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// MaxHeaderBytes bounds a request's header block.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 }
 
 // StoreConfig selects the persistent store; an empty DSN means SQLite under the data directory.
@@ -131,10 +172,22 @@ func Defaults() Config {
 				MaxMessageBytes:  1 << 20,
 				RequestTimeout:   Duration(10 * time.Minute),
 				MaxDepth:         8,
+
+				MaxPendingSessions:      256,
+				SessionBufferBytes:      4 << 20,
+				PendingBufferBytes:      64 << 10,
+				FailedHandshakeBurst:    10,
+				FailedHandshakeInterval: Duration(time.Second),
 			},
 		},
-		Transport: TransportConfig{Type: "http"},
-		Audit:     AuditConfig{MaxSizeMB: 10, MaxBackups: 5},
+		Transport: TransportConfig{Type: "http", HTTP: HTTPConfig{
+			ReadHeaderTimeout: Duration(10 * time.Second),
+			ReadBodyTimeout:   Duration(10 * time.Second),
+			IdleTimeout:       Duration(15 * time.Second),
+			WriteTimeout:      Duration(15 * time.Second),
+			MaxHeaderBytes:    16 << 10,
+		}},
+		Audit: AuditConfig{MaxSizeMB: 10, MaxBackups: 5},
 	}
 }
 
@@ -169,9 +222,20 @@ func (c Config) withDefaults() Config {
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = dl.MaxDepth
 	}
+	orInt(&l.MaxPendingSessions, dl.MaxPendingSessions)
+	orInt(&l.SessionBufferBytes, dl.SessionBufferBytes)
+	orInt(&l.PendingBufferBytes, dl.PendingBufferBytes)
+	orInt(&l.FailedHandshakeBurst, dl.FailedHandshakeBurst)
+	orDur(&l.FailedHandshakeInterval, dl.FailedHandshakeInterval)
 	if c.Transport.Type == "" {
 		c.Transport.Type = d.Transport.Type
 	}
+	th, dh := &c.Transport.HTTP, d.Transport.HTTP
+	orDur(&th.ReadHeaderTimeout, dh.ReadHeaderTimeout)
+	orDur(&th.ReadBodyTimeout, dh.ReadBodyTimeout)
+	orDur(&th.IdleTimeout, dh.IdleTimeout)
+	orDur(&th.WriteTimeout, dh.WriteTimeout)
+	orInt(&th.MaxHeaderBytes, dh.MaxHeaderBytes)
 	if c.Audit.MaxSizeMB <= 0 {
 		c.Audit.MaxSizeMB = d.Audit.MaxSizeMB
 	}
@@ -179,6 +243,18 @@ func (c Config) withDefaults() Config {
 		c.Audit.MaxBackups = d.Audit.MaxBackups
 	}
 	return c
+}
+
+func orInt(v *int, d int) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+func orDur(v *Duration, d Duration) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
@@ -237,6 +313,14 @@ func (c Config) check() error {
 		}
 		if p.Type == "" {
 			return fmt.Errorf("config: plugin %q: type is required", p.Name)
+		}
+	}
+	if c.Server.ProxyProtocol && len(c.Server.TrustedProxies) == 0 {
+		return fmt.Errorf("config: server.proxy_protocol needs server.trusted_proxies: the proxies whose header is read")
+	}
+	for i, p := range c.Server.TrustedProxies {
+		if _, err := ParseTrustedProxy(p); err != nil {
+			return fmt.Errorf("config: server.trusted_proxies[%d]: %w", i, err)
 		}
 	}
 	switch c.Transport.Type {

@@ -1,6 +1,10 @@
 package server
 
 import (
+	"errors"
+	"math"
+	"time"
+
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
 )
@@ -15,12 +19,15 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		if resp.AcceptedCaps == nil {
 			resp.AcceptedCaps = []msg.CapabilityEntry{}
 		}
-		s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: env.ID}, Msg: resp})
+		// The id is cut like an error's: this reply may go to anyone who
+		// opened a session (wire.ClipID).
+		s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: wire.ClipID(env.ID)}, Msg: resp})
 	}
-	fail := func(code wire.Code, reason string) {
+	failWith := func(code wire.Code, reason string, detail any) {
 		reply(&msg.HandshakeResp{Ok: false, Reason: &reason,
-			Error: &msg.ErrorBody{Code: string(code), Message: reason, Retryable: code.Retryable()}})
+			Error: &msg.ErrorBody{Code: string(code), Message: reason, Detail: detail, Retryable: code.Retryable()}})
 	}
+	fail := func(code wire.Code, reason string) { failWith(code, reason, nil) }
 	switch {
 	case sessionState(s.state.Load()) != stateNew:
 		fail(wire.CodeSchemaViolation, "this session has already handshaken")
@@ -30,16 +37,40 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		return
 	case env.Proto != wire.ProtoVersion:
 		// spec §9 rule 2.
-		fail(wire.CodeVersionMismatch, "protocol version "+env.Proto+" is not supported; this host speaks "+wire.ProtoVersion)
+		fail(wire.CodeVersionMismatch, "protocol version "+wire.Clip(env.Proto)+" is not supported; this host speaks "+wire.ProtoVersion)
 		return
 	}
 	want := h.token
 	if s.token != nil {
 		want = *s.token // a child session accepts only its own token
 	}
+	// Failed handshakes are throttled per session and per client address
+	// (throttle.go): a client out of budget is refused without its token
+	// being looked at, so it learns nothing until the budget refills.
+	now := time.Now()
+	att, wait, ok := beginAttempt(now, s.handshakeLimiter(), s.addrLimiter())
+	if !ok {
+		secs := math.Ceil(wait.Seconds())
+		h.log.Debug("handshake throttled", "session_id", s.id, "remote", s.remote, "retry_after_seconds", secs)
+		failWith(wire.CodeRuntimeError, "too many failed handshakes; try again later",
+			map[string]any{"reason": "throttled", "retry_after_seconds": secs})
+		return
+	}
 	if !tokenOK(want, req.AuthToken) {
 		// spec §5 rule 3: not retryable; the fix is to correct auth_token.
+		// The reserved budget stays spent.
+		h.log.Debug("handshake failed: invalid auth_token", "session_id", s.id, "remote", s.remote)
 		fail(wire.CodeUnauthorized, "invalid auth_token")
+		return
+	}
+	att.refund(now)
+	if err := h.promote(s); err != nil {
+		if errors.Is(err, ErrTooManySessions) {
+			failWith(wire.CodeRuntimeError, "the host is at server.limits.max_sessions; try again later",
+				map[string]any{"reason": "too_many_sessions"})
+			return
+		}
+		fail(wire.CodeRuntimeError, "the session was closed")
 		return
 	}
 	if s.token != nil {

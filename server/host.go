@@ -89,6 +89,8 @@ type Host struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
+	pending  pendingPool // sessions waiting for their handshake (pending.go)
+	counted  int         // sessions counted against max_sessions
 	closed   bool
 	stop     chan struct{}
 	janitor  sync.WaitGroup
@@ -96,6 +98,9 @@ type Host struct {
 	// childTokens holds the handshake token of each live child session (its
 	// own secret, unlike the host's) so snapshots can be checked for it.
 	childTokens sync.Map // session id → string
+
+	proxies  TrustedProxies     // server.trusted_proxies (throttle.go)
+	throttle *handshakeThrottle // failed handshakes per address (throttle.go)
 
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)
@@ -124,6 +129,13 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		sessions: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
 	h.logIsolation()
+	h.pending.max = cfg.Server.Limits.MaxPendingSessions
+	h.throttle = newHandshakeThrottle(cfg.Server.Limits.FailedHandshakeBurst, time.Duration(cfg.Server.Limits.FailedHandshakeInterval))
+	proxies, err := ParseTrustedProxies(cfg.Server.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	h.proxies = proxies
 	specs, err := instantiate(cfg)
 	if err != nil {
 		return nil, err
@@ -241,23 +253,39 @@ var ErrTooManySessions = errors.New("too many sessions")
 var ErrClosed = errors.New("host closed")
 
 // NewSession creates a session that waits for its handshake. The transport
-// attaches a Sink to receive what the host sends.
-func (h *Host) NewSession(sink Sink) (*Session, error) {
-	return h.newSession(sink, nil, nil, nil)
+// attaches a Sink to receive what the host sends. The session joins the
+// pending pool, evicting its oldest member when the pool is full, so it is
+// refused only by a closed host (pending.go).
+func (h *Host) NewSession(sink Sink, opts ...SessionOption) (*Session, error) {
+	return h.newSession(sink, nil, nil, nil, opts...)
 }
 
 // newSession registers a new session. A child session's info and token are
 // set before it is registered, so no one who finds it sees it half made.
-func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *childInfo) (*Session, error) {
+func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *childInfo, opts ...SessionOption) (*Session, error) {
+	var evicted *Session
+	defer func() {
+		if evicted != nil {
+			h.evict(evicted) // after h.mu is released: Close takes it
+		}
+	}()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, ErrClosed
 	}
-	if len(h.sessions) >= h.cfg.Server.Limits.MaxSessions {
-		return nil, ErrTooManySessions
-	}
 	s := newSession(h, sink, parent, token)
+	for _, o := range opts {
+		o(s)
+	}
+	if parent != nil {
+		// A child is made by a live agent: it counts from the start.
+		if err := h.countLocked(s); err != nil {
+			return nil, err
+		}
+	} else {
+		evicted = h.addPendingLocked(s)
+	}
 	if ci != nil {
 		ci.created = s.created
 		s.child = ci
@@ -294,6 +322,7 @@ func (h *Host) LiveSessions() int {
 func (h *Host) forget(s *Session) {
 	h.mu.Lock()
 	delete(h.sessions, s.id)
+	h.releaseLocked(s)
 	h.mu.Unlock()
 	h.childTokens.Delete(s.id)
 	h.dropState("", s.id)

@@ -1,12 +1,16 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
@@ -41,6 +45,12 @@ type Session struct {
 	child     *childInfo   // set for child sessions (child.go)
 	steps     atomic.Int64 // requests a child session has made (child.go)
 	created   time.Time
+	remote    netip.Addr // the client's address, when the transport knows it
+
+	// Guarded by Host.mu (pending.go): the session's place in the pending
+	// pool, or whether it counts against max_sessions.
+	pendingAt *list.Element
+	counted   bool
 
 	state      atomic.Int32
 	lastActive atomic.Int64 // unix nanos
@@ -57,6 +67,7 @@ type Session struct {
 	queue    chan *call
 	drained  chan struct{}         // closed when pending drops to 0 while draining
 	kids     map[*Session]struct{} // child sessions not yet closed (child.go)
+	hsLimit  *rate.Limiter         // failed handshakes of this session (throttle.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -137,9 +148,12 @@ func (s *Session) send(p *wire.Packet) int {
 	return n
 }
 
-// sendError answers reqID with an error message.
+// sendError answers reqID with an error message. It answers lines that
+// were never admitted, on sessions that may not have handshaken, so the id
+// it echoes is cut (wire.ClipID): a bad line must not buy a reply as large
+// as itself (docs/SECURITY.md).
 func (s *Session) sendError(reqID string, e *wire.Error) int {
-	return s.send(&wire.Packet{Envelope: wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: reqID}, Msg: errorMessage(e)})
+	return s.send(&wire.Packet{Envelope: wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: wire.ClipID(reqID)}, Msg: errorMessage(e)})
 }
 
 func errorMessage(e *wire.Error) *msg.Error {
@@ -260,7 +274,7 @@ func (s *Session) admit(c *call) {
 	s.mu.Lock()
 	if _, dup := s.inflight[c.id]; dup {
 		s.mu.Unlock()
-		s.sendError(c.id, &wire.Error{Code: wire.CodeSchemaViolation, Message: fmt.Sprintf("a request with id %q is already in flight", c.id), Detail: map[string]any{"field": "id"}})
+		s.sendError(c.id, &wire.Error{Code: wire.CodeSchemaViolation, Message: "a request with id " + wire.Clip(c.id) + " is already in flight", Detail: map[string]any{"field": "id"}})
 		return
 	}
 	select {

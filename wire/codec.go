@@ -150,7 +150,7 @@ func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
 	}
 	e := reg.Lookup(sc.Type)
 	if e == nil {
-		return nil, nil, &Error{Code: CodeParseError, Message: fmt.Sprintf("unknown type %q", sc.Type)}
+		return nil, nil, &Error{Code: CodeParseError, Message: "unknown type " + Clip(sc.Type)}
 	}
 	if !e.Kind.AgentSends() {
 		return e, nil, &Error{Code: CodeParseError, Message: fmt.Sprintf("type %q is sent only by the host", sc.Type)}
@@ -245,13 +245,14 @@ func decodeError(err error, m Message) *Error {
 			}
 		}
 		return &Error{Code: CodeSchemaViolation,
-			Message: fmt.Sprintf("field %q: %s", field, reason),
-			Detail:  map[string]any{"field": field}, Err: err}
+			Message: "field " + Clip(field) + ": " + reason,
+			Detail:  map[string]any{"field": cut(field, MaxEcho)}, Err: err}
 	}
 	msg := err.Error()
 	if i := strings.Index(msg, "json: "); i >= 0 {
 		msg = msg[i+6:]
 	}
+	msg = cut(msg, 4*MaxEcho) // the decoder may quote the offending input
 	return &Error{Code: CodeSchemaViolation, Message: msg, Err: err}
 }
 
@@ -380,7 +381,7 @@ func (reg *Registry) Check(env *Envelope, m Message) (*Entry, error) {
 	t := m.MessageType()
 	e := reg.Lookup(t)
 	if e == nil {
-		return nil, &Error{Code: CodeParseError, Message: fmt.Sprintf("unknown type %q", t)}
+		return nil, &Error{Code: CodeParseError, Message: "unknown type " + Clip(t)}
 	}
 	if !e.Kind.AgentSends() {
 		return e, &Error{Code: CodeParseError, Message: fmt.Sprintf("type %q is sent only by the host", t)}

@@ -45,7 +45,7 @@ type FieldError struct {
 	Reason string
 }
 
-func (e *FieldError) Error() string { return fmt.Sprintf("field %q: %s", e.Field, e.Reason) }
+func (e *FieldError) Error() string { return "field " + Clip(e.Field) + ": " + e.Reason }
 
 // Sentinel causes. Handlers wrap these with %w; AsError maps them to codes.
 var (
@@ -114,7 +114,7 @@ func AsError(err error) *Error {
 	var pe *publicError
 	switch {
 	case errors.As(err, &fe):
-		return &Error{Code: CodeSchemaViolation, Message: fe.Error(), Detail: map[string]any{"field": fe.Field}, Err: err}
+		return &Error{Code: CodeSchemaViolation, Message: fe.Error(), Detail: map[string]any{"field": cut(fe.Field, MaxEcho)}, Err: err}
 	case errors.Is(err, ErrCancelled):
 		return &Error{Code: CodeCancelled, Message: "request cancelled", Err: err}
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):

@@ -338,7 +338,7 @@ func (s *scanner) object(depth int, top bool) error {
 		if set == nil {
 			for _, k := range s.stack[base:] {
 				if s.sameKey(k, key) {
-					return s.fail(fmt.Sprintf("duplicate key %q", unquote(s.b[key.start:key.end])))
+					return s.fail("duplicate key " + Clip(unquote(s.b[key.start:key.end])))
 				}
 			}
 			s.stack = append(s.stack, key)
@@ -351,7 +351,7 @@ func (s *scanner) object(depth int, top bool) error {
 		} else {
 			k := s.keyString(key)
 			if _, dup := set[k]; dup {
-				return s.fail(fmt.Sprintf("duplicate key %q", k))
+				return s.fail("duplicate key " + Clip(k))
 			}
 			set[k] = struct{}{}
 		}

@@ -16,6 +16,7 @@ import (
 	_ "modernc.org/sqlite"             // driver "sqlite"
 
 	"github.com/aephost/aep/server/toolrun"
+	"github.com/aephost/aep/wire"
 )
 
 // sqlToolkit is the `sql` toolkit. SQLite files live under
@@ -68,14 +69,22 @@ func num(cfg map[string]any, k string) int {
 
 func openSQL(ctx context.Context, dir string, cfg map[string]any) (Backend, error) {
 	b := &sqlBackend{driver: str(cfg, "driver"), readOnly: str(cfg, "mode") == "read_only", maxRows: num(cfg, "max_rows")}
-	var driver, dsn string
+	var driver, dsn, sqliteHint string
 	switch b.driver {
 	case "sqlite":
 		name := str(cfg, "database")
 		if strings.IndexByte(name, 0) >= 0 || filepath.IsAbs(name) || strings.Contains(name, "..") || strings.ContainsAny(name, "?#") {
-			return nil, errors.New("database must be a plain file name relative to the host's sql directory")
+			return nil, fmt.Errorf("database %s must be a plain file name: SQLite files live in the toolkits plugin's sqlite_dir (%s)", wire.Clip(name), dir)
 		}
-		path := filepath.Join(dir, name)
+		// The file URI needs an absolute path: a relative one (the default
+		// data dir is ./aep-data) would have its first segment read as the
+		// URI's authority, which SQLite refuses.
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite_dir %s: %w", dir, err)
+		}
+		path := filepath.Join(abs, name)
+		sqliteHint = fmt.Sprintf(" (SQLite file %q in the toolkits plugin's sqlite_dir %s)", name, dir)
 		mode := "rwc"
 		if b.readOnly {
 			mode = "ro"
@@ -101,7 +110,7 @@ func openSQL(ctx context.Context, dir string, cfg map[string]any) (Backend, erro
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("cannot connect: %w", err)
+		return nil, fmt.Errorf("cannot connect%s: %w", sqliteHint, err)
 	}
 	db.SetMaxOpenConns(4)
 	b.db = db

@@ -127,8 +127,8 @@ func TestConfigureRules(t *testing.T) {
 		{"schema type", "sql", map[string]any{"driver": "sqlite", "database": "ok.db", "mode": "read_only", "max_rows": "many"}, "error", []string{"/max_rows"}},
 		{"unknown field", "sql", map[string]any{"driver": "sqlite", "database": "ok.db", "mode": "read_only", "colour": 1}, "error", []string{"schema"}},
 		{"backend unreachable", "sql", map[string]any{"driver": "postgres", "database": "x", "mode": "read_only", "host": "127.0.0.1", "port": freePort(t), "password": canary}, "error", []string{"backend", "cannot connect"}},
-		{"missing sqlite file in read_only", "sql", map[string]any{"driver": "sqlite", "database": "absent.db", "mode": "read_only"}, "error", []string{"backend"}},
-		{"path escape", "sql", map[string]any{"driver": "sqlite", "database": "../x.db", "mode": "read_write"}, "error", []string{"relative"}},
+		{"missing sqlite file in read_only", "sql", map[string]any{"driver": "sqlite", "database": "absent.db", "mode": "read_only"}, "error", []string{"backend", `SQLite file "absent.db"`, "sqlite_dir"}},
+		{"path escape", "sql", map[string]any{"driver": "sqlite", "database": "../x.db", "mode": "read_write"}, "error", []string{"plain file name", "sqlite_dir"}},
 		{"success", "sql", map[string]any{"driver": "sqlite", "database": "ok.db", "mode": "read_only"}, "ok", []string{"configured"}},
 	}
 	for _, tc := range cases {
@@ -149,6 +149,28 @@ func TestConfigureRules(t *testing.T) {
 				t.Fatal("password echoed")
 			}
 		})
+	}
+}
+
+// TestSQLiteRelativeDataDir runs the toolkit under a relative data
+// directory, as `aep serve` does by default (./aep-data): the file URI must
+// still name the file, not take the directory for a URI authority.
+func TestSQLiteRelativeDataDir(t *testing.T) {
+	t.Chdir(t.TempDir())
+	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
+		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
+		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}},
+	}, server.WithDataDir("aep-data"))
+	e := &env{h: h, sqlDir: filepath.Join("aep-data", "tk", "sql")}
+	e.sqliteFile(t, "rel.db", 3)
+	c := connect(t, h)
+	for _, mode := range []string{"read_only", "read_write"} {
+		if r := e.configure(t, c, map[string]any{"driver": "sqlite", "database": "rel.db", "mode": mode}); r.Status != "ok" {
+			t.Fatalf("%s: %s", mode, r.Message)
+		}
+		if res := call(t, c, "sql_query", map[string]any{"sql": "SELECT count(*) FROM items"}); !res.Success || !strings.Contains(encode(res.Data), "[[3]]") {
+			t.Fatalf("%s: %+v", mode, res)
+		}
 	}
 }
 

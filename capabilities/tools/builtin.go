@@ -90,9 +90,9 @@ func (b *builtins) read(ctx context.Context, in readIn) (readOut, error) {
 		return readOut{}, err
 	}
 	out := readOut{Path: in.Path, Size: fi.Size()}
-	if len(buf) > limit {
-		buf, out.Truncated = buf[:limit], true
-	}
+	// The limit counts encoded bytes, so the content fits the cap once
+	// escaped (toolrun.MaxOutput).
+	buf, out.Truncated = toolrun.CutEncoded(buf, limit)
 	out.Content = string(buf)
 	return out, nil
 }
@@ -313,7 +313,7 @@ func (b *builtins) grep(ctx context.Context, in grepIn) (grepOut, error) {
 				continue
 			}
 			text := sc.Text()
-			budget -= len(p) + len(text) + 32
+			budget -= toolrun.EncodedLen([]byte(p)) + toolrun.EncodedLen(sc.Bytes()) + 32
 			if budget < 0 || len(out.Matches) == maxMatches {
 				out.Truncated = true
 				return false
@@ -351,22 +351,29 @@ func (o runOut) ToolOutput() toolrun.Output {
 	return toolrun.Output{Data: o, ExitCode: &code, Truncated: o.Truncated}
 }
 
-// capBuffer keeps the first max bytes written to it and notes the rest.
+// capBuffer keeps the start of what is written to it, up to max bytes once
+// encoded as JSON (toolrun.MaxOutput), and notes the rest.
 type capBuffer struct {
 	buf     bytes.Buffer
+	enc     int // encoded length of buf
 	max     int
 	dropped bool
 }
 
 func (c *capBuffer) add(line []byte) {
-	room := c.max - c.buf.Len()
-	if len(line) > room {
-		c.buf.Write(line[:max(room, 0)])
-		c.dropped = true
+	if c.dropped {
 		return
 	}
-	c.buf.Write(line)
+	keep, cut := toolrun.CutEncoded(line, c.max-c.enc)
+	c.buf.Write(keep)
+	c.enc += toolrun.EncodedLen(keep)
+	c.dropped = cut
 }
+
+// maxLogLine bounds one log event of run_command: a longer line (or output
+// without newlines) is sent in pieces, so neither the reader nor an event
+// grows with the output.
+const maxLogLine = 64 << 10
 
 func (b *builtins) run(ctx context.Context, in runIn) (runOut, error) {
 	if len(in.Argv) == 0 || in.Argv[0] == "" {
@@ -424,9 +431,12 @@ func runContained(mode sandbox.Mode, quota int64) func(ctx context.Context, ws *
 		var wg sync.WaitGroup
 		pump := func(r io.Reader, buf *capBuffer, stream, level string) {
 			defer wg.Done()
-			br := bufio.NewReader(r)
+			br := bufio.NewReaderSize(r, maxLogLine)
 			for {
-				line, err := br.ReadBytes('\n')
+				line, err := br.ReadSlice('\n')
+				if err == bufio.ErrBufferFull {
+					err = nil
+				}
 				if len(line) > 0 {
 					buf.add(line)
 					_ = toolrun.Emit(ctx, "log", map[string]any{"level": level, "stream": stream, "message": strings.TrimRight(string(line), "\n")})

@@ -14,6 +14,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/wire"
 )
 
 func TestFileTools(t *testing.T) {
@@ -274,12 +275,60 @@ plugins:
 		}
 	}
 	// The plugin field serves embedders the same way.
-	e := newEnv(t, client.JSON, server.ToolPolicy{}, 64)
-	res, err := e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: "big", Arguments: map[string]any{"n": 1000}})
+	e := newEnv(t, client.JSON, server.ToolPolicy{}, 1024)
+	res, err := e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: "big", Arguments: map[string]any{"n": 10000}})
 	if err != nil || !res.Success || !res.Truncated {
-		t.Fatalf("big under a 64-byte cap: %+v %v", res, err)
+		t.Fatalf("big under a 1024-byte cap: %+v %v", res, err)
 	}
-	if s, _ := res.Data.(string); len(s) != 64 {
-		t.Fatalf("data of %d bytes, want the 64-byte cap", len(s))
+	if s, _ := res.Data.(string); len(s) < 512 || len(encode(t, res)) > 1024 {
+		t.Fatalf("data of %d bytes in a result of %d, want the 1024-byte cap filled", len(s), len(encode(t, res)))
+	}
+}
+
+// TestRunCommandOutputCap runs commands whose output is many times the cap,
+// in lines, in one line without a newline and in characters that the JSON
+// encoding escapes: the reply, its collected events included, stays within
+// max_output_bytes and every streamed event is within it too
+// (docs/SECURITY.md, The edge).
+func TestRunCommandOutputCap(t *testing.T) {
+	const limit = 64 << 10
+	e := newEnv(t, client.JSON, server.ToolPolicy{}, limit)
+	tests := []struct{ name, script string }{
+		{"many lines", `yes 'a line of output' | head -n 200000`},
+		{"one long line", `head -c 3000000 /dev/zero | tr '\0' x`},
+		{"escaped characters", `yes '<"&>' | head -n 100000`},
+		{"both streams", `yes out | head -n 100000; yes err | head -n 100000 >&2`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var largest, n int
+			ctx := client.WithEvents(context.Background(), func(ev client.Event) {
+				b, _ := wire.Marshal(ev.Data)
+				mu.Lock()
+				largest, n = max(largest, len(b)), n+1
+				mu.Unlock()
+			})
+			res, err := e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: "run_command", Streaming: true,
+				Arguments: map[string]any{"argv": []any{"sh", "-c", tc.script}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Success || !res.Truncated {
+				t.Fatalf("result %+v", res)
+			}
+			if size := len(encode(t, res)); size > limit {
+				t.Fatalf("result of %d bytes over the %d-byte cap", size, limit)
+			}
+			out := res.Data.(map[string]any)
+			if s := encode(t, out["stdout"]); len(s) < limit/4 {
+				t.Fatalf("stdout of %d encoded bytes kept", len(s))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if n == 0 || largest > limit {
+				t.Fatalf("%d events streamed, the largest %d bytes", n, largest)
+			}
+		})
 	}
 }

@@ -656,6 +656,20 @@ func (response Send404JSONResponse) VisitSendResponse(w http.ResponseWriter) err
 	return err
 }
 
+type Send408JSONResponse Error
+
+func (response Send408JSONResponse) VisitSendResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type Send413JSONResponse Error
 
 func (response Send413JSONResponse) VisitSendResponse(w http.ResponseWriter) error {
@@ -731,15 +745,15 @@ type Stream200ResponseHeaders struct {
 	CacheControl *string
 }
 
-type Stream200TexteventStreamResponse struct {
+type Stream200TexteventStreamCharsetUtf8Response struct {
 	Body          io.Reader
 	Headers       Stream200ResponseHeaders
 	ContentLength int64
 }
 
-func (response Stream200TexteventStreamResponse) VisitStreamResponse(w http.ResponseWriter) error {
+func (response Stream200TexteventStreamCharsetUtf8Response) VisitStreamResponse(w http.ResponseWriter) error {
 
-	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 	if response.ContentLength != 0 {
 		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
 	}

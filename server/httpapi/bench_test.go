@@ -142,7 +142,7 @@ func floorHandler() http.Handler {
 		mu.Lock()
 		ch := sessions[r.Header.Get("X-Session-Id")]
 		mu.Unlock()
-		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
 		var seq int

@@ -136,7 +136,7 @@ func openStream(tb testing.TB, base, sid, lastID string) *sse {
 		cancel()
 		tb.Fatalf("GET /stream: %d %s", resp.StatusCode, b)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream; charset=utf-8" {
 		tb.Errorf("Content-Type %q", ct)
 	}
 	s := &sse{rec: conformance.NewRecorderFor(tb, checker(tb)), resp: resp, cancel: cancel, events: make(chan event, 4096)}
@@ -211,6 +211,11 @@ type message struct {
 	SessionID string         `json:"session_id"`
 	Text      string         `json:"text"`
 	Detail    map[string]any `json:"detail"`
+	// Error is a failed handshake's error.
+	Error struct {
+		Code   string         `json:"code"`
+		Detail map[string]any `json:"detail"`
+	} `json:"error"`
 }
 
 func decode(tb testing.TB, ev event) message {

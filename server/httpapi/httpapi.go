@@ -36,9 +36,14 @@ type Options struct {
 	Heartbeat time.Duration
 	// BufferMessages bounds each session's replay ring by count (default 512).
 	BufferMessages int
-	// BufferBytes bounds each session's replay ring by size (default 4 MiB);
-	// the newest message is kept whatever its size.
+	// BufferBytes bounds each session's replay ring by size (default
+	// server.limits.session_buffer_bytes); the newest message is kept
+	// whatever its size.
 	BufferBytes int
+	// PendingBufferBytes is BufferBytes for a session that has not
+	// handshaken (default server.limits.pending_buffer_bytes): it only gets
+	// errors and the handshake's reply, and anyone may open one.
+	PendingBufferBytes int
 	// AllowedOrigins lists the origins ("https://app.example") and hosts
 	// ("aep.internal:8765") besides loopback that may call the API; "*"
 	// allows any. Nil means the host's server.allowed_origins.
@@ -57,7 +62,10 @@ func (o Options) withDefaults(h *server.Host) Options {
 		o.BufferMessages = 512
 	}
 	if o.BufferBytes <= 0 {
-		o.BufferBytes = 4 << 20
+		o.BufferBytes = h.Config().Server.Limits.SessionBufferBytes
+	}
+	if o.PendingBufferBytes <= 0 {
+		o.PendingBufferBytes = h.Config().Server.Limits.PendingBufferBytes
 	}
 	if o.AllowedOrigins == nil {
 		o.AllowedOrigins = h.Config().Server.AllowedOrigins
@@ -75,6 +83,8 @@ type api struct {
 	log     *slog.Logger
 	maxBody int64
 	allow   allowList
+	httpCfg server.HTTPConfig
+	proxies server.TrustedProxies
 
 	mu      sync.RWMutex
 	streams map[string]*stream
@@ -87,7 +97,8 @@ var _ gen.StrictServerInterface = (*api)(nil)
 func Handler(h *server.Host, opts Options) http.Handler {
 	opts = opts.withDefaults(h)
 	a := &api{h: h, opts: opts, log: opts.Logger, maxBody: int64(h.Config().Server.Limits.MaxMessageBytes),
-		allow: parseAllowList(opts.AllowedOrigins), streams: map[string]*stream{}}
+		allow: parseAllowList(opts.AllowedOrigins), streams: map[string]*stream{},
+		httpCfg: h.Config().Transport.HTTP, proxies: h.TrustedProxies()}
 	// Both of oapi-codegen's error hooks lead to one function, so every
 	// transport error has our JSON body and no 5xx echoes an internal error
 	// (so no library text reaches an agent).
@@ -121,9 +132,20 @@ func ServeListener(ctx context.Context, h *server.Host, ln net.Listener, opts Op
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	cfg := h.Config()
+	hc := cfg.Transport.HTTP
+	if cfg.Server.ProxyProtocol {
+		ln = &proxyListener{Listener: ln, trusted: h.TrustedProxies()}
+	}
+	// Only the header and idle deadlines are server-wide; bodies and writes
+	// have theirs per route (guard.deadlines), since a server-wide write or
+	// read timeout would cut every long-lived stream (docs/SECURITY.md).
 	srv := &http.Server{
 		Handler:           Handler(h, opts),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: time.Duration(hc.ReadHeaderTimeout),
+		IdleTimeout:       time.Duration(hc.IdleTimeout),
+		MaxHeaderBytes:    hc.MaxHeaderBytes,
+		ConnContext:       connContext,
 		// Request contexts derive from ctx, so ending ctx ends every SSE
 		// stream; Shutdown alone would wait for them forever.
 		BaseContext: func(net.Listener) context.Context { return ctx },
@@ -171,28 +193,48 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(rw, r.Body, g.a.maxBody)
 	}
+	g.deadlines(rw, r)
+	r = r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, clientAddr(r, g.a.proxies)))
 	g.next.ServeHTTP(rw, r)
+	if rw.perWrite > 0 {
+		// The end of an answer is written after the handler returns.
+		_ = rw.rc.SetWriteDeadline(time.Now().Add(rw.perWrite))
+	}
 }
 
 // respWriter remembers whether the response has begun, so that an error met
-// while streaming is logged instead of written into the stream.
+// while streaming is logged instead of written into the stream. On a
+// stream it gives every write its own deadline (perWrite).
 type respWriter struct {
 	http.ResponseWriter
-	started bool
+	started  bool
+	rc       *http.ResponseController
+	perWrite time.Duration
+}
+
+// extend gives the next write of a stream its deadline.
+func (w *respWriter) extend() {
+	if w.perWrite > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.perWrite))
+	}
 }
 
 func (w *respWriter) WriteHeader(code int) {
 	w.started = true
+	w.extend()
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *respWriter) Write(b []byte) (int, error) {
 	w.started = true
+	w.extend()
 	return w.ResponseWriter.Write(b)
 }
 
-// Flush lets the generated SSE writer flush after every event.
+// Flush lets the generated SSE writer flush after every event. A flush is
+// where a stream's bytes reach the connection, so it has a deadline too.
 func (w *respWriter) Flush() {
+	w.extend()
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -214,6 +256,9 @@ func (e *statusError) Error() string { return e.message }
 // and never the internal error, which goes to the log only.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, code, message := classify(err)
+	if status == http.StatusRequestTimeout {
+		a.log.Debug("http request body timed out", "path", r.URL.Path, "remote", r.RemoteAddr)
+	}
 	if status >= 500 {
 		if r.Context().Err() != nil {
 			a.log.Debug("http request ended by the client", "path", r.URL.Path, "err", err)
@@ -234,6 +279,7 @@ func classify(err error) (status int, code, message string) {
 	var (
 		se   *statusError
 		mb   *http.MaxBytesError
+		ne   net.Error
 		req  *gen.RequiredHeaderError
 		inv  *gen.InvalidParamFormatError
 		many *gen.TooManyValuesForParamError
@@ -243,6 +289,9 @@ func classify(err error) (status int, code, message string) {
 		return se.status, se.code, se.message
 	case errors.As(err, &mb):
 		return http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body is over the limit of %d bytes", mb.Limit)
+	case errors.As(err, &ne) && ne.Timeout():
+		// The body did not arrive within read_body_timeout.
+		return http.StatusRequestTimeout, "timeout", "the request body took too long to arrive"
 	case errors.As(err, &req):
 		return http.StatusBadRequest, "bad_request", "header " + req.ParamName + " is required"
 	case errors.As(err, &inv):
@@ -282,7 +331,7 @@ func (a *api) lookup(id string) (*stream, bool) {
 		return st, true
 	}
 	st = newStream(a)
-	st.id, st.sess = id, s
+	st.attach(s)
 	a.streams[id] = st
 	s.Attach(st)
 	return st, true
@@ -298,20 +347,27 @@ func (a *api) forget(id string) {
 // handshake, so the id returned here is the one the handshake reports.
 func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObject) (gen.CreateSessionResponseObject, error) {
 	st := newStream(a)
-	// Hold the map lock across NewSession so that the stream is registered
-	// before any message of the session can reach it.
-	a.mu.Lock()
-	s, err := a.h.NewSession(st)
+	opts := sessionOptions(ctx)
+	// Not under a.mu: NewSession may evict (close) the oldest pending
+	// session, whose stream then takes a.mu to forget itself. The new
+	// stream keeps what the session sends before it is registered.
+	s, err := a.h.NewSession(st, opts...)
 	if err != nil {
-		a.mu.Unlock()
+		// Only a closing host refuses: pending sessions evict each other.
 		if errors.Is(err, server.ErrTooManySessions) || errors.Is(err, server.ErrClosed) {
 			return gen.CreateSession503JSONResponse{Ok: false, Error: "unavailable", Message: err.Error()}, nil
 		}
 		return nil, fmt.Errorf("new session: %w", err)
 	}
-	st.id, st.sess = s.ID(), s
+	st.attach(s)
+	a.mu.Lock()
 	a.streams[st.id] = st
 	a.mu.Unlock()
+	// Evicted already (a flood of new sessions): its Close may have run
+	// before it was registered, so forget it here.
+	if st.isClosed() {
+		a.forget(st.id)
+	}
 	return gen.CreateSession200JSONResponse{SessionId: st.id}, nil
 }
 
@@ -371,7 +427,7 @@ func (a *api) Stream(ctx context.Context, req gen.StreamRequestObject) (gen.Stre
 	if !ok {
 		return gen.Stream404JSONResponse{NotFoundJSONResponse: notFound(req.Params.XSessionId)}, nil
 	}
-	return gen.Stream200TexteventStreamResponse{Body: st.reader(ctx, after),
+	return gen.Stream200TexteventStreamCharsetUtf8Response{Body: st.reader(ctx, after),
 		Headers: gen.Stream200ResponseHeaders{CacheControl: &noCache}}, nil
 }
 

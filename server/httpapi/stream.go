@@ -44,6 +44,24 @@ func newStream(a *api) *stream {
 	return &stream{a: a, ring: make([]frame, a.opts.BufferMessages), next: 1}
 }
 
+// attach binds the stream to its session; it is called before the session
+// can send anything to it.
+func (st *stream) attach(s *server.Session) {
+	st.mu.Lock()
+	st.id, st.sess = s.ID(), s
+	st.mu.Unlock()
+}
+
+// limit is the ring's bound in bytes: a session that has not handshaken
+// gets the small pending buffer, so that the many sessions anyone can open
+// hold little each (docs/SECURITY.md, The edge).
+func (st *stream) limit() int {
+	if st.sess != nil && !st.sess.Live() && st.sess.Parent() == nil {
+		return st.a.opts.PendingBufferBytes
+	}
+	return st.a.opts.BufferBytes
+}
+
 var encPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // Send encodes p and appends it to the ring. It never blocks on a reader.
@@ -63,7 +81,8 @@ func (st *stream) Send(p *wire.Packet) (int, error) {
 	// Evict the oldest frames while the ring is over either bound; the newest
 	// frame is always kept, however large.
 	size := len(line) + 32
-	for st.n > 0 && (st.n == len(st.ring) || st.bytes+size > st.a.opts.BufferBytes) {
+	limit := st.limit()
+	for st.n > 0 && (st.n == len(st.ring) || st.bytes+size > limit) {
 		st.evict()
 	}
 	i := (st.head + st.n) % len(st.ring)
@@ -107,8 +126,17 @@ func (st *stream) Close() {
 	st.mu.Lock()
 	st.closed = true
 	st.wake()
+	id := st.id
 	st.mu.Unlock()
-	st.a.forget(st.id)
+	if id != "" {
+		st.a.forget(id)
+	}
+}
+
+func (st *stream) isClosed() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.closed
 }
 
 // oldest returns the sequence number of the oldest frame held (next when empty).

@@ -127,7 +127,7 @@ func (hub *wsHub) serve(w http.ResponseWriter, r *http.Request) {
 		// handshake, or an attach frame that trades it for another session.
 		// Its id goes back in the upgrade's X-Session-Id header, so a client
 		// can re-attach even before its handshake.
-		if ws, err = hub.create(conn); err != nil {
+		if ws, err = hub.create(conn, sessionOptions(r.Context())...); err != nil {
 			a.fail(w, r, &statusError{http.StatusServiceUnavailable, "unavailable", err.Error()})
 			return
 		}
@@ -178,18 +178,28 @@ func (hub *wsHub) exists(id string) bool {
 }
 
 // create opens a new session with conn attached.
-func (hub *wsHub) create(conn *wsConn) (*wsSession, error) {
+func (hub *wsHub) create(conn *wsConn, opts ...server.SessionOption) (*wsSession, error) {
 	ws := newWSSession(hub)
-	hub.mu.Lock()
-	defer hub.mu.Unlock()
-	// NewSession under the hub's lock, so the session is registered before
-	// anything can look it up.
-	s, err := hub.a.h.NewSession(ws)
+	// NewSession not under the hub's lock: it may evict (close) the oldest
+	// pending session, which takes that lock to forget itself. Nothing can
+	// look the session up before its id is returned from here.
+	s, err := hub.a.h.NewSession(ws, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("new session: %w", err)
 	}
+	hub.mu.Lock()
 	ws.id, ws.sess = s.ID(), s
 	hub.sessions[ws.id] = ws
+	hub.mu.Unlock()
+	ws.mu.Lock()
+	closed := ws.closed
+	ws.mu.Unlock()
+	if closed {
+		// Evicted already by a flood of new sessions; its Close may have
+		// run before it was registered.
+		hub.forget(ws)
+		return nil, fmt.Errorf("new session: %w", server.ErrEvicted)
+	}
 	return ws, nil
 }
 

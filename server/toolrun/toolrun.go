@@ -26,6 +26,7 @@ const DefaultMaxOutputBytes = 1 << 20
 
 // maxEvents bounds the events one call collects, so a chatty tool cannot
 // grow a result without limit; later events are still streamed but not kept.
+// Their encoded size is bounded too, by the output cap (fitResult).
 const maxEvents = 10000
 
 // Subject is what the tool policy needs to know about the tool being called.
@@ -60,7 +61,8 @@ func (e *ExitError) Unwrap() error { return e.Err }
 
 // Options are the host-wide settings of tool runs.
 type Options struct {
-	// MaxOutputBytes caps the encoded size of result.data; 0 means the default.
+	// MaxOutputBytes caps the encoded reply, its collected events included,
+	// and every event; 0 means the default (docs/DECISIONS.md, Output cap).
 	MaxOutputBytes int
 	// Policy is server.tool_policy (spec §5 rule 6).
 	Policy server.ToolPolicy
@@ -121,9 +123,17 @@ type collector struct {
 	mu        sync.Mutex
 	scope     wire.Scope
 	streaming bool
-	events    []msg.ToolEvent
+	events    []keptEvent
+	kept      int  // encoded bytes of events
+	dropped   bool // an event was not kept
 	done      bool
 	maxOutput int
+}
+
+// keptEvent is a collected event with the size of its encoding.
+type keptEvent struct {
+	ev   msg.ToolEvent
+	size int
 }
 
 func (c *collector) emit(kind wire.EventKind, data map[string]any) error {
@@ -135,8 +145,17 @@ func (c *collector) emit(kind wire.EventKind, data map[string]any) error {
 	if data == nil {
 		data = map[string]any{}
 	}
-	if len(c.events) < maxEvents {
-		c.events = append(c.events, msg.ToolEvent{Kind: msg.ToolEventKind(kind), Data: msg.ToolEventData(data)})
+	// No event on the wire is over the cap: one that is has its strings cut.
+	data = fitEventData(data, c.maxOutput-reserve(c.maxOutput))
+	// Events are kept while they could still fit the result; fitResult
+	// decides at the end what the data leaves room for.
+	if len(c.events) < maxEvents && c.kept < c.maxOutput {
+		ev := msg.ToolEvent{Kind: msg.ToolEventKind(kind), Data: msg.ToolEventData(data)}
+		size := encodedSize(ev)
+		c.events = append(c.events, keptEvent{ev: ev, size: size})
+		c.kept += size
+	} else {
+		c.dropped = true
 	}
 	if c.streaming && c.scope != nil {
 		return c.scope.Emit(kind, data)
@@ -144,14 +163,11 @@ func (c *collector) emit(kind wire.EventKind, data map[string]any) error {
 	return nil
 }
 
-func (c *collector) finish() []msg.ToolEvent {
+func (c *collector) finish() ([]keptEvent, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.done = true
-	if c.events == nil {
-		return []msg.ToolEvent{}
-	}
-	return c.events
+	return c.events, c.dropped
 }
 
 // Emit records an event of the running tool: it is collected into the
@@ -185,13 +201,16 @@ func Artifact(ctx context.Context, name, mime, chunk string, final bool) error {
 	return Emit(ctx, wire.EventArtifact, map[string]any{"name": name, "mime": mime, "chunk": chunk, "final": final})
 }
 
-// MaxOutput returns the output cap of the running call, for tools that cut
-// their own output (reading files, capturing process output).
+// MaxOutput returns the room the running call's output cap leaves for the
+// encoding of result.data (the cap less [EnvelopeReserve]), for tools that
+// cut their own output (reading files, capturing process output). Such
+// tools count encoded bytes ([EncodedLen], [CutEncoded]): what they keep
+// then fits without being cut again.
 func MaxOutput(ctx context.Context) int {
 	if c, ok := ctx.Value(collectorKey{}).(*collector); ok {
-		return c.maxOutput
+		return c.maxOutput - reserve(c.maxOutput)
 	}
-	return DefaultMaxOutputBytes
+	return DefaultMaxOutputBytes - EnvelopeReserve
 }
 
 // Run applies policy, timeout, panic recovery, event collection, the output
@@ -217,7 +236,8 @@ func Run(ctx context.Context, s wire.Scope, req *msg.ToolCallReq, t Subject, opt
 	} else {
 		out, err = protect(ctx, opt.Logger, t.Name, fn)
 	}
-	res := &msg.ToolResult{ToolName: t.Name, DurationMs: int(time.Since(t0).Milliseconds()), Events: col.finish()}
+	events, dropped := col.finish()
+	res := &msg.ToolResult{ToolName: t.Name, DurationMs: int(time.Since(t0).Milliseconds())}
 	var xe *ExitError
 	if errors.As(err, &xe) {
 		out = xe.Output
@@ -229,8 +249,9 @@ func Run(ctx context.Context, s wire.Scope, req *msg.ToolCallReq, t Subject, opt
 	} else {
 		res.Success = true
 	}
-	res.Data, res.Summary, res.ExitCode, res.Truncated = out.Data, out.Summary, out.ExitCode, out.Truncated
-	capData(res, maxOut)
+	res.Data, res.Summary, res.ExitCode, res.Truncated = out.Data, out.Summary, out.ExitCode, out.Truncated || dropped
+	// The cap bounds the whole result, events included (docs/SECURITY.md).
+	fitResult(res, events, maxOut-reserve(maxOut))
 	return res
 }
 
@@ -278,36 +299,12 @@ func protect(ctx context.Context, log *slog.Logger, name string, fn Func) (out O
 	return fn(ctx)
 }
 
-// capData enforces the output cap on result.data: strings are cut at a rune
-// boundary; other values whose encoding is over the cap are replaced by their
-// encoding cut to the cap, as a string ( truncated past the cap).
-func capData(res *msg.ToolResult, max int) {
-	switch d := res.Data.(type) {
-	case nil:
-		return
-	case string:
-		if len(d) > max {
-			res.Data, res.Truncated = cutString(d, max), true
-		}
-		return
-	case int, int64, float64, bool:
-		return
-	}
-	b, err := wire.Marshal(res.Data)
-	if err != nil {
-		text := fmt.Sprintf("tool output cannot be encoded: %v", err)
-		code := msg.ToolResultErrorCodeTOOLERROR
-		res.Success, res.Data, res.Error, res.ErrorCode = false, nil, &text, &code
-		return
-	}
-	if len(b) > max {
-		res.Data, res.Truncated = cutString(string(b), max), true
-	}
-}
-
 func cutString(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	if n <= 0 {
+		return ""
 	}
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
