@@ -98,7 +98,7 @@ func TestMaxSessions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a pending session past the cap: %v", err)
 	}
-	hs := []byte(`{"type":"handshake/req","id":"h","proto":"1.0","agent_id":"a","agent_caps":["echo"],"auth_token":"secret"}`)
+	hs := []byte(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["echo"],"auth_token":"secret"}`)
 	third.WriteLine(ctx, hs)
 	if l, err := third.ReadLine(ctx); err != nil || !strings.Contains(string(l), `"ok":false`) || !strings.Contains(string(l), `"reason":"too_many_sessions"`) || !strings.Contains(string(l), `"code":"runtime_error"`) {
 		t.Fatalf("handshake past the cap: %s %v", l, err)

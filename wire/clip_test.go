@@ -22,7 +22,7 @@ func TestErrorsClipEchoedInput(t *testing.T) {
 		{"unknown type", msg.Registry(), `{"type":"` + big + `","id":"1"}`, "unknown type"},
 		{"duplicate small-object key", msg.Registry(), `{"type":"ping","id":"1","` + big + `":1,"` + big + `":2}`, "duplicate key"},
 		{"duplicate large-object key", msg.Registry(), `{"type":"ping","id":"1","a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"` + big + `":1,"` + big + `":2}`, "duplicate key"},
-		{"field of a wrong type", probeRegistry(), `{"type":"probe/do/req","id":"1","items":[],"tags":{"` + big + `":"not a number"}}`, "field"},
+		{"field of a wrong type", probeRegistry(), `{"type":"probe/do/req","id":"1","proto":"1.0","ts":1,"items":[],"tags":{"` + big + `":"not a number"}}`, "field"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
