@@ -59,7 +59,7 @@ func (k *lineSink) isClosed() bool {
 }
 
 func hsLine(id, token string) []byte {
-	return []byte(fmt.Sprintf(`{"type":"handshake/req","id":%q,"proto":"1.0","agent_id":"a","agent_caps":["echo"],"auth_token":%q}`, id, token))
+	return []byte(fmt.Sprintf(`{"type":"handshake/req","id":%q,"proto":"1.0","ts":1,"agent_id":"a","agent_caps":["echo"],"auth_token":%q}`, id, token))
 }
 
 // TestPendingPool checks the pool of sessions waiting for their handshake
@@ -188,7 +188,7 @@ func TestHandshakeThrottle(t *testing.T) {
 	friend := netip.MustParseAddr("2001:db8::1")
 	for i := range 20 {
 		s, k := open(friend)
-		s.ReceiveLine([]byte(`{"type":"handshake/req","id":"v","proto":"9.9","agent_id":"a","agent_caps":[],"auth_token":"x"}`))
+		s.ReceiveLine([]byte(`{"type":"handshake/req","id":"v","proto":"9.9","ts":1,"agent_id":"a","agent_caps":[],"auth_token":"x"}`))
 		s.ReceiveLine(hsLine("h", "secret"))
 		if o := outcome(k.last(t)); o != "ok" {
 			t.Fatalf("handshake %d of a well-behaved client: %s", i, o)
@@ -217,7 +217,7 @@ func TestPendingErrorsAreSmall(t *testing.T) {
 		`{"type":"` + big + `","id":"` + big + `"}`,
 		`{"type":"ping","id":"` + big + `"}`,
 		`{"type":"handshake/req","id":"` + big + `","proto":"` + big + `","agent_id":"a","agent_caps":[],"auth_token":"x"}`,
-		`{"type":"handshake/req","id":"` + big + `","proto":"1.0","agent_id":"a","agent_caps":[],"auth_token":"x"}`,
+		`{"type":"handshake/req","id":"` + big + `","proto":"1.0","ts":1,"agent_id":"a","agent_caps":[],"auth_token":"x"}`,
 		`{"type":"ping","id":"1","` + big + `":1,"` + big + `":2}`,
 	}
 	k := &lineSink{}
