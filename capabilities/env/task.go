@@ -292,7 +292,8 @@ func (t *taskEnv) grade(ctx context.Context) (float64, string, int, error) {
 	// Copies, made after the last run of the episode ended (and every
 	// process it left with it): symbolic links are not copied.
 	for _, c := range []struct{ src, dst string }{{t.work, "submission"}, {t.def.dir, "task"}} {
-		if err := root.Mkdir(c.dst, 0o755); err == nil {
+		err := root.Mkdir(c.dst, 0o755)
+		if err == nil {
 			_, err = copyTree(ctx, c.src, root, c.dst)
 		}
 		if err != nil {
