@@ -24,7 +24,7 @@ func checkEnvelope(sc *Scanned) *Error {
 	if sc.Proto != ProtoVersion && sc.Type != "handshake/req" {
 		return &Error{Code: CodeVersionMismatch, Message: fmt.Sprintf("field \"proto\" must be %q", ProtoVersion), Detail: map[string]any{"field": "proto"}}
 	}
-	if (!sc.TSValid || math.IsNaN(sc.TS) || sc.TS < MinTS || sc.TS > MaxTS) {
+	if !sc.TSValid || math.IsNaN(sc.TS) || sc.TS < MinTS || sc.TS > MaxTS {
 		return &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("field \"ts\": a number of Unix epoch seconds from %v to %v is required", float64(MinTS), float64(MaxTS)), Detail: map[string]any{"field": "ts"}}
 	}
 	return nil
