@@ -88,7 +88,8 @@ type Host struct {
 	started    time.Time
 
 	mu       sync.Mutex
-	sessions map[string]*Session
+	sessions map[string]*Session // by transport id
+	handles  map[string]*Session // by public handle (handle.go)
 	closed   bool
 	stop     chan struct{}
 	janitor  sync.WaitGroup
@@ -121,7 +122,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	h := &Host{
 		cfg: cfg, reg: o.registry, log: o.logger, auditor: o.auditor, claims: NewClaims(),
 		dataDir: o.dataDir, store: o.store, token: sha256.Sum256([]byte(cfg.Server.AuthToken)), started: time.Now(),
-		sessions: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
+		sessions: map[string]*Session{}, handles: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
 	h.logIsolation()
 	specs, err := instantiate(cfg)
@@ -267,10 +268,12 @@ func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *child
 		}
 	}
 	h.sessions[s.id] = s
+	h.handles[s.handle] = s
 	return s, nil
 }
 
-// Session returns a session by id.
+// Session returns a session by its transport id. Only transports look
+// sessions up this way; plugins use [Host.SessionByHandle].
 func (h *Host) Session(id string) (*Session, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -294,13 +297,14 @@ func (h *Host) LiveSessions() int {
 func (h *Host) forget(s *Session) {
 	h.mu.Lock()
 	delete(h.sessions, s.id)
+	delete(h.handles, s.handle)
 	h.mu.Unlock()
 	h.childTokens.Delete(s.id)
-	h.dropState("", s.id)
+	h.dropState("", s.handle)
 	for _, o := range h.observers {
-		o.v.SessionClosed(s.id)
+		o.v.SessionClosed(s.handle)
 	}
-	h.releaseSessionDir(s.id)
+	h.releaseSessionDir(s.handle)
 }
 
 // expire closes sessions that stayed idle or never handshook (docs/DECISIONS.md, Dispatch defaults).
@@ -325,7 +329,7 @@ func (h *Host) expire() {
 			}
 			h.mu.Unlock()
 			for _, s := range stale {
-				h.log.Info("session expired", "session_id", s.id)
+				h.log.Info("session expired", "session", s.handle)
 				s.Close()
 			}
 		}

@@ -119,7 +119,7 @@ func TestSnapshotRestoresWorkingMemory(t *testing.T) {
 // ChildSpawned), and connects an agent to it with the child's own token.
 func spawnChild(t *testing.T, h *testHost, parent *client.Client, scope string) *client.Client {
 	t.Helper()
-	ps, ok := h.Session(parent.SessionID())
+	ps, ok := h.Session(aeptest.Handle(t, parent))
 	if !ok {
 		t.Fatalf("no session %s", parent.SessionID())
 	}
@@ -204,7 +204,7 @@ func TestScopeViews(t *testing.T) {
 	aeptest.WantError(t, err, wire.CodeSchemaViolation, "read-only")
 
 	// The plugin refuses a scope it does not know, whoever calls it.
-	if err := p.ChildSpawned(aeptest.Context(t), isolated.c.SessionID(), parent.SessionID(), "borrowed"); !errors.Is(err, memory.ErrBadScope) {
+	if err := p.ChildSpawned(aeptest.Context(t), aeptest.Handle(t, isolated.c), aeptest.Handle(t, parent), "borrowed"); !errors.Is(err, memory.ErrBadScope) {
 		t.Fatalf("unknown scope: %v", err)
 	}
 }
