@@ -17,8 +17,8 @@
 //     !closed         record host lines until the pipe reports the session closed;
 //     !session NAME   switch to (or open) the pipe NAME; the first is "A";
 //     !attach NAME ID open the pipe NAME to the waiting child session ID
-//                     (its transport id, or its public handle: transcripts
-//                     show every transport id as <session>)
+//     (its transport id, or its public handle: transcripts
+//     show every transport id as <session>)
 //     and switch to it (a subagent's session);
 //     and the verbs of [Harness.NewHost]'s extra steps.
 //     In a sent line, $SESSION is replaced by the current session's id, $TMP
