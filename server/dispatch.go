@@ -63,7 +63,7 @@ func (h *Host) dispatch(ctx context.Context, c *call, e *wire.Entry, req wire.Me
 		if e.Fallback != nil {
 			return h.fallback(c, e, req), nil
 		}
-		return nil, &wire.Error{Code: wire.CodeRuntimeError, Capability: e.Capability, Message: "every plugin declined " + e.Type}
+		return nil, &wire.Error{Code: wire.CodeRuntimeError, Capability: e.Capability, Message: "every plugin declined " + e.Type, Detail: map[string]any{"reason": "declined"}}
 	}
 	if e.Page != nil {
 		// Each plugin answered with its own page after the cursor; the

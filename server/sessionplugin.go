@@ -21,7 +21,7 @@ func (p *sessionPlugin) Module() ModuleInfo {
 func (p *sessionPlugin) SessionInfo(ctx context.Context, sc wire.Scope, req *msg.SessionInfoReq) (*msg.SessionInfoResp, error) {
 	s, ok := p.h.SessionByHandle(sc.SessionID())
 	if !ok {
-		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+		return nil, errSessionEnded
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -40,7 +40,7 @@ func (p *sessionPlugin) SessionInfo(ctx context.Context, sc wire.Scope, req *msg
 func (p *sessionPlugin) SessionSnapshot(ctx context.Context, sc wire.Scope, req *msg.SessionSnapshotReq) (*msg.SessionSnapshotResp, error) {
 	s, ok := p.h.SessionByHandle(sc.SessionID())
 	if !ok {
-		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+		return nil, errSessionEnded
 	}
 	target := string(req.Target)
 	if target == "" {
@@ -57,7 +57,7 @@ func (p *sessionPlugin) SessionSnapshot(ctx context.Context, sc wire.Scope, req 
 func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *msg.SessionRestoreReq) (*msg.SessionRestoreResp, error) {
 	s, ok := p.h.SessionByHandle(sc.SessionID())
 	if !ok {
-		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+		return nil, errSessionEnded
 	}
 	restored, err := p.h.restoreSession(ctx, s, req.SnapshotID)
 	if err != nil {
@@ -67,3 +67,7 @@ func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *
 }
 
 func rand16() string { return wire.RandomHex(8) }
+
+// errSessionEnded answers a request whose session ended while it ran; no
+// retry on that session can succeed.
+var errSessionEnded = &wire.Error{Code: wire.CodeRuntimeError, Message: "session ended", Detail: map[string]any{"reason": "session_ended"}}

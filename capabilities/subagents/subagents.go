@@ -150,7 +150,7 @@ func (p *Plugin) Validate() error {
 func (p *Plugin) sender(sc wire.Scope) (*server.Session, error) {
 	s, ok := p.host.SessionByHandle(sc.SessionID())
 	if !ok {
-		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+		return nil, &wire.Error{Code: wire.CodeRuntimeError, Message: "session ended", Detail: map[string]any{"reason": "session_ended"}}
 	}
 	return s, nil
 }
