@@ -98,6 +98,9 @@ type Host struct {
 	// own secret, unlike the host's) so snapshots can be checked for it.
 	childTokens sync.Map // session id → string
 
+	// declared holds the secrets plugins declared (secrets.go).
+	declared secretStore
+
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)
 	subSeq int
@@ -301,6 +304,7 @@ func (h *Host) forget(s *Session) {
 	h.mu.Unlock()
 	h.childTokens.Delete(s.id)
 	h.dropState("", s.handle)
+	h.forgetSecrets(s.handle)
 	for _, o := range h.observers {
 		o.v.SessionClosed(s.handle)
 	}

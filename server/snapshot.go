@@ -116,7 +116,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	p.SnapshotID = newSnapshotID(target)
 	p.Created = time.Now().UTC()
 	p.Plugins = []pluginSnapshot{}
-	secrets := h.secrets(s.id)
+	secrets := h.secrets(s)
 	for _, snp := range h.snapshotters {
 		pl, sn := snp.p, snp.v
 		state, err := sn.Snapshot(ctx, s.handle)
@@ -327,37 +327,35 @@ func decodeSnapshot(doc []byte, id string) (*snapshotPayload, error) {
 	return &p, nil
 }
 
-// secrets returns the secrets the kernel knows: the host's auth token, the
-// token session sid handshook with when it is a child session's own, and
-// those plugins declare.
-func (h *Host) secrets(sid string) []string {
-	out := []string{h.cfg.Server.AuthToken, ""}
-	if t, ok := h.childTokens.Load(sid); ok {
-		out[1] = t.(string)
+// secrets returns the secrets the kernel knows for session s: the host's
+// auth token, the token s handshook with when it is a child session's own,
+// those plugins declared for the host and for s's tree (secrets.go), and
+// those of [SecretHolder]s.
+func (h *Host) secrets(s *Session) []namedSecret {
+	out := []namedSecret{{"the host auth token", h.cfg.Server.AuthToken}}
+	if t, ok := h.childTokens.Load(s.id); ok {
+		out = append(out, namedSecret{"the session's auth token", t.(string)})
 	}
+	out = append(out, h.declaredSecrets(s)...)
 	for _, sh := range h.secretHolders {
-		out = append(out, sh.v.Secrets()...)
+		for _, v := range sh.v.Secrets() {
+			out = append(out, namedSecret{"a secret of plugin " + `"` + sh.p.Name + `"`, v})
+		}
 	}
 	return out
 }
 
 // findSecret reports which secret appears in b, raw or JSON-escaped, as a
 // description that does not reveal it ("" when none does).
-func findSecret(b []byte, secrets []string) string {
-	for i, sec := range secrets {
-		if sec == "" {
+func findSecret(b []byte, secrets []namedSecret) string {
+	for _, sec := range secrets {
+		if sec.value == "" {
 			continue
 		}
-		esc, _ := json.Marshal(sec)
+		esc, _ := json.Marshal(sec.value)
 		esc = esc[1 : len(esc)-1]
-		if bytes.Contains(b, []byte(sec)) || bytes.Contains(b, esc) {
-			switch i {
-			case 0:
-				return "the host auth token"
-			case 1:
-				return "the session's auth token"
-			}
-			return "a plugin secret"
+		if bytes.Contains(b, []byte(sec.value)) || bytes.Contains(b, esc) {
+			return sec.what
 		}
 	}
 	return ""

@@ -562,8 +562,8 @@ func TestSnapshotRefusesSecrets(t *testing.T) {
 		want  string
 	}{
 		{"host token in plugin state", "", hostCanary, "the host auth token"},
-		{"plugin secret in plugin state", "      leak: true\n", "hello", "a plugin secret"},
-		{"plugin secret said by the agent", "", "key=" + pluginCanary, "a plugin secret"},
+		{"plugin secret in plugin state", "      leak: true\n", "hello", `a secret of plugin "notes"`},
+		{"plugin secret said by the agent", "", "key=" + pluginCanary, `a secret of plugin "notes"`},
 	}
 	for _, tc := range tests {
 		for _, target := range []string{"file", "sql"} {
