@@ -45,14 +45,66 @@ func sourceReasons(t *testing.T, root string) []sentReason {
 	consts := codeConsts()
 	var out []sentReason
 	fset := token.NewFileSet()
+	// Reasons named by a string constant (mcp.ReasonUnavailable): the
+	// package-level string constants of each directory.
+	strConsts := map[string]map[string]string{}
+	skip := func(rel string) bool {
+		switch rel {
+		case "gen", "ent", ".git", "sdk", "node_modules":
+			return true
+		}
+		return false
+	}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
 		if d.IsDir() {
-			switch rel {
-			case "gen", "ent", ".git", "sdk", "node_modules":
+			if skip(rel) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(path)
+		for _, decl := range f.Decls {
+			g, ok := decl.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if i < len(vs.Values) {
+						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							if strConsts[dir] == nil {
+								strConsts[dir] = map[string]string{}
+							}
+							strConsts[dir][name.Name], _ = strconv.Unquote(lit.Value)
+						}
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if skip(rel) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -72,12 +124,21 @@ func sourceReasons(t *testing.T, root string) []sentReason {
 			case *ast.CallExpr:
 				if sel, ok := x.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Reason" && len(x.Args) == 2 {
 					if id, ok := sel.X.(*ast.Ident); ok && id.Name == "wire" {
-						lit, ok := x.Args[0].(*ast.BasicLit)
-						if !ok {
+						var r string
+						switch a := x.Args[0].(type) {
+						case *ast.BasicLit:
+							r, _ = strconv.Unquote(a.Value)
+						case *ast.Ident:
+							v, ok := strConsts[filepath.Dir(path)][a.Name]
+							if !ok {
+								t.Errorf("%s: wire.Reason with a reason that is no string constant", fset.Position(x.Pos()))
+								return true
+							}
+							r = v
+						default:
 							t.Errorf("%s: wire.Reason with a reason that is no literal", fset.Position(x.Pos()))
 							return true
 						}
-						r, _ := strconv.Unquote(lit.Value)
 						out = append(out, sentReason{string(wire.CodeRuntimeError), r, fset.Position(x.Pos()).String()})
 					}
 				}
@@ -221,7 +282,7 @@ func TestRetryableTable(t *testing.T) {
 	}
 	// Conditions no retry can cure are false (spec §2.3: whether retrying can succeed).
 	// retry column, are false.
-	for _, r := range []string{"step_limit", "depth_limit", "unknown_snapshot", "data_plane_unavailable", "command_not_found", "denied"} {
+	for _, r := range []string{"step_limit", "depth_limit", "unknown_snapshot", "staging_root_unset", "program_not_found", "denied"} {
 		if wire.AsError(&wire.Error{Code: wire.CodeRuntimeError, Detail: map[string]any{"reason": r}}).Retryable() {
 			t.Errorf("runtime_error/%s is retryable", r)
 		}

@@ -119,7 +119,7 @@ func TestSnapshotRestoresWorkingMemory(t *testing.T) {
 // ChildSpawned), and connects an agent to it with the child's own token.
 func spawnChild(t *testing.T, h *testHost, parent *client.Client, scope string) *client.Client {
 	t.Helper()
-	ps, ok := h.Session(aeptest.Handle(t, parent))
+	ps, ok := h.Session(parent.SessionID())
 	if !ok {
 		t.Fatalf("no session %s", parent.SessionID())
 	}
