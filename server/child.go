@@ -149,12 +149,12 @@ func (h *Host) SpawnChild(ctx context.Context, parent *Session, opts ChildOption
 		return nil, "", fmt.Errorf("spawn: %w", err)
 	}
 	for _, o := range h.childObservers {
-		if err := o.v.ChildSpawned(ctx, child.id, parent.id, opts.MemoryScope); err != nil {
+		if err := o.v.ChildSpawned(ctx, child.handle, parent.handle, opts.MemoryScope); err != nil {
 			child.Close()
 			return nil, "", fmt.Errorf("spawn: plugin %q: %w", o.p.Name, err)
 		}
 	}
-	h.log.Info("child session spawned", "session_id", child.id, "parent_id", parent.id, "depth", depth, "memory_scope", opts.MemoryScope)
+	h.log.Info("child session spawned", "session", child.handle, "parent", parent.handle, "depth", depth, "memory_scope", opts.MemoryScope)
 	return child, token, nil
 }
 

@@ -63,7 +63,7 @@ func (h *Host) dispatch(ctx context.Context, c *call, e *wire.Entry, req wire.Me
 		if e.Fallback != nil {
 			return h.fallback(c, e, req), nil
 		}
-		return nil, &wire.Error{Code: wire.CodeRuntimeError, Capability: e.Capability, Message: "every plugin declined " + e.Type}
+		return nil, &wire.Error{Code: wire.CodeRuntimeError, Capability: e.Capability, Message: "every plugin declined " + e.Type, Detail: map[string]any{"reason": "declined"}}
 	}
 	if e.Page != nil {
 		// Each plugin answered with its own page after the cursor; the
@@ -79,7 +79,7 @@ func (h *Host) owner(c *call, e *wire.Entry, req wire.Message, r *route) *plugin
 	if !ok {
 		return nil
 	}
-	name, ok := h.claims.Owner(c.s.id, Claim{Kind: e.Owner, Name: at.AuditTarget()})
+	name, ok := h.claims.Owner(c.s.handle, Claim{Kind: e.Owner, Name: at.AuditTarget()})
 	if !ok {
 		return nil
 	}
@@ -136,7 +136,7 @@ func (h *Host) call(ctx context.Context, c *call, p *plugin, e *wire.Entry, req 
 // error are failures, each with its code.
 func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req, resp wire.Message, t0 time.Time, err error) *AuditRecord {
 	rec := &AuditRecord{
-		TS: t0, SessionID: c.s.id, ReqID: c.id, Type: e.Type, Capability: e.Capability,
+		TS: t0, SessionID: c.s.handle, ReqID: c.id, Type: e.Type, Capability: e.Capability,
 		Success: err == nil, InputBytes: c.inBytes,
 		DurationMS: float64(time.Since(t0).Microseconds()) / 1000,
 	}
@@ -192,7 +192,7 @@ func (h *Host) wireError(c *call, err error) *wire.Error {
 		corr = pe.Correlation // the panic and its stack are logged already
 	} else {
 		corr = newCorrelation()
-		h.log.Error("handler error", "correlation", corr, "session_id", c.s.id, "type", c.entry.Type, "err", err)
+		h.log.Error("handler error", "correlation", corr, "session", c.s.handle, "type", c.entry.Type, "err", err)
 	}
 	return &wire.Error{
 		Code: e.Code, Capability: e.Capability, Err: e.Err,

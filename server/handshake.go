@@ -51,7 +51,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	att, wait, ok := beginAttempt(now, s.handshakeLimiter(), s.addrLimiter())
 	if !ok {
 		secs := math.Ceil(wait.Seconds())
-		h.log.Debug("handshake throttled", "session_id", s.id, "remote", s.remote, "retry_after_seconds", secs)
+		h.log.Debug("handshake throttled", "session", s.handle, "remote", s.remote, "retry_after_seconds", secs)
 		failWith(wire.CodeRuntimeError, "too many failed handshakes; try again later",
 			map[string]any{"reason": "throttled", "retry_after_seconds": secs})
 		return
@@ -59,7 +59,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	if !tokenOK(want, req.AuthToken) {
 		// spec §5 rule 3: not retryable; the fix is to correct auth_token.
 		// The reserved budget stays spent.
-		h.log.Debug("handshake failed: invalid auth_token", "session_id", s.id, "remote", s.remote)
+		h.log.Debug("handshake failed: invalid auth_token", "session", s.handle, "remote", s.remote)
 		fail(wire.CodeUnauthorized, "invalid auth_token")
 		return
 	}

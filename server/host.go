@@ -88,9 +88,10 @@ type Host struct {
 	started    time.Time
 
 	mu       sync.Mutex
-	sessions map[string]*Session
-	pending  pendingPool // sessions waiting for their handshake (pending.go)
-	counted  int         // sessions counted against max_sessions
+	sessions map[string]*Session // by transport id
+	handles  map[string]*Session // by public handle (handle.go)
+	pending  pendingPool         // sessions waiting for their handshake (pending.go)
+	counted  int                 // sessions counted against max_sessions
 	closed   bool
 	stop     chan struct{}
 	janitor  sync.WaitGroup
@@ -101,6 +102,9 @@ type Host struct {
 
 	proxies  TrustedProxies     // server.trusted_proxies (throttle.go)
 	throttle *handshakeThrottle // failed handshakes per address (throttle.go)
+
+	// declared holds the secrets plugins declared (secrets.go).
+	declared secretStore
 
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)
@@ -126,7 +130,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	h := &Host{
 		cfg: cfg, reg: o.registry, log: o.logger, auditor: o.auditor, claims: NewClaims(),
 		dataDir: o.dataDir, store: o.store, token: sha256.Sum256([]byte(cfg.Server.AuthToken)), started: time.Now(),
-		sessions: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
+		sessions: map[string]*Session{}, handles: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
 	h.logIsolation()
 	h.pending.max = cfg.Server.Limits.MaxPendingSessions
@@ -295,10 +299,12 @@ func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *child
 		}
 	}
 	h.sessions[s.id] = s
+	h.handles[s.handle] = s
 	return s, nil
 }
 
-// Session returns a session by id.
+// Session returns a session by its transport id. Only transports look
+// sessions up this way; plugins use [Host.SessionByHandle].
 func (h *Host) Session(id string) (*Session, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -322,14 +328,16 @@ func (h *Host) LiveSessions() int {
 func (h *Host) forget(s *Session) {
 	h.mu.Lock()
 	delete(h.sessions, s.id)
+	delete(h.handles, s.handle)
 	h.releaseLocked(s)
 	h.mu.Unlock()
 	h.childTokens.Delete(s.id)
-	h.dropState("", s.id)
+	h.dropState("", s.handle)
+	h.forgetSecrets(s.handle)
 	for _, o := range h.observers {
-		o.v.SessionClosed(s.id)
+		o.v.SessionClosed(s.handle)
 	}
-	h.releaseSessionDir(s.id)
+	h.releaseSessionDir(s.handle)
 }
 
 // expire closes sessions that stayed idle or never handshook (docs/DECISIONS.md, Dispatch defaults).
@@ -354,7 +362,7 @@ func (h *Host) expire() {
 			}
 			h.mu.Unlock()
 			for _, s := range stale {
-				h.log.Info("session expired", "session_id", s.id)
+				h.log.Info("session expired", "session", s.handle)
 				s.Close()
 			}
 		}

@@ -105,7 +105,7 @@ func (h *Host) PendingSessions() int {
 
 // evict closes a session pushed out of the pending pool.
 func (h *Host) evict(s *Session) {
-	h.log.Info("pending session evicted", "session_id", s.id, "reason", ErrEvicted.Error(), "remote", s.remote)
+	h.log.Info("pending session evicted", "session", s.handle, "reason", ErrEvicted.Error(), "remote", s.remote)
 	s.Close()
 }
 

@@ -61,7 +61,7 @@ func (st *SessionState[T]) GetOrCreate(sessionID string) (*T, error) {
 		return v, nil
 	}
 	if st.host != nil {
-		if _, live := st.host.Session(sessionID); !live {
+		if _, live := st.host.SessionByHandle(sessionID); !live {
 			return nil, fmt.Errorf("session state: %w", ErrSessionEnded)
 		}
 	}
@@ -179,7 +179,7 @@ func Recovered(log *slog.Logger, what string, v any) *PanicError {
 func (e PluginEnv) Go(sessionID, what string, fn func(ctx context.Context) error) {
 	ctx := context.Background()
 	if e.Host != nil {
-		if s, ok := e.Host.Session(sessionID); ok {
+		if s, ok := e.Host.SessionByHandle(sessionID); ok {
 			ctx = s.Context()
 		}
 		e.Host.goroutines.Add(1)

@@ -36,8 +36,11 @@ const (
 
 // Session is one isolated agent session (spec §1, 5 rule 4).
 type Session struct {
-	h      *Host
-	id     string
+	h  *Host
+	id string // the transport id: a bearer secret (handle.go)
+	// handle is the session's public name (handle.go): what plugins, audit,
+	// logs and other sessions know it by.
+	handle string
 	parent *Session
 	token  *[32]byte // a child's own token; nil means the host's
 	// childCaps limits a child session to a subset of its parent's capabilities.
@@ -77,7 +80,7 @@ type Session struct {
 func newSession(h *Host, sink Sink, parent *Session, token *[32]byte) *Session {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
-		h: h, id: newSessionID(), parent: parent, token: token, created: time.Now(),
+		h: h, id: newSessionID(), handle: newHandle(), parent: parent, token: token, created: time.Now(),
 		sink: sink, inflight: map[string]*call{},
 		queue: make(chan *call, h.cfg.Server.Limits.QueueSize),
 		ctx:   ctx, cancel: cancel, done: make(chan struct{}),
@@ -88,7 +91,8 @@ func newSession(h *Host, sink Sink, parent *Session, token *[32]byte) *Session {
 
 func newSessionID() string { return "s-" + rand16() }
 
-// ID returns the session id, which the handshake reports.
+// ID returns the session's transport id, which the handshake reports. It
+// is a bearer secret: only transports use it (handle.go).
 func (s *Session) ID() string { return s.id }
 
 // Parent returns the parent session of a child session, or nil.
@@ -143,7 +147,7 @@ func (s *Session) send(p *wire.Packet) int {
 	}
 	n, err := sink.Send(p)
 	if err != nil {
-		s.h.log.Warn("send failed", "session_id", s.id, "type", p.Type, "err", err)
+		s.h.log.Warn("send failed", "session", s.handle, "type", p.Type, "err", err)
 	}
 	return n
 }
@@ -334,7 +338,7 @@ func (s *Session) waitWorkers(ctx context.Context) error {
 	case <-idle:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("session %s: a handler ignored cancellation: %w", s.id, ctx.Err())
+		return fmt.Errorf("session %s: a handler ignored cancellation: %w", s.handle, ctx.Err())
 	}
 }
 
@@ -465,7 +469,9 @@ type call struct {
 
 var _ wire.Scope = (*call)(nil)
 
-func (c *call) SessionID() string { return c.s.id }
+// SessionID returns the session's public handle: plugins know a session
+// by it and never see the transport id (handle.go).
+func (c *call) SessionID() string { return c.s.handle }
 func (c *call) RequestID() string { return c.id }
 func (c *call) Enabled(capability string) bool {
 	return c.s.Enabled(CanonicalCapability(capability))

@@ -14,7 +14,9 @@ import (
 )
 
 // One file system per session (docs/SECURITY.md, Isolation). Each session
-// owns one directory, <data dir>/sessions/<session id>, made on first use.
+// owns one directory, <data dir>/sessions/<session handle>, made on first
+// use; it is named by the public handle (handle.go), so listing the
+// sessions directory shows no transport id.
 // The tools workspace, proc working directories, the env data root and
 // task work directories all live in it, and every sandbox mounts it at
 // /workspace. A subagent's directory follows its memory scope (spec §1):
@@ -44,8 +46,8 @@ type SessionDir struct {
 	// ReadOnly is set for a restricted subagent: it may read its parent's
 	// files and write none.
 	ReadOnly bool
-	// Owner is the session whose directory it is (the session itself, or
-	// the ancestor it shares with).
+	// Owner is the handle of the session whose directory it is (the
+	// session itself, or the ancestor it shares with).
 	Owner string
 }
 
@@ -86,13 +88,14 @@ func (h *Host) SandboxMode() sandbox.Mode {
 	return sandbox.ModeAuto
 }
 
-// SessionDir returns the directory of a live session, made on first use.
+// SessionDir returns the directory of a live session, by its handle
+// (wire.Scope.SessionID), made on first use.
 func (h *Host) SessionDir(sessionID string) (SessionDir, error) {
-	s, ok := h.Session(sessionID)
+	s, ok := h.SessionByHandle(sessionID)
 	if !ok {
 		return SessionDir{}, fmt.Errorf("session directory: %w", ErrSessionEnded)
 	}
-	d := SessionDir{Owner: s.id}
+	d := SessionDir{Owner: s.handle}
 	for cur := s; cur.parent != nil && cur.child != nil; cur = cur.parent {
 		scope := cur.child.scope
 		if scope != "shared" && scope != "restricted" {
@@ -101,7 +104,7 @@ func (h *Host) SessionDir(sessionID string) (SessionDir, error) {
 		if scope == "restricted" {
 			d.ReadOnly = true
 		}
-		d.Owner = cur.parent.id
+		d.Owner = cur.parent.handle
 	}
 	d.Path = filepath.Join(h.sessionsRoot(), d.Owner)
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
@@ -157,7 +160,7 @@ func (h *Host) prepareChildDir(child, parent *Session, scope string) error {
 	if scope != "snapshot" {
 		return nil
 	}
-	src, err := h.SessionDir(parent.id)
+	src, err := h.SessionDir(parent.handle)
 	if err != nil {
 		return err
 	}
@@ -168,7 +171,7 @@ func (h *Host) prepareChildDir(child, parent *Session, scope string) error {
 	if used > h.SessionQuota() {
 		return fmt.Errorf("snapshot of the parent's files (%d bytes) beyond the quota %d: %w", used, h.SessionQuota(), ErrQuota)
 	}
-	dst, err := h.SessionDir(child.id)
+	dst, err := h.SessionDir(child.handle)
 	if err != nil {
 		return err
 	}
@@ -233,7 +236,7 @@ func (h *Host) releaseSessionDir(sessionID string) {
 	}
 	dir := filepath.Join(h.sessionsRoot(), sessionID)
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		h.log.Warn("removing a session directory", "session_id", sessionID, "err", err)
+		h.log.Warn("removing a session directory", "session", sessionID, "err", err)
 	}
 }
 

@@ -19,26 +19,28 @@ func (p *sessionPlugin) Module() ModuleInfo {
 }
 
 func (p *sessionPlugin) SessionInfo(ctx context.Context, sc wire.Scope, req *msg.SessionInfoReq) (*msg.SessionInfoResp, error) {
-	s, ok := p.h.Session(sc.SessionID())
+	s, ok := p.h.SessionByHandle(sc.SessionID())
 	if !ok {
-		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+		return nil, errSessionEnded
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	resp := &msg.SessionInfoResp{SessionID: s.id, AgentID: s.agentID, AcceptedCaps: append([]msg.CapabilityEntry{}, s.accepted...),
+	resp := &msg.SessionInfoResp{SessionID: s.id, Handle: s.handle, AgentID: s.agentID, AcceptedCaps: append([]msg.CapabilityEntry{}, s.accepted...),
 		MaxParallel: p.h.cfg.Server.MaxParallel, InFlight: s.pending}
 	if s.parent != nil {
-		pid := s.parent.id
-		resp.ParentID = &pid
+		// The parent's handle, never its transport id: a child holding that
+		// could post requests into its parent's session (handle.go).
+		ph := s.parent.handle
+		resp.ParentHandle = &ph
 	}
 	return resp, nil
 }
 
 // SessionSnapshot saves the session's state (spec §1.6; see snapshot.go).
 func (p *sessionPlugin) SessionSnapshot(ctx context.Context, sc wire.Scope, req *msg.SessionSnapshotReq) (*msg.SessionSnapshotResp, error) {
-	s, ok := p.h.Session(sc.SessionID())
+	s, ok := p.h.SessionByHandle(sc.SessionID())
 	if !ok {
-		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+		return nil, errSessionEnded
 	}
 	target := string(req.Target)
 	if target == "" {
@@ -53,9 +55,9 @@ func (p *sessionPlugin) SessionSnapshot(ctx context.Context, sc wire.Scope, req 
 
 // SessionRestore restores a snapshot into the current session (spec §3).
 func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *msg.SessionRestoreReq) (*msg.SessionRestoreResp, error) {
-	s, ok := p.h.Session(sc.SessionID())
+	s, ok := p.h.SessionByHandle(sc.SessionID())
 	if !ok {
-		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+		return nil, errSessionEnded
 	}
 	restored, err := p.h.restoreSession(ctx, s, req.SnapshotID)
 	if err != nil {
@@ -65,3 +67,7 @@ func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *
 }
 
 func rand16() string { return wire.RandomHex(8) }
+
+// errSessionEnded answers a request whose session ended while it ran; no
+// retry on that session can succeed.
+var errSessionEnded = &wire.Error{Code: wire.CodeRuntimeError, Message: "session ended", Detail: map[string]any{"reason": "session_ended"}}

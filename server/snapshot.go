@@ -74,12 +74,17 @@ type snapshotDoc struct {
 }
 
 type snapshotPayload struct {
-	SnapshotID   string                `json:"snapshot_id"`
-	SessionID    string                `json:"session_id"`
-	AgentID      string                `json:"agent_id"`
-	AcceptedCaps []msg.CapabilityEntry `json:"accepted_caps"`
-	Created      time.Time             `json:"created"`
-	Plugins      []pluginSnapshot      `json:"plugins"`
+	SnapshotID string `json:"snapshot_id"`
+	// SessionHandle is the saved session's public handle, for information:
+	// a restore keeps the handle of the session restored into (handle.go).
+	SessionHandle string `json:"session_handle,omitempty"`
+	// LegacySessionID is read from snapshots written before handles, which
+	// recorded the transport id; it is never written again.
+	LegacySessionID string                `json:"session_id,omitempty"`
+	AgentID         string                `json:"agent_id"`
+	AcceptedCaps    []msg.CapabilityEntry `json:"accepted_caps"`
+	Created         time.Time             `json:"created"`
+	Plugins         []pluginSnapshot      `json:"plugins"`
 }
 
 type pluginSnapshot struct {
@@ -106,21 +111,21 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 		return "", 0, fmt.Errorf("target %q: %w: want file or sql", target, wire.ErrInvalid)
 	}
 	s.mu.Lock()
-	p := snapshotPayload{SessionID: s.id, AgentID: s.agentID, AcceptedCaps: append([]msg.CapabilityEntry{}, s.accepted...)}
+	p := snapshotPayload{SessionHandle: s.handle, AgentID: s.agentID, AcceptedCaps: append([]msg.CapabilityEntry{}, s.accepted...)}
 	s.mu.Unlock()
 	p.SnapshotID = newSnapshotID(target)
 	p.Created = time.Now().UTC()
 	p.Plugins = []pluginSnapshot{}
-	secrets := h.secrets(s.id)
+	secrets := h.secrets(s)
 	for _, snp := range h.snapshotters {
 		pl, sn := snp.p, snp.v
-		state, err := sn.Snapshot(ctx, s.id)
+		state, err := sn.Snapshot(ctx, s.handle)
 		if err != nil {
 			return "", 0, wire.Public(fmt.Errorf("plugin %q: snapshot: %w", pl.Name, err))
 		}
 		// Plugin state is base64 in the document, so it is checked raw.
 		if what := findSecret(state, secrets); what != "" {
-			h.log.Warn("snapshot refused: plugin state holds a secret", "session_id", s.id, "plugin", pl.Name, "found", what)
+			h.log.Warn("snapshot refused: plugin state holds a secret", "session", s.handle, "plugin", pl.Name, "found", what)
 			return "", 0, fmt.Errorf("%w (%s) in the state of plugin %q; nothing was written", ErrSnapshotSecret, what, pl.Name)
 		}
 		p.Plugins = append(p.Plugins, pluginSnapshot{Name: pl.Name, Type: pl.Type, State: state})
@@ -130,22 +135,22 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 		return "", 0, err
 	}
 	if what := findSecret(doc, secrets); what != "" {
-		h.log.Warn("snapshot refused: it holds a secret", "session_id", s.id, "found", what)
+		h.log.Warn("snapshot refused: it holds a secret", "session", s.handle, "found", what)
 		return "", 0, fmt.Errorf("%w (%s); nothing was written", ErrSnapshotSecret, what)
 	}
 	switch target {
 	case "file":
 		err = writeFileAtomic(filepath.Join(h.dataDir, snapshotDir), p.SnapshotID+".json", doc)
 	case "sql":
-		err = h.store.Client.Snapshot.Create().SetID(p.SnapshotID).SetSessionID(s.id).
+		err = h.store.Client.Snapshot.Create().SetID(p.SnapshotID).SetSessionID(s.handle).
 			SetAgentID(p.AgentID).SetData(doc).SetCreatedAt(p.Created).Exec(ctx)
 	}
 	if err != nil {
 		return "", 0, fmt.Errorf("write snapshot: %w", err)
 	}
-	h.log.Info("snapshot written", "session_id", s.id, "snapshot_id", p.SnapshotID, "target", target, "bytes", len(doc), "plugins", len(p.Plugins))
+	h.log.Info("snapshot written", "session", s.handle, "snapshot_id", p.SnapshotID, "target", target, "bytes", len(doc), "plugins", len(p.Plugins))
 	// The snapshot refers to the session's files: its directory outlives it.
-	h.pinSessionDir(s.id)
+	h.pinSessionDir(s.handle)
 	return p.SnapshotID, len(doc), nil
 }
 
@@ -192,7 +197,7 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 	}
 	// The pre-restore state is taken in memory only, for the rollback.
 	for i := range steps {
-		prev, err := steps[i].sn.Snapshot(ctx, s.id)
+		prev, err := steps[i].sn.Snapshot(ctx, s.handle)
 		if err != nil {
 			return nil, wire.Public(fmt.Errorf("plugin %q: saving the current state before restore: %w; nothing was restored", steps[i].name, err))
 		}
@@ -202,25 +207,25 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 	for i, st := range steps {
 		// A restore replaces the plugin's state of the session: the
 		// kernel drops what its SessionState containers hold first.
-		h.dropState(st.name, s.id)
-		if err := st.sn.Restore(ctx, s.id, st.state); err != nil {
+		h.dropState(st.name, s.handle)
+		if err := st.sn.Restore(ctx, s.handle, st.state); err != nil {
 			var rbErrs []error
 			// The failing plugin may have changed part of its state, so it is rolled back too.
 			for j := i; j >= 0; j-- {
-				h.dropState(steps[j].name, s.id)
-				if rerr := steps[j].sn.Restore(ctx, s.id, steps[j].prev); rerr != nil {
+				h.dropState(steps[j].name, s.handle)
+				if rerr := steps[j].sn.Restore(ctx, s.handle, steps[j].prev); rerr != nil {
 					rbErrs = append(rbErrs, fmt.Errorf("plugin %q: %w", steps[j].name, rerr))
 				}
 			}
 			if rb := errors.Join(rbErrs...); rb != nil {
-				h.log.Error("restore rollback failed", "session_id", s.id, "snapshot_id", id, "err", rb)
+				h.log.Error("restore rollback failed", "session", s.handle, "snapshot_id", id, "err", rb)
 				return nil, wire.Public(fmt.Errorf("plugin %q: restore: %w; rolling back also failed: %v", st.name, err, rb))
 			}
 			return nil, wire.Public(fmt.Errorf("plugin %q: restore: %w; the session's state was rolled back", st.name, err))
 		}
 		restored = append(restored, st.name)
 	}
-	h.log.Info("snapshot restored", "session_id", s.id, "snapshot_id", id, "from_session", p.SessionID, "plugins", len(restored))
+	h.log.Info("snapshot restored", "session", s.handle, "snapshot_id", id, "from_session", p.SessionHandle, "plugins", len(restored))
 	return restored, nil
 }
 
@@ -322,37 +327,35 @@ func decodeSnapshot(doc []byte, id string) (*snapshotPayload, error) {
 	return &p, nil
 }
 
-// secrets returns the secrets the kernel knows: the host's auth token, the
-// token session sid handshook with when it is a child session's own, and
-// those plugins declare.
-func (h *Host) secrets(sid string) []string {
-	out := []string{h.cfg.Server.AuthToken, ""}
-	if t, ok := h.childTokens.Load(sid); ok {
-		out[1] = t.(string)
+// secrets returns the secrets the kernel knows for session s: the host's
+// auth token, the token s handshook with when it is a child session's own,
+// those plugins declared for the host and for s's tree (secrets.go), and
+// those of [SecretHolder]s.
+func (h *Host) secrets(s *Session) []namedSecret {
+	out := []namedSecret{{"the host auth token", h.cfg.Server.AuthToken}}
+	if t, ok := h.childTokens.Load(s.id); ok {
+		out = append(out, namedSecret{"the session's auth token", t.(string)})
 	}
+	out = append(out, h.declaredSecrets(s)...)
 	for _, sh := range h.secretHolders {
-		out = append(out, sh.v.Secrets()...)
+		for _, v := range sh.v.Secrets() {
+			out = append(out, namedSecret{"a secret of plugin " + `"` + sh.p.Name + `"`, v})
+		}
 	}
 	return out
 }
 
 // findSecret reports which secret appears in b, raw or JSON-escaped, as a
 // description that does not reveal it ("" when none does).
-func findSecret(b []byte, secrets []string) string {
-	for i, sec := range secrets {
-		if sec == "" {
+func findSecret(b []byte, secrets []namedSecret) string {
+	for _, sec := range secrets {
+		if sec.value == "" {
 			continue
 		}
-		esc, _ := json.Marshal(sec)
+		esc, _ := json.Marshal(sec.value)
 		esc = esc[1 : len(esc)-1]
-		if bytes.Contains(b, []byte(sec)) || bytes.Contains(b, esc) {
-			switch i {
-			case 0:
-				return "the host auth token"
-			case 1:
-				return "the session's auth token"
-			}
-			return "a plugin secret"
+		if bytes.Contains(b, []byte(sec.value)) || bytes.Contains(b, esc) {
+			return sec.what
 		}
 	}
 	return ""

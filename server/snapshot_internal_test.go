@@ -78,7 +78,7 @@ func TestSnapshotRefusesChildToken(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			plug.m[tc.s.id] = []byte(tc.state)
+			plug.m[tc.s.handle] = []byte(tc.state)
 			id, _, err := h.snapshotSession(ctx, tc.s, "file")
 			if tc.want == "" {
 				if err != nil {

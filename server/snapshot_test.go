@@ -19,6 +19,7 @@ import (
 
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/internal/pgtest"
 	"github.com/aephost/aep/internal/testproto"
 	"github.com/aephost/aep/server"
@@ -382,7 +383,7 @@ func TestSnapshotRestoreAcrossRestart(t *testing.T) {
 				t.Fatalf("resumed session says %q", got)
 			}
 			// The secret left out of the snapshot is still the configured one.
-			if got := r2.plugin(t, "notes").state(a2.SessionID()).APIKey; got != pluginCanary {
+			if got := r2.plugin(t, "notes").state(aeptest.Handle(t, a2.Client)).APIKey; got != pluginCanary {
 				t.Fatalf("api key after restore %q", got)
 			}
 			if target == "sql" {
@@ -536,7 +537,7 @@ func TestRestoreRollsBackOnPluginFailure(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	for _, p := range []*notesPlugin{first, second} {
-		if got := p.state(a.SessionID()).Notes; !slices.Equal(got, []string{"old", "new"}) {
+		if got := p.state(aeptest.Handle(t, a.Client)).Notes; !slices.Equal(got, []string{"old", "new"}) {
 			t.Fatalf("state after failed restore %v, want [old new]", got)
 		}
 	}
@@ -561,8 +562,8 @@ func TestSnapshotRefusesSecrets(t *testing.T) {
 		want  string
 	}{
 		{"host token in plugin state", "", hostCanary, "the host auth token"},
-		{"plugin secret in plugin state", "      leak: true\n", "hello", "a plugin secret"},
-		{"plugin secret said by the agent", "", "key=" + pluginCanary, "a plugin secret"},
+		{"plugin secret in plugin state", "      leak: true\n", "hello", `a secret of plugin "notes"`},
+		{"plugin secret said by the agent", "", "key=" + pluginCanary, `a secret of plugin "notes"`},
 	}
 	for _, tc := range tests {
 		for _, target := range []string{"file", "sql"} {

@@ -35,7 +35,7 @@ func ServeStdio(ctx context.Context, h *Host, in io.Reader, out io.Writer) error
 	if err != nil {
 		return fmt.Errorf("stdio: %w", err)
 	}
-	h.log.Info("stdio session started", "session_id", s.id)
+	h.log.Info("stdio session started", "session", s.handle)
 	readDone := make(chan error, 1)
 	go func() {
 		readDone <- readLines(bufio.NewReaderSize(in, 64<<10), s.MaxMessageBytes(), s.ReceiveLine, s.RejectOversized)
@@ -55,7 +55,7 @@ func ServeStdio(ctx context.Context, h *Host, in io.Reader, out io.Writer) error
 	}
 	// The agent closed its end: finish what it asked for, then end.
 	if readErr != nil {
-		h.log.Warn("stdio: reading input failed", "session_id", s.id, "err", readErr)
+		h.log.Warn("stdio: reading input failed", "session", s.handle, "err", readErr)
 	}
 	// Every ReceiveLine has returned, so the state cannot change under us
 	// except towards closed.

@@ -30,8 +30,22 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Retryable reports the retry flag of the error's code (spec §7).
-func (e *Error) Retryable() bool { return e.Code.Retryable() }
+// Retryable reports whether retrying can succeed: the retryable table
+// (schemas/errors/retryable.json) by the error's code and detail.reason,
+// spec §7's per-code value where the table lists no reason.
+func (e *Error) Retryable() bool { return retryable(e.Code, ReasonOf(e.Detail)) }
+
+// ReasonOf returns the detail.reason of an error's detail, "" when it has none.
+func ReasonOf(detail any) string {
+	switch d := detail.(type) {
+	case map[string]any:
+		r, _ := d["reason"].(string)
+		return r
+	case map[string]string:
+		return d["reason"]
+	}
+	return ""
+}
 
 // Errorf builds an *Error with a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {

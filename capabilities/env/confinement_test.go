@@ -40,7 +40,7 @@ func TestEveryWirePathConfined(t *testing.T) {
 	if _, err := c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: []msg.DataPart{good}}); err != nil {
 		t.Fatal(err)
 	}
-	mine := filepath.Join(data, c.SessionID())
+	mine := filepath.Join(data, aeptest.Handle(t, c))
 	dataSib := mine + "x"
 	must(t, os.MkdirAll(dataSib, 0o755))
 	t.Cleanup(func() { os.RemoveAll(dataSib) })

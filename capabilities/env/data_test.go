@@ -57,7 +57,7 @@ func TestDataPlane(t *testing.T) {
 		t.Run(cd.name, func(t *testing.T) {
 			c := aeptest.ConnectWith(t, h, cd.codec, nil, "env")
 			ctx := aeptest.Context(t)
-			mine := filepath.Join(data, c.SessionID())
+			mine := filepath.Join(data, aeptest.Handle(t, c))
 
 			add, err := c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: []msg.DataPart{good, {Path: "deep/dir/other.txt", Source: other.Source, Sha256: other.Sha256, Size: other.Size}, bin}})
 			if err != nil {
@@ -194,10 +194,10 @@ func TestDataResetLeavesOtherSessionsAlone(t *testing.T) {
 	if err != nil || rs.Restored != 0 {
 		t.Fatalf("reset without baseline: %+v %v", rs, err)
 	}
-	if got := listData(t, filepath.Join(data, a.SessionID())); len(got) != 0 {
+	if got := listData(t, filepath.Join(data, aeptest.Handle(t, a))); len(got) != 0 {
 		t.Fatalf("a's data root not emptied: %v", got)
 	}
-	if got := listData(t, filepath.Join(data, b.SessionID())); got["f.txt"] != "payload" {
+	if got := listData(t, filepath.Join(data, aeptest.Handle(t, b))); got["f.txt"] != "payload" {
 		t.Fatalf("a's reset touched b's data: %v", got)
 	}
 	// b cannot see a's files, nor a b's.

@@ -71,7 +71,7 @@ func TestDataPlaneScopes(t *testing.T) {
 			if err := add(p, "later.txt"); err != nil {
 				t.Fatal(err)
 			}
-			conn, err := h.ConnectLinesTo(r.SubagentID, 64)
+			conn, err := h.ConnectLinesTo(r.SessionID, 64)
 			if err != nil {
 				t.Fatal(err)
 			}

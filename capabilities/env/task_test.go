@@ -121,7 +121,7 @@ func TestTaskEnvironmentEndToEnd(t *testing.T) {
 				t.Fatalf("slow grader: %+v %+v %v", st, o, err)
 			}
 			// Episodes never touch the data root (spec §3).
-			if ents, _ := os.ReadDir(filepath.Join(data, c.SessionID())); len(ents) != 0 {
+			if ents, _ := os.ReadDir(filepath.Join(data, aeptest.Handle(t, c))); len(ents) != 0 {
 				t.Fatalf("episode wrote into the data root: %v", ents)
 			}
 		})

@@ -330,7 +330,7 @@ func TestSnapshotRestoreReconnects(t *testing.T) {
 		Headers: map[string]string{"Authorization": "Bearer CANARY-9d1"}, ToolAllowList: []string{"echo"}}); err != nil || !r.Ok {
 		t.Fatalf("register: %+v %v", r, err)
 	}
-	state, err := e.p.Snapshot(ctx, e.c.SessionID())
+	state, err := e.p.Snapshot(ctx, aeptest.Handle(t, e.c))
 	if err != nil || strings.Contains(string(state), "CANARY") || !strings.Contains(string(state), hs.url()) {
 		t.Fatalf("snapshot %s %v", state, err)
 	}

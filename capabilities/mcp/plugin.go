@@ -131,6 +131,11 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		if _, err := checkURL(a.Prefix); err != nil {
 			return fmt.Errorf("allow_urls[%d]: %w", i, err)
 		}
+		env.DeclareSecrets("", headerSecrets(a.Headers)...)
+	}
+	for _, sc := range p.Servers {
+		env.DeclareSecrets("", headerSecrets(sc.Headers)...)
+		env.DeclareSecrets("", envSecrets(sc.Env)...)
 	}
 	p.config, p.claims = map[string]*conn{}, map[server.Claim]int{}
 	p.bySess = server.NewSessionState(env, func(string) *sessionServers {
@@ -332,6 +337,8 @@ func (p *Plugin) McpServerRegister(ctx context.Context, s wire.Scope, req *msg.M
 	if req.Timeout != nil {
 		r.Timeout = *req.Timeout
 	}
+	// The agent's headers are the session's secrets (server/secrets.go).
+	p.env.DeclareSecrets(s.SessionID(), headerSecrets(req.Headers)...)
 	c, err := p.register(ctx, s.SessionID(), r, req.Headers)
 	if err != nil {
 		text := err.Error()
@@ -663,3 +670,42 @@ var (
 	_ server.Snapshotter  = (*Plugin)(nil)
 	_ server.CleanerUpper = (*Plugin)(nil)
 )
+
+// plainHeaders are headers that carry no credential; every other header
+// value of an MCP server's config or registration is declared a secret,
+// since servers authenticate by custom headers too (X-Api-Key, …).
+var plainHeaders = map[string]bool{"accept": true, "accept-language": true, "content-type": true, "user-agent": true,
+	"cache-control": true, "mcp-protocol-version": true}
+
+// headerSecrets returns the header values to declare secrets: each value,
+// and for "<scheme> <credential>" values (Authorization: Bearer …) the
+// credential alone too, which an agent may copy without its scheme.
+func headerSecrets(h map[string]string) []string {
+	var out []string
+	for k, v := range h {
+		if plainHeaders[strings.ToLower(k)] || v == "" {
+			continue
+		}
+		out = append(out, v)
+		if _, cred, ok := strings.Cut(v, " "); ok && len(strings.TrimSpace(cred)) >= 8 {
+			out = append(out, strings.TrimSpace(cred))
+		}
+	}
+	return out
+}
+
+// secretEnvName matches the names of environment variables that hold
+// credentials by the usual conventions (GITHUB_TOKEN, OPENAI_API_KEY,
+// DB_PASSWORD, …); their values in a stdio server's env are declared.
+var secretEnvName = regexp.MustCompile(`(?i)(token|secret|passw|api_?key|private_?key|access_?key|auth|credential|cookie|session)`)
+
+// envSecrets returns the values of a stdio server's env that hold credentials.
+func envSecrets(env map[string]string) []string {
+	var out []string
+	for k, v := range env {
+		if secretEnvName.MatchString(k) {
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -70,7 +70,7 @@ func (p *Plugin) scopeOf(sessionID string) (Scope, string) {
 	if p.host == nil {
 		return "", ""
 	}
-	s, ok := p.host.Session(sessionID)
+	s, ok := p.host.SessionByHandle(sessionID)
 	if !ok {
 		return "", ""
 	}
@@ -78,7 +78,7 @@ func (p *Plugin) scopeOf(sessionID string) (Scope, string) {
 	if !ok || s.Parent() == nil {
 		return "", ""
 	}
-	return Scope(ci.MemoryScope), s.Parent().ID()
+	return Scope(ci.MemoryScope), s.Parent().Handle()
 }
 
 // working resolves the working store a session reads and writes, and

@@ -204,7 +204,7 @@ func TestScopeViews(t *testing.T) {
 	aeptest.WantError(t, err, wire.CodeSchemaViolation, "read-only")
 
 	// The plugin refuses a scope it does not know, whoever calls it.
-	if err := p.ChildSpawned(aeptest.Context(t), isolated.c.SessionID(), parent.SessionID(), "borrowed"); !errors.Is(err, memory.ErrBadScope) {
+	if err := p.ChildSpawned(aeptest.Context(t), aeptest.Handle(t, isolated.c), aeptest.Handle(t, parent), "borrowed"); !errors.Is(err, memory.ErrBadScope) {
 		t.Fatalf("unknown scope: %v", err)
 	}
 }

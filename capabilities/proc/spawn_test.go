@@ -21,8 +21,8 @@ func TestSpawnRules(t *testing.T) {
 	}
 	c := aeptest.Connect(t, h, "proc")
 	ctx := aeptest.Context(t)
-	os.MkdirAll(ws+"/"+c.SessionID()+"/sub", 0o755)
-	os.Symlink("/etc", ws+"/"+c.SessionID()+"/out")
+	os.MkdirAll(ws+"/"+aeptest.Handle(t, c)+"/sub", 0o755)
+	os.Symlink("/etc", ws+"/"+aeptest.Handle(t, c)+"/out")
 	cases := []struct {
 		name string
 		req  msg.ProcSpawnReq
@@ -104,7 +104,7 @@ func TestEnvironmentAllowlist(t *testing.T) {
 			env[k] = v
 		}
 	}
-	home := filepath.Join(h.DataDir(), "sessions", c.SessionID())
+	home := filepath.Join(h.DataDir(), "sessions", aeptest.Handle(t, c))
 	if mech, _ := sandbox.Mechanism(sandbox.ModeAuto); sandbox.TierOf(mech) == sandbox.TierNamespaces {
 		home = sandbox.Workspace
 	}

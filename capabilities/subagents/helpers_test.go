@@ -94,7 +94,7 @@ func overHTTP(t testing.TB, h *server.Host) transport {
 // child connects to a spawned subagent and handshakes with its token.
 func child(t testing.TB, h *server.Host, tr transport, r *msg.SubagentSpawnResp, caps ...string) *client.Client {
 	t.Helper()
-	c := tr.dial(t, h, r.SubagentID)
+	c := tr.dial(t, h, r.SessionID)
 	if len(caps) == 0 {
 		caps = []string{"memory", "subagents"}
 	}
@@ -102,8 +102,8 @@ func child(t testing.TB, h *server.Host, tr transport, r *msg.SubagentSpawnResp,
 	if err != nil || !hs.Ok {
 		t.Fatalf("child handshake: %+v %v", hs, err)
 	}
-	if hs.SessionID == nil || *hs.SessionID != r.SubagentID {
-		t.Fatalf("child handshake reports session %v, want %s", hs.SessionID, r.SubagentID)
+	if hs.SessionID == nil || *hs.SessionID != r.SessionID {
+		t.Fatalf("child handshake reports session %v, want %s", hs.SessionID, r.SessionID)
 	}
 	return c
 }
@@ -147,12 +147,24 @@ func waitGone(t testing.TB, h *server.Host, id string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, ok := h.Session(id); !ok {
+		_, byID := h.Session(id)
+		_, byHandle := h.SessionByHandle(id)
+		if !byID && !byHandle {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("session %s still exists", id)
+}
+
+// handle returns the public handle of c's session.
+func handle(t testing.TB, c *client.Client) string {
+	t.Helper()
+	info, err := c.SessionInfo(aeptest.Context(t), &msg.SessionInfoReq{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Handle
 }
 
 func waitDone(t testing.TB, c *client.Client, what string) {

@@ -148,9 +148,9 @@ func (p *Plugin) Validate() error {
 }
 
 func (p *Plugin) sender(sc wire.Scope) (*server.Session, error) {
-	s, ok := p.host.Session(sc.SessionID())
+	s, ok := p.host.SessionByHandle(sc.SessionID())
 	if !ok {
-		return nil, wire.Errorf(wire.CodeRuntimeError, "session ended")
+		return nil, &wire.Error{Code: wire.CodeRuntimeError, Message: "session ended", Detail: map[string]any{"reason": "session_ended"}}
 	}
 	return s, nil
 }
@@ -195,22 +195,25 @@ func (p *Plugin) SubagentSpawn(ctx context.Context, sc wire.Scope, req *msg.Suba
 		return nil, err
 	}
 	ci, _ := child.Child()
-	r := &record{ID: child.ID(), Name: req.Name, ParentID: parent.ID(), Scope: scope, Caps: ci.Capabilities,
+	r := &record{ID: child.Handle(), Name: req.Name, ParentID: parent.Handle(), Scope: scope, Caps: ci.Capabilities,
 		Depth: ci.Depth, MaxDepth: ci.DepthLimit, MaxSteps: ci.MaxSteps, Created: ci.Created, sess: child}
 	p.mu.Lock()
-	p.tree[parent.ID()] = append(p.tree[parent.ID()], r)
+	p.tree[parent.Handle()] = append(p.tree[parent.Handle()], r)
 	p.live[r.ID] = r
-	p.pruneLocked(parent.ID())
+	p.pruneLocked(parent.Handle())
 	p.mu.Unlock()
 	// The child or its tree may have closed before the record existed, so
 	// SessionClosed missed it; catch up now.
 	if child.State() == "closed" {
-		p.SessionClosed(child.ID())
+		p.SessionClosed(child.Handle())
 	}
 	if parent.State() == "closed" && parent.Parent() == nil {
-		p.SessionClosed(parent.ID())
+		p.SessionClosed(parent.Handle())
 	}
-	return &msg.SubagentSpawnResp{SubagentID: r.ID, AuthToken: token,
+	// The child's transport id goes to its creator once, here, with its
+	// token: the two are what its agent connects with. Every other message
+	// names the child by its public handle (server/handle.go).
+	return &msg.SubagentSpawnResp{SubagentID: r.ID, SessionID: child.ID(), AuthToken: token,
 		HandshakeTimeout: time.Duration(p.host.Config().Server.Limits.HandshakeTimeout).Seconds(),
 		Subagent:         p.wireRecord(r)}, nil
 }
@@ -429,7 +432,7 @@ func (p *Plugin) SessionClosed(sessionID string) {
 		r.sess = nil
 		if r.Status != StatusTerminated {
 			reason := "its session closed"
-			if ps, ok := p.host.Session(r.ParentID); !ok || ps.State() == "closed" {
+			if ps, ok := p.host.SessionByHandle(r.ParentID); !ok || ps.State() == "closed" {
 				reason = "its parent's session closed" // the kernel's cascade
 			}
 			r.Status, r.Reason, r.Ended = StatusEnded, reason, time.Now()

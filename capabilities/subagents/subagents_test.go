@@ -222,7 +222,7 @@ func TestCapabilitySubset(t *testing.T) {
 	if !reflect.DeepEqual(r.Subagent.Capabilities, []string{"memory"}) {
 		t.Fatalf("caps %v", r.Subagent.Capabilities)
 	}
-	c := inprocJSON.dial(t, h, r.SubagentID)
+	c := inprocJSON.dial(t, h, r.SessionID)
 	hs, err := c.Handshake(aeptest.Context(t), "m", r.AuthToken, "memory", "subagents")
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func TestChildTokens(t *testing.T) {
 	_, err = p.Handshake(aeptest.Context(t), "x", a.AuthToken, "memory")
 	aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 
-	cb := inprocJSON.dial(t, h, b.SubagentID)
+	cb := inprocJSON.dial(t, h, b.SessionID)
 	refused(cb, a.AuthToken, "sibling's token")
 	refused(cb, token, "host token on a child")
 	child(t, h, inprocJSON, a)
@@ -273,7 +273,7 @@ func TestChildTokens(t *testing.T) {
 		t.Fatalf("b's own token: %+v %v", hs, err)
 	}
 	// A live child cannot be attached to again.
-	if _, err := h.ConnectLinesTo(a.SubagentID, 8); !errors.Is(err, server.ErrNotWaitingChild) {
+	if _, err := h.ConnectLinesTo(a.SessionID, 8); !errors.Is(err, server.ErrNotWaitingChild) {
 		t.Fatalf("attach to a live child: %v", err)
 	}
 	if _, err := h.ConnectLinesTo(p.SessionID(), 8); !errors.Is(err, server.ErrNotWaitingChild) {
@@ -295,7 +295,7 @@ func TestTerminateCascade(t *testing.T) {
 	cc := child(t, h, inprocJSON, rc)
 
 	// Visibility: c knows neither its sibling nor its parent.
-	for _, id := range []string{ra.SubagentID, rb.SubagentID, p.SessionID()} {
+	for _, id := range []string{ra.SubagentID, rb.SubagentID, p.SessionID(), handle(t, p), ra.SessionID} {
 		_, err := cc.SubagentTerminate(aeptest.Context(t), &msg.SubagentTerminateReq{SubagentID: id})
 		aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 		_, err = cc.SubagentStatus(aeptest.Context(t), &msg.SubagentStatusReq{SubagentID: id})
@@ -406,7 +406,7 @@ func TestReachChild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if info.SessionID != r.SubagentID || info.ParentID == nil || *info.ParentID != p.SessionID() || info.AgentID != tr.name {
+			if info.SessionID != r.SessionID || info.Handle != r.SubagentID || info.ParentHandle == nil || *info.ParentHandle != handle(t, p) || info.AgentID != tr.name {
 				t.Fatalf("info %+v", info)
 			}
 			cm := initMem(t, c)
@@ -468,9 +468,9 @@ func TestSnapshotRecordsTree(t *testing.T) {
 		t.Fatalf("live subagent changed: %+v", got["live"])
 	}
 	for name, want := range map[string]struct{ status, parent, reason string }{
-		"a": {"ended", p2.SessionID(), subagents.RestoredReason},
+		"a": {"ended", handle(t, p2), subagents.RestoredReason},
 		"b": {"ended", ra.SubagentID, subagents.RestoredReason},
-		"t": {"terminated", p2.SessionID(), "not needed"},
+		"t": {"terminated", handle(t, p2), "not needed"},
 	} {
 		r := got[name]
 		if string(r.Status) != want.status || r.ParentID != want.parent || r.Reason == nil || *r.Reason != want.reason {

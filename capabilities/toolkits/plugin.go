@@ -40,6 +40,7 @@ type Plugin struct {
 	kits  map[string]*Toolkit
 	owner map[string]*Toolkit // tool name → toolkit
 	opts  toolrun.Options
+	env   server.PluginEnv
 	// sessions holds each session's configured toolkits; the kernel closes
 	// their backends when the session ends and before a restore.
 	sessions *server.SessionState[session]
@@ -61,6 +62,7 @@ type instance struct {
 
 // Provision prepares the built-in toolkits.
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
+	p.env = env
 	p.opts = toolrun.Options{MaxOutputBytes: p.MaxOutputBytes, Logger: env.Logger}
 	if env.Host != nil {
 		p.opts.Policy = env.Host.Config().Server.ToolPolicy
@@ -157,6 +159,14 @@ func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.To
 	}
 	fail := func(text string) (*msg.ToolkitConfigureResp, error) {
 		return &msg.ToolkitConfigureResp{ToolkitName: k.Name, Status: msg.ToolkitConfigureRespStatusError, Message: text}, nil
+	}
+	// Declare the secret settings before anything else: the agent holds
+	// them whatever configure answers, and may copy them into state that
+	// a snapshot would save (server/secrets.go).
+	for _, name := range k.Secrets() {
+		if v, ok := req.Config[name].(string); ok {
+			p.env.DeclareSecrets(s.SessionID(), v)
+		}
 	}
 	cfg, err := k.validate(map[string]any(req.Config))
 	if err != nil {

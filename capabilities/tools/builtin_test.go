@@ -247,7 +247,7 @@ plugins:
 	h := aeptest.NewHost(t, cfg, nil, server.WithDataDir(t.TempDir()))
 	c := aeptest.Connect(t, h, "tools")
 	// Under a host the workspace is the session's directory, not root.
-	sd, err := h.SessionDir(c.SessionID())
+	sd, err := h.SessionDir(aeptest.Handle(t, c))
 	if err != nil {
 		t.Fatal(err)
 	}

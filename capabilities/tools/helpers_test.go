@@ -122,7 +122,7 @@ func newEnv(t testing.TB, codec client.Codec, policy server.ToolPolicy, maxOut i
 	t.Cleanup(unsub)
 	e.c = aeptest.ConnectWith(t, h, codec, nil, "tools")
 	// The workspace is the session's own directory (server/sessionfs.go).
-	d, err := h.SessionDir(e.c.SessionID())
+	d, err := h.SessionDir(aeptest.Handle(t, e.c))
 	if err != nil {
 		t.Fatal(err)
 	}

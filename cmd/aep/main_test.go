@@ -358,7 +358,9 @@ func TestStdioEndOfInput(t *testing.T) {
 			h := startHost(t, []string{"AEP_AUTH_TOKEN=" + token})
 			sid := handshake(t, h)
 			h.send(`{"type":"session/info/req","id":"i1","proto":"1.0","ts":1}`)
-			if p := h.recv(); p.Type != "session/info/resp" {
+			p := h.recv()
+			info, ok := p.Msg.(*msg.SessionInfoResp)
+			if !ok {
 				t.Fatalf("got %s %+v", p.Type, p.Msg)
 			}
 			tc.stop(h)
@@ -373,8 +375,11 @@ func TestStdioEndOfInput(t *testing.T) {
 			if err := json.Unmarshal(bytes.TrimSpace(data), &rec); err != nil {
 				t.Fatalf("audit line %q: %v", data, err)
 			}
-			if rec["session_id"] != sid || rec["type"] != "session/info/req" || rec["req_id"] != "i1" || rec["success"] != true {
-				t.Fatalf("audit record %v", rec)
+			// Audit lines name the session by its public handle, never by
+			// the transport id, a bearer secret (server/handle.go).
+			if rec["session_id"] != info.Handle || info.Handle == sid || bytes.Contains(data, []byte(sid)) ||
+				rec["type"] != "session/info/req" || rec["req_id"] != "i1" || rec["success"] != true {
+				t.Fatalf("audit record %v, want session_id %s (the handle), never %s", rec, info.Handle, sid)
 			}
 		})
 	}

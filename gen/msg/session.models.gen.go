@@ -12,16 +12,23 @@ type SessionInfoResp struct {
 	// AgentID corresponds to the JSON schema field "agent_id".
 	AgentID string `json:"agent_id"`
 
+	// The session's public handle: random, fixed for the session's life, kept across
+	// a restore into it, and what audit lines, logs, learn records and subagent
+	// records name the session by. It opens nothing on any transport.
+	Handle string `json:"handle"`
+
 	// Requests admitted and not yet answered, this one included.
 	InFlight int `json:"in_flight"`
 
 	// MaxParallel corresponds to the JSON schema field "max_parallel".
 	MaxParallel int `json:"max_parallel"`
 
-	// The parent session of a subagent's session.
-	ParentID *string `json:"parent_id,omitempty,omitzero"`
+	// The public handle of the session that spawned this subagent's session (never
+	// its transport id).
+	ParentHandle *string `json:"parent_handle,omitempty,omitzero"`
 
-	// SessionID corresponds to the JSON schema field "session_id".
+	// The sender's own transport id, as the handshake reported it: a bearer secret
+	// (docs/SECURITY.md, Secrets and session ids).
 	SessionID string `json:"session_id"`
 }
 

@@ -45,7 +45,7 @@ type SubagentRecord struct {
 	// Name corresponds to the JSON schema field "name".
 	Name string `json:"name"`
 
-	// The session that spawned it.
+	// The public handle of the session that spawned it.
 	ParentID string `json:"parent_id"`
 
 	// Why it ended, in words.
@@ -57,7 +57,8 @@ type SubagentRecord struct {
 	// Requests it has made (at the time it ended, once ended).
 	Steps int `json:"steps"`
 
-	// The child session's id.
+	// The child session's public handle (session/info's handle): it names the
+	// subagent in every subagent message and opens nothing on any transport.
 	SubagentID string `json:"subagent_id"`
 }
 
@@ -128,11 +129,16 @@ type SubagentSpawnResp struct {
 	// Seconds the child waits for its handshake before it is closed.
 	HandshakeTimeout float64 `json:"handshake_timeout"`
 
+	// The child session's transport id: X-Session-Id over HTTP, the id an in-process
+	// connection attaches to. A bearer secret, like auth_token: sent once, here, to
+	// the session that spawned the child, and in no other message (docs/SECURITY.md,
+	// Secrets and session ids).
+	SessionID string `json:"session_id"`
+
 	// Subagent corresponds to the JSON schema field "subagent".
 	Subagent SubagentRecord `json:"subagent"`
 
-	// The child session's id: X-Session-Id over HTTP, the id an in-process connection
-	// attaches to.
+	// The child session's public handle, which the other subagent messages take.
 	SubagentID string `json:"subagent_id"`
 }
 
@@ -144,7 +150,7 @@ type SubagentStatusReq struct {
 }
 
 type SubagentStatusResp struct {
-	// Ids of its own subagents, oldest first.
+	// Handles of its own subagents, oldest first.
 	Children []string `json:"children,omitempty,omitzero"`
 
 	// Subagent corresponds to the JSON schema field "subagent".
@@ -166,7 +172,7 @@ type SubagentTerminateResp struct {
 	// SubagentID corresponds to the JSON schema field "subagent_id".
 	SubagentID string `json:"subagent_id"`
 
-	// Ids of the sessions this request ended: the subagent, then its descendants,
+	// Handles of the sessions this request ended: the subagent, then its descendants,
 	// parents before children; empty when it had already ended.
 	Terminated []string `json:"terminated"`
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/client"
+	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
 )
@@ -106,3 +107,16 @@ func WantReason(tb testing.TB, err error, code wire.Code, reason string) *wire.E
 
 // Ptr returns a pointer to v.
 func Ptr[T any](v T) *T { return &v }
+
+// Handle returns the public handle of c's session, as session/info
+// reports it: the id plugins key their state by, name directories after,
+// and audit lines carry (server/handle.go), where c.SessionID() is the
+// transport id.
+func Handle(tb testing.TB, c *client.Client) string {
+	tb.Helper()
+	info, err := c.SessionInfo(Context(tb), &msg.SessionInfoReq{})
+	if err != nil {
+		tb.Fatalf("session/info: %v", err)
+	}
+	return info.Handle
+}

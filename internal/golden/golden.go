@@ -17,6 +17,8 @@
 //     !closed         record host lines until the pipe reports the session closed;
 //     !session NAME   switch to (or open) the pipe NAME; the first is "A";
 //     !attach NAME ID open the pipe NAME to the waiting child session ID
+//     (its transport id, or its public handle: transcripts
+//     show every transport id as <session>)
 //     and switch to it (a subagent's session);
 //     and the verbs of [Harness.NewHost]'s extra steps.
 //     In a sent line, $SESSION is replaced by the current session's id, $TMP
@@ -240,7 +242,11 @@ func (r *Run) Attach(name, id string) error {
 	if _, ok := r.pipes[name]; ok {
 		return fmt.Errorf("pipe %s is already open", name)
 	}
-	p, err := r.h.ConnectLinesTo(r.expand(id), 256)
+	id = r.expand(id)
+	if s, ok := r.h.SessionByHandle(id); ok {
+		id = s.ID()
+	}
+	p, err := r.h.ConnectLinesTo(id, 256)
 	if err != nil {
 		return err
 	}
@@ -404,6 +410,7 @@ var (
 		{regexp.MustCompile(`"ts":[0-9.eE+-]+`), `"ts":"<ts>"`},
 		{regexp.MustCompile(`"uptime_seconds":[0-9.eE+-]+`), `"uptime_seconds":"<uptime>"`},
 		{regexp.MustCompile(`s-[0-9a-f]{16}`), `<session>`},
+		{regexp.MustCompile(`h-[0-9a-f]{32}`), `<handle>`},
 		{regexp.MustCompile(`err-[0-9a-f]{16}`), `err-<corr>`},
 	}
 )

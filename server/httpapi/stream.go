@@ -195,7 +195,7 @@ func (r *sseReader) Read(p []byte) (int, error) {
 			from := r.cursor + 1
 			r.cursor = oldest - 1
 			st.mu.Unlock()
-			st.a.log.Warn("sse reader fell behind; oldest messages dropped", "session_id", st.id, "dropped", lost)
+			st.a.log.Warn("sse reader fell behind; oldest messages dropped", "session", st.sess.Handle(), "dropped", lost)
 			r.pending = []byte(": dropped " + strconv.FormatUint(lost, 10) + " messages from id " + strconv.FormatUint(from, 10) + ": the reader fell behind the replay buffer\n\n")
 			return r.Read(p)
 		}
