@@ -53,7 +53,7 @@ var rules = []struct{ id, section, title string }{
 	{RuleReplyOnce, "spec §2.1, docs/DECISIONS.md Wire", "every request gets exactly one reply, of its reply type or error, with req_id its id"},
 	{RuleEvents, "spec §6", "events of a request arrive while it is in flight, before its reply, typed <ns>/event, seq 0, 1, 2 …"},
 	{RuleCapability, "spec §7 condition 3, §2.2", "a namespace whose capability the session did not request is capability_missing"},
-	{RuleRetryable, "spec §7", "every error's retryable is the contract's value for its code"},
+	{RuleRetryable, "spec §7", "every error's retryable is the contract's value for its code and detail.reason"},
 	{RuleInvalidExamples, "spec §7 condition 1, docs/DECISIONS.md Wire", "every invalid example is answered with parse_error or schema_violation"},
 	{RuleValidExamples, "spec §7 condition 1", "no valid example is answered with parse_error or schema_violation"},
 	{RuleDirection, "spec §2.1, docs/DECISIONS.md Wire", "a host sends only replies and events; a type only a host sends, sent by an agent, is parse_error"},
@@ -219,8 +219,8 @@ type kit struct {
 	opts    Options
 	dial    Dialer
 	checker *Checker
-	host    *jsonschema.Schema // the bundle's HostMessage
-	codes   map[string]bool    // retryable per code, from the bundle
+	host    *jsonschema.Schema  // the bundle's HostMessage
+	codes   map[string]retryRow // the retryable table, from the bundle
 	// required lists each message type's required fields (bundle).
 	required map[string][]string
 	// conditional marks types whose def has rules beyond required fields.
@@ -337,7 +337,10 @@ func (k *kit) loadBundle() error {
 			AllOf    []struct {
 				If struct {
 					Properties map[string]struct {
-						Const any `json:"const"`
+						Const      any `json:"const"`
+						Properties map[string]struct {
+							Const any `json:"const"`
+						} `json:"properties"`
 					} `json:"properties"`
 				} `json:"if"`
 				Then struct {
@@ -359,14 +362,25 @@ func (k *kit) loadBundle() error {
 			k.conditional[t] = len(d.AllOf)+len(d.AnyOf)+len(d.OneOf) > 0
 		}
 	}
-	// retryable per code: ErrorMessage's if/then rules.
-	k.codes = map[string]bool{}
+	// The retryable table, from ErrorMessage's if/then rules: one per code
+	// (any other reason or none) and one per listed detail.reason.
+	k.codes = map[string]retryRow{}
 	for _, c := range b.Defs["ErrorMessage"].AllOf {
 		code, ok1 := c.If.Properties["code"].Const.(string)
 		r, ok2 := c.Then.Properties["retryable"].Const.(bool)
-		if ok1 && ok2 {
-			k.codes[code] = r
+		if !ok1 || !ok2 {
+			continue
 		}
+		row := k.codes[code]
+		if reason, ok := c.If.Properties["detail"].Properties["reason"].Const.(string); ok {
+			if row.Reasons == nil {
+				row.Reasons = map[string]bool{}
+			}
+			row.Reasons[reason] = r
+		} else {
+			row.Retryable = r
+		}
+		k.codes[code] = row
 	}
 	if len(k.codes) == 0 {
 		return errors.New("conformance: the bundle states no retryable per code")
@@ -406,8 +420,27 @@ type msg struct {
 }
 
 type errBody struct {
-	Code      string `json:"code"`
-	Retryable *bool  `json:"retryable"`
+	Code      string          `json:"code"`
+	Retryable *bool           `json:"retryable"`
+	Detail    json.RawMessage `json:"detail"`
+}
+
+// retryRow is one code of the retryable table: its retryable, and the
+// retryable of each detail.reason that overrides it.
+type retryRow struct {
+	Retryable bool            `json:"retryable"`
+	Reasons   map[string]bool `json:"reasons"`
+}
+
+// reason is detail.reason of an error, "" when there is none.
+func reason(detail json.RawMessage) string {
+	var d struct {
+		Reason string `json:"reason"`
+	}
+	if len(detail) > 0 && json.Unmarshal(detail, &d) == nil {
+		return d.Reason
+	}
+	return ""
 }
 
 type capEntry struct {
@@ -536,10 +569,10 @@ func (s *session) next(ctx context.Context) (*msg, error) {
 	}
 	k.count(RuleDirection)
 	if m.Type == "error" {
-		k.checkRetryable(m.Code, m.Retryable, line)
+		k.checkRetryable(m.Code, reason(m.Detail), m.Retryable, line)
 	}
 	if m.Type == "handshake/resp" && m.Error != nil {
-		k.checkRetryable(m.Error.Code, m.Error.Retryable, line)
+		k.checkRetryable(m.Error.Code, reason(m.Error.Detail), m.Error.Retryable, line)
 	}
 	id := m.reqID()
 	if strings.HasSuffix(m.Type, "/event") {
@@ -593,14 +626,20 @@ func (k *kit) replyType(typ string) string {
 	return ""
 }
 
-func (k *kit) checkRetryable(code string, retryable *bool, line []byte) {
+func (k *kit) checkRetryable(code, reason string, retryable *bool, line []byte) {
 	k.count(RuleRetryable)
-	want, known := k.codes[code]
+	row, known := k.codes[code]
+	want, byReason := row.Reasons[reason]
+	if !byReason {
+		want = row.Retryable
+	}
 	switch {
 	case !known:
 		k.fail(RuleRetryable, "%s: code %q is not in the contract's ErrorCode", clip(line), code)
 	case retryable == nil:
 		k.fail(RuleRetryable, "%s: no retryable", clip(line))
+	case *retryable != want && byReason:
+		k.fail(RuleRetryable, "%s: retryable %v, the contract says %v for %s with reason %q", clip(line), *retryable, want, code, reason)
 	case *retryable != want:
 		k.fail(RuleRetryable, "%s: retryable %v, the contract says %v for %s", clip(line), *retryable, want, code)
 	}

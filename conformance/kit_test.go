@@ -181,6 +181,9 @@ func TestBrokenHost(t *testing.T) {
 		{"duplicate-pong", []string{conformance.RuleReplyOnce}},
 		// retryable true on parse_error: the table and the bundle's rule.
 		{"retryable", []string{conformance.RuleRetryable, conformance.RuleHostStrict}},
+		// no-gating again, but with detail.reason denied, which the table
+		// says is never retryable (runtime_error without a reason is).
+		{"reason-retryable", []string{conformance.RuleCapability, conformance.RuleRetryable, conformance.RuleHostStrict}},
 		// Events numbered from 1.
 		{"event-seq", []string{conformance.RuleEvents}},
 		// capability_missing turned into runtime_error.
@@ -247,6 +250,10 @@ func brokenHost(mode, target string) int {
 		case "retryable":
 			if typ == "error" && m["code"] == "parse_error" {
 				m["retryable"] = true
+			}
+		case "reason-retryable":
+			if typ == "error" && m["code"] == "capability_missing" {
+				m["code"], m["retryable"], m["detail"] = "runtime_error", true, map[string]any{"reason": "denied"}
 			}
 		case "event-seq":
 			if seq, ok := m["seq"].(float64); ok && strings.HasSuffix(typ, "/event") {

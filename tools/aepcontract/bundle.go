@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -54,6 +55,72 @@ type errorCode struct {
 	Code        string
 	Retryable   bool
 	Description string
+	// Reasons are the retryable table's detail.reason values of the code
+	// (schemas/errors/retryable.json), each with its own retryable.
+	Reasons map[string]bool
+}
+
+// retryTable is schemas/errors/retryable.json: retryable per error code,
+// overridden per detail.reason.
+type retryTable struct {
+	Description string `json:"description"`
+	Codes       map[string]struct {
+		Retryable *bool `json:"retryable"`
+		Reasons   map[string]struct {
+			Retryable *bool  `json:"retryable"`
+			Why       string `json:"why"`
+		} `json:"reasons"`
+	} `json:"codes"`
+}
+
+// retryTableFile is the retryable table, relative to the schema directory.
+const retryTableFile = "errors/retryable.json"
+
+func loadRetryTable(dir string) (*retryTable, error) {
+	p := filepath.Join(dir, retryTableFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	var t retryTable
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return &t, nil
+}
+
+// applyRetryTable gives each code its reasons and checks that the table
+// and the catalogue agree: the same codes, the same retryable per code.
+func (c *contract) applyRetryTable(t *retryTable) error {
+	seen := map[string]bool{}
+	for i := range c.codes {
+		e := &c.codes[i]
+		row, ok := t.Codes[e.Code]
+		if !ok {
+			return fmt.Errorf("%s: code %q of the catalogue has no row", retryTableFile, e.Code)
+		}
+		seen[e.Code] = true
+		if row.Retryable == nil || *row.Retryable != e.Retryable {
+			return fmt.Errorf("%s: code %q: retryable must be %v, as the catalogue (x-aep-codes) says", retryTableFile, e.Code, e.Retryable)
+		}
+		for reason, r := range row.Reasons {
+			if r.Retryable == nil {
+				return fmt.Errorf("%s: %s reason %q has no retryable", retryTableFile, e.Code, reason)
+			}
+			if e.Reasons == nil {
+				e.Reasons = map[string]bool{}
+			}
+			e.Reasons[reason] = *r.Retryable
+		}
+	}
+	for code := range t.Codes {
+		if !seen[code] {
+			return fmt.Errorf("%s: code %q is not in the catalogue (x-aep-codes)", retryTableFile, code)
+		}
+	}
+	return nil
 }
 
 // reserved are names a stock generator would turn into an identifier that
@@ -526,20 +593,49 @@ func asList(v any) []any {
 	return l
 }
 
-// retryableRules states each code's retryable as if/then pairs, so a
-// standard validator refuses `retryable: true` on parse_error.
+// retryableRules states the retryable table as if/then pairs, so a
+// standard validator refuses `retryable: true` on parse_error, or on a
+// runtime_error whose detail.reason is "denied": one pair per listed
+// reason, and one for the code with any other reason or none.
 func (c *contract) retryableRules() []any {
+	then := func(r bool) map[string]any {
+		return map[string]any{"properties": map[string]any{"retryable": map[string]any{"const": r}}}
+	}
 	var out []any
 	for _, e := range c.codes {
-		out = append(out, map[string]any{
-			"if": map[string]any{
-				"properties": map[string]any{"code": map[string]any{"const": e.Code}},
-				"required":   []any{"code"},
-			},
-			"then": map[string]any{
-				"properties": map[string]any{"retryable": map[string]any{"const": e.Retryable}},
-			},
-		})
+		reasons := sortedKeys(e.Reasons)
+		for _, reason := range reasons {
+			out = append(out, map[string]any{
+				"if": map[string]any{
+					"properties": map[string]any{
+						"code": map[string]any{"const": e.Code},
+						"detail": map[string]any{
+							"properties": map[string]any{"reason": map[string]any{"const": reason}},
+							"required":   []any{"reason"},
+						},
+					},
+					"required": []any{"code", "detail"},
+				},
+				"then": then(e.Reasons[reason]),
+			})
+		}
+		cond := map[string]any{
+			"properties": map[string]any{"code": map[string]any{"const": e.Code}},
+			"required":   []any{"code"},
+		}
+		if len(reasons) > 0 {
+			listed := make([]any, len(reasons))
+			for i, r := range reasons {
+				listed[i] = r
+			}
+			cond["properties"].(map[string]any)["detail"] = map[string]any{
+				"not": map[string]any{
+					"properties": map[string]any{"reason": map[string]any{"enum": listed}},
+					"required":   []any{"reason"},
+				},
+			}
+		}
+		out = append(out, map[string]any{"if": cond, "then": then(e.Retryable)})
 	}
 	return out
 }

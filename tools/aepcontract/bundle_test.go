@@ -211,6 +211,12 @@ func TestMessages(t *testing.T) {
 		{"a host sends a request", true, `{"type":"tool/call/req","id":"1","proto":"1.0","ts":1,"req_id":"x","tool_name":"echo","arguments":{}}`, false},
 		{"an error", true, `{"type":"error","id":"1","proto":"1.0","ts":1,"req_id":"x","code":"parse_error","message":"m","retryable":false}`, true},
 		{"parse_error retryable", true, `{"type":"error","id":"1","proto":"1.0","ts":1,"req_id":"x","code":"parse_error","message":"m","retryable":true}`, false},
+		{"runtime_error retryable, no reason", true, `{"type":"error","id":"1","proto":"1.0","ts":1,"req_id":"x","code":"runtime_error","message":"m","retryable":true}`, true},
+		{"runtime_error overloaded retryable", true, `{"type":"error","id":"1","proto":"1.0","ts":1,"req_id":"x","code":"runtime_error","message":"m","retryable":true,"detail":{"reason":"overloaded"}}`, true},
+		{"runtime_error denied not retryable", true, `{"type":"error","id":"1","proto":"1.0","ts":1,"req_id":"x","code":"runtime_error","message":"m","retryable":false,"detail":{"reason":"denied"}}`, true},
+		{"runtime_error denied retryable", true, `{"type":"error","id":"1","proto":"1.0","ts":1,"req_id":"x","code":"runtime_error","message":"m","retryable":true,"detail":{"reason":"denied"}}`, false},
+		{"runtime_error unlisted reason takes the code's value", true, `{"type":"error","id":"1","proto":"1.0","ts":1,"req_id":"x","code":"runtime_error","message":"m","retryable":false,"detail":{"reason":"elsewhere"}}`, false},
+		{"parse_error too_large retryable", true, `{"type":"error","id":"1","proto":"1.0","ts":1,"req_id":"x","code":"parse_error","message":"m","retryable":true,"detail":{"reason":"too_large"}}`, false},
 		{"a code outside the catalogue", true, `{"type":"error","id":"1","proto":"1.0","ts":1,"req_id":"x","code":"oops","message":"m","retryable":false}`, false},
 		{"a host's unknown field", true, `{"type":"pong","id":"1","proto":"1.0","ts":1,"req_id":"p","uptime_seconds":3,"extra":1}`, false},
 		{"a tool event", true, `{"type":"tool/event","id":"1","proto":"1.0","ts":1,"req_id":"x","kind":"log","data":{"level":"info","message":"m"},"seq":0}`, true},
@@ -257,6 +263,56 @@ func TestRefusals(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := generate(dir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRetryTableAgrees: the retryable table and the catalogue of codes
+// must name the same codes with the same retryable, or generation fails
+// naming the code.
+func TestRetryTableAgrees(t *testing.T) {
+	cases := []struct{ name, table, want string }{
+		{"a code flipped", `{"codes":{"parse_error":{"retryable":true}}}`, `"parse_error": retryable must be false`},
+		{"a code unknown to the catalogue", `{"codes":{"teapot":{"retryable":false}}}`, `"teapot" is not in the catalogue`},
+		{"a reason without retryable", `{"codes":{"timeout":{"retryable":true,"reasons":{"slow":{"why":"w"}}}}}`, `reason "slow" has no retryable`},
+		{"an unknown key", `{"codez":{}}`, `unknown field "codez"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.CopyFS(dir, os.DirFS("../../schemas")); err != nil {
+				t.Fatal(err)
+			}
+			// Start from the real table and apply the case over it.
+			var table map[string]any
+			b, err := os.ReadFile(filepath.Join(dir, retryTableFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &table); err != nil {
+				t.Fatal(err)
+			}
+			var patch map[string]any
+			if err := json.Unmarshal([]byte(tc.table), &patch); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range patch {
+				if codes, ok := v.(map[string]any); ok && k == "codes" {
+					for code, row := range codes {
+						table["codes"].(map[string]any)[code] = row
+					}
+					continue
+				}
+				table[k] = v
+			}
+			b, _ = json.Marshal(table)
+			if err := os.WriteFile(filepath.Join(dir, retryTableFile), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err = generate(dir)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to say %q", err, tc.want)
 			}

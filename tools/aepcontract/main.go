@@ -57,6 +57,13 @@ func generate(schemaDir string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	table, err := loadRetryTable(schemaDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.applyRetryTable(table); err != nil {
+		return nil, err
+	}
 	bundle, err := marshal(c.bundle())
 	if err != nil {
 		return nil, err

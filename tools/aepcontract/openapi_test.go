@@ -25,7 +25,10 @@ func TestOpenAPI(t *testing.T) {
 		send.ContentSchema.Value == nil || len(send.ContentSchema.Value.OneOf) == 0 {
 		t.Fatalf("/send body: contentSchema %+v", send.ContentSchema)
 	}
-	stream := doc.Paths.Value("/stream").Get.Responses.Value("200").Value.Content.Get("text/event-stream")
+	stream := doc.Paths.Value("/stream").Get.Responses.Value("200").Value.Content.Get("text/event-stream; charset=utf-8")
+	if stream == nil {
+		t.Fatal("/stream: no text/event-stream; charset=utf-8 response")
+	}
 	item, _ := stream.Extensions["x-itemSchema"].(map[string]any)
 	cs, _ := item["contentSchema"].(map[string]any)
 	if cs["$ref"] != "gen/contract/aep.schema.json#/$defs/HostMessage" {
