@@ -110,7 +110,9 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 // handshake/resp (docs/DECISIONS.md, Wire).
 func (s *Session) handshakeRefused(reqID string, e *wire.Error) {
 	reason := e.Message
-	s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: reqID}, Msg: &msg.HandshakeResp{
+	// Unauthenticated: the req_id is cut as an error's is, or a 1 MiB id
+	// would be a 1 MiB reply held in the pending session's buffer.
+	s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: wire.ClipID(reqID)}, Msg: &msg.HandshakeResp{
 		Ok: false, Reason: &reason, MaxParallel: s.h.cfg.Server.MaxParallel, AcceptedCaps: []msg.CapabilityEntry{},
 		Error: &msg.ErrorBody{Code: string(e.Code), Message: e.Message, Detail: e.Detail, Retryable: e.Code.Retryable()},
 	}})
