@@ -6,3 +6,4 @@ package aep
 //go:generate go run ./tools/aepgen -schemas schemas -out gen/msg -pkg msg -codes wire/codes.gen.go -envelope wire/envelope.gen.go -docs docs/protocol.md
 //go:generate go run ./tools/aepcontract -schemas schemas -out gen/contract
 //go:generate go tool oapi-codegen -config httpapi.cfg.yaml openapi.yaml
+//go:generate go run ./tools/configgen -schemas schemas/config -root . -docs docs/config.md

@@ -58,7 +58,7 @@ func TestFeedbackWire(t *testing.T) {
 		}
 		return m
 	}
-	if r := send(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["learning"],"auth_token":"`+aeptest.Token+`"}`); r["ok"] != true {
+	if r := send(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["learning"],"auth_token":"` + aeptest.Token + `"}`); r["ok"] != true {
 		t.Fatalf("handshake: %v", r)
 	}
 	checker, err := conformance.Module()
@@ -598,7 +598,7 @@ func TestNeedsStore(t *testing.T) {
 	}
 	defer st.Close()
 	bad := -1.0
-	_, err = server.New(context.Background(), cfg, server.WithStore(st), server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{Exploration: &bad}}))
+	_, err = server.New(context.Background(), cfg, server.WithStore(st), server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{Settings: learn.Settings{Exploration: &bad}}}))
 	if err == nil || !strings.Contains(err.Error(), "exploration") {
 		t.Fatalf("negative exploration: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/configcheck"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
 )
@@ -149,6 +150,16 @@ func loadServeConfig(path string) (server.Config, error) {
 	}
 	cfg, err := server.LoadConfig(path)
 	if err != nil {
+		return server.Config{}, err
+	}
+	// Each plugin's settings against its schema (schemas/config/), which
+	// names the line and key of a mistake; strict decoding still follows
+	// in CheckConfig and New.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return server.Config{}, fmt.Errorf("config: %w", err)
+	}
+	if err := configcheck.Check(path, data); err != nil {
 		return server.Config{}, err
 	}
 	if cfg.Plugins == nil {
