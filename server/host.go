@@ -1,6 +1,9 @@
 package server
 
 import (
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/trace"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -37,6 +40,7 @@ type hostOptions struct {
 	plugins  []PluginSpec
 	dataDir  string
 	store    *store.Store
+	tracer   trace.Tracer // nil: no spans (server/observe.go)
 }
 
 // WithRegistry replaces the type registry (tests add their own namespaces).
@@ -102,6 +106,11 @@ type Host struct {
 	subSeq int
 
 	fs sessionFS // session directories (server/sessionfs.go)
+
+	// The operator's surface (server/observe.go, server/drain.go).
+	met      *metrics
+	tracer   trace.Tracer
+	draining atomic.Bool
 }
 
 // New provisions the plugins of cfg and returns a running host. On error
@@ -123,6 +132,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		dataDir: o.dataDir, store: o.store, token: sha256.Sum256([]byte(cfg.Server.AuthToken)), started: time.Now(),
 		sessions: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
+	h.tracer = o.tracer
 	h.logIsolation()
 	specs, err := instantiate(cfg)
 	if err != nil {
@@ -146,6 +156,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	h.snapshotters = implementing[Snapshotter](h.plugins)
 	h.secretHolders = implementing[SecretHolder](h.plugins)
 	h.routes = buildRoutes(h.reg, h.plugins)
+	h.met = newMetrics(h, cfg.Operator.MaxToolLabels)
 	// A capability is served when some plugin's handlers answer its
 	// namespace; a config `type` alone never makes it so.
 	h.served = map[string]bool{"session": true} // the kernel's own
@@ -253,6 +264,9 @@ func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *child
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, ErrClosed
+	}
+	if h.draining.Load() && parent == nil {
+		return nil, ErrDraining
 	}
 	if len(h.sessions) >= h.cfg.Server.Limits.MaxSessions {
 		return nil, ErrTooManySessions

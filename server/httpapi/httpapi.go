@@ -88,6 +88,7 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	opts = opts.withDefaults(h)
 	a := &api{h: h, opts: opts, log: opts.Logger, maxBody: int64(h.Config().Server.Limits.MaxMessageBytes),
 		allow: parseAllowList(opts.AllowedOrigins), streams: map[string]*stream{}}
+	h.TrackBuffered(a.bufferedBytes) // read only when /metrics is scraped
 	// Both of oapi-codegen's error hooks lead to one function, so every
 	// transport error has our JSON body and no 5xx echoes an internal error
 	// (so no library text reaches an agent).
@@ -304,7 +305,7 @@ func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObjec
 	s, err := a.h.NewSession(st)
 	if err != nil {
 		a.mu.Unlock()
-		if errors.Is(err, server.ErrTooManySessions) || errors.Is(err, server.ErrClosed) {
+		if errors.Is(err, server.ErrTooManySessions) || errors.Is(err, server.ErrClosed) || errors.Is(err, server.ErrDraining) {
 			return gen.CreateSession503JSONResponse{Ok: false, Error: "unavailable", Message: err.Error()}, nil
 		}
 		return nil, fmt.Errorf("new session: %w", err)
