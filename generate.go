@@ -7,3 +7,4 @@ package aep
 //go:generate go run ./tools/aepcontract -schemas schemas -out gen/contract
 //go:generate go tool oapi-codegen -config httpapi.cfg.yaml openapi.yaml
 //go:generate go run ./tools/retrygen -table schemas/errors/retryable.json -codes schemas/core.json -out wire/retryable.gen.go
+//go:generate go run ./tools/configgen -schemas schemas/config -root . -docs docs/config.md

@@ -91,6 +91,7 @@ type FileAuditor struct {
 	w        io.WriteCloser
 	log      *slog.Logger
 	dropped  atomic.Int64
+	written  atomic.Int64
 	failures atomic.Int64
 	warnOnce sync.Once
 	done     chan struct{}
@@ -153,6 +154,9 @@ func (a *FileAuditor) Record(r AuditRecord) {
 // Dropped returns how many records were dropped because the queue was full.
 func (a *FileAuditor) Dropped() int64 { return a.dropped.Load() }
 
+// Written returns how many records reached the log.
+func (a *FileAuditor) Written() int64 { return a.written.Load() }
+
 // Failures returns how many batches failed to be written.
 func (a *FileAuditor) Failures() int64 { return a.failures.Load() }
 
@@ -180,6 +184,7 @@ func (a *FileAuditor) loop() {
 func (a *FileAuditor) drain(buf *[]byte) {
 	for {
 		b := (*buf)[:0]
+		n := int64(0)
 	batch:
 		for len(b) < 60<<10 {
 			select {
@@ -188,6 +193,7 @@ func (a *FileAuditor) drain(buf *[]byte) {
 					break batch
 				}
 				b = appendRecord(b, r)
+				n++
 			default:
 				break batch
 			}
@@ -199,6 +205,8 @@ func (a *FileAuditor) drain(buf *[]byte) {
 		if _, err := a.w.Write(b); err != nil {
 			a.failures.Add(1)
 			a.warnOnce.Do(func() { a.log.Warn("audit write failed; further failures are counted, not logged", "err", err) })
+		} else {
+			a.written.Add(n)
 		}
 	}
 }

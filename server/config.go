@@ -19,6 +19,8 @@ type Config struct {
 	Store     StoreConfig     `yaml:"store"`
 	Audit     AuditConfig     `yaml:"audit"`
 	Plugins   []PluginConfig  `yaml:"plugins"`
+	// Operator is the operator's surface: metrics, traces, drain (server/observe.go).
+	Operator OperatorConfig `yaml:"operator"`
 }
 
 // ServerConfig holds the kernel's own settings.

@@ -97,6 +97,9 @@ func (h *Host) fallback(c *call, e *wire.Entry, req wire.Message) wire.Message {
 	t0 := time.Now()
 	resp := e.Fallback(req)
 	rec := h.auditRecord(c, nil, e, req, resp, t0, nil)
+	if e.Owner == toolOwner {
+		h.met.tool(rec.Target, rec.ErrorCode)
+	}
 	c.answerRec = rec
 	h.notify(*rec)
 	return resp
@@ -106,8 +109,15 @@ func (h *Host) fallback(c *call, e *wire.Entry, req wire.Message) wire.Message {
 // (spec §1.7: every handler invocation is audited, best-effort).
 func (h *Host) invoke(ctx context.Context, c *call, p *plugin, e *wire.Entry, req wire.Message) (resp wire.Message, err error) {
 	t0 := time.Now()
-	resp, err = h.call(ctx, c, p, e, req)
+	pctx, span := h.startPluginSpan(ctx, p, e)
+	resp, err = h.call(pctx, c, p, e, req)
 	rec := h.auditRecord(c, p, e, req, resp, t0, err)
+	if span != nil {
+		endSpan(span, rec.ErrorCode)
+	}
+	if e.Owner == toolOwner && !rec.Declined {
+		h.met.tool(rec.Target, rec.ErrorCode)
+	}
 	if err == nil && c.answered == nil {
 		// The answering plugin's record waits for the reply's size;
 		// subscribers get it now, before the reply leaves.

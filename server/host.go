@@ -1,10 +1,13 @@
 package server
 
 import (
+	"sync/atomic"
+
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"path/filepath"
 	"sort"
@@ -37,6 +40,7 @@ type hostOptions struct {
 	plugins  []PluginSpec
 	dataDir  string
 	store    *store.Store
+	tracer   trace.Tracer // nil: no spans (server/observe.go)
 }
 
 // WithRegistry replaces the type registry (tests add their own namespaces).
@@ -111,6 +115,11 @@ type Host struct {
 	subSeq int
 
 	fs sessionFS // session directories (server/sessionfs.go)
+
+	// The operator's surface (server/observe.go, server/drain.go).
+	met      *metrics
+	tracer   trace.Tracer
+	draining atomic.Bool
 }
 
 // New provisions the plugins of cfg and returns a running host. On error
@@ -132,6 +141,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		dataDir: o.dataDir, store: o.store, token: sha256.Sum256([]byte(cfg.Server.AuthToken)), started: time.Now(),
 		sessions: map[string]*Session{}, handles: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
+	h.tracer = o.tracer
 	h.logIsolation()
 	h.pending.max = cfg.Server.Limits.MaxPendingSessions
 	h.throttle = newHandshakeThrottle(cfg.Server.Limits.FailedHandshakeBurst, time.Duration(cfg.Server.Limits.FailedHandshakeInterval))
@@ -162,6 +172,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	h.snapshotters = implementing[Snapshotter](h.plugins)
 	h.secretHolders = implementing[SecretHolder](h.plugins)
 	h.routes = buildRoutes(h.reg, h.plugins)
+	h.met = newMetrics(h, cfg.Operator.MaxToolLabels)
 	// A capability is served when some plugin's handlers answer its
 	// namespace; a config `type` alone never makes it so.
 	h.served = map[string]bool{"session": true} // the kernel's own
@@ -277,6 +288,9 @@ func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *child
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, ErrClosed
+	}
+	if h.draining.Load() && parent == nil {
+		return nil, ErrDraining
 	}
 	s := newSession(h, sink, parent, token)
 	for _, o := range opts {

@@ -117,6 +117,9 @@ type LinePipe struct {
 
 type lineSink struct{ q *queue[[]byte] }
 
+// Transport names the sink for the by-transport session gauge.
+func (lineSink) Transport() string { return "inprocess" }
+
 func (k lineSink) Send(p *wire.Packet) (int, error) {
 	line, err := wire.Encode(&p.Envelope, p.Msg)
 	if err != nil {
@@ -178,6 +181,9 @@ type DirectPipe struct {
 }
 
 type directSink struct{ q *queue[*wire.Packet] }
+
+// Transport names the sink for the by-transport session gauge.
+func (directSink) Transport() string { return "inprocess" }
 
 func (k directSink) Send(p *wire.Packet) (int, error) { return 0, k.q.put(p) }
 func (k directSink) Close()                           { k.q.close() }

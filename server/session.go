@@ -235,14 +235,17 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 	}
 	st := sessionState(s.state.Load())
 	if st == stateNew {
+		s.h.countMessage(e.Type, wire.CodeUnauthorized)
 		s.sendError(env.ID, &wire.Error{Code: wire.CodeUnauthorized, Message: "handshake required before " + e.Type})
 		return
 	}
 	if st != stateLive {
+		s.h.countMessage(e.Type, wire.CodeRuntimeError)
 		s.sendError(env.ID, &wire.Error{Code: wire.CodeRuntimeError, Message: "session is shutting down", Detail: map[string]any{"reason": "shutting_down"}})
 		return
 	}
 	if bodySession != "" && bodySession != s.id {
+		s.h.countMessage(e.Type, wire.CodeUnauthorized)
 		s.sendError(env.ID, &wire.Error{Code: wire.CodeUnauthorized, Message: "session_id does not match the sender's session"})
 		return
 	}
@@ -260,6 +263,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		return
 	}
 	if e.Capability != "" && !s.Enabled(e.Capability) {
+		s.h.countMessage(e.Type, wire.CodeCapabilityMissing)
 		s.sendError(env.ID, &wire.Error{Code: wire.CodeCapabilityMissing, Capability: e.Capability,
 			Message: fmt.Sprintf("capability %q is not enabled for this session", e.Capability)})
 		return
@@ -285,6 +289,8 @@ func (s *Session) admit(c *call) {
 	case s.queue <- c:
 	default:
 		s.mu.Unlock()
+		s.h.met.over.Inc()
+		s.h.countMessage(c.entry.Type, outcomeOverloaded)
 		s.sendError(c.id, wire.AsError(wire.ErrOverloaded))
 		return
 	}
@@ -358,10 +364,14 @@ func (s *Session) finish(c *call) {
 func (s *Session) run(c *call) {
 	ctx, cancel := newReqCtx(s.ctx, time.Duration(s.h.cfg.Server.Limits.RequestTimeout))
 	defer cancel()
+	tm := s.h.met.forType(c.entry.Type)
 	if !c.start(cancel) {
+		tm.count(string(wire.CodeCancelled))
 		return // cancelled while queued; already answered
 	}
-	resp, err := s.h.dispatch(ctx, c, c.entry, c.msg)
+	t0 := time.Now()
+	sctx, span := s.h.startRequestSpan(ctx, c, false)
+	resp, err := s.h.dispatch(sctx, c, c.entry, c.msg)
 	if ctx.Err() != nil && err == nil && resp == nil {
 		err = ctx.Err()
 	}
@@ -369,11 +379,26 @@ func (s *Session) run(c *call) {
 		if errors.Is(err, context.DeadlineExceeded) || (ctx.Err() == context.DeadlineExceeded && errors.Is(err, context.Canceled)) {
 			err = fmt.Errorf("request exceeded %s: %w", time.Duration(s.h.cfg.Server.Limits.RequestTimeout), wire.ErrTimeout)
 		}
-		c.replyError(s.h.wireError(c, err))
+		we := s.h.wireError(c, err)
+		if c.wasCancelled() {
+			we = wire.AsError(wire.ErrCancelled) // what the agent was answered
+		}
+		c.replyError(we)
+		tm.latency.Observe(since(t0).Seconds())
+		tm.count(string(we.Code))
+		endSpan(span, string(we.Code))
 		s.h.flushAudit(c, 0)
 		return
 	}
-	s.h.flushAudit(c, c.reply(resp))
+	n := c.reply(resp)
+	tm.latency.Observe(since(t0).Seconds())
+	code := ""
+	if c.wasCancelled() {
+		code = string(wire.CodeCancelled)
+	}
+	tm.count(code)
+	endSpan(span, code)
+	s.h.flushAudit(c, n)
 }
 
 // cancelCall stops an in-flight or queued request; it is answered with
@@ -581,8 +606,16 @@ func (c *call) Dispatch(ctx context.Context, req wire.Message) (wire.Message, er
 		return nil, &wire.Error{Code: wire.CodeCapabilityMissing, Capability: e.Capability, Message: fmt.Sprintf("capability %q is not enabled for this session", e.Capability)}
 	}
 	inner := &call{s: c.s, id: env.ID, entry: e, msg: req, parent: c, depth: c.depth + 1}
-	resp, err := c.s.h.dispatch(ctx, inner, e, req)
+	sctx, span := c.s.h.startRequestSpan(ctx, inner, true)
+	resp, err := c.s.h.dispatch(sctx, inner, e, req)
 	c.s.h.flushAudit(inner, 0)
+	if span != nil {
+		code := ""
+		if err != nil {
+			code = string(wire.AsError(err).Code)
+		}
+		endSpan(span, code)
+	}
 	if err != nil {
 		// The caller (a chain, a subagent) may pass the error on to the
 		// agent, so it gets the same safe form a reply would.

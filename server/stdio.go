@@ -142,6 +142,9 @@ type streamSink struct {
 	failed chan struct{}
 }
 
+// Transport names the sink for the by-transport session gauge.
+func (*streamSink) Transport() string { return "stdio" }
+
 func (k *streamSink) Send(p *wire.Packet) (int, error) {
 	line, err := wire.Encode(&p.Envelope, p.Msg)
 	if err != nil {

@@ -71,11 +71,11 @@ func TestOneAuditLinePerToolCall(t *testing.T) {
 	audit := &auditLog{}
 	cfg := aeptest.Config(func(c *server.Config) { c.Server.ToolPolicy.Deny = []string{"grep"} })
 	h := aeptest.NewHost(t, cfg, []server.PluginSpec{
-		aeptest.Plugin("tools", &tools.Plugin{Root: filepath.Join(data, "ws")}),
-		aeptest.Plugin("toolkits", &toolkits.Plugin{SQLiteDir: sqlDir}),
-		aeptest.Plugin("mcp", &mcp.Plugin{ConnectTimeout: 30, Servers: []mcp.ServerConfig{
+		aeptest.Plugin("tools", &tools.Plugin{Settings: tools.Settings{Root: filepath.Join(data, "ws")}}),
+		aeptest.Plugin("toolkits", &toolkits.Plugin{Settings: toolkits.Settings{SQLiteDir: sqlDir}}),
+		aeptest.Plugin("mcp", &mcp.Plugin{Settings: mcp.Settings{ConnectTimeout: 30, Servers: []mcp.ServerConfig{
 			{ID: "everything", Command: "node", Args: []string{script, "stdio"}},
-		}}),
+		}}}),
 	}, server.WithAuditor(audit), server.WithDataDir(data))
 	c := aeptest.Connect(t, h, "tools", "toolkits", "mcp")
 	ctx := aeptest.Context(t)

@@ -119,7 +119,7 @@ func FuzzCompile(f *testing.F) {
 // newPlugin provisions a plugin without a host, allowing one stored chain.
 func newPlugin(t *testing.T, reg *wire.Registry) *Plugin {
 	t.Helper()
-	p := &Plugin{MaxDefinitions: 1}
+	p := &Plugin{Settings: Settings{MaxDefinitions: 1}}
 	if err := p.Provision(context.Background(), server.PluginEnv{Name: "chains", Type: "chains", Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}

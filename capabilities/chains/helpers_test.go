@@ -65,7 +65,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	plugins := append([]server.PluginSpec{
 		aeptest.Plugin("chains", &chains.Plugin{}),
 		aeptest.Plugin("echo", echo),
-		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}},
+		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: t.TempDir()}}},
 	}, o.extra...)
 	h := aeptest.NewHost(t, cfg, plugins, opts...)
 	caps := o.caps

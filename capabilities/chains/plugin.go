@@ -34,9 +34,8 @@ func (*Plugin) Module() server.ModuleInfo {
 
 // Plugin serves the chain namespace.
 type Plugin struct {
-	// MaxDefinitions bounds the chains one session may store with
-	// chain/define (default 256).
-	MaxDefinitions int `yaml:"max_definitions"`
+	// Settings are the plugin's `config` (schemas/config/chains.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	reg *wire.Registry
 	log *slog.Logger

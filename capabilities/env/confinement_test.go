@@ -34,7 +34,7 @@ func TestEveryWirePathConfined(t *testing.T) {
 	must(t, os.Symlink(stagingSib, filepath.Join(staging, "sib")))
 	must(t, os.Symlink(outside, filepath.Join(staging, "out")))
 
-	h := newHost(t, &env.Plugin{DataRoot: data, StagingRoot: staging, TasksDir: tasks, WorkRoot: work})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{DataRoot: data, StagingRoot: staging, TasksDir: tasks, WorkRoot: work}})
 	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
 	ctx := aeptest.Context(t)
 	if _, err := c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: []msg.DataPart{good}}); err != nil {

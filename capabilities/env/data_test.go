@@ -52,7 +52,7 @@ func TestDataPlane(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("secret"), 0o644))
 	must(t, os.Symlink(outside, filepath.Join(staging, "link")))
 
-	h := newHost(t, &env.Plugin{DataRoot: data, StagingRoot: staging, BaselineDir: baseline})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{DataRoot: data, StagingRoot: staging, BaselineDir: baseline}})
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
 			c := aeptest.ConnectWith(t, h, cd.codec, nil, "env")
@@ -182,7 +182,7 @@ func TestDataPlane(t *testing.T) {
 func TestDataResetLeavesOtherSessionsAlone(t *testing.T) {
 	data, staging := t.TempDir(), t.TempDir()
 	part := stage(t, staging, "f.txt", "payload")
-	h := newHost(t, &env.Plugin{DataRoot: data, StagingRoot: staging})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{DataRoot: data, StagingRoot: staging}})
 	a, b := aeptest.ConnectWith(t, h, directCodec(), nil, "env"), aeptest.ConnectWith(t, h, client.JSON, nil, "env")
 	ctx := aeptest.Context(t)
 	for _, c := range []*client.Client{a, b} {
@@ -212,7 +212,7 @@ func TestDataResetLeavesOtherSessionsAlone(t *testing.T) {
 func TestDataPlaneSpecSpellings(t *testing.T) {
 	data, staging := t.TempDir(), t.TempDir()
 	part := stage(t, staging, "f.txt", "payload")
-	h := newHost(t, &env.Plugin{DataRoot: data, StagingRoot: staging})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{DataRoot: data, StagingRoot: staging}})
 	pipe, err := h.ConnectLines(16)
 	must(t, err)
 	defer pipe.Close()
@@ -243,7 +243,7 @@ func TestDataPlaneSpecSpellings(t *testing.T) {
 func TestDataRootUnavailable(t *testing.T) {
 	blocker := filepath.Join(t.TempDir(), "file")
 	must(t, os.WriteFile(blocker, []byte("x"), 0o644))
-	h := newHost(t, &env.Plugin{DataRoot: filepath.Join(blocker, "data")})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{DataRoot: filepath.Join(blocker, "data")}})
 	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
 	ctx := aeptest.Context(t)
 	// The cause names host paths: it goes to the log, and the agent gets

@@ -133,7 +133,7 @@ func TestSameSeedSameTrajectory(t *testing.T) {
 }
 
 func TestEpisodeErrors(t *testing.T) {
-	h := newHost(t, &env.Plugin{MaxEpisodes: 2})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{MaxEpisodes: 2}})
 	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
 	ctx := aeptest.Context(t)
 	done := reset(t, c, env.GuessName, 1, `{"high":1}`)
@@ -209,7 +209,7 @@ func TestEpisodeErrors(t *testing.T) {
 }
 
 func TestStepTimeoutClosesEpisode(t *testing.T) {
-	h := newHost(t, &env.Plugin{StepTimeout: 100e6})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{StepTimeout: 100e6}})
 	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
 	ctx := aeptest.Context(t)
 	r := reset(t, c, "test/sleep", 0, "")

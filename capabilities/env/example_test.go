@@ -54,7 +54,7 @@ func Example() {
 	ctx := context.Background()
 	cfg := server.Defaults()
 	cfg.Server.AuthToken = "s3cret"
-	h, err := server.New(ctx, cfg, server.WithPlugin(server.PluginSpec{Name: "env", Type: "env", Impl: &env.Plugin{Envs: []string{"example/walk"}}}))
+	h, err := server.New(ctx, cfg, server.WithPlugin(server.PluginSpec{Name: "env", Type: "env", Impl: &env.Plugin{Settings: env.Settings{Envs: []string{"example/walk"}}}}))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func init() {
 func TestFailingEnvironmentAlwaysAnswers(t *testing.T) {
 	for _, name := range []string{"test/faulty", "test/faulty-inline"} {
 		t.Run(name, func(t *testing.T) {
-			h := newHost(t, &env.Plugin{Envs: []string{name}})
+			h := newHost(t, &env.Plugin{Settings: env.Settings{Envs: []string{name}}})
 			pipe, err := h.ConnectLines(16)
 			must(t, err)
 			defer pipe.Close()

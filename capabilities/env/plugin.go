@@ -39,34 +39,8 @@ const (
 // Plugin serves the env namespace. Its exported fields are its settings
 // (the `config` of its plugin entry, decoded strictly).
 type Plugin struct {
-	// Envs restricts the registered environments served; empty serves all.
-	Envs []string `yaml:"envs"`
-	// MaxEpisodes caps the open episodes of one session.
-	MaxEpisodes int `yaml:"max_episodes"`
-	// StepTimeout bounds one step (and one reset) of an environment that is
-	// not Inline; an episode whose step times out is closed, since its state
-	// is then unknown.
-	StepTimeout server.Duration `yaml:"step_timeout"`
-	// TasksDir holds task folders, each served as environment `task/<folder>`.
-	TasksDir string `yaml:"tasks_dir"`
-	// WorkRoot holds the task environment's per-episode work directories;
-	// it must not lie inside DataRoot. Default: <plugin data dir>/work, or a
-	// directory under the system's temporary directory.
-	WorkRoot string `yaml:"work_root"`
-	// DataRoot, left at its default (/workspace/data) under a host, makes
-	// each session's data root data/ in its session directory, which
-	// every sandbox shows at /workspace/data. Set to another path it holds
-	// `<DataRoot>/<session_id>/` instead, which no sandbox shows.
-	DataRoot string `yaml:"data_root"`
-	// StagingRoot is the only place env/data/add copies from. Default under
-	// a host with a data dir: <plugin data dir>/staging.
-	StagingRoot string `yaml:"staging_root"`
-	// BaselineDir is the corpus env/data/reset re-stages. Default under a
-	// host with a data dir: <plugin data dir>/baseline (empty until the
-	// operator fills it); otherwise none.
-	BaselineDir string `yaml:"baseline_dir"`
-	// InlineMaxBytes caps the text env/data/get returns inline.
-	InlineMaxBytes int `yaml:"inline_max_bytes"`
+	// Settings are the plugin's `config` (schemas/config/env.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	log     *slog.Logger
 	catalog map[string]*factory

@@ -51,7 +51,7 @@ func TestDataPlaneScopes(t *testing.T) {
 		t.Run(tc.scope, func(t *testing.T) {
 			staging, baseline := t.TempDir(), t.TempDir()
 			h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
-				aeptest.Plugin("env", &env.Plugin{DataRoot: env.DefaultDataRoot, StagingRoot: staging, BaselineDir: baseline}),
+				aeptest.Plugin("env", &env.Plugin{Settings: env.Settings{DataRoot: env.DefaultDataRoot, StagingRoot: staging, BaselineDir: baseline}}),
 				aeptest.Plugin("memory", &memory.Plugin{}),
 				aeptest.Plugin("subagents", &subagents.Plugin{}),
 			}, server.WithDataDir(t.TempDir()))

@@ -17,7 +17,7 @@ import (
 func TestSnapshotRestoresEpisodes(t *testing.T) {
 	tasks := t.TempDir()
 	writeTask(t, tasks, "answer", "echo 1", 5)
-	h := newHost(t, &env.Plugin{TasksDir: tasks, WorkRoot: t.TempDir()}, server.WithDataDir(t.TempDir()))
+	h := newHost(t, &env.Plugin{Settings: env.Settings{TasksDir: tasks, WorkRoot: t.TempDir()}}, server.WithDataDir(t.TempDir()))
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
 			c := aeptest.ConnectWith(t, h, cd.codec, nil, "env")
@@ -77,7 +77,7 @@ func TestSnapshotRestoresEpisodes(t *testing.T) {
 }
 
 func TestRestoreRejectsCorruptState(t *testing.T) {
-	p := &env.Plugin{DataRoot: t.TempDir()}
+	p := &env.Plugin{Settings: env.Settings{DataRoot: t.TempDir()}}
 	must(t, p.Provision(aeptest.Context(t), serverEnv()))
 	for _, bad := range []string{"", "{", `{"version":7,"episodes":[]}`} {
 		if err := p.Restore(aeptest.Context(t), "s-1", []byte(bad)); err == nil {

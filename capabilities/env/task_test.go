@@ -48,7 +48,7 @@ func TestTaskEnvironmentEndToEnd(t *testing.T) {
 	tasks, work, data := t.TempDir(), t.TempDir(), t.TempDir()
 	writeTask(t, tasks, "answer", `if [ "$(cat answer.txt)" = "42" ]; then echo graded; echo 0.75; else echo 0; fi`, 10)
 	writeTask(t, tasks, "slow", "sleep 5; echo 1", 0.2)
-	h := newHost(t, &env.Plugin{TasksDir: tasks, WorkRoot: work, DataRoot: data})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{TasksDir: tasks, WorkRoot: work, DataRoot: data}})
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
 			c := aeptest.ConnectWith(t, h, cd.codec, nil, "env")
@@ -147,7 +147,7 @@ func TestWorkRootInsideDataRootIsRefused(t *testing.T) {
 	data := t.TempDir()
 	tasks := t.TempDir()
 	writeTask(t, tasks, "answer", "echo 1", 5)
-	p := &env.Plugin{TasksDir: tasks, DataRoot: data, WorkRoot: filepath.Join(data, "work")}
+	p := &env.Plugin{Settings: env.Settings{TasksDir: tasks, DataRoot: data, WorkRoot: filepath.Join(data, "work")}}
 	err := p.Provision(aeptest.Context(t), serverEnv())
 	if err == nil || !strings.Contains(err.Error(), "inside data_root") {
 		t.Fatalf("want a refusal, got %v", err)
@@ -167,7 +167,7 @@ func TestGradeCannotBeTampered(t *testing.T) {
 	hidden := filepath.Join(tasks, "guarded", "grade.sh")
 	must(t, os.Chmod(filepath.Dir(hidden), 0o777))
 	must(t, os.Chmod(hidden, 0o666)) // writable by anyone: only containment protects it
-	h := newHost(t, &env.Plugin{TasksDir: tasks, WorkRoot: work, DataRoot: data})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{TasksDir: tasks, WorkRoot: work, DataRoot: data}})
 	c := aeptest.Connect(t, h, "env")
 	ctx := aeptest.Context(t)
 	r := reset(t, c, "task/guarded", 0, "")

@@ -60,7 +60,7 @@ func startHostDSN(t testing.TB, dir, dsn string) (th *testHost, close func()) {
 		t.Fatal(err)
 	}
 	h, err := server.New(ctx, aeptest.Config(nil), server.WithStore(st), server.WithDataDir(dir),
-		server.WithPlugin(server.PluginSpec{Name: "tools", Type: "tools", Impl: &tools.Plugin{Root: filepath.Join(dir, "ws")}}),
+		server.WithPlugin(server.PluginSpec{Name: "tools", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: filepath.Join(dir, "ws")}}}),
 		server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{}}))
 	if err != nil {
 		st.Close()

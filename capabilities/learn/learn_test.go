@@ -598,7 +598,7 @@ func TestNeedsStore(t *testing.T) {
 	}
 	defer st.Close()
 	bad := -1.0
-	_, err = server.New(context.Background(), cfg, server.WithStore(st), server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{Exploration: &bad}}))
+	_, err = server.New(context.Background(), cfg, server.WithStore(st), server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{Settings: learn.Settings{Exploration: &bad}}}))
 	if err == nil || !strings.Contains(err.Error(), "exploration") {
 		t.Fatalf("negative exploration: %v", err)
 	}

@@ -41,8 +41,8 @@ func (*Plugin) Module() server.ModuleInfo {
 // Plugin serves the learn namespace. Its exported fields are its settings
 // (the `config` of its plugin entry, decoded strictly).
 type Plugin struct {
-	// Exploration is UCB1's default exploration constant c (default sqrt 2).
-	Exploration *float64 `yaml:"exploration"`
+	// Settings are the plugin's `config` (schemas/config/learn.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	db      *ent.Client
 	log     *slog.Logger

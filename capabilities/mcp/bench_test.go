@@ -36,11 +36,11 @@ func BenchmarkProxiedCall(b *testing.B) {
 				b.Fatal(err)
 			}
 			direct = tr
-			p = &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}, Servers: []aepmcp.ServerConfig{{ID: "s", URL: hs.url()}}}
+			p = &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}, Servers: []aepmcp.ServerConfig{{ID: "s", URL: hs.url()}}}}
 		} else {
 			sc := stdioServer("s", tc.version)
 			direct = transport.NewStdioWithOptions(sc.Command, []string{"AEP_MCP_TEST_SERVER=s", "AEP_MCP_TEST_VERSIONS=" + tc.version}, sc.Args)
-			p = &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{sc}}
+			p = &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{sc}}}
 		}
 		for _, progress := range []bool{false, true} {
 			name := "direct"

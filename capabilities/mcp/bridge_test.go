@@ -25,7 +25,7 @@ func TestProtocolVersions(t *testing.T) {
 	for _, v := range []string{mcp.ProtocolVersion20260728, mcp.ProtocolVersion20251125} {
 		t.Run("http/"+v, func(t *testing.T) {
 			hs := startHTTP(t, "h", mcpserver.WithStreamableHTTPProtocolVersions(v))
-			e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}})
+			e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}}})
 			r := e.register(t, "h", hs.url())
 			if !r.Ok || r.Server == nil || r.Server.ProtocolVersion == nil || *r.Server.ProtocolVersion != v {
 				t.Fatalf("register: %+v proto %v (error %v)", r.Server, deref(r.Server.ProtocolVersion), r.Error)
@@ -47,7 +47,7 @@ func TestProtocolVersions(t *testing.T) {
 			}
 		})
 		t.Run("stdio/"+v, func(t *testing.T) {
-			e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", v)}})
+			e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{stdioServer("s", v)}}})
 			l, err := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
 			if err != nil {
 				t.Fatal(err)
@@ -67,7 +67,7 @@ func TestProtocolVersions(t *testing.T) {
 // parameters and the whole input schema, tags mcp and the server id.
 func TestToolDefinitions(t *testing.T) {
 	hs := startHTTP(t, "d")
-	e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: "http://" + hs.addr}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: "http://" + hs.addr}}}})
 	if r := e.register(t, "d", hs.url()); !r.Ok {
 		t.Fatal(*r.Error)
 	}
@@ -110,7 +110,7 @@ func TestToolDefinitions(t *testing.T) {
 func TestCallResults(t *testing.T) {
 	// mcp-go's server sends progress only on sessions made by initialize,
 	// so this server keeps to 2025-11-25 (the npm server's test covers the other).
-	e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", mcp.ProtocolVersion20251125)}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{stdioServer("s", mcp.ProtocolVersion20251125)}}})
 	r := e.call(t, "s__echo", map[string]any{"message": "hi"}, 0)
 	blocks, _ := r.Data.([]any)
 	if !r.Success || len(blocks) != 1 || blocks[0].(map[string]any)["text"] != "s: hi" || r.Summary != "s: hi" {
@@ -139,7 +139,7 @@ func TestCallResults(t *testing.T) {
 // A stdio server that dies mid-call gives TOOL_ERROR, and the next call
 // reconnects to a fresh process.
 func TestCrashMidCallReconnects(t *testing.T) {
-	e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", "")}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{stdioServer("s", "")}}})
 	r := e.call(t, "s__crash", nil, 0)
 	if r.Success || *r.ErrorCode != msg.ToolResultErrorCodeTOOLERROR || !strings.Contains(*r.Error, "reconnects") {
 		t.Fatalf("crash: %+v", r)
@@ -157,7 +157,7 @@ func TestCrashMidCallReconnects(t *testing.T) {
 // cancellation, and the connection stays usable.
 func TestTimeoutCancelsServerSide(t *testing.T) {
 	hs := startHTTP(t, "h", mcpserver.WithStreamableHTTPProtocolVersions(mcp.ProtocolVersion20260728))
-	e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}}})
 	e.register(t, "h", hs.url())
 	t0 := time.Now()
 	r := e.call(t, "h__slow", map[string]any{"seconds": 30}, 0.3)
@@ -175,7 +175,7 @@ func TestTimeoutCancelsServerSide(t *testing.T) {
 		t.Fatalf("after timeout: %s", text(r))
 	}
 	// The stdio subprocess gets notifications/cancelled; the call still ends at the timeout.
-	e2 := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", "")}})
+	e2 := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{stdioServer("s", "")}}})
 	if r := e2.call(t, "s__slow", map[string]any{"seconds": 30}, 0.3); r.Success || !strings.Contains(*r.Error, "timed out") {
 		t.Fatalf("stdio slow: %+v", r)
 	}
@@ -187,10 +187,7 @@ func TestTimeoutCancelsServerSide(t *testing.T) {
 // Two servers offering the same tool names stay apart.
 func TestCollidingToolNames(t *testing.T) {
 	a, b := startHTTP(t, "alpha"), startHTTP(t, "beta")
-	e := newEnv(t, &aepmcp.Plugin{
-		Servers:   []aepmcp.ServerConfig{stdioServer("c", "", "echo")},
-		AllowURLs: []aepmcp.AllowURL{{Prefix: a.url()}, {Prefix: b.url()}},
-	})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{stdioServer("c", "", "echo")}, AllowURLs: []aepmcp.AllowURL{{Prefix: a.url()}, {Prefix: b.url()}}}})
 	e.register(t, "a", a.url(), "echo")
 	e.register(t, "b", b.url(), "echo")
 	if got := e.toolNames(t, "mcp"); !slices.Equal(got, []string{"a__echo", "b__echo", "c__echo"}) {
@@ -220,7 +217,7 @@ func TestCollidingToolNames(t *testing.T) {
 func TestAllowLists(t *testing.T) {
 	hs := startHTTP(t, "h")
 	base := "http://" + hs.addr
-	e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: base + "/mcp"}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: base + "/mcp"}}}})
 	for _, tc := range []struct {
 		name, id, url, want string
 	}{
@@ -271,7 +268,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 	for _, v := range []string{mcp.ProtocolVersion20260728, mcp.ProtocolVersion20251125} {
 		t.Run(v, func(t *testing.T) {
 			hs := startHTTP(t, "h", mcpserver.WithStreamableHTTPProtocolVersions(v))
-			e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}, BackoffMax: 0.2})
+			e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}, BackoffMax: 0.2}})
 			e.register(t, "h", hs.url())
 			if r := e.call(t, "h__echo", map[string]any{"message": "1"}, 0); !r.Success {
 				t.Fatal(text(r))
@@ -297,7 +294,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 
 // Resources and prompts of a server, with the server's cursors.
 func TestResourcesAndPrompts(t *testing.T) {
-	e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", "")}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{stdioServer("s", "")}}})
 	ctx := aeptest.Context(t)
 	rl, err := e.c.McpResourceList(ctx, &msg.MCPResourceListReq{ServerID: "s"})
 	if err != nil || len(rl.Resources) != 1 || rl.Resources[0].Uri != "mem://a" {
@@ -324,7 +321,7 @@ func TestResourcesAndPrompts(t *testing.T) {
 // restore into a new session reconnects them.
 func TestSnapshotRestoreReconnects(t *testing.T) {
 	hs := startHTTP(t, "h")
-	e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}}})
 	ctx := aeptest.Context(t)
 	if r, err := e.c.McpServerRegister(ctx, &msg.MCPServerRegisterReq{ServerID: "h", URL: hs.url(),
 		Headers: map[string]string{"Authorization": "Bearer CANARY-9d1"}, ToolAllowList: []string{"echo"}}); err != nil || !r.Ok {
@@ -359,11 +356,11 @@ func TestConfigChecks(t *testing.T) {
 		p    *aepmcp.Plugin
 		want string
 	}{
-		{"both", &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{{ID: "a", Command: "x", URL: "http://h/"}}}, "exactly one"},
-		{"neither", &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{{ID: "a"}}}, "exactly one"},
-		{"underscore id", &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{{ID: "a_b", Command: "x"}}}, "id"},
-		{"duplicate", &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{{ID: "a", Command: "x"}, {ID: "a", Command: "y"}}}, "twice"},
-		{"bad allow url", &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: "ftp://x"}}}, "allow_urls"},
+		{"both", &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{{ID: "a", Command: "x", URL: "http://h/"}}}}, "exactly one"},
+		{"neither", &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{{ID: "a"}}}}, "exactly one"},
+		{"underscore id", &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{{ID: "a_b", Command: "x"}}}}, "id"},
+		{"duplicate", &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{{ID: "a", Command: "x"}, {ID: "a", Command: "y"}}}}, "twice"},
+		{"bad allow url", &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: "ftp://x"}}}}, "allow_urls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.p.Provision(aeptest.Context(t), serverEnv())
@@ -372,7 +369,7 @@ func TestConfigChecks(t *testing.T) {
 			}
 		})
 	}
-	e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{{ID: "gone", Command: "/nonexistent/mcp-server"}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{{ID: "gone", Command: "/nonexistent/mcp-server"}}}})
 	l, _ := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
 	if len(l.Servers) != 1 || l.Servers[0].Status != msg.MCPServerInfoStatusError || l.Servers[0].LastError == nil {
 		t.Fatalf("servers: %+v", l.Servers)
@@ -406,7 +403,7 @@ func TestListWhileConnecting(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer hang.Close()
-	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 30, AllowURLs: []aepmcp.AllowURL{{Prefix: hang.URL}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{ConnectTimeout: 30, AllowURLs: []aepmcp.AllowURL{{Prefix: hang.URL}}}})
 	registered := make(chan *msg.MCPServerRegisterResp, 1)
 	go func() {
 		r, err := e.c.McpServerRegister(aeptest.Context(t), &msg.MCPServerRegisterReq{ServerID: "slow", URL: hang.URL + "/mcp"})
@@ -452,7 +449,7 @@ func TestListWhileConnecting(t *testing.T) {
 func TestToolListChanged(t *testing.T) {
 	for _, v := range []string{mcp.ProtocolVersion20251125, mcp.ProtocolVersion20260728} {
 		t.Run("stdio/"+v, func(t *testing.T) {
-			e := newEnv(t, &aepmcp.Plugin{Servers: []aepmcp.ServerConfig{stdioServer("s", v)}})
+			e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{Servers: []aepmcp.ServerConfig{stdioServer("s", v)}}})
 			viaCall := func(tool string) func() {
 				return func() {
 					if r := e.call(t, "s__"+tool, nil, 0); !r.Success {
@@ -464,7 +461,7 @@ func TestToolListChanged(t *testing.T) {
 		})
 		t.Run("http/"+v, func(t *testing.T) {
 			hs := startHTTP(t, "h", mcpserver.WithStreamableHTTPProtocolVersions(v))
-			e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}})
+			e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}}})
 			if r := e.register(t, "h", hs.url()); !r.Ok {
 				t.Fatalf("register: %+v", r)
 			}

@@ -198,8 +198,7 @@ func TestConnectTimeout(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	t.Cleanup(hang.Close)
-	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 0.3, AllowURLs: []aepmcp.AllowURL{{Prefix: hang.URL}},
-		Servers: []aepmcp.ServerConfig{{ID: "mute", Command: "sleep", Args: []string{"1000"}}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{ConnectTimeout: 0.3, AllowURLs: []aepmcp.AllowURL{{Prefix: hang.URL}}, Servers: []aepmcp.ServerConfig{{ID: "mute", Command: "sleep", Args: []string{"1000"}}}}})
 	l, err := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
 	if err != nil || len(l.Servers) != 1 || l.Servers[0].Status != msg.MCPServerInfoStatusError ||
 		l.Servers[0].LastError == nil || !strings.Contains(*l.Servers[0].LastError, "no answer within 300ms") {
@@ -207,7 +206,7 @@ func TestConnectTimeout(t *testing.T) {
 	}
 	// The registration's timeout overrides the plugin's; the request would
 	// outlive this context if the 60 s asked for in the plugin applied.
-	e2 := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 60, AllowURLs: []aepmcp.AllowURL{{Prefix: hang.URL}}})
+	e2 := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{ConnectTimeout: 60, AllowURLs: []aepmcp.AllowURL{{Prefix: hang.URL}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	r, err := e2.c.McpServerRegister(ctx, &msg.MCPServerRegisterReq{ServerID: "slow", URL: hang.URL + "/mcp", Timeout: ptrF(0.3)})
@@ -223,7 +222,7 @@ func ptrF(f float64) *float64 { return &f }
 // connection stays usable.
 func TestCancelForwarded(t *testing.T) {
 	hs := startHTTP(t, "h")
-	e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: hs.url()}}}})
 	if r := e.register(t, "h", hs.url()); !r.Ok {
 		t.Fatalf("register: %+v", r)
 	}
@@ -267,7 +266,7 @@ func TestResourceAndPromptCursors(t *testing.T) {
 	}
 	ts := httptest.NewServer(mcpserver.NewStreamableHTTPServer(s))
 	t.Cleanup(ts.Close)
-	e := newEnv(t, &aepmcp.Plugin{AllowURLs: []aepmcp.AllowURL{{Prefix: ts.URL}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{AllowURLs: []aepmcp.AllowURL{{Prefix: ts.URL}}}})
 	if r := e.register(t, "paged", ts.URL+"/mcp"); !r.Ok || r.Server.ToolsCount != 0 {
 		t.Fatalf("register: %+v error %s", r.Server, deref(r.Error))
 	}

@@ -240,7 +240,7 @@ func newEnv(t testing.TB, p *aepmcp.Plugin) *env {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
 		aeptest.Plugin("mcp", p),
-		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}},
+		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: t.TempDir()}}},
 	}, server.WithDataDir(t.TempDir()), server.WithLogger(logger))
 	return &env{h: h, p: p, c: connect(t, h)}
 }

@@ -44,9 +44,9 @@ func npmServer(t *testing.T, envVar, pkg string) string {
 // got, and progress events from its long-running tool.
 func TestServerEverything(t *testing.T) {
 	script := npmServer(t, "AEP_TEST_MCP_EVERYTHING", "server-everything")
-	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 30, Servers: []aepmcp.ServerConfig{
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{ConnectTimeout: 30, Servers: []aepmcp.ServerConfig{
 		{ID: "everything", Command: "node", Args: []string{script, "stdio"}},
-	}})
+	}}})
 	ctx := aeptest.Context(t)
 	l, err := e.c.McpServerList(ctx, &msg.MCPServerListReq{})
 	if err != nil || len(l.Servers) != 1 || l.Servers[0].Status != msg.MCPServerInfoStatusReady {
@@ -117,9 +117,9 @@ func TestServerFilesystem(t *testing.T) {
 	if err := os.WriteFile(file, []byte("line one\nline two\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 30, Servers: []aepmcp.ServerConfig{
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{ConnectTimeout: 30, Servers: []aepmcp.ServerConfig{
 		{ID: "fs", Command: "node", Args: []string{script, dir}, ToolAllowList: []string{"read_*", "list_*"}},
-	}})
+	}}})
 	names := e.toolNames(t, "fs")
 	if !slices.Contains(names, "fs__read_text_file") || slices.Contains(names, "fs__write_file") {
 		t.Fatalf("tools %v", names)
@@ -181,7 +181,7 @@ func startEverythingHTTP(t *testing.T) string {
 // Dispatch: per-session claims).
 func TestRegistrationsPerSession(t *testing.T) {
 	url := startEverythingHTTP(t)
-	e := newEnv(t, &aepmcp.Plugin{ConnectTimeout: 30, AllowURLs: []aepmcp.AllowURL{{Prefix: url}}})
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{ConnectTimeout: 30, AllowURLs: []aepmcp.AllowURL{{Prefix: url}}}})
 	a, b := e, &env{h: e.h, p: e.p, c: connect(t, e.h)}
 	third := &env{h: e.h, p: e.p, c: connect(t, e.h)}
 	for name, s := range map[string]*env{"first": a, "second": b} {

@@ -46,21 +46,8 @@ func (*Plugin) Module() server.ModuleInfo {
 // may use ${ENV} (expanded when the host config is loaded), which is how
 // secrets such as tokens in headers or env reach it.
 type Plugin struct {
-	// Servers are connected at start-up and shared by every session.
-	Servers []ServerConfig `yaml:"servers"`
-	// AllowURLs are the URL prefixes a session may register at run time;
-	// empty: run-time registration is refused.
-	AllowURLs []AllowURL `yaml:"allow_urls"`
-	// ConnectTimeout bounds a connect (start, negotiate, list), in seconds;
-	// default 15.
-	ConnectTimeout float64 `yaml:"connect_timeout"`
-	// BackoffMax caps the wait between reconnect attempts, in seconds;
-	// default 30. The wait starts at 0.25 s and doubles per failed connect.
-	BackoffMax float64 `yaml:"backoff_max"`
-	// MaxSessionServers caps the servers one session may register; default 16.
-	MaxSessionServers int `yaml:"max_session_servers"`
-	// MaxOutputBytes caps result.data (default 1 MiB, as for every tool).
-	MaxOutputBytes int `yaml:"max_output_bytes"`
+	// Settings are the plugin's `config` (schemas/config/mcp.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	name    string
 	env     server.PluginEnv
@@ -75,33 +62,6 @@ type Plugin struct {
 // sessionServers are the servers one session registered at run time.
 type sessionServers struct {
 	conns map[string]*conn // guarded by Plugin.mu
-}
-
-// ServerConfig declares one server: a stdio command, or a streamable-HTTP URL.
-type ServerConfig struct {
-	ID      string            `yaml:"id"`
-	Command string            `yaml:"command"`
-	Args    []string          `yaml:"args"`
-	Env     map[string]string `yaml:"env"`
-	URL     string            `yaml:"url"`
-	Headers map[string]string `yaml:"headers"`
-	// ToolAllowList holds path.Match patterns of the tool names to proxy;
-	// empty: all.
-	ToolAllowList []string `yaml:"tool_allow_list"`
-	// ConnectTimeout overrides the plugin's, in seconds.
-	ConnectTimeout float64 `yaml:"connect_timeout"`
-	// ProtocolVersion pins the MCP version asked for ("2025-11-25",
-	// "2026-07-28"); empty negotiates the newest both sides speak.
-	ProtocolVersion string `yaml:"protocol_version"`
-}
-
-// AllowURL is one allowlist entry: a URL matches when it equals Prefix or
-// continues it after a '/', so "http://h:80" never admits "http://h:8080".
-// Headers are added to every connection to a URL it admits, which lets
-// tokens stay in config and lets restored registrations authenticate.
-type AllowURL struct {
-	Prefix  string            `yaml:"prefix"`
-	Headers map[string]string `yaml:"headers"`
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)

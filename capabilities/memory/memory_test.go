@@ -121,7 +121,7 @@ func testOperationsPerTier(t *testing.T, dsn string) {
 func TestBadInputChangesNothing(t *testing.T) { forEachBackend(t, testBadInputChangesNothing) }
 
 func testBadInputChangesNothing(t *testing.T, dsn string) {
-	h := newHostDSN(t, &memory.Plugin{MaxContentBytes: 64}, "", dsn)
+	h := newHostDSN(t, &memory.Plugin{Settings: memory.Settings{MaxContentBytes: 64}}, "", dsn)
 	big := strings.Repeat("x", 100)
 	for _, cd := range codecs {
 		t.Run(cd.name, func(t *testing.T) {
@@ -311,7 +311,7 @@ func TestTTLExpiryAndCollection(t *testing.T) { forEachBackend(t, testTTLExpiryA
 
 func testTTLExpiryAndCollection(t *testing.T, dsn string) {
 	clk := newClock()
-	p := &memory.Plugin{Clock: clk.Now, CollectInterval: 0}
+	p := &memory.Plugin{Settings: memory.Settings{CollectInterval: 0}, Clock: clk.Now}
 	p.CollectInterval = 20 * 1e6 // 20ms
 	h := newHostDSN(t, p, "", dsn)
 	c := connect(t, h, codecs[1].codec)

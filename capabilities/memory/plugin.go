@@ -56,18 +56,8 @@ var (
 // Plugin serves the memory namespace. Its exported fields with yaml tags
 // are its settings (the `config` of its plugin entry, decoded strictly).
 type Plugin struct {
-	// MaxContentBytes caps the JSON size of one entry's content.
-	MaxContentBytes int `yaml:"max_content_bytes"`
-	// WorkingMaxEntries and WorkingMaxBytes limit each session's working
-	// store (keys plus content); 0 is unlimited.
-	WorkingMaxEntries int `yaml:"working_max_entries"`
-	WorkingMaxBytes   int `yaml:"working_max_bytes"`
-	// WorkingFullPolicy is what a store does to a full working memory:
-	// "reject" (default) refuses the batch with a clear error;
-	// "evict_lru" evicts the least recently used entries.
-	WorkingFullPolicy string `yaml:"working_full_policy"`
-	// CollectInterval is how often expired entries are deleted.
-	CollectInterval server.Duration `yaml:"collect_interval"`
+	// Settings are the plugin's `config` (schemas/config/memory.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	// Clock is the time source of TTLs and timestamps; nil is time.Now.
 	// Tests set it to move time.

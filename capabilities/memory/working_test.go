@@ -27,7 +27,7 @@ func TestWorkingFullPolicies(t *testing.T) {
 		{"bytes", 0, 3 * len(`k1"v1"`)},
 	} {
 		t.Run(tc.name+"/reject", func(t *testing.T) {
-			h := newHost(t, &memory.Plugin{WorkingMaxEntries: tc.entries, WorkingMaxBytes: tc.maxBytes}, "")
+			h := newHost(t, &memory.Plugin{Settings: memory.Settings{WorkingMaxEntries: tc.entries, WorkingMaxBytes: tc.maxBytes}}, "")
 			c := connect(t, h, codecs[0].codec)
 			id := initMem(t, c, "full", nil)
 			store1(t, c, id, ent("working", "k1", "v1", 0), ent("working", "k2", "v2", 0), ent("working", "k3", "v3", 0))
@@ -43,7 +43,7 @@ func TestWorkingFullPolicies(t *testing.T) {
 			}
 		})
 		t.Run(tc.name+"/evict_lru", func(t *testing.T) {
-			h := newHost(t, &memory.Plugin{WorkingMaxEntries: tc.entries, WorkingMaxBytes: tc.maxBytes, WorkingFullPolicy: memory.PolicyEvictLRU}, "")
+			h := newHost(t, &memory.Plugin{Settings: memory.Settings{WorkingMaxEntries: tc.entries, WorkingMaxBytes: tc.maxBytes, WorkingFullPolicy: memory.PolicyEvictLRU}}, "")
 			c := connect(t, h, codecs[1].codec)
 			id := initMem(t, c, "full", nil)
 			store1(t, c, id, ent("working", "k1", "v1", 0), ent("working", "k2", "v2", 0), ent("working", "k3", "v3", 0))
@@ -61,7 +61,7 @@ func TestWorkingFullPolicies(t *testing.T) {
 			aeptest.WantError(t, err, wire.CodeSchemaViolation, "exceeds the")
 		})
 	}
-	p := &memory.Plugin{WorkingFullPolicy: "drop_random"}
+	p := &memory.Plugin{Settings: memory.Settings{WorkingFullPolicy: "drop_random"}}
 	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "working_full_policy") {
 		t.Fatalf("bad policy accepted: %v", err)
 	}

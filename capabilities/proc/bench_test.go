@@ -19,7 +19,7 @@ func BenchmarkSpawnWaitTrue(b *testing.B) {
 			name = "sandboxed"
 		}
 		b.Run(name, func(b *testing.B) {
-			c := aeptest.Connect(b, newHost(b, &proc.Plugin{Sandbox: &sandboxed, MaxRecords: 16}), "proc")
+			c := aeptest.Connect(b, newHost(b, &proc.Plugin{Settings: proc.Settings{Sandbox: &sandboxed, MaxRecords: 16}}), "proc")
 			ctx := aeptest.Context(b)
 			ds := make([]time.Duration, 0, b.N)
 			b.ResetTimer()

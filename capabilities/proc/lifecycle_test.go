@@ -24,7 +24,7 @@ func TestSessionCloseKillsEverything(t *testing.T) {
 			if sandboxed && os.Geteuid() != 0 {
 				t.Skip("sandboxed processes need root")
 			}
-			h := newHost(t, &proc.Plugin{Sandbox: &sandboxed})
+			h := newHost(t, &proc.Plugin{Settings: proc.Settings{Sandbox: &sandboxed}})
 			c := aeptest.Connect(t, h, "proc")
 			var pids []int
 			for i := 0; i < 3; i++ {
@@ -71,7 +71,7 @@ func TestSessionCloseKillsEverything(t *testing.T) {
 }
 
 func TestHostCloseKillsEverything(t *testing.T) {
-	p := &proc.Plugin{Workspace: t.TempDir()}
+	p := &proc.Plugin{Settings: proc.Settings{Workspace: t.TempDir()}}
 	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{aeptest.Plugin("proc", p)})
 	c := aeptest.Connect(t, h, "proc")
 	pid := spawn(t, c, "sleep", "1000").Pid
@@ -121,7 +121,7 @@ func TestRestoreReportsLost(t *testing.T) {
 // takes its processes with it, whole process groups, as closing it does.
 func TestSessionExpiryKillsProcesses(t *testing.T) {
 	cfg := aeptest.Config(func(c *server.Config) { c.Server.Limits.IdleTimeout = server.Duration(300 * time.Millisecond) })
-	h := aeptest.NewHost(t, cfg, []server.PluginSpec{aeptest.Plugin("proc", &proc.Plugin{Workspace: t.TempDir()})}, server.WithDataDir(t.TempDir()))
+	h := aeptest.NewHost(t, cfg, []server.PluginSpec{aeptest.Plugin("proc", &proc.Plugin{Settings: proc.Settings{Workspace: t.TempDir()}})}, server.WithDataDir(t.TempDir()))
 	c := aeptest.Connect(t, h, "proc")
 	pid := spawn(t, c, "sleep", "1000").Pid
 	tree := spawn(t, c, "sh", "-c", "sleep 1000 & echo $!; wait")

@@ -90,7 +90,7 @@ func TestSandboxedProcess(t *testing.T) {
 	if sandbox.BwrapPath() == "" && os.Getenv("CI") != "" {
 		t.Fatal("bwrap is not installed")
 	}
-	c := aeptest.Connect(t, newHost(t, &proc.Plugin{Sandbox: aeptest.Ptr(true), CPUTime: server.Duration(time.Second), MemoryMB: 64}), "proc")
+	c := aeptest.Connect(t, newHost(t, &proc.Plugin{Settings: proc.Settings{Sandbox: aeptest.Ptr(true), CPUTime: server.Duration(time.Second), MemoryMB: 64}}), "proc")
 	rec := spawn(t, c, "sleep", "1000")
 	if !rec.Sandboxed {
 		t.Fatal("not sandboxed")

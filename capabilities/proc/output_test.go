@@ -57,7 +57,7 @@ func TestCatRoundTrip(t *testing.T) {
 
 func TestOutputPastCapTruncated(t *testing.T) {
 	const buf = 4096
-	c := aeptest.Connect(t, newHost(t, &proc.Plugin{BufferBytes: buf}), "proc")
+	c := aeptest.Connect(t, newHost(t, &proc.Plugin{Settings: proc.Settings{BufferBytes: buf}}), "proc")
 	rec := spawn(t, c, "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; echo done >&2")
 	if _, err := wait(t, c, rec.ProcID); err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestOutputPastCapTruncated(t *testing.T) {
 // running (its pipe is drained into the ring), and another session's
 // processes and requests go on meanwhile.
 func TestSlowReaderStallsNoOne(t *testing.T) {
-	h := newHost(t, &proc.Plugin{BufferBytes: 64 << 10})
+	h := newHost(t, &proc.Plugin{Settings: proc.Settings{BufferBytes: 64 << 10}})
 	a, b := aeptest.Connect(t, h, "proc"), aeptest.Connect(t, h, "proc")
 	flood := spawn(t, a, "yes", "flood")
 	progress := func() int {

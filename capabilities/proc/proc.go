@@ -52,38 +52,8 @@ const (
 
 // Plugin serves the proc namespace. Its exported fields are its settings.
 type Plugin struct {
-	// Workspace is used only without a host (an embedded plugin): it holds
-	// each session's workspace `<Workspace>/<session_id>/`. Under a host a
-	// process works in its session's directory (server/sessionfs.go).
-	Workspace string `yaml:"workspace"`
-	// MaxProcs caps the running processes of one session.
-	MaxProcs int `yaml:"max_procs"`
-	// MaxRecords caps the records (running and ended) kept per session;
-	// the oldest ended ones are forgotten first.
-	MaxRecords int `yaml:"max_records"`
-	// BufferBytes is the ring buffer size of each output stream.
-	BufferBytes int `yaml:"buffer_bytes"`
-	// Timeout is the wall-clock limit of a process that asks for none, and
-	// the ceiling of those that do.
-	Timeout server.Duration `yaml:"timeout"`
-	// WriteTimeout bounds one proc/write to a process that does not read.
-	WriteTimeout server.Duration `yaml:"write_timeout"`
-	// EnvAllow names the host variables a process inherits (default
-	// sandbox.DefaultEnvAllow, the one list every contained command gets).
-	EnvAllow []string `yaml:"env_allow"`
-	// Sandbox contains every process (server/sandbox) with the limits
-	// below; on by default. `sandbox: false` is the operator's explicit
-	// choice of plain processes (their own process group, no confinement),
-	// logged as a warning at start-up.
-	Sandbox *bool `yaml:"sandbox"`
-	// SandboxMode is the old per-plugin mode, kept as an alias: when set it
-	// overrides server.isolation.sandbox for this plugin (docs/DECISIONS.md,
-	// Isolation). Unset, the host's configured tier applies.
-	SandboxMode sandbox.Mode    `yaml:"sandbox_mode"`
-	Network     bool            `yaml:"network"`
-	CPUTime     server.Duration `yaml:"cpu_time"`
-	MemoryMB    int64           `yaml:"memory_mb"`
-	ProcLimit   int             `yaml:"proc_limit"`
+	// Settings are the plugin's `config` (schemas/config/proc.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	log  *slog.Logger
 	host *server.Host // with one: each session's directory and quota

@@ -14,7 +14,7 @@ import (
 )
 
 func TestSpawnRules(t *testing.T) {
-	h := newHost(t, &proc.Plugin{MaxProcs: 2})
+	h := newHost(t, &proc.Plugin{Settings: proc.Settings{MaxProcs: 2}})
 	ws := filepath.Join(h.DataDir(), "sessions")
 	if err := os.MkdirAll(ws+"/s", 0o755); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestEnvironmentAllowlist(t *testing.T) {
 	t.Setenv("AEP_AUDIT_LISTED", "listed-value")
 	t.Setenv("AEP_AUDIT_UNLISTED", "must-not-leak")
 	t.Setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
-	h := newHost(t, &proc.Plugin{EnvAllow: []string{"PATH", "AEP_AUDIT_LISTED", "GLIBC_TUNABLES"}})
+	h := newHost(t, &proc.Plugin{Settings: proc.Settings{EnvAllow: []string{"PATH", "AEP_AUDIT_LISTED", "GLIBC_TUNABLES"}}})
 	c := aeptest.Connect(t, h, "proc")
 	rec := spawn(t, c, "env")
 	if _, err := wait(t, c, rec.ProcID); err != nil {

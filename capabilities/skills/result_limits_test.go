@@ -36,7 +36,7 @@ func TestResultLimitsAndDuration(t *testing.T) {
 	writeSkill(t, dir, "chatty", "cat >/dev/null; head -c 5000 /dev/zero | tr '\\0' a", `{"output_bytes":1024}`)
 	writeSkill(t, dir, "shouty", "cat >/dev/null; head -c 8388608 /dev/zero | tr '\\0' a >&2; echo '{\"ok\":true}'", `{"output_bytes":4096}`)
 	writeSkill(t, dir, "slow", "cat >/dev/null; sleep 0.2; echo '{}'", `{}`)
-	c := connect(t, newHost(t, &skills.Plugin{Dir: dir}))
+	c := connect(t, newHost(t, &skills.Plugin{Settings: skills.Settings{Dir: dir}}))
 	call := func(name string) msg.SkillResult {
 		t.Helper()
 		r, err := c.SkillCall(aeptest.Context(t), &msg.SkillCallReq{Name: name, Streaming: ptrBool(false)})

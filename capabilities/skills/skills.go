@@ -83,15 +83,8 @@ type skill struct {
 
 // Plugin serves the skill namespace. Its exported fields are its settings.
 type Plugin struct {
-	// Dir holds the skill folders.
-	Dir string `yaml:"dir"`
-	// WorkRoot holds each call's fresh work directory, removed after the call.
-	WorkRoot string `yaml:"work_root"`
-	// SandboxMode is the old per-plugin mode, kept as an alias: when set it
-	// overrides server.isolation.sandbox for this plugin (docs/DECISIONS.md,
-	// Isolation). Unset, skills run in the host's configured tier; they
-	// always run contained.
-	SandboxMode sandbox.Mode `yaml:"sandbox_mode"`
+	// Settings are the plugin's `config` (schemas/config/skills.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	mode   sandbox.Mode // the mode skills run in
 	log    *slog.Logger

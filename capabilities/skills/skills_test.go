@@ -107,7 +107,7 @@ func TestBadManifestStopsTheHost(t *testing.T) {
 			dir := t.TempDir()
 			os.Mkdir(filepath.Join(dir, "x"), 0o755)
 			os.WriteFile(filepath.Join(dir, "x", skills.ManifestFile), []byte(cs.manifest), 0o644)
-			p := &skills.Plugin{Dir: dir, WorkRoot: t.TempDir()}
+			p := &skills.Plugin{Settings: skills.Settings{Dir: dir, WorkRoot: t.TempDir()}}
 			_, err := server.New(context.Background(), aeptest.Config(nil), server.WithPlugin(server.PluginSpec{Name: "skills", Type: "skills", Impl: p}))
 			if err == nil || !strings.Contains(err.Error(), cs.want) || !strings.Contains(err.Error(), "folder x") {
 				t.Fatalf("got %v, want an error about %q naming the folder", err, cs.want)
@@ -230,7 +230,7 @@ func TestSandboxOutcomes(t *testing.T) {
 	outside := t.TempDir()
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
-			c := connect(t, newHost(t, &skills.Plugin{SandboxMode: mode}))
+			c := connect(t, newHost(t, &skills.Plugin{Settings: skills.Settings{SandboxMode: mode}}))
 			ctx := aeptest.Context(t)
 			for name, code := range map[string]wire.Code{"hog": wire.CodeOutOfMemory, "spin": wire.CodeTimeout, "segv": wire.CodeSandboxCrash} {
 				_, err := c.SkillCall(ctx, &msg.SkillCallReq{Name: name})
@@ -269,7 +269,7 @@ func ptrBool(b bool) *bool { return &b }
 // toolkit not configured in the session, a skill that needs it is refused
 // before anything runs; once the session configures it, the skill runs.
 func TestToolkitNotConfigured(t *testing.T) {
-	p := &skills.Plugin{Dir: "testdata/skills", WorkRoot: t.TempDir()}
+	p := &skills.Plugin{Settings: skills.Settings{Dir: "testdata/skills", WorkRoot: t.TempDir()}}
 	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
 		aeptest.Plugin("skills", p),
 		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},

@@ -66,17 +66,8 @@ var ErrUnknownSubagent = fmt.Errorf("unknown subagent_id: not a subagent of this
 // Plugin serves the subagent namespace. Its exported fields with yaml tags
 // are its settings.
 type Plugin struct {
-	// MaxDepth is the deepest depth a subagent may have: 1 lets top-level
-	// sessions spawn and forbids their children to.
-	MaxDepth int `yaml:"max_depth"`
-	// DefaultMaxSteps is the step limit of a spawn that names none;
-	// MaxSteps the most a spawn may ask for.
-	DefaultMaxSteps int `yaml:"default_max_steps"`
-	MaxSteps        int `yaml:"max_steps"`
-	// MaxChildren bounds the live subagents of one session.
-	MaxChildren int `yaml:"max_children"`
-	// MaxEnded bounds the ended records kept per session; the oldest go first.
-	MaxEnded int `yaml:"max_ended"`
+	// Settings are the plugin's `config` (schemas/config/subagents.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	host *server.Host
 

@@ -112,7 +112,7 @@ func TestDefaultScopeIsolated(t *testing.T) {
 // Depth: the plugin's max_depth and a spawn's own max_depth bound how deep
 // a tree grows; a spawn past either is refused with depth_limit.
 func TestDepthLimit(t *testing.T) {
-	h := newHost(t, &subagents.Plugin{MaxDepth: 2}, nil)
+	h := newHost(t, &subagents.Plugin{Settings: subagents.Settings{MaxDepth: 2}}, nil)
 	p := root(t, h)
 	r1 := spawn(t, p, &msg.SubagentSpawnReq{Name: "d1"})
 	c1 := child(t, h, inprocJSON, r1)
@@ -189,7 +189,7 @@ func TestStepLimit(t *testing.T) {
 
 // Bad spawns get clear errors and create nothing.
 func TestSpawnRefused(t *testing.T) {
-	h := newHost(t, &subagents.Plugin{MaxSteps: 100, DefaultMaxSteps: 10, MaxChildren: 2}, nil)
+	h := newHost(t, &subagents.Plugin{Settings: subagents.Settings{MaxSteps: 100, DefaultMaxSteps: 10, MaxChildren: 2}}, nil)
 	p := root(t, h)
 	for _, tc := range []struct {
 		name string

@@ -32,10 +32,8 @@ func (*Plugin) Module() server.ModuleInfo {
 // tool/call for the toolkits configured in each session (docs/DECISIONS.md, Dispatch:
 // the toolkits plugin also serves tools).
 type Plugin struct {
-	// SQLiteDir holds the SQLite files of the sql toolkit; default <data-dir>/sql.
-	SQLiteDir string `yaml:"sqlite_dir"`
-	// MaxOutputBytes caps result.data of toolkit tools (default 1 MiB).
-	MaxOutputBytes int `yaml:"max_output_bytes"`
+	// Settings are the plugin's `config` (schemas/config/toolkits.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	kits  map[string]*Toolkit
 	owner map[string]*Toolkit // tool name → toolkit

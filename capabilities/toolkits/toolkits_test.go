@@ -56,7 +56,7 @@ func newEnv(t *testing.T) *env {
 	logger := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.h = aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
 		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
-		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}},
+		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: t.TempDir()}}},
 	}, server.WithDataDir(e.data), server.WithLogger(logger), server.WithAuditor(e.audit))
 	e.c = connect(t, e.h)
 	return e
@@ -159,7 +159,7 @@ func TestSQLiteRelativeDataDir(t *testing.T) {
 	t.Chdir(t.TempDir())
 	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
 		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
-		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Root: t.TempDir()}},
+		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: t.TempDir()}}},
 	}, server.WithDataDir("aep-data"))
 	e := &env{h: h, sqlDir: filepath.Join("aep-data", "tk", "sql")}
 	e.sqliteFile(t, "rel.db", 3)

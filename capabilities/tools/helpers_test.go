@@ -105,7 +105,7 @@ func newEnv(t testing.TB, codec client.Codec, policy server.ToolPolicy, maxOut i
 	t.Helper()
 	cfg := aeptest.Config(func(cfg *server.Config) { cfg.Server.ToolPolicy = policy })
 	root := t.TempDir()
-	builtin := &tools.Plugin{Root: root, MaxOutputBytes: maxOut}
+	builtin := &tools.Plugin{Settings: tools.Settings{Root: root, MaxOutputBytes: maxOut}}
 	custom := tools.NewPlugin(testRegistry(t))
 	custom.MaxOutputBytes = maxOut
 	h := aeptest.NewHost(t, cfg, []server.PluginSpec{

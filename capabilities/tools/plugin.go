@@ -30,14 +30,8 @@ func (*Plugin) Module() server.ModuleInfo {
 // "aep.tools.builtin" it holds the built-in workspace tools; [NewPlugin]
 // serves a registry of the embedder's own tools.
 type Plugin struct {
-	// Root is the workspace of a plugin provisioned without a host
-	// (default <data-dir>/workspace); under a host each session works in
-	// its own session directory (server/sessionfs.go) and Root is unused.
-	Root string `yaml:"root"`
-	// MaxOutputBytes caps result.data (default 1 MiB).
-	MaxOutputBytes int `yaml:"max_output_bytes"`
-	// Exec enables the run_command tool (default true).
-	Exec *bool `yaml:"exec"`
+	// Settings are the plugin's `config` (schemas/config/tools.json, docs/config.md).
+	Settings `yaml:",inline"`
 
 	reg    *toolrun.Registry
 	custom bool

@@ -58,6 +58,10 @@ func TestConfigValidate(t *testing.T) {
 		// What serve would refuse before provisioning, validate refuses too.
 		{"type the plugin does not serve", []string{write("procs.yaml", "plugins:\n  - name: procs\n    type: procs\n    cls: aep.proc.builtin\n")}, 1, "", `plugin "procs": type "procs" is not served by module aep.proc.builtin (it serves: proc)`},
 		{"setting the plugin does not have", []string{write("typo.yaml", "plugins:\n  - name: t\n    type: tools\n    cls: aep.tools.builtin\n    config:\n      exec: true\n      rooot: /tmp\n")}, 1, "", "rooot"},
+		// A typo inside a plugin's settings is found by its schema
+		// (schemas/config/mcp.json) and reported at its own line and key.
+		{"typo in a plugin setting names line and key", []string{write("comand.yaml", "plugins:\n  - name: mcp\n    type: mcp\n    cls: aep.mcp.bridge\n    config:\n      servers:\n        - id: fs\n          comand: npx\n")}, 1, "", `comand.yaml:8: plugins[0].config.servers[0].comand: unknown key "comand"`},
+		{"example configuration", []string{"../../aep.example.yaml"}, 0, "ok (10 plugins)", ""},
 		{"no file argument", nil, 2, "", "Usage"},
 	}
 	for _, tc := range tests {

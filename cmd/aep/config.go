@@ -15,7 +15,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) error {
 	}
 	f := newFlags("config validate", stderr)
 	f.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: aep config validate FILE\n\nChecks a configuration file without starting anything: YAML syntax, unknown keys (with their line), required plugin fields, that every cls names a module built into this binary, that each plugin's settings decode, and that each plugin serves its configured type.")
+		fmt.Fprintln(stderr, "Usage: aep config validate FILE\n\nChecks a configuration file without starting anything: YAML syntax, unknown keys (with their line), required plugin fields, that every cls names a module built into this binary, that each plugin's settings match its schema (schemas/config/, reported with file, line and key) and decode, and that each plugin serves its configured type.")
 	}
 	if err := parse(f, args[1:]); err != nil {
 		return err

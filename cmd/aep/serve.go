@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/configcheck"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
 )
@@ -22,6 +23,15 @@ import (
 // serveHTTP runs the HTTP+SSE transport until ctx is done; http.go links it
 // in. A build without it refuses to serve HTTP instead of pretending to.
 var serveHTTP func(ctx context.Context, h *server.Host, listen string) error
+
+// serveOperator runs the operator endpoint (/metrics) until ctx is done;
+// http.go links it in.
+var serveOperator func(ctx context.Context, h *server.Host, listen, token string, log *slog.Logger) error
+
+// drainLinger is how long the transports keep serving after a drain
+// finished, so replies already queued reach their readers (an SSE stream,
+// a POST /send waiting for its answer) before the listeners close.
+const drainLinger = 500 * time.Millisecond
 
 // shutdownGrace bounds how long closing the host may take on exit.
 const shutdownGrace = 10 * time.Second
@@ -94,8 +104,22 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		log.Warn("audit off (audit.enabled: false)")
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx = sigCtx
+	if ep := cfg.Operator.OTLPEndpoint; ep != "" {
+		tp, err := newTracerProvider(ctx, ep)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(sctx) // flushes the spans still batched
+		}()
+		opts = append(opts, server.WithTracerProvider(tp))
+		log.Info("traces exported over OTLP/HTTP", "endpoint", ep)
+	}
 	// The shared store: SQLite at <data-dir>/aep.db unless store.dsn says
 	// otherwise (docs/DECISIONS.md, State). It outlives the host, which may use it while
 	// closing.
@@ -118,12 +142,38 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	log.Info("host started", "plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir)
 
+	// The transports outlive the signal: on SIGTERM the host drains first
+	// (no new sessions, requests in flight finish, live sessions are
+	// snapshotted when configured), and only then do the listeners close
+	// (docs/operating.md, Drain).
+	serveCtx, endServe := context.WithCancel(context.WithoutCancel(ctx))
+	defer endServe()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		<-ctx.Done()
+		drain(h, cfg.Operator, log)
+		endServe()
+	}()
+	if cfg.Operator.Listen != "" {
+		if serveOperator == nil {
+			return errors.New("operator endpoint not built; unset operator.listen")
+		}
+		go func() {
+			if err := serveOperator(serveCtx, h, cfg.Operator.Listen, cfg.Operator.Token, log); err != nil {
+				log.Error("operator endpoint stopped", "err", err)
+			}
+		}()
+	}
 	var serveErr error
 	if useStdio {
-		serveErr = server.ServeStdio(ctx, h, stdin, stdout)
+		serveErr = server.ServeStdio(serveCtx, h, stdin, stdout)
 	} else {
 		log.Info("listening", "addr", cfg.Server.Listen)
-		serveErr = serveHTTP(ctx, h, cfg.Server.Listen)
+		serveErr = serveHTTP(serveCtx, h, cfg.Server.Listen)
+	}
+	if ctx.Err() != nil {
+		<-drained
 	}
 	// Closing the host ends every session, cleans up the plugins and flushes
 	// the audit log; it stops nothing outside this process.
@@ -149,6 +199,16 @@ func loadServeConfig(path string) (server.Config, error) {
 	}
 	cfg, err := server.LoadConfig(path)
 	if err != nil {
+		return server.Config{}, err
+	}
+	// Each plugin's settings against its schema (schemas/config/), which
+	// names the line and key of a mistake; strict decoding still follows
+	// in CheckConfig and New.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return server.Config{}, fmt.Errorf("config: %w", err)
+	}
+	if err := configcheck.Check(path, data); err != nil {
 		return server.Config{}, err
 	}
 	if cfg.Plugins == nil {
@@ -183,4 +243,25 @@ func flagSet(f *flag.FlagSet, name string) bool {
 	set := false
 	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
 	return set
+}
+
+// drain runs the host's drain after a signal: bounded by
+// operator.drain_timeout (default 30s), then a short linger for replies.
+func drain(h *server.Host, op server.OperatorConfig, log *slog.Logger) {
+	timeout := time.Duration(op.DrainTimeout)
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	log.Info("draining: no new sessions; waiting for requests in flight", "timeout", timeout)
+	dctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := h.Drain(dctx, op.SnapshotOnDrain)
+	if err != nil {
+		log.Error("drain", "err", err)
+	}
+	if res.Unfinished > 0 {
+		log.Warn("drain timed out; requests still in flight are cut off", "unfinished", res.Unfinished)
+	}
+	log.Info("drained", "snapshots", len(res.Snapshots))
+	time.Sleep(drainLinger)
 }

@@ -208,6 +208,9 @@ type ServerInterface interface {
 	// Healthz Liveness of the host.
 	// (GET /healthz)
 	Healthz(w http.ResponseWriter, r *http.Request)
+	// Readyz Readiness of the host for new sessions.
+	// (GET /readyz)
+	Readyz(w http.ResponseWriter, r *http.Request)
 	// Send Send one protocol message to a session.
 	// (POST /send)
 	Send(w http.ResponseWriter, r *http.Request, params SendParams)
@@ -233,6 +236,20 @@ func (siw *ServerInterfaceWrapper) Healthz(w http.ResponseWriter, r *http.Reques
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.Healthz(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// Readyz operation middleware
+func (siw *ServerInterfaceWrapper) Readyz(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.Readyz(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -489,6 +506,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/send", wrapper.Send)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/stream", wrapper.Stream)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/healthz", wrapper.Healthz)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/readyz", wrapper.Readyz)
 
 	return m
 }
@@ -530,6 +548,55 @@ func (response Healthz403JSONResponse) VisitHealthzResponse(w http.ResponseWrite
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReadyzRequestObject struct {
+}
+
+type ReadyzResponseObject interface {
+	VisitReadyzResponse(w http.ResponseWriter) error
+}
+
+type Readyz200JSONResponse Health
+
+func (response Readyz200JSONResponse) VisitReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Readyz403JSONResponse struct{ ForbiddenJSONResponse }
+
+func (response Readyz403JSONResponse) VisitReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Readyz503JSONResponse Error
+
+func (response Readyz503JSONResponse) VisitReadyzResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -839,6 +906,9 @@ type StrictServerInterface interface {
 	// Healthz Liveness of the host.
 	// (GET /healthz)
 	Healthz(ctx context.Context, request HealthzRequestObject) (HealthzResponseObject, error)
+	// Readyz Readiness of the host for new sessions.
+	// (GET /readyz)
+	Readyz(ctx context.Context, request ReadyzRequestObject) (ReadyzResponseObject, error)
 	// Send Send one protocol message to a session.
 	// (POST /send)
 	Send(ctx context.Context, request SendRequestObject) (SendResponseObject, error)
@@ -906,6 +976,30 @@ func (sh *strictHandler) Healthz(w http.ResponseWriter, r *http.Request) {
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(HealthzResponseObject); ok {
 		if err := validResponse.VisitHealthzResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// Readyz operation middleware
+func (sh *strictHandler) Readyz(w http.ResponseWriter, r *http.Request) {
+	var request ReadyzRequestObject
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.Readyz(ctx, request.(ReadyzRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "Readyz")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ReadyzResponseObject); ok {
+		if err := validResponse.VisitReadyzResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -99,6 +99,7 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	a := &api{h: h, opts: opts, log: opts.Logger, maxBody: int64(h.Config().Server.Limits.MaxMessageBytes),
 		allow: parseAllowList(opts.AllowedOrigins), streams: map[string]*stream{},
 		httpCfg: h.Config().Transport.HTTP, proxies: h.TrustedProxies()}
+	h.TrackBuffered(a.bufferedBytes) // read only when /metrics is scraped
 	// Both of oapi-codegen's error hooks lead to one function, so every
 	// transport error has our JSON body and no 5xx echoes an internal error
 	// (so no library text reaches an agent).
@@ -353,8 +354,8 @@ func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObjec
 	// stream keeps what the session sends before it is registered.
 	s, err := a.h.NewSession(st, opts...)
 	if err != nil {
-		// Only a closing host refuses: pending sessions evict each other.
-		if errors.Is(err, server.ErrTooManySessions) || errors.Is(err, server.ErrClosed) {
+		// Only a closing or draining host refuses: pending sessions evict each other.
+		if errors.Is(err, server.ErrTooManySessions) || errors.Is(err, server.ErrClosed) || errors.Is(err, server.ErrDraining) {
 			return gen.CreateSession503JSONResponse{Ok: false, Error: "unavailable", Message: err.Error()}, nil
 		}
 		return nil, fmt.Errorf("new session: %w", err)

@@ -64,6 +64,9 @@ func (st *stream) limit() int {
 
 var encPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
+// Transport names the sink for the by-transport session gauge.
+func (*stream) Transport() string { return "http" }
+
 // Send encodes p and appends it to the ring. It never blocks on a reader.
 func (st *stream) Send(p *wire.Packet) (int, error) {
 	if n, ok := st.ex.route(p); ok {

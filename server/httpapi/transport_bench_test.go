@@ -268,7 +268,7 @@ func BenchmarkEnvStepWS(b *testing.B) {
 		cfg.Server.AuthToken = token
 		aud := server.NewFileAuditor(filepath.Join(b.TempDir(), "audit.jsonl"), 10, 5, nil)
 		h, err := server.New(context.Background(), cfg, server.WithAuditor(aud), server.WithDataDir(b.TempDir()),
-			server.WithPlugin(server.PluginSpec{Name: "env", Type: "env", Impl: &env.Plugin{DataRoot: b.TempDir()}}))
+			server.WithPlugin(server.PluginSpec{Name: "env", Type: "env", Impl: &env.Plugin{Settings: env.Settings{DataRoot: b.TempDir()}}}))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -64,6 +64,7 @@ const (
 // withWebSocket serves GET /ws beside the generated routes.
 func (a *api) withWebSocket(next http.Handler) http.Handler {
 	hub := &wsHub{a: a, opts: a.opts.WebSocket.withDefaults(), sessions: map[string]*wsSession{}}
+	a.h.TrackBuffered(hub.bufferedBytes) // read only when /metrics is scraped
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ws", hub.serve)
 	mux.Handle("/", next)
@@ -319,6 +320,9 @@ func (ws *wsSession) wake() {
 }
 
 // Send implements [server.Sink].
+// Transport names the sink for the by-transport session gauge.
+func (*wsSession) Transport() string { return "websocket" }
+
 func (ws *wsSession) Send(p *wire.Packet) (int, error) {
 	line, err := wire.Encode(&p.Envelope, p.Msg)
 	if err != nil {

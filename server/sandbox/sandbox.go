@@ -380,6 +380,7 @@ func (p *Process) wait() {
 	res := decide(p.spec.Limits, st, err, rep, oomKills, p.timedOut, p.requested, p.status != nil)
 	p.mu.Unlock()
 	res.Started, res.Ended = p.started, ended
+	countOutcome(res.Outcome)
 	p.res = res
 	close(p.done)
 }

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrDraining is returned by [Host.NewSession] while the host drains.
+var ErrDraining = errors.New("host is draining; no new sessions")
+
+// Draining reports whether [Host.Drain] has begun.
+func (h *Host) Draining() bool { return h.draining.Load() }
+
+// DrainResult says what a drain did.
+type DrainResult struct {
+	// Unfinished is how many requests were still in flight at the deadline.
+	Unfinished int
+	// Snapshots maps each live session's public handle to the snapshot
+	// taken of it (operator.snapshot_on_drain).
+	Snapshots map[string]string
+}
+
+// drainPoll is how often Drain looks at the requests in flight.
+const drainPoll = 20 * time.Millisecond
+
+// Drain prepares the host to stop (docs/operating.md, Drain): no new
+// session is accepted from now on (a child a live session spawns still
+// is: it belongs to work in flight), requests in flight are waited for
+// until ctx ends, and then, when snapshot is set and the host has a store,
+// every live session is snapshotted to it (target sql) so it can be
+// restored elsewhere. Sessions stay open; [Host.Close] ends them.
+func (h *Host) Drain(ctx context.Context, snapshot bool) (DrainResult, error) {
+	h.draining.Store(true)
+	res := DrainResult{}
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for {
+		res.Unfinished = h.inFlight()
+		if res.Unfinished == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			continue
+		}
+		break
+	}
+	if !snapshot || h.store == nil {
+		return res, nil
+	}
+	res.Snapshots = map[string]string{}
+	var errs []error
+	for _, s := range h.sessionList() {
+		if !s.Live() || s.parent != nil {
+			continue // a child is saved with its own records by its parent's plugins
+		}
+		// Snapshots get their own short deadline: the drain timeout may be spent.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		id, _, err := h.snapshotSession(sctx, s, "sql")
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("snapshot of session %s: %w", s.Handle(), err))
+			continue
+		}
+		res.Snapshots[s.Handle()] = id
+		h.log.Info("session snapshotted on drain", "session", s.Handle(), "snapshot_id", id)
+	}
+	return res, errors.Join(errs...)
+}
+
+// inFlight counts admitted requests not yet answered over all sessions.
+func (h *Host) inFlight() int {
+	n := 0
+	for _, s := range h.sessionList() {
+		s.mu.Lock()
+		n += s.pending
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (h *Host) sessionList() []*Session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*Session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Ready reports whether the host should receive new sessions (GET
+// /readyz): its plugins are provisioned (a Host exists only then), it is
+// not draining or closed, and its store answers.
+func (h *Host) Ready(ctx context.Context) error {
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case h.draining.Load():
+		return ErrDraining
+	}
+	if h.store != nil {
+		if err := h.store.DB().PingContext(ctx); err != nil {
+			return fmt.Errorf("store unreachable: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	gen "github.com/aephost/aep/gen/httpapi"
+	"github.com/aephost/aep/server"
+)
+
+// Readyz implements GET /readyz: 503 while draining, closed, or when the
+// store does not answer (server.Host.Ready).
+func (a *api) Readyz(ctx context.Context, _ gen.ReadyzRequestObject) (gen.ReadyzResponseObject, error) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := a.h.Ready(rctx); err != nil {
+		msg := "not ready"
+		switch {
+		case errors.Is(err, server.ErrDraining):
+			msg = "draining"
+		case errors.Is(err, server.ErrClosed):
+			msg = "closed"
+		default:
+			// The store's error may name a DSN; it goes to the log only.
+			a.log.Warn("readyz: not ready", "err", err)
+			msg = "store unreachable"
+		}
+		return gen.Readyz503JSONResponse{Ok: false, Error: "unavailable", Message: msg}, nil
+	}
+	return gen.Readyz200JSONResponse{Ok: true, Sessions: a.h.LiveSessions()}, nil
+}
+
+// bufferedBytes is what the replay rings of this handler's SSE streams hold.
+func (a *api) bufferedBytes() int64 {
+	a.mu.RLock()
+	sts := make([]*stream, 0, len(a.streams))
+	for _, st := range a.streams {
+		sts = append(sts, st)
+	}
+	a.mu.RUnlock()
+	var n int64
+	for _, st := range sts {
+		st.mu.Lock()
+		n += int64(st.bytes)
+		st.mu.Unlock()
+	}
+	return n
+}
+
+// bufferedBytes is what the replay rings of the hub's WebSocket sessions hold.
+func (hub *wsHub) bufferedBytes() int64 {
+	hub.mu.Lock()
+	wss := make([]*wsSession, 0, len(hub.sessions))
+	for _, ws := range hub.sessions {
+		wss = append(wss, ws)
+	}
+	hub.mu.Unlock()
+	var n int64
+	for _, ws := range wss {
+		ws.mu.Lock()
+		n += int64(ws.bytes)
+		ws.mu.Unlock()
+	}
+	return n
+}
+
+// OperatorHandler serves the operator's surface of h: GET /metrics in the
+// Prometheus text format. With a token, every request must carry
+// "Authorization: Bearer <token>" (compared in constant time); without
+// one, the caller must bind a loopback address (ServeOperator enforces it).
+func OperatorHandler(h *server.Host, token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(h.MetricsRegistry(), promhttp.HandlerOpts{}))
+	if token == "" {
+		return mux
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="aep operator"`)
+			http.Error(w, "operator token required", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// ServeOperator serves [OperatorHandler] on listenAddr until ctx ends. An
+// address that is not loopback is refused without a token: metrics tell
+// an outsider how busy the host is and which tools it runs.
+func ServeOperator(ctx context.Context, h *server.Host, listenAddr, token string, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", listenAddr)
+	if err != nil {
+		return fmt.Errorf("operator listen on %s: %w", listenAddr, err)
+	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && token == "" {
+		ln.Close()
+		return fmt.Errorf("operator.listen %s is not loopback: operator.token is required", listenAddr)
+	}
+	srv := &http.Server{Handler: OperatorHandler(h, token), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("operator endpoint serving /metrics", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("operator serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
