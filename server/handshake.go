@@ -23,11 +23,12 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		// opened a session (wire.ClipID).
 		s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: wire.ClipID(env.ID)}, Msg: resp})
 	}
-	failWith := func(code wire.Code, reason string, detail any) {
+	refuse := func(e *wire.Error) {
+		reason := e.Message
 		reply(&msg.HandshakeResp{Ok: false, Reason: &reason,
-			Error: &msg.ErrorBody{Code: string(code), Message: reason, Detail: detail, Retryable: code.Retryable()}})
+			Error: &msg.ErrorBody{Code: string(e.Code), Message: e.Message, Detail: e.Detail, Retryable: e.Retryable()}})
 	}
-	fail := func(code wire.Code, reason string) { failWith(code, reason, nil) }
+	fail := func(code wire.Code, reason string) { refuse(&wire.Error{Code: code, Message: reason}) }
 	switch {
 	case sessionState(s.state.Load()) != stateNew:
 		fail(wire.CodeSchemaViolation, "this session has already handshaken")
@@ -52,8 +53,8 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	if !ok {
 		secs := math.Ceil(wait.Seconds())
 		h.log.Debug("handshake throttled", "session", s.handle, "remote", s.remote, "retry_after_seconds", secs)
-		failWith(wire.CodeRuntimeError, "too many failed handshakes; try again later",
-			map[string]any{"reason": "throttled", "retry_after_seconds": secs})
+		refuse(&wire.Error{Code: wire.CodeRuntimeError, Message: "too many failed handshakes; try again later",
+			Detail: map[string]any{"reason": "throttled", "retry_after_seconds": secs}})
 		return
 	}
 	if !tokenOK(want, req.AuthToken) {
@@ -66,8 +67,8 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	att.refund(now)
 	if err := h.promote(s); err != nil {
 		if errors.Is(err, ErrTooManySessions) {
-			failWith(wire.CodeRuntimeError, "the host is at server.limits.max_sessions; try again later",
-				map[string]any{"reason": "too_many_sessions"})
+			refuse(&wire.Error{Code: wire.CodeRuntimeError, Message: "the host is at server.limits.max_sessions; try again later",
+				Detail: map[string]any{"reason": "too_many_sessions"}})
 			return
 		}
 		fail(wire.CodeRuntimeError, "the session was closed")
