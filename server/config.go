@@ -54,9 +54,13 @@ type Limits struct {
 
 // ToolPolicy allows or denies tools by name or tag pattern (path.Match
 // syntax); deny wins, and an empty allow list allows everything (spec §5 rule 6).
+// Defer marks the tools it matches `defer_loading: true` (spec §2.5): they
+// leave the default tool list and are found by a search with
+// include_deferred, and stay callable by name.
 type ToolPolicy struct {
 	Allow []string `yaml:"allow"`
 	Deny  []string `yaml:"deny"`
+	Defer []string `yaml:"defer"`
 }
 
 // TransportConfig selects the transport: "http" (default), "stdio" or "inprocess".
