@@ -11,6 +11,7 @@ tool (
 require (
 	github.com/coder/websocket v1.8.15
 	github.com/goccy/go-json v0.12.0
+	github.com/kljensen/snowball v0.10.0
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1
 	gopkg.in/yaml.v3 v3.0.1
 )
