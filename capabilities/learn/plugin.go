@@ -25,6 +25,12 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
+// Values of [Plugin.ExportScope].
+const (
+	ExportSession = "session"
+	ExportHost    = "host"
+)
+
 // ModuleID is the module of the built-in learn plugin.
 const ModuleID = "aep.learn.builtin"
 
@@ -43,6 +49,11 @@ func (*Plugin) Module() server.ModuleInfo {
 type Plugin struct {
 	// Exploration is UCB1's default exploration constant c (default sqrt 2).
 	Exploration *float64 `yaml:"exploration"`
+	// ExportScope says whose feedback and experience records learn/export
+	// returns to a session: "session" (default) only those the session
+	// wrote, "host" every session's — an operator's choice for a host whose
+	// agents are one tenant (docs/DECISIONS.md, Capability gaps users hit).
+	ExportScope string `yaml:"export_scope"`
 
 	db      *ent.Client
 	log     *slog.Logger
@@ -71,6 +82,11 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 func (p *Plugin) Validate() error {
 	if p.Exploration != nil && (*p.Exploration < 0 || math.IsNaN(*p.Exploration)) {
 		return errors.New("exploration must be at least 0")
+	}
+	switch p.ExportScope {
+	case "", ExportSession, ExportHost:
+	default:
+		return fmt.Errorf("export_scope %q: want %q or %q", p.ExportScope, ExportSession, ExportHost)
 	}
 	return nil
 }
