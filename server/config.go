@@ -33,6 +33,8 @@ type ServerConfig struct {
 	// Isolation configures session directories and contained processes
 	// (server/sessionfs.go, docs/SECURITY.md).
 	Isolation IsolationConfig `yaml:"isolation"`
+	// Snapshots sets how long snapshots are kept (server/snapshotlist.go).
+	Snapshots SnapshotConfig `yaml:"snapshots"`
 }
 
 // Limits bound what one session and the whole host may use (docs/DECISIONS.md, Dispatch defaults).
@@ -247,6 +249,9 @@ func (c Config) check() error {
 	case "", "http", "stdio", "inprocess":
 	default:
 		return fmt.Errorf("config: transport.type %q: want http, stdio or inprocess", c.Transport.Type)
+	}
+	if c.Server.Snapshots.KeepPerSession < 0 || c.Server.Snapshots.MaxAge < 0 {
+		return errors.New("config: server.snapshots: keep_per_session and max_age must not be negative")
 	}
 	return nil
 }

@@ -80,11 +80,16 @@ type snapshotPayload struct {
 	AcceptedCaps []msg.CapabilityEntry `json:"accepted_caps"`
 	Created      time.Time             `json:"created"`
 	Plugins      []pluginSnapshot      `json:"plugins"`
+	// Owned lists the earlier sessions the source session owned through
+	// restores; restoring this snapshot passes them on (snapshotlist.go).
+	Owned []string `json:"owned,omitempty"`
 }
 
 type pluginSnapshot struct {
-	Name  string `json:"name"`
-	Type  string `json:"type"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// Key is the plugin's instance key, what restore matches (snapshotlist.go).
+	Key   string `json:"key,omitempty"`
 	State []byte `json:"state"` // base64 in JSON: plugins may save any bytes
 }
 
@@ -111,6 +116,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	p.SnapshotID = newSnapshotID(target)
 	p.Created = time.Now().UTC()
 	p.Plugins = []pluginSnapshot{}
+	p.Owned = h.lineageOf(s.id)
 	secrets := h.secrets(s.id)
 	for _, snp := range h.snapshotters {
 		pl, sn := snp.p, snp.v
@@ -123,7 +129,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 			h.log.Warn("snapshot refused: plugin state holds a secret", "session_id", s.id, "plugin", pl.Name, "found", what)
 			return "", 0, fmt.Errorf("%w (%s) in the state of plugin %q; nothing was written", ErrSnapshotSecret, what, pl.Name)
 		}
-		p.Plugins = append(p.Plugins, pluginSnapshot{Name: pl.Name, Type: pl.Type, State: state})
+		p.Plugins = append(p.Plugins, pluginSnapshot{Name: pl.Name, Type: pl.Type, Key: h.keys[pl.Name], State: state})
 	}
 	doc, err := encodeSnapshot(&p)
 	if err != nil {
@@ -146,6 +152,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	h.log.Info("snapshot written", "session_id", s.id, "snapshot_id", p.SnapshotID, "target", target, "bytes", len(doc), "plugins", len(p.Plugins))
 	// The snapshot refers to the session's files: its directory outlives it.
 	h.pinSessionDir(s.id)
+	h.applyRetention(ctx, s.id, target, p.SnapshotID)
 	return p.SnapshotID, len(doc), nil
 }
 
@@ -179,16 +186,15 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 	steps := make([]step, 0, len(p.Plugins))
 	seen := map[string]bool{}
 	for _, ps := range p.Plugins {
-		if seen[ps.Name] {
+		pl, sn, ok := h.snapshotPlugin(ps)
+		if !ok {
+			return nil, wire.Reason("snapshot_plugin_missing", fmt.Errorf("snapshot %s holds the state of plugin %q (%s), which this host does not load as a snapshotter; nothing was restored", id, ps.Name, ps.Key))
+		}
+		if seen[pl.Name] {
 			return nil, fmt.Errorf("snapshot %s: %w: plugin %q appears twice", id, ErrSnapshotCorrupt, ps.Name)
 		}
-		seen[ps.Name] = true
-		impl, ok := h.PluginImpl(ps.Name)
-		sn, isSn := impl.(Snapshotter)
-		if !ok || !isSn {
-			return nil, wire.Reason("snapshot_plugin_missing", fmt.Errorf("snapshot %s holds the state of plugin %q, which this host does not load as a snapshotter; nothing was restored", id, ps.Name))
-		}
-		steps = append(steps, step{name: ps.Name, sn: sn, state: ps.State})
+		seen[pl.Name] = true
+		steps = append(steps, step{name: pl.Name, sn: sn, state: ps.State})
 	}
 	// The pre-restore state is taken in memory only, for the rollback.
 	for i := range steps {
@@ -220,6 +226,7 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 		}
 		restored = append(restored, st.name)
 	}
+	h.inherit(s.id, p.SessionID, p.Owned)
 	h.log.Info("snapshot restored", "session_id", s.id, "snapshot_id", id, "from_session", p.SessionID, "plugins", len(restored))
 	return restored, nil
 }

@@ -497,7 +497,7 @@ func TestExportFile(t *testing.T) {
 		if r.Path == nil || r.Jsonl != nil || r.Count != tc.n || !strings.HasPrefix(*r.Path, "export/") {
 			t.Fatalf("%s: %+v", tc.what, r)
 		}
-		f, err := os.Open(filepath.Join(dir, "learn", filepath.FromSlash(*r.Path)))
+		f, err := os.Open(filepath.Join(dir, learn.ModuleID, filepath.FromSlash(*r.Path)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -629,7 +629,7 @@ func TestExportScope(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				b, err := os.ReadFile(filepath.Join(dir, "learn", filepath.FromSlash(*r.Path)))
+				b, err := os.ReadFile(filepath.Join(dir, learn.ModuleID, filepath.FromSlash(*r.Path)))
 				if err != nil {
 					t.Fatal(err)
 				}
