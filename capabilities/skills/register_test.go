@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/aephost/aep/capabilities/skills"
+	"github.com/aephost/aep/capabilities/subagents"
+	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/ent/skillregistration"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
@@ -198,4 +200,57 @@ func TestSkillsDirHotReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("1.9.0")
+}
+
+// TestRegisteredSkillSubagentScope: a skill registered with scope
+// subagents is callable by subagents whose memory scope is not isolated;
+// one registered with scope session is not, and neither is anything for an
+// isolated subagent.
+func TestRegisteredSkillSubagentScope(t *testing.T) {
+	needSandbox(t)
+	p := &skills.Plugin{AllowRegister: true, Dir: "testdata/skills", WorkRoot: t.TempDir()}
+	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{aeptest.Plugin("skills", p), aeptest.Plugin("subagents", &subagents.Plugin{})})
+	ctx := aeptest.Context(t)
+	parent := aeptest.Connect(t, h, "skills", "subagents")
+	shared := greet("1.0.0")
+	shared.Scope = msg.SkillRegisterReqScopeSubagents
+	if _, err := parent.SkillRegister(ctx, shared); err != nil {
+		t.Fatal(err)
+	}
+	private := greet("1.0.0")
+	private.Manifest["name"] = "private-greet"
+	if _, err := parent.SkillRegister(ctx, private); err != nil {
+		t.Fatal(err)
+	}
+	child := func(scope msg.SubagentSpawnReqMemoryScope) *client.Client {
+		r, err := parent.SubagentSpawn(ctx, &msg.SubagentSpawnReq{Name: "c-" + string(scope), MemoryScope: scope})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lp, err := h.ConnectLinesTo(r.SubagentID, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := client.New(client.Lines(lp, nil))
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Handshake(ctx, "child", r.AuthToken, "skills"); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		scope       msg.SubagentSpawnReqMemoryScope
+		greet, priv bool
+	}{{msg.SubagentSpawnReqMemoryScopeShared, true, false}, {msg.SubagentSpawnReqMemoryScopeRestricted, true, false}, {msg.SubagentSpawnReqMemoryScopeIsolated, false, false}} {
+		c := child(tc.scope)
+		for name, want := range map[string]bool{"greet": tc.greet, "private-greet": tc.priv} {
+			res, err := c.SkillCall(ctx, &msg.SkillCallReq{Name: name, Arguments: raw(`{"who": "kid"}`)})
+			if want && (err != nil || !res.Result.Success) {
+				t.Fatalf("%s child calling %s: %+v %v", tc.scope, name, res, err)
+			}
+			if !want {
+				aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown skill")
+			}
+		}
+	}
 }
