@@ -59,7 +59,7 @@ func TestFeedbackWire(t *testing.T) {
 		}
 		return m
 	}
-	if r := send(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["learning"],"auth_token":"`+aeptest.Token+`"}`); r["ok"] != true {
+	if r := send(`{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["learning"],"auth_token":"` + aeptest.Token + `"}`); r["ok"] != true {
 		t.Fatalf("handshake: %v", r)
 	}
 	checker, err := conformance.Module()

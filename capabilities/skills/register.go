@@ -232,9 +232,9 @@ func writeAndLoad(dir string, manifest []byte, files []msg.SkillFile) (*skill, e
 		name := path.Clean(f.Path)
 		if d := path.Dir(name); d != "." {
 			if err := root.MkdirAll(d, 0o755); err != nil { // the umask may narrow it; see below
-			return nil, fmt.Errorf("file %s: %w", f.Path, err)
-		}
-		if err := root.Chmod(d, 0o755); err != nil {
+				return nil, fmt.Errorf("file %s: %w", f.Path, err)
+			}
+			if err := root.Chmod(d, 0o755); err != nil {
 				return nil, fmt.Errorf("file %s: %w", f.Path, err)
 			}
 		}
@@ -331,8 +331,9 @@ func fingerprint(dir string) string {
 // watch reloads the operator's directory when its fingerprint changes. A
 // directory that no longer loads keeps the skills loaded before, and the
 // log says why; calls under way keep the skill they found.
-func (p *Plugin) watch(every time.Duration, stop <-chan struct{}) {
-	last := fingerprint(p.Dir)
+// last is the fingerprint taken before the skills now loaded were read,
+// so a change made while they were read is seen by the first tick.
+func (p *Plugin) watch(last string, every time.Duration, stop <-chan struct{}) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -169,6 +169,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		return fmt.Errorf("registered skills: %w", err)
 	}
 	p.regs = server.NewSessionState[registered](env, nil, p.dropRegistered)
+	fp := fingerprint(p.Dir)
 	byName, err := loadDir(p.Dir)
 	if err != nil {
 		return err
@@ -176,11 +177,12 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	c := newCatalog(byName)
 	p.byName, p.names = c.byName, c.names
 	if p.Dir != "" && p.ReloadSeconds > 0 {
-		p.stop = make(chan struct{})
+		stop := make(chan struct{})
+		p.stop = stop
 		p.watching.Add(1)
 		go func() {
 			defer p.watching.Done()
-			p.watch(time.Duration(p.ReloadSeconds*float64(time.Second)), p.stop)
+			p.watch(fp, time.Duration(p.ReloadSeconds*float64(time.Second)), stop)
 		}()
 	}
 	return nil
