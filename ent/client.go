@@ -20,6 +20,7 @@ import (
 	"github.com/aephost/aep/ent/learnweight"
 	"github.com/aephost/aep/ent/memoryepisodic"
 	"github.com/aephost/aep/ent/memorysemantic"
+	"github.com/aephost/aep/ent/skillregistration"
 	"github.com/aephost/aep/ent/snapshot"
 )
 
@@ -40,6 +41,8 @@ type Client struct {
 	MemoryEpisodic *MemoryEpisodicClient
 	// MemorySemantic is the client for interacting with the MemorySemantic builders.
 	MemorySemantic *MemorySemanticClient
+	// SkillRegistration is the client for interacting with the SkillRegistration builders.
+	SkillRegistration *SkillRegistrationClient
 	// Snapshot is the client for interacting with the Snapshot builders.
 	Snapshot *SnapshotClient
 }
@@ -59,6 +62,7 @@ func (c *Client) init() {
 	c.LearnWeight = NewLearnWeightClient(c.config)
 	c.MemoryEpisodic = NewMemoryEpisodicClient(c.config)
 	c.MemorySemantic = NewMemorySemanticClient(c.config)
+	c.SkillRegistration = NewSkillRegistrationClient(c.config)
 	c.Snapshot = NewSnapshotClient(c.config)
 }
 
@@ -150,15 +154,16 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	cfg := c.config
 	cfg.driver = tx
 	return &Tx{
-		ctx:             ctx,
-		config:          cfg,
-		LearnCall:       NewLearnCallClient(cfg),
-		LearnExperience: NewLearnExperienceClient(cfg),
-		LearnFeedback:   NewLearnFeedbackClient(cfg),
-		LearnWeight:     NewLearnWeightClient(cfg),
-		MemoryEpisodic:  NewMemoryEpisodicClient(cfg),
-		MemorySemantic:  NewMemorySemanticClient(cfg),
-		Snapshot:        NewSnapshotClient(cfg),
+		ctx:               ctx,
+		config:            cfg,
+		LearnCall:         NewLearnCallClient(cfg),
+		LearnExperience:   NewLearnExperienceClient(cfg),
+		LearnFeedback:     NewLearnFeedbackClient(cfg),
+		LearnWeight:       NewLearnWeightClient(cfg),
+		MemoryEpisodic:    NewMemoryEpisodicClient(cfg),
+		MemorySemantic:    NewMemorySemanticClient(cfg),
+		SkillRegistration: NewSkillRegistrationClient(cfg),
+		Snapshot:          NewSnapshotClient(cfg),
 	}, nil
 }
 
@@ -176,15 +181,16 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	cfg := c.config
 	cfg.driver = &txDriver{tx: tx, drv: c.driver}
 	return &Tx{
-		ctx:             ctx,
-		config:          cfg,
-		LearnCall:       NewLearnCallClient(cfg),
-		LearnExperience: NewLearnExperienceClient(cfg),
-		LearnFeedback:   NewLearnFeedbackClient(cfg),
-		LearnWeight:     NewLearnWeightClient(cfg),
-		MemoryEpisodic:  NewMemoryEpisodicClient(cfg),
-		MemorySemantic:  NewMemorySemanticClient(cfg),
-		Snapshot:        NewSnapshotClient(cfg),
+		ctx:               ctx,
+		config:            cfg,
+		LearnCall:         NewLearnCallClient(cfg),
+		LearnExperience:   NewLearnExperienceClient(cfg),
+		LearnFeedback:     NewLearnFeedbackClient(cfg),
+		LearnWeight:       NewLearnWeightClient(cfg),
+		MemoryEpisodic:    NewMemoryEpisodicClient(cfg),
+		MemorySemantic:    NewMemorySemanticClient(cfg),
+		SkillRegistration: NewSkillRegistrationClient(cfg),
+		Snapshot:          NewSnapshotClient(cfg),
 	}, nil
 }
 
@@ -215,7 +221,7 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.LearnCall, c.LearnExperience, c.LearnFeedback, c.LearnWeight,
-		c.MemoryEpisodic, c.MemorySemantic, c.Snapshot,
+		c.MemoryEpisodic, c.MemorySemantic, c.SkillRegistration, c.Snapshot,
 	} {
 		n.Use(hooks...)
 	}
@@ -226,7 +232,7 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.LearnCall, c.LearnExperience, c.LearnFeedback, c.LearnWeight,
-		c.MemoryEpisodic, c.MemorySemantic, c.Snapshot,
+		c.MemoryEpisodic, c.MemorySemantic, c.SkillRegistration, c.Snapshot,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -247,6 +253,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.MemoryEpisodic.mutate(ctx, m)
 	case *MemorySemanticMutation:
 		return c.MemorySemantic.mutate(ctx, m)
+	case *SkillRegistrationMutation:
+		return c.SkillRegistration.mutate(ctx, m)
 	case *SnapshotMutation:
 		return c.Snapshot.mutate(ctx, m)
 	default:
@@ -1052,6 +1060,139 @@ func (c *MemorySemanticClient) mutate(ctx context.Context, m *MemorySemanticMuta
 	}
 }
 
+// SkillRegistrationClient is a client for the SkillRegistration schema.
+type SkillRegistrationClient struct {
+	config
+}
+
+// NewSkillRegistrationClient returns a client for the SkillRegistration from the given config.
+func NewSkillRegistrationClient(c config) *SkillRegistrationClient {
+	return &SkillRegistrationClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `skillregistration.Hooks(f(g(h())))`.
+func (c *SkillRegistrationClient) Use(hooks ...Hook) {
+	c.hooks.SkillRegistration = append(c.hooks.SkillRegistration, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `skillregistration.Intercept(f(g(h())))`.
+func (c *SkillRegistrationClient) Intercept(interceptors ...Interceptor) {
+	c.inters.SkillRegistration = append(c.inters.SkillRegistration, interceptors...)
+}
+
+// Create returns a builder for creating a SkillRegistration entity.
+func (c *SkillRegistrationClient) Create() *SkillRegistrationCreate {
+	mutation := newSkillRegistrationMutation(c.config, OpCreate)
+	return &SkillRegistrationCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of SkillRegistration entities.
+func (c *SkillRegistrationClient) CreateBulk(builders ...*SkillRegistrationCreate) *SkillRegistrationCreateBulk {
+	return &SkillRegistrationCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *SkillRegistrationClient) MapCreateBulk(slice any, setFunc func(*SkillRegistrationCreate, int)) *SkillRegistrationCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &SkillRegistrationCreateBulk{err: fmt.Errorf("calling to SkillRegistrationClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*SkillRegistrationCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &SkillRegistrationCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for SkillRegistration.
+func (c *SkillRegistrationClient) Update() *SkillRegistrationUpdate {
+	mutation := newSkillRegistrationMutation(c.config, OpUpdate)
+	return &SkillRegistrationUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *SkillRegistrationClient) UpdateOne(_m *SkillRegistration) *SkillRegistrationUpdateOne {
+	mutation := newSkillRegistrationMutation(c.config, OpUpdateOne, withSkillRegistration(_m))
+	return &SkillRegistrationUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *SkillRegistrationClient) UpdateOneID(id int) *SkillRegistrationUpdateOne {
+	mutation := newSkillRegistrationMutation(c.config, OpUpdateOne, withSkillRegistrationID(id))
+	return &SkillRegistrationUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for SkillRegistration.
+func (c *SkillRegistrationClient) Delete() *SkillRegistrationDelete {
+	mutation := newSkillRegistrationMutation(c.config, OpDelete)
+	return &SkillRegistrationDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *SkillRegistrationClient) DeleteOne(_m *SkillRegistration) *SkillRegistrationDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *SkillRegistrationClient) DeleteOneID(id int) *SkillRegistrationDeleteOne {
+	builder := c.Delete().Where(skillregistration.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &SkillRegistrationDeleteOne{builder}
+}
+
+// Query returns a query builder for SkillRegistration.
+func (c *SkillRegistrationClient) Query() *SkillRegistrationQuery {
+	return &SkillRegistrationQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeSkillRegistration},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a SkillRegistration entity by its id.
+func (c *SkillRegistrationClient) Get(ctx context.Context, id int) (*SkillRegistration, error) {
+	return c.Query().Where(skillregistration.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *SkillRegistrationClient) GetX(ctx context.Context, id int) *SkillRegistration {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *SkillRegistrationClient) Hooks() []Hook {
+	return c.hooks.SkillRegistration
+}
+
+// Interceptors returns the client interceptors.
+func (c *SkillRegistrationClient) Interceptors() []Interceptor {
+	return c.inters.SkillRegistration
+}
+
+func (c *SkillRegistrationClient) mutate(ctx context.Context, m *SkillRegistrationMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&SkillRegistrationCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&SkillRegistrationUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&SkillRegistrationUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&SkillRegistrationDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown SkillRegistration mutation op: %q", m.Op())
+	}
+}
+
 // SnapshotClient is a client for the Snapshot schema.
 type SnapshotClient struct {
 	config
@@ -1189,10 +1330,10 @@ func (c *SnapshotClient) mutate(ctx context.Context, m *SnapshotMutation) (Value
 type (
 	hooks struct {
 		LearnCall, LearnExperience, LearnFeedback, LearnWeight, MemoryEpisodic,
-		MemorySemantic, Snapshot []ent.Hook
+		MemorySemantic, SkillRegistration, Snapshot []ent.Hook
 	}
 	inters struct {
 		LearnCall, LearnExperience, LearnFeedback, LearnWeight, MemoryEpisodic,
-		MemorySemantic, Snapshot []ent.Interceptor
+		MemorySemantic, SkillRegistration, Snapshot []ent.Interceptor
 	}
 )

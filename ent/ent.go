@@ -18,6 +18,7 @@ import (
 	"github.com/aephost/aep/ent/learnweight"
 	"github.com/aephost/aep/ent/memoryepisodic"
 	"github.com/aephost/aep/ent/memorysemantic"
+	"github.com/aephost/aep/ent/skillregistration"
 	"github.com/aephost/aep/ent/snapshot"
 )
 
@@ -79,13 +80,14 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			learncall.Table:       learncall.ValidColumn,
-			learnexperience.Table: learnexperience.ValidColumn,
-			learnfeedback.Table:   learnfeedback.ValidColumn,
-			learnweight.Table:     learnweight.ValidColumn,
-			memoryepisodic.Table:  memoryepisodic.ValidColumn,
-			memorysemantic.Table:  memorysemantic.ValidColumn,
-			snapshot.Table:        snapshot.ValidColumn,
+			learncall.Table:         learncall.ValidColumn,
+			learnexperience.Table:   learnexperience.ValidColumn,
+			learnfeedback.Table:     learnfeedback.ValidColumn,
+			learnweight.Table:       learnweight.ValidColumn,
+			memoryepisodic.Table:    memoryepisodic.ValidColumn,
+			memorysemantic.Table:    memorysemantic.ValidColumn,
+			skillregistration.Table: skillregistration.ValidColumn,
+			snapshot.Table:          snapshot.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

@@ -18,6 +18,7 @@ import (
 	"github.com/aephost/aep/ent/memoryepisodic"
 	"github.com/aephost/aep/ent/memorysemantic"
 	"github.com/aephost/aep/ent/predicate"
+	"github.com/aephost/aep/ent/skillregistration"
 	"github.com/aephost/aep/ent/snapshot"
 )
 
@@ -30,13 +31,14 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
-	TypeLearnCall       = "LearnCall"
-	TypeLearnExperience = "LearnExperience"
-	TypeLearnFeedback   = "LearnFeedback"
-	TypeLearnWeight     = "LearnWeight"
-	TypeMemoryEpisodic  = "MemoryEpisodic"
-	TypeMemorySemantic  = "MemorySemantic"
-	TypeSnapshot        = "Snapshot"
+	TypeLearnCall         = "LearnCall"
+	TypeLearnExperience   = "LearnExperience"
+	TypeLearnFeedback     = "LearnFeedback"
+	TypeLearnWeight       = "LearnWeight"
+	TypeMemoryEpisodic    = "MemoryEpisodic"
+	TypeMemorySemantic    = "MemorySemantic"
+	TypeSkillRegistration = "SkillRegistration"
+	TypeSnapshot          = "Snapshot"
 )
 
 // LearnCallMutation represents an operation that mutates the LearnCall nodes in the graph.
@@ -5941,6 +5943,656 @@ func (m *MemorySemanticMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *MemorySemanticMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown MemorySemantic edge %s", name)
+}
+
+// SkillRegistrationMutation represents an operation that mutates the SkillRegistration nodes in the graph.
+type SkillRegistrationMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	session_id    *string
+	name          *string
+	version       *string
+	scope         *string
+	manifest      *[]byte
+	files         *[]byte
+	created_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*SkillRegistration, error)
+	predicates    []predicate.SkillRegistration
+}
+
+var _ ent.Mutation = (*SkillRegistrationMutation)(nil)
+
+// skillregistrationOption allows management of the mutation configuration using functional options.
+type skillregistrationOption func(*SkillRegistrationMutation)
+
+// newSkillRegistrationMutation creates new mutation for the SkillRegistration entity.
+func newSkillRegistrationMutation(c config, op Op, opts ...skillregistrationOption) *SkillRegistrationMutation {
+	m := &SkillRegistrationMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeSkillRegistration,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withSkillRegistrationID sets the ID field of the mutation.
+func withSkillRegistrationID(id int) skillregistrationOption {
+	return func(m *SkillRegistrationMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *SkillRegistration
+		)
+		m.oldValue = func(ctx context.Context) (*SkillRegistration, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().SkillRegistration.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withSkillRegistration sets the old SkillRegistration of the mutation.
+func withSkillRegistration(node *SkillRegistration) skillregistrationOption {
+	return func(m *SkillRegistrationMutation) {
+		m.oldValue = func(context.Context) (*SkillRegistration, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m SkillRegistrationMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m SkillRegistrationMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *SkillRegistrationMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *SkillRegistrationMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().SkillRegistration.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetSessionID sets the "session_id" field.
+func (m *SkillRegistrationMutation) SetSessionID(s string) {
+	m.session_id = &s
+}
+
+// SessionID returns the value of the "session_id" field in the mutation.
+func (m *SkillRegistrationMutation) SessionID() (r string, exists bool) {
+	v := m.session_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSessionID returns the old "session_id" field's value of the SkillRegistration entity.
+// If the SkillRegistration object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SkillRegistrationMutation) OldSessionID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSessionID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSessionID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSessionID: %w", err)
+	}
+	return oldValue.SessionID, nil
+}
+
+// ResetSessionID resets all changes to the "session_id" field.
+func (m *SkillRegistrationMutation) ResetSessionID() {
+	m.session_id = nil
+}
+
+// SetName sets the "name" field.
+func (m *SkillRegistrationMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *SkillRegistrationMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the SkillRegistration entity.
+// If the SkillRegistration object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SkillRegistrationMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *SkillRegistrationMutation) ResetName() {
+	m.name = nil
+}
+
+// SetVersion sets the "version" field.
+func (m *SkillRegistrationMutation) SetVersion(s string) {
+	m.version = &s
+}
+
+// Version returns the value of the "version" field in the mutation.
+func (m *SkillRegistrationMutation) Version() (r string, exists bool) {
+	v := m.version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVersion returns the old "version" field's value of the SkillRegistration entity.
+// If the SkillRegistration object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SkillRegistrationMutation) OldVersion(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVersion: %w", err)
+	}
+	return oldValue.Version, nil
+}
+
+// ResetVersion resets all changes to the "version" field.
+func (m *SkillRegistrationMutation) ResetVersion() {
+	m.version = nil
+}
+
+// SetScope sets the "scope" field.
+func (m *SkillRegistrationMutation) SetScope(s string) {
+	m.scope = &s
+}
+
+// Scope returns the value of the "scope" field in the mutation.
+func (m *SkillRegistrationMutation) Scope() (r string, exists bool) {
+	v := m.scope
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldScope returns the old "scope" field's value of the SkillRegistration entity.
+// If the SkillRegistration object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SkillRegistrationMutation) OldScope(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldScope is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldScope requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldScope: %w", err)
+	}
+	return oldValue.Scope, nil
+}
+
+// ResetScope resets all changes to the "scope" field.
+func (m *SkillRegistrationMutation) ResetScope() {
+	m.scope = nil
+}
+
+// SetManifest sets the "manifest" field.
+func (m *SkillRegistrationMutation) SetManifest(b []byte) {
+	m.manifest = &b
+}
+
+// Manifest returns the value of the "manifest" field in the mutation.
+func (m *SkillRegistrationMutation) Manifest() (r []byte, exists bool) {
+	v := m.manifest
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldManifest returns the old "manifest" field's value of the SkillRegistration entity.
+// If the SkillRegistration object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SkillRegistrationMutation) OldManifest(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldManifest is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldManifest requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldManifest: %w", err)
+	}
+	return oldValue.Manifest, nil
+}
+
+// ResetManifest resets all changes to the "manifest" field.
+func (m *SkillRegistrationMutation) ResetManifest() {
+	m.manifest = nil
+}
+
+// SetFiles sets the "files" field.
+func (m *SkillRegistrationMutation) SetFiles(b []byte) {
+	m.files = &b
+}
+
+// Files returns the value of the "files" field in the mutation.
+func (m *SkillRegistrationMutation) Files() (r []byte, exists bool) {
+	v := m.files
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFiles returns the old "files" field's value of the SkillRegistration entity.
+// If the SkillRegistration object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SkillRegistrationMutation) OldFiles(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFiles is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFiles requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFiles: %w", err)
+	}
+	return oldValue.Files, nil
+}
+
+// ResetFiles resets all changes to the "files" field.
+func (m *SkillRegistrationMutation) ResetFiles() {
+	m.files = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *SkillRegistrationMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *SkillRegistrationMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the SkillRegistration entity.
+// If the SkillRegistration object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SkillRegistrationMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *SkillRegistrationMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// Where appends a list predicates to the SkillRegistrationMutation builder.
+func (m *SkillRegistrationMutation) Where(ps ...predicate.SkillRegistration) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the SkillRegistrationMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *SkillRegistrationMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.SkillRegistration, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *SkillRegistrationMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *SkillRegistrationMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (SkillRegistration).
+func (m *SkillRegistrationMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *SkillRegistrationMutation) Fields() []string {
+	fields := make([]string, 0, 7)
+	if m.session_id != nil {
+		fields = append(fields, skillregistration.FieldSessionID)
+	}
+	if m.name != nil {
+		fields = append(fields, skillregistration.FieldName)
+	}
+	if m.version != nil {
+		fields = append(fields, skillregistration.FieldVersion)
+	}
+	if m.scope != nil {
+		fields = append(fields, skillregistration.FieldScope)
+	}
+	if m.manifest != nil {
+		fields = append(fields, skillregistration.FieldManifest)
+	}
+	if m.files != nil {
+		fields = append(fields, skillregistration.FieldFiles)
+	}
+	if m.created_at != nil {
+		fields = append(fields, skillregistration.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *SkillRegistrationMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case skillregistration.FieldSessionID:
+		return m.SessionID()
+	case skillregistration.FieldName:
+		return m.Name()
+	case skillregistration.FieldVersion:
+		return m.Version()
+	case skillregistration.FieldScope:
+		return m.Scope()
+	case skillregistration.FieldManifest:
+		return m.Manifest()
+	case skillregistration.FieldFiles:
+		return m.Files()
+	case skillregistration.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *SkillRegistrationMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case skillregistration.FieldSessionID:
+		return m.OldSessionID(ctx)
+	case skillregistration.FieldName:
+		return m.OldName(ctx)
+	case skillregistration.FieldVersion:
+		return m.OldVersion(ctx)
+	case skillregistration.FieldScope:
+		return m.OldScope(ctx)
+	case skillregistration.FieldManifest:
+		return m.OldManifest(ctx)
+	case skillregistration.FieldFiles:
+		return m.OldFiles(ctx)
+	case skillregistration.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown SkillRegistration field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *SkillRegistrationMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case skillregistration.FieldSessionID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSessionID(v)
+		return nil
+	case skillregistration.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case skillregistration.FieldVersion:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVersion(v)
+		return nil
+	case skillregistration.FieldScope:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetScope(v)
+		return nil
+	case skillregistration.FieldManifest:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetManifest(v)
+		return nil
+	case skillregistration.FieldFiles:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFiles(v)
+		return nil
+	case skillregistration.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown SkillRegistration field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *SkillRegistrationMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *SkillRegistrationMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *SkillRegistrationMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown SkillRegistration numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *SkillRegistrationMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *SkillRegistrationMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *SkillRegistrationMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown SkillRegistration nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *SkillRegistrationMutation) ResetField(name string) error {
+	switch name {
+	case skillregistration.FieldSessionID:
+		m.ResetSessionID()
+		return nil
+	case skillregistration.FieldName:
+		m.ResetName()
+		return nil
+	case skillregistration.FieldVersion:
+		m.ResetVersion()
+		return nil
+	case skillregistration.FieldScope:
+		m.ResetScope()
+		return nil
+	case skillregistration.FieldManifest:
+		m.ResetManifest()
+		return nil
+	case skillregistration.FieldFiles:
+		m.ResetFiles()
+		return nil
+	case skillregistration.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown SkillRegistration field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *SkillRegistrationMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *SkillRegistrationMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *SkillRegistrationMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *SkillRegistrationMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *SkillRegistrationMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *SkillRegistrationMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *SkillRegistrationMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown SkillRegistration unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *SkillRegistrationMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown SkillRegistration edge %s", name)
 }
 
 // SnapshotMutation represents an operation that mutates the Snapshot nodes in the graph.

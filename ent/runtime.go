@@ -12,6 +12,7 @@ import (
 	"github.com/aephost/aep/ent/memoryepisodic"
 	"github.com/aephost/aep/ent/memorysemantic"
 	"github.com/aephost/aep/ent/schema"
+	"github.com/aephost/aep/ent/skillregistration"
 	"github.com/aephost/aep/ent/snapshot"
 )
 
@@ -229,6 +230,28 @@ func init() {
 	memorysemanticDescSize := memorysemanticFields[12].Descriptor()
 	// memorysemantic.DefaultSize holds the default value on creation for the size field.
 	memorysemantic.DefaultSize = memorysemanticDescSize.Default.(int64)
+	skillregistrationFields := schema.SkillRegistration{}.Fields()
+	_ = skillregistrationFields
+	// skillregistrationDescSessionID is the schema descriptor for session_id field.
+	skillregistrationDescSessionID := skillregistrationFields[0].Descriptor()
+	// skillregistration.SessionIDValidator is a validator for the "session_id" field. It is called by the builders before save.
+	skillregistration.SessionIDValidator = skillregistrationDescSessionID.Validators[0].(func(string) error)
+	// skillregistrationDescName is the schema descriptor for name field.
+	skillregistrationDescName := skillregistrationFields[1].Descriptor()
+	// skillregistration.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	skillregistration.NameValidator = skillregistrationDescName.Validators[0].(func(string) error)
+	// skillregistrationDescVersion is the schema descriptor for version field.
+	skillregistrationDescVersion := skillregistrationFields[2].Descriptor()
+	// skillregistration.VersionValidator is a validator for the "version" field. It is called by the builders before save.
+	skillregistration.VersionValidator = skillregistrationDescVersion.Validators[0].(func(string) error)
+	// skillregistrationDescScope is the schema descriptor for scope field.
+	skillregistrationDescScope := skillregistrationFields[3].Descriptor()
+	// skillregistration.ScopeValidator is a validator for the "scope" field. It is called by the builders before save.
+	skillregistration.ScopeValidator = skillregistrationDescScope.Validators[0].(func(string) error)
+	// skillregistrationDescCreatedAt is the schema descriptor for created_at field.
+	skillregistrationDescCreatedAt := skillregistrationFields[6].Descriptor()
+	// skillregistration.DefaultCreatedAt holds the default value on creation for the created_at field.
+	skillregistration.DefaultCreatedAt = skillregistrationDescCreatedAt.Default.(func() time.Time)
 	snapshotFields := schema.Snapshot{}.Fields()
 	_ = snapshotFields
 	// snapshotDescSessionID is the schema descriptor for session_id field.

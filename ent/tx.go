@@ -24,6 +24,8 @@ type Tx struct {
 	MemoryEpisodic *MemoryEpisodicClient
 	// MemorySemantic is the client for interacting with the MemorySemantic builders.
 	MemorySemantic *MemorySemanticClient
+	// SkillRegistration is the client for interacting with the SkillRegistration builders.
+	SkillRegistration *SkillRegistrationClient
 	// Snapshot is the client for interacting with the Snapshot builders.
 	Snapshot *SnapshotClient
 
@@ -163,6 +165,7 @@ func (tx *Tx) init() {
 	tx.LearnWeight = NewLearnWeightClient(tx.config)
 	tx.MemoryEpisodic = NewMemoryEpisodicClient(tx.config)
 	tx.MemorySemantic = NewMemorySemanticClient(tx.config)
+	tx.SkillRegistration = NewSkillRegistrationClient(tx.config)
 	tx.Snapshot = NewSnapshotClient(tx.config)
 }
 

@@ -44,6 +44,8 @@ type ServerConfig struct {
 	// connection from a trusted proxy and takes the client's address from
 	// it; without it, X-Forwarded-For of a trusted proxy's requests is used.
 	ProxyProtocol bool `yaml:"proxy_protocol"`
+	// Snapshots sets how long snapshots are kept (server/snapshotlist.go).
+	Snapshots SnapshotConfig `yaml:"snapshots"`
 }
 
 // Limits bound what one session and the whole host may use (docs/DECISIONS.md, Dispatch defaults).
@@ -80,9 +82,13 @@ type Limits struct {
 
 // ToolPolicy allows or denies tools by name or tag pattern (path.Match
 // syntax); deny wins, and an empty allow list allows everything (spec §5 rule 6).
+// Defer marks the tools it matches `defer_loading: true` (spec §2.5): they
+// leave the default tool list and are found by a search with
+// include_deferred, and stay callable by name.
 type ToolPolicy struct {
 	Allow []string `yaml:"allow"`
 	Deny  []string `yaml:"deny"`
+	Defer []string `yaml:"defer"`
 }
 
 // TransportConfig selects the transport: "http" (default), "stdio" or "inprocess".
@@ -329,6 +335,9 @@ func (c Config) check() error {
 	case "", "http", "stdio", "inprocess":
 	default:
 		return fmt.Errorf("config: transport.type %q: want http, stdio or inprocess", c.Transport.Type)
+	}
+	if c.Server.Snapshots.KeepPerSession < 0 || c.Server.Snapshots.MaxAge < 0 {
+		return errors.New("config: server.snapshots: keep_per_session and max_age must not be negative")
 	}
 	return nil
 }

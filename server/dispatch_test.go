@@ -298,6 +298,8 @@ func TestPluginLifecycle(t *testing.T) {
 	}
 }
 
+// TestPluginEnv: a plugin's data directory is named by its instance key
+// (its module ID), not its configured name (server/snapshotlist.go).
 func TestPluginEnv(t *testing.T) {
 	var log []string
 	dir := t.TempDir()
@@ -309,7 +311,7 @@ func TestPluginEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close(context.Background())
-	if p.env.Name != "a" || p.env.Type != "" || p.env.DataDir != dir+"/a" || p.env.Host != h || p.env.Claims == nil || p.env.Logger == nil {
+	if p.env.Name != "a" || p.env.Type != "" || p.env.DataDir != dir+"/test.lifePlugin" || p.env.Host != h || p.env.Claims == nil || p.env.Logger == nil {
 		t.Errorf("plugin env = %+v", p.env)
 	}
 	// A plugin that implements no handler serves nothing; only the

@@ -120,6 +120,12 @@ type Host struct {
 	met      *metrics
 	tracer   trace.Tracer
 	draining atomic.Bool
+
+	// keys holds each plugin's instance key by name, and lineage the
+	// earlier sessions each session owns through restores
+	// (server/snapshotlist.go).
+	keys    map[string]string
+	lineage sync.Map // session id → []string
 }
 
 // New provisions the plugins of cfg and returns a running host. On error
@@ -159,6 +165,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	specs = append([]PluginSpec{{Name: "session", Type: "session", Impl: &sessionPlugin{h: h}}}, specs...)
 	specs = append(specs, o.plugins...)
 	h.reg = withModuleNamespaces(h.reg, specs)
+	h.keys = instanceKeys(specs)
+	h.movePluginDirs(specs)
 	h.plugins, err = start(ctx, h.reg, specs, h.pluginEnv, h.claims)
 	if err != nil {
 		return nil, err
@@ -213,7 +221,7 @@ func withModuleNamespaces(reg *wire.Registry, specs []PluginSpec) *wire.Registry
 func (h *Host) pluginEnv(p PluginSpec) PluginEnv {
 	dir := ""
 	if h.dataDir != "" {
-		dir = filepath.Join(h.dataDir, p.Name)
+		dir = filepath.Join(h.dataDir, h.keys[p.Name])
 	}
 	return PluginEnv{Name: p.Name, Type: p.Type, DataDir: dir, Logger: h.log.With("plugin", p.Name), Claims: h.claims, Host: h, Store: h.store}
 }
@@ -346,6 +354,7 @@ func (h *Host) forget(s *Session) {
 	h.releaseLocked(s)
 	h.mu.Unlock()
 	h.childTokens.Delete(s.id)
+	h.lineage.Delete(s.id)
 	h.dropState("", s.handle)
 	h.forgetSecrets(s.handle)
 	for _, o := range h.observers {

@@ -22,8 +22,9 @@ type PluginEnv struct {
 	Name string
 	// Type is the capability named by the config entry.
 	Type string
-	// DataDir is the host's data directory; a plugin keeps its files below
-	// DataDir/<Name>.
+	// DataDir is the plugin's own directory, <data dir>/<instance key>:
+	// named by its module, not its name, so a rename keeps it
+	// (server/snapshotlist.go); "" on a host without a data directory.
 	DataDir string
 	Logger  *slog.Logger
 	// Claims is the host's register of owned names (tools, environments…).

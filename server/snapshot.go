@@ -80,16 +80,26 @@ type snapshotPayload struct {
 	SessionHandle string `json:"session_handle,omitempty"`
 	// LegacySessionID is read from snapshots written before handles, which
 	// recorded the transport id; it is never written again.
-	LegacySessionID string                `json:"session_id,omitempty"`
-	AgentID         string                `json:"agent_id"`
-	AcceptedCaps    []msg.CapabilityEntry `json:"accepted_caps"`
-	Created         time.Time             `json:"created"`
-	Plugins         []pluginSnapshot      `json:"plugins"`
+	LegacySessionID string `json:"session_id,omitempty"`
+	// Owner is the saved session's owner key (snapshotlist.go): a one-way
+	// digest of its transport id, so a session that presents that id is
+	// its owner and the snapshot holds no bearer secret.
+	Owner        string                `json:"owner,omitempty"`
+	AgentID      string                `json:"agent_id"`
+	AcceptedCaps []msg.CapabilityEntry `json:"accepted_caps"`
+	Created      time.Time             `json:"created"`
+	Plugins      []pluginSnapshot      `json:"plugins"`
+	// Owned lists the owner keys of the earlier sessions the source
+	// session owned through restores; restoring this snapshot passes them
+	// on (snapshotlist.go).
+	Owned []string `json:"owned,omitempty"`
 }
 
 type pluginSnapshot struct {
-	Name  string `json:"name"`
-	Type  string `json:"type"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// Key is the plugin's instance key, what restore matches (snapshotlist.go).
+	Key   string `json:"key,omitempty"`
 	State []byte `json:"state"` // base64 in JSON: plugins may save any bytes
 }
 
@@ -116,6 +126,8 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	p.SnapshotID = newSnapshotID(target)
 	p.Created = time.Now().UTC()
 	p.Plugins = []pluginSnapshot{}
+	p.Owner = ownerKey(s.id)
+	p.Owned = h.lineageOf(s.id)
 	secrets := h.secrets(s)
 	for _, snp := range h.snapshotters {
 		pl, sn := snp.p, snp.v
@@ -128,7 +140,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 			h.log.Warn("snapshot refused: plugin state holds a secret", "session", s.handle, "plugin", pl.Name, "found", what)
 			return "", 0, fmt.Errorf("%w (%s) in the state of plugin %q; nothing was written", ErrSnapshotSecret, what, pl.Name)
 		}
-		p.Plugins = append(p.Plugins, pluginSnapshot{Name: pl.Name, Type: pl.Type, State: state})
+		p.Plugins = append(p.Plugins, pluginSnapshot{Name: pl.Name, Type: pl.Type, Key: h.keys[pl.Name], State: state})
 	}
 	doc, err := encodeSnapshot(&p)
 	if err != nil {
@@ -142,7 +154,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	case "file":
 		err = writeFileAtomic(filepath.Join(h.dataDir, snapshotDir), p.SnapshotID+".json", doc)
 	case "sql":
-		err = h.store.Client.Snapshot.Create().SetID(p.SnapshotID).SetSessionID(s.handle).
+		err = h.store.Client.Snapshot.Create().SetID(p.SnapshotID).SetSessionID(p.Owner).
 			SetAgentID(p.AgentID).SetData(doc).SetCreatedAt(p.Created).Exec(ctx)
 	}
 	if err != nil {
@@ -151,6 +163,7 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	h.log.Info("snapshot written", "session", s.handle, "snapshot_id", p.SnapshotID, "target", target, "bytes", len(doc), "plugins", len(p.Plugins))
 	// The snapshot refers to the session's files: its directory outlives it.
 	h.pinSessionDir(s.handle)
+	h.applyRetention(ctx, p.Owner, target, p.SnapshotID)
 	return p.SnapshotID, len(doc), nil
 }
 
@@ -184,16 +197,15 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 	steps := make([]step, 0, len(p.Plugins))
 	seen := map[string]bool{}
 	for _, ps := range p.Plugins {
-		if seen[ps.Name] {
+		pl, sn, ok := h.snapshotPlugin(ps)
+		if !ok {
+			return nil, wire.Reason("snapshot_plugin_missing", fmt.Errorf("snapshot %s holds the state of plugin %q (%s), which this host does not load as a snapshotter; nothing was restored", id, ps.Name, ps.Key))
+		}
+		if seen[pl.Name] {
 			return nil, fmt.Errorf("snapshot %s: %w: plugin %q appears twice", id, ErrSnapshotCorrupt, ps.Name)
 		}
-		seen[ps.Name] = true
-		impl, ok := h.PluginImpl(ps.Name)
-		sn, isSn := impl.(Snapshotter)
-		if !ok || !isSn {
-			return nil, wire.Reason("snapshot_plugin_missing", fmt.Errorf("snapshot %s holds the state of plugin %q, which this host does not load as a snapshotter; nothing was restored", id, ps.Name))
-		}
-		steps = append(steps, step{name: ps.Name, sn: sn, state: ps.State})
+		seen[pl.Name] = true
+		steps = append(steps, step{name: pl.Name, sn: sn, state: ps.State})
 	}
 	// The pre-restore state is taken in memory only, for the rollback.
 	for i := range steps {
@@ -225,6 +237,7 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 		}
 		restored = append(restored, st.name)
 	}
+	h.inherit(s.id, p.owner(), p.Owned)
 	h.log.Info("snapshot restored", "session", s.handle, "snapshot_id", id, "from_session", p.SessionHandle, "plugins", len(restored))
 	return restored, nil
 }

@@ -54,6 +54,12 @@ func startHost(t testing.TB, dir string) (th *testHost, close func()) {
 // startHostDSN is startHost on the store dsn names ("" is SQLite in dir).
 func startHostDSN(t testing.TB, dir, dsn string) (th *testHost, close func()) {
 	t.Helper()
+	return startHostWith(t, dir, dsn, &learn.Plugin{})
+}
+
+// startHostWith is startHostDSN serving the learn plugin lp.
+func startHostWith(t testing.TB, dir, dsn string, lp *learn.Plugin) (th *testHost, close func()) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, dsn, dir)
 	if err != nil {
@@ -61,7 +67,7 @@ func startHostDSN(t testing.TB, dir, dsn string) (th *testHost, close func()) {
 	}
 	h, err := server.New(ctx, aeptest.Config(nil), server.WithStore(st), server.WithDataDir(dir),
 		server.WithPlugin(server.PluginSpec{Name: "tools", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: filepath.Join(dir, "ws")}}}),
-		server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{}}))
+		server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: lp}))
 	if err != nil {
 		st.Close()
 		t.Fatal(err)

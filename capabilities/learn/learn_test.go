@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/capabilities/learn"
+	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/conformance"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/pgtest"
@@ -496,7 +497,7 @@ func TestExportFile(t *testing.T) {
 		if r.Path == nil || r.Jsonl != nil || r.Count != tc.n || !strings.HasPrefix(*r.Path, "export/") {
 			t.Fatalf("%s: %+v", tc.what, r)
 		}
-		f, err := os.Open(filepath.Join(dir, "learn", filepath.FromSlash(*r.Path)))
+		f, err := os.Open(filepath.Join(dir, learn.ModuleID, filepath.FromSlash(*r.Path)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -569,7 +570,9 @@ func testRestart(t *testing.T, dsn string) {
 	c.Close()
 	stop() // the plugin stores the calls still queued before the store closes
 
-	th2, _ := startHostDSN(t, dir, dsn)
+	// A new session sees only its own records (TestExportScope); the
+	// operator's host-wide scope shows what survived.
+	th2, _ := startHostWith(t, dir, dsn, &learn.Plugin{Settings: learn.Settings{ExportScope: learn.ExportHost}})
 	c2 := connect(t, th2.h)
 	if after := rank(c2); !reflect.DeepEqual(before, after) || len(after.Ranked) != 2 {
 		t.Fatalf("ranking before %+v, after restart %+v", before, after)
@@ -601,5 +604,74 @@ func TestNeedsStore(t *testing.T) {
 	_, err = server.New(context.Background(), cfg, server.WithStore(st), server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{Settings: learn.Settings{Exploration: &bad}}}))
 	if err == nil || !strings.Contains(err.Error(), "exploration") {
 		t.Fatalf("negative exploration: %v", err)
+	}
+}
+
+// TestExportScope: learn/export gives a session the feedback and experience
+// it wrote and nothing of another session's, paged or to a file, unless the
+// operator set export_scope host; learning itself (rank) stays host-wide.
+func TestExportScope(t *testing.T) {
+	for _, scope := range []string{"", learn.ExportSession, learn.ExportHost} {
+		t.Run("scope="+scope, func(t *testing.T) {
+			dir := t.TempDir()
+			th, _ := startHostWith(t, dir, "", &learn.Plugin{Settings: learn.Settings{ExportScope: scope}})
+			ctx := aeptest.Context(t)
+			first, second := connect(t, th.h), connect(t, th.h)
+			feedback(t, first, fb(3, msg.FeedbackTypeCORRECTIVE, "grep", "search")...)
+			if _, err := first.LearnExperience(ctx, &msg.LearnExperienceReq{Experiences: []msg.Experience{
+				{State: json.RawMessage(`1`), Action: json.RawMessage(`2`), NextState: json.RawMessage(`3`), EpisodeID: "secret-episode", Reward: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+			feedback(t, second, fb(1, msg.FeedbackTypePOSITIVE, "find", "search")...)
+			count := func(c *client.Client, what msg.LearnExportReqWhat) (paged, filed int) {
+				lines, _ := exportAll(t, c, what, 2)
+				r, err := c.LearnExport(ctx, &msg.LearnExportReq{What: what, ToFile: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := os.ReadFile(filepath.Join(dir, learn.ModuleID, filepath.FromSlash(*r.Path)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := strings.Count(string(b), "\n"); n != r.Count {
+					t.Fatalf("file of %d lines, count %d", n, r.Count)
+				}
+				return len(lines), r.Count
+			}
+			wantSecond := [2]int{1, 0} // its feedback, no experience
+			if scope == learn.ExportHost {
+				wantSecond = [2]int{4, 1}
+			}
+			for _, tc := range []struct {
+				who  string
+				c    *client.Client
+				want [2]int
+			}{{"first", first, [2]int{3, 1}}, {"second", second, wantSecond}} {
+				if tc.who == "first" && scope == learn.ExportHost {
+					tc.want = [2]int{4, 1}
+				}
+				for i, what := range []msg.LearnExportReqWhat{"feedback", "experience"} {
+					paged, filed := count(tc.c, what)
+					if paged != tc.want[i] || filed != tc.want[i] {
+						t.Errorf("%s session exports %d %s (file %d), want %d", tc.who, paged, what, filed, tc.want[i])
+					}
+				}
+			}
+			// What the first session taught still ranks for the second.
+			r, err := second.LearnRank(ctx, &msg.LearnRankReq{Context: aeptest.Ptr("search"), Strategy: "greedy"})
+			if err != nil || len(r.Ranked) != 2 {
+				t.Fatalf("rank from the second session: %+v %v", r, err)
+			}
+		})
+	}
+	st, err := store.Open(context.Background(), "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, err = server.New(context.Background(), aeptest.Config(nil), server.WithStore(st),
+		server.WithPlugin(server.PluginSpec{Name: "learn", Type: "learn", Impl: &learn.Plugin{Settings: learn.Settings{ExportScope: "agent"}}}))
+	if err == nil || !strings.Contains(err.Error(), "export_scope") {
+		t.Fatalf("unknown export_scope: %v", err)
 	}
 }

@@ -25,6 +25,12 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
+// Values of [Plugin.ExportScope].
+const (
+	ExportSession = "session"
+	ExportHost    = "host"
+)
+
 // ModuleID is the module of the built-in learn plugin.
 const ModuleID = "aep.learn.builtin"
 
@@ -71,6 +77,11 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 func (p *Plugin) Validate() error {
 	if p.Exploration != nil && (*p.Exploration < 0 || math.IsNaN(*p.Exploration)) {
 		return errors.New("exploration must be at least 0")
+	}
+	switch p.ExportScope {
+	case "", ExportSession, ExportHost:
+	default:
+		return fmt.Errorf("export_scope %q: want %q or %q", p.ExportScope, ExportSession, ExportHost)
 	}
 	return nil
 }

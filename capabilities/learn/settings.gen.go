@@ -9,4 +9,9 @@ type Settings struct {
 	// Exploration: UCB1's default exploration constant c. Default:
 	// 1.4142135623730951.
 	Exploration *float64 `yaml:"exploration"`
+	// ExportScope: Whose feedback and experience records learn/export returns to a
+	// session: session (the default) only those it wrote, host every session's,
+	// for a host whose agents are one tenant (docs/DECISIONS.md, Capability gaps
+	// users hit). Default: "session".
+	ExportScope string `yaml:"export_scope"`
 }

@@ -245,7 +245,8 @@ type experienceLine struct {
 
 // exportPage appends up to limit records after id `after` as JSON lines and
 // returns the last id written and whether more follow.
-func (p *Plugin) exportPage(ctx context.Context, what, episode string, after, limit int, buf []byte) ([]byte, int, int, bool, error) {
+// A non-empty session selects only the records that session wrote.
+func (p *Plugin) exportPage(ctx context.Context, what, session, episode string, after, limit int, buf []byte) ([]byte, int, int, bool, error) {
 	var lines []any
 	var last int
 	var more bool
@@ -254,6 +255,9 @@ func (p *Plugin) exportPage(ctx context.Context, what, episode string, after, li
 		q := p.db.LearnFeedback.Query().Where(learnfeedback.IDGT(after))
 		if episode != "" {
 			q = q.Where(learnfeedback.EpisodeID(episode))
+		}
+		if session != "" {
+			q = q.Where(learnfeedback.SessionID(session))
 		}
 		rows, err := q.Order(ent.Asc(learnfeedback.FieldID)).Limit(limit + 1).All(ctx)
 		if err != nil {
@@ -272,6 +276,9 @@ func (p *Plugin) exportPage(ctx context.Context, what, episode string, after, li
 		q := p.db.LearnExperience.Query().Where(learnexperience.IDGT(after))
 		if episode != "" {
 			q = q.Where(learnexperience.EpisodeID(episode))
+		}
+		if session != "" {
+			q = q.Where(learnexperience.SessionID(session))
 		}
 		rows, err := q.Order(ent.Asc(learnexperience.FieldID)).Limit(limit + 1).All(ctx)
 		if err != nil {
@@ -320,9 +327,14 @@ func (p *Plugin) LearnExport(ctx context.Context, s wire.Scope, req *msg.LearnEx
 	if req.Limit != nil {
 		limit = *req.Limit
 	}
+	// Records are the session's own unless the operator shares them all.
+	reader := s.SessionID()
+	if p.ExportScope == ExportHost {
+		reader = ""
+	}
 	resp := &msg.LearnExportResp{What: what}
 	if !req.ToFile {
-		buf, n, last, more, err := p.exportPage(ctx, what, str(req.EpisodeID), after, limit, nil)
+		buf, n, last, more, err := p.exportPage(ctx, what, reader, str(req.EpisodeID), after, limit, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -350,7 +362,7 @@ func (p *Plugin) LearnExport(ctx context.Context, s wire.Scope, req *msg.LearnEx
 	var buf []byte
 	for more := true; more; {
 		var n int
-		buf, n, after, more, err = p.exportPage(ctx, what, str(req.EpisodeID), after, page, buf[:0])
+		buf, n, after, more, err = p.exportPage(ctx, what, reader, str(req.EpisodeID), after, page, buf[:0])
 		if err == nil {
 			_, err = tmp.Write(buf)
 		}

@@ -324,3 +324,36 @@ func TestResourceAndPromptCursors(t *testing.T) {
 		t.Fatalf("read mem://r4: %+v %v", rr, err)
 	}
 }
+
+// TestFailedRegistrationLeavesNothing: a run-time registration whose server
+// cannot be reached answers ok false with the reason and the status it
+// reached, and leaves nothing behind — no listed server, no tools, no held
+// server_id — so the same id registers once the server is up.
+func TestFailedRegistrationLeavesNothing(t *testing.T) {
+	hs := startHTTP(t, "h")
+	addr := hs.addr
+	hs.stop()
+	e := newEnv(t, &aepmcp.Plugin{Settings: aepmcp.Settings{ConnectTimeout: 5, AllowURLs: []aepmcp.AllowURL{{Prefix: "http://" + addr}}}})
+	r := e.register(t, "h", "http://"+addr+"/mcp")
+	if r.Ok || r.Error == nil || *r.Error == "" || r.Server == nil || r.Server.Status != msg.MCPServerInfoStatusError {
+		t.Fatalf("register of a server that is down: %+v", r)
+	}
+	l, err := e.c.McpServerList(aeptest.Context(t), &msg.MCPServerListReq{})
+	if err != nil || len(l.Servers) != 0 {
+		t.Fatalf("list after a failed registration: %+v %v", l, err)
+	}
+	if names := e.toolNames(t); slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "h__") }) {
+		t.Fatalf("tools after a failed registration: %v", names)
+	}
+	un, err := e.c.McpServerUnregister(aeptest.Context(t), &msg.MCPServerUnregisterReq{ServerID: "h"})
+	if err != nil || un.Ok {
+		t.Fatalf("unregister after a failed registration: %+v %v", un, err)
+	}
+	hs.start(addr)
+	if r := e.register(t, "h", "http://"+addr+"/mcp"); !r.Ok || r.Server.Status != msg.MCPServerInfoStatusReady {
+		t.Fatalf("register once the server is up: %+v", r)
+	}
+	if r := e.call(t, "h__echo", map[string]any{"message": "up"}, 0); !r.Success {
+		t.Fatalf("call after registering: %s", text(r))
+	}
+}

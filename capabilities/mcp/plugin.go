@@ -238,9 +238,10 @@ type registration struct {
 	Timeout       float64  `json:"timeout,omitempty"`
 }
 
-// register checks and connects a run-time registration. A failed connect
-// still registers the server (status error; it reconnects with backoff), so
-// the agent sees why and need not register again.
+// register checks and connects a run-time registration. It leaves a server
+// that failed to connect registered (status error; it reconnects with
+// backoff): Restore wants that, since no agent is there to register again;
+// McpServerRegister takes such a registration back.
 func (p *Plugin) register(ctx context.Context, sessionID string, r registration, headers map[string]string) (*conn, error) {
 	if !idPattern.MatchString(r.ServerID) {
 		return nil, fmt.Errorf("server_id %q: want lower-case letters, digits and '-' (at most 32, no '_')", r.ServerID)
@@ -307,9 +308,25 @@ func (p *Plugin) McpServerRegister(ctx context.Context, s wire.Scope, req *msg.M
 	in := c.info()
 	resp := &msg.MCPServerRegisterResp{Ok: in.Status == msg.MCPServerInfoStatusReady, Server: &in}
 	if !resp.Ok {
+		// A registration that did not connect is taken back whole: the
+		// agent sees why in the reply and registers again when the server
+		// is up (docs/DECISIONS.md, MCP registration failures).
+		p.drop(s.SessionID(), c)
 		resp.Error = in.LastError
 	}
 	return resp, nil
+}
+
+// drop removes c from the session's registrations if it is still there and
+// closes it, which releases the tool names it claimed.
+func (p *Plugin) drop(sessionID string, c *conn) {
+	ss, _ := p.bySess.Get(sessionID)
+	p.mu.Lock()
+	if ss != nil && ss.conns[c.spec.ID] == c {
+		delete(ss.conns, c.spec.ID)
+	}
+	p.mu.Unlock()
+	c.close()
 }
 
 // McpServerList answers mcp/server/list.

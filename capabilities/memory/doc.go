@@ -10,14 +10,16 @@
 //   - episodic: an append-ordered, timestamped event log in the host store
 //     (ent table memory_episodic), persistent across sessions and restarts.
 //   - semantic: key-value entries with tags and TTL, upserted by key, in
-//     memory_semantic, searched in the database: SQLite FTS5 with bm25, or
-//     PostgreSQL tsvector (GIN) with ts_rank.
+//     memory_semantic, searched in the database: SQLite FTS5 (porter
+//     stemming) or PostgreSQL tsvector (GIN, a stop-word-keeping copy of
+//     the english configuration).
 //
 // Persistent tiers are scoped by the memory/init namespace and
 // `scope.agent`, and sit behind [Backend], implemented for both stores
 // server/store opens (SQLite and PostgreSQL). Both split text into words
-// the same way ([terms]), so an entry matches the same queries on either;
-// scores differ in scale (bm25 weighs rare words, ts_rank does not). TTLs use
+// the same way ([terms]) and stem them, so an entry matches the same queries
+// on either; the engine only picks candidates, and every hit is scored from
+// its own text ([score]), the same on every tier and store. TTLs use
 // [Plugin.Clock]: an expired entry is hidden from every read at once and a
 // background collector ([Plugin.Collect], every collect_interval) deletes it.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -21,10 +22,11 @@ type Backend interface {
 	// append order.
 	Get(ctx context.Context, tier string, sc scopeKey, keys []string, now int64) ([]record, error)
 	// Search returns up to limit live records of a tier passing f: with
-	// words, those matching one, best first (ties newest first), whose raw
-	// relevance (> 0, larger is better) is at least minRaw; without words,
-	// by time.
-	Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, minRaw float64, newest bool, limit int, now int64) ([]scored, error)
+	// words, those matching one (stemmed), in the engine's rank order
+	// (bm25, ts_rank; ties newest first) — the caller scores them
+	// (docs/DECISIONS.md, Capability gaps users hit); without words, by
+	// time.
+	Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, newest bool, limit int, now int64) ([]scored, error)
 	// Forget deletes a tier's records matching sel and returns how many.
 	Forget(ctx context.Context, tier string, sc scopeKey, sel selector) (int, error)
 	// Stats counts a tier's live records and their bytes.
@@ -43,7 +45,7 @@ func (u unsupported) Put(context.Context, scopeKey, []record) error { return u.e
 func (u unsupported) Get(context.Context, string, scopeKey, []string, int64) ([]record, error) {
 	return nil, u.err
 }
-func (u unsupported) Search(context.Context, string, scopeKey, []string, filter, float64, bool, int, int64) ([]scored, error) {
+func (u unsupported) Search(context.Context, string, scopeKey, []string, filter, bool, int, int64) ([]scored, error) {
 	return nil, u.err
 }
 func (u unsupported) Forget(context.Context, string, scopeKey, selector) (int, error) {
@@ -75,7 +77,7 @@ func ftsDDL(t string) []string {
 	ins := fmt.Sprintf(`INSERT INTO %[1]s_fts(rowid, %[2]s) VALUES (new.id, new."key", new.body, new.tag_set);`, t, cols)
 	del := fmt.Sprintf(`INSERT INTO %[1]s_fts(%[1]s_fts, rowid, %[2]s) VALUES ('delete', old.id, old."key", old.body, old.tag_set);`, t, cols)
 	return []string{
-		fmt.Sprintf(`CREATE VIRTUAL TABLE IF NOT EXISTS %[1]s_fts USING fts5(%[2]s, content='%[1]s', content_rowid='id', tokenize='unicode61')`, t, cols),
+		fmt.Sprintf(`CREATE VIRTUAL TABLE IF NOT EXISTS %[1]s_fts USING fts5(%[2]s, content='%[1]s', content_rowid='id', tokenize='porter unicode61')`, t, cols),
 		// Merge segments in larger steps: at the default (4) a batched store
 		// spends a third of its time merging the segment each commit adds.
 		fmt.Sprintf(`INSERT INTO %[1]s_fts(%[1]s_fts, rank) VALUES('automerge', 16)`, t),
@@ -87,7 +89,25 @@ func ftsDDL(t string) []string {
 
 func newSQLiteBackend(ctx context.Context, db *sql.DB) (*sqliteBackend, error) {
 	for _, t := range []string{"memory_semantic", "memory_episodic"} {
-		for _, stmt := range ftsDDL(t) {
+		// An index made before stemming (tokenize='unicode61') is made
+		// again with the porter tokenizer and rebuilt from the table.
+		var ddl string
+		rebuild := false
+		switch err := db.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?`, t+"_fts").Scan(&ddl); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return nil, fmt.Errorf("memory: looking for the full-text index of %s: %w", t, err)
+		case !strings.Contains(ddl, "porter"):
+			if _, err := db.ExecContext(ctx, `DROP TABLE `+t+`_fts`); err != nil {
+				return nil, fmt.Errorf("memory: dropping the unstemmed full-text index of %s: %w", t, err)
+			}
+			rebuild = true
+		}
+		stmts := ftsDDL(t)
+		if rebuild {
+			stmts = append(stmts, fmt.Sprintf(`INSERT INTO %[1]s_fts(%[1]s_fts) VALUES('rebuild')`, t))
+		}
+		for _, stmt := range stmts {
 			if _, err := db.ExecContext(ctx, stmt); err != nil {
 				return nil, fmt.Errorf("memory: creating the full-text index of %s: %w", t, err)
 			}
@@ -266,13 +286,13 @@ func filterSQL(f filter, where *strings.Builder, args *[]any) {
 	}
 }
 
-func (b *sqliteBackend) Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, minRaw float64, newest bool, limit int, now int64) ([]scored, error) {
+func (b *sqliteBackend) Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, newest bool, limit int, now int64) ([]scored, error) {
 	t := tableOf(tier)
 	var where strings.Builder
 	var args []any
 	var q string
 	if len(words) > 0 {
-		return b.searchText(ctx, tier, sc, words, f, minRaw, limit, now)
+		return b.searchText(ctx, tier, sc, words, f, limit, now)
 	}
 	{
 		args = append(args, sc.ns, sc.agent, now)
@@ -297,16 +317,12 @@ func (b *sqliteBackend) Search(ctx context.Context, tier string, sc scopeKey, wo
 // (FTS5's own `ORDER BY rank` fast path, followed by a lookup of only the
 // best rows, measured ~5x slower here on an external-content table: its
 // sorter reads every match's content row.)
-func (b *sqliteBackend) searchText(ctx context.Context, tier string, sc scopeKey, words []string, f filter, minRaw float64, limit int, now int64) ([]scored, error) {
+func (b *sqliteBackend) searchText(ctx context.Context, tier string, sc scopeKey, words []string, f filter, limit int, now int64) ([]scored, error) {
 	t := tableOf(tier)
 	var where strings.Builder
 	args := []any{ftsQuery(words), sc.ns, sc.agent, now}
 	where.WriteString(t + `_fts MATCH ? AND ` + scopeWhere)
 	filterSQL(f, &where, &args)
-	if minRaw > 0 {
-		where.WriteString(` AND bm25(` + t + `_fts) <= ?`)
-		args = append(args, -minRaw)
-	}
 	args = append(args, limit)
 	q := `SELECT ` + selectCols + `, bm25(` + t + `_fts) AS score FROM ` + t + `_fts JOIN ` + t + ` t ON t.id = ` + t + `_fts.rowid WHERE ` +
 		where.String() + ` ORDER BY score, t.id DESC LIMIT ?`
@@ -314,11 +330,7 @@ func (b *sqliteBackend) searchText(ctx context.Context, tier string, sc scopeKey
 	if err != nil {
 		return nil, fmt.Errorf("memory: recall in %s: %w", tier, err)
 	}
-	out, err := scanRecords(rows, tier, true)
-	for i := range out {
-		out[i].raw = -out[i].raw // bm25 is smaller for better matches
-	}
-	return out, err
+	return scanRecords(rows, tier, true)
 }
 func (b *sqliteBackend) Forget(ctx context.Context, tier string, sc scopeKey, sel selector) (int, error) {
 	var where strings.Builder

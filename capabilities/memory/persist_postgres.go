@@ -18,20 +18,17 @@ import (
 // migration by [pgDDL].
 //
 // What a word is comes from Go, not from PostgreSQL's parser: `fts` is
-// to_tsvector('simple', …) over [terms] of the key, body and tags joined by
-// spaces, and a query is the same words OR-ed. So an entry matches the same
-// queries here as on SQLite (unicode61) and in the working tier; the parser's
-// own token types (host names, URLs, paths, version numbers, floats kept
-// whole) would make "bar" miss "foo.bar.com". The 'simple' configuration
-// lower-cases and nothing else: no stop words and no stemming, as on SQLite
-// (whose unicode61 also folds diacritics, which this does not).
+// to_tsvector('english', …) over [terms] of the key, body and tags joined by
+// spaces, and a query is the same words OR-ed, stemmed by the same
+// configuration. So an entry matches the same queries here as on SQLite
+// (porter over unicode61) and in the working tier; the parser's own token
+// types (host names, URLs, paths, version numbers, floats kept whole) would
+// make "bar" miss "foo.bar.com". The english configuration stems (Snowball)
+// and drops stop words, which SQLite's porter tokenizer keeps.
 //
-// Ranking is ts_rank with every weight 1 and no length normalisation, times
-// the number of query words: for each query word an entry contains, a
-// term-frequency part that saturates below 1 (PostgreSQL's 1/n² series of
-// its positions), summed, which is the working tier's relevance in shape.
-// It has no IDF: unlike bm25, a rare word does not count more than a
-// common one. See docs/DECISIONS.md "Memory".
+// ts_rank (every weight 1, no length normalisation) only orders the
+// candidates; the score a hit gets is computed from its text (text.go,
+// score), the same on every backend. See docs/DECISIONS.md "Memory".
 type postgresBackend struct{ db *sql.DB }
 
 // pgWeights are ts_rank's weights of the labels D, C, B and A: fts is
@@ -45,10 +42,32 @@ const pgWeights = `'{1,1,1,1}'::float4[]`
 // never stands for an unindexed row.
 func pgDDL(t string) []string {
 	return []string{
+		pgConfigDDL,
 		`ALTER TABLE ` + t + ` ADD COLUMN IF NOT EXISTS fts tsvector NOT NULL DEFAULT ''`,
 		`CREATE INDEX IF NOT EXISTS ` + t + `_fts ON ` + t + ` USING gin (fts)`,
+		// Rows indexed before stemming hold 'simple' lexemes (the words
+		// themselves): stem them. Matching needs only the lexemes; the
+		// score is computed from the row's text (text.go, score).
+		`UPDATE ` + t + ` SET fts = to_tsvector('` + pgFTSConfig + `', array_to_string(tsvector_to_array(fts), ' ')) WHERE fts <> ''`,
+		`COMMENT ON COLUMN ` + t + `.fts IS '` + pgFTSConfig + `'`,
 	}
 }
+
+// pgFTSConfig is the text search configuration of fts, kept as the
+// column's comment so a table indexed with another one is re-indexed. It is
+// PostgreSQL's english configuration with a Snowball English stemmer that
+// keeps stop words (english_stem drops them), so "or" and "some" are found
+// here as on SQLite, whose porter tokenizer keeps every word.
+const pgFTSConfig = "aep_english"
+
+// pgConfigDDL creates pgFTSConfig in the current schema unless it exists.
+const pgConfigDDL = `DO $$ BEGIN
+IF to_regnamespace(current_schema()) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_ts_config WHERE cfgname = 'aep_english' AND cfgnamespace = to_regnamespace(current_schema())) THEN
+  CREATE TEXT SEARCH DICTIONARY aep_english_stem (TEMPLATE = snowball, Language = english);
+  CREATE TEXT SEARCH CONFIGURATION aep_english (COPY = english);
+  ALTER TEXT SEARCH CONFIGURATION aep_english ALTER MAPPING REPLACE english_stem WITH aep_english_stem;
+END IF;
+END $$`
 
 // pgDDLLock serialises the DDL of hosts starting at once on one database
 // (an advisory lock key: "aep.mem" in ASCII).
@@ -59,8 +78,8 @@ func newPostgresBackend(ctx context.Context, db *sql.DB) (*postgresBackend, erro
 		// ALTER TABLE locks the table exclusively even when the column
 		// exists; look first, so a restart does not queue behind readers.
 		var have bool
-		err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'fts' AND NOT attisdropped)
-AND to_regclass($2) IS NOT NULL`, t, t+"_fts").Scan(&have)
+		err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'fts' AND NOT attisdropped
+AND col_description(attrelid, attnum) = $3) AND to_regclass($2) IS NOT NULL`, t, t+"_fts", pgFTSConfig).Scan(&have)
 		if err != nil {
 			return nil, fmt.Errorf("memory: looking for the full-text index of %s: %w", t, err)
 		}
@@ -216,7 +235,7 @@ func (b *postgresBackend) putRows(ctx context.Context, tx *sql.Tx, tier string, 
 	// WITH ORDINALITY … ORDER BY keeps request order, so episodic ids (the
 	// append order) follow it.
 	q := `INSERT INTO ` + tableOf(tier) + ` AS t (` + insertCols + `, fts) SELECT ` + a.add(sc.ns) + `, ` + a.add(sc.agent) +
-		`, u.k, u.c, u.b, u.tg, u.ts, u.src, u.m, u.ca, u.ua, u.ea, u.sz, to_tsvector('simple', u.ft) FROM unnest(` +
+		`, u.k, u.c, u.b, u.tg, u.ts, u.src, u.m, u.ca, u.ua, u.ea, u.sz, to_tsvector('` + pgFTSConfig + `', u.ft) FROM unnest(` +
 		a.add(keys) + `::text[], ` + a.add(contents) + `::bytea[], ` + a.add(bodies) + `::text[], ` + a.add(tags) + `::text[], ` +
 		a.add(sets) + `::text[], ` + a.add(srcs) + `::text[], ` + a.add(metas) + `::bytea[], ` + a.add(created) + `::int8[], ` +
 		a.add(updated) + `::int8[], ` + a.add(expires) + `::int8[], ` + a.add(sizes) + `::int8[], ` + a.add(fts) + `::text[])` +
@@ -302,7 +321,7 @@ func pgQuery(words []string) string {
 	return b.String()
 }
 
-func (b *postgresBackend) Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, minRaw float64, newest bool, limit int, now int64) ([]scored, error) {
+func (b *postgresBackend) Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, newest bool, limit int, now int64) ([]scored, error) {
 	var a pgArgs
 	var where strings.Builder
 	var q string
@@ -313,10 +332,7 @@ func (b *postgresBackend) Search(ctx context.Context, tier string, sc scopeKey, 
 		if !pgFilter(f, &where, &a) {
 			return nil, nil
 		}
-		if minRaw > 0 {
-			where.WriteString(` AND ` + rank + ` >= ` + a.add(minRaw) + `::float8`)
-		}
-		q = `SELECT ` + selectCols + `, ` + rank + ` AS score FROM ` + tableOf(tier) + ` t, to_tsquery('simple', ` + tsq + `) q WHERE ` +
+		q = `SELECT ` + selectCols + `, ` + rank + ` AS score FROM ` + tableOf(tier) + ` t, to_tsquery('` + pgFTSConfig + `', ` + tsq + `) q WHERE ` +
 			where.String() + ` ORDER BY score DESC, t.id DESC LIMIT ` + a.add(limit)
 	} else {
 		where.WriteString(pgScope(&a, sc, now))

@@ -428,6 +428,10 @@ func nanos(sec *float64) int64 {
 	return wire.FromEpoch(*sec).UnixNano()
 }
 
+// recallCandidates is the least number of candidates a persistent tier
+// returns for a recall with a query, to be scored and re-ordered.
+const recallCandidates = 256
+
 // MemoryRecall answers memory/recall/req: each tier returns its best
 // `limit` hits, which are merged by score (or time) and cut to `limit`.
 func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.MemoryRecallReq) (*msg.MemoryRecallResp, error) {
@@ -455,33 +459,48 @@ func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.Memory
 	if f.since != 0 && f.until != 0 && f.until < f.since {
 		return nil, &wire.FieldError{Field: "until", Reason: "is before since"}
 	}
-	minRaw := 0.0
-	if req.MinScore > 0 && len(words) > 0 {
-		minRaw = rawFor(req.MinScore)
+	qstems := queryStems(words)
+	// Each hit is scored from its own text (text.go, score); a store
+	// returns its best candidates by the engine's rank, more than limit so
+	// that the re-ordering by score rarely misses a hit.
+	candidates := limit
+	if len(words) > 0 {
+		candidates = max(4*limit, recallCandidates)
+	}
+	keep := func(sc *scored) bool {
+		if len(words) == 0 {
+			sc.raw = 1 // listing without a query scores 1
+			return true
+		}
+		sc.raw = score(qstems, sc.rec.Key, bodyText(sc.rec.Content), sc.rec.Tags)
+		return sc.raw > 0 && sc.raw >= req.MinScore
 	}
 	newest := req.Order != msg.MemoryRecallReqOrderOldest
 	byTime := len(words) == 0 || req.Order != msg.MemoryRecallReqOrderRelevance
 	now := p.now()
 	var all []scored
 	for _, tier := range tiers {
+		var got []scored
 		if tier == TierWorking {
 			ws, _, err := p.working(s.SessionID())
 			if err != nil {
 				return nil, err
 			}
-			for _, sc := range ws.search(h.Namespace, words, f, now) {
-				if sc.raw >= minRaw {
-					sc.rec.Tier = TierWorking
-					all = append(all, sc)
-				}
+			got = ws.search(h.Namespace, qstems, f, now)
+			for i := range got {
+				got[i].rec.Tier = TierWorking
 			}
-			continue
+		} else {
+			var err error
+			if got, err = p.backend.Search(ctx, tier, h.key(), words, f, newest, candidates, now); err != nil {
+				return nil, err
+			}
 		}
-		got, err := p.backend.Search(ctx, tier, h.key(), words, f, minRaw, newest, limit, now)
-		if err != nil {
-			return nil, err
+		for i := range got {
+			if keep(&got[i]) {
+				all = append(all, got[i])
+			}
 		}
-		all = append(all, got...)
 	}
 	if byTime {
 		sortByTime(all, newest)
@@ -493,11 +512,7 @@ func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.Memory
 	}
 	resp := &msg.MemoryRecallResp{Hits: make([]msg.MemoryHit, len(all))}
 	for i := range all {
-		score := 1.0
-		if len(words) > 0 {
-			score = normalise(all[i].raw)
-		}
-		resp.Hits[i] = msg.MemoryHit{Entry: toEntry(&all[i].rec), Score: score}
+		resp.Hits[i] = msg.MemoryHit{Entry: toEntry(&all[i].rec), Score: all[i].raw}
 	}
 	return resp, nil
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"unicode"
+
+	"github.com/kljensen/snowball/english"
 )
 
 // terms splits text into lower-case words of letters and digits, the same
@@ -87,53 +89,67 @@ func hasAllTags(have, want []string) bool {
 	return true
 }
 
-// normalise maps a raw relevance r > 0 (minus bm25 on SQLite, n × ts_rank
-// on PostgreSQL, or the working tier's term-frequency sum) to (0, 1) with
-// r/(1+r): monotone, so ranks are kept, and absolute — a hit's score
-// depends on it and the query only, not on the other hits — so min_score
-// means the same in every recall. See docs/DECISIONS.md "Memory".
-func normalise(r float64) float64 {
-	if r <= 0 {
-		// FTS5 clamps IDF to a tiny positive value, so a match always has
-		// r > 0; keep the score inside (0, 1] even if it did not.
-		return 1e-9
+// stem is the Snowball English stem of a lower-case word, the stemmer of
+// PostgreSQL's english configuration; SQLite's porter tokenizer (the
+// original Porter algorithm) agrees on regular forms (dragons → dragon).
+func stem(w string) string {
+	if len(w) < 3 {
+		return w // the stemmer leaves short words alone; skip its set-up
 	}
-	return r / (1 + r)
+	return english.Stem(w, true)
 }
 
-// rawFor is the inverse of normalise: the raw relevance a min_score needs.
-func rawFor(minScore float64) float64 {
-	if minScore >= 1 {
-		return 1e308
-	}
-	return minScore / (1 - minScore)
-}
+// satK is the saturation constant of [score]: one occurrence of a query word
+// counts 1/(1+satK) = 2/3 of that word's share, two 0.8, three 6/7.
+const satK = 0.5
 
-// workingRelevance scores a working entry against query words with a
-// saturating term frequency, tf/(tf+1.2) summed over matched words (the tf
-// part of BM25 with k1 = 1.2; the working tier has no corpus statistics
-// worth an IDF). Zero means no word matched.
-func workingRelevance(words []string, key, body string, tags []string) float64 {
-	if len(words) == 0 {
+// score is the relevance of an entry to a query on the absolute 0–1 scale
+// that min_score uses (docs/DECISIONS.md, Capability gaps users hit): the
+// mean over the query's distinct word stems of tf/(tf+satK), tf being how
+// often the stem occurs in the entry's key, text and tags. It depends only
+// on the entry and the query — not on the other entries, the tier or the
+// store — so a min_score keeps the same entries in every recall and on
+// every backend. An entry with every query word once scores 2/3, one with
+// half of them once 1/3.
+func score(qstems []string, key, body string, tags []string) float64 {
+	if len(qstems) == 0 {
 		return 0
 	}
-	counts := map[string]int{}
-	for _, t := range terms(key) {
-		counts[t]++
+	want := make(map[string]int, len(qstems))
+	for _, q := range qstems {
+		want[q] = 0
 	}
-	for _, t := range terms(body) {
-		counts[t]++
+	count := func(s string) {
+		for _, t := range terms(s) {
+			st := stem(t)
+			if n, ok := want[st]; ok {
+				want[st] = n + 1
+			}
+		}
 	}
+	count(key)
+	count(body)
 	for _, tag := range tags {
-		for _, t := range terms(tag) {
-			counts[t]++
+		count(tag)
+	}
+	var sum float64
+	for _, tf := range want {
+		if tf > 0 {
+			sum += float64(tf) / (float64(tf) + satK)
 		}
 	}
-	var r float64
+	return sum / float64(len(want))
+}
+
+// queryStems returns the distinct stems of query words.
+func queryStems(words []string) []string {
+	seen := map[string]bool{}
+	var out []string
 	for _, w := range words {
-		if tf := float64(counts[w]); tf > 0 {
-			r += tf / (tf + 1.2)
+		if st := stem(w); !seen[st] {
+			seen[st] = true
+			out = append(out, st)
 		}
 	}
-	return r
+	return out
 }

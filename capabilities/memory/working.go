@@ -180,15 +180,15 @@ func (w *workingStore) get(ns string, keys []string, now int64) []record {
 	return out
 }
 
-// scored is a recall candidate with its raw relevance.
+// scored is a recall candidate with its score (docs/DECISIONS.md, Capability gaps users hit).
 type scored struct {
 	rec record
 	raw float64
 }
 
 // search returns live entries of ns passing the filters; with query words,
-// only those matching one, with their relevance.
-func (w *workingStore) search(ns string, words []string, f filter, now int64) []scored {
+// only those matching one, with their score.
+func (w *workingStore) search(ns string, qstems []string, f filter, now int64) []scored {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []scored
@@ -198,8 +198,8 @@ func (w *workingStore) search(ns string, words []string, f filter, now int64) []
 			continue
 		}
 		rel := 0.0
-		if len(words) > 0 {
-			if rel = workingRelevance(words, r.Key, bodyText(r.Content), r.Tags); rel == 0 {
+		if len(qstems) > 0 {
+			if rel = score(qstems, r.Key, bodyText(r.Content), r.Tags); rel == 0 {
 				continue
 			}
 		}

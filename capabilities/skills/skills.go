@@ -25,6 +25,7 @@ import (
 	"github.com/kaptinlin/jsonschema"
 	"golang.org/x/mod/semver"
 
+	"github.com/aephost/aep/ent"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/sandbox"
@@ -86,10 +87,19 @@ type Plugin struct {
 	// Settings are the plugin's `config` (schemas/config/skills.json, docs/config.md).
 	Settings `yaml:",inline"`
 
-	mode   sandbox.Mode // the mode skills run in
-	log    *slog.Logger
-	byName map[string][]*skill // newest version first
-	names  []string
+	mode sandbox.Mode // the mode skills run in
+	log  *slog.Logger
+
+	mu       sync.RWMutex        // guards byName and names, replaced by a reload
+	byName   map[string][]*skill // newest version first
+	names    []string
+	stopped  bool
+	stop     chan struct{}
+	watching sync.WaitGroup
+	regs     *server.SessionState[registered]
+	host     *server.Host
+	store    *ent.Client
+	regRoot  string // folders of registered skills
 }
 
 // Provision loads every skill folder; a bad manifest stops the host with
@@ -116,35 +126,47 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if err := os.MkdirAll(p.WorkRoot, 0o755); err != nil {
 		return fmt.Errorf("work_root: %w", err)
 	}
-	p.byName = map[string][]*skill{}
-	if p.Dir == "" {
-		return nil
+	var err error
+	if p.MaxRegisterBytes <= 0 {
+		p.MaxRegisterBytes = DefaultMaxRegisterBytes
 	}
-	entries, err := os.ReadDir(p.Dir)
+	if p.MaxRegistered <= 0 {
+		p.MaxRegistered = DefaultMaxRegistered
+	}
+	if p.ReloadSeconds == 0 {
+		p.ReloadSeconds = DefaultReloadSeconds
+	}
+	p.host = env.Host
+	if env.Store != nil {
+		p.store = env.Store.Client
+	}
+	// Registered skills' folders must be readable by the sandbox's own uid
+	// through every parent, which a private data directory is not: they
+	// live in a directory of their own that others may pass through but
+	// not list (0711), each folder under an unguessable name.
+	if p.regRoot, err = os.MkdirTemp("", "aep-registered-skills-"); err != nil {
+		return fmt.Errorf("registered skills: %w", err)
+	}
+	if err := os.Chmod(p.regRoot, 0o711); err != nil {
+		return fmt.Errorf("registered skills: %w", err)
+	}
+	p.regs = server.NewSessionState[registered](env, nil, p.dropRegistered)
+	fp := fingerprint(p.Dir)
+	byName, err := loadDir(p.Dir)
 	if err != nil {
-		return fmt.Errorf("skills dir: %w", err)
+		return err
 	}
-	for _, e := range entries {
-		dir := filepath.Join(p.Dir, e.Name())
-		if _, err := os.Stat(filepath.Join(dir, ManifestFile)); err != nil || !e.IsDir() {
-			continue
-		}
-		sk, err := load(dir)
-		if err != nil {
-			return fmt.Errorf("skill folder %s: %w", e.Name(), err)
-		}
-		for _, o := range p.byName[sk.Name] {
-			if semver.Compare("v"+o.Version, "v"+sk.Version) == 0 {
-				return fmt.Errorf("skill %s %s is in two folders: %s and %s", sk.Name, sk.Version, o.dir, dir)
-			}
-		}
-		p.byName[sk.Name] = append(p.byName[sk.Name], sk)
+	c := newCatalog(byName)
+	p.byName, p.names = c.byName, c.names
+	if p.Dir != "" && p.ReloadSeconds > 0 {
+		stop := make(chan struct{})
+		p.stop = stop
+		p.watching.Add(1)
+		go func() {
+			defer p.watching.Done()
+			p.watch(fp, time.Duration(p.ReloadSeconds*float64(time.Second)), stop)
+		}()
 	}
-	for n, vs := range p.byName {
-		sort.Slice(vs, func(i, j int) bool { return semver.Compare("v"+vs[i].Version, "v"+vs[j].Version) > 0 })
-		p.names = append(p.names, n)
-	}
-	sort.Strings(p.names)
 	return nil
 }
 
@@ -281,9 +303,10 @@ func (sk *skill) definition(withInstructions bool) msg.SkillDefinition {
 // ErrUnknownSkill is the cause for a name or version the host does not have.
 var ErrUnknownSkill = fmt.Errorf("unknown skill: %w", wire.ErrInvalid)
 
-// find returns the version asked for, or the newest.
-func (p *Plugin) find(name, version string) (*skill, error) {
-	vs := p.byName[name]
+// find returns the version asked for, or the newest, of the skills session
+// sid may call.
+func (p *Plugin) find(sid, name, version string) (*skill, error) {
+	vs := p.catalogFor(sid).byName[name]
 	if len(vs) == 0 {
 		return nil, fmt.Errorf("skill %q: %w", name, ErrUnknownSkill)
 	}
@@ -306,11 +329,12 @@ func (p *Plugin) find(name, version string) (*skill, error) {
 func (p *Plugin) SkillDiscover(ctx context.Context, s wire.Scope, req *msg.SkillDiscoverReq) (*msg.SkillDiscoverResp, error) {
 	out := &msg.SkillDiscoverResp{Skills: []msg.SkillDefinition{}}
 	name, version := deref(req.Name), deref(req.Version)
-	for _, n := range p.names {
+	c := p.catalogFor(s.SessionID())
+	for _, n := range c.names {
 		if name != "" && n != name {
 			continue
 		}
-		for i, sk := range p.byName[n] {
+		for i, sk := range c.byName[n] {
 			if version != "" && semver.Compare("v"+sk.Version, "v"+version) != 0 {
 				continue
 			}
@@ -346,7 +370,7 @@ func deref(s *string) string {
 
 // SkillGet answers skill/get/req.
 func (p *Plugin) SkillGet(ctx context.Context, s wire.Scope, req *msg.SkillGetReq) (*msg.SkillGetResp, error) {
-	sk, err := p.find(req.Name, deref(req.Version))
+	sk, err := p.find(s.SessionID(), req.Name, deref(req.Version))
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +413,7 @@ var ErrToolkitMissing = fmt.Errorf("needed toolkit not configured: %w", wire.Err
 
 // SkillCall answers skill/call/req.
 func (p *Plugin) SkillCall(ctx context.Context, s wire.Scope, req *msg.SkillCallReq) (*msg.SkillCallResp, error) {
-	sk, err := p.find(req.Name, deref(req.Version))
+	sk, err := p.find(s.SessionID(), req.Name, deref(req.Version))
 	if err != nil {
 		return nil, err
 	}

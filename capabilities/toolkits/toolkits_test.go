@@ -50,7 +50,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{data: t.TempDir(), logs: &syncBuf{}}
-	e.sqlDir = filepath.Join(e.data, "tk", "sql")
+	e.sqlDir = filepath.Join(e.data, toolkits.ModuleID, "sql") // named by module (docs/DECISIONS.md)
 	e.auditLog = filepath.Join(e.data, "audit.jsonl")
 	e.audit = server.NewFileAuditor(e.auditLog, 10, 5, nil)
 	logger := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

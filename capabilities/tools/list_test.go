@@ -194,3 +194,48 @@ func TestWirePagesAcrossPlugins(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferPolicy: server.tool_policy's defer patterns (names and tags)
+// mark the tools they match defer_loading (spec §2.5), so tool/list leaves
+// them out unless include_deferred; a deferred tool stays callable by name.
+func TestDeferPolicy(t *testing.T) {
+	e := newEnv(t, client.JSON, server.ToolPolicy{Defer: []string{"run_command", "tag:text"}}, 0)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		req      msg.ToolListReq
+		want     string
+		deferred string // the listed tools with defer_loading true
+	}{
+		{"default list", msg.ToolListReq{}, "big,boom,fail,glob,grep,list_dir,read_file,sleep,steps,write_file", ""},
+		{"include_deferred", msg.ToolListReq{IncludeDeferred: true},
+			"big,boom,echo,fail,glob,grep,list_dir,read_file,run_command,secret_search,shout,sleep,steps,write_file", "echo,run_command,secret_search,shout"},
+		{"query without include_deferred", msg.ToolListReq{Query: aeptest.Ptr("upper")}, "", ""},
+		{"query with include_deferred", msg.ToolListReq{Query: aeptest.Ptr("upper"), IncludeDeferred: true}, "shout", "shout"},
+		{"tag with include_deferred", msg.ToolListReq{Tags: []string{"text"}, IncludeDeferred: true}, "echo,shout", "echo,shout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.req
+			resp, err := e.c.ToolList(ctx, &req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(resp.Tools); got != tc.want {
+				t.Fatalf("listed %q, want %q", got, tc.want)
+			}
+			var deferred []msg.ToolDefinition
+			for _, d := range resp.Tools {
+				if d.DeferLoading {
+					deferred = append(deferred, d)
+				}
+			}
+			if got := names(deferred); got != tc.deferred {
+				t.Fatalf("deferred %q, want %q", got, tc.deferred)
+			}
+		})
+	}
+	r, err := e.c.CallTool(ctx, &msg.ToolCallReq{ToolName: "echo", Arguments: map[string]any{"text": "hi"}})
+	if err != nil || !r.Success {
+		t.Fatalf("call of a deferred tool: %+v %v", r, err)
+	}
+}

@@ -81,6 +81,18 @@ func (f MemorySemanticFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Val
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.MemorySemanticMutation", m)
 }
 
+// The SkillRegistrationFunc type is an adapter to allow the use of ordinary
+// function as SkillRegistration mutator.
+type SkillRegistrationFunc func(context.Context, *ent.SkillRegistrationMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f SkillRegistrationFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.SkillRegistrationMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.SkillRegistrationMutation", m)
+}
+
 // The SnapshotFunc type is an adapter to allow the use of ordinary
 // function as Snapshot mutator.
 type SnapshotFunc func(context.Context, *ent.SnapshotMutation) (ent.Value, error)

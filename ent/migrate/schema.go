@@ -220,6 +220,30 @@ var (
 			},
 		},
 	}
+	// SkillRegistrationsColumns holds the columns for the "skill_registrations" table.
+	SkillRegistrationsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "session_id", Type: field.TypeString},
+		{Name: "name", Type: field.TypeString},
+		{Name: "version", Type: field.TypeString},
+		{Name: "scope", Type: field.TypeString},
+		{Name: "manifest", Type: field.TypeBytes},
+		{Name: "files", Type: field.TypeBytes},
+		{Name: "created_at", Type: field.TypeTime},
+	}
+	// SkillRegistrationsTable holds the schema information for the "skill_registrations" table.
+	SkillRegistrationsTable = &schema.Table{
+		Name:       "skill_registrations",
+		Columns:    SkillRegistrationsColumns,
+		PrimaryKey: []*schema.Column{SkillRegistrationsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "skillregistration_session_id_name_version",
+				Unique:  true,
+				Columns: []*schema.Column{SkillRegistrationsColumns[1], SkillRegistrationsColumns[2], SkillRegistrationsColumns[3]},
+			},
+		},
+	}
 	// SnapshotsColumns holds the columns for the "snapshots" table.
 	SnapshotsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeString, Unique: true},
@@ -249,6 +273,7 @@ var (
 		LearnWeightsTable,
 		MemoryEpisodicTable,
 		MemorySemanticTable,
+		SkillRegistrationsTable,
 		SnapshotsTable,
 	}
 )

@@ -24,5 +24,8 @@ type MemoryEpisodic func(*sql.Selector)
 // MemorySemantic is the predicate function for memorysemantic builders.
 type MemorySemantic func(*sql.Selector)
 
+// SkillRegistration is the predicate function for skillregistration builders.
+type SkillRegistration func(*sql.Selector)
+
 // Snapshot is the predicate function for snapshot builders.
 type Snapshot func(*sql.Selector)

@@ -173,10 +173,11 @@ type LearnExperienceResp struct {
 }
 
 // Exports feedback or experience as JSON Lines, oldest first, for offline
-// training. Without `to_file` the reply carries one page in `jsonl`; pass
-// `next_cursor` back as `cursor` for the next. With `to_file` every matching
-// record is written to a new file under the plugin's data directory and the reply
-// names it (docs/learn.md).
+// training. A session gets only the records it wrote, unless the operator set the
+// plugin's `export_scope: host` (docs/learn.md). Without `to_file` the reply
+// carries one page in `jsonl`; pass `next_cursor` back as `cursor` for the next.
+// With `to_file` every matching record is written to a new file under the plugin's
+// data directory and the reply names it (docs/learn.md).
 type LearnExportReq struct {
 	// Cursor corresponds to the JSON schema field "cursor".
 	Cursor *string `json:"cursor,omitempty,omitzero"`

@@ -88,12 +88,13 @@ type MemoryHit struct {
 	// Entry corresponds to the JSON schema field "entry".
 	Entry MemoryEntry `json:"entry"`
 
-	// Relevance in (0, 1], higher is better: r/(1+r) where r > 0 is the raw relevance
-	// (minus SQLite FTS5's bm25, or PostgreSQL's ts_rank times the query's word
-	// count, for persistent tiers; the same term-frequency formula in the working
-	// tier). It depends on the entry and the query only, not on the other hits, so
-	// `min_score` means the same across queries of one host; hosts on different
-	// stores rank alike but score differently. Hits without a query score 1.
+	// Relevance on an absolute scale in (0, 1], higher is better: the mean, over the
+	// query's distinct word stems, of tf/(tf+0.5), tf being how often the stem occurs
+	// in the entry's key, content and tags. An entry holding every query word once
+	// scores 2/3, twice 0.8; one holding one word of three once scores 2/9. It
+	// depends on the entry and the query only — not on the other entries, the tier or
+	// the store — so `min_score` keeps the same entries everywhere. Hits without a
+	// query score 1.
 	Score float64 `json:"score"`
 }
 
@@ -127,11 +128,11 @@ type MemoryInitResp struct {
 }
 
 // Ranked full-text recall (spec §2.1 names memory/recall). `query` words match any
-// of key, content and tags (any word matches; entries matching more and rarer
-// words rank higher). Without a query, entries are listed by time (`order`), which
-// reads the episodic log back by time range. Filters: `tags` (an entry must have
-// all of them), `tier`, `since`/`until` (Unix seconds on created_at, inclusive),
-// `min_score`.
+// of key, content and tags by stem (`dragon` finds `dragons`; any word matches;
+// entries holding more of the query's words, more often, score higher). Without a
+// query, entries are listed by time (`order`), which reads the episodic log back
+// by time range. Filters: `tags` (an entry must have all of them), `tier`,
+// `since`/`until` (Unix seconds on created_at, inclusive), `min_score`.
 type MemoryRecallReq struct {
 	// Limit corresponds to the JSON schema field "limit".
 	Limit int `json:"limit,omitempty,omitzero"`
@@ -139,7 +140,7 @@ type MemoryRecallReq struct {
 	// MemoryID corresponds to the JSON schema field "memory_id".
 	MemoryID string `json:"memory_id"`
 
-	// MinScore corresponds to the JSON schema field "min_score".
+	// Hits scoring below it are left out (see `score`).
 	MinScore float64 `json:"min_score,omitempty,omitzero"`
 
 	// `relevance` sorts by score (by newest when there is no query);

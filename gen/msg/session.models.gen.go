@@ -47,6 +47,50 @@ type SessionRestoreResp struct {
 	SnapshotID string `json:"snapshot_id"`
 }
 
+// Deletes a snapshot the session may see by the rule of session/snapshot/list; any
+// other id is answered as an unknown snapshot.
+type SessionSnapshotDeleteReq struct {
+	// Ids of earlier sessions of the sender, as proof that their snapshots are the
+	// sender's.
+	SessionIds []string `json:"session_ids,omitempty,omitzero"`
+
+	// SnapshotID corresponds to the JSON schema field "snapshot_id".
+	SnapshotID string `json:"snapshot_id"`
+}
+
+type SessionSnapshotDeleteResp struct {
+	// Deleted corresponds to the JSON schema field "deleted".
+	Deleted bool `json:"deleted"`
+
+	// SnapshotID corresponds to the JSON schema field "snapshot_id".
+	SnapshotID string `json:"snapshot_id"`
+}
+
+// Lists the snapshots this session may see, newest first: those taken by this
+// session, by a session whose id it presents in `session_ids` (a session id is a
+// bearer secret, so holding one proves the session was the sender's), or by a
+// session it owns through a restore (restoring a snapshot makes its session, and
+// the sessions that one owned, the restorer's) (docs/DECISIONS.md, Capability gaps
+// users hit).
+type SessionSnapshotListReq struct {
+	// Ids of earlier sessions of the sender, as proof that their snapshots are the
+	// sender's.
+	SessionIds []string `json:"session_ids,omitempty,omitzero"`
+
+	// Only snapshots of this target; absent: both.
+	Target *SessionSnapshotListReqTarget `json:"target,omitempty,omitzero"`
+}
+
+type SessionSnapshotListReqTarget string
+
+const SessionSnapshotListReqTargetFile SessionSnapshotListReqTarget = "file"
+const SessionSnapshotListReqTargetSQL SessionSnapshotListReqTarget = "sql"
+
+type SessionSnapshotListResp struct {
+	// Snapshots corresponds to the JSON schema field "snapshots".
+	Snapshots []SnapshotInfo `json:"snapshots"`
+}
+
 // Saves the session's state (spec §3: Session live → snapshot). Secrets are never
 // written (spec §2.9 rule 6, docs/DECISIONS.md, State).
 type SessionSnapshotReq struct {
@@ -75,3 +119,28 @@ type SessionSnapshotRespTarget string
 
 const SessionSnapshotRespTargetFile SessionSnapshotRespTarget = "file"
 const SessionSnapshotRespTargetSQL SessionSnapshotRespTarget = "sql"
+
+type SnapshotInfo struct {
+	// The agent id of the session it was taken from.
+	AgentID *string `json:"agent_id,omitempty,omitzero"`
+
+	// Size of the stored snapshot.
+	Bytes int `json:"bytes"`
+
+	// When it was taken, Unix epoch seconds.
+	Created float64 `json:"created"`
+
+	// True when this very session took it; false when an owned earlier session did.
+	Own bool `json:"own"`
+
+	// SnapshotID corresponds to the JSON schema field "snapshot_id".
+	SnapshotID string `json:"snapshot_id"`
+
+	// Target corresponds to the JSON schema field "target".
+	Target SnapshotInfoTarget `json:"target"`
+}
+
+type SnapshotInfoTarget string
+
+const SnapshotInfoTargetFile SnapshotInfoTarget = "file"
+const SnapshotInfoTargetSQL SnapshotInfoTarget = "sql"

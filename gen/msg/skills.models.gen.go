@@ -109,6 +109,21 @@ const SkillEventKindLog SkillEventKind = "log"
 const SkillEventKindProgress SkillEventKind = "progress"
 const SkillEventKindStatus SkillEventKind = "status"
 
+// One file of a registered skill's folder.
+type SkillFile struct {
+	// Base64 corresponds to the JSON schema field "base64".
+	Base64 bool `json:"base64,omitempty,omitzero"`
+
+	// The file's text, or its bytes in base64 when `base64` is true.
+	Content string `json:"content"`
+
+	// Mode 0755 instead of 0644.
+	Executable bool `json:"executable,omitempty,omitzero"`
+
+	// Relative path in the skill's folder; no `..`, no absolute path.
+	Path string `json:"path"`
+}
+
 // One skill with its instructions: the given version, or the newest.
 type SkillGetReq struct {
 	// Name corresponds to the JSON schema field "name".
@@ -143,6 +158,37 @@ type SkillLimits struct {
 
 	// TimeoutSeconds corresponds to the JSON schema field "timeout_seconds".
 	TimeoutSeconds float64 `json:"timeout_seconds"`
+}
+
+// Registers a skill for this session at run time: a manifest (the content of
+// `skill.json`, checked as at start-up) and its files. Off unless the operator set
+// the plugin's `allow_register`. The skill is the registering session's only
+// (`scope: session`), or also its subagents' whose memory scope is not isolated
+// (`scope: subagents`); it ends with the session. A name and version already known
+// to the session are refused; other versions sit beside it and calls take the
+// newest (docs/DECISIONS.md, Capability gaps users hit).
+type SkillRegisterReq struct {
+	// Files corresponds to the JSON schema field "files".
+	Files []SkillFile `json:"files,omitempty,omitzero"`
+
+	// The skill's manifest, as in a skill folder's skill.json.
+	Manifest SkillRegisterReqManifest `json:"manifest"`
+
+	// Scope corresponds to the JSON schema field "scope".
+	Scope SkillRegisterReqScope `json:"scope,omitempty,omitzero"`
+}
+
+// The skill's manifest, as in a skill folder's skill.json.
+type SkillRegisterReqManifest map[string]interface{}
+
+type SkillRegisterReqScope string
+
+const SkillRegisterReqScopeSession SkillRegisterReqScope = "session"
+const SkillRegisterReqScopeSubagents SkillRegisterReqScope = "subagents"
+
+type SkillRegisterResp struct {
+	// Skill corresponds to the JSON schema field "skill".
+	Skill SkillDefinition `json:"skill"`
 }
 
 // The outcome of a call that ran (spec §2.6-like). A skill that exits non-zero,

@@ -21,7 +21,7 @@ import (
 // the operator's baseline back.
 func TestDataPlaneDefaultConfiguration(t *testing.T) {
 	forModes(t, func(t *testing.T, h *aepbin.Host) {
-		own := filepath.Join(h.DataDir, "env.builtin")
+		own := filepath.Join(h.DataDir, "aep.env.builtin") // named by module (docs/DECISIONS.md)
 		put := func(dir, name, body string) {
 			if err := os.WriteFile(filepath.Join(own, dir, name), []byte(body), 0o644); err != nil {
 				t.Fatal(err)

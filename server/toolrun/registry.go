@@ -111,7 +111,8 @@ func (r *Registry) List(req *msg.ToolListReq, opt Options) *msg.ToolListResp {
 }
 
 // Select filters tools, which must be sorted by name, and returns one page:
-//   - tools with defer_loading are skipped unless include_deferred (spec §2.5);
+//   - tools with defer_loading, set by the tool or by the policy's defer
+//     patterns, are skipped unless include_deferred (spec §2.5);
 //   - query is a case-insensitive substring of the name, description or a tag;
 //   - tags match a tool having any of them;
 //   - tools the host's tool policy refuses (opt.Policy) are left out: the
@@ -136,7 +137,11 @@ func Select(sorted []*Tool, req *msg.ToolListReq, opt Options) *msg.ToolListResp
 	}
 	resp := &msg.ToolListResp{Tools: []msg.ToolDefinition{}}
 	for _, t := range sorted[start:] {
-		if t.Def.DeferLoading && !req.IncludeDeferred {
+		def := t.Def
+		if !def.DeferLoading && len(opt.Policy.Defer) > 0 && opt.Deferred(t.Subject()) {
+			def.DeferLoading = true
+		}
+		if def.DeferLoading && !req.IncludeDeferred {
 			continue
 		}
 		if q != "" && !strings.Contains(t.haystack, q) {
@@ -153,7 +158,7 @@ func Select(sorted []*Tool, req *msg.ToolListReq, opt Options) *msg.ToolListResp
 			resp.NextCursor = &last
 			break
 		}
-		resp.Tools = append(resp.Tools, t.Def)
+		resp.Tools = append(resp.Tools, def)
 	}
 	return resp
 }

@@ -90,6 +90,17 @@ func (p Options) Allowed(t Subject) (bool, string) {
 	return false, fmt.Sprintf("tool %q is not in server.tool_policy's allow list", t.Name)
 }
 
+// Deferred reports whether the policy's defer patterns match t (same
+// pattern rules as [Options.Allowed]), which marks it defer_loading.
+func (p Options) Deferred(t Subject) bool {
+	for _, pat := range p.Policy.Defer {
+		if matches(pat, t) {
+			return true
+		}
+	}
+	return false
+}
+
 func matches(pat string, t Subject) bool {
 	if tag, ok := cutPrefix(pat, "tag:"); ok {
 		for _, g := range t.Tags {
