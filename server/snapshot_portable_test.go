@@ -120,8 +120,8 @@ func TestRestoreAfterRename(t *testing.T) {
 	r2.close(ctx)
 	r3 := startRigServer(t, ctx, "", dir, []string{"first", "second"}, "")
 	a3 := r3.connect(t, ctx)
-	r3.plugin(t, "first").state(a3.SessionID()).Notes = []string{"first"}
-	r3.plugin(t, "second").state(a3.SessionID()).Notes = []string{"second"}
+	r3.plugin(t, "first").state(aeptest.Handle(t, a3.Client)).Notes = []string{"first"}
+	r3.plugin(t, "second").state(aeptest.Handle(t, a3.Client)).Notes = []string{"second"}
 	id := snap(t, ctx, a3, "file")
 	r3.close(ctx)
 	r4 := startRigServer(t, ctx, "", dir, []string{"uno", "dos"}, "")
@@ -130,10 +130,10 @@ func TestRestoreAfterRename(t *testing.T) {
 	if err != nil || !slices.Equal(res.Restored, []string{"uno", "dos"}) {
 		t.Fatalf("restore of two instances: %+v %v", res, err)
 	}
-	if got := r4.plugin(t, "uno").state(a4.SessionID()).Notes; !slices.Equal(got, []string{"first"}) {
+	if got := r4.plugin(t, "uno").state(aeptest.Handle(t, a4.Client)).Notes; !slices.Equal(got, []string{"first"}) {
 		t.Fatalf("first instance notes %v", got)
 	}
-	if got := r4.plugin(t, "dos").state(a4.SessionID()).Notes; !slices.Equal(got, []string{"second"}) {
+	if got := r4.plugin(t, "dos").state(aeptest.Handle(t, a4.Client)).Notes; !slices.Equal(got, []string{"second"}) {
 		t.Fatalf("second instance notes %v", got)
 	}
 }

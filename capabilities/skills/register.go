@@ -112,13 +112,14 @@ func (p *Plugin) visible(sid string) []*regSkill {
 	if p.host == nil {
 		return out
 	}
-	s, ok := p.host.Session(sid)
+	// sid is the session's public handle (wire.Scope.SessionID).
+	s, ok := p.host.SessionByHandle(sid)
 	for ok && s.Parent() != nil {
 		if info, _ := s.Child(); info.MemoryScope == "isolated" {
 			break
 		}
 		s = s.Parent()
-		add(s.ID(), true)
+		add(s.Handle(), true)
 	}
 	return out
 }

@@ -227,7 +227,7 @@ func TestRegisteredSkillSubagentScope(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lp, err := h.ConnectLinesTo(r.SubagentID, 64)
+		lp, err := h.ConnectLinesTo(r.SessionID, 64)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -161,7 +161,7 @@ func TestSQLiteRelativeDataDir(t *testing.T) {
 		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
 		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: t.TempDir()}}},
 	}, server.WithDataDir("aep-data"))
-	e := &env{h: h, sqlDir: filepath.Join("aep-data", "tk", "sql")}
+	e := &env{h: h, sqlDir: filepath.Join("aep-data", "aep.toolkits.builtin", "sql")} // named by module
 	e.sqliteFile(t, "rel.db", 3)
 	c := connect(t, h)
 	for _, mode := range []string{"read_only", "read_write"} {
