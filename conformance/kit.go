@@ -185,8 +185,20 @@ func BuiltinExamples() []Example {
 
 // LoadExamples reads example messages from fsys: each `<type>/<name>.json`
 // (the type's slashes are directories, as in schemas/examples/) is a valid
-// example unless its name starts with "invalid".
+// example unless its name starts with "invalid". An UNSTATABLE.md beside
+// them lists, one table row each with the path in backticks first, the
+// invalid examples no static schema can refuse: they are marked Beyond.
 func LoadExamples(fsys fs.FS) ([]Example, error) {
+	beyond := map[string]bool{}
+	if b, err := fs.ReadFile(fsys, "UNSTATABLE.md"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(l, "| `"); ok {
+				if p, _, ok := strings.Cut(rest, "`"); ok {
+					beyond[p] = true
+				}
+			}
+		}
+	}
 	var out []Example
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || path.Ext(p) != ".json" {
@@ -202,7 +214,7 @@ func LoadExamples(fsys fs.FS) ([]Example, error) {
 			line.Reset()
 			line.Write(bytes.TrimSpace(bytes.ReplaceAll(b, []byte("\n"), nil)))
 		}
-		out = append(out, Example{Name: p, Type: path.Dir(p), Valid: !strings.HasPrefix(path.Base(p), "invalid"), Line: line.Bytes()})
+		out = append(out, Example{Name: p, Type: path.Dir(p), Valid: !strings.HasPrefix(path.Base(p), "invalid"), Line: line.Bytes(), Beyond: beyond[p]})
 		return nil
 	})
 	if err != nil {
@@ -487,17 +499,37 @@ func (s *session) send(ctx context.Context, line []byte) error {
 }
 
 // lineID reads the type and string id of the first JSON value of a line,
-// as a host does that answers a line with trailing data by its id.
+// as a host does that answers a line with trailing data by its id. Of a
+// key given twice the first counts, as the host names the first id when
+// it refuses the duplicate.
 func lineID(line []byte) (typ, id string) {
-	var env struct {
-		Type any `json:"type"`
-		ID   any `json:"id"`
-	}
-	if json.NewDecoder(bytes.NewReader(line)).Decode(&env) != nil {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return "", ""
 	}
-	typ, _ = env.Type.(string)
-	id, _ = env.ID.(string)
+	var seenType, seenID bool
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return typ, id
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return typ, id
+		}
+		switch k {
+		case "type":
+			if !seenType {
+				typ, _ = v.(string)
+				seenType = true
+			}
+		case "id":
+			if !seenID {
+				id, _ = v.(string)
+				seenID = true
+			}
+		}
+	}
 	return typ, id
 }
 
@@ -955,7 +987,10 @@ func (k *kit) examples(ctx context.Context, valid bool) error {
 			k.fail(rule, "%s: %v", ex.Name, err)
 			continue
 		}
-		bad := m.Type == "error" && (m.Code == "parse_error" || m.Code == "schema_violation")
+		// Examples of a directory reuse ids (each file is whole on its own);
+		// sent one at a time, an answered id is free again.
+		delete(s.replies, want)
+		bad := refusedAsMalformed(m, ex.Line)
 		switch {
 		case valid && bad:
 			k.fail(rule, "%s: answered %s", ex.Name, clip(m.raw))
@@ -964,6 +999,31 @@ func (k *kit) examples(ctx context.Context, valid bool) error {
 		}
 	}
 	return nil
+}
+
+// refusedAsMalformed says whether m refuses line as a message that breaks
+// the contract: error parse_error or schema_violation; a handshake/req is
+// answered by handshake/resp with that error (docs/DECISIONS.md, Wire); a
+// line whose proto is not the host's may be answered version_mismatch
+// (spec §9).
+func refusedAsMalformed(m *msg, line []byte) bool {
+	code := m.Code
+	switch {
+	case m.Type == "handshake/resp" && m.Error != nil:
+		code = m.Error.Code
+	case m.Type != "error":
+		return false
+	}
+	switch code {
+	case "parse_error", "schema_violation":
+		return true
+	case "version_mismatch":
+		var env struct {
+			Proto *string `json:"proto"`
+		}
+		return json.Unmarshal(line, &env) == nil && env.Proto != nil && *env.Proto != "1.0"
+	}
+	return false
 }
 
 // awaitAny waits for the reply to id, or to "" (a line whose id the host

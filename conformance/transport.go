@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aephost/aep/client"
 )
 
 // Conn is one session's raw line exchange with a host under test: the
@@ -144,21 +146,9 @@ func HTTPDialer(base string, client *http.Client) Dialer {
 		client = &http.Client{}
 	}
 	return func(ctx context.Context) (Conn, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/session", nil)
+		sid, err := createSession(ctx, base, client)
 		if err != nil {
 			return nil, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("conformance: POST /session: %w", err)
-		}
-		var created struct {
-			SessionID string `json:"session_id"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&created)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || err != nil || created.SessionID == "" {
-			return nil, fmt.Errorf("conformance: POST /session: status %d, %v", resp.StatusCode, err)
 		}
 		sctx, cancel := context.WithCancel(context.Background())
 		sreq, err := http.NewRequestWithContext(sctx, http.MethodGet, base+"/stream", nil)
@@ -166,7 +156,7 @@ func HTTPDialer(base string, client *http.Client) Dialer {
 			cancel()
 			return nil, err
 		}
-		sreq.Header.Set("X-Session-Id", created.SessionID)
+		sreq.Header.Set("X-Session-Id", sid)
 		sreq.Header.Set("Accept", "text/event-stream")
 		sresp, err := client.Do(sreq)
 		if err != nil {
@@ -178,7 +168,7 @@ func HTTPDialer(base string, client *http.Client) Dialer {
 			cancel()
 			return nil, fmt.Errorf("conformance: GET /stream: status %d", sresp.StatusCode)
 		}
-		return &httpConn{base: base, client: client, session: created.SessionID, cancel: cancel,
+		return &httpConn{base: base, client: client, session: sid, cancel: cancel,
 			body: sresp.Body, lines: newLines(sresp.Body, sse)}, nil
 	}
 }
@@ -235,3 +225,133 @@ func (c *httpConn) Close() error {
 	c.cancel()
 	return c.body.Close()
 }
+
+// ExchangeDialer is [HTTPDialer] in single-exchange mode: each line is a
+// POST {base}/send with Accept: text/event-stream, answered in its own
+// response by the request's events and then its reply (docs/transports.md).
+// GET /stream is never read, as a single-exchange client does not read it:
+// a reply that went there instead is missing, and the kit says so.
+func ExchangeDialer(base string, client *http.Client) Dialer {
+	base = strings.TrimSuffix(base, "/")
+	if client == nil {
+		client = &http.Client{}
+	}
+	return func(ctx context.Context) (Conn, error) {
+		sid, err := createSession(ctx, base, client)
+		if err != nil {
+			return nil, err
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		l := &lines{ch: make(chan []byte, 1024), done: make(chan struct{})}
+		return &exchangeConn{httpConn: &httpConn{base: base, client: client, session: sid, cancel: cancel, body: io.NopCloser(nil), lines: l},
+			client: client, ctx: sctx}, nil
+	}
+}
+
+// createSession is POST {base}/session.
+func createSession(ctx context.Context, base string, client *http.Client) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/session", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("conformance: POST /session: %w", err)
+	}
+	var created struct {
+		SessionID string `json:"session_id"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&created)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || err != nil || created.SessionID == "" {
+		return "", fmt.Errorf("conformance: POST /session: status %d, %v", resp.StatusCode, err)
+	}
+	return created.SessionID, nil
+}
+
+type exchangeConn struct {
+	*httpConn
+	client *http.Client
+	ctx    context.Context
+
+	mu  sync.Mutex
+	err error // the first exchange that failed at the transport
+}
+
+// Send starts the exchange and returns: the reply may take long (the kit
+// cancels slow requests from another line), so the response is read in
+// the background into the session's lines.
+func (c *exchangeConn) Send(ctx context.Context, line []byte) error {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, c.base+"/send", bytes.NewReader(bytes.Clone(line)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Session-Id", c.session)
+	req.Header.Set("Content-Type", "text/plain")
+	req.Header.Set("Accept", "text/event-stream")
+	go func() {
+		resp, err := c.client.Do(req)
+		if err != nil {
+			c.fail(fmt.Errorf("conformance: POST /send: %w", err))
+			return
+		}
+		defer resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			sse(bufio.NewScanner(resp.Body), c.lines.ch)
+		case http.StatusAccepted: // a notification
+			_, _ = io.Copy(io.Discard, resp.Body)
+		default:
+			c.fail(fmt.Errorf("conformance: POST /send: status %d", resp.StatusCode))
+		}
+	}()
+	return nil
+}
+
+func (c *exchangeConn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// Recv names a failed exchange when no line came, rather than a bare
+// timeout.
+func (c *exchangeConn) Recv(ctx context.Context) ([]byte, error) {
+	b, err := c.lines.recv(ctx)
+	if err != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.err != nil {
+			return nil, fmt.Errorf("%w (after: %w)", err, c.err)
+		}
+	}
+	return b, err
+}
+
+// WebSocketDialer opens a session per connection to the host's GET /ws at
+// url (ws:// or wss://), one message per text frame.
+func WebSocketDialer(url string, header http.Header) Dialer {
+	return func(ctx context.Context) (Conn, error) {
+		w, err := client.DialWebSocket(ctx, url, client.WSOptions{Header: header})
+		if err != nil {
+			return nil, fmt.Errorf("conformance: GET /ws: %w", err)
+		}
+		return wsConn{w}, nil
+	}
+}
+
+type wsConn struct{ w *client.WSConn }
+
+func (c wsConn) Send(ctx context.Context, line []byte) error { return c.w.WriteLine(ctx, line) }
+
+func (c wsConn) Recv(ctx context.Context) ([]byte, error) {
+	b, err := c.w.ReadLine(ctx)
+	if err != nil && ctx.Err() == nil {
+		return nil, fmt.Errorf("%w: %w", errClosed, err)
+	}
+	return b, err
+}
+
+func (c wsConn) Close() error { return c.w.Close() }

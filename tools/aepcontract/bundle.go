@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -544,44 +545,53 @@ func (c *contract) wholeMessage(m *message) map[string]any {
 	return out
 }
 
-// requiredChoice restates an anyOf or oneOf whose branches only list
-// required fields (the sources' selector rules: memory/forget, chain/run,
-// env/spaces) with `not`, which means the same: anyOf R1…Rn is "not every
-// Ri missing a field", oneOf adds "no two Ri complete". Stock generators
-// turn an object-level anyOf/oneOf into an intersection with a numbered
-// empty type (ChainRunReqMessage1); `not` they leave alone.
+// requiredChoice restates an anyOf or oneOf whose branches list required
+// fields, each perhaps with constraints on them (the sources' selector
+// rules: memory/forget, chain/run, env/spaces), with `not`, which means the
+// same: anyOf B1…Bn is "not every Bi failing", oneOf adds "no two Bi both
+// holding". Stock generators turn an object-level anyOf/oneOf into an
+// intersection with a numbered type (MemoryForgetReqMessage1); `not` they
+// leave alone.
 func requiredChoice(kw string, v any) ([]any, bool) {
 	branches, ok := v.([]any)
 	if !ok || len(branches) == 0 {
 		return nil, false
 	}
-	var sets [][]any
 	for _, b := range branches {
 		m, ok := b.(map[string]any)
 		if !ok {
 			return nil, false
 		}
 		req, ok := m["required"].([]any)
-		for k := range m {
-			if k != "required" && k != "description" {
-				return nil, false
-			}
-		}
 		if !ok || len(req) == 0 {
 			return nil, false
 		}
-		sets = append(sets, req)
+		for k := range m {
+			if k != "required" && k != "description" && k != "properties" {
+				return nil, false
+			}
+		}
+		// Constraints only on the branch's required fields, never a type:
+		// the message's own properties give the shape.
+		props, _ := m["properties"].(map[string]any)
+		for name, c := range props {
+			if !slices.Contains(req, any(name)) {
+				return nil, false
+			}
+			if cm, ok := c.(map[string]any); !ok || cm["type"] != nil || cm["$ref"] != nil {
+				return nil, false
+			}
+		}
 	}
-	var missing []any
-	for _, r := range sets {
-		missing = append(missing, map[string]any{"not": map[string]any{"required": r}})
+	var failing []any
+	for _, b := range branches {
+		failing = append(failing, map[string]any{"not": b})
 	}
-	out := []any{map[string]any{"not": map[string]any{"allOf": missing}}}
+	out := []any{map[string]any{"not": map[string]any{"allOf": failing}}}
 	if kw == "oneOf" {
-		for i := range sets {
-			for j := i + 1; j < len(sets); j++ {
-				both := append(append([]any{}, sets[i]...), sets[j]...)
-				out = append(out, map[string]any{"not": map[string]any{"required": both}})
+		for i := range branches {
+			for j := i + 1; j < len(branches); j++ {
+				out = append(out, map[string]any{"not": map[string]any{"allOf": []any{branches[i], branches[j]}}})
 			}
 		}
 	}
