@@ -72,7 +72,7 @@ func TestToolkitPasswordNeverInSnapshot(t *testing.T) {
 		}
 	}()
 	a := aeptest.Connect(t, h, "toolkits", "tools", "memory", "subagents")
-	if err := os.WriteFile(filepath.Join(dataDir, "aep.toolkits.builtin", "sql", "app.db") // named by module (server/snapshotlist.go), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dataDir, "aep.toolkits.builtin", "sql", "app.db"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	res, err := a.ToolkitConfigure(ctx, &msg.ToolkitConfigureReq{ToolkitName: "sql",
