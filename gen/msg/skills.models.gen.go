@@ -114,7 +114,9 @@ type SkillFile struct {
 	// Base64 corresponds to the JSON schema field "base64".
 	Base64 bool `json:"base64,omitempty,omitzero"`
 
-	// The file's text, or its bytes in base64 when `base64` is true.
+	// The file's text, or its bytes in base64 when `base64` is true. A registered
+	// skill's manifest and files together are bounded by the plugin's
+	// max_register_bytes (and the line by server.limits.max_message_bytes).
 	Content string `json:"content"`
 
 	// Mode 0755 instead of 0644.
