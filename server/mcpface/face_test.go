@@ -49,7 +49,7 @@ type rig struct {
 	cancelled chan struct{}
 }
 
-func newRig(t *testing.T, edit func(*server.Config)) *rig {
+func newRig(t testing.TB, edit func(*server.Config)) *rig {
 	t.Helper()
 	r := &rig{started: make(chan struct{}, 16), cancelled: make(chan struct{}, 16)}
 	reg := toolrun.NewRegistry()
@@ -99,7 +99,7 @@ func newRig(t *testing.T, edit func(*server.Config)) *rig {
 
 // connect starts mcp-go's client on the face over streamable HTTP, pinned
 // to rev, and checks that rev is what was negotiated.
-func (r *rig) connect(t *testing.T, rev string, token string, opts ...mcpclient.ClientOption) (*mcpclient.Client, error) {
+func (r *rig) connect(t testing.TB, rev string, token string, opts ...mcpclient.ClientOption) (*mcpclient.Client, error) {
 	t.Helper()
 	tr, err := transport.NewStreamableHTTP(r.url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 	if err != nil {
