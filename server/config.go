@@ -21,7 +21,32 @@ type Config struct {
 	Plugins   []PluginConfig  `yaml:"plugins"`
 	// Operator is the operator's surface: metrics, traces, drain (server/observe.go).
 	Operator OperatorConfig `yaml:"operator"`
+	// MCPFace configures aep as an MCP server (server/mcpface, docs/mcp.md).
+	MCPFace MCPFaceConfig `yaml:"mcp_face"`
 }
+
+// MCPFaceConfig is the mcp_face block: what an MCP client reaches through
+// `/mcp` and `aep mcp --stdio`. Every MCP session is backed by one aep
+// session that handshakes with Capabilities; the client never sees more.
+type MCPFaceConfig struct {
+	// Enabled mounts /mcp on `aep serve` (default true).
+	Enabled *bool `yaml:"enabled"`
+	// AgentID is the agent_id of the aep sessions (default "mcp").
+	AgentID string `yaml:"agent_id"`
+	// Capabilities are requested in each session's handshake (default
+	// tools, memory, env, skills, toolkits, mcp).
+	Capabilities []string `yaml:"capabilities"`
+	// Tools lists path.Match patterns of the tool names exposed; empty
+	// exposes every tool of the session. server.tool_policy still applies.
+	Tools []string `yaml:"tools"`
+	// TokenEnv names the environment variable `aep mcp --stdio` reads the
+	// shared token from (default AEP_AUTH_TOKEN); over HTTP the token is
+	// always an Authorization: Bearer header.
+	TokenEnv string `yaml:"token_env"`
+}
+
+// IsEnabled reports enabled, which defaults to true.
+func (c MCPFaceConfig) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
 
 // ServerConfig holds the kernel's own settings.
 type ServerConfig struct {

@@ -188,10 +188,12 @@ func (directSink) Transport() string { return "inprocess" }
 func (k directSink) Send(p *wire.Packet) (int, error) { return 0, k.q.put(p) }
 func (k directSink) Close()                           { k.q.close() }
 
-// ConnectDirect opens a session reached through a DirectPipe.
-func (h *Host) ConnectDirect(buffer int) (*DirectPipe, error) {
+// ConnectDirect opens a session reached through a DirectPipe. opts are
+// passed to NewSession (the MCP face gives the client's address, for the
+// handshake throttle).
+func (h *Host) ConnectDirect(buffer int, opts ...SessionOption) (*DirectPipe, error) {
 	q := newQueue[*wire.Packet](buffer)
-	s, err := h.NewSession(directSink{q})
+	s, err := h.NewSession(directSink{q}, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,28 @@
 package main
 
-import "github.com/aephost/aep/server/httpapi"
+import (
+	"context"
+	"net/http"
 
-// The HTTP+SSE transport (docs/DECISIONS.md, Transports); serve uses it unless --stdio.
+	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/httpapi"
+	"github.com/aephost/aep/server/mcpface"
+)
+
+// The HTTP+SSE transport (docs/DECISIONS.md, Transports); serve uses it
+// unless --stdio. The MCP face is mounted at /mcp unless mcp_face.enabled
+// is false (docs/mcp.md).
 func init() {
-	serveHTTP = httpapi.Serve
+	serveHTTP = serveHTTPWithMCP
 	serveOperator = httpapi.ServeOperator
+}
+
+func serveHTTPWithMCP(ctx context.Context, h *server.Host, listen string) error {
+	var opts httpapi.Options
+	if h.Config().MCPFace.IsEnabled() {
+		face := mcpface.New(h)
+		defer face.Close()
+		opts.Mount = map[string]http.Handler{"/mcp": face}
+	}
+	return httpapi.ServeWith(ctx, h, listen, opts)
 }

@@ -18,6 +18,7 @@ const usage = `aep — a host for the Agent-Environment Protocol
 
 Usage:
   aep serve [--config FILE] [--listen ADDR] [--data-dir DIR] [--stdio]
+  aep mcp --stdio [--config FILE] [--data-dir DIR]
   aep config validate FILE
   aep schema [--sources | --asyncapi | --out DIR] [NAME...]
   aep conformance (--url URL | --stdio CMD) [--token TOKEN] [--json]
@@ -45,6 +46,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "serve":
 		err = cmdServe(ctx, args[1:], stdin, stdout, stderr)
+	case "mcp":
+		err = cmdMCP(ctx, args[1:], stdin, stdout, stderr)
 	case "config":
 		err = cmdConfig(args[1:], stdout, stderr)
 	case "schema":

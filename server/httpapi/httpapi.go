@@ -52,6 +52,10 @@ type Options struct {
 	Logger *slog.Logger
 	// WebSocket tunes GET /ws (ws.go).
 	WebSocket WebSocketOptions
+	// Mount serves further handlers by path pattern (http.ServeMux syntax)
+	// behind the same Origin/Host, body size and deadline checks, e.g. the
+	// MCP face at /mcp (server/mcpface).
+	Mount map[string]http.Handler
 }
 
 func (o Options) withDefaults(h *server.Host) Options {
@@ -106,12 +110,26 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	strict := gen.NewStrictHandlerWithOptions(a, []gen.StrictMiddlewareFunc{exchangeMiddleware}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: a.fail, ResponseErrorHandlerFunc: a.fail})
 	routes := gen.HandlerWithOptions(strict, gen.StdHTTPServerOptions{ErrorHandlerFunc: a.fail})
-	return &guard{a: a, next: a.withWebSocket(routes)}
+	next := a.withWebSocket(routes)
+	if len(opts.Mount) > 0 {
+		mux := http.NewServeMux()
+		for pattern, hd := range opts.Mount {
+			mux.Handle(pattern, hd)
+		}
+		mux.Handle("/", next)
+		next = mux
+	}
+	return &guard{a: a, next: next}
 }
 
 // Serve serves h's HTTP transport on listenAddr (DefaultListen when empty)
 // until ctx ends, then ends every stream and shuts the server down.
 func Serve(ctx context.Context, h *server.Host, listenAddr string) error {
+	return ServeWith(ctx, h, listenAddr, Options{})
+}
+
+// ServeWith is Serve with opts.
+func ServeWith(ctx context.Context, h *server.Host, listenAddr string, opts Options) error {
 	if listenAddr == "" {
 		listenAddr = DefaultListen
 	}
@@ -119,7 +137,7 @@ func Serve(ctx context.Context, h *server.Host, listenAddr string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listenAddr, err)
 	}
-	return ServeListener(ctx, h, ln, Options{})
+	return ServeListener(ctx, h, ln, opts)
 }
 
 // ServeListener is Serve on a listener the caller opened; it closes ln.
