@@ -593,7 +593,7 @@ func (g *gen) methods() ([]byte, error) {
 	b.WriteString(header)
 	b.WriteString(`"""One typed method per request and notification an agent sends, generated
 from the contract bundle. Arguments are the message body's properties
-(required ones positional, the rest keyword-only); each method returns the
+(keyword-only, except a lone required one); each method returns the
 reply's model, or raises aep.ProtocolError when the host answers ` + "`error`" + `.
 Every request method also takes call_timeout (seconds; on expiry the request
 is cancelled on the wire and TimeoutError raised) and on_event (called with
@@ -687,13 +687,27 @@ func (g *gen) writeMethods(b *strings.Builder, reqs []request, async bool) {
 	for _, r := range reqs {
 		var params, req, opt []string
 		params = append(params, "self")
+		nreq := 0
+		for _, a := range r.args {
+			if a.required {
+				nreq++
+			}
+		}
+		// Several required arguments are keyword-only: the bundle orders
+		// properties by name, so positions would shift when a field is
+		// added, silently swapping arguments.
+		if nreq > 1 {
+			params = append(params, "*")
+		}
 		for _, a := range r.args {
 			if a.required {
 				params = append(params, a.name+": "+modelType(a.typ))
 				req = append(req, strconv.Quote(a.name)+": "+a.name)
 			}
 		}
-		params = append(params, "*")
+		if nreq <= 1 {
+			params = append(params, "*")
+		}
 		for _, a := range r.args {
 			if !a.required {
 				t := modelType(a.typ)

@@ -93,7 +93,7 @@ class AsyncClient(AsyncMethods):
         await transport.open()
         c._reader = asyncio.get_running_loop().create_task(c._read_loop())
         try:
-            reply = await c.handshake(list(caps), agent_id, token, call_timeout=timeout)
+            reply = await c.handshake(agent_caps=list(caps), agent_id=agent_id, auth_token=token, call_timeout=timeout)
             if not reply.ok:
                 raise HandshakeError(reply)
         except BaseException:
