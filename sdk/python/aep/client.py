@@ -199,10 +199,12 @@ class AsyncClient(AsyncMethods):
             except asyncio.TimeoutError:
                 if fut.done():
                     return fut.result()
+                fut.cancel()  # the host's late `cancelled` reply is dropped
                 await self._cancel_quietly(rid)
                 raise RequestTimeout(rid, call_timeout) from None
         except asyncio.CancelledError:
             # The caller gave up (task cancelled): tell the host to stop.
+            fut.cancel()
             await self._cancel_quietly(rid)
             raise
         finally:
@@ -331,6 +333,9 @@ class Client(SyncMethods):
             raise
 
     def _run(self, coro: Awaitable[Any], timeout: Optional[float] = None) -> Any:
+        if self._loop.is_closed():
+            coro.close()  # type: ignore[attr-defined]
+            raise ConnectionClosed("client closed")
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
         try:
             return fut.result(timeout)

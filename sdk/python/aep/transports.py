@@ -124,6 +124,7 @@ class HTTPTransport(Transport):
         self._queue: "asyncio.Queue[Any]" = asyncio.Queue()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="aep-http-send")
         self._local = threading.local()
+        self._send_conns: list[http.client.HTTPConnection] = []
         self._stream_conn: Optional[http.client.HTTPConnection] = None
         self._closing = threading.Event()
         self._last_id: Optional[str] = None
@@ -140,6 +141,7 @@ class HTTPTransport(Transport):
             if conn is None:
                 conn = self._conn(self.timeout)
                 self._local.conn = conn
+                self._send_conns.append(conn)
             try:
                 conn.request("POST", self._prefix + path, body=body, headers={**self.headers, **headers})
                 resp = conn.getresponse()
@@ -270,7 +272,9 @@ class HTTPTransport(Transport):
                 pass
         if self._reader is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._reader.join, 5)
-        self._pool.shutdown(wait=False)
+        self._pool.shutdown(wait=True)
+        for c in self._send_conns:
+            c.close()
 
 
 def _set_result(f: "asyncio.Future[None]") -> None:
