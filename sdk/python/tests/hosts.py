@@ -204,4 +204,5 @@ def per_transport(base: type, namespace: dict[str, Any]) -> None:
     namespace: one unittest class per transport."""
     for name in TRANSPORTS:
         cls_name = base.__name__ + name.capitalize()
-        namespace[cls_name] = type(cls_name, (PerTransport, base, unittest.TestCase), {"transport": name})
+        namespace[cls_name] = type(cls_name, (PerTransport, base, unittest.TestCase),
+                                 {"transport": name, "__module__": namespace["__name__"]})
