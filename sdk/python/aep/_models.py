@@ -2743,18 +2743,26 @@ class SessionInfoRespMessage(Model):
     type: Literal["session/info/resp"] = "session/info/resp"
     accepted_caps: list[CapabilityEntry]
     agent_id: str
+    #: The session's public handle: random, fixed for the session's life,
+    #: kept across a restore into it, and what audit lines, logs, learn
+    #: records and subagent records name the session by. It opens nothing on
+    #: any transport.
+    handle: str
     #: Unique id of the message (spec §2.1).
     id: str
     #: Requests admitted and not yet answered, this one included.
     in_flight: int
     max_parallel: int
-    #: The parent session of a subagent's session.
-    parent_id: Optional[str] = None
+    #: The public handle of the session that spawned this subagent's session
+    #: (never its transport id).
+    parent_handle: Optional[str] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: str
+    #: The sender's own transport id, as the handshake reported it: a bearer
+    #: secret (docs/SECURITY.md, Secrets and session ids).
     session_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -3183,14 +3191,16 @@ class SubagentRecord(Model):
     max_steps: int
     memory_scope: Literal["shared", "restricted", "isolated", "snapshot"]
     name: str
-    #: The session that spawned it.
+    #: The public handle of the session that spawned it.
     parent_id: str
     #: Why it ended, in words.
     reason: Optional[str] = None
     status: Literal["waiting", "running", "draining", "ended", "terminated"]
     #: Requests it has made (at the time it ended, once ended).
     steps: int
-    #: The child session's id.
+    #: The child session's public handle (session/info's handle): it names
+    #: the subagent in every subagent message and opens nothing on any
+    #: transport.
     subagent_id: str
 
 
@@ -3254,9 +3264,14 @@ class SubagentSpawnRespMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: str
+    #: The child session's transport id: X-Session-Id over HTTP, the id an
+    #: in-process connection attaches to. A bearer secret, like auth_token:
+    #: sent once, here, to the session that spawned the child, and in no
+    #: other message (docs/SECURITY.md, Secrets and session ids).
+    session_id: str
     subagent: SubagentRecord
-    #: The child session's id: X-Session-Id over HTTP, the id an in-process
-    #: connection attaches to.
+    #: The child session's public handle, which the other subagent messages
+    #: take.
     subagent_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -3288,7 +3303,7 @@ class SubagentStatusRespMessage(Model):
 
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/status/resp"] = "subagent/status/resp"
-    #: Ids of its own subagents, oldest first.
+    #: Handles of its own subagents, oldest first.
     children: Optional[list[str]] = None
     #: Unique id of the message (spec §2.1).
     id: str
@@ -3340,7 +3355,7 @@ class SubagentTerminateRespMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: str
     subagent_id: str
-    #: Ids of the sessions this request ended: the subagent, then its
+    #: Handles of the sessions this request ended: the subagent, then its
     #: descendants, parents before children; empty when it had already ended.
     terminated: list[str]
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
