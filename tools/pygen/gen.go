@@ -44,11 +44,6 @@ var specialReplies = map[string]string{"ping": "pong"}
 
 type schema = map[string]any
 
-type def struct {
-	name string
-	s    schema
-}
-
 type gen struct {
 	defs map[string]schema
 }
@@ -403,9 +398,8 @@ class Model(BaseModel):
 	aliases := map[string]string{}
 	for _, name := range sortedKeys(g.defs) {
 		s := g.defs[name]
-		if members, ok := unionMembers(s); ok {
+		if _, ok := unionMembers(s); ok {
 			unions = append(unions, name)
-			_ = members
 			continue
 		}
 		if s["type"] == "object" {
