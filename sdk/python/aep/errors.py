@@ -1,0 +1,67 @@
+"""Exceptions of the aep SDK.
+
+A protocol ``error`` reply (spec §2.3, §7) is raised as ProtocolError with
+the host's code, retryable flag and detail; the transport's failures are
+ConnectionClosed; a call that outlives its call_timeout is RequestTimeout
+(after the SDK has sent ``cancel`` for it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class AEPError(Exception):
+    """Base of every exception the SDK raises itself."""
+
+
+class ProtocolError(AEPError):
+    """The host answered a request with ``error`` (spec §2.3).
+
+    ``code`` is one of aep.ErrorCode; ``retryable`` is the host's word on
+    whether the same request can succeed later (spec §7 table).
+    """
+
+    def __init__(self, code: str, message: str = "", *, retryable: bool = False, detail: Any = None,
+                 capability_name: Optional[str] = None, req_id: Optional[str] = None) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.detail = detail
+        self.capability_name = capability_name
+        self.req_id = req_id
+
+    @classmethod
+    def from_message(cls, msg: Any) -> "ProtocolError":
+        """Builds the exception from an ErrorMessage model."""
+        return cls(msg.code, msg.message or "", retryable=bool(msg.retryable), detail=msg.detail,
+                   capability_name=msg.capability_name, req_id=msg.req_id)
+
+
+class HandshakeError(ProtocolError):
+    """The handshake was refused (``handshake/resp`` with ok false): wrong
+    token (``unauthorized``), another protocol version (``version_mismatch``)
+    or a malformed request (``schema_violation``). No session exists."""
+
+    def __init__(self, reply: Any) -> None:
+        err = reply.error
+        code = err.code if err is not None else "unauthorized"
+        super().__init__(code, reply.reason or "", retryable=bool(err.retryable) if err is not None else False,
+                         detail=getattr(err, "detail", None), req_id=reply.req_id)
+        self.reply = reply
+
+
+class ConnectionClosed(AEPError):
+    """The transport ended (the host exited, the stream or socket closed)
+    while a request was in flight, or a request was made after close."""
+
+
+class RequestTimeout(AEPError, TimeoutError):
+    """A request was not answered within its call_timeout; the SDK sent
+    ``cancel`` for it, so the host stops working on it."""
+
+    def __init__(self, req_id: str, timeout: float) -> None:
+        super().__init__(f"request {req_id} not answered within {timeout}s (cancel sent)")
+        self.req_id = req_id
+        self.timeout = timeout

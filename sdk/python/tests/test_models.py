@@ -1,0 +1,65 @@
+"""The generated models and methods, without a host: every request type an
+agent sends has a typed method, encoding gives the wire's field names, and
+decoding picks the model by `type`."""
+
+from __future__ import annotations
+
+import json
+import unittest
+
+from tests import hosts  # noqa: F401  (puts the SDK on sys.path)
+
+import aep
+from aep import _methods, models as m
+from aep.client import AsyncClient
+
+
+class TestGenerated(unittest.TestCase):
+    def test_every_request_has_a_method(self) -> None:
+        by_type = {model.model_fields["type"].default: name for name, (model, _) in _methods.REQUESTS.items()}
+        for t in m.AGENT_TYPES:
+            # The spec's bare env/data spellings alias their /req types.
+            want = t if t.endswith("/req") or t in ("ping", "cancel", "shutdown") else t + "/req"
+            with self.subTest(type=t):
+                self.assertIn(want, by_type)
+                name = by_type[want]
+                self.assertTrue(callable(getattr(aep.Client, name)))
+                self.assertTrue(callable(getattr(aep.AsyncClient, name)))
+
+    def test_encode_uses_wire_names(self) -> None:
+        c = AsyncClient(transport=None)  # type: ignore[arg-type]
+        msg = c._build(m.ToolCallReqMessage, {"tool_name": "echo"}, {"arguments": {"x": 1}, "streaming": None})
+        wire = json.loads(c._encode(msg))
+        self.assertEqual(set(wire), {"type", "proto", "id", "ts", "tool_name", "arguments"})
+        self.assertEqual((wire["type"], wire["proto"]), ("tool/call/req", "1.0"))
+        # A Python-keyword field keeps its wire name.
+        fields = {f.alias or n for n, f in m.ChainEdge.model_fields.items()}
+        self.assertIn("from", fields)
+
+    def test_decode_by_type(self) -> None:
+        cases = [
+            ('{"type":"pong","id":"a","proto":"1.0","ts":1,"req_id":"r","uptime_seconds":2}', m.PongMessage),
+            ('{"type":"error","id":"a","proto":"1.0","ts":1,"req_id":"r","code":"timeout","message":"m",'
+             '"retryable":true,"detail":[1]}', m.ErrorMessage),
+            ('{"type":"tool/event","id":"a","proto":"1.0","ts":1,"req_id":"r","kind":"log","data":{},"seq":0}',
+             m.ToolEventMessage),
+        ]
+        for line, want in cases:
+            with self.subTest(want=want.__name__):
+                self.assertIsInstance(m.HOST_MESSAGE.validate_json(line), want)
+        # A newer host's extra field is kept, not refused.
+        p = m.HOST_MESSAGE.validate_json(
+            '{"type":"pong","id":"a","proto":"1.0","ts":1,"req_id":"r","uptime_seconds":2,"new_field":1}')
+        self.assertEqual(p.model_extra, {"new_field": 1})
+
+    def test_protocol_error_fields(self) -> None:
+        e = m.HOST_MESSAGE.validate_json('{"type":"error","id":"a","proto":"1.0","ts":1,"req_id":"r",'
+                                         '"code":"runtime_error","message":"boom","retryable":true,'
+                                         '"detail":"any value","capability_name":"tools"}')
+        err = aep.ProtocolError.from_message(e)
+        self.assertEqual((err.code, err.retryable, err.detail, err.capability_name, err.req_id),
+                         ("runtime_error", True, "any value", "tools", "r"))
+
+
+if __name__ == "__main__":
+    unittest.main()
