@@ -652,6 +652,40 @@ class AsyncMethods:
         """
         return await self._request(m.SessionSnapshotReqMessage, {}, {"target": target}, m.SessionSnapshotRespMessage, call_timeout, on_event)
 
+    async def session_snapshot_delete(
+        self,
+        snapshot_id: str,
+        *,
+        session_ids: Optional[list[str]] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionSnapshotDeleteRespMessage:
+        """``session/snapshot/delete/req`` → ``session/snapshot/delete/resp``.
+        Deletes a snapshot the session may see by the rule of
+        session/snapshot/list; any other id is answered as an unknown
+        snapshot.
+        """
+        return await self._request(m.SessionSnapshotDeleteReqMessage, {"snapshot_id": snapshot_id}, {"session_ids": session_ids}, m.SessionSnapshotDeleteRespMessage, call_timeout, on_event)
+
+    async def session_snapshot_list(
+        self,
+        *,
+        session_ids: Optional[list[str]] = None,
+        target: Optional[Literal["file", "sql"]] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionSnapshotListRespMessage:
+        """``session/snapshot/list/req`` → ``session/snapshot/list/resp``.
+        Lists the snapshots this session may see, newest first: those taken
+        by this session, by a session whose id it presents in `session_ids`
+        (a session id is a bearer secret, so holding one proves the session
+        was the sender's), or by a session it owns through a restore
+        (restoring a snapshot makes its session, and the sessions that one
+        owned, the restorer's) (docs/DECISIONS.md, Capability gaps users
+        hit).
+        """
+        return await self._request(m.SessionSnapshotListReqMessage, {}, {"session_ids": session_ids, "target": target}, m.SessionSnapshotListRespMessage, call_timeout, on_event)
+
     async def shutdown(
         self,
         *,
@@ -708,6 +742,21 @@ class AsyncMethods:
         instructions: the given version, or the newest.
         """
         return await self._request(m.SkillGetReqMessage, {"name": name}, {"version": version}, m.SkillGetRespMessage, call_timeout, on_event)
+
+    async def skill_register(
+        self,
+        manifest: dict[str, Any],
+        *,
+        files: Optional[list[m.SkillFile]] = None,
+        scope: Optional[Literal["session", "subagents"]] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SkillRegisterRespMessage:
+        """``skill/register/req`` → ``skill/register/resp``. Registers a skill
+        for this session at run time: a manifest (the content of
+        `skill.json`, checked as at start-up) and its files.
+        """
+        return await self._request(m.SkillRegisterReqMessage, {"manifest": manifest}, {"files": files, "scope": scope}, m.SkillRegisterRespMessage, call_timeout, on_event)
 
     async def subagent_list(
         self,
@@ -1461,6 +1510,40 @@ class SyncMethods:
         """
         return self._request(m.SessionSnapshotReqMessage, {}, {"target": target}, m.SessionSnapshotRespMessage, call_timeout, on_event)
 
+    def session_snapshot_delete(
+        self,
+        snapshot_id: str,
+        *,
+        session_ids: Optional[list[str]] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionSnapshotDeleteRespMessage:
+        """``session/snapshot/delete/req`` → ``session/snapshot/delete/resp``.
+        Deletes a snapshot the session may see by the rule of
+        session/snapshot/list; any other id is answered as an unknown
+        snapshot.
+        """
+        return self._request(m.SessionSnapshotDeleteReqMessage, {"snapshot_id": snapshot_id}, {"session_ids": session_ids}, m.SessionSnapshotDeleteRespMessage, call_timeout, on_event)
+
+    def session_snapshot_list(
+        self,
+        *,
+        session_ids: Optional[list[str]] = None,
+        target: Optional[Literal["file", "sql"]] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionSnapshotListRespMessage:
+        """``session/snapshot/list/req`` → ``session/snapshot/list/resp``.
+        Lists the snapshots this session may see, newest first: those taken
+        by this session, by a session whose id it presents in `session_ids`
+        (a session id is a bearer secret, so holding one proves the session
+        was the sender's), or by a session it owns through a restore
+        (restoring a snapshot makes its session, and the sessions that one
+        owned, the restorer's) (docs/DECISIONS.md, Capability gaps users
+        hit).
+        """
+        return self._request(m.SessionSnapshotListReqMessage, {}, {"session_ids": session_ids, "target": target}, m.SessionSnapshotListRespMessage, call_timeout, on_event)
+
     def shutdown(
         self,
         *,
@@ -1517,6 +1600,21 @@ class SyncMethods:
         instructions: the given version, or the newest.
         """
         return self._request(m.SkillGetReqMessage, {"name": name}, {"version": version}, m.SkillGetRespMessage, call_timeout, on_event)
+
+    def skill_register(
+        self,
+        manifest: dict[str, Any],
+        *,
+        files: Optional[list[m.SkillFile]] = None,
+        scope: Optional[Literal["session", "subagents"]] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SkillRegisterRespMessage:
+        """``skill/register/req`` → ``skill/register/resp``. Registers a skill
+        for this session at run time: a manifest (the content of
+        `skill.json`, checked as at start-up) and its files.
+        """
+        return self._request(m.SkillRegisterReqMessage, {"manifest": manifest}, {"files": files, "scope": scope}, m.SkillRegisterRespMessage, call_timeout, on_event)
 
     def subagent_list(
         self,
@@ -1682,10 +1780,13 @@ REQUESTS: dict[str, tuple[type[m.Model], Optional[type[m.Model]]]] = {
     "session_info": (m.SessionInfoReqMessage, m.SessionInfoRespMessage),
     "session_restore": (m.SessionRestoreReqMessage, m.SessionRestoreRespMessage),
     "session_snapshot": (m.SessionSnapshotReqMessage, m.SessionSnapshotRespMessage),
+    "session_snapshot_delete": (m.SessionSnapshotDeleteReqMessage, m.SessionSnapshotDeleteRespMessage),
+    "session_snapshot_list": (m.SessionSnapshotListReqMessage, m.SessionSnapshotListRespMessage),
     "shutdown": (m.ShutdownMessage, None),
     "skill_call": (m.SkillCallReqMessage, m.SkillCallRespMessage),
     "skill_discover": (m.SkillDiscoverReqMessage, m.SkillDiscoverRespMessage),
     "skill_get": (m.SkillGetReqMessage, m.SkillGetRespMessage),
+    "skill_register": (m.SkillRegisterReqMessage, m.SkillRegisterRespMessage),
     "subagent_list": (m.SubagentListReqMessage, m.SubagentListRespMessage),
     "subagent_spawn": (m.SubagentSpawnReqMessage, m.SubagentSpawnRespMessage),
     "subagent_status": (m.SubagentStatusReqMessage, m.SubagentStatusRespMessage),

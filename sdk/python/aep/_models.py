@@ -1251,11 +1251,12 @@ class LearnExperienceRespMessage(Model):
 
 class LearnExportReqMessage(Model):
     """`learn/export/req` (request). Exports feedback or experience as JSON
-    Lines, oldest first, for offline training. Without `to_file` the reply
-    carries one page in `jsonl`; pass `next_cursor` back as `cursor` for the
-    next. With `to_file` every matching record is written to a new file
-    under the plugin's data directory and the reply names it
-    (docs/learn.md).
+    Lines, oldest first, for offline training. A session gets only the
+    records it wrote, unless the operator set the plugin's `export_scope:
+    host` (docs/learn.md). Without `to_file` the reply carries one page in
+    `jsonl`; pass `next_cursor` back as `cursor` for the next. With
+    `to_file` every matching record is written to a new file under the
+    plugin's data directory and the reply names it (docs/learn.md).
     """
 
     #: Routing key `namespace/verb/suffix` (spec §2.1).
@@ -1956,13 +1957,14 @@ class MemoryHit(Model):
     """One recall result."""
 
     entry: MemoryEntry
-    #: Relevance in (0, 1], higher is better: r/(1+r) where r > 0 is the raw
-    #: relevance (minus SQLite FTS5's bm25, or PostgreSQL's ts_rank times the
-    #: query's word count, for persistent tiers; the same term-frequency
-    #: formula in the working tier). It depends on the entry and the query
-    #: only, not on the other hits, so `min_score` means the same across
-    #: queries of one host; hosts on different stores rank alike but score
-    #: differently. Hits without a query score 1.
+    #: Relevance on an absolute scale in (0, 1], higher is better: the mean,
+    #: over the query's distinct word stems, of tf/(tf+0.5), tf being how
+    #: often the stem occurs in the entry's key, content and tags. An entry
+    #: holding every query word once scores 2/3, twice 0.8; one holding one
+    #: word of three once scores 2/9. It depends on the entry and the query
+    #: only — not on the other entries, the tier or the store — so
+    #: `min_score` keeps the same entries everywhere. Hits without a query
+    #: score 1.
     score: float
 
 
@@ -2017,12 +2019,12 @@ class MemoryInitRespMessage(Model):
 
 class MemoryRecallReqMessage(Model):
     """`memory/recall/req` (request). Ranked full-text recall (spec §2.1 names
-    memory/recall). `query` words match any of key, content and tags (any
-    word matches; entries matching more and rarer words rank higher).
-    Without a query, entries are listed by time (`order`), which reads the
-    episodic log back by time range. Filters: `tags` (an entry must have all
-    of them), `tier`, `since`/`until` (Unix seconds on created_at,
-    inclusive), `min_score`.
+    memory/recall). `query` words match any of key, content and tags by stem
+    (`dragon` finds `dragons`; any word matches; entries holding more of the
+    query's words, more often, score higher). Without a query, entries are
+    listed by time (`order`), which reads the episodic log back by time
+    range. Filters: `tags` (an entry must have all of them), `tier`,
+    `since`/`until` (Unix seconds on created_at, inclusive), `min_score`.
     """
 
     #: Routing key `namespace/verb/suffix` (spec §2.1).
@@ -2031,6 +2033,7 @@ class MemoryRecallReqMessage(Model):
     id: str
     limit: int = 10
     memory_id: str
+    #: Hits scoring below it are left out (see `score`).
     min_score: float = 0
     #: `relevance` sorts by score (by newest when there is no query);
     #: `oldest`/`newest` sort by time (episodic: append order).
@@ -2810,6 +2813,96 @@ class SessionRestoreRespMessage(Model):
     ts: float
 
 
+class SessionSnapshotDeleteReqMessage(Model):
+    """`session/snapshot/delete/req` (request). Deletes a snapshot the session
+    may see by the rule of session/snapshot/list; any other id is answered
+    as an unknown snapshot.
+    """
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/snapshot/delete/req"] = "session/snapshot/delete/req"
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: Optional[str] = None
+    #: Ids of earlier sessions of the sender, as proof that their snapshots
+    #: are the sender's.
+    session_ids: Optional[list[str]] = None
+    snapshot_id: str
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SessionSnapshotDeleteRespMessage(Model):
+    """`session/snapshot/delete/resp` (reply)."""
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/snapshot/delete/resp"] = "session/snapshot/delete/resp"
+    deleted: bool
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: str
+    snapshot_id: str
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SessionSnapshotListReqMessage(Model):
+    """`session/snapshot/list/req` (request). Lists the snapshots this session
+    may see, newest first: those taken by this session, by a session whose
+    id it presents in `session_ids` (a session id is a bearer secret, so
+    holding one proves the session was the sender's), or by a session it
+    owns through a restore (restoring a snapshot makes its session, and the
+    sessions that one owned, the restorer's) (docs/DECISIONS.md, Capability
+    gaps users hit).
+    """
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/snapshot/list/req"] = "session/snapshot/list/req"
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: Optional[str] = None
+    #: Ids of earlier sessions of the sender, as proof that their snapshots
+    #: are the sender's.
+    session_ids: Optional[list[str]] = None
+    #: Only snapshots of this target; absent: both.
+    target: Optional[Literal["file", "sql"]] = None
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SessionSnapshotListRespMessage(Model):
+    """`session/snapshot/list/resp` (reply)."""
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/snapshot/list/resp"] = "session/snapshot/list/resp"
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: str
+    snapshots: list[SnapshotInfo]
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
 class SessionSnapshotReqMessage(Model):
     """`session/snapshot/req` (request). Saves the session's state (spec §3:
     Session live → snapshot). Secrets are never written (spec §2.9 rule 6,
@@ -3025,6 +3118,21 @@ class SkillEventMessage(Model):
     ts: float
 
 
+class SkillFile(Model):
+    """One file of a registered skill's folder."""
+
+    base64: bool = False
+    #: The file's text, or its bytes in base64 when `base64` is true. A
+    #: registered skill's manifest and files together are bounded by the
+    #: plugin's max_register_bytes (and the line by
+    #: server.limits.max_message_bytes).
+    content: str
+    #: Mode 0755 instead of 0644.
+    executable: bool = False
+    #: Relative path in the skill's folder; no `..`, no absolute path.
+    path: str
+
+
 class SkillGetReqMessage(Model):
     """`skill/get/req` (request). One skill with its instructions: the given
     version, or the newest.
@@ -3078,6 +3186,54 @@ class SkillLimits(Model):
     timeout_seconds: float
 
 
+class SkillRegisterReqMessage(Model):
+    """`skill/register/req` (request). Registers a skill for this session at
+    run time: a manifest (the content of `skill.json`, checked as at
+    start-up) and its files. Off unless the operator set the plugin's
+    `allow_register`. The skill is the registering session's only (`scope:
+    session`), or also its subagents' whose memory scope is not isolated
+    (`scope: subagents`); it ends with the session. A name and version
+    already known to the session are refused; other versions sit beside it
+    and calls take the newest (docs/DECISIONS.md, Capability gaps users
+    hit).
+    """
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["skill/register/req"] = "skill/register/req"
+    files: Optional[list[SkillFile]] = None
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: The skill's manifest, as in a skill folder's skill.json.
+    manifest: dict[str, Any]
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: Optional[str] = None
+    scope: Literal["session", "subagents"] = "session"
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SkillRegisterRespMessage(Model):
+    """`skill/register/resp` (reply)."""
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["skill/register/resp"] = "skill/register/resp"
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: str
+    skill: SkillDefinition
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
 class SkillResult(Model):
     """The outcome of a call that ran (spec §2.6-like). A skill that exits
     non-zero, writes stdout that is not JSON or not valid against
@@ -3096,6 +3252,20 @@ class SkillResult(Model):
     success: bool
     truncated: Optional[bool] = None
     version: str
+
+
+class SnapshotInfo(Model):
+    #: The agent id of the session it was taken from.
+    agent_id: Optional[str] = None
+    #: Size of the stored snapshot.
+    bytes: int
+    #: When it was taken, Unix epoch seconds.
+    created: float
+    #: True when this very session took it; false when an owned earlier
+    #: session did.
+    own: bool
+    snapshot_id: str
+    target: Literal["file", "sql"]
 
 
 class SubagentEventMessage(Model):
@@ -3781,11 +3951,14 @@ AgentMessage = Annotated[
         ProcWriteReqMessage,
         SessionInfoReqMessage,
         SessionRestoreReqMessage,
+        SessionSnapshotDeleteReqMessage,
+        SessionSnapshotListReqMessage,
         SessionSnapshotReqMessage,
         ShutdownMessage,
         SkillCallReqMessage,
         SkillDiscoverReqMessage,
         SkillGetReqMessage,
+        SkillRegisterReqMessage,
         SubagentListReqMessage,
         SubagentSpawnReqMessage,
         SubagentStatusReqMessage,
@@ -3944,11 +4117,14 @@ HostMessage = Annotated[
         SessionEventMessage,
         SessionInfoRespMessage,
         SessionRestoreRespMessage,
+        SessionSnapshotDeleteRespMessage,
+        SessionSnapshotListRespMessage,
         SessionSnapshotRespMessage,
         SkillCallRespMessage,
         SkillDiscoverRespMessage,
         SkillEventMessage,
         SkillGetRespMessage,
+        SkillRegisterRespMessage,
         SubagentEventMessage,
         SubagentListRespMessage,
         SubagentSpawnRespMessage,
@@ -4094,6 +4270,8 @@ SessionAgentMessage = Annotated[
     Union[
         SessionInfoReqMessage,
         SessionRestoreReqMessage,
+        SessionSnapshotDeleteReqMessage,
+        SessionSnapshotListReqMessage,
         SessionSnapshotReqMessage,
     ],
     Field(discriminator="type"),
@@ -4106,6 +4284,8 @@ SessionHostMessage = Annotated[
         SessionEventMessage,
         SessionInfoRespMessage,
         SessionRestoreRespMessage,
+        SessionSnapshotDeleteRespMessage,
+        SessionSnapshotListRespMessage,
         SessionSnapshotRespMessage,
     ],
     Field(discriminator="type"),
@@ -4118,6 +4298,7 @@ SkillAgentMessage = Annotated[
         SkillCallReqMessage,
         SkillDiscoverReqMessage,
         SkillGetReqMessage,
+        SkillRegisterReqMessage,
     ],
     Field(discriminator="type"),
 ]
@@ -4130,6 +4311,7 @@ SkillHostMessage = Annotated[
         SkillDiscoverRespMessage,
         SkillEventMessage,
         SkillGetRespMessage,
+        SkillRegisterRespMessage,
     ],
     Field(discriminator="type"),
 ]
@@ -4268,11 +4450,14 @@ AGENT_TYPES: dict[str, type[Model]] = {
     "proc/write/req": ProcWriteReqMessage,
     "session/info/req": SessionInfoReqMessage,
     "session/restore/req": SessionRestoreReqMessage,
+    "session/snapshot/delete/req": SessionSnapshotDeleteReqMessage,
+    "session/snapshot/list/req": SessionSnapshotListReqMessage,
     "session/snapshot/req": SessionSnapshotReqMessage,
     "shutdown": ShutdownMessage,
     "skill/call/req": SkillCallReqMessage,
     "skill/discover/req": SkillDiscoverReqMessage,
     "skill/get/req": SkillGetReqMessage,
+    "skill/register/req": SkillRegisterReqMessage,
     "subagent/list/req": SubagentListReqMessage,
     "subagent/spawn/req": SubagentSpawnReqMessage,
     "subagent/status/req": SubagentStatusReqMessage,
@@ -4338,11 +4523,14 @@ HOST_TYPES: dict[str, type[Model]] = {
     "session/event": SessionEventMessage,
     "session/info/resp": SessionInfoRespMessage,
     "session/restore/resp": SessionRestoreRespMessage,
+    "session/snapshot/delete/resp": SessionSnapshotDeleteRespMessage,
+    "session/snapshot/list/resp": SessionSnapshotListRespMessage,
     "session/snapshot/resp": SessionSnapshotRespMessage,
     "skill/call/resp": SkillCallRespMessage,
     "skill/discover/resp": SkillDiscoverRespMessage,
     "skill/event": SkillEventMessage,
     "skill/get/resp": SkillGetRespMessage,
+    "skill/register/resp": SkillRegisterRespMessage,
     "subagent/event": SubagentEventMessage,
     "subagent/list/resp": SubagentListRespMessage,
     "subagent/spawn/resp": SubagentSpawnRespMessage,
