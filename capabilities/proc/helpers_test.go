@@ -1,11 +1,13 @@
 package proc_test
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aephost/aep/capabilities/proc"
 	"github.com/aephost/aep/client"
@@ -60,4 +62,29 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// sleepMarker is a sleep duration no other process uses: a grandchild
+// started as `sleep <marker>` is found by its command line, which works
+// when it runs in a PID namespace of its own (where `$!` is not a host pid).
+func sleepMarker(t *testing.T) string {
+	return fmt.Sprintf("1000.%06d%03d", time.Now().Nanosecond()/1000, len(t.Name())%1000)
+}
+
+// runningWith reports whether a live (not zombie) process has argv
+// "sleep" marker.
+func runningWith(marker string) bool {
+	ents, _ := os.ReadDir("/proc")
+	want := "sleep\x00" + marker + "\x00"
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && string(b) == want && alive(pid) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,15 +30,13 @@ func TestSessionCloseKillsEverything(t *testing.T) {
 				pids = append(pids, spawn(t, c, "sleep", "1000").Pid)
 			}
 			// A grandchild in the same process group.
-			tree := spawn(t, c, "sh", "-c", "sleep 1000 & echo $!; wait")
+			marker := sleepMarker(t)
+			tree := spawn(t, c, "sh", "-c", "sleep "+marker+" & wait")
 			pids = append(pids, tree.Pid)
-			var grandchild int
 			deadline := time.Now().Add(10 * time.Second)
-			for grandchild == 0 && !sandboxed {
-				out, _ := readAll(t, c, tree.ProcID)
-				grandchild, _ = strconv.Atoi(strings.TrimSpace(out))
+			for !runningWith(marker) {
 				if time.Now().After(deadline) {
-					t.Fatal("no grandchild pid")
+					t.Fatal("the grandchild never ran")
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -58,13 +55,11 @@ func TestSessionCloseKillsEverything(t *testing.T) {
 					time.Sleep(5 * time.Millisecond)
 				}
 			}
-			if grandchild != 0 {
-				for alive(grandchild) {
-					if time.Now().After(deadline) {
-						t.Fatalf("grandchild %d still runs after its session closed", grandchild)
-					}
-					time.Sleep(5 * time.Millisecond)
+			for runningWith(marker) {
+				if time.Now().After(deadline) {
+					t.Fatal("the grandchild still runs after its session closed")
 				}
+				time.Sleep(5 * time.Millisecond)
 			}
 		})
 	}
@@ -124,14 +119,12 @@ func TestSessionExpiryKillsProcesses(t *testing.T) {
 	h := aeptest.NewHost(t, cfg, []server.PluginSpec{aeptest.Plugin("proc", &proc.Plugin{Settings: proc.Settings{Workspace: t.TempDir()}})}, server.WithDataDir(t.TempDir()))
 	c := aeptest.Connect(t, h, "proc")
 	pid := spawn(t, c, "sleep", "1000").Pid
-	tree := spawn(t, c, "sh", "-c", "sleep 1000 & echo $!; wait")
-	var grandchild int
+	marker := sleepMarker(t)
+	tree := spawn(t, c, "sh", "-c", "sleep "+marker+" & wait")
 	deadline := time.Now().Add(10 * time.Second)
-	for grandchild == 0 {
-		out, _ := readAll(t, c, tree.ProcID)
-		grandchild, _ = strconv.Atoi(strings.TrimSpace(out))
+	for !runningWith(marker) {
 		if time.Now().After(deadline) {
-			t.Fatal("no grandchild pid")
+			t.Fatal("the grandchild never ran")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -154,9 +147,9 @@ func TestSessionExpiryKillsProcesses(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	for alive(grandchild) {
+	for runningWith(marker) {
 		if time.Now().After(deadline) {
-			t.Fatalf("grandchild %d still runs after its session expired", grandchild)
+			t.Fatal("the grandchild still runs after its session expired")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
