@@ -250,9 +250,12 @@ func TestSingleExchangeDuplicateID(t *testing.T) {
 	}
 }
 
+// waitGate waits for the echo plugin to report gate. The bound is for a
+// hung test only: a loaded machine running the race detector can take
+// seconds to start a request.
 func waitGate(tb testing.TB, ch chan string, gate string) {
 	tb.Helper()
-	timeout := time.After(5 * time.Second)
+	timeout := time.After(30 * time.Second)
 	for {
 		select {
 		case g := <-ch:
