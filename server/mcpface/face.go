@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -89,6 +90,7 @@ type backend struct {
 	mu     sync.Mutex
 	listed map[string]string // aep tool name → fingerprint of its definition, as last listed
 	extra  map[string]bool   // the face's own tools (memory_*, env_*, ...)
+	skills map[string]string // skill tool name → fingerprint of its skill, as last discovered (skills.go)
 	memID  string
 }
 
@@ -119,7 +121,7 @@ func (f *Face) open(ctx context.Context, token string, addr netip.Addr) (*backen
 		}
 		return nil, fmt.Errorf("mcp face: handshake: %w", err)
 	}
-	b := &backend{f: f, c: c, granted: map[string]bool{}, listed: map[string]string{}, extra: map[string]bool{},
+	b := &backend{f: f, c: c, granted: map[string]bool{}, listed: map[string]string{}, extra: map[string]bool{}, skills: map[string]string{},
 		token: sha256.Sum256([]byte(token))}
 	for _, a := range resp.AcceptedCaps {
 		if a.Enabled {
@@ -129,7 +131,7 @@ func (f *Face) open(ctx context.Context, token string, addr netip.Addr) (*backen
 	hooks := &mcpserver.Hooks{}
 	// tools/list reads the session's tools afresh, so a toolkit configured
 	// or an MCP server registered shows, and a change is notified.
-	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { b.refresh(ctx) })
+	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { b.refresh(ctx); b.refreshSkills(ctx) })
 	hooks.AddBeforeCallTool(func(ctx context.Context, _ any, m *mcp.CallToolRequest) { b.ensure(ctx, m.Params.Name) })
 	sopts := []mcpserver.ServerOption{
 		mcpserver.WithToolCapabilities(true),
@@ -147,6 +149,7 @@ func (f *Face) open(ctx context.Context, token string, addr netip.Addr) (*backen
 		b.addMemoryResources(hooks)
 	}
 	b.refresh(ctx)
+	b.refreshSkills(ctx)
 	return b, nil
 }
 
@@ -245,6 +248,9 @@ func (b *backend) ensure(ctx context.Context, name string) {
 		return
 	}
 	b.refresh(ctx)
+	if strings.HasPrefix(name, skillPrefix) {
+		b.refreshSkills(ctx) // a skill registered or added since the last list
+	}
 	if b.srv.GetTool(name) != nil || name == "" {
 		return
 	}
