@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,8 +64,7 @@ type metrics struct {
 	toolMu   sync.RWMutex
 	tools    map[string]*toolMetrics // distinct tool label → counters
 
-	buffered   sync.Map // registered stream-buffer sources: *func() int64 → struct{}
-	bufferedID atomic.Int64
+	buffered sync.Map // registered stream-buffer sources: *func() int64 → struct{}
 }
 
 // typeMetrics holds one request type's counters, resolved once so the

@@ -206,7 +206,7 @@ func checkFilePath(p string) error {
 	}
 	for _, seg := range strings.Split(p, "/") {
 		if seg == ".." {
-			return errors.New("must not contain ..")
+			return errors.New(`must not contain a ".." segment`)
 		}
 	}
 	if c := path.Clean(p); c == "." || c == "" {
