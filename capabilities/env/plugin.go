@@ -449,6 +449,14 @@ func (p *Plugin) EnvReset(ctx context.Context, s wire.Scope, req *msg.EnvResetRe
 
 // resetLocked resets ep; the caller holds ep.mu.
 func (p *Plugin) resetLocked(ctx context.Context, sessionID string, ep *episode, seed *int64, opts json.RawMessage) (Obs, error) {
+	if p.host != nil {
+		// A task episode's files live in the session's directory, under its
+		// quota and with its lifetime; a read-only one (a restricted
+		// subagent's, its parent's) cannot hold them, so work_root does.
+		if d, err := p.host.SessionDir(sessionID); err == nil && !d.ReadOnly {
+			ctx = context.WithValue(ctx, taskWorkKey{}, filepath.Join(d.Path, sessionTasks))
+		}
+	}
 	var o Obs
 	err := p.run(ctx, sessionID, ep, func(ctx context.Context) error {
 		var err error

@@ -20,8 +20,10 @@ type Settings struct {
 	StepTimeout server.Duration `yaml:"step_timeout"`
 	// TasksDir: Holds task folders, each served as environment task/<folder>.
 	TasksDir string `yaml:"tasks_dir"`
-	// WorkRoot: Holds the task environment's per-episode work directories; must
-	// not lie inside data_root. Default: "<data-dir>/<plugin>/work".
+	// WorkRoot: Holds the grading copies of task episodes (an episode's own files
+	// are tasks/ in its session directory, or here for a session whose directory
+	// is read-only to it); must not lie inside data_root. Default:
+	// "<data-dir>/<plugin>/work".
 	WorkRoot string `yaml:"work_root"`
 	// DataRoot: Left at its default under a host, each session's data root is
 	// data/ in its session directory, which every sandbox shows at /workspace/data

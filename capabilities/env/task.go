@@ -25,8 +25,10 @@ import (
 //	instructions.md  shown to the agent on reset
 //	files/           starting files, copied into each episode's work directory
 //
-// Reset copies files/ into a fresh per-episode work directory under
-// WorkRoot — never into the data root (spec §3). Actions write, read, list
+// Reset copies files/ into a fresh per-episode work directory in the
+// session's directory (tasks/ep-…; under WorkRoot without a host, or for a
+// session whose directory is read-only) — never into the data root (spec
+// §3). Grading copies go under WorkRoot, outside every session directory. Actions write, read, list
 // and run files there; every `run` is contained in the host's tier
 // (docs/SECURITY.md, Isolation) and sees only the work directory, never the
 // task folder, and whatever it leaves running ends with it. `submit` runs
@@ -34,6 +36,14 @@ import (
 // submission (AEP_WORK_DIR, its working directory) and of the task folder
 // (AEP_TASK_DIR), so nothing the agent did can change the hidden tests or
 // reach into the grading; its result is the reward.
+
+// taskWorkKey carries, in a reset's context, the directory of the session's
+// task episodes: <session dir>/tasks under a host (the plugin sets it),
+// else work_root.
+type taskWorkKey struct{}
+
+// sessionTasks is the directory of task episodes in a session directory.
+const sessionTasks = "tasks"
 
 // TaskAction is an action of a task environment.
 type TaskAction struct {
@@ -183,7 +193,14 @@ type taskObs struct {
 // deterministic: the seed is accepted and has nothing to seed.
 func (t *taskEnv) Reset(ctx context.Context, seed *int64, options json.RawMessage) (Obs, error) {
 	t.removeWork()
-	dir, err := os.MkdirTemp(t.def.workRoot, "ep-")
+	parent := t.def.workRoot
+	if d, ok := ctx.Value(taskWorkKey{}).(string); ok {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return Obs{}, hostFault{fmt.Errorf("task work directory: %w", err)}
+		}
+		parent = d
+	}
+	dir, err := os.MkdirTemp(parent, "ep-")
 	if err != nil {
 		return Obs{}, hostFault{fmt.Errorf("task work directory: %w", err)}
 	}

@@ -88,6 +88,16 @@ func TestTaskEnvironmentEndToEnd(t *testing.T) {
 			if _, _, err := act(r.EpisodeID, env.TaskAction{Op: "write", Path: "answer.txt", Content: "42"}); err != nil {
 				t.Fatal(err)
 			}
+			// The episode's files are in the session's directory, not under
+			// work_root (which holds grading copies only).
+			sd, err := h.SessionDir(aeptest.Handle(t, c))
+			must(t, err)
+			if got, _ := filepath.Glob(filepath.Join(sd.Path, "tasks", "ep-*", "answer.txt")); len(got) != 1 {
+				t.Fatalf("answer.txt in the session directory: %v", got)
+			}
+			if got, _ := filepath.Glob(filepath.Join(work, "ep-*")); len(got) != 0 {
+				t.Fatalf("episode directories under work_root: %v", got)
+			}
 			if _, o, err := act(r.EpisodeID, env.TaskAction{Op: "run", Command: "cat answer.txt; exit 3"}); err != nil || *o.Output != "42" || *o.ExitCode != 3 {
 				t.Fatalf("run: %+v %v", o, err)
 			}
@@ -129,11 +139,14 @@ func TestTaskEnvironmentEndToEnd(t *testing.T) {
 	// Ending a session closes its episodes: their work directories go.
 	c := aeptest.ConnectWith(t, h, directCodec(), nil, "env")
 	reset(t, c, "task/answer", 0, "")
+	sd, err := h.SessionDir(aeptest.Handle(t, c))
+	must(t, err)
 	c.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ents, _ := os.ReadDir(work)
-		if len(ents) == 0 {
+		eps, _ := filepath.Glob(filepath.Join(sd.Path, "tasks", "ep-*"))
+		if len(ents) == 0 && len(eps) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
