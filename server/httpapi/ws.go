@@ -351,7 +351,7 @@ func (ws *wsSession) Send(p *wire.Packet) (int, error) {
 		ws.wake()
 		ws.mu.Unlock()
 		reason := fmt.Sprintf("reader too slow: %d bytes unread, over the cap of %d", unread, capBytes)
-		ws.hub.a.log.Warn("websocket reader over the buffer cap; session ended", "session_id", ws.id, "unread_bytes", unread)
+		ws.hub.a.log.Warn("websocket reader over the buffer cap; session ended", "session", ws.sess.Handle(), "unread_bytes", unread)
 		// Not here: the kernel may hold locks of this session while it sends.
 		go func() {
 			if conn != nil {
