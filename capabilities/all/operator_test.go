@@ -105,8 +105,7 @@ func TestMetricsAfterScriptedSession(t *testing.T) {
 		t.Errorf("GET /metrics without the token: %d, want 401", resp.StatusCode)
 	}
 
-	m := scrape(t, ops.URL, "op-token")
-	for _, want := range []string{
+	wants := []string{
 		`aep_messages_total{code="ok",type="tool/call/req"} 3`,
 		`aep_messages_total{code="ok",type="echo/say/req"} 1`,
 		`aep_messages_total{code="ok",type="echo/wait/req"} 2`,
@@ -118,7 +117,23 @@ func TestMetricsAfterScriptedSession(t *testing.T) {
 		`aep_sessions{state="live"} 1`,
 		`aep_sessions_by_transport{transport="inprocess"} 1`,
 		"\naep_queue_depth 0\n",
-	} {
+	}
+	// A request is counted, and leaves the queue, just after its reply is
+	// sent: the client may see the reply first, so scrape until it settles.
+	var m string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m = scrape(t, ops.URL, "op-token")
+		missing := 0
+		for _, want := range wants {
+			if !strings.Contains(m, want) {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range wants {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
