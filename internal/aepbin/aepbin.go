@@ -1,16 +1,19 @@
 // Package aepbin runs the real `aep` binary in tests: built once per test
 // process without the race detector (go build into a temporary directory),
-// started as `aep serve --stdio` with the default configuration unless a
-// config file is given, optionally as uid 65534 (SysProcAttr.Credential:
-// CI runs as root, and an unprivileged host is what tier (b) of
-// docs/SECURITY.md, Isolation, is for), with a client handshaken over its
-// stdin and stdout.
+// started as `aep serve --stdio` (or, for tests of several sessions,
+// serving HTTP and WebSocket on a loopback port) with the default
+// configuration unless a config file is given, optionally as uid 65534
+// (SysProcAttr.Credential: CI runs as root, and an unprivileged host is
+// what tier (b) of docs/SECURITY.md, Isolation, is for), with a client
+// handshaken over its stdin and stdout (or a WebSocket).
 package aepbin
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,14 +82,20 @@ type Options struct {
 	Nobody bool
 	// Caps are the agent's capabilities in the handshake.
 	Caps []string
+	// HTTP serves on a loopback port instead of stdio: Client is then a
+	// WebSocket session, and Connect opens more sessions.
+	HTTP bool
 }
 
-// Host is a running `aep serve --stdio`.
+// Host is a running `aep serve`.
 type Host struct {
 	Cmd     *exec.Cmd
 	Client  *client.Client
 	DataDir string
-	stderr  *syncBuffer
+	// URL is the HTTP base (http://127.0.0.1:port) of a host started with
+	// Options.HTTP.
+	URL    string
+	stderr *syncBuffer
 }
 
 type syncBuffer struct {
@@ -118,6 +127,16 @@ func Start(tb testing.TB, o Options) *Host {
 	}
 	tb.Cleanup(func() { os.RemoveAll(data) })
 	args := []string{"serve", "--stdio", "--data-dir", data}
+	var addr string
+	if o.HTTP {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		addr = l.Addr().String()
+		l.Close()
+		args = []string{"serve", "--listen", addr, "--data-dir", data}
+	}
 	if o.Config != "" {
 		cfg := filepath.Join(data, "config.yaml")
 		if err := os.WriteFile(cfg, []byte(o.Config), 0o644); err != nil {
@@ -143,29 +162,76 @@ func Start(tb testing.TB, o Options) *Host {
 	}
 	h := &Host{Cmd: cmd, DataDir: data, stderr: &syncBuffer{}}
 	cmd.Stderr = h.stderr
-	conn, err := client.SpawnStdio(cmd)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	h.Client = client.New(client.Lines(conn, nil))
-	tb.Cleanup(func() {
-		h.Client.Close()
-		_ = cmd.Process.Kill()
-		if tb.Failed() {
-			tb.Logf("host stderr:\n%s", h.Stderr())
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	caps := o.Caps
 	if caps == nil {
 		caps = []string{"tools", "proc", "env", "skills", "session"}
 	}
-	if _, err := h.Client.Handshake(ctx, "aepbin-agent", Token, caps...); err != nil {
-		tb.Fatalf("handshake: %v\n%s", err, h.Stderr())
+	if o.HTTP {
+		if err := cmd.Start(); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if tb.Failed() {
+				tb.Logf("host stderr:\n%s", h.Stderr())
+			}
+		})
+		h.URL = "http://" + addr
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if resp, err := http.Get(h.URL + "/healthz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("the host never served /healthz\n%s", h.Stderr())
+			}
+		}
+		h.Client = h.Connect(tb, "", Token, caps...)
+	} else {
+		conn, err := client.SpawnStdio(cmd)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		h.Client = client.New(client.Lines(conn, nil))
+		tb.Cleanup(func() {
+			h.Client.Close()
+			_ = cmd.Process.Kill()
+			if tb.Failed() {
+				tb.Logf("host stderr:\n%s", h.Stderr())
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := h.Client.Handshake(ctx, "aepbin-agent", Token, caps...); err != nil {
+			tb.Fatalf("handshake: %v\n%s", err, h.Stderr())
+		}
 	}
 	tb.Logf("host uid %d, isolation tier %q", map[bool]int{true: NobodyUID, false: os.Geteuid()}[o.Nobody], h.Tier())
 	return h
+}
+
+// Connect opens a WebSocket session on a host started with Options.HTTP
+// and handshakes it with token: a new session when sessionID is "", else
+// the session the host created with that id (a subagent's).
+func (h *Host) Connect(tb testing.TB, sessionID, token string, caps ...string) *client.Client {
+	tb.Helper()
+	if h.URL == "" {
+		tb.Fatal("aepbin: Connect needs a host started with Options.HTTP")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.WebSocket(ctx, "ws"+strings.TrimPrefix(h.URL, "http")+"/ws", &client.WSOptions{SessionID: sessionID})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	if _, err := c.Handshake(ctx, "aepbin-agent", token, caps...); err != nil {
+		tb.Fatalf("handshake: %v\n%s", err, h.Stderr())
+	}
+	return c
 }
 
 // Stderr is the host's log so far.

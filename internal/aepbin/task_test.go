@@ -84,7 +84,7 @@ func TestGradeCannotBeTamperedInEveryTier(t *testing.T) {
 			if o.Output == nil || !strings.Contains(*o.Output, "task dir: []") {
 				t.Fatalf("the run saw the task folder: %+v", o)
 			}
-			for deadline := time.Now().Add(5 * time.Second); running(tag); time.Sleep(50 * time.Millisecond) {
+			for deadline := time.Now().Add(5 * time.Second); aepbin.Running(tag); time.Sleep(50 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("a background process of the run outlived it")
 				}
@@ -101,17 +101,4 @@ func TestGradeCannotBeTamperedInEveryTier(t *testing.T) {
 			}
 		})
 	}
-}
-
-// running reports whether a live process has tag in its command line.
-func running(tag string) bool {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), tag) && !strings.Contains(string(st), ") Z ") {
-			return true
-		}
-	}
-	return false
 }

@@ -11,8 +11,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	_ "github.com/aephost/aep/capabilities/all" // every built-in module registers itself
-	configschemas "github.com/aephost/aep/schemas/config"
 	"github.com/aephost/aep/internal/configcheck"
+	configschemas "github.com/aephost/aep/schemas/config"
 	"github.com/aephost/aep/server"
 )
 
