@@ -146,10 +146,10 @@ func (p *LinePipe) Session() *Session { return p.s }
 
 // WriteLine sends one line to the host.
 func (p *LinePipe) WriteLine(ctx context.Context, line []byte) error {
-	select {
-	case <-p.s.done:
+	// The state, not done: a closing session closes its sink (the reader
+	// sees the end) before done, and a write after that end must fail.
+	if p.s.closing() {
 		return ErrSessionClosed
-	default:
 	}
 	p.s.ReceiveLine(line)
 	return nil
@@ -205,10 +205,8 @@ func (p *DirectPipe) Session() *Session { return p.s }
 
 // Send hands one message to the host.
 func (p *DirectPipe) Send(ctx context.Context, env *wire.Envelope, m wire.Message) error {
-	select {
-	case <-p.s.done:
+	if p.s.closing() { // as LinePipe.WriteLine
 		return ErrSessionClosed
-	default:
 	}
 	p.s.ReceivePacket(env, m)
 	return nil

@@ -101,6 +101,9 @@ func (s *Session) Parent() *Session { return s.parent }
 // Live reports whether the session has handshaken and not ended.
 func (s *Session) Live() bool { return sessionState(s.state.Load()) == stateLive }
 
+// closing reports whether Close has begun: done may not be closed yet.
+func (s *Session) closing() bool { return sessionState(s.state.Load()) == stateClosed }
+
 // Done is closed when the session has ended.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
