@@ -3,12 +3,32 @@ package wire
 import "fmt"
 
 // Shape is the nested part of a schema that decoding into Go values cannot
-// check by itself: required keys of objects inside the message. The generator
-// emits one only for messages that have such keys.
+// check by itself: required keys of objects inside the message, and keys
+// (or array items) whose schema does not allow null, which decoding would
+// read as absent. The generator emits one only for messages that have such
+// keys.
 type Shape struct {
 	Required []string
-	Props    map[string]*Shape
-	Items    *Shape
+	// NotNull lists this object's keys whose value may not be null.
+	NotNull []string
+	// ItemNotNull says this array's items may not be null.
+	ItemNotNull bool
+	Props       map[string]*Shape
+	Items       *Shape
+}
+
+func (s *Shape) notNull(key string) bool {
+	for _, k := range s.NotNull {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// isNull reports whether the value at w.i is the literal null.
+func (w *walker) isNull() bool {
+	return w.i+4 <= len(w.b) && string(w.b[w.i:w.i+4]) == "null"
 }
 
 // checkShape walks an already scanned line along shape.
@@ -64,6 +84,9 @@ func (w *walker) check(shape *Shape, path string) error {
 			w.ws()
 			w.i++ // ':'
 			w.ws()
+			if w.isNull() && shape.notNull(key) {
+				return &FieldError{Field: join(path, key), Reason: "must not be null"}
+			}
 			if err := w.check(shape.Props[key], join(path, key)); err != nil {
 				return err
 			}
@@ -85,6 +108,9 @@ func (w *walker) check(shape *Shape, path string) error {
 			if w.b[w.i] == ',' {
 				w.i++
 				continue
+			}
+			if shape.ItemNotNull && w.isNull() {
+				return &FieldError{Field: fmt.Sprintf("%s[%d]", path, n), Reason: "must not be null"}
 			}
 			if err := w.check(shape.Items, fmt.Sprintf("%s[%d]", path, n)); err != nil {
 				return err

@@ -61,12 +61,15 @@ func TestEveryWirePathConfined(t *testing.T) {
 		return o, nil
 	}
 	// Runs are contained (they see their directory at /workspace in tier
-	// a): the episode's directory is the one ep-* under the work root.
+	// a): the episode's directory is the one tasks/ep-* in the session's
+	// directory.
 	_, err := act(env.TaskAction{Op: "run", Command: "pwd"})
 	must(t, err)
-	eps, _ := filepath.Glob(filepath.Join(work, "ep-*"))
+	sd, err := h.SessionDir(aeptest.Handle(t, c))
+	must(t, err)
+	eps, _ := filepath.Glob(filepath.Join(sd.Path, "tasks", "ep-*"))
 	if len(eps) != 1 {
-		t.Fatalf("episode directories under the work root %q: %v", work, eps)
+		t.Fatalf("episode directories in the session directory %q: %v", sd.Path, eps)
 	}
 	wd := eps[0]
 	workSib := wd + "x"

@@ -262,7 +262,7 @@ func init() {
 			Reply:      "chain/define/resp",
 			Required:   []string{"chain", "name"},
 			NotNull:    []string{"chain", "name", "session_id"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"chain": &wire.Shape{Required: []string{"nodes"}, Props: map[string]*wire.Shape{"edges": &wire.Shape{Items: &wire.Shape{Required: []string{"from", "to"}}}, "nodes": &wire.Shape{Items: &wire.Shape{Required: []string{"id", "kind"}, Props: map[string]*wire.Shape{"request": &wire.Shape{Required: []string{"type"}}}}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"chain": &wire.Shape{Required: []string{"nodes"}, NotNull: []string{"edges", "nodes", "output"}, Props: map[string]*wire.Shape{"edges": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"from", "to"}, NotNull: []string{"from", "to", "when"}}}, "nodes": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"id", "kind"}, NotNull: []string{"condition", "expr", "fallback", "id", "kind", "on_error", "request"}, Props: map[string]*wire.Shape{"request": &wire.Shape{Required: []string{"type"}, NotNull: []string{"body", "type"}}}}}}}}},
 			New:        newChainDefineReq,
 			Handles:    func(p any) bool { _, ok := p.(ChainHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -291,7 +291,7 @@ func init() {
 			Kernel:     false,
 			Reply:      "chain/run/resp",
 			NotNull:    []string{"chain", "correlation_id", "max_concurrency", "name", "session_id", "timeout"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"chain": &wire.Shape{Required: []string{"nodes"}, Props: map[string]*wire.Shape{"edges": &wire.Shape{Items: &wire.Shape{Required: []string{"from", "to"}}}, "nodes": &wire.Shape{Items: &wire.Shape{Required: []string{"id", "kind"}, Props: map[string]*wire.Shape{"request": &wire.Shape{Required: []string{"type"}}}}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"chain": &wire.Shape{Required: []string{"nodes"}, NotNull: []string{"edges", "nodes", "output"}, Props: map[string]*wire.Shape{"edges": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"from", "to"}, NotNull: []string{"from", "to", "when"}}}, "nodes": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"id", "kind"}, NotNull: []string{"condition", "expr", "fallback", "id", "kind", "on_error", "request"}, Props: map[string]*wire.Shape{"request": &wire.Shape{Required: []string{"type"}, NotNull: []string{"body", "type"}}}}}}}}},
 			New:        newChainRunReq,
 			Handles:    func(p any) bool { _, ok := p.(ChainHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -310,7 +310,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"duration_ms", "failed", "final_output", "outputs", "ran", "skipped", "success"},
 			NotNull:    []string{"duration_ms", "error", "failed", "outputs", "ran", "skipped", "success"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"error": &wire.Shape{Required: []string{"code", "message", "node"}}, "failed": &wire.Shape{Items: &wire.Shape{Required: []string{"code", "message", "node"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"error": &wire.Shape{Required: []string{"code", "message", "node"}, NotNull: []string{"code", "handled", "message", "node"}}, "failed": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"code", "message", "node"}, NotNull: []string{"code", "handled", "message", "node"}}}, "ran": &wire.Shape{ItemNotNull: true}, "skipped": &wire.Shape{ItemNotNull: true}}},
 			New:        newChainRunResp,
 		},
 	)

@@ -185,6 +185,7 @@ func init() {
 			Reply:      "handshake/resp",
 			Required:   []string{"agent_caps", "agent_id", "auth_token"},
 			NotNull:    []string{"agent_caps", "agent_id", "auth_token"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"agent_caps": &wire.Shape{ItemNotNull: true}}},
 			New:        newHandshakeReq,
 		},
 		&wire.Entry{
@@ -195,7 +196,7 @@ func init() {
 			Kernel:     true,
 			Required:   []string{"accepted_caps", "max_parallel", "ok"},
 			NotNull:    []string{"accepted_caps", "error", "max_parallel", "ok", "reason", "session_id"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"accepted_caps": &wire.Shape{Items: &wire.Shape{Required: []string{"enabled", "name"}}}, "error": &wire.Shape{Required: []string{"code", "message", "retryable"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"accepted_caps": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"enabled", "name"}, NotNull: []string{"enabled", "name"}}}, "error": &wire.Shape{Required: []string{"code", "message", "retryable"}, NotNull: []string{"capability_name", "code", "message", "retryable"}}}},
 			New:        newHandshakeResp,
 		},
 		&wire.Entry{

@@ -487,7 +487,7 @@ func init() {
 			Reply:      "env/data/add/resp",
 			Required:   []string{"parts"},
 			NotNull:    []string{"parts"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"parts": &wire.Shape{Items: &wire.Shape{Required: []string{"path", "sha256", "size", "source"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"parts": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"path", "sha256", "size", "source"}, NotNull: []string{"path", "sha256", "size", "source"}}}}},
 			New:        newEnvDataAddReq,
 			Handles:    func(p any) bool { _, ok := p.(EnvHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -506,7 +506,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"added"},
 			NotNull:    []string{"added"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"added": &wire.Shape{Items: &wire.Shape{Required: []string{"mtime", "path", "sha256", "size"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"added": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"mtime", "path", "sha256", "size"}, NotNull: []string{"content", "mtime", "path", "sha256", "size"}}}}},
 			New:        newEnvDataAddResp,
 		},
 		&wire.Entry{
@@ -535,7 +535,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"files"},
 			NotNull:    []string{"files"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"files": &wire.Shape{Items: &wire.Shape{Required: []string{"mtime", "path", "sha256", "size"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"files": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"mtime", "path", "sha256", "size"}, NotNull: []string{"content", "mtime", "path", "sha256", "size"}}}}},
 			New:        newEnvDataGetResp,
 		},
 		&wire.Entry{
@@ -594,7 +594,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"envs"},
 			NotNull:    []string{"envs"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"envs": &wire.Shape{Items: &wire.Shape{Required: []string{"action_space", "description", "env_name", "observation_space", "snapshots"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"envs": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"action_space", "description", "env_name", "observation_space", "snapshots"}, NotNull: []string{"description", "env_name", "snapshots"}}}}},
 			New:        newEnvListResp,
 		},
 		&wire.Entry{
@@ -750,6 +750,7 @@ func init() {
 			Reply:      "env/step_batch/resp",
 			Required:   []string{"actions", "episode_ids"},
 			NotNull:    []string{"actions", "autoreset_mode", "episode_ids"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"episode_ids": &wire.Shape{ItemNotNull: true}}},
 			New:        newEnvStepBatchReq,
 			Handles:    func(p any) bool { _, ok := p.(EnvHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -768,7 +769,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"results"},
 			NotNull:    []string{"results"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"results": &wire.Shape{Items: &wire.Shape{Required: []string{"episode_id", "info", "observation", "reward", "step", "terminated", "truncated"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"results": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"episode_id", "info", "observation", "reward", "step", "terminated", "truncated"}, NotNull: []string{"episode_id", "final_info", "info", "reset", "reward", "step", "terminated", "truncated"}}}}},
 			New:        newEnvStepBatchResp,
 		},
 	)

@@ -466,7 +466,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"feedbacks", "weights"},
 			NotNull:    []string{"feedbacks", "weights"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"weights": &wire.Shape{Items: &wire.Shape{Required: []string{"context", "kind", "mean_reward", "name", "pulls", "reward_sum"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"weights": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"context", "kind", "mean_reward", "name", "pulls", "reward_sum"}, NotNull: []string{"context", "kind", "mean_reward", "name", "pulls", "reward_sum"}}}}},
 			New:        newLearnAdaptResp,
 		},
 		&wire.Entry{
@@ -478,7 +478,7 @@ func init() {
 			Reply:      "learn/experience/resp",
 			Required:   []string{"experiences"},
 			NotNull:    []string{"env_name", "experiences"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"experiences": &wire.Shape{Items: &wire.Shape{Required: []string{"action", "episode_id", "next_state", "reward", "state", "step"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"experiences": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"action", "episode_id", "next_state", "reward", "state", "step"}, NotNull: []string{"episode_id", "reward", "step", "terminated", "truncated"}}}}},
 			New:        newLearnExperienceReq,
 			Handles:    func(p any) bool { _, ok := p.(LearnHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -537,7 +537,7 @@ func init() {
 			Reply:      "learn/feedback/resp",
 			Required:   []string{"feedbacks"},
 			NotNull:    []string{"feedbacks"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"feedbacks": &wire.Shape{Items: &wire.Shape{Required: []string{"type"}, Props: map[string]*wire.Shape{"component": &wire.Shape{Required: []string{"kind", "name"}}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"feedbacks": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"type"}, NotNull: []string{"comment", "component", "context", "correction", "correlation_id", "dimension", "episode_id", "score", "source", "type"}, Props: map[string]*wire.Shape{"component": &wire.Shape{Required: []string{"kind", "name"}, NotNull: []string{"kind", "name"}}}}}}},
 			New:        newLearnFeedbackReq,
 			Handles:    func(p any) bool { _, ok := p.(LearnHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -556,7 +556,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"ids", "linked", "recorded", "weights"},
 			NotNull:    []string{"ids", "linked", "recorded", "weights"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"weights": &wire.Shape{Items: &wire.Shape{Required: []string{"context", "kind", "mean_reward", "name", "pulls", "reward_sum"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"ids": &wire.Shape{ItemNotNull: true}, "weights": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"context", "kind", "mean_reward", "name", "pulls", "reward_sum"}, NotNull: []string{"context", "kind", "mean_reward", "name", "pulls", "reward_sum"}}}}},
 			New:        newLearnFeedbackResp,
 		},
 		&wire.Entry{
@@ -567,7 +567,7 @@ func init() {
 			Kernel:     false,
 			Reply:      "learn/rank/resp",
 			NotNull:    []string{"candidates", "context", "exploration", "kind", "seed", "strategy"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"candidates": &wire.Shape{Items: &wire.Shape{Required: []string{"kind", "name"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"candidates": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"kind", "name"}, NotNull: []string{"kind", "name"}}}}},
 			New:        newLearnRankReq,
 			Handles:    func(p any) bool { _, ok := p.(LearnHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -586,7 +586,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"context", "ranked", "strategy"},
 			NotNull:    []string{"context", "ranked", "strategy"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"ranked": &wire.Shape{Items: &wire.Shape{Required: []string{"kind", "mean_reward", "name", "pulls", "rank", "untried"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"ranked": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"kind", "mean_reward", "name", "pulls", "rank", "untried"}, NotNull: []string{"kind", "mean_reward", "name", "pulls", "rank", "score", "untried"}}}}},
 			New:        newLearnRankResp,
 		},
 		&wire.Entry{
@@ -615,7 +615,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"components"},
 			NotNull:    []string{"components"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"components": &wire.Shape{Items: &wire.Shape{Required: []string{"calls", "failures", "feedbacks", "kind", "mean_duration_ms", "name", "p95_duration_ms", "successes"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"components": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"calls", "failures", "feedbacks", "kind", "mean_duration_ms", "name", "p95_duration_ms", "successes"}, NotNull: []string{"calls", "failures", "feedbacks", "kind", "last_called", "mean_duration_ms", "mean_score", "name", "p95_duration_ms", "successes"}}}}},
 			New:        newLearnStatsResp,
 		},
 	)

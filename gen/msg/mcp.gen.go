@@ -368,7 +368,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"messages", "server_id"},
 			NotNull:    []string{"description", "messages", "server_id"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"messages": &wire.Shape{Items: &wire.Shape{Required: []string{"content", "role"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"messages": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"content", "role"}, NotNull: []string{"content", "role"}}}}},
 			New:        newMCPPromptGetResp,
 		},
 		&wire.Entry{
@@ -398,7 +398,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"prompts", "server_id"},
 			NotNull:    []string{"next_cursor", "prompts", "server_id"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"prompts": &wire.Shape{Items: &wire.Shape{Required: []string{"arguments", "name"}, Props: map[string]*wire.Shape{"arguments": &wire.Shape{Items: &wire.Shape{Required: []string{"name", "required"}}}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"prompts": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"arguments", "name"}, NotNull: []string{"arguments", "description", "name"}, Props: map[string]*wire.Shape{"arguments": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"name", "required"}, NotNull: []string{"description", "name", "required"}}}}}}}},
 			New:        newMCPPromptListResp,
 		},
 		&wire.Entry{
@@ -428,7 +428,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"resources", "server_id"},
 			NotNull:    []string{"next_cursor", "resources", "server_id"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"resources": &wire.Shape{Items: &wire.Shape{Required: []string{"name", "uri"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"resources": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"name", "uri"}, NotNull: []string{"description", "mime_type", "name", "uri"}}}}},
 			New:        newMCPResourceListResp,
 		},
 		&wire.Entry{
@@ -458,7 +458,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"contents", "server_id"},
 			NotNull:    []string{"contents", "server_id"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"contents": &wire.Shape{Items: &wire.Shape{Required: []string{"uri"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"contents": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"uri"}, NotNull: []string{"blob", "mime_type", "text", "uri"}}}}},
 			New:        newMCPResourceReadResp,
 		},
 		&wire.Entry{
@@ -487,7 +487,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"servers"},
 			NotNull:    []string{"servers"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"servers": &wire.Shape{Items: &wire.Shape{Required: []string{"origin", "prompts_count", "resources_count", "server_id", "status", "tools_count", "transport"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"servers": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"origin", "prompts_count", "resources_count", "server_id", "status", "tools_count", "transport"}, NotNull: []string{"connected_at", "last_error", "origin", "prompts_count", "protocol_version", "resources_count", "server_id", "server_name", "server_version", "status", "tools_count", "transport", "url"}}}}},
 			New:        newMCPServerListResp,
 		},
 		&wire.Entry{
@@ -499,6 +499,7 @@ func init() {
 			Reply:      "mcp/server/register/resp",
 			Required:   []string{"server_id", "url"},
 			NotNull:    []string{"headers", "server_id", "timeout", "tool_allow_list", "url"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"tool_allow_list": &wire.Shape{ItemNotNull: true}}},
 			New:        newMCPServerRegisterReq,
 			Handles:    func(p any) bool { _, ok := p.(McpHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -517,7 +518,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"ok"},
 			NotNull:    []string{"error", "ok", "server"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"server": &wire.Shape{Required: []string{"origin", "prompts_count", "resources_count", "server_id", "status", "tools_count", "transport"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"server": &wire.Shape{Required: []string{"origin", "prompts_count", "resources_count", "server_id", "status", "tools_count", "transport"}, NotNull: []string{"connected_at", "last_error", "origin", "prompts_count", "protocol_version", "resources_count", "server_id", "server_name", "server_version", "status", "tools_count", "transport", "url"}}}},
 			New:        newMCPServerRegisterResp,
 		},
 		&wire.Entry{

@@ -428,6 +428,7 @@ func init() {
 			Reply:      "memory/forget/resp",
 			Required:   []string{"memory_id"},
 			NotNull:    []string{"keys", "memory_id", "older_than", "tags", "tier"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"keys": &wire.Shape{ItemNotNull: true}, "tags": &wire.Shape{ItemNotNull: true}}},
 			New:        newMemoryForgetReq,
 			Handles:    func(p any) bool { _, ok := p.(MemoryHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -485,6 +486,7 @@ func init() {
 			Reply:      "memory/recall/resp",
 			Required:   []string{"memory_id"},
 			NotNull:    []string{"limit", "memory_id", "min_score", "order", "query", "since", "tags", "tier", "until"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"tags": &wire.Shape{ItemNotNull: true}}},
 			New:        newMemoryRecallReq,
 			Handles:    func(p any) bool { _, ok := p.(MemoryHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -503,7 +505,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"hits"},
 			NotNull:    []string{"hits"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"hits": &wire.Shape{Items: &wire.Shape{Required: []string{"entry", "score"}, Props: map[string]*wire.Shape{"entry": &wire.Shape{Required: []string{"content", "key", "tier"}}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"hits": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"entry", "score"}, NotNull: []string{"entry", "score"}, Props: map[string]*wire.Shape{"entry": &wire.Shape{Required: []string{"content", "key", "tier"}, NotNull: []string{"created_at", "expires_at", "key", "metadata", "seq", "source", "tags", "tier", "ttl", "updated_at"}, Props: map[string]*wire.Shape{"tags": &wire.Shape{ItemNotNull: true}}}}}}}},
 			New:        newMemoryRecallResp,
 		},
 		&wire.Entry{
@@ -515,6 +517,7 @@ func init() {
 			Reply:      "memory/retrieve/resp",
 			Required:   []string{"keys", "memory_id"},
 			NotNull:    []string{"keys", "memory_id", "tier"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"keys": &wire.Shape{ItemNotNull: true}}},
 			New:        newMemoryRetrieveReq,
 			Handles:    func(p any) bool { _, ok := p.(MemoryHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -533,7 +536,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"entries", "missing"},
 			NotNull:    []string{"entries", "missing"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"entries": &wire.Shape{Items: &wire.Shape{Required: []string{"content", "key", "tier"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"entries": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"content", "key", "tier"}, NotNull: []string{"created_at", "expires_at", "key", "metadata", "seq", "source", "tags", "tier", "ttl", "updated_at"}, Props: map[string]*wire.Shape{"tags": &wire.Shape{ItemNotNull: true}}}}, "missing": &wire.Shape{ItemNotNull: true}}},
 			New:        newMemoryRetrieveResp,
 		},
 		&wire.Entry{
@@ -563,7 +566,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"memory_id", "namespace", "tiers"},
 			NotNull:    []string{"memory_id", "namespace", "tiers"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"tiers": &wire.Shape{Items: &wire.Shape{Required: []string{"bytes", "entries", "tier"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"tiers": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"bytes", "entries", "tier"}, NotNull: []string{"bytes", "entries", "max_bytes", "max_entries", "tier"}}}}},
 			New:        newMemoryStatsResp,
 		},
 		&wire.Entry{
@@ -575,7 +578,7 @@ func init() {
 			Reply:      "memory/store/resp",
 			Required:   []string{"entries", "memory_id"},
 			NotNull:    []string{"entries", "memory_id"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"entries": &wire.Shape{Items: &wire.Shape{Required: []string{"content", "key", "tier"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"entries": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"content", "key", "tier"}, NotNull: []string{"created_at", "expires_at", "key", "metadata", "seq", "source", "tags", "tier", "ttl", "updated_at"}, Props: map[string]*wire.Shape{"tags": &wire.Shape{ItemNotNull: true}}}}}},
 			New:        newMemoryStoreReq,
 			Handles:    func(p any) bool { _, ok := p.(MemoryHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -594,6 +597,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"stored"},
 			NotNull:    []string{"evicted", "stored"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"stored": &wire.Shape{ItemNotNull: true}}},
 			New:        newMemoryStoreResp,
 		},
 	)

@@ -374,7 +374,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"process"},
 			NotNull:    []string{"process"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}, NotNull: []string{"argv", "cwd", "pid", "proc_id", "reason", "sandboxed", "started_at", "state"}, Props: map[string]*wire.Shape{"argv": &wire.Shape{ItemNotNull: true}}}}},
 			New:        newProcKillResp,
 		},
 		&wire.Entry{
@@ -403,7 +403,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"processes"},
 			NotNull:    []string{"processes"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"processes": &wire.Shape{Items: &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"processes": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}, NotNull: []string{"argv", "cwd", "pid", "proc_id", "reason", "sandboxed", "started_at", "state"}, Props: map[string]*wire.Shape{"argv": &wire.Shape{ItemNotNull: true}}}}}},
 			New:        newProcListResp,
 		},
 		&wire.Entry{
@@ -433,7 +433,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"proc_id", "state", "stderr", "stdout"},
 			NotNull:    []string{"proc_id", "state", "stderr", "stdout", "streamed"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"stderr": &wire.Shape{Required: []string{"cursor", "data", "dropped", "eof", "next_cursor"}}, "stdout": &wire.Shape{Required: []string{"cursor", "data", "dropped", "eof", "next_cursor"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"stderr": &wire.Shape{Required: []string{"cursor", "data", "dropped", "eof", "next_cursor"}, NotNull: []string{"cursor", "data", "dropped", "eof", "next_cursor"}}, "stdout": &wire.Shape{Required: []string{"cursor", "data", "dropped", "eof", "next_cursor"}, NotNull: []string{"cursor", "data", "dropped", "eof", "next_cursor"}}}},
 			New:        newProcReadResp,
 		},
 		&wire.Entry{
@@ -463,7 +463,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"process"},
 			NotNull:    []string{"process"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}, NotNull: []string{"argv", "cwd", "pid", "proc_id", "reason", "sandboxed", "started_at", "state"}, Props: map[string]*wire.Shape{"argv": &wire.Shape{ItemNotNull: true}}}}},
 			New:        newProcSignalResp,
 		},
 		&wire.Entry{
@@ -475,6 +475,7 @@ func init() {
 			Reply:      "proc/spawn/resp",
 			Required:   []string{"argv"},
 			NotNull:    []string{"argv", "cwd", "env", "session_id", "timeout"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"argv": &wire.Shape{ItemNotNull: true}}},
 			New:        newProcSpawnReq,
 			Handles:    func(p any) bool { _, ok := p.(ProcHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -493,7 +494,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"process"},
 			NotNull:    []string{"dropped_env", "process"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"dropped_env": &wire.Shape{ItemNotNull: true}, "process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}, NotNull: []string{"argv", "cwd", "pid", "proc_id", "reason", "sandboxed", "started_at", "state"}, Props: map[string]*wire.Shape{"argv": &wire.Shape{ItemNotNull: true}}}}},
 			New:        newProcSpawnResp,
 		},
 		&wire.Entry{
@@ -523,7 +524,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"process"},
 			NotNull:    []string{"process"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}, NotNull: []string{"argv", "cwd", "pid", "proc_id", "reason", "sandboxed", "started_at", "state"}, Props: map[string]*wire.Shape{"argv": &wire.Shape{ItemNotNull: true}}}}},
 			New:        newProcStatusResp,
 		},
 		&wire.Entry{
@@ -553,7 +554,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"process", "timed_out"},
 			NotNull:    []string{"process", "timed_out"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"process": &wire.Shape{Required: []string{"argv", "cwd", "pid", "proc_id", "sandboxed", "started_at", "state"}, NotNull: []string{"argv", "cwd", "pid", "proc_id", "reason", "sandboxed", "started_at", "state"}, Props: map[string]*wire.Shape{"argv": &wire.Shape{ItemNotNull: true}}}}},
 			New:        newProcWaitResp,
 		},
 		&wire.Entry{

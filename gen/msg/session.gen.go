@@ -252,7 +252,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"accepted_caps", "agent_id", "handle", "in_flight", "max_parallel", "session_id"},
 			NotNull:    []string{"accepted_caps", "agent_id", "handle", "in_flight", "max_parallel", "parent_handle", "session_id"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"accepted_caps": &wire.Shape{Items: &wire.Shape{Required: []string{"enabled", "name"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"accepted_caps": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"enabled", "name"}, NotNull: []string{"enabled", "name"}}}}},
 			New:        newSessionInfoResp,
 		},
 		&wire.Entry{
@@ -282,6 +282,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"restored", "snapshot_id"},
 			NotNull:    []string{"restored", "snapshot_id"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"restored": &wire.Shape{ItemNotNull: true}}},
 			New:        newSessionRestoreResp,
 		},
 		&wire.Entry{
@@ -293,6 +294,7 @@ func init() {
 			Reply:      "session/snapshot/delete/resp",
 			Required:   []string{"snapshot_id"},
 			NotNull:    []string{"session_ids", "snapshot_id"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"session_ids": &wire.Shape{ItemNotNull: true}}},
 			New:        newSessionSnapshotDeleteReq,
 			Handles:    func(p any) bool { _, ok := p.(SessionHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -321,6 +323,7 @@ func init() {
 			Kernel:     false,
 			Reply:      "session/snapshot/list/resp",
 			NotNull:    []string{"session_ids", "target"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"session_ids": &wire.Shape{ItemNotNull: true}}},
 			New:        newSessionSnapshotListReq,
 			Handles:    func(p any) bool { _, ok := p.(SessionHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -339,7 +342,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"snapshots"},
 			NotNull:    []string{"snapshots"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"snapshots": &wire.Shape{Items: &wire.Shape{Required: []string{"bytes", "created", "own", "snapshot_id", "target"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"snapshots": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"bytes", "created", "own", "snapshot_id", "target"}, NotNull: []string{"agent_id", "bytes", "created", "own", "snapshot_id", "target"}}}}},
 			New:        newSessionSnapshotListResp,
 		},
 		&wire.Entry{

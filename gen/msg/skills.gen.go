@@ -268,7 +268,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"result"},
 			NotNull:    []string{"result"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"result": &wire.Shape{Required: []string{"duration_ms", "events", "name", "success", "version"}, Props: map[string]*wire.Shape{"events": &wire.Shape{Items: &wire.Shape{Required: []string{"data", "kind"}}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"result": &wire.Shape{Required: []string{"duration_ms", "events", "name", "success", "version"}, NotNull: []string{"duration_ms", "error", "events", "name", "success", "truncated", "version"}, Props: map[string]*wire.Shape{"events": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"data", "kind"}, NotNull: []string{"data", "kind"}}}}}}},
 			New:        newSkillCallResp,
 		},
 		&wire.Entry{
@@ -279,6 +279,7 @@ func init() {
 			Kernel:     false,
 			Reply:      "skill/discover/resp",
 			NotNull:    []string{"all_versions", "filter_tags", "name", "version"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"filter_tags": &wire.Shape{ItemNotNull: true}}},
 			New:        newSkillDiscoverReq,
 			Handles:    func(p any) bool { _, ok := p.(SkillHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -301,7 +302,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"skills"},
 			NotNull:    []string{"skills"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"skills": &wire.Shape{Items: &wire.Shape{Required: []string{"description", "input_schema", "name", "output_schema", "tags", "toolkits", "version"}, Props: map[string]*wire.Shape{"limits": &wire.Shape{Required: []string{"cpu_seconds", "max_procs", "memory_mb", "network", "output_bytes", "timeout_seconds"}}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"skills": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"description", "input_schema", "name", "output_schema", "tags", "toolkits", "version"}, NotNull: []string{"description", "input_schema", "instructions", "limits", "name", "output_schema", "tags", "toolkits", "version"}, Props: map[string]*wire.Shape{"limits": &wire.Shape{Required: []string{"cpu_seconds", "max_procs", "memory_mb", "network", "output_bytes", "timeout_seconds"}, NotNull: []string{"cpu_seconds", "max_procs", "memory_mb", "network", "output_bytes", "timeout_seconds"}}, "tags": &wire.Shape{ItemNotNull: true}, "toolkits": &wire.Shape{ItemNotNull: true}}}}}},
 			New:        newSkillDiscoverResp,
 		},
 		&wire.Entry{
@@ -331,7 +332,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"skill"},
 			NotNull:    []string{"skill"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"skill": &wire.Shape{Required: []string{"description", "input_schema", "name", "output_schema", "tags", "toolkits", "version"}, Props: map[string]*wire.Shape{"limits": &wire.Shape{Required: []string{"cpu_seconds", "max_procs", "memory_mb", "network", "output_bytes", "timeout_seconds"}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"skill": &wire.Shape{Required: []string{"description", "input_schema", "name", "output_schema", "tags", "toolkits", "version"}, NotNull: []string{"description", "input_schema", "instructions", "limits", "name", "output_schema", "tags", "toolkits", "version"}, Props: map[string]*wire.Shape{"limits": &wire.Shape{Required: []string{"cpu_seconds", "max_procs", "memory_mb", "network", "output_bytes", "timeout_seconds"}, NotNull: []string{"cpu_seconds", "max_procs", "memory_mb", "network", "output_bytes", "timeout_seconds"}}, "tags": &wire.Shape{ItemNotNull: true}, "toolkits": &wire.Shape{ItemNotNull: true}}}}},
 			New:        newSkillGetResp,
 		},
 		&wire.Entry{
@@ -343,7 +344,7 @@ func init() {
 			Reply:      "skill/register/resp",
 			Required:   []string{"manifest"},
 			NotNull:    []string{"files", "manifest", "scope"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"files": &wire.Shape{Items: &wire.Shape{Required: []string{"content", "path"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"files": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"content", "path"}, NotNull: []string{"base64", "content", "executable", "path"}}}}},
 			New:        newSkillRegisterReq,
 			Handles:    func(p any) bool { _, ok := p.(SkillHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -362,7 +363,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"skill"},
 			NotNull:    []string{"skill"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"skill": &wire.Shape{Required: []string{"description", "input_schema", "name", "output_schema", "tags", "toolkits", "version"}, Props: map[string]*wire.Shape{"limits": &wire.Shape{Required: []string{"cpu_seconds", "max_procs", "memory_mb", "network", "output_bytes", "timeout_seconds"}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"skill": &wire.Shape{Required: []string{"description", "input_schema", "name", "output_schema", "tags", "toolkits", "version"}, NotNull: []string{"description", "input_schema", "instructions", "limits", "name", "output_schema", "tags", "toolkits", "version"}, Props: map[string]*wire.Shape{"limits": &wire.Shape{Required: []string{"cpu_seconds", "max_procs", "memory_mb", "network", "output_bytes", "timeout_seconds"}, NotNull: []string{"cpu_seconds", "max_procs", "memory_mb", "network", "output_bytes", "timeout_seconds"}}, "tags": &wire.Shape{ItemNotNull: true}, "toolkits": &wire.Shape{ItemNotNull: true}}}}},
 			New:        newSkillRegisterResp,
 		},
 	)

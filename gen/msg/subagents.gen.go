@@ -231,7 +231,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"subagents"},
 			NotNull:    []string{"subagents"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"subagents": &wire.Shape{Items: &wire.Shape{Required: []string{"capabilities", "created_at", "depth", "max_depth", "max_steps", "memory_scope", "name", "parent_id", "status", "steps", "subagent_id"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"subagents": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"capabilities", "created_at", "depth", "max_depth", "max_steps", "memory_scope", "name", "parent_id", "status", "steps", "subagent_id"}, NotNull: []string{"capabilities", "created_at", "depth", "max_depth", "max_steps", "memory_scope", "name", "parent_id", "reason", "status", "steps", "subagent_id"}, Props: map[string]*wire.Shape{"capabilities": &wire.Shape{ItemNotNull: true}}}}}},
 			New:        newSubagentListResp,
 		},
 		&wire.Entry{
@@ -243,6 +243,7 @@ func init() {
 			Reply:      "subagent/spawn/resp",
 			Required:   []string{"name"},
 			NotNull:    []string{"capabilities", "max_depth", "max_steps", "memory_scope", "name", "session_id"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"capabilities": &wire.Shape{ItemNotNull: true}}},
 			New:        newSubagentSpawnReq,
 			Handles:    func(p any) bool { _, ok := p.(SubagentHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -261,7 +262,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"auth_token", "handshake_timeout", "session_id", "subagent", "subagent_id"},
 			NotNull:    []string{"auth_token", "handshake_timeout", "session_id", "subagent", "subagent_id"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"subagent": &wire.Shape{Required: []string{"capabilities", "created_at", "depth", "max_depth", "max_steps", "memory_scope", "name", "parent_id", "status", "steps", "subagent_id"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"subagent": &wire.Shape{Required: []string{"capabilities", "created_at", "depth", "max_depth", "max_steps", "memory_scope", "name", "parent_id", "status", "steps", "subagent_id"}, NotNull: []string{"capabilities", "created_at", "depth", "max_depth", "max_steps", "memory_scope", "name", "parent_id", "reason", "status", "steps", "subagent_id"}, Props: map[string]*wire.Shape{"capabilities": &wire.Shape{ItemNotNull: true}}}}},
 			New:        newSubagentSpawnResp,
 		},
 		&wire.Entry{
@@ -291,7 +292,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"subagent"},
 			NotNull:    []string{"children", "subagent"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"subagent": &wire.Shape{Required: []string{"capabilities", "created_at", "depth", "max_depth", "max_steps", "memory_scope", "name", "parent_id", "status", "steps", "subagent_id"}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"children": &wire.Shape{ItemNotNull: true}, "subagent": &wire.Shape{Required: []string{"capabilities", "created_at", "depth", "max_depth", "max_steps", "memory_scope", "name", "parent_id", "status", "steps", "subagent_id"}, NotNull: []string{"capabilities", "created_at", "depth", "max_depth", "max_steps", "memory_scope", "name", "parent_id", "reason", "status", "steps", "subagent_id"}, Props: map[string]*wire.Shape{"capabilities": &wire.Shape{ItemNotNull: true}}}}},
 			New:        newSubagentStatusResp,
 		},
 		&wire.Entry{
@@ -321,6 +322,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"subagent_id", "terminated"},
 			NotNull:    []string{"subagent_id", "terminated"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"terminated": &wire.Shape{ItemNotNull: true}}},
 			New:        newSubagentTerminateResp,
 		},
 	)

@@ -139,6 +139,7 @@ func init() {
 			Kernel:     false,
 			Reply:      "toolkit/list/resp",
 			NotNull:    []string{"filter_tags"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"filter_tags": &wire.Shape{ItemNotNull: true}}},
 			New:        newToolkitListReq,
 			Handles:    func(p any) bool { _, ok := p.(ToolkitHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -161,7 +162,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"toolkits"},
 			NotNull:    []string{"toolkits"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"toolkits": &wire.Shape{Items: &wire.Shape{Required: []string{"alias", "category", "configured", "description", "icon_svg", "name", "schema", "state", "tags", "tools", "version"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"toolkits": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"alias", "category", "configured", "description", "icon_svg", "name", "schema", "state", "tags", "tools", "version"}, NotNull: []string{"category", "configured", "description", "name", "schema", "state", "tags", "tools", "version"}, Props: map[string]*wire.Shape{"tags": &wire.Shape{ItemNotNull: true}, "tools": &wire.Shape{ItemNotNull: true}}}}}},
 			New:        newToolkitListResp,
 		},
 	)

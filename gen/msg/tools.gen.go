@@ -209,7 +209,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"result"},
 			NotNull:    []string{"result"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"result": &wire.Shape{Required: []string{"duration_ms", "events", "success", "tool_name", "truncated"}, Props: map[string]*wire.Shape{"events": &wire.Shape{Items: &wire.Shape{Required: []string{"data", "kind"}}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"result": &wire.Shape{Required: []string{"duration_ms", "events", "success", "tool_name", "truncated"}, NotNull: []string{"duration_ms", "error", "error_code", "events", "exit_code", "success", "tool_name", "truncated"}, Props: map[string]*wire.Shape{"events": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"data", "kind"}, NotNull: []string{"data", "kind"}}}}}}},
 			New:        newToolCallResp,
 		},
 		&wire.Entry{
@@ -220,6 +220,7 @@ func init() {
 			Kernel:     false,
 			Reply:      "tool/list/resp",
 			NotNull:    []string{"cursor", "include_deferred", "limit", "query", "tags"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"tags": &wire.Shape{ItemNotNull: true}}},
 			New:        newToolListReq,
 			Handles:    func(p any) bool { _, ok := p.(ToolHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {
@@ -263,7 +264,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"tools"},
 			NotNull:    []string{"next_cursor", "tools"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"tools": &wire.Shape{Items: &wire.Shape{Required: []string{"defer_loading", "description", "idempotent", "input_parameters", "name", "output_parameters", "streaming", "tags", "version"}, Props: map[string]*wire.Shape{"input_parameters": &wire.Shape{Items: &wire.Shape{Required: []string{"name", "type"}}}, "output_parameters": &wire.Shape{Items: &wire.Shape{Required: []string{"name", "type"}}}}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"tools": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"defer_loading", "description", "idempotent", "input_parameters", "name", "output_parameters", "streaming", "tags", "version"}, NotNull: []string{"defer_loading", "description", "idempotent", "input_parameters", "input_schema", "name", "output_parameters", "output_schema", "streaming", "tags", "toolkit", "version"}, Props: map[string]*wire.Shape{"input_parameters": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"name", "type"}, NotNull: []string{"description", "name", "required", "type"}}}, "output_parameters": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"name", "type"}, NotNull: []string{"description", "name", "required", "type"}}}, "tags": &wire.Shape{ItemNotNull: true}}}}}},
 			New:        newToolListResp,
 		},
 	)

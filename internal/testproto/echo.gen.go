@@ -221,6 +221,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"items"},
 			NotNull:    []string{"items"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"items": &wire.Shape{ItemNotNull: true}}},
 			New:        newEchoListResp,
 		},
 		&wire.Entry{
@@ -260,7 +261,7 @@ func init() {
 			Kernel:     false,
 			Reply:      "echo/wait/resp",
 			NotNull:    []string{"events", "gate", "items", "ms", "panic"},
-			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"items": &wire.Shape{Items: &wire.Shape{Required: []string{"key"}}}}},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"items": &wire.Shape{ItemNotNull: true, Items: &wire.Shape{Required: []string{"key"}, NotNull: []string{"key"}}}}},
 			New:        newEchoWaitReq,
 			Handles:    func(p any) bool { _, ok := p.(EchoHandler); return ok },
 			Invoke: func(ctx context.Context, p any, s wire.Scope, req wire.Message) (wire.Message, error) {

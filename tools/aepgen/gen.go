@@ -460,6 +460,16 @@ func (g *generator) shape(f *schemaFile, n *schemaNode, top bool) (string, error
 		sort.Strings(req)
 		parts = append(parts, fmt.Sprintf("Required: %#v", req))
 	}
+	if !top {
+		// As at the top level (wire.Entry.NotNull): a null the Go model
+		// would read as absent is refused where the schema excludes it.
+		if nn := g.notNull(f, n); len(nn) > 0 {
+			parts = append(parts, fmt.Sprintf("NotNull: %#v", nn))
+		}
+		if n.Items != nil && !contains(g.typesOf(f, n.Items), "null") {
+			parts = append(parts, "ItemNotNull: true")
+		}
+	}
 	var props []string
 	for _, k := range sortedKeys(n.Properties) {
 		s, err := g.shape(f, n.Properties[k], false)
@@ -580,21 +590,25 @@ func stringAccessor(w *goFile, model, meth, prop string, f *goField) {
 	}
 }
 
-// notNull lists the top-level properties whose schema does not allow null,
-// for the decoder (wire.Entry.NotNull).
+// notNull lists the properties of n whose schema does not allow null, for
+// the decoder (wire.Entry.NotNull at the top level, wire.Shape below).
 func (g *generator) notNull(f *schemaFile, n *schemaNode) []string {
 	var out []string
 	for _, prop := range sortedKeys(n.Properties) {
-		p := n.Properties[prop]
-		types := p.types()
-		if p.Ref != "" {
-			if d, err := g.resolve(f, p); err == nil {
-				types = d.node.types()
-			}
-		}
-		if !contains(types, "null") {
+		if !contains(g.typesOf(f, n.Properties[prop]), "null") {
 			out = append(out, prop)
 		}
 	}
 	return out
+}
+
+// typesOf is the JSON types a value's schema allows, through a $ref.
+func (g *generator) typesOf(f *schemaFile, p *schemaNode) []string {
+	types := p.types()
+	if p.Ref != "" {
+		if d, err := g.resolve(f, p); err == nil {
+			types = d.node.types()
+		}
+	}
+	return types
 }
