@@ -48,12 +48,13 @@ type keyword struct {
 	Name  string
 	Where place
 	Emits string
-	// Fixture is the schema file of internal/fixtures/schemas that uses the
-	// keyword; its cases (internal/fixtures/testdata) accept and reject
-	// lines through the generated code and through a stock validator.
+	// Fixture is the schema file of testdata/fixtures that uses the
+	// keyword; its cases (<name>.cases beside it) accept and reject lines
+	// through the generated code (package ./fixtures) and through a stock
+	// validator.
 	Fixture string
-	// Checks marks keywords that refuse values: their fixture has cases
-	// that reject.
+	// Checks marks keywords that refuse values: their fixture's cases
+	// accept a line and reject one for that keyword (TestFixtureCasesCover).
 	Checks bool
 }
 
@@ -84,7 +85,7 @@ var keywords = []keyword{
 	{"exclusiveMinimum", inValue, "a check `>`", "numbers.json", true},
 	{"exclusiveMaximum", inValue, "a check `<`", "numbers.json", true},
 	// Arrays.
-	{"items", inValue, "the element type; every element's checks run in a loop with the path `field[i]`", "arrays.json", true},
+	{"items", inValue, "the element type; every element's checks (after those of `prefixItems`) run in a loop with the path `field[i]`", "arrays.json", true},
 	{"prefixItems", inValue, "checks of the first elements, each against its own schema", "arrays.json", true},
 	{"minItems", inValue, "a check of `len`", "arrays.json", true},
 	{"maxItems", inValue, "a check of `len`", "arrays.json", true},
@@ -103,7 +104,7 @@ var keywords = []keyword{
 	{"x-aep-namespace", inFile, "the namespace of the file's types; files without it give no messages", "messages.json", false},
 	{"x-aep-codes", inFile, "the error-code catalogue `{code: {retryable, description}}`: `wire.Code` constants, `wire.Codes`, `Code.Retryable()` (-codes) and docs/protocol.md; its file's `$defs/Code` enum must list the same codes", "messages.json", false},
 	{"x-aep-capability", inFile | inDef, "the capability a namespace (or one type) needs; empty: always on", "messages.json", false},
-	{"x-aep-kernel", inFile, "the kernel answers these types; no handler interface", "messages.json", false},
+	{"x-aep-kernel", inFile, "the kernel answers these types; no handler interface", "kernel.json", false},
 	{"x-aep-type", inDef, "the wire type string: `MessageType()`, a registry entry (`wire.Entry`), a constructor", "messages.json", false},
 	{"x-aep-kind", inDef, "`request`, `notification` (kernel namespaces only), `reply`, `event`", "messages.json", false},
 	{"x-aep-reply", inDef, "the reply type of a request; a handler method and a typed client method", "messages.json", false},

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite README.md's keyword table from keywords.go")
+var update = flag.Bool("update", false, "rewrite README.md's keyword table from keywords.go and the fixtures' golden package (fixtures/) from testdata/fixtures")
 
 const tableStart, tableEnd = "<!-- keyword table: generated from keywords.go -->\n", "<!-- end of the keyword table -->\n"
 

@@ -313,7 +313,13 @@ func (v *validatorGen) value(f *schemaFile, where string, n *schemaNode, expr, g
 			if err != nil {
 				return "", err
 			}
-			if s != "" {
+			switch {
+			case s == "":
+			case len(n.PrefixItems) > 0:
+				// JSON Schema 2020-12 §10.3.1.2: items applies only to the
+				// elements after those prefixItems describes.
+				fmt.Fprintf(&w, "for %s := %d; %s < len(%s); %s++ {\n%s}\n", i, len(n.PrefixItems), i, expr, i, s)
+			default:
 				fmt.Fprintf(&w, "for %s := range %s {\n%s}\n", i, expr, s)
 			}
 		}
@@ -427,8 +433,11 @@ func (c *condGen) presence(prop, where string) (string, error) {
 	if fld == nil {
 		return "", fmt.Errorf("%s: %q is not a property of %s", where, prop, c.gs.Name)
 	}
-	if fld.Pointer || strings.HasPrefix(fld.Type, "[]") || strings.HasPrefix(fld.Type, "map[") || c.v.g.underlying(fld.Type) == "json.RawMessage" || goKind(c.v.g.underlying(fld.Type)) == "interface{}" {
-		if c.v.g.underlying(fld.Type) == "json.RawMessage" {
+	// The underlying type decides: go-jsonschema names some maps and lists
+	// (an object property with additionalProperties becomes a named map).
+	u := c.v.g.underlying(fld.Type)
+	if fld.Pointer || strings.HasPrefix(u, "[]") || strings.HasPrefix(u, "map[") || u == "json.RawMessage" || goKind(u) == "interface{}" {
+		if u == "json.RawMessage" {
 			return "len(m." + fld.Name + ") > 0", nil
 		}
 		return "m." + fld.Name + " != nil", nil
