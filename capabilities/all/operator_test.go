@@ -224,7 +224,18 @@ func TestChainTraceNested(t *testing.T) {
 	}
 	sid := info.(*msg.SessionInfoResp).SessionID
 
+	// A request's span ends just after its reply is sent: wait for it.
 	spans := exp.GetSpans()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		done := false
+		for _, s := range spans {
+			done = done || s.Name == "chain/run/req"
+		}
+		if done {
+			break
+		}
+		spans = exp.GetSpans()
+	}
 	byName := map[string]tracetest.SpanStub{}
 	for _, s := range spans {
 		if _, dup := byName[s.Name]; !dup {
