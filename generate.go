@@ -4,6 +4,7 @@
 package aep
 
 //go:generate go run ./tools/aepgen -schemas schemas -out gen/msg -pkg msg -codes wire/codes.gen.go -envelope wire/envelope.gen.go -docs docs/protocol.md
+//go:generate go run ./tools/aepgen -schemas schemas/envproto -out gen/envproto -pkg envproto
 //go:generate go run ./tools/aepcontract -schemas schemas -out gen/contract
 //go:generate go run ./tools/tsgen -contract gen/contract -out sdk/typescript/src/messages.gen.ts
 //go:generate go run ./tools/pygen -bundle gen/contract/aep.schema.json -out sdk/python/aep
