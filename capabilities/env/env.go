@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/aephost/aep/wire"
 )
@@ -252,7 +253,11 @@ func clip(b []byte) string {
 // factory builds instances of one environment.
 type factory struct {
 	spec Spec
-	new  func() (instance, error)
+	// new returns a fresh instance for an episode of the session.
+	new func(sessionID string) (instance, error)
+	// timeout, when set, replaces the plugin's step_timeout for this
+	// environment (external environments bound their calls themselves).
+	timeout time.Duration
 }
 
 var (
@@ -279,7 +284,7 @@ func Register[A any](spec Spec, newEnv func() Env[A]) {
 	if _, dup := registry[spec.Name]; dup {
 		panic(fmt.Sprintf("env: environment %q registered twice", spec.Name))
 	}
-	registry[spec.Name] = &factory{spec: spec, new: func() (instance, error) { return typed[A]{newEnv()}, nil }}
+	registry[spec.Name] = &factory{spec: spec, new: func(string) (instance, error) { return typed[A]{newEnv()}, nil }}
 }
 
 // Registered returns the names of registered environments, sorted.

@@ -128,6 +128,9 @@ func (p *Plugin) Provision(ctx context.Context, penv server.PluginEnv) error {
 		}
 		p.catalog[n] = f
 	}
+	if err := p.loadExternal(ctx, penv.DataDir); err != nil {
+		return err
+	}
 	if err := p.provisionData(); err != nil {
 		p.dataErr = err
 		p.log.Warn("env data plane unavailable", "error", err)
@@ -275,6 +278,9 @@ func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func
 		return p.afterPanic(sessionID, ep, server.Protect(p.log, what, func() error { return fn(ctx) }))
 	}
 	d := time.Duration(p.StepTimeout)
+	if ep.f.timeout > 0 {
+		d = ep.f.timeout
+	}
 	sctx, cancel := context.WithTimeout(ctx, d)
 	done := make(chan error, 1)
 	go func() { done <- server.Protect(p.log, what, func() error { return fn(sctx) }) }()
@@ -344,7 +350,7 @@ func (p *Plugin) EnvList(ctx context.Context, s wire.Scope, req *msg.EnvListReq)
 
 // snapshots reports whether the environment's episodes survive snapshots.
 func (f *factory) snapshots() bool {
-	inst, err := f.new()
+	inst, err := f.new("")
 	if err != nil {
 		return false
 	}
@@ -424,7 +430,7 @@ func (p *Plugin) EnvReset(ctx context.Context, s wire.Scope, req *msg.EnvResetRe
 		se.mu.Unlock()
 		return nil, fmt.Errorf("session has %d open episodes, the limit: %w", p.MaxEpisodes, ErrEpisodeCap)
 	}
-	inst, err := f.new()
+	inst, err := f.new(s.SessionID())
 	if err != nil {
 		se.mu.Unlock()
 		return nil, fmt.Errorf("starting %q: %w", req.EnvName, err)
@@ -482,6 +488,12 @@ func (p *Plugin) stepLocked(ctx context.Context, sessionID string, ep *episode, 
 		return err
 	})
 	if err != nil {
+		var ended errEnded
+		if errors.As(err, &ended) {
+			// The process is gone (docs/env.md, Any language): the
+			// episode ends and its next reset starts a fresh one.
+			ep.status = statusTruncated
+		}
 		return Step{}, err
 	}
 	if len(st.Observation) == 0 {

@@ -39,4 +39,60 @@ type Settings struct {
 	BaselineDir string `yaml:"baseline_dir"`
 	// InlineMaxBytes: Caps the text env/data/get returns inline. Default: 65536.
 	InlineMaxBytes int `yaml:"inline_max_bytes"`
+	// External: Environments that run as their own processes and speak the
+	// external-environment protocol (schemas/envproto/envproto.json, docs/env.md):
+	// one contained process per episode, started in the session's sandbox on the
+	// episode's first reset.
+	External []ExternalEnv `yaml:"external"`
+}
+
+// ExternalEnv is one external environment: the command that serves it and how
+// it is contained.
+type ExternalEnv struct {
+	// Name: The environment id clients pass as env_name.
+	Name string `yaml:"name"`
+	// Description: Shown by env/list; empty: the environment's own description
+	// from its spec.
+	Description string `yaml:"description"`
+	// Command: Program, looked up in the PATH the process gets (as the sandbox
+	// shows the file system).
+	Command string `yaml:"command"`
+	// Args: Arguments of command.
+	Args []string `yaml:"args"`
+	// Dir: Working directory, relative to the session directory; empty: the
+	// session directory itself.
+	Dir string `yaml:"dir"`
+	// ReadOnly: Host paths the process sees read-only besides the system paths:
+	// the environment's code.
+	ReadOnly []string `yaml:"read_only"`
+	// Env: Variables set for the process (loader and interpreter start-up
+	// variables are refused).
+	Env map[string]string `yaml:"env"`
+	// EnvAllow: Host variables the process inherits; default: the list every
+	// contained command gets (sandbox.DefaultEnvAllow).
+	EnvAllow []string `yaml:"env_allow"`
+	// Network: Lets the process reach the network. Default: false.
+	Network bool `yaml:"network"`
+	// Sandbox: Contains the process (server/sandbox); false is the operator's
+	// explicit choice of a plain process, logged as a warning at start-up.
+	// Default: true.
+	Sandbox *bool `yaml:"sandbox"`
+	// MemoryMB: Memory limit of the process in MiB; 0 is none. Default: 0.
+	MemoryMB int `yaml:"memory_mb"`
+	// CPUTime: CPU-time limit of the process over its life; 0 is none. Default:
+	// "0s".
+	CPUTime server.Duration `yaml:"cpu_time"`
+	// ProcLimit: Limit on the processes the environment may start; 0 is the
+	// sandbox default. Default: 0.
+	ProcLimit int `yaml:"proc_limit"`
+	// StartTimeout: Bounds a start: the process must answer envproto/spec/req
+	// within it. Default: "30s".
+	StartTimeout server.Duration `yaml:"start_timeout"`
+	// CallTimeout: Bounds one call (reset, step, render): a process that overruns
+	// it is killed and its episode ends with a timeout; the next reset starts a
+	// fresh process. Default: the plugin's step_timeout.
+	CallTimeout server.Duration `yaml:"call_timeout"`
+	// MaxLineBytes: Caps one line the process writes; a longer one breaks the
+	// protocol. Default: 16777216.
+	MaxLineBytes int `yaml:"max_line_bytes"`
 }

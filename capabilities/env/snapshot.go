@@ -79,7 +79,7 @@ func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) er
 			fresh.bury(sv.ID, fmt.Sprintf("restored closed: environment %q cannot save its state", sv.EnvName))
 			continue
 		}
-		inst, err := f.new()
+		inst, err := f.new(sessionID)
 		if err != nil {
 			fresh.bury(sv.ID, fmt.Sprintf("restored closed: %v", err))
 			continue

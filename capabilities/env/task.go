@@ -167,7 +167,7 @@ func (p *Plugin) loadTasks(pluginDataDir string) error {
 		}
 		p.catalog[name] = &factory{
 			spec: Spec{Name: name, Description: desc, ActionSpace: taskActionSpace, ObservationSpace: taskObservationSpace},
-			new:  func() (instance, error) { return typed[TaskAction]{&taskEnv{def: def}}, nil },
+			new:  func(string) (instance, error) { return typed[TaskAction]{&taskEnv{def: def}}, nil },
 		}
 	}
 	return nil
