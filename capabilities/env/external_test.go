@@ -389,3 +389,108 @@ func TestExternalEnvironmentDoesNotStart(t *testing.T) {
 		})
 	}
 }
+
+// systemPython is a python3 the sandbox shows (its system paths), or "".
+func systemPython() string {
+	for _, p := range []string{"/usr/bin/python3", "/usr/local/bin/python3"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// cartPoleStep is one step of sdk/python/tests/cartpole.py's trajectory.
+type cartPoleStep struct {
+	Obs        []float64
+	Reward     float64
+	Terminated bool
+	Truncated  bool
+}
+
+// TestExternalPythonCartPole serves the pure-Python cart-pole of the
+// Python SDK's tests through aep.envserver (run as a script by the system
+// Python, in the sandbox) and steps it with the Go client: the same seed
+// gives the same trajectory twice, and the very trajectory Python computes
+// stepping the environment directly.
+func TestExternalPythonCartPole(t *testing.T) {
+	py := systemPython()
+	if py == "" {
+		t.Skip("no python3 among the sandbox's system paths")
+	}
+	sdk, err := filepath.Abs("../../sdk/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := env.ExternalEnv{Name: "cartpole", Command: "python3",
+		Args:     []string{filepath.Join(sdk, "aep", "envserver.py"), filepath.Join(sdk, "tests", "cartpole.py") + ":CartPole"},
+		ReadOnly: []string{sdk}, EnvAllow: []string{"LANG"}, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}}
+	h := newHost(t, &env.Plugin{Settings: env.Settings{External: []env.ExternalEnv{cfg}}})
+
+	// The floor: Python stepping the environment itself.
+	cmd := exec.Command(py, "-c", "import json, cartpole; print(json.dumps(cartpole.trajectory(cartpole.CartPole(), 3)))")
+	cmd.Dir = filepath.Join(sdk, "tests")
+	cmd.Env = []string{"PYTHONDONTWRITEBYTECODE=1"}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python: %v", err)
+	}
+	var direct [][]json.RawMessage
+	if err := json.Unmarshal(out, &direct); err != nil {
+		t.Fatal(err)
+	}
+	var want []cartPoleStep
+	for _, s := range direct {
+		var st cartPoleStep
+		json.Unmarshal(s[0], &st.Obs)
+		json.Unmarshal(s[1], &st.Reward)
+		json.Unmarshal(s[2], &st.Terminated)
+		json.Unmarshal(s[3], &st.Truncated)
+		want = append(want, st)
+	}
+
+	c := aeptest.Connect(t, h, "env")
+	ctx := aeptest.Context(t)
+	spaces, err := c.EnvSpaces(ctx, &msg.EnvSpacesReq{EnvName: ptr("cartpole")})
+	if err != nil || string(spaces.ActionSpace) != `{"type":"integer","minimum":0,"maximum":1}` {
+		t.Fatalf("spaces: %+v %v", spaces, err)
+	}
+	run := func() []cartPoleStep {
+		r := reset(t, c, "cartpole", 3, "")
+		var obs []float64
+		must(t, json.Unmarshal(r.Observation, &obs))
+		got := []cartPoleStep{{Obs: obs}}
+		for len(got) <= 60 {
+			a := 0
+			if obs[2]+0.5*obs[3] > 0 { // cartpole.policy
+				a = 1
+			}
+			st, err := step(t, c, r.EpisodeID, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			obs = nil
+			must(t, json.Unmarshal(st.Observation, &obs))
+			got = append(got, cartPoleStep{obs, st.Reward, st.Terminated, st.Truncated})
+			if st.Terminated || st.Truncated {
+				break
+			}
+		}
+		if _, err := step(t, c, r.EpisodeID, 2); wire.AsError(err).Code != wire.CodeSchemaViolation {
+			t.Fatalf("an action outside Discrete(2): %v", err)
+		}
+		return got
+	}
+	first, second := run(), run()
+	if fmt.Sprint(first) != fmt.Sprint(second) {
+		t.Fatalf("same seed, different trajectories:\n%v\n%v", first, second)
+	}
+	if fmt.Sprint(first) != fmt.Sprint(want) {
+		t.Fatalf("through aep:\n%v\ndirect in Python:\n%v", first, want)
+	}
+	if len(first) < 10 {
+		t.Fatalf("a trajectory of %d steps tests little", len(first))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
