@@ -1,0 +1,1 @@
+# Print FizzBuzz from 1 to 100 here.
