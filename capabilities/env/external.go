@@ -526,10 +526,62 @@ func (x *extInstance) close() error {
 	return nil
 }
 
-// stateful: episodes of external environments come back closed after a
-// restore (docs/DECISIONS.md); envproto/state and envproto/restore are in
-// the protocol for the day they do not.
-func (x *extInstance) stateful() Stateful { return nil }
+// stateful: episodes of environments whose spec says `snapshots` survive
+// session snapshots through envproto/state and envproto/restore; others
+// come back closed (docs/DECISIONS.md, State).
+func (x *extInstance) stateful() Stateful {
+	if x.def.spec != nil && x.def.spec.Snapshots != nil && *x.def.spec.Snapshots {
+		return x
+	}
+	return nil
+}
+
+// extState is an external episode in a session snapshot: the
+// environment's own state, absent when the episode had no process (its
+// next reset starts one, as it would have).
+type extState struct {
+	State *string `json:"state,omitempty"`
+}
+
+// SaveState asks the process for its state.
+func (x *extInstance) SaveState() ([]byte, error) {
+	if x.conn == nil {
+		return json.Marshal(extState{})
+	}
+	r, err := x.client().EnvprotoState(context.Background(), &envproto.StateReq{})
+	if err != nil {
+		return nil, x.ended(err)
+	}
+	return json.Marshal(extState{State: &r.State})
+}
+
+// LoadState starts a process in the session's sandbox and hands it the
+// saved state.
+func (x *extInstance) LoadState(b []byte) error {
+	var st extState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	if st.State == nil {
+		return nil
+	}
+	work, err := x.def.sessionDir(x.sessionID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), x.def.startTimeout+x.def.callTimeout)
+	defer cancel()
+	conn, _, err := x.def.start(ctx, work)
+	if err != nil {
+		return err
+	}
+	x.conn = conn
+	if _, err := x.client().EnvprotoRestore(ctx, &envproto.RestoreReq{State: *st.State}); err != nil {
+		x.close()
+		return err
+	}
+	return nil
+}
 
 func deref(r *json.RawMessage) json.RawMessage {
 	if r == nil {

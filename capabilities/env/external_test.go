@@ -70,7 +70,7 @@ func walkEnv(in io.Reader, out io.Writer) int {
 		switch req.Type {
 		case "envproto/spec/req":
 			reply(req.ID, "envproto/spec/resp", map[string]any{"protocol": "1", "name": "walk", "description": "a walk on the integers",
-				"action_space": map[string]any{"type": "integer"}, "observation_space": map[string]any{"type": "integer"}, "render_modes": []string{"ansi"}})
+				"action_space": map[string]any{"type": "integer"}, "observation_space": map[string]any{"type": "integer"}, "render_modes": []string{"ansi"}, "snapshots": true})
 		case "envproto/reset/req":
 			pos = 0
 			if req.Seed != nil {
@@ -109,6 +109,15 @@ func walkEnv(in io.Reader, out io.Writer) int {
 			}
 			pos += a
 			reply(req.ID, "envproto/step/resp", map[string]any{"observation": pos, "reward": 1, "terminated": pos >= 10, "truncated": false})
+		case "envproto/state/req":
+			reply(req.ID, "envproto/state/resp", map[string]any{"state": strconv.Itoa(pos)})
+		case "envproto/restore/req":
+			var r struct {
+				State string `json:"state"`
+			}
+			json.Unmarshal(sc.Bytes(), &r)
+			pos, _ = strconv.Atoi(r.State)
+			reply(req.ID, "envproto/restore/resp", nil)
 		case "envproto/render/req":
 			reply(req.ID, "envproto/render/resp", map[string]any{"text": fmt.Sprintf("walker at %d", pos)})
 		case "envproto/close/req":
@@ -248,7 +257,7 @@ func TestExternalEnvironment(t *testing.T) {
 	for _, e := range list.Envs {
 		if e.EnvName == "walk" {
 			found = true
-			if e.Description != "a walk on the integers" || string(e.ActionSpace) != `{"type":"integer"}` || e.Snapshots {
+			if e.Description != "a walk on the integers" || string(e.ActionSpace) != `{"type":"integer"}` || !e.Snapshots {
 				t.Fatalf("env/list entry from the spec: %+v", e)
 			}
 		}
@@ -425,7 +434,7 @@ func TestExternalPythonCartPole(t *testing.T) {
 	cfg := env.ExternalEnv{Name: "cartpole", Command: "python3",
 		Args:     []string{filepath.Join(sdk, "aep", "envserver.py"), filepath.Join(sdk, "tests", "cartpole.py") + ":CartPole"},
 		ReadOnly: []string{sdk}, EnvAllow: []string{"LANG"}, Env: map[string]string{"PYTHONDONTWRITEBYTECODE": "1"}}
-	h := newHost(t, &env.Plugin{Settings: env.Settings{External: []env.ExternalEnv{cfg}}})
+	h := newHost(t, &env.Plugin{Settings: env.Settings{External: []env.ExternalEnv{cfg}}}, server.WithDataDir(t.TempDir()))
 
 	// The floor: Python stepping the environment itself.
 	cmd := exec.Command(py, "-c", "import json, cartpole; print(json.dumps(cartpole.trajectory(cartpole.CartPole(), 3)))")
@@ -491,6 +500,71 @@ func TestExternalPythonCartPole(t *testing.T) {
 	if len(first) < 10 {
 		t.Fatalf("a trajectory of %d steps tests little", len(first))
 	}
+
+	// The cart-pole saves its state (get_state/set_state): a restored
+	// episode continues in a fresh process as the original did.
+	r := reset(t, c, "cartpole", 5, "")
+	steps := func(n int) string {
+		var out []string
+		for i := 0; i < n; i++ {
+			st, err := step(t, c, r.EpisodeID, i%2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, string(st.Observation))
+		}
+		return strings.Join(out, " ")
+	}
+	steps(3)
+	snap, err := c.SessionSnapshot(ctx, &msg.SessionSnapshotReq{Target: "file"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := steps(4)
+	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+		t.Fatal(err)
+	}
+	if after := steps(4); after != before {
+		t.Fatalf("after the restore:\n%s\nbefore it:\n%s", after, before)
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestExternalEnvironmentSnapshot: an external episode whose environment
+// saves its state continues after session/restore in a fresh process;
+// the replaced process is gone.
+func TestExternalEnvironmentSnapshot(t *testing.T) {
+	cfg, marker := walkConfig(t, 5*time.Second)
+	h := newHost(t, &env.Plugin{Settings: env.Settings{External: []env.ExternalEnv{cfg}}}, server.WithDataDir(t.TempDir()))
+	c := aeptest.Connect(t, h, "env")
+	ctx := aeptest.Context(t)
+	r := reset(t, c, "walk", 7, "")
+	if st, err := step(t, c, r.EpisodeID, 1); err != nil || string(st.Observation) != "3" {
+		t.Fatalf("%+v %v", st, err)
+	}
+	fresh := reset(t, c, "walk", 0, "") // reset, never stepped: saved too
+	snap, err := c.SessionSnapshot(ctx, &msg.SessionSnapshotReq{Target: "file"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := step(t, c, r.EpisodeID, 4); err != nil || string(st.Observation) != "7" {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id   string
+		want string
+	}{{r.EpisodeID, "5"}, {fresh.EpisodeID, "2"}} {
+		if st, err := step(t, c, tc.id, 2); err != nil || string(st.Observation) != tc.want {
+			t.Fatalf("after the restore: %+v %v, want %s", st, err, tc.want)
+		}
+	}
+	if n := len(episodes(marker)); n != 2 {
+		t.Fatalf("%d environment processes after the restore, want 2 (the replaced ones gone)", n)
+	}
+	c.Close()
+	noneLeft(t, marker)
+}

@@ -6,7 +6,8 @@ of schemas/envproto/envproto.json. This module is that protocol's Python
 side: it serves any object with Gymnasium's API — ``reset(seed=, options=)``
 → ``(obs, info)``, ``step(action)`` → ``(obs, reward, terminated,
 truncated, info)``, ``render()``, ``close()``, ``action_space``,
-``observation_space`` — converting the spaces to JSON Schema and numpy
+``observation_space`` (and ``get_state()``/``set_state(value)`` for
+session snapshots, when it has them) — converting the spaces to JSON Schema and numpy
 values to JSON when numpy is present. Neither gymnasium nor numpy is needed.
 
 It uses the standard library only, so it also runs where the SDK's own
@@ -221,6 +222,12 @@ class EnvServer:
         self.name = name or type(env).__name__
         self.description = description or (type(env).__doc__ or "").strip().split("\n")[0]
 
+    def snapshots(self) -> bool:
+        """Whether the environment saves its state: it has ``get_state()``,
+        returning a JSON value that includes its random state, and
+        ``set_state(value)``; then its episodes survive session snapshots."""
+        return callable(getattr(self.env, "get_state", None)) and callable(getattr(self.env, "set_state", None))
+
     def handle(self, req: dict) -> dict:
         """The reply (without ``req_id``) to one request."""
         t = req.get("type")
@@ -231,7 +238,7 @@ class EnvServer:
                         "action_space": space_to_schema(getattr(self.env, "action_space", None)),
                         "observation_space": space_to_schema(getattr(self.env, "observation_space", None)),
                         "render_modes": list((getattr(self.env, "metadata", None) or {}).get("render_modes", [])),
-                        "snapshots": False}
+                        "snapshots": self.snapshots()}
             if t == "envproto/reset/req":
                 kw: dict = {}
                 if req.get("seed") is not None:
@@ -270,8 +277,13 @@ class EnvServer:
                 if hasattr(self.env, "close"):
                     self.env.close()
                 return {"type": "envproto/close/resp"}
-            if t in ("envproto/state/req", "envproto/restore/req"):
+            if t in ("envproto/state/req", "envproto/restore/req") and not self.snapshots():
                 return {"type": "envproto/error", "message": "this environment does not save its state"}
+            if t == "envproto/state/req":
+                return {"type": "envproto/state/resp", "state": json.dumps(to_json(self.env.get_state()), allow_nan=False)}
+            if t == "envproto/restore/req":
+                self.env.set_state(json.loads(req["state"]))
+                return {"type": "envproto/restore/resp"}
             return {"type": "envproto/error", "message": f"unknown request type {str(t)[:64]!r}"}
         except Exception as e:  # the environment's own failure: reported, the episode goes on
             traceback.print_exc(file=sys.stderr)

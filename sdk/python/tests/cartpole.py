@@ -77,6 +77,17 @@ class CartPole:
     def close(self):
         pass
 
+    def get_state(self):
+        """For session snapshots (aep.envserver): the physics, the step
+        count and the random state, as JSON values."""
+        version, internal, gauss = self.rng.getstate()
+        return {"state": self.state, "steps": self.steps, "rng": [version, list(internal), gauss]}
+
+    def set_state(self, value):
+        version, internal, gauss = value["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.state, self.steps = value["state"], value["steps"]
+
 
 def policy(obs):
     """A fixed policy for the tests: push towards the pole's lean."""

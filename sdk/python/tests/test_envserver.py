@@ -188,7 +188,7 @@ class TestProtocol(unittest.TestCase):
             {"type": "envproto/reset/req", "id": "2", "seed": SEED},
             {"type": "envproto/step/req", "id": "3", "action": 1},
             {"type": "envproto/step/req", "id": "4", "action": 2},
-            {"type": "envproto/state/req", "id": "5"},
+            {"type": "envproto/restore/req", "id": "5", "state": "not json"},
             {"type": "envproto/render/req", "id": "6"},
             {"type": "envproto/nonsense/req", "id": "7"},
             {"type": "envproto/close/req", "id": "8"},
@@ -207,6 +207,35 @@ class TestProtocol(unittest.TestCase):
         self.assertIn("step 1", render["text"])
         self.assertEqual(unknown["type"], "envproto/error")
         self.assertEqual(close, {"type": "envproto/close/resp", "req_id": "8"})
+
+    def test_state_and_restore(self) -> None:
+        spec, _, _, state = self.exchange(
+            {"type": "envproto/spec/req", "id": "1"},
+            {"type": "envproto/reset/req", "id": "2", "seed": SEED},
+            {"type": "envproto/step/req", "id": "3", "action": 1},
+            {"type": "envproto/state/req", "id": "4"},
+        )
+        self.assertIs(spec["snapshots"], True)
+        self.assertEqual(state["type"], "envproto/state/resp")
+        # A fresh server restores it and continues as the original does,
+        # an unseeded reset (the random state) included.
+        _, step, _, reset = self.exchange(
+            {"type": "envproto/restore/req", "id": "1", "state": state["state"]},
+            {"type": "envproto/step/req", "id": "2", "action": 0},
+            {"type": "envproto/spec/req", "id": "3"},
+            {"type": "envproto/reset/req", "id": "4"},
+        )
+        direct = cartpole.CartPole()
+        direct.reset(seed=SEED)
+        direct.step(1)
+        self.assertEqual(step["observation"], direct.step(0)[0])
+        self.assertEqual(reset["observation"], direct.reset()[0])
+
+        class Plain:
+            action_space = observation_space = None
+        out = io.StringIO()
+        envserver.EnvServer(Plain()).serve(io.StringIO(json.dumps({"type": "envproto/state/req", "id": "1"}) + "\n"), out)
+        self.assertEqual(json.loads(out.getvalue())["type"], "envproto/error")
 
     def test_exception_is_an_error_reply(self) -> None:
         # A step before any reset: the environment raises; the server answers and goes on.
