@@ -184,7 +184,7 @@ func (d *extDef) start(ctx context.Context, work string) (*extConn, *envproto.Sp
 	if len(dropped) > 0 {
 		d.log.Warn("env: refused variables of an external environment", "env", d.cfg.Name, "dropped", dropped)
 	}
-	c := &extConn{def: d, lines: make(chan []byte, 1), stderr: &tail{}}
+	c := &extConn{def: d, lines: make(chan []byte, 1), quit: make(chan struct{}), stderr: &tail{}}
 	pr, pw := io.Pipe()
 	spec := sandbox.Spec{Argv: append([]string{d.cfg.Command}, d.cfg.Args...), Dir: dir, Env: envv,
 		Stdout: pw, Stderr: c.stderr}
@@ -223,8 +223,10 @@ type extConn struct {
 	def     *extDef
 	proc    *sandbox.Process
 	stdin   io.WriteCloser
-	lines   chan []byte // closed at the end of stdout, or at a line too long
-	readErr error       // why lines was closed early; read after it is closed
+	lines   chan []byte   // closed at the end of stdout, or at a line too long
+	quit    chan struct{} // closed when the process is killed: stop reading
+	killed  sync.Once
+	readErr error // why lines was closed early; read after it is closed
 	stderr  *tail
 	seq     int
 	broken  error // set once the process is gone or unusable
@@ -237,7 +239,13 @@ func (c *extConn) read(r io.Reader) {
 	for {
 		line, err := readLine(br, c.def.cfg.MaxLineBytes)
 		if len(line) > 0 {
-			c.lines <- line
+			select {
+			case c.lines <- line:
+			case <-c.quit:
+				// Nobody will read more of a killed process; what it
+				// still writes is drained below.
+				err = io.EOF
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -427,6 +435,7 @@ func (c *extConn) fail(why error, req wire.Message) error {
 }
 
 func (c *extConn) kill() {
+	c.killed.Do(func() { close(c.quit) })
 	c.proc.Kill()
 	<-c.proc.Done()
 	_ = c.stdin.Close()
