@@ -22,9 +22,9 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// External environments (docs/env.md, Any language) run as their own
-// processes and speak the protocol of schemas/envproto/envproto.json over
-// their stdin and stdout. Each episode has its own process, started on its
+// External environments (docs/env.md, Writing an environment in any
+// language) run as their own processes and speak the protocol of
+// schemas/envproto/envproto.json over their stdin and stdout. Each episode has its own process, started on its
 // first reset in the sandbox of its session (server/sandbox, with the
 // session directory as the only writable place), so nothing is shared
 // between episodes, let alone sessions. A process that dies, hangs past
