@@ -490,8 +490,9 @@ func (p *Plugin) stepLocked(ctx context.Context, sessionID string, ep *episode, 
 	if err != nil {
 		var ended errEnded
 		if errors.As(err, &ended) {
-			// The process is gone (docs/env.md, Writing an environment in any language): the
-			// episode ends and its next reset starts a fresh one.
+			// The process is gone (docs/env.md, Writing an environment
+			// in any language): the episode ends and its next reset
+			// starts a fresh one.
 			ep.status = statusTruncated
 		}
 		return Step{}, err
