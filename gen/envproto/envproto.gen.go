@@ -359,6 +359,7 @@ func init() {
 			Kernel:     false,
 			Required:   []string{"action_space", "observation_space", "protocol"},
 			NotNull:    []string{"action_space", "description", "name", "observation_space", "protocol", "render_modes", "snapshots"},
+			Shape:      &wire.Shape{Props: map[string]*wire.Shape{"render_modes": &wire.Shape{ItemNotNull: true}}},
 			New:        newSpecResp,
 		},
 		&wire.Entry{
