@@ -501,6 +501,10 @@ func TestExternalPythonCartPole(t *testing.T) {
 		t.Fatalf("a trajectory of %d steps tests little", len(first))
 	}
 
+	// check_env through the wire: determinism under a seed, observations
+	// in the space the adapter derived, the end of an episode respected.
+	checkEnv(t, c, "cartpole", "", []int{0, 1}, 600)
+
 	// The cart-pole saves its state (get_state/set_state): a restored
 	// episode continues in a fresh process as the original did.
 	r := reset(t, c, "cartpole", 5, "")
