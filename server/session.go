@@ -45,10 +45,13 @@ type Session struct {
 	token  *[32]byte // a child's own token; nil means the host's
 	// childCaps limits a child session to a subset of its parent's capabilities.
 	childCaps map[string]bool
-	child     *childInfo   // set for child sessions (child.go)
-	steps     atomic.Int64 // requests a child session has made (child.go)
-	created   time.Time
-	remote    netip.Addr // the client's address, when the transport knows it
+	child     *childInfo // set for child sessions (child.go)
+	// forked marks a session made by session/fork (fork.go): top-level,
+	// counted from its creation and attached like a child.
+	forked  bool
+	steps   atomic.Int64 // requests a child session has made (child.go)
+	created time.Time
+	remote  netip.Addr // the client's address, when the transport knows it
 
 	// Guarded by Host.mu (pending.go): the session's place in the pending
 	// pool, or whether it counts against max_sessions.

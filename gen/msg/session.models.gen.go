@@ -2,6 +2,70 @@
 
 package msg
 
+type ForkInfo struct {
+	// The fork's public handle.
+	Handle string `json:"handle"`
+
+	// The fork's transport id: a bearer secret, told to the sender only
+	// (docs/SECURITY.md, Secrets and session ids).
+	SessionID string `json:"session_id"`
+}
+
+type NotForked struct {
+	// Its id or name in the sender's session.
+	ID string `json:"id"`
+
+	// What it is: process, toolkit, subagent.
+	Kind string `json:"kind"`
+
+	// The plugin whose state it is.
+	Plugin string `json:"plugin"`
+
+	// What the forks have instead, and why.
+	Reason string `json:"reason"`
+}
+
+// Forks the sender's session `count` ways (docs/DECISIONS.md, Session fork): each
+// fork is a new top-level session of the same agent whose plugin state is a copy
+// of the sender's current state (or of one of its snapshots, by `snapshot_id`) and
+// whose session directory is a copy of the sender's files. A fork waits for its
+// handshake with the host token, reached by its `session_id` as a subagent's child
+// is (X-Session-Id on HTTP and WebSocket, an in-process attach); it counts against
+// max_sessions from its creation. Running processes are not forked: `not_forked`
+// lists them.
+type SessionForkReq struct {
+	// How many forks to make.
+	Count int `json:"count"`
+
+	// Fork from this snapshot (restoring it needs only its id, so forking from it
+	// does too) instead of the current state; the files are those of the snapshot's
+	// session directory as they are now.
+	SnapshotID *string `json:"snapshot_id,omitempty,omitzero"`
+}
+
+type SessionForkResp struct {
+	// How the session directory was copied: reflink (copy-on-write clones), copy
+	// (bytes copied), none (no files).
+	Copy *SessionForkRespCopy `json:"copy,omitempty,omitzero"`
+
+	// Forks corresponds to the JSON schema field "forks".
+	Forks []ForkInfo `json:"forks"`
+
+	// Seconds within which each fork must handshake, or it is closed
+	// (server.limits.handshake_timeout).
+	HandshakeTimeout float64 `json:"handshake_timeout"`
+
+	// What of the sender's state the forks do not carry as it runs in the sender: the
+	// same for every fork.
+	NotForked []NotForked `json:"not_forked"`
+}
+
+type SessionForkRespCopy string
+
+const SessionForkRespCopyCopy SessionForkRespCopy = "copy"
+const SessionForkRespCopyNone SessionForkRespCopy = "none"
+const SessionForkRespCopyReflink SessionForkRespCopy = "reflink"
+
 // Describes the sender's session. (No fields.)
 type SessionInfoReq struct{}
 

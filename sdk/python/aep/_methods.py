@@ -617,6 +617,23 @@ class AsyncMethods:
         """
         return await self._request(m.ProcWriteReqMessage, {"proc_id": proc_id}, {"data": data, "eof": eof}, m.ProcWriteRespMessage, call_timeout, on_event)
 
+    async def session_fork(
+        self,
+        count: int,
+        *,
+        snapshot_id: Optional[str] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionForkRespMessage:
+        """``session/fork/req`` → ``session/fork/resp``. Forks the sender's
+        session `count` ways (docs/DECISIONS.md, Session fork): each fork is
+        a new top-level session of the same agent whose plugin state is a
+        copy of the sender's current state (or of one of its snapshots, by
+        `snapshot_id`) and whose session directory is a copy of the sender's
+        files.
+        """
+        return await self._request(m.SessionForkReqMessage, {"count": count}, {"snapshot_id": snapshot_id}, m.SessionForkRespMessage, call_timeout, on_event)
+
     async def session_info(
         self,
         *,
@@ -1475,6 +1492,23 @@ class SyncMethods:
         """
         return self._request(m.ProcWriteReqMessage, {"proc_id": proc_id}, {"data": data, "eof": eof}, m.ProcWriteRespMessage, call_timeout, on_event)
 
+    def session_fork(
+        self,
+        count: int,
+        *,
+        snapshot_id: Optional[str] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionForkRespMessage:
+        """``session/fork/req`` → ``session/fork/resp``. Forks the sender's
+        session `count` ways (docs/DECISIONS.md, Session fork): each fork is
+        a new top-level session of the same agent whose plugin state is a
+        copy of the sender's current state (or of one of its snapshots, by
+        `snapshot_id`) and whose session directory is a copy of the sender's
+        files.
+        """
+        return self._request(m.SessionForkReqMessage, {"count": count}, {"snapshot_id": snapshot_id}, m.SessionForkRespMessage, call_timeout, on_event)
+
     def session_info(
         self,
         *,
@@ -1777,6 +1811,7 @@ REQUESTS: dict[str, tuple[type[m.Model], Optional[type[m.Model]]]] = {
     "proc_status": (m.ProcStatusReqMessage, m.ProcStatusRespMessage),
     "proc_wait": (m.ProcWaitReqMessage, m.ProcWaitRespMessage),
     "proc_write": (m.ProcWriteReqMessage, m.ProcWriteRespMessage),
+    "session_fork": (m.SessionForkReqMessage, m.SessionForkRespMessage),
     "session_info": (m.SessionInfoReqMessage, m.SessionInfoRespMessage),
     "session_restore": (m.SessionRestoreReqMessage, m.SessionRestoreRespMessage),
     "session_snapshot": (m.SessionSnapshotReqMessage, m.SessionSnapshotRespMessage),

@@ -1076,6 +1076,14 @@ class Feedback(Model):
     source: Optional[Literal["human", "env", "self"]] = None
 
 
+class ForkInfo(Model):
+    #: The fork's public handle.
+    handle: str
+    #: The fork's transport id: a bearer secret, told to the sender only
+    #: (docs/SECURITY.md, Secrets and session ids).
+    session_id: str
+
+
 class HandshakeReqMessage(Model):
     """`handshake/req` (request). Opens a session (spec §2.4). Every other
     request needs a completed handshake (spec §4.2).
@@ -2208,6 +2216,17 @@ class MemoryTierStats(Model):
     tier: Literal["working", "episodic", "semantic"]
 
 
+class NotForked(Model):
+    #: Its id or name in the sender's session.
+    id: str
+    #: What it is: process, toolkit, subagent.
+    kind: str
+    #: The plugin whose state it is.
+    plugin: str
+    #: What the forks have instead, and why.
+    reason: str
+
+
 class PingMessage(Model):
     """`ping` (request). Liveness check; answered by pong. (No fields.)"""
 
@@ -2715,6 +2734,65 @@ class SessionEventMessage(Model):
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SessionForkReqMessage(Model):
+    """`session/fork/req` (request). Forks the sender's session `count` ways
+    (docs/DECISIONS.md, Session fork): each fork is a new top-level session
+    of the same agent whose plugin state is a copy of the sender's current
+    state (or of one of its snapshots, by `snapshot_id`) and whose session
+    directory is a copy of the sender's files. A fork waits for its
+    handshake with the host token, reached by its `session_id` as a
+    subagent's child is (X-Session-Id on HTTP and WebSocket, an in-process
+    attach); it counts against max_sessions from its creation. Running
+    processes are not forked: `not_forked` lists them.
+    """
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/fork/req"] = "session/fork/req"
+    #: How many forks to make.
+    count: int
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: Optional[str] = None
+    #: Fork from this snapshot (restoring it needs only its id, so forking
+    #: from it does too) instead of the current state; the files are those of
+    #: the snapshot's session directory as they are now.
+    snapshot_id: Optional[str] = None
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SessionForkRespMessage(Model):
+    """`session/fork/resp` (reply)."""
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/fork/resp"] = "session/fork/resp"
+    #: How the session directory was copied: reflink (copy-on-write clones),
+    #: copy (bytes copied), none (no files).
+    copy_: Optional[Literal["reflink", "copy", "none"]] = Field(None, alias="copy")
+    forks: list[ForkInfo]
+    #: Seconds within which each fork must handshake, or it is closed
+    #: (server.limits.handshake_timeout).
+    handshake_timeout: float
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: What of the sender's state the forks do not carry as it runs in the
+    #: sender: the same for every fork.
+    not_forked: list[NotForked]
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3949,6 +4027,7 @@ AgentMessage = Annotated[
         ProcStatusReqMessage,
         ProcWaitReqMessage,
         ProcWriteReqMessage,
+        SessionForkReqMessage,
         SessionInfoReqMessage,
         SessionRestoreReqMessage,
         SessionSnapshotDeleteReqMessage,
@@ -4115,6 +4194,7 @@ HostMessage = Annotated[
         ProcWaitRespMessage,
         ProcWriteRespMessage,
         SessionEventMessage,
+        SessionForkRespMessage,
         SessionInfoRespMessage,
         SessionRestoreRespMessage,
         SessionSnapshotDeleteRespMessage,
@@ -4268,6 +4348,7 @@ ProcHostMessage = Annotated[
 
 SessionAgentMessage = Annotated[
     Union[
+        SessionForkReqMessage,
         SessionInfoReqMessage,
         SessionRestoreReqMessage,
         SessionSnapshotDeleteReqMessage,
@@ -4282,6 +4363,7 @@ SessionAgentMessage = Annotated[
 SessionHostMessage = Annotated[
     Union[
         SessionEventMessage,
+        SessionForkRespMessage,
         SessionInfoRespMessage,
         SessionRestoreRespMessage,
         SessionSnapshotDeleteRespMessage,
@@ -4448,6 +4530,7 @@ AGENT_TYPES: dict[str, type[Model]] = {
     "proc/status/req": ProcStatusReqMessage,
     "proc/wait/req": ProcWaitReqMessage,
     "proc/write/req": ProcWriteReqMessage,
+    "session/fork/req": SessionForkReqMessage,
     "session/info/req": SessionInfoReqMessage,
     "session/restore/req": SessionRestoreReqMessage,
     "session/snapshot/delete/req": SessionSnapshotDeleteReqMessage,
@@ -4521,6 +4604,7 @@ HOST_TYPES: dict[str, type[Model]] = {
     "proc/wait/resp": ProcWaitRespMessage,
     "proc/write/resp": ProcWriteRespMessage,
     "session/event": SessionEventMessage,
+    "session/fork/resp": SessionForkRespMessage,
     "session/info/resp": SessionInfoRespMessage,
     "session/restore/resp": SessionRestoreRespMessage,
     "session/snapshot/delete/resp": SessionSnapshotDeleteRespMessage,
