@@ -61,6 +61,7 @@ type Session struct {
 	state      atomic.Int32
 	lastActive atomic.Int64 // unix nanos
 	enabled    atomic.Pointer[map[string]bool]
+	rec        atomic.Pointer[trajRec] // set when the trajectory is recorded (trajectory.go)
 
 	mu       sync.Mutex
 	sink     Sink
@@ -142,6 +143,9 @@ func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
 }
 
 func (s *Session) send(p *wire.Packet) int {
+	if r := s.rec.Load(); r != nil {
+		r.host(p)
+	}
 	s.mu.Lock()
 	sink := s.sink
 	s.mu.Unlock()
@@ -229,6 +233,13 @@ func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) {
 
 func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, size int, bodySession string) {
 	s.touch()
+	if r := s.rec.Load(); r != nil {
+		kind := "notification"
+		if e.Kind == wire.KindRequest {
+			kind = "request"
+		}
+		r.agent(kind, env, m)
+	}
 	switch e.Type {
 	case "handshake/req":
 		s.handshake(env, m.(*msg.HandshakeReq))

@@ -84,3 +84,12 @@ func (p *sessionPlugin) SessionFork(ctx context.Context, sc wire.Scope, req *msg
 	}
 	return p.h.forkSession(ctx, s, req.Count, snap)
 }
+
+// SessionTrajectoryExport exports recorded trajectory records (trajectory.go).
+func (p *sessionPlugin) SessionTrajectoryExport(ctx context.Context, sc wire.Scope, req *msg.SessionTrajectoryExportReq) (*msg.SessionTrajectoryExportResp, error) {
+	s, ok := p.h.SessionByHandle(sc.SessionID())
+	if !ok {
+		return nil, errSessionEnded
+	}
+	return p.h.exportTrajectory(ctx, s, req)
+}

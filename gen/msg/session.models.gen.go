@@ -184,6 +184,56 @@ type SessionSnapshotRespTarget string
 const SessionSnapshotRespTargetFile SessionSnapshotRespTarget = "file"
 const SessionSnapshotRespTargetSQL SessionSnapshotRespTarget = "sql"
 
+// Exports recorded trajectory records (docs/DECISIONS.md, Trajectories; each
+// record as schemas/records/trajectory.json describes) of this session and of the
+// earlier sessions whose ids it presents in `session_ids` (a session id is a
+// bearer secret, so holding one proves the session was the sender's), oldest
+// first, a page at a time.
+type SessionTrajectoryExportReq struct {
+	// Export records after this cursor (the `next` of the previous page); 0: from the
+	// start.
+	After int `json:"after,omitempty,omitzero"`
+
+	// jsonl: the records themselves; chat: each session's records of the page
+	// converted to one chat sample (messages with tool calls, as TRL and verl read
+	// multi-turn rollouts).
+	Format SessionTrajectoryExportReqFormat `json:"format,omitempty,omitzero"`
+
+	// At most this many records per page.
+	Limit int `json:"limit,omitempty,omitzero"`
+
+	// Ids of earlier sessions of the sender whose records to export, instead of this
+	// session's own.
+	SessionIds []string `json:"session_ids,omitempty,omitzero"`
+}
+
+type SessionTrajectoryExportReqFormat string
+
+const SessionTrajectoryExportReqFormatChat SessionTrajectoryExportReqFormat = "chat"
+const SessionTrajectoryExportReqFormatJsonl SessionTrajectoryExportReqFormat = "jsonl"
+
+type SessionTrajectoryExportResp struct {
+	// Format corresponds to the JSON schema field "format".
+	Format SessionTrajectoryExportRespFormat `json:"format"`
+
+	// jsonl: one trajectory record each; chat: one chat sample per session of the
+	// page.
+	Lines []SessionTrajectoryExportRespLinesElem `json:"lines"`
+
+	// The cursor of the next page; absent on the last page.
+	Next *int `json:"next,omitempty,omitzero"`
+
+	// How many records the page holds.
+	Records int `json:"records"`
+}
+
+type SessionTrajectoryExportRespFormat string
+
+const SessionTrajectoryExportRespFormatChat SessionTrajectoryExportRespFormat = "chat"
+const SessionTrajectoryExportRespFormatJsonl SessionTrajectoryExportRespFormat = "jsonl"
+
+type SessionTrajectoryExportRespLinesElem map[string]interface{}
+
 type SnapshotInfo struct {
 	// The agent id of the session it was taken from.
 	AgentID *string `json:"agent_id,omitempty,omitzero"`

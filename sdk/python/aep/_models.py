@@ -1103,6 +1103,11 @@ class HandshakeReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
+    #: Asks the host to record this session's trajectory: every request and
+    #: reply with bodies, events and timing, secrets redacted, kept in the
+    #: host's store (docs/DECISIONS.md, Trajectories). handshake/resp's
+    #: record_trajectory says whether it does.
+    record_trajectory: Optional[bool] = None
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -1133,6 +1138,10 @@ class HandshakeRespMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: Why the handshake failed.
     reason: Optional[str] = None
+    #: True when the host records this session's trajectory (asked for in
+    #: handshake/req, or every session by the operator's
+    #: server.trajectories.record).
+    record_trajectory: Optional[bool] = None
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: str
     #: Identifier of the session; absent on failure.
@@ -3025,6 +3034,66 @@ class SessionSnapshotRespMessage(Model):
     ts: float
 
 
+class SessionTrajectoryExportReqMessage(Model):
+    """`session/trajectory/export/req` (request). Exports recorded trajectory
+    records (docs/DECISIONS.md, Trajectories; each record as
+    schemas/records/trajectory.json describes) of this session and of the
+    earlier sessions whose ids it presents in `session_ids` (a session id is
+    a bearer secret, so holding one proves the session was the sender's),
+    oldest first, a page at a time.
+    """
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/trajectory/export/req"] = "session/trajectory/export/req"
+    #: Export records after this cursor (the `next` of the previous page); 0:
+    #: from the start.
+    after: int = 0
+    #: jsonl: the records themselves; chat: each session's records of the
+    #: page converted to one chat sample (messages with tool calls, as TRL
+    #: and verl read multi-turn rollouts).
+    format: Literal["jsonl", "chat"] = "jsonl"
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: At most this many records per page.
+    limit: int = 1000
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: Optional[str] = None
+    #: Ids of earlier sessions of the sender whose records to export, instead
+    #: of this session's own.
+    session_ids: Optional[list[str]] = None
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SessionTrajectoryExportRespMessage(Model):
+    """`session/trajectory/export/resp` (reply)."""
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/trajectory/export/resp"] = "session/trajectory/export/resp"
+    format: Literal["jsonl", "chat"]
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: jsonl: one trajectory record each; chat: one chat sample per session
+    #: of the page.
+    lines: list[dict[str, Any]]
+    #: The cursor of the next page; absent on the last page.
+    next: Optional[int] = None
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: How many records the page holds.
+    records: int
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: str
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
 class ShutdownMessage(Model):
     """`shutdown` (notification). Ends the sender's session only, never the
     host (docs/DECISIONS.md, Wire): no new requests are admitted, requests
@@ -4033,6 +4102,7 @@ AgentMessage = Annotated[
         SessionSnapshotDeleteReqMessage,
         SessionSnapshotListReqMessage,
         SessionSnapshotReqMessage,
+        SessionTrajectoryExportReqMessage,
         ShutdownMessage,
         SkillCallReqMessage,
         SkillDiscoverReqMessage,
@@ -4200,6 +4270,7 @@ HostMessage = Annotated[
         SessionSnapshotDeleteRespMessage,
         SessionSnapshotListRespMessage,
         SessionSnapshotRespMessage,
+        SessionTrajectoryExportRespMessage,
         SkillCallRespMessage,
         SkillDiscoverRespMessage,
         SkillEventMessage,
@@ -4354,6 +4425,7 @@ SessionAgentMessage = Annotated[
         SessionSnapshotDeleteReqMessage,
         SessionSnapshotListReqMessage,
         SessionSnapshotReqMessage,
+        SessionTrajectoryExportReqMessage,
     ],
     Field(discriminator="type"),
 ]
@@ -4369,6 +4441,7 @@ SessionHostMessage = Annotated[
         SessionSnapshotDeleteRespMessage,
         SessionSnapshotListRespMessage,
         SessionSnapshotRespMessage,
+        SessionTrajectoryExportRespMessage,
     ],
     Field(discriminator="type"),
 ]
@@ -4536,6 +4609,7 @@ AGENT_TYPES: dict[str, type[Model]] = {
     "session/snapshot/delete/req": SessionSnapshotDeleteReqMessage,
     "session/snapshot/list/req": SessionSnapshotListReqMessage,
     "session/snapshot/req": SessionSnapshotReqMessage,
+    "session/trajectory/export/req": SessionTrajectoryExportReqMessage,
     "shutdown": ShutdownMessage,
     "skill/call/req": SkillCallReqMessage,
     "skill/discover/req": SkillDiscoverReqMessage,
@@ -4610,6 +4684,7 @@ HOST_TYPES: dict[str, type[Model]] = {
     "session/snapshot/delete/resp": SessionSnapshotDeleteRespMessage,
     "session/snapshot/list/resp": SessionSnapshotListRespMessage,
     "session/snapshot/resp": SessionSnapshotRespMessage,
+    "session/trajectory/export/resp": SessionTrajectoryExportRespMessage,
     "skill/call/resp": SkillCallRespMessage,
     "skill/discover/resp": SkillDiscoverRespMessage,
     "skill/event": SkillEventMessage,
