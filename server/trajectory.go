@@ -317,13 +317,16 @@ type trajRow struct {
 // trajWriter writes records to the store in batches from one goroutine,
 // off the session's path; Close writes what is queued.
 type trajWriter struct {
-	h      *Host
-	mu     sync.Mutex
-	queue  []trajRow
-	wake   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
-	closed bool
+	h *Host
+	// flushMu makes a flush wait for one under way, so that an export
+	// that flushes first sees every record queued before it.
+	flushMu sync.Mutex
+	mu      sync.Mutex
+	queue   []trajRow
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	closed  bool
 }
 
 func (h *Host) startTrajectories() {
@@ -376,6 +379,8 @@ func (w *trajWriter) run() {
 }
 
 func (w *trajWriter) flush() {
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
 	for {
 		w.mu.Lock()
 		rows := w.queue
@@ -418,6 +423,12 @@ func (w *trajWriter) retain() {
 	}
 }
 
+func (w *trajWriter) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
 // close stops the writer after writing what is queued.
 func (w *trajWriter) close(ctx context.Context) error {
 	if w == nil {
@@ -443,6 +454,10 @@ func (w *trajWriter) close(ctx context.Context) error {
 func (h *Host) exportTrajectory(ctx context.Context, s *Session, req *msg.SessionTrajectoryExportReq) (*msg.SessionTrajectoryExportResp, error) {
 	if h.store == nil {
 		return nil, wire.Reason("trajectory_store_unavailable", errors.New("trajectories are kept in the host's store; this host has none"))
+	}
+	// What the session and others recorded so far is in the store first.
+	if w := h.traj; w != nil && !w.isClosed() {
+		w.flush()
 	}
 	owners := []string{ownerKey(s.id)}
 	if len(req.SessionIds) > 0 {

@@ -85,16 +85,21 @@ class AsyncClient(AsyncMethods):
     @classmethod
     async def connect(cls, transport: Transport, *, token: Optional[str] = None, agent_id: str = "aep-python",
                       caps: Sequence[str] = (), timeout: Optional[float] = 30.0,
-                      on_event: Optional[EventCallback] = None) -> "AsyncClient":
+                      on_event: Optional[EventCallback] = None,
+                      record_trajectory: Optional[bool] = None) -> "AsyncClient":
         """Opens transport and handshakes (spec §2.4). token defaults to
-        $AEP_AUTH_TOKEN. Raises HandshakeError when the host refuses."""
+        $AEP_AUTH_TOKEN. Raises HandshakeError when the host refuses.
+        ``record_trajectory=True`` asks the host to record the session's
+        trajectory (docs/trajectories.md); ``handshake_reply.record_trajectory``
+        says whether it does."""
         if token is None:
             token = os.environ.get("AEP_AUTH_TOKEN", "")
         c = cls(transport, on_event=on_event)
         await transport.open()
         c._reader = asyncio.get_running_loop().create_task(c._read_loop())
         try:
-            reply = await c.handshake(agent_caps=list(caps), agent_id=agent_id, auth_token=token, call_timeout=timeout)
+            reply = await c.handshake(agent_caps=list(caps), agent_id=agent_id, auth_token=token,
+                                      record_trajectory=record_trajectory, call_timeout=timeout)
             if not reply.ok:
                 raise HandshakeError(reply)
         except BaseException:
@@ -102,7 +107,8 @@ class AsyncClient(AsyncMethods):
             raise
         c.handshake_reply = reply
         # Kept so that fork() can handshake each fork as this session did.
-        c._connect_kw = dict(token=token, agent_id=agent_id, caps=list(caps), timeout=timeout)
+        c._connect_kw = dict(token=token, agent_id=agent_id, caps=list(caps), timeout=timeout,
+                             record_trajectory=record_trajectory)
         return c
 
     @classmethod

@@ -131,3 +131,23 @@ class Fork:
 for _name in ("http", "websocket"):
     _cls = "Fork" + _name.capitalize()
     globals()[_cls] = type(_cls, (PerTransport, Fork, unittest.TestCase), {"transport": _name, "__module__": __name__})
+
+
+class TrajectoryExport(PerTransport, unittest.TestCase):
+    """A recorded session exports its own trajectory, and the chat form."""
+
+    transport = "http"
+
+    def test_record_and_export(self) -> None:
+        with sync_client(self.transport, caps=["env"], record_trajectory=True) as c:
+            self.assertTrue(c.handshake_reply.record_trajectory)
+            r = c.env_reset(env_name="guess", seed=1)
+            c.env_step(episode_id=r.episode_id, action=50)
+            page = c.session_trajectory_export()
+            types = [line["type"] for line in page.lines]
+            self.assertEqual(types[:2], ["handshake/req", "handshake/resp"])
+            self.assertIn("env/step/resp", types)
+            self.assertNotIn(c.session_id, json.dumps(page.lines))
+            chat = c.session_trajectory_export(format="chat")
+            names = [msg["name"] for msg in chat.lines[0]["messages"] if msg["role"] == "tool"]
+            self.assertEqual(names, ["env_reset", "env_step"])
