@@ -29,9 +29,25 @@ func reportP50(b *testing.B, ds []time.Duration, per int) {
 	b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000/float64(per), "p50-ms")
 }
 
+// benchDir is a temporary directory under $AEP_BENCH_DIR when set (to
+// measure on another file system, one with reflinks say), else b.TempDir.
+func benchDir(b *testing.B) string {
+	b.Helper()
+	base := os.Getenv("AEP_BENCH_DIR")
+	if base == "" {
+		return b.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, "bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 func benchHost(b *testing.B, plugins ...string) *server.Host {
 	b.Helper()
-	dir := b.TempDir()
+	dir := benchDir(b)
 	cfg := aeptest.Config(func(c *server.Config) {
 		for _, p := range plugins {
 			c.Plugins = append(c.Plugins, server.PluginConfig{Name: p, Type: p, Cls: "aep." + p + ".builtin"})
@@ -138,9 +154,9 @@ func plainCopy(src, dst string) error {
 // plain copy of the same 10 MiB directory.
 func BenchmarkFork(b *testing.B) {
 	b.Run("floor-dircopy", func(b *testing.B) {
-		src := b.TempDir()
+		src := benchDir(b)
 		benchWorkspace(b, src)
-		root := b.TempDir()
+		root := benchDir(b)
 		ds := make([]time.Duration, 0, b.N)
 		for i := 0; i < b.N; i++ {
 			dst := filepath.Join(root, fmt.Sprint(i))
