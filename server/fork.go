@@ -52,6 +52,11 @@ func (s *Session) Forked() bool { return s.forked }
 // forkSession makes count forks of s, from its current state or from
 // snapshot snapshotID. On error no fork is left open.
 func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotID string) (*msg.SessionForkResp, error) {
+	if s.parent != nil {
+		// A fork is a top-level session: a subagent's would shed its
+		// parent's capability subset, step limit and memory scope.
+		return nil, fmt.Errorf("a subagent's session cannot be forked: its forks would be top-level sessions without its limits; fork the top-level session: %w", wire.ErrDenied)
+	}
 	var (
 		p      *snapshotPayload
 		srcDir string

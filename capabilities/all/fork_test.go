@@ -519,6 +519,27 @@ func TestForkLimitsAndSnapshots(t *testing.T) {
 			}
 		})
 	}
+	// A subagent's session cannot fork (its forks would shed its limits).
+	sub := newForkRig(t, func(c *server.Config) {
+		c.Plugins = append(c.Plugins, server.PluginConfig{Name: "subagents", Type: "subagents", Cls: "aep.subagents.builtin"})
+	})
+	top := aeptest.Connect(t, sub.h, "memory", "subagents")
+	sp, err := top.SubagentSpawn(ctx, &msg.SubagentSpawnReq{Name: "helper", MemoryScope: "isolated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe, err := sub.h.ConnectLinesTo(sp.SessionID, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid := client.New(client.Lines(pipe, nil))
+	defer kid.Close()
+	if hs, err := kid.Handshake(ctx, "helper", sp.AuthToken, "memory"); err != nil || !hs.Ok {
+		t.Fatalf("child handshake %+v %v", hs, err)
+	}
+	_, err = kid.SessionFork(ctx, &msg.SessionForkReq{Count: 1})
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "denied")
+
 	// None was kept: three fit now.
 	fork, err := parent.SessionFork(ctx, &msg.SessionForkReq{Count: 3, SnapshotID: &snap.SnapshotID})
 	if err != nil {
