@@ -22,6 +22,7 @@ import (
 	"github.com/aephost/aep/ent/memorysemantic"
 	"github.com/aephost/aep/ent/skillregistration"
 	"github.com/aephost/aep/ent/snapshot"
+	"github.com/aephost/aep/ent/trajectoryrecord"
 )
 
 // Client is the client that holds all ent builders.
@@ -45,6 +46,8 @@ type Client struct {
 	SkillRegistration *SkillRegistrationClient
 	// Snapshot is the client for interacting with the Snapshot builders.
 	Snapshot *SnapshotClient
+	// TrajectoryRecord is the client for interacting with the TrajectoryRecord builders.
+	TrajectoryRecord *TrajectoryRecordClient
 }
 
 // NewClient creates a new client configured with the given options.
@@ -64,6 +67,7 @@ func (c *Client) init() {
 	c.MemorySemantic = NewMemorySemanticClient(c.config)
 	c.SkillRegistration = NewSkillRegistrationClient(c.config)
 	c.Snapshot = NewSnapshotClient(c.config)
+	c.TrajectoryRecord = NewTrajectoryRecordClient(c.config)
 }
 
 type (
@@ -164,6 +168,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		MemorySemantic:    NewMemorySemanticClient(cfg),
 		SkillRegistration: NewSkillRegistrationClient(cfg),
 		Snapshot:          NewSnapshotClient(cfg),
+		TrajectoryRecord:  NewTrajectoryRecordClient(cfg),
 	}, nil
 }
 
@@ -191,6 +196,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		MemorySemantic:    NewMemorySemanticClient(cfg),
 		SkillRegistration: NewSkillRegistrationClient(cfg),
 		Snapshot:          NewSnapshotClient(cfg),
+		TrajectoryRecord:  NewTrajectoryRecordClient(cfg),
 	}, nil
 }
 
@@ -222,6 +228,7 @@ func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.LearnCall, c.LearnExperience, c.LearnFeedback, c.LearnWeight,
 		c.MemoryEpisodic, c.MemorySemantic, c.SkillRegistration, c.Snapshot,
+		c.TrajectoryRecord,
 	} {
 		n.Use(hooks...)
 	}
@@ -233,6 +240,7 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.LearnCall, c.LearnExperience, c.LearnFeedback, c.LearnWeight,
 		c.MemoryEpisodic, c.MemorySemantic, c.SkillRegistration, c.Snapshot,
+		c.TrajectoryRecord,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -257,6 +265,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.SkillRegistration.mutate(ctx, m)
 	case *SnapshotMutation:
 		return c.Snapshot.mutate(ctx, m)
+	case *TrajectoryRecordMutation:
+		return c.TrajectoryRecord.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
 	}
@@ -1326,14 +1336,147 @@ func (c *SnapshotClient) mutate(ctx context.Context, m *SnapshotMutation) (Value
 	}
 }
 
+// TrajectoryRecordClient is a client for the TrajectoryRecord schema.
+type TrajectoryRecordClient struct {
+	config
+}
+
+// NewTrajectoryRecordClient returns a client for the TrajectoryRecord from the given config.
+func NewTrajectoryRecordClient(c config) *TrajectoryRecordClient {
+	return &TrajectoryRecordClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `trajectoryrecord.Hooks(f(g(h())))`.
+func (c *TrajectoryRecordClient) Use(hooks ...Hook) {
+	c.hooks.TrajectoryRecord = append(c.hooks.TrajectoryRecord, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `trajectoryrecord.Intercept(f(g(h())))`.
+func (c *TrajectoryRecordClient) Intercept(interceptors ...Interceptor) {
+	c.inters.TrajectoryRecord = append(c.inters.TrajectoryRecord, interceptors...)
+}
+
+// Create returns a builder for creating a TrajectoryRecord entity.
+func (c *TrajectoryRecordClient) Create() *TrajectoryRecordCreate {
+	mutation := newTrajectoryRecordMutation(c.config, OpCreate)
+	return &TrajectoryRecordCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of TrajectoryRecord entities.
+func (c *TrajectoryRecordClient) CreateBulk(builders ...*TrajectoryRecordCreate) *TrajectoryRecordCreateBulk {
+	return &TrajectoryRecordCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *TrajectoryRecordClient) MapCreateBulk(slice any, setFunc func(*TrajectoryRecordCreate, int)) *TrajectoryRecordCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &TrajectoryRecordCreateBulk{err: fmt.Errorf("calling to TrajectoryRecordClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*TrajectoryRecordCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &TrajectoryRecordCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for TrajectoryRecord.
+func (c *TrajectoryRecordClient) Update() *TrajectoryRecordUpdate {
+	mutation := newTrajectoryRecordMutation(c.config, OpUpdate)
+	return &TrajectoryRecordUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *TrajectoryRecordClient) UpdateOne(_m *TrajectoryRecord) *TrajectoryRecordUpdateOne {
+	mutation := newTrajectoryRecordMutation(c.config, OpUpdateOne, withTrajectoryRecord(_m))
+	return &TrajectoryRecordUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *TrajectoryRecordClient) UpdateOneID(id int) *TrajectoryRecordUpdateOne {
+	mutation := newTrajectoryRecordMutation(c.config, OpUpdateOne, withTrajectoryRecordID(id))
+	return &TrajectoryRecordUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for TrajectoryRecord.
+func (c *TrajectoryRecordClient) Delete() *TrajectoryRecordDelete {
+	mutation := newTrajectoryRecordMutation(c.config, OpDelete)
+	return &TrajectoryRecordDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *TrajectoryRecordClient) DeleteOne(_m *TrajectoryRecord) *TrajectoryRecordDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *TrajectoryRecordClient) DeleteOneID(id int) *TrajectoryRecordDeleteOne {
+	builder := c.Delete().Where(trajectoryrecord.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &TrajectoryRecordDeleteOne{builder}
+}
+
+// Query returns a query builder for TrajectoryRecord.
+func (c *TrajectoryRecordClient) Query() *TrajectoryRecordQuery {
+	return &TrajectoryRecordQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeTrajectoryRecord},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a TrajectoryRecord entity by its id.
+func (c *TrajectoryRecordClient) Get(ctx context.Context, id int) (*TrajectoryRecord, error) {
+	return c.Query().Where(trajectoryrecord.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *TrajectoryRecordClient) GetX(ctx context.Context, id int) *TrajectoryRecord {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *TrajectoryRecordClient) Hooks() []Hook {
+	return c.hooks.TrajectoryRecord
+}
+
+// Interceptors returns the client interceptors.
+func (c *TrajectoryRecordClient) Interceptors() []Interceptor {
+	return c.inters.TrajectoryRecord
+}
+
+func (c *TrajectoryRecordClient) mutate(ctx context.Context, m *TrajectoryRecordMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&TrajectoryRecordCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&TrajectoryRecordUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&TrajectoryRecordUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&TrajectoryRecordDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown TrajectoryRecord mutation op: %q", m.Op())
+	}
+}
+
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
 		LearnCall, LearnExperience, LearnFeedback, LearnWeight, MemoryEpisodic,
-		MemorySemantic, SkillRegistration, Snapshot []ent.Hook
+		MemorySemantic, SkillRegistration, Snapshot, TrajectoryRecord []ent.Hook
 	}
 	inters struct {
 		LearnCall, LearnExperience, LearnFeedback, LearnWeight, MemoryEpisodic,
-		MemorySemantic, SkillRegistration, Snapshot []ent.Interceptor
+		MemorySemantic, SkillRegistration, Snapshot, TrajectoryRecord []ent.Interceptor
 	}
 )

@@ -20,6 +20,7 @@ import (
 	"github.com/aephost/aep/ent/memorysemantic"
 	"github.com/aephost/aep/ent/skillregistration"
 	"github.com/aephost/aep/ent/snapshot"
+	"github.com/aephost/aep/ent/trajectoryrecord"
 )
 
 // ent aliases to avoid import conflicts in user's code.
@@ -88,6 +89,7 @@ func checkColumn(t, c string) error {
 			memorysemantic.Table:    memorysemantic.ValidColumn,
 			skillregistration.Table: skillregistration.ValidColumn,
 			snapshot.Table:          snapshot.ValidColumn,
+			trajectoryrecord.Table:  trajectoryrecord.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

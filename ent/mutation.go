@@ -20,6 +20,7 @@ import (
 	"github.com/aephost/aep/ent/predicate"
 	"github.com/aephost/aep/ent/skillregistration"
 	"github.com/aephost/aep/ent/snapshot"
+	"github.com/aephost/aep/ent/trajectoryrecord"
 )
 
 const (
@@ -39,6 +40,7 @@ const (
 	TypeMemorySemantic    = "MemorySemantic"
 	TypeSkillRegistration = "SkillRegistration"
 	TypeSnapshot          = "Snapshot"
+	TypeTrajectoryRecord  = "TrajectoryRecord"
 )
 
 // LearnCallMutation represents an operation that mutates the LearnCall nodes in the graph.
@@ -7087,4 +7089,582 @@ func (m *SnapshotMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *SnapshotMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown Snapshot edge %s", name)
+}
+
+// TrajectoryRecordMutation represents an operation that mutates the TrajectoryRecord nodes in the graph.
+type TrajectoryRecordMutation struct {
+	config
+	op            Op
+	typ           string
+	id            *int
+	owner         *string
+	handle        *string
+	seq           *int64
+	addseq        *int64
+	data          *[]byte
+	created_at    *time.Time
+	clearedFields map[string]struct{}
+	done          bool
+	oldValue      func(context.Context) (*TrajectoryRecord, error)
+	predicates    []predicate.TrajectoryRecord
+}
+
+var _ ent.Mutation = (*TrajectoryRecordMutation)(nil)
+
+// trajectoryrecordOption allows management of the mutation configuration using functional options.
+type trajectoryrecordOption func(*TrajectoryRecordMutation)
+
+// newTrajectoryRecordMutation creates new mutation for the TrajectoryRecord entity.
+func newTrajectoryRecordMutation(c config, op Op, opts ...trajectoryrecordOption) *TrajectoryRecordMutation {
+	m := &TrajectoryRecordMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeTrajectoryRecord,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withTrajectoryRecordID sets the ID field of the mutation.
+func withTrajectoryRecordID(id int) trajectoryrecordOption {
+	return func(m *TrajectoryRecordMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *TrajectoryRecord
+		)
+		m.oldValue = func(ctx context.Context) (*TrajectoryRecord, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().TrajectoryRecord.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withTrajectoryRecord sets the old TrajectoryRecord of the mutation.
+func withTrajectoryRecord(node *TrajectoryRecord) trajectoryrecordOption {
+	return func(m *TrajectoryRecordMutation) {
+		m.oldValue = func(context.Context) (*TrajectoryRecord, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m TrajectoryRecordMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m TrajectoryRecordMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *TrajectoryRecordMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *TrajectoryRecordMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().TrajectoryRecord.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetOwner sets the "owner" field.
+func (m *TrajectoryRecordMutation) SetOwner(s string) {
+	m.owner = &s
+}
+
+// Owner returns the value of the "owner" field in the mutation.
+func (m *TrajectoryRecordMutation) Owner() (r string, exists bool) {
+	v := m.owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldOwner returns the old "owner" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldOwner(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldOwner: %w", err)
+	}
+	return oldValue.Owner, nil
+}
+
+// ResetOwner resets all changes to the "owner" field.
+func (m *TrajectoryRecordMutation) ResetOwner() {
+	m.owner = nil
+}
+
+// SetHandle sets the "handle" field.
+func (m *TrajectoryRecordMutation) SetHandle(s string) {
+	m.handle = &s
+}
+
+// Handle returns the value of the "handle" field in the mutation.
+func (m *TrajectoryRecordMutation) Handle() (r string, exists bool) {
+	v := m.handle
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldHandle returns the old "handle" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldHandle(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldHandle is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldHandle requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldHandle: %w", err)
+	}
+	return oldValue.Handle, nil
+}
+
+// ResetHandle resets all changes to the "handle" field.
+func (m *TrajectoryRecordMutation) ResetHandle() {
+	m.handle = nil
+}
+
+// SetSeq sets the "seq" field.
+func (m *TrajectoryRecordMutation) SetSeq(i int64) {
+	m.seq = &i
+	m.addseq = nil
+}
+
+// Seq returns the value of the "seq" field in the mutation.
+func (m *TrajectoryRecordMutation) Seq() (r int64, exists bool) {
+	v := m.seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSeq returns the old "seq" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldSeq(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSeq is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSeq requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSeq: %w", err)
+	}
+	return oldValue.Seq, nil
+}
+
+// AddSeq adds i to the "seq" field.
+func (m *TrajectoryRecordMutation) AddSeq(i int64) {
+	if m.addseq != nil {
+		*m.addseq += i
+	} else {
+		m.addseq = &i
+	}
+}
+
+// AddedSeq returns the value that was added to the "seq" field in this mutation.
+func (m *TrajectoryRecordMutation) AddedSeq() (r int64, exists bool) {
+	v := m.addseq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetSeq resets all changes to the "seq" field.
+func (m *TrajectoryRecordMutation) ResetSeq() {
+	m.seq = nil
+	m.addseq = nil
+}
+
+// SetData sets the "data" field.
+func (m *TrajectoryRecordMutation) SetData(b []byte) {
+	m.data = &b
+}
+
+// Data returns the value of the "data" field in the mutation.
+func (m *TrajectoryRecordMutation) Data() (r []byte, exists bool) {
+	v := m.data
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldData returns the old "data" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldData(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldData is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldData requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldData: %w", err)
+	}
+	return oldValue.Data, nil
+}
+
+// ResetData resets all changes to the "data" field.
+func (m *TrajectoryRecordMutation) ResetData() {
+	m.data = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *TrajectoryRecordMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *TrajectoryRecordMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *TrajectoryRecordMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// Where appends a list predicates to the TrajectoryRecordMutation builder.
+func (m *TrajectoryRecordMutation) Where(ps ...predicate.TrajectoryRecord) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the TrajectoryRecordMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *TrajectoryRecordMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.TrajectoryRecord, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *TrajectoryRecordMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *TrajectoryRecordMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (TrajectoryRecord).
+func (m *TrajectoryRecordMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *TrajectoryRecordMutation) Fields() []string {
+	fields := make([]string, 0, 5)
+	if m.owner != nil {
+		fields = append(fields, trajectoryrecord.FieldOwner)
+	}
+	if m.handle != nil {
+		fields = append(fields, trajectoryrecord.FieldHandle)
+	}
+	if m.seq != nil {
+		fields = append(fields, trajectoryrecord.FieldSeq)
+	}
+	if m.data != nil {
+		fields = append(fields, trajectoryrecord.FieldData)
+	}
+	if m.created_at != nil {
+		fields = append(fields, trajectoryrecord.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *TrajectoryRecordMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case trajectoryrecord.FieldOwner:
+		return m.Owner()
+	case trajectoryrecord.FieldHandle:
+		return m.Handle()
+	case trajectoryrecord.FieldSeq:
+		return m.Seq()
+	case trajectoryrecord.FieldData:
+		return m.Data()
+	case trajectoryrecord.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *TrajectoryRecordMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case trajectoryrecord.FieldOwner:
+		return m.OldOwner(ctx)
+	case trajectoryrecord.FieldHandle:
+		return m.OldHandle(ctx)
+	case trajectoryrecord.FieldSeq:
+		return m.OldSeq(ctx)
+	case trajectoryrecord.FieldData:
+		return m.OldData(ctx)
+	case trajectoryrecord.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown TrajectoryRecord field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TrajectoryRecordMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case trajectoryrecord.FieldOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetOwner(v)
+		return nil
+	case trajectoryrecord.FieldHandle:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetHandle(v)
+		return nil
+	case trajectoryrecord.FieldSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSeq(v)
+		return nil
+	case trajectoryrecord.FieldData:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetData(v)
+		return nil
+	case trajectoryrecord.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TrajectoryRecord field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *TrajectoryRecordMutation) AddedFields() []string {
+	var fields []string
+	if m.addseq != nil {
+		fields = append(fields, trajectoryrecord.FieldSeq)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *TrajectoryRecordMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case trajectoryrecord.FieldSeq:
+		return m.AddedSeq()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *TrajectoryRecordMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case trajectoryrecord.FieldSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddSeq(v)
+		return nil
+	}
+	return fmt.Errorf("unknown TrajectoryRecord numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *TrajectoryRecordMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *TrajectoryRecordMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *TrajectoryRecordMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown TrajectoryRecord nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *TrajectoryRecordMutation) ResetField(name string) error {
+	switch name {
+	case trajectoryrecord.FieldOwner:
+		m.ResetOwner()
+		return nil
+	case trajectoryrecord.FieldHandle:
+		m.ResetHandle()
+		return nil
+	case trajectoryrecord.FieldSeq:
+		m.ResetSeq()
+		return nil
+	case trajectoryrecord.FieldData:
+		m.ResetData()
+		return nil
+	case trajectoryrecord.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown TrajectoryRecord field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *TrajectoryRecordMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *TrajectoryRecordMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *TrajectoryRecordMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *TrajectoryRecordMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *TrajectoryRecordMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *TrajectoryRecordMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *TrajectoryRecordMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown TrajectoryRecord unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *TrajectoryRecordMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown TrajectoryRecord edge %s", name)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/aephost/aep/ent/schema"
 	"github.com/aephost/aep/ent/skillregistration"
 	"github.com/aephost/aep/ent/snapshot"
+	"github.com/aephost/aep/ent/trajectoryrecord"
 )
 
 // The init function reads all schema descriptors with runtime code
@@ -270,4 +271,22 @@ func init() {
 	snapshotDescID := snapshotFields[0].Descriptor()
 	// snapshot.IDValidator is a validator for the "id" field. It is called by the builders before save.
 	snapshot.IDValidator = snapshotDescID.Validators[0].(func(string) error)
+	trajectoryrecordFields := schema.TrajectoryRecord{}.Fields()
+	_ = trajectoryrecordFields
+	// trajectoryrecordDescOwner is the schema descriptor for owner field.
+	trajectoryrecordDescOwner := trajectoryrecordFields[0].Descriptor()
+	// trajectoryrecord.OwnerValidator is a validator for the "owner" field. It is called by the builders before save.
+	trajectoryrecord.OwnerValidator = trajectoryrecordDescOwner.Validators[0].(func(string) error)
+	// trajectoryrecordDescHandle is the schema descriptor for handle field.
+	trajectoryrecordDescHandle := trajectoryrecordFields[1].Descriptor()
+	// trajectoryrecord.HandleValidator is a validator for the "handle" field. It is called by the builders before save.
+	trajectoryrecord.HandleValidator = trajectoryrecordDescHandle.Validators[0].(func(string) error)
+	// trajectoryrecordDescData is the schema descriptor for data field.
+	trajectoryrecordDescData := trajectoryrecordFields[3].Descriptor()
+	// trajectoryrecord.DataValidator is a validator for the "data" field. It is called by the builders before save.
+	trajectoryrecord.DataValidator = trajectoryrecordDescData.Validators[0].(func([]byte) error)
+	// trajectoryrecordDescCreatedAt is the schema descriptor for created_at field.
+	trajectoryrecordDescCreatedAt := trajectoryrecordFields[4].Descriptor()
+	// trajectoryrecord.DefaultCreatedAt holds the default value on creation for the created_at field.
+	trajectoryrecord.DefaultCreatedAt = trajectoryrecordDescCreatedAt.Default.(func() time.Time)
 }

@@ -28,6 +28,8 @@ type Tx struct {
 	SkillRegistration *SkillRegistrationClient
 	// Snapshot is the client for interacting with the Snapshot builders.
 	Snapshot *SnapshotClient
+	// TrajectoryRecord is the client for interacting with the TrajectoryRecord builders.
+	TrajectoryRecord *TrajectoryRecordClient
 
 	// lazily loaded.
 	client     *Client
@@ -167,6 +169,7 @@ func (tx *Tx) init() {
 	tx.MemorySemantic = NewMemorySemanticClient(tx.config)
 	tx.SkillRegistration = NewSkillRegistrationClient(tx.config)
 	tx.Snapshot = NewSnapshotClient(tx.config)
+	tx.TrajectoryRecord = NewTrajectoryRecordClient(tx.config)
 }
 
 // txDriver wraps the given dialect.Tx with a nop dialect.Driver implementation.

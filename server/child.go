@@ -281,7 +281,7 @@ func (h *Host) ConnectDirectTo(sessionID string, buffer int) (*DirectPipe, error
 
 func (h *Host) attachChild(id string, sink Sink) (*Session, error) {
 	s, ok := h.Session(id)
-	if !ok || s.parent == nil || sessionState(s.state.Load()) != stateNew {
+	if !ok || !s.HostMade() || sessionState(s.state.Load()) != stateNew {
 		return nil, fmt.Errorf("session %q: %w", id, ErrNotWaitingChild)
 	}
 	s.mu.Lock()

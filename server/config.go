@@ -71,6 +71,9 @@ type ServerConfig struct {
 	ProxyProtocol bool `yaml:"proxy_protocol"`
 	// Snapshots sets how long snapshots are kept (server/snapshotlist.go).
 	Snapshots SnapshotConfig `yaml:"snapshots"`
+	// Trajectories sets which sessions' trajectories are recorded and how
+	// long they are kept (server/trajectory.go).
+	Trajectories TrajectoryConfig `yaml:"trajectories"`
 }
 
 // Limits bound what one session and the whole host may use (docs/DECISIONS.md, Dispatch defaults).
@@ -360,6 +363,9 @@ func (c Config) check() error {
 	case "", "http", "stdio", "inprocess":
 	default:
 		return fmt.Errorf("config: transport.type %q: want http, stdio or inprocess", c.Transport.Type)
+	}
+	if err := c.Server.Trajectories.check(); err != nil {
+		return err
 	}
 	if c.Server.Snapshots.KeepPerSession < 0 || c.Server.Snapshots.MaxAge < 0 {
 		return errors.New("config: server.snapshots: keep_per_session and max_age must not be negative")

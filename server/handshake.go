@@ -102,7 +102,15 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		return
 	}
 	id := s.id
-	reply(&msg.HandshakeResp{Ok: true, SessionID: &id, AcceptedCaps: accepted})
+	resp := &msg.HandshakeResp{Ok: true, SessionID: &id, AcceptedCaps: accepted}
+	if h.recording(req) {
+		r := newTrajRec(s)
+		r.agent("request", env, req)
+		s.rec.Store(r)
+		on := true
+		resp.RecordTrajectory = &on
+	}
+	reply(resp)
 }
 
 // handshakeRefused answers a handshake/req that failed its schema with

@@ -126,6 +126,8 @@ type Host struct {
 	// (server/snapshotlist.go).
 	keys    map[string]string
 	lineage sync.Map // session id → []string
+
+	traj *trajWriter // recorded trajectories on their way to the store (trajectory.go)
 }
 
 // New provisions the plugins of cfg and returns a running host. On error
@@ -189,6 +191,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 			h.served[r.entry.Capability] = true
 		}
 	}
+	h.startTrajectories()
 	h.janitor.Add(1)
 	go h.expire()
 	return h, nil
@@ -304,8 +307,8 @@ func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *child
 	for _, o := range opts {
 		o(s)
 	}
-	if parent != nil {
-		// A child is made by a live agent: it counts from the start.
+	if parent != nil || s.forked {
+		// A child or a fork is made by a live agent: it counts from the start.
 		if err := h.countLocked(s); err != nil {
 			return nil, err
 		}
@@ -353,6 +356,9 @@ func (h *Host) forget(s *Session) {
 	delete(h.handles, s.handle)
 	h.releaseLocked(s)
 	h.mu.Unlock()
+	if r := s.rec.Load(); r != nil {
+		r.close() // before the session's secrets are forgotten: they redact it
+	}
 	h.childTokens.Delete(s.id)
 	h.lineage.Delete(s.id)
 	h.dropState("", s.handle)
@@ -423,6 +429,9 @@ func (h *Host) Close(ctx context.Context) error {
 			h.log.Warn("closing without waiting for a handler", "err", werr)
 			break
 		}
+	}
+	if werr := h.traj.close(wctx); werr != nil {
+		h.log.Warn("closing without writing every trajectory record", "err", werr)
 	}
 	if werr := waitGroup(wctx, &h.goroutines); werr != nil {
 		h.log.Warn("closing without waiting for a plugin goroutine", "err", werr)

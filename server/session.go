@@ -45,10 +45,13 @@ type Session struct {
 	token  *[32]byte // a child's own token; nil means the host's
 	// childCaps limits a child session to a subset of its parent's capabilities.
 	childCaps map[string]bool
-	child     *childInfo   // set for child sessions (child.go)
-	steps     atomic.Int64 // requests a child session has made (child.go)
-	created   time.Time
-	remote    netip.Addr // the client's address, when the transport knows it
+	child     *childInfo // set for child sessions (child.go)
+	// forked marks a session made by session/fork (fork.go): top-level,
+	// counted from its creation and attached like a child.
+	forked  bool
+	steps   atomic.Int64 // requests a child session has made (child.go)
+	created time.Time
+	remote  netip.Addr // the client's address, when the transport knows it
 
 	// Guarded by Host.mu (pending.go): the session's place in the pending
 	// pool, or whether it counts against max_sessions.
@@ -58,6 +61,7 @@ type Session struct {
 	state      atomic.Int32
 	lastActive atomic.Int64 // unix nanos
 	enabled    atomic.Pointer[map[string]bool]
+	rec        atomic.Pointer[trajRec] // set when the trajectory is recorded (trajectory.go)
 
 	mu       sync.Mutex
 	sink     Sink
@@ -139,6 +143,9 @@ func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
 }
 
 func (s *Session) send(p *wire.Packet) int {
+	if r := s.rec.Load(); r != nil {
+		r.host(p)
+	}
 	s.mu.Lock()
 	sink := s.sink
 	s.mu.Unlock()
@@ -226,6 +233,13 @@ func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) {
 
 func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, size int, bodySession string) {
 	s.touch()
+	if r := s.rec.Load(); r != nil {
+		kind := "notification"
+		if e.Kind == wire.KindRequest {
+			kind = "request"
+		}
+		r.agent(kind, env, m)
+	}
 	switch e.Type {
 	case "handshake/req":
 		s.handshake(env, m.(*msg.HandshakeReq))

@@ -71,3 +71,25 @@ func rand16() string { return wire.RandomHex(8) }
 // errSessionEnded answers a request whose session ended while it ran; no
 // retry on that session can succeed.
 var errSessionEnded = &wire.Error{Code: wire.CodeRuntimeError, Message: "session ended", Detail: map[string]any{"reason": "session_ended"}}
+
+// SessionFork forks the session count ways (fork.go).
+func (p *sessionPlugin) SessionFork(ctx context.Context, sc wire.Scope, req *msg.SessionForkReq) (*msg.SessionForkResp, error) {
+	s, ok := p.h.SessionByHandle(sc.SessionID())
+	if !ok {
+		return nil, errSessionEnded
+	}
+	snap := ""
+	if req.SnapshotID != nil {
+		snap = *req.SnapshotID
+	}
+	return p.h.forkSession(ctx, s, req.Count, snap)
+}
+
+// SessionTrajectoryExport exports recorded trajectory records (trajectory.go).
+func (p *sessionPlugin) SessionTrajectoryExport(ctx context.Context, sc wire.Scope, req *msg.SessionTrajectoryExportReq) (*msg.SessionTrajectoryExportResp, error) {
+	s, ok := p.h.SessionByHandle(sc.SessionID())
+	if !ok {
+		return nil, errSessionEnded
+	}
+	return p.h.exportTrajectory(ctx, s, req)
+}

@@ -120,29 +120,12 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	default:
 		return "", 0, fmt.Errorf("target %q: %w: want file or sql", target, wire.ErrInvalid)
 	}
-	s.mu.Lock()
-	p := snapshotPayload{SessionHandle: s.handle, AgentID: s.agentID, AcceptedCaps: append([]msg.CapabilityEntry{}, s.accepted...)}
-	s.mu.Unlock()
-	p.SnapshotID = newSnapshotID(target)
-	p.Created = time.Now().UTC()
-	p.Plugins = []pluginSnapshot{}
-	p.Owner = ownerKey(s.id)
-	p.Owned = h.lineageOf(s.id)
-	secrets := h.secrets(s)
-	for _, snp := range h.snapshotters {
-		pl, sn := snp.p, snp.v
-		state, err := sn.Snapshot(ctx, s.handle)
-		if err != nil {
-			return "", 0, wire.Public(fmt.Errorf("plugin %q: snapshot: %w", pl.Name, err))
-		}
-		// Plugin state is base64 in the document, so it is checked raw.
-		if what := findSecret(state, secrets); what != "" {
-			h.log.Warn("snapshot refused: plugin state holds a secret", "session", s.handle, "plugin", pl.Name, "found", what)
-			return "", 0, fmt.Errorf("%w (%s) in the state of plugin %q; nothing was written", ErrSnapshotSecret, what, pl.Name)
-		}
-		p.Plugins = append(p.Plugins, pluginSnapshot{Name: pl.Name, Type: pl.Type, Key: h.keys[pl.Name], State: state})
+	p, secrets, err := h.sessionState(ctx, s)
+	if err != nil {
+		return "", 0, err
 	}
-	doc, err := encodeSnapshot(&p)
+	p.SnapshotID = newSnapshotID(target)
+	doc, err := encodeSnapshot(p)
 	if err != nil {
 		return "", 0, err
 	}
@@ -167,23 +150,41 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 	return p.SnapshotID, len(doc), nil
 }
 
+// sessionState collects the state of session s from every [Snapshotter],
+// refusing state that holds a secret the kernel knows; it returns the
+// payload without a snapshot id, and the secrets it checked. Snapshots
+// store it; forks (fork.go) restore it into new sessions without storing it.
+func (h *Host) sessionState(ctx context.Context, s *Session) (*snapshotPayload, []namedSecret, error) {
+	s.mu.Lock()
+	p := &snapshotPayload{SessionHandle: s.handle, AgentID: s.agentID, AcceptedCaps: append([]msg.CapabilityEntry{}, s.accepted...)}
+	s.mu.Unlock()
+	p.Created = time.Now().UTC()
+	p.Plugins = []pluginSnapshot{}
+	p.Owner = ownerKey(s.id)
+	p.Owned = h.lineageOf(s.id)
+	secrets := h.secrets(s)
+	for _, snp := range h.snapshotters {
+		pl, sn := snp.p, snp.v
+		state, err := sn.Snapshot(ctx, s.handle)
+		if err != nil {
+			return nil, nil, wire.Public(fmt.Errorf("plugin %q: snapshot: %w", pl.Name, err))
+		}
+		// Plugin state is base64 in the document, so it is checked raw.
+		if what := findSecret(state, secrets); what != "" {
+			h.log.Warn("snapshot refused: plugin state holds a secret", "session", s.handle, "plugin", pl.Name, "found", what)
+			return nil, nil, fmt.Errorf("%w (%s) in the state of plugin %q; nothing was written", ErrSnapshotSecret, what, pl.Name)
+		}
+		p.Plugins = append(p.Plugins, pluginSnapshot{Name: pl.Name, Type: pl.Type, Key: h.keys[pl.Name], State: state})
+	}
+	return p, secrets, nil
+}
+
 // restoreSession restores snapshot id into session s and returns the names
 // of the plugins whose state it restored. On any error nothing has changed:
 // the snapshot is verified first, and a plugin that fails midway has the
 // plugins restored before it rolled back to their pre-restore state.
 func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]string, error) {
-	m := snapshotIDPattern.FindStringSubmatch(id)
-	if m == nil {
-		if len(id) > 80 {
-			id = id[:80] + "…"
-		}
-		return nil, fmt.Errorf("%w: snapshot_id %q is not a snapshot id; one is \"file-\" or \"sql-\" and 32 lower-case hex digits", wire.ErrInvalid, id)
-	}
-	doc, err := h.loadSnapshot(ctx, m[1], id)
-	if err != nil {
-		return nil, err
-	}
-	p, err := decodeSnapshot(doc, id)
+	p, err := h.openSnapshot(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +241,22 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 	h.inherit(s.id, p.owner(), p.Owned)
 	h.log.Info("snapshot restored", "session", s.handle, "snapshot_id", id, "from_session", p.SessionHandle, "plugins", len(restored))
 	return restored, nil
+}
+
+// openSnapshot reads and verifies the snapshot id names.
+func (h *Host) openSnapshot(ctx context.Context, id string) (*snapshotPayload, error) {
+	m := snapshotIDPattern.FindStringSubmatch(id)
+	if m == nil {
+		if len(id) > 80 {
+			id = id[:80] + "…"
+		}
+		return nil, fmt.Errorf("%w: snapshot_id %q is not a snapshot id; one is \"file-\" or \"sql-\" and 32 lower-case hex digits", wire.ErrInvalid, id)
+	}
+	doc, err := h.loadSnapshot(ctx, m[1], id)
+	if err != nil {
+		return nil, err
+	}
+	return decodeSnapshot(doc, id)
 }
 
 // loadSnapshot reads the stored document of a validated id.

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
 )
 
 // savedProc is one process in a session snapshot: only what its record
@@ -15,6 +18,9 @@ type savedProc struct {
 	Cwd       string    `json:"cwd"`
 	Sandboxed bool      `json:"sandboxed"`
 	Started   time.Time `json:"started"`
+	// Running says the process was running when its state was taken; a
+	// fork reports such processes as not forked (RestoreFork).
+	Running bool `json:"running,omitempty"`
 }
 
 type savedTable struct {
@@ -30,7 +36,7 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 		t.mu.Lock()
 		for _, id := range t.order {
 			if pr := t.procs[id]; pr != nil {
-				out.Procs = append(out.Procs, savedProc{ID: pr.id, Argv: pr.argv, Cwd: pr.cwd, Sandboxed: pr.sandboxed, Started: pr.started})
+				out.Procs = append(out.Procs, savedProc{ID: pr.id, Argv: pr.argv, Cwd: pr.cwd, Sandboxed: pr.sandboxed, Started: pr.started, Running: pr.running()})
 			}
 		}
 		t.mu.Unlock()
@@ -65,3 +71,27 @@ func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) er
 	killAll(old)
 	return nil
 }
+
+// RestoreFork restores the records into a fork as Restore does, every
+// process lost there, and names the processes that were running: a
+// process is not forked (docs/DECISIONS.md, Session fork), it keeps
+// running in the source session only.
+func (p *Plugin) RestoreFork(ctx context.Context, sessionID string, state []byte) ([]msg.NotForked, error) {
+	if err := p.Restore(ctx, sessionID, state); err != nil {
+		return nil, err
+	}
+	var in savedTable
+	if err := json.Unmarshal(state, &in); err != nil {
+		return nil, fmt.Errorf("proc snapshot: %w", err)
+	}
+	out := []msg.NotForked{}
+	for _, sp := range in.Procs {
+		if sp.Running {
+			out = append(out, msg.NotForked{Kind: "process", ID: sp.ID,
+				Reason: "a running process is not forked: it keeps running in the source session; the fork lists it as lost"})
+		}
+	}
+	return out, nil
+}
+
+var _ server.Forker = (*Plugin)(nil)

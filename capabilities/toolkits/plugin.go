@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 
@@ -56,6 +57,9 @@ type instance struct {
 	reg     *toolrun.Registry
 	// public is the config without secrets, the only form that is kept.
 	public map[string]any
+	// withSecrets says a secret setting was given: a fork cannot
+	// re-configure the toolkit from public alone (RestoreFork).
+	withSecrets bool
 }
 
 // Provision prepares the built-in toolkits.
@@ -170,29 +174,46 @@ func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.To
 	if err != nil {
 		return fail(err.Error())
 	}
+	if text, err := p.configure(ctx, s.SessionID(), k, cfg); err != nil || text != "" {
+		if err != nil {
+			return nil, err
+		}
+		return fail(text)
+	}
+	return &msg.ToolkitConfigureResp{ToolkitName: k.Name, Status: msg.ToolkitConfigureRespStatusOk, Message: "configured"}, nil
+}
+
+// configure opens k's backend with the validated cfg and makes it the
+// session's configuration of k. A refusal the agent may read comes back as
+// text (secrets scrubbed); err is a failure of the session itself.
+func (p *Plugin) configure(ctx context.Context, sessionID string, k *Toolkit, cfg map[string]any) (string, error) {
 	backend, err := k.Open(ctx, cfg)
 	if err != nil {
-		return fail(scrub("backend: "+err.Error(), cfg, k.Secrets()))
+		return scrub("backend: "+err.Error(), cfg, k.Secrets()), nil
 	}
 	public := map[string]any{}
 	for n, v := range cfg {
 		public[n] = v
 	}
+	withSecrets := false
 	for _, sec := range k.Secrets() {
+		if _, ok := public[sec]; ok {
+			withSecrets = true
+		}
 		delete(public, sec)
 	}
-	inst := &instance{kit: k, backend: backend, reg: toolrun.NewRegistry(), public: public}
+	inst := &instance{kit: k, backend: backend, reg: toolrun.NewRegistry(), public: public, withSecrets: withSecrets}
 	for _, t := range backend.Tools() {
 		t.Def.Toolkit = &k.Name
 		if err := inst.reg.Add(toolrun.NewTool(t.Def, t.Run)); err != nil {
 			backend.Close()
-			return fail(err.Error())
+			return err.Error(), nil
 		}
 	}
-	sess, err := p.sessions.GetOrCreate(s.SessionID())
+	sess, err := p.sessions.GetOrCreate(sessionID)
 	if err != nil {
 		backend.Close()
-		return nil, err
+		return "", err
 	}
 	sess.mu.Lock()
 	old := sess.running[k.Name]
@@ -201,7 +222,7 @@ func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.To
 	if old != nil {
 		old.backend.Close()
 	}
-	return &msg.ToolkitConfigureResp{ToolkitName: k.Name, Status: msg.ToolkitConfigureRespStatusOk, Message: "configured"}, nil
+	return "", nil
 }
 
 // ToolList answers with the tools of the session's configured toolkits
@@ -265,6 +286,9 @@ func (s *session) closeAll() {
 // their non-secret settings, for the record. Secrets are never in it.
 type snapshotState struct {
 	Configured map[string]map[string]any `json:"configured"`
+	// WithSecrets names the toolkits configured with a secret setting,
+	// whose value is not here.
+	WithSecrets []string `json:"with_secrets,omitempty"`
 }
 
 // Snapshot saves the non-secret configuration (spec §2.9 rule 6).
@@ -274,7 +298,11 @@ func (p *Plugin) Snapshot(ctx context.Context, id string) ([]byte, error) {
 		sess.mu.Lock()
 		for n, inst := range sess.running {
 			st.Configured[n] = inst.public
+			if inst.withSecrets {
+				st.WithSecrets = append(st.WithSecrets, n)
+			}
 		}
+		sort.Strings(st.WithSecrets)
 		sess.mu.Unlock()
 	}
 	return json.Marshal(st)
@@ -293,6 +321,48 @@ func (p *Plugin) Restore(ctx context.Context, id string, state []byte) error {
 	return nil
 }
 
+// RestoreFork re-configures in a fork each toolkit the source configured
+// without a secret setting, from its saved settings (docs/DECISIONS.md,
+// Session fork); one configured with a secret is left not configured, as
+// a restore leaves it, since its secret was never saved: the fork's agent
+// configures it again. Each toolkit not re-configured is reported.
+func (p *Plugin) RestoreFork(ctx context.Context, id string, state []byte) ([]msg.NotForked, error) {
+	var st snapshotState
+	if len(state) > 0 {
+		if err := json.Unmarshal(state, &st); err != nil {
+			return nil, fmt.Errorf("toolkits snapshot: %w", err)
+		}
+	}
+	names := make([]string, 0, len(st.Configured))
+	for n := range st.Configured {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := []msg.NotForked{}
+	for _, n := range names {
+		k, ok := p.kits[n]
+		if !ok {
+			out = append(out, msg.NotForked{Kind: "toolkit", ID: n, Reason: "this host no longer serves the toolkit"})
+			continue
+		}
+		if slices.Contains(st.WithSecrets, n) {
+			out = append(out, msg.NotForked{Kind: "toolkit", ID: n, Reason: "configured with a secret setting, which is never copied: the fork has it not configured; send toolkit/configure"})
+			continue
+		}
+		cfg, err := k.validate(st.Configured[n])
+		text := ""
+		if err != nil {
+			text = err.Error()
+		} else if text, err = p.configure(ctx, id, k, cfg); err != nil {
+			return nil, err
+		}
+		if text != "" {
+			out = append(out, msg.NotForked{Kind: "toolkit", ID: n, Reason: "re-configuring it in the fork failed: " + text})
+		}
+	}
+	return out, nil
+}
+
 // Cleanup closes every session's backends.
 func (p *Plugin) Cleanup() error {
 	if p.sessions != nil {
@@ -307,5 +377,6 @@ var (
 	_ server.Provisioner  = (*Plugin)(nil)
 	_ server.Claimer      = (*Plugin)(nil)
 	_ server.Snapshotter  = (*Plugin)(nil)
+	_ server.Forker       = (*Plugin)(nil)
 	_ server.CleanerUpper = (*Plugin)(nil)
 )

@@ -22,6 +22,7 @@ Usage:
   aep config validate FILE
   aep schema [--sources | --asyncapi | --out DIR] [NAME...]
   aep conformance (--url URL | --stdio CMD) [--token TOKEN] [--json]
+  aep export trajectories --session HANDLE [--format jsonl|chat] [--data-dir DIR]
   aep version
 
 Run "aep <command> -h" for a command's flags.
@@ -54,6 +55,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdSchema(args[1:], stdout, stderr)
 	case "conformance":
 		err = cmdConformance(ctx, args[1:], stdout, stderr)
+	case "export":
+		err = cmdExport(ctx, args[1:], stdout, stderr)
 	case "version":
 		err = cmdVersion(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

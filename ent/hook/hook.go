@@ -105,6 +105,18 @@ func (f SnapshotFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, er
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.SnapshotMutation", m)
 }
 
+// The TrajectoryRecordFunc type is an adapter to allow the use of ordinary
+// function as TrajectoryRecord mutator.
+type TrajectoryRecordFunc func(context.Context, *ent.TrajectoryRecordMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f TrajectoryRecordFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.TrajectoryRecordMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.TrajectoryRecordMutation", m)
+}
+
 // Condition is a hook condition function.
 type Condition func(context.Context, ent.Mutation) bool
 

@@ -265,6 +265,38 @@ var (
 			},
 		},
 	}
+	// TrajectoryRecordsColumns holds the columns for the "trajectory_records" table.
+	TrajectoryRecordsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "owner", Type: field.TypeString},
+		{Name: "handle", Type: field.TypeString},
+		{Name: "seq", Type: field.TypeInt64},
+		{Name: "data", Type: field.TypeBytes},
+		{Name: "created_at", Type: field.TypeTime},
+	}
+	// TrajectoryRecordsTable holds the schema information for the "trajectory_records" table.
+	TrajectoryRecordsTable = &schema.Table{
+		Name:       "trajectory_records",
+		Columns:    TrajectoryRecordsColumns,
+		PrimaryKey: []*schema.Column{TrajectoryRecordsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "trajectoryrecord_owner_seq",
+				Unique:  false,
+				Columns: []*schema.Column{TrajectoryRecordsColumns[1], TrajectoryRecordsColumns[3]},
+			},
+			{
+				Name:    "trajectoryrecord_handle_seq",
+				Unique:  false,
+				Columns: []*schema.Column{TrajectoryRecordsColumns[2], TrajectoryRecordsColumns[3]},
+			},
+			{
+				Name:    "trajectoryrecord_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{TrajectoryRecordsColumns[5]},
+			},
+		},
+	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		LearnCallsTable,
@@ -275,6 +307,7 @@ var (
 		MemorySemanticTable,
 		SkillRegistrationsTable,
 		SnapshotsTable,
+		TrajectoryRecordsTable,
 	}
 )
 

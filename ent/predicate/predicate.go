@@ -29,3 +29,6 @@ type SkillRegistration func(*sql.Selector)
 
 // Snapshot is the predicate function for snapshot builders.
 type Snapshot func(*sql.Selector)
+
+// TrajectoryRecord is the predicate function for trajectoryrecord builders.
+type TrajectoryRecord func(*sql.Selector)

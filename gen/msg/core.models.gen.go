@@ -92,6 +92,12 @@ type HandshakeReq struct {
 
 	// The shared secret (spec §5 rule 1). Compared in constant time; never logged.
 	AuthToken string `json:"auth_token"`
+
+	// Asks the host to record this session's trajectory: every request and reply with
+	// bodies, events and timing, secrets redacted, kept in the host's store
+	// (docs/DECISIONS.md, Trajectories). handshake/resp's record_trajectory says
+	// whether it does.
+	RecordTrajectory *bool `json:"record_trajectory,omitempty,omitzero"`
 }
 
 // Answers every handshake/req (docs/DECISIONS.md, Wire). On failure ok is false,
@@ -112,6 +118,10 @@ type HandshakeResp struct {
 
 	// Why the handshake failed.
 	Reason *string `json:"reason,omitempty,omitzero"`
+
+	// True when the host records this session's trajectory (asked for in
+	// handshake/req, or every session by the operator's server.trajectories.record).
+	RecordTrajectory *bool `json:"record_trajectory,omitempty,omitzero"`
 
 	// Identifier of the session; absent on failure.
 	SessionID *string `json:"session_id,omitempty,omitzero"`

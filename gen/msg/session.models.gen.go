@@ -2,6 +2,70 @@
 
 package msg
 
+type ForkInfo struct {
+	// The fork's public handle.
+	Handle string `json:"handle"`
+
+	// The fork's transport id: a bearer secret, told to the sender only
+	// (docs/SECURITY.md, Secrets and session ids).
+	SessionID string `json:"session_id"`
+}
+
+type NotForked struct {
+	// Its id or name in the sender's session.
+	ID string `json:"id"`
+
+	// What it is: process, toolkit, subagent.
+	Kind string `json:"kind"`
+
+	// The plugin whose state it is.
+	Plugin string `json:"plugin"`
+
+	// What the forks have instead, and why.
+	Reason string `json:"reason"`
+}
+
+// Forks the sender's session `count` ways (docs/DECISIONS.md, Session fork): each
+// fork is a new top-level session of the same agent whose plugin state is a copy
+// of the sender's current state (or of one of its snapshots, by `snapshot_id`) and
+// whose session directory is a copy of the sender's files. A fork waits for its
+// handshake with the host token, reached by its `session_id` as a subagent's child
+// is (X-Session-Id on HTTP and WebSocket, an in-process attach); it counts against
+// max_sessions from its creation. Running processes are not forked: `not_forked`
+// lists them.
+type SessionForkReq struct {
+	// How many forks to make.
+	Count int `json:"count"`
+
+	// Fork from this snapshot (restoring it needs only its id, so forking from it
+	// does too) instead of the current state; the files are those of the snapshot's
+	// session directory as they are now.
+	SnapshotID *string `json:"snapshot_id,omitempty,omitzero"`
+}
+
+type SessionForkResp struct {
+	// How the session directory was copied: reflink (copy-on-write clones), copy
+	// (bytes copied), none (no files).
+	Copy *SessionForkRespCopy `json:"copy,omitempty,omitzero"`
+
+	// Forks corresponds to the JSON schema field "forks".
+	Forks []ForkInfo `json:"forks"`
+
+	// Seconds within which each fork must handshake, or it is closed
+	// (server.limits.handshake_timeout).
+	HandshakeTimeout float64 `json:"handshake_timeout"`
+
+	// What of the sender's state the forks do not carry as it runs in the sender: the
+	// same for every fork.
+	NotForked []NotForked `json:"not_forked"`
+}
+
+type SessionForkRespCopy string
+
+const SessionForkRespCopyCopy SessionForkRespCopy = "copy"
+const SessionForkRespCopyNone SessionForkRespCopy = "none"
+const SessionForkRespCopyReflink SessionForkRespCopy = "reflink"
+
 // Describes the sender's session. (No fields.)
 type SessionInfoReq struct{}
 
@@ -119,6 +183,56 @@ type SessionSnapshotRespTarget string
 
 const SessionSnapshotRespTargetFile SessionSnapshotRespTarget = "file"
 const SessionSnapshotRespTargetSQL SessionSnapshotRespTarget = "sql"
+
+// Exports recorded trajectory records (docs/DECISIONS.md, Trajectories; each
+// record as schemas/records/trajectory.json describes) of this session and of the
+// earlier sessions whose ids it presents in `session_ids` (a session id is a
+// bearer secret, so holding one proves the session was the sender's), oldest
+// first, a page at a time.
+type SessionTrajectoryExportReq struct {
+	// Export records after this cursor (the `next` of the previous page); 0: from the
+	// start.
+	After int `json:"after,omitempty,omitzero"`
+
+	// jsonl: the records themselves; chat: each session's records of the page
+	// converted to one chat sample (messages with tool calls, as TRL and verl read
+	// multi-turn rollouts).
+	Format SessionTrajectoryExportReqFormat `json:"format,omitempty,omitzero"`
+
+	// At most this many records per page.
+	Limit int `json:"limit,omitempty,omitzero"`
+
+	// Ids of earlier sessions of the sender whose records to export, instead of this
+	// session's own.
+	SessionIds []string `json:"session_ids,omitempty,omitzero"`
+}
+
+type SessionTrajectoryExportReqFormat string
+
+const SessionTrajectoryExportReqFormatChat SessionTrajectoryExportReqFormat = "chat"
+const SessionTrajectoryExportReqFormatJsonl SessionTrajectoryExportReqFormat = "jsonl"
+
+type SessionTrajectoryExportResp struct {
+	// Format corresponds to the JSON schema field "format".
+	Format SessionTrajectoryExportRespFormat `json:"format"`
+
+	// jsonl: one trajectory record each; chat: one chat sample per session of the
+	// page.
+	Lines []SessionTrajectoryExportRespLinesElem `json:"lines"`
+
+	// The cursor of the next page; absent on the last page.
+	Next *int `json:"next,omitempty,omitzero"`
+
+	// How many records the page holds.
+	Records int `json:"records"`
+}
+
+type SessionTrajectoryExportRespFormat string
+
+const SessionTrajectoryExportRespFormatChat SessionTrajectoryExportRespFormat = "chat"
+const SessionTrajectoryExportRespFormatJsonl SessionTrajectoryExportRespFormat = "jsonl"
+
+type SessionTrajectoryExportRespLinesElem map[string]interface{}
 
 type SnapshotInfo struct {
 	// The agent id of the session it was taken from.

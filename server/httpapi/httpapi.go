@@ -341,7 +341,7 @@ func (a *api) lookup(id string) (*stream, bool) {
 		return st, true
 	}
 	s, ok := a.h.Session(id)
-	if !ok || s.Parent() == nil || s.Live() {
+	if !ok || !s.HostMade() || s.Live() {
 		return nil, false
 	}
 	a.mu.Lock()

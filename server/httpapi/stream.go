@@ -56,7 +56,7 @@ func (st *stream) attach(s *server.Session) {
 // gets the small pending buffer, so that the many sessions anyone can open
 // hold little each (docs/SECURITY.md, The edge).
 func (st *stream) limit() int {
-	if st.sess != nil && !st.sess.Live() && st.sess.Parent() == nil {
+	if st.sess != nil && !st.sess.Live() && !st.sess.HostMade() {
 		return st.a.opts.PendingBufferBytes
 	}
 	return st.a.opts.BufferBytes

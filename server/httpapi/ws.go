@@ -175,7 +175,7 @@ func (hub *wsHub) exists(id string) bool {
 		return true
 	}
 	s, ok := hub.a.h.Session(id)
-	return ok && s.Parent() != nil && !s.Live()
+	return ok && s.HostMade() && !s.Live()
 }
 
 // create opens a new session with conn attached.
@@ -213,7 +213,7 @@ func (hub *wsHub) attach(conn *wsConn, want *attachment) (*wsSession, error) {
 	ws, ok := hub.sessions[want.id]
 	if !ok {
 		s, found := hub.a.h.Session(want.id)
-		if !found || s.Parent() == nil || s.Live() {
+		if !found || !s.HostMade() || s.Live() {
 			hub.mu.Unlock()
 			return nil, fmt.Errorf("no session %q", want.id)
 		}

@@ -10,7 +10,7 @@ Message models (generated from gen/contract/aep.schema.json) are in
 
 from . import _models as models
 from ._models import AgentMessage, ErrorCode, EventMessage, HostMessage
-from .client import AsyncClient, Call, Client, SyncCall
+from .client import AsyncClient, Call, Client, Forks, SyncCall
 from .errors import AEPError, ConnectionClosed, HandshakeError, ProtocolError, RequestTimeout
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport
 
@@ -18,6 +18,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AEPError", "AgentMessage", "AsyncClient", "Call", "Client", "ConnectionClosed", "ErrorCode",
-    "EventMessage", "HTTPTransport", "HandshakeError", "HostMessage", "ProtocolError", "RequestTimeout",
+    "EventMessage", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "ProtocolError", "RequestTimeout",
     "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
 ]

@@ -220,11 +220,12 @@ class AsyncMethods:
         agent_caps: list[str],
         agent_id: str,
         auth_token: str,
+        record_trajectory: Optional[bool] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.HandshakeRespMessage:
         """``handshake/req`` → ``handshake/resp``. Opens a session (spec §2.4)."""
-        return await self._request(m.HandshakeReqMessage, {"agent_caps": agent_caps, "agent_id": agent_id, "auth_token": auth_token}, {}, m.HandshakeRespMessage, call_timeout, on_event)
+        return await self._request(m.HandshakeReqMessage, {"agent_caps": agent_caps, "agent_id": agent_id, "auth_token": auth_token}, {"record_trajectory": record_trajectory}, m.HandshakeRespMessage, call_timeout, on_event)
 
     async def learn_adapt(
         self,
@@ -617,6 +618,23 @@ class AsyncMethods:
         """
         return await self._request(m.ProcWriteReqMessage, {"proc_id": proc_id}, {"data": data, "eof": eof}, m.ProcWriteRespMessage, call_timeout, on_event)
 
+    async def session_fork(
+        self,
+        count: int,
+        *,
+        snapshot_id: Optional[str] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionForkRespMessage:
+        """``session/fork/req`` → ``session/fork/resp``. Forks the sender's
+        session `count` ways (docs/DECISIONS.md, Session fork): each fork is
+        a new top-level session of the same agent whose plugin state is a
+        copy of the sender's current state (or of one of its snapshots, by
+        `snapshot_id`) and whose session directory is a copy of the sender's
+        files.
+        """
+        return await self._request(m.SessionForkReqMessage, {"count": count}, {"snapshot_id": snapshot_id}, m.SessionForkRespMessage, call_timeout, on_event)
+
     async def session_info(
         self,
         *,
@@ -685,6 +703,26 @@ class AsyncMethods:
         hit).
         """
         return await self._request(m.SessionSnapshotListReqMessage, {}, {"session_ids": session_ids, "target": target}, m.SessionSnapshotListRespMessage, call_timeout, on_event)
+
+    async def session_trajectory_export(
+        self,
+        *,
+        after: Optional[int] = None,
+        format: Optional[Literal["jsonl", "chat"]] = None,
+        limit: Optional[int] = None,
+        session_ids: Optional[list[str]] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionTrajectoryExportRespMessage:
+        """``session/trajectory/export/req`` →
+        ``session/trajectory/export/resp``. Exports recorded trajectory
+        records (docs/DECISIONS.md, Trajectories; each record as
+        schemas/records/trajectory.json describes) of this session and of
+        the earlier sessions whose ids it presents in `session_ids` (a
+        session id is a bearer secret, so holding one proves the session was
+        the sender's), oldest first, a page at a time.
+        """
+        return await self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "format": format, "limit": limit, "session_ids": session_ids}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
 
     async def shutdown(
         self,
@@ -1078,11 +1116,12 @@ class SyncMethods:
         agent_caps: list[str],
         agent_id: str,
         auth_token: str,
+        record_trajectory: Optional[bool] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.HandshakeRespMessage:
         """``handshake/req`` → ``handshake/resp``. Opens a session (spec §2.4)."""
-        return self._request(m.HandshakeReqMessage, {"agent_caps": agent_caps, "agent_id": agent_id, "auth_token": auth_token}, {}, m.HandshakeRespMessage, call_timeout, on_event)
+        return self._request(m.HandshakeReqMessage, {"agent_caps": agent_caps, "agent_id": agent_id, "auth_token": auth_token}, {"record_trajectory": record_trajectory}, m.HandshakeRespMessage, call_timeout, on_event)
 
     def learn_adapt(
         self,
@@ -1475,6 +1514,23 @@ class SyncMethods:
         """
         return self._request(m.ProcWriteReqMessage, {"proc_id": proc_id}, {"data": data, "eof": eof}, m.ProcWriteRespMessage, call_timeout, on_event)
 
+    def session_fork(
+        self,
+        count: int,
+        *,
+        snapshot_id: Optional[str] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionForkRespMessage:
+        """``session/fork/req`` → ``session/fork/resp``. Forks the sender's
+        session `count` ways (docs/DECISIONS.md, Session fork): each fork is
+        a new top-level session of the same agent whose plugin state is a
+        copy of the sender's current state (or of one of its snapshots, by
+        `snapshot_id`) and whose session directory is a copy of the sender's
+        files.
+        """
+        return self._request(m.SessionForkReqMessage, {"count": count}, {"snapshot_id": snapshot_id}, m.SessionForkRespMessage, call_timeout, on_event)
+
     def session_info(
         self,
         *,
@@ -1543,6 +1599,26 @@ class SyncMethods:
         hit).
         """
         return self._request(m.SessionSnapshotListReqMessage, {}, {"session_ids": session_ids, "target": target}, m.SessionSnapshotListRespMessage, call_timeout, on_event)
+
+    def session_trajectory_export(
+        self,
+        *,
+        after: Optional[int] = None,
+        format: Optional[Literal["jsonl", "chat"]] = None,
+        limit: Optional[int] = None,
+        session_ids: Optional[list[str]] = None,
+        call_timeout: Optional[float] = None,
+        on_event: Optional[EventCallback] = None,
+    ) -> m.SessionTrajectoryExportRespMessage:
+        """``session/trajectory/export/req`` →
+        ``session/trajectory/export/resp``. Exports recorded trajectory
+        records (docs/DECISIONS.md, Trajectories; each record as
+        schemas/records/trajectory.json describes) of this session and of
+        the earlier sessions whose ids it presents in `session_ids` (a
+        session id is a bearer secret, so holding one proves the session was
+        the sender's), oldest first, a page at a time.
+        """
+        return self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "format": format, "limit": limit, "session_ids": session_ids}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
 
     def shutdown(
         self,
@@ -1777,11 +1853,13 @@ REQUESTS: dict[str, tuple[type[m.Model], Optional[type[m.Model]]]] = {
     "proc_status": (m.ProcStatusReqMessage, m.ProcStatusRespMessage),
     "proc_wait": (m.ProcWaitReqMessage, m.ProcWaitRespMessage),
     "proc_write": (m.ProcWriteReqMessage, m.ProcWriteRespMessage),
+    "session_fork": (m.SessionForkReqMessage, m.SessionForkRespMessage),
     "session_info": (m.SessionInfoReqMessage, m.SessionInfoRespMessage),
     "session_restore": (m.SessionRestoreReqMessage, m.SessionRestoreRespMessage),
     "session_snapshot": (m.SessionSnapshotReqMessage, m.SessionSnapshotRespMessage),
     "session_snapshot_delete": (m.SessionSnapshotDeleteReqMessage, m.SessionSnapshotDeleteRespMessage),
     "session_snapshot_list": (m.SessionSnapshotListReqMessage, m.SessionSnapshotListRespMessage),
+    "session_trajectory_export": (m.SessionTrajectoryExportReqMessage, m.SessionTrajectoryExportRespMessage),
     "shutdown": (m.ShutdownMessage, None),
     "skill_call": (m.SkillCallReqMessage, m.SkillCallRespMessage),
     "skill_discover": (m.SkillDiscoverReqMessage, m.SkillDiscoverRespMessage),

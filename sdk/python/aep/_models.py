@@ -1076,6 +1076,14 @@ class Feedback(Model):
     source: Optional[Literal["human", "env", "self"]] = None
 
 
+class ForkInfo(Model):
+    #: The fork's public handle.
+    handle: str
+    #: The fork's transport id: a bearer secret, told to the sender only
+    #: (docs/SECURITY.md, Secrets and session ids).
+    session_id: str
+
+
 class HandshakeReqMessage(Model):
     """`handshake/req` (request). Opens a session (spec §2.4). Every other
     request needs a completed handshake (spec §4.2).
@@ -1095,6 +1103,11 @@ class HandshakeReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
+    #: Asks the host to record this session's trajectory: every request and
+    #: reply with bodies, events and timing, secrets redacted, kept in the
+    #: host's store (docs/DECISIONS.md, Trajectories). handshake/resp's
+    #: record_trajectory says whether it does.
+    record_trajectory: Optional[bool] = None
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -1125,6 +1138,10 @@ class HandshakeRespMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: Why the handshake failed.
     reason: Optional[str] = None
+    #: True when the host records this session's trajectory (asked for in
+    #: handshake/req, or every session by the operator's
+    #: server.trajectories.record).
+    record_trajectory: Optional[bool] = None
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: str
     #: Identifier of the session; absent on failure.
@@ -2208,6 +2225,17 @@ class MemoryTierStats(Model):
     tier: Literal["working", "episodic", "semantic"]
 
 
+class NotForked(Model):
+    #: Its id or name in the sender's session.
+    id: str
+    #: What it is: process, toolkit, subagent.
+    kind: str
+    #: The plugin whose state it is.
+    plugin: str
+    #: What the forks have instead, and why.
+    reason: str
+
+
 class PingMessage(Model):
     """`ping` (request). Liveness check; answered by pong. (No fields.)"""
 
@@ -2720,6 +2748,65 @@ class SessionEventMessage(Model):
     ts: float
 
 
+class SessionForkReqMessage(Model):
+    """`session/fork/req` (request). Forks the sender's session `count` ways
+    (docs/DECISIONS.md, Session fork): each fork is a new top-level session
+    of the same agent whose plugin state is a copy of the sender's current
+    state (or of one of its snapshots, by `snapshot_id`) and whose session
+    directory is a copy of the sender's files. A fork waits for its
+    handshake with the host token, reached by its `session_id` as a
+    subagent's child is (X-Session-Id on HTTP and WebSocket, an in-process
+    attach); it counts against max_sessions from its creation. Running
+    processes are not forked: `not_forked` lists them.
+    """
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/fork/req"] = "session/fork/req"
+    #: How many forks to make.
+    count: int
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: Optional[str] = None
+    #: Fork from this snapshot (restoring it needs only its id, so forking
+    #: from it does too) instead of the current state; the files are those of
+    #: the snapshot's session directory as they are now.
+    snapshot_id: Optional[str] = None
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SessionForkRespMessage(Model):
+    """`session/fork/resp` (reply)."""
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/fork/resp"] = "session/fork/resp"
+    #: How the session directory was copied: reflink (copy-on-write clones),
+    #: copy (bytes copied), none (no files).
+    copy_: Optional[Literal["reflink", "copy", "none"]] = Field(None, alias="copy")
+    forks: list[ForkInfo]
+    #: Seconds within which each fork must handshake, or it is closed
+    #: (server.limits.handshake_timeout).
+    handshake_timeout: float
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: What of the sender's state the forks do not carry as it runs in the
+    #: sender: the same for every fork.
+    not_forked: list[NotForked]
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: str
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
 class SessionInfoReqMessage(Model):
     """`session/info/req` (request). Describes the sender's session. (No
     fields.)
@@ -2942,6 +3029,66 @@ class SessionSnapshotRespMessage(Model):
     req_id: str
     snapshot_id: str
     target: Literal["file", "sql"]
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SessionTrajectoryExportReqMessage(Model):
+    """`session/trajectory/export/req` (request). Exports recorded trajectory
+    records (docs/DECISIONS.md, Trajectories; each record as
+    schemas/records/trajectory.json describes) of this session and of the
+    earlier sessions whose ids it presents in `session_ids` (a session id is
+    a bearer secret, so holding one proves the session was the sender's),
+    oldest first, a page at a time.
+    """
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/trajectory/export/req"] = "session/trajectory/export/req"
+    #: Export records after this cursor (the `next` of the previous page); 0:
+    #: from the start.
+    after: int = 0
+    #: jsonl: the records themselves; chat: each session's records of the
+    #: page converted to one chat sample (messages with tool calls, as TRL
+    #: and verl read multi-turn rollouts).
+    format: Literal["jsonl", "chat"] = "jsonl"
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: At most this many records per page.
+    limit: int = 1000
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: Optional[str] = None
+    #: Ids of earlier sessions of the sender whose records to export, instead
+    #: of this session's own.
+    session_ids: Optional[list[str]] = None
+    #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
+    #: finite number from 1970 to the end of year 9999.
+    ts: float
+
+
+class SessionTrajectoryExportRespMessage(Model):
+    """`session/trajectory/export/resp` (reply)."""
+
+    #: Routing key `namespace/verb/suffix` (spec §2.1).
+    type: Literal["session/trajectory/export/resp"] = "session/trajectory/export/resp"
+    format: Literal["jsonl", "chat"]
+    #: Unique id of the message (spec §2.1).
+    id: str
+    #: jsonl: one trajectory record each; chat: one chat sample per session
+    #: of the page.
+    lines: list[dict[str, Any]]
+    #: The cursor of the next page; absent on the last page.
+    next: Optional[int] = None
+    #: Protocol version, `1.0` (spec §9 rule 1); any other is
+    #: version_mismatch.
+    proto: Literal["1.0"] = "1.0"
+    #: How many records the page holds.
+    records: int
+    #: On replies and events: the id of the request answered (spec §2.1).
+    req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3949,11 +4096,13 @@ AgentMessage = Annotated[
         ProcStatusReqMessage,
         ProcWaitReqMessage,
         ProcWriteReqMessage,
+        SessionForkReqMessage,
         SessionInfoReqMessage,
         SessionRestoreReqMessage,
         SessionSnapshotDeleteReqMessage,
         SessionSnapshotListReqMessage,
         SessionSnapshotReqMessage,
+        SessionTrajectoryExportReqMessage,
         ShutdownMessage,
         SkillCallReqMessage,
         SkillDiscoverReqMessage,
@@ -4115,11 +4264,13 @@ HostMessage = Annotated[
         ProcWaitRespMessage,
         ProcWriteRespMessage,
         SessionEventMessage,
+        SessionForkRespMessage,
         SessionInfoRespMessage,
         SessionRestoreRespMessage,
         SessionSnapshotDeleteRespMessage,
         SessionSnapshotListRespMessage,
         SessionSnapshotRespMessage,
+        SessionTrajectoryExportRespMessage,
         SkillCallRespMessage,
         SkillDiscoverRespMessage,
         SkillEventMessage,
@@ -4268,11 +4419,13 @@ ProcHostMessage = Annotated[
 
 SessionAgentMessage = Annotated[
     Union[
+        SessionForkReqMessage,
         SessionInfoReqMessage,
         SessionRestoreReqMessage,
         SessionSnapshotDeleteReqMessage,
         SessionSnapshotListReqMessage,
         SessionSnapshotReqMessage,
+        SessionTrajectoryExportReqMessage,
     ],
     Field(discriminator="type"),
 ]
@@ -4282,11 +4435,13 @@ SessionAgentMessage = Annotated[
 SessionHostMessage = Annotated[
     Union[
         SessionEventMessage,
+        SessionForkRespMessage,
         SessionInfoRespMessage,
         SessionRestoreRespMessage,
         SessionSnapshotDeleteRespMessage,
         SessionSnapshotListRespMessage,
         SessionSnapshotRespMessage,
+        SessionTrajectoryExportRespMessage,
     ],
     Field(discriminator="type"),
 ]
@@ -4448,11 +4603,13 @@ AGENT_TYPES: dict[str, type[Model]] = {
     "proc/status/req": ProcStatusReqMessage,
     "proc/wait/req": ProcWaitReqMessage,
     "proc/write/req": ProcWriteReqMessage,
+    "session/fork/req": SessionForkReqMessage,
     "session/info/req": SessionInfoReqMessage,
     "session/restore/req": SessionRestoreReqMessage,
     "session/snapshot/delete/req": SessionSnapshotDeleteReqMessage,
     "session/snapshot/list/req": SessionSnapshotListReqMessage,
     "session/snapshot/req": SessionSnapshotReqMessage,
+    "session/trajectory/export/req": SessionTrajectoryExportReqMessage,
     "shutdown": ShutdownMessage,
     "skill/call/req": SkillCallReqMessage,
     "skill/discover/req": SkillDiscoverReqMessage,
@@ -4521,11 +4678,13 @@ HOST_TYPES: dict[str, type[Model]] = {
     "proc/wait/resp": ProcWaitRespMessage,
     "proc/write/resp": ProcWriteRespMessage,
     "session/event": SessionEventMessage,
+    "session/fork/resp": SessionForkRespMessage,
     "session/info/resp": SessionInfoRespMessage,
     "session/restore/resp": SessionRestoreRespMessage,
     "session/snapshot/delete/resp": SessionSnapshotDeleteRespMessage,
     "session/snapshot/list/resp": SessionSnapshotListRespMessage,
     "session/snapshot/resp": SessionSnapshotRespMessage,
+    "session/trajectory/export/resp": SessionTrajectoryExportRespMessage,
     "skill/call/resp": SkillCallRespMessage,
     "skill/discover/resp": SkillDiscoverRespMessage,
     "skill/event": SkillEventMessage,

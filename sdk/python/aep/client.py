@@ -17,7 +17,7 @@ import itertools
 import os
 import threading
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, TypeVar
 
 from pydantic import ValidationError
 
@@ -78,28 +78,37 @@ class AsyncClient(AsyncMethods):
         self._prefix = os.urandom(6).hex()
         self._reader: Optional["asyncio.Task[None]"] = None
         self._closed: Optional[BaseException] = None
+        self._connect_kw: dict[str, Any] = {}
 
     # --- opening and closing
 
     @classmethod
     async def connect(cls, transport: Transport, *, token: Optional[str] = None, agent_id: str = "aep-python",
                       caps: Sequence[str] = (), timeout: Optional[float] = 30.0,
-                      on_event: Optional[EventCallback] = None) -> "AsyncClient":
+                      on_event: Optional[EventCallback] = None,
+                      record_trajectory: Optional[bool] = None) -> "AsyncClient":
         """Opens transport and handshakes (spec §2.4). token defaults to
-        $AEP_AUTH_TOKEN. Raises HandshakeError when the host refuses."""
+        $AEP_AUTH_TOKEN. Raises HandshakeError when the host refuses.
+        ``record_trajectory=True`` asks the host to record the session's
+        trajectory (docs/trajectories.md); ``handshake_reply.record_trajectory``
+        says whether it does."""
         if token is None:
             token = os.environ.get("AEP_AUTH_TOKEN", "")
         c = cls(transport, on_event=on_event)
         await transport.open()
         c._reader = asyncio.get_running_loop().create_task(c._read_loop())
         try:
-            reply = await c.handshake(agent_caps=list(caps), agent_id=agent_id, auth_token=token, call_timeout=timeout)
+            reply = await c.handshake(agent_caps=list(caps), agent_id=agent_id, auth_token=token,
+                                      record_trajectory=record_trajectory, call_timeout=timeout)
             if not reply.ok:
                 raise HandshakeError(reply)
         except BaseException:
             await c.aclose(shutdown=False)
             raise
         c.handshake_reply = reply
+        # Kept so that fork() can handshake each fork as this session did.
+        c._connect_kw = dict(token=token, agent_id=agent_id, caps=list(caps), timeout=timeout,
+                             record_trajectory=record_trajectory)
         return c
 
     @classmethod
@@ -146,6 +155,29 @@ class AsyncClient(AsyncMethods):
             except (asyncio.CancelledError, Exception):
                 pass
         self._fail_all(self._closed)
+
+    async def fork(self, count: int, *, snapshot_id: Optional[str] = None,
+                   **connect_kw: Any) -> "Forks[AsyncClient]":
+        """Forks this session ``count`` ways (``session/fork/req``,
+        docs/DECISIONS.md, Session fork) and connects to every fork over a
+        transport like this one's, handshaking as this session did (the
+        same token, agent id and capabilities unless connect_kw says
+        otherwise). The forks start from this session's current state, or
+        from snapshot ``snapshot_id``. ``.reply`` of the result is the
+        host's reply (``not_forked`` lists running processes and toolkits
+        the forks do not carry). Needs HTTP or WebSocket: a stdio host
+        serves one session."""
+        reply = await self.session_fork(count, snapshot_id=snapshot_id)
+        kw = {**self._connect_kw, **connect_kw}
+        out: Forks[AsyncClient] = Forks(reply)
+        try:
+            for f in reply.forks:
+                out.append(await AsyncClient.connect(self.transport.attach(f.session_id), on_event=self.on_event, **kw))
+        except BaseException:
+            for c in out:
+                await c.aclose()
+            raise
+        return out
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -396,6 +428,22 @@ class Client(SyncMethods):
             return self.aio.start(method, *args, **kwargs)
         return SyncCall(self, self._run(go()))
 
+    def fork(self, count: int, *, snapshot_id: Optional[str] = None, **connect_kw: Any) -> "Forks[Client]":
+        """Forks this session ``count`` ways and connects a Client to each
+        fork; see AsyncClient.fork. Each fork's Client has its own
+        background loop, so forks can be driven from separate threads."""
+        reply = self.session_fork(count, snapshot_id=snapshot_id)
+        kw = {**self.aio._connect_kw, **connect_kw}
+        out: Forks[Client] = Forks(reply)
+        try:
+            for f in reply.forks:
+                out.append(Client.connect(self.aio.transport.attach(f.session_id), **kw))
+        except BaseException:
+            for c in out:
+                c.close()
+            raise
+        return out
+
     def close(self, *, shutdown: bool = True) -> None:
         """Shuts the session down (see AsyncClient.aclose) and stops the
         background loop."""
@@ -434,3 +482,15 @@ class SyncCall:
 
     def cancel(self) -> None:
         self._client._run(self._call.cancel())
+
+
+T = TypeVar("T")
+
+
+class Forks(List[T]):
+    """The connected forks of a session, in the order of the host's reply;
+    ``reply`` is that ``session/fork/resp``."""
+
+    def __init__(self, reply: m.SessionForkRespMessage) -> None:
+        super().__init__()
+        self.reply = reply

@@ -48,6 +48,12 @@ class Transport:
     async def close(self) -> None:
         raise NotImplementedError
 
+    def attach(self, session_id: str) -> "Transport":
+        """A new transport of the same kind and host, attached to another
+        session by its id (a fork, a subagent's child). A stdio host serves
+        one session per process, so it has none."""
+        raise NotImplementedError(f"{type(self).__name__} cannot attach to another session of its host")
+
 
 class StdioTransport(Transport):
     """Runs argv (default ``aep serve --stdio``) and talks NDJSON on its
@@ -129,6 +135,10 @@ class HTTPTransport(Transport):
         self._closing = threading.Event()
         self._last_id: Optional[str] = None
         self._reader: Optional[threading.Thread] = None
+
+    def attach(self, session_id: str) -> "HTTPTransport":
+        base = f"{self._scheme}://{self._netloc}{self._prefix}"
+        return HTTPTransport(base, session_id=session_id, timeout=self.timeout, headers=self.headers)
 
     def _conn(self, timeout: Optional[float]) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
@@ -302,6 +312,9 @@ class WebSocketTransport(Transport):
         self.headers = dict(headers or {})
         self.open_timeout = open_timeout
         self._ws: Any = None
+
+    def attach(self, session_id: str) -> "WebSocketTransport":
+        return WebSocketTransport(self.url, session_id=session_id, headers=self.headers, open_timeout=self.open_timeout)
 
     async def open(self) -> None:
         try:

@@ -1,0 +1,42 @@
+package schema
+
+import (
+	"time"
+
+	"entgo.io/ent"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+)
+
+// TrajectoryRecord is one record of a session's recorded trajectory
+// (server/trajectory.go, schemas/records/trajectory.json): a request, a
+// reply, an event or an error the session exchanged, body included, with
+// every secret the kernel knew redacted before it was written.
+type TrajectoryRecord struct {
+	ent.Schema
+}
+
+// Fields of the TrajectoryRecord.
+func (TrajectoryRecord) Fields() []ent.Field {
+	return []ent.Field{
+		// Owner is the owner key of the session (server/snapshotlist.go,
+		// ownerKey): a digest of its transport id, which is never stored.
+		field.String("owner").NotEmpty().Immutable(),
+		// Handle is the session's public handle, what the operator exports by.
+		field.String("handle").NotEmpty().Immutable(),
+		// Seq orders the session's records from 0.
+		field.Int64("seq").Immutable(),
+		// Data is the record as JSON, one line of the export.
+		field.Bytes("data").NotEmpty().Immutable(),
+		field.Time("created_at").Default(time.Now).Immutable(),
+	}
+}
+
+// Indexes of the TrajectoryRecord.
+func (TrajectoryRecord) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("owner", "seq"),
+		index.Fields("handle", "seq"),
+		index.Fields("created_at"),
+	}
+}
