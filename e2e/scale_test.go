@@ -151,7 +151,7 @@ func startFleet(t *testing.T, schema string) []*host {
 	dsn := pgtest.DSN(t, schema)
 	hosts := make([]*host, 3)
 	for i := range hosts {
-		hosts[i] = startHost(t, fmt.Sprintf("server:\n  host_id: aep-%d\nstore:\n  dsn: %q\n", i+1, dsn))
+		hosts[i] = startHost(t, fmt.Sprintf("server:\n  host_id: aep-%d\nstore:\n  dsn: %q\noperator:\n  snapshot_on_drain: true\n", i+1, dsn))
 	}
 	return hosts
 }
@@ -399,4 +399,81 @@ func wsWant(ctx context.Context, t *testing.T, conn *websocket.Conn, reqID strin
 			return m
 		}
 	}
+}
+
+// TestSessionMovesAfterDrain drains the host of a session behind HAProxy
+// (SIGTERM, with operator.snapshot_on_drain): the agent's next request
+// through the proxy finds the session gone; a new session, which the
+// proxy puts on a live host, lists the drained session's snapshot in the
+// shared store by presenting the old id (a bearer secret), restores it,
+// and reads the working memory written on the drained host.
+func TestSessionMovesAfterDrain(t *testing.T) {
+	k := proxies[0]
+	findBinary(t, k.bin)
+	hosts := startFleet(t, "aep_e2e_move")
+	base := startProxy(t, k, hosts)
+	c := newClient()
+	old := newProxied(t, base, c, `["memory"]`)
+	m := old.ask(t, fmt.Sprintf(`{"type":"memory/init/req","id":%q,"proto":"1.0","ts":1,"namespace":"move"}`, old.next()))
+	mid, _ := m["memory_id"].(string)
+	m = old.ask(t, fmt.Sprintf(`{"type":"memory/store/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"entries":[{"key":"step","content":41,"tier":"working"}]}`, old.next(), mid))
+	if m["type"] != "memory/store/resp" {
+		t.Fatalf("store: %v", m)
+	}
+	from := hostOf(t, old.sid)
+	var drained *host
+	for i, h := range hosts {
+		if fmt.Sprintf("aep-%d", i+1) == from {
+			drained = h
+		}
+	}
+	if err := drained.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := drained.cmd.Wait(); err != nil {
+		t.Fatalf("%s after SIGTERM: %v\n%s", from, err, drained.stderr.String())
+	}
+	if !strings.Contains(drained.stderr.String(), "snapshots=1") {
+		t.Fatalf("%s drained without snapshotting its session:\n%s", from, drained.stderr.String())
+	}
+	if _, err := old.tryAsk(fmt.Sprintf(`{"type":"ping","id":%q,"proto":"1.0","ts":1}`, old.next())); err == nil {
+		t.Fatal("the drained host's session still answers")
+	}
+
+	var moved *proxied
+	deadline := time.Now().Add(30 * time.Second)
+	for moved == nil {
+		// Until HAProxy's check has seen the host go, a new session may
+		// still be sent to it and refused.
+		resp, err := c.Post(base+"/session", "application/json", nil)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				moved = newProxied(t, base, c, `["memory"]`)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new session through the proxy: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if hostOf(t, moved.sid) == from {
+		t.Fatalf("a new session landed on the drained host %s", from)
+	}
+	m = moved.ask(t, fmt.Sprintf(`{"type":"session/snapshot/list/req","id":%q,"proto":"1.0","ts":1,"target":"sql","session_ids":[%q]}`, moved.next(), old.sid))
+	snaps, _ := m["snapshots"].([]any)
+	if len(snaps) != 1 {
+		t.Fatalf("snapshots of the drained session: %v", m)
+	}
+	sid, _ := snaps[0].(map[string]any)["snapshot_id"].(string)
+	m = moved.ask(t, fmt.Sprintf(`{"type":"session/restore/req","id":%q,"proto":"1.0","ts":1,"snapshot_id":%q}`, moved.next(), sid))
+	if m["type"] != "session/restore/resp" {
+		t.Fatalf("restore on %s: %v", hostOf(t, moved.sid), m)
+	}
+	m = moved.ask(t, fmt.Sprintf(`{"type":"memory/retrieve/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"keys":["step"],"tier":"working"}`, moved.next(), mid))
+	if !strings.Contains(fmt.Sprint(m), "41") {
+		t.Fatalf("working memory after the move from %s to %s: %v", from, hostOf(t, moved.sid), m)
+	}
+	t.Logf("session moved from %s to %s", from, hostOf(t, moved.sid))
 }
