@@ -74,6 +74,11 @@ type ServerConfig struct {
 	// Trajectories sets which sessions' trajectories are recorded and how
 	// long they are kept (server/trajectory.go).
 	Trajectories TrajectoryConfig `yaml:"trajectories"`
+	// HostID names this host inside every transport session id it issues,
+	// "s-<host_id>-<32 hex>", so a standard proxy in front of several hosts
+	// routes a session's requests to its host by configuration alone
+	// (docs/deploy.md, deploy/). Default: the machine's host name.
+	HostID string `yaml:"host_id"`
 }
 
 // Limits bound what one session and the whole host may use (docs/DECISIONS.md, Dispatch defaults).
@@ -263,6 +268,9 @@ func (c Config) withDefaults() Config {
 	orInt(&l.PendingBufferBytes, dl.PendingBufferBytes)
 	orInt(&l.FailedHandshakeBurst, dl.FailedHandshakeBurst)
 	orDur(&l.FailedHandshakeInterval, dl.FailedHandshakeInterval)
+	if s.HostID == "" {
+		s.HostID = defaultHostID()
+	}
 	if c.Transport.Type == "" {
 		c.Transport.Type = d.Transport.Type
 	}
@@ -279,6 +287,21 @@ func (c Config) withDefaults() Config {
 		c.Audit.MaxBackups = d.Audit.MaxBackups
 	}
 	return c
+}
+
+// hostIDPattern is what server.host_id may be: a DNS label's characters
+// plus dots, so a host name or a pod name fits, and nothing a proxy's
+// header matching or a path would have to escape.
+var hostIDPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$`)
+
+// defaultHostID is the machine's host name when it is a valid host id,
+// else "aep": each host of a deployment should have its own, which a
+// container's or pod's host name is.
+func defaultHostID() string {
+	if name, err := os.Hostname(); err == nil && hostIDPattern.MatchString(name) {
+		return name
+	}
+	return "aep"
 }
 
 func orInt(v *int, d int) {
@@ -350,6 +373,9 @@ func (c Config) check() error {
 		if p.Type == "" {
 			return fmt.Errorf("config: plugin %q: type is required", p.Name)
 		}
+	}
+	if id := c.Server.HostID; id != "" && !hostIDPattern.MatchString(id) {
+		return fmt.Errorf("config: server.host_id %q: want 1 to 63 letters, digits, dots and dashes, beginning and ending with a letter or digit", id)
 	}
 	if c.Server.ProxyProtocol && len(c.Server.TrustedProxies) == 0 {
 		return fmt.Errorf("config: server.proxy_protocol needs server.trusted_proxies: the proxies whose header is read")

@@ -84,7 +84,7 @@ type Session struct {
 func newSession(h *Host, sink Sink, parent *Session, token *[32]byte) *Session {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
-		h: h, id: newSessionID(), handle: newHandle(), parent: parent, token: token, created: time.Now(),
+		h: h, id: newSessionID(h.cfg.Server.HostID), handle: newHandle(), parent: parent, token: token, created: time.Now(),
 		sink: sink, inflight: map[string]*call{},
 		queue: make(chan *call, h.cfg.Server.Limits.QueueSize),
 		ctx:   ctx, cancel: cancel, done: make(chan struct{}),
@@ -93,7 +93,12 @@ func newSession(h *Host, sink Sink, parent *Session, token *[32]byte) *Session {
 	return s
 }
 
-func newSessionID() string { return "s-" + rand16() }
+// newSessionID returns "s-<hostID>-<32 hex>": the host's name lets a proxy
+// in front of several hosts route the session's requests to its host by
+// configuration only (deploy/, docs/DECISIONS.md, Many hosts behind a
+// proxy); the 128 random bits, fixed in length at the end so the host part
+// is found unambiguously, make it a bearer secret no one can guess.
+func newSessionID(hostID string) string { return "s-" + hostID + "-" + rand16() + rand16() }
 
 // ID returns the session's transport id, which the handshake reports. It
 // is a bearer secret: only transports use it (handle.go).

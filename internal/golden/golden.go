@@ -409,7 +409,7 @@ var (
 		{regexp.MustCompile(`^(\{"type":"[^"]*","id":)"[^"]*"`), `$1"<id>"`},
 		{regexp.MustCompile(`"ts":[0-9.eE+-]+`), `"ts":"<ts>"`},
 		{regexp.MustCompile(`"uptime_seconds":[0-9.eE+-]+`), `"uptime_seconds":"<uptime>"`},
-		{regexp.MustCompile(`s-[0-9a-f]{16}`), `<session>`},
+		{regexp.MustCompile(`\bs-[A-Za-z0-9.-]+-[0-9a-f]{32}\b`), `<session>`},
 		{regexp.MustCompile(`h-[0-9a-f]{32}`), `<handle>`},
 		{regexp.MustCompile(`err-[0-9a-f]{16}`), `err-<corr>`},
 	}

@@ -24,7 +24,7 @@ func TestNormalize(t *testing.T) {
 			`{"type":"proc/list/resp","id":"<id>","req_id":"l1","processes":[{"proc_id":"<proc_id:2>"},{"proc_id":"<proc_id:1>"}]}`,
 		},
 		{
-			`{"type":"error","id":"h-11","req_id":"e1","message":"process \"p-bbbbbbbbbbbb\" of s-0123456789abcdef: err-fedcba9876543210","episode_id":"ep-cccccc"}`,
+			`{"type":"error","id":"h-11","req_id":"e1","message":"process \"p-bbbbbbbbbbbb\" of s-host-1.example-0123456789abcdef0123456789abcdef: err-fedcba9876543210","episode_id":"ep-cccccc"}`,
 			`{"type":"error","id":"<id>","req_id":"e1","message":"process \"<proc_id:2>\" of <session>: err-<corr>","episode_id":"<episode_id:1>"}`,
 		},
 		{

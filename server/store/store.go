@@ -121,9 +121,31 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 	return migrate(ctx, db, dialect.Postgres, where)
 }
 
+// pgMigrateLock is the PostgreSQL advisory lock key ("aep.migr" in ASCII)
+// that serialises the migrations of hosts starting at once on one
+// database: two concurrent CREATE TABLEs of the same table fail on
+// PostgreSQL's catalog, so the second host waits and then finds the
+// tables there (docs/deploy.md).
+const pgMigrateLock = 0x6165702e6d696772
+
 // migrate wraps db in an ent client and creates or updates every entity's tables.
 func migrate(ctx context.Context, db *sql.DB, dia, where string) (*Store, error) {
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dia, db)))
+	if dia == dialect.Postgres {
+		// The lock belongs to one connection, held apart from the pool
+		// the migration runs on, and is released with it.
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			client.Close()
+			return nil, fmt.Errorf("store: migrate %s: %w", where, err)
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", int64(pgMigrateLock)); err != nil {
+			client.Close()
+			return nil, fmt.Errorf("store: migrate %s: lock: %w", where, err)
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(pgMigrateLock)) //nolint:errcheck // closing the connection releases it too
+	}
 	if err := client.Schema.Create(ctx); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("store: migrate %s: %w", where, err)

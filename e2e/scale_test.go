@@ -1,0 +1,479 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/aephost/aep/internal/pgtest"
+	"github.com/aephost/aep/server"
+)
+
+// The proxies of deploy/ in front of three `aep serve` hosts on one
+// PostgreSQL store (docs/deploy.md): each configuration is used as
+// shipped, only its addresses rewritten to the ports of this run.
+
+// proxyKind is how to run one proxy of deploy/.
+type proxyKind struct {
+	name   string
+	bin    string // looked up in PATH and /usr/sbin
+	config string // the shipped file, relative to the repository
+	args   func(dir, cfg string) []string
+	// ws reports whether WebSocket sessions are routed too.
+	ws bool
+}
+
+var proxies = []proxyKind{
+	{name: "haproxy", bin: "haproxy", config: "deploy/haproxy/haproxy.cfg", ws: true,
+		args: func(_, cfg string) []string { return []string{"-db", "-f", cfg} }},
+	{name: "nginx", bin: "nginx", config: "deploy/nginx/nginx.conf", ws: true,
+		args: func(dir, cfg string) []string { return []string{"-p", dir, "-c", cfg, "-g", "daemon off;"} }},
+}
+
+// findBinary returns the path of a proxy binary, skipping the test when
+// it is absent unless CI is set (.ci/run installs both from Debian).
+func findBinary(t *testing.T, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if p := filepath.Join("/usr/sbin", name); fileExists(p) {
+		return p
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is not installed (.ci/run installs it)", name)
+	}
+	t.Skipf("%s is not installed (CI unset)", name)
+	return ""
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startProxy runs the shipped configuration of k with the hosts' real
+// addresses in place of 127.0.0.1:8701..8703 and a free port in place of
+// 127.0.0.1:8700, and returns its base URL once it answers /healthz.
+func startProxy(t *testing.T, k proxyKind, hosts []*host) string {
+	t.Helper()
+	bin := findBinary(t, k.bin)
+	b, err := os.ReadFile(filepath.Join("..", k.config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(b)
+	addr := freeAddr(t)
+	repl := map[string]string{"127.0.0.1:8700": addr}
+	for i, h := range hosts {
+		repl[fmt.Sprintf("127.0.0.1:%d", 8701+i)] = h.addr
+	}
+	for from, to := range repl {
+		if !strings.Contains(cfg, from) {
+			t.Fatalf("%s has no %s to rewrite", k.config, from)
+		}
+		cfg = strings.ReplaceAll(cfg, from, to)
+	}
+	dir := t.TempDir()
+	// nginx's workers run as nobody and keep temporary files under -p.
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	_ = os.Chmod(filepath.Join(dir, "tmp"), 0o777)
+	path := filepath.Join(dir, "proxy.conf")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, k.args(dir, path)...)
+	cmd.Dir = dir
+	out := &syncBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s output (tail):\n%s", k.name, tail(out.String(), 4000))
+		}
+	})
+	base := "http://" + addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not come up: %v\n%s", k.name, err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startFleet starts three hosts, aep-1..aep-3, on one PostgreSQL schema
+// (hosts starting at once on one schema are server/store's test).
+func startFleet(t *testing.T, schema string) []*host {
+	t.Helper()
+	dsn := pgtest.DSN(t, schema)
+	hosts := make([]*host, 3)
+	for i := range hosts {
+		hosts[i] = startHost(t, fmt.Sprintf("server:\n  host_id: aep-%d\nstore:\n  dsn: %q\noperator:\n  snapshot_on_drain: true\n", i+1, dsn))
+	}
+	return hosts
+}
+
+var sessionIDPattern = regexp.MustCompile(`^s-(.+)-[0-9a-f]{32}$`)
+
+// hostOf is the host id a session id names.
+func hostOf(t *testing.T, sid string) string {
+	t.Helper()
+	m := sessionIDPattern.FindStringSubmatch(sid)
+	if m == nil {
+		t.Fatalf("session id %q is not s-<host>-<32 hex>", sid)
+	}
+	return m[1]
+}
+
+// proxied is an agent speaking HTTP through a proxy: each request is
+// POST /send with Accept: application/json, which carries its reply.
+type proxied struct {
+	base string
+	c    *http.Client
+	sid  string
+	n    int
+}
+
+func newProxied(t *testing.T, base string, c *http.Client, caps string) *proxied {
+	t.Helper()
+	resp, err := c.Post(base+"/session", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var r struct {
+		SessionID string `json:"session_id"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &r) != nil {
+		t.Fatalf("POST /session through the proxy: %d %s", resp.StatusCode, b)
+	}
+	a := &proxied{base: base, c: c, sid: r.SessionID}
+	m := a.ask(t, fmt.Sprintf(`{"type":"handshake/req","id":"hs","proto":"1.0","ts":1,"agent_id":"scale","agent_caps":%s,"auth_token":%q}`, caps, token))
+	if m["ok"] != true {
+		t.Fatalf("handshake through the proxy: %v", m)
+	}
+	return a
+}
+
+// ask sends one message and returns its reply.
+func (a *proxied) ask(t *testing.T, line string) map[string]any {
+	t.Helper()
+	m, err := a.tryAsk(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (a *proxied) tryAsk(line string) (map[string]any, error) {
+	req, err := http.NewRequest(http.MethodPost, a.base+"/send", strings.NewReader(line))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Session-Id", a.sid)
+	req.Header.Set("Content-Type", "text/plain")
+	req.Header.Set("Accept", "application/json")
+	resp, err := a.c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("POST /send of session on %s: %d %s", sessionIDPattern.FindStringSubmatch(a.sid)[1], resp.StatusCode, b)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("reply %s: %w", b, err)
+	}
+	return m, nil
+}
+
+func (a *proxied) next() string { a.n++; return fmt.Sprintf("r%d", a.n) }
+
+// TestProxiedFleet runs three aep hosts on one PostgreSQL behind each
+// proxy of deploy/: semantic memory written through one host is recalled
+// through another; 30 agents are spread over all three, each request of
+// each reaching its session's host; a WebSocket session opened through
+// the proxy re-attaches through it by X-Session-Id.
+func TestProxiedFleet(t *testing.T) {
+	for _, k := range proxies {
+		t.Run(k.name, func(t *testing.T) {
+			findBinary(t, k.bin)
+			hosts := startFleet(t, "aep_e2e_fleet_"+k.name)
+			base := startProxy(t, k, hosts)
+			c := newClient()
+			run := server.GenerateToken()
+
+			t.Run("semantic memory across hosts", func(t *testing.T) {
+				// New sessions land where the proxy balances them; open
+				// some until two are on different hosts.
+				var writer, reader *proxied
+				for range 12 {
+					a := newProxied(t, base, c, `["memory"]`)
+					switch {
+					case writer == nil:
+						writer = a
+					case hostOf(t, a.sid) != hostOf(t, writer.sid):
+						reader = a
+					}
+					if reader != nil {
+						break
+					}
+				}
+				if reader == nil {
+					t.Fatal("twelve sessions through the proxy all landed on one host")
+				}
+				ns := "fleet-" + run
+				init := func(a *proxied) string {
+					m := a.ask(t, fmt.Sprintf(`{"type":"memory/init/req","id":%q,"proto":"1.0","ts":1,"namespace":%q}`, a.next(), ns))
+					id, _ := m["memory_id"].(string)
+					if id == "" {
+						t.Fatalf("memory/init: %v", m)
+					}
+					return id
+				}
+				wid := init(writer)
+				m := writer.ask(t, fmt.Sprintf(`{"type":"memory/store/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"entries":[{"key":"dragon","content":"dragons guard the northern pass %s","tier":"semantic"}]}`, writer.next(), wid, run))
+				if m["type"] != "memory/store/resp" {
+					t.Fatalf("memory/store through %s: %v", hostOf(t, writer.sid), m)
+				}
+				rid := init(reader)
+				m = reader.ask(t, fmt.Sprintf(`{"type":"memory/recall/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"query":"dragon northern"}`, reader.next(), rid))
+				hits, _ := m["hits"].([]any)
+				if len(hits) != 1 || !strings.Contains(fmt.Sprint(hits[0]), run) {
+					t.Fatalf("recall through %s of what %s stored: %v", hostOf(t, reader.sid), hostOf(t, writer.sid), m)
+				}
+				t.Logf("stored through %s, recalled through %s", hostOf(t, writer.sid), hostOf(t, reader.sid))
+			})
+
+			t.Run("30 agents spread", func(t *testing.T) {
+				const agents, rounds = 30, 5
+				spread := map[string]int{}
+				as := make([]*proxied, agents)
+				for i := range as {
+					as[i] = newProxied(t, base, c, `["tools"]`)
+					spread[hostOf(t, as[i].sid)]++
+				}
+				t.Logf("sessions per host: %v", spread)
+				for i := range hosts {
+					if got := spread[fmt.Sprintf("aep-%d", i+1)]; got < agents/len(hosts)/2 {
+						t.Errorf("aep-%d holds %d of %d sessions, want at least %d: %v", i+1, got, agents, agents/len(hosts)/2, spread)
+					}
+				}
+				// Every agent at once: each request reaches its session's
+				// host (elsewhere it would be 404) and is answered once.
+				var wg sync.WaitGroup
+				errs := make(chan error, agents*rounds)
+				for _, a := range as {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range rounds {
+							id := a.next()
+							m, err := a.tryAsk(fmt.Sprintf(`{"type":"session/info/req","id":%q,"proto":"1.0","ts":1}`, id))
+							if err != nil {
+								errs <- err
+								return
+							}
+							if m["req_id"] != id || m["session_id"] != a.sid {
+								errs <- fmt.Errorf("session/info %s of %s: %v", id, a.sid[:12], m)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+			})
+
+			if k.ws {
+				t.Run("websocket re-attach by header", func(t *testing.T) {
+					wsProxied(t, base)
+				})
+			}
+		})
+	}
+}
+
+// wsProxied opens a WebSocket session through the proxy (any host), then
+// drops it and re-attaches with X-Session-Id, which the proxy routes to
+// the session's host: the re-attached connection is served by it.
+func wsProxied(t *testing.T, base string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := "ws" + strings.TrimPrefix(base, "http") + "/ws"
+	for i := range 6 {
+		conn, resp, err := websocket.Dial(ctx, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid := resp.Header.Get("X-Session-Id")
+		hostOf(t, sid)
+		if err := conn.Write(ctx, websocket.MessageText, []byte(handshakeLine("hs", token))); err != nil {
+			t.Fatal(err)
+		}
+		wsWant(ctx, t, conn, "hs")
+		conn.CloseNow()
+
+		hdr := http.Header{}
+		hdr.Set("X-Session-Id", sid)
+		again, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: hdr})
+		if err != nil {
+			t.Fatalf("re-attach %d through the proxy to %s: %v", i, hostOf(t, sid), err)
+		}
+		id := fmt.Sprintf("info%d", i)
+		if err := again.Write(ctx, websocket.MessageText, []byte(fmt.Sprintf(`{"type":"session/info/req","id":%q,"proto":"1.0","ts":1}`, id))); err != nil {
+			t.Fatal(err)
+		}
+		if m := wsWant(ctx, t, again, id); m["session_id"] != sid {
+			t.Fatalf("re-attached session/info: %v", m)
+		}
+		again.Close(websocket.StatusNormalClosure, "")
+	}
+}
+
+// wsWant reads frames until the reply to reqID.
+func wsWant(ctx context.Context, t *testing.T, conn *websocket.Conn, reqID string) map[string]any {
+	t.Helper()
+	for {
+		_, b, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", reqID, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["req_id"] == reqID || (reqID == "hs" && m["type"] == "handshake/resp") {
+			if m["type"] == "handshake/resp" && m["ok"] != true {
+				t.Fatalf("handshake: %v", m)
+			}
+			return m
+		}
+	}
+}
+
+// TestSessionMovesAfterDrain drains the host of a session behind HAProxy
+// (SIGTERM, with operator.snapshot_on_drain): the agent's next request
+// through the proxy finds the session gone; a new session, which the
+// proxy puts on a live host, lists the drained session's snapshot in the
+// shared store by presenting the old id (a bearer secret), restores it,
+// and reads the working memory written on the drained host.
+func TestSessionMovesAfterDrain(t *testing.T) {
+	k := proxies[0]
+	findBinary(t, k.bin)
+	hosts := startFleet(t, "aep_e2e_move")
+	base := startProxy(t, k, hosts)
+	c := newClient()
+	old := newProxied(t, base, c, `["memory"]`)
+	m := old.ask(t, fmt.Sprintf(`{"type":"memory/init/req","id":%q,"proto":"1.0","ts":1,"namespace":"move"}`, old.next()))
+	mid, _ := m["memory_id"].(string)
+	m = old.ask(t, fmt.Sprintf(`{"type":"memory/store/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"entries":[{"key":"step","content":41,"tier":"working"}]}`, old.next(), mid))
+	if m["type"] != "memory/store/resp" {
+		t.Fatalf("store: %v", m)
+	}
+	from := hostOf(t, old.sid)
+	var drained *host
+	for i, h := range hosts {
+		if fmt.Sprintf("aep-%d", i+1) == from {
+			drained = h
+		}
+	}
+	if err := drained.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := drained.cmd.Wait(); err != nil {
+		t.Fatalf("%s after SIGTERM: %v\n%s", from, err, drained.stderr.String())
+	}
+	if !strings.Contains(drained.stderr.String(), "snapshots=1") {
+		t.Fatalf("%s drained without snapshotting its session:\n%s", from, drained.stderr.String())
+	}
+	if _, err := old.tryAsk(fmt.Sprintf(`{"type":"ping","id":%q,"proto":"1.0","ts":1}`, old.next())); err == nil {
+		t.Fatal("the drained host's session still answers")
+	}
+
+	var moved *proxied
+	deadline := time.Now().Add(30 * time.Second)
+	for moved == nil {
+		// Until HAProxy's check has seen the host go, a new session may
+		// still be sent to it and refused.
+		resp, err := c.Post(base+"/session", "application/json", nil)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				moved = newProxied(t, base, c, `["memory"]`)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new session through the proxy: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if hostOf(t, moved.sid) == from {
+		t.Fatalf("a new session landed on the drained host %s", from)
+	}
+	m = moved.ask(t, fmt.Sprintf(`{"type":"session/snapshot/list/req","id":%q,"proto":"1.0","ts":1,"target":"sql","session_ids":[%q]}`, moved.next(), old.sid))
+	snaps, _ := m["snapshots"].([]any)
+	if len(snaps) != 1 {
+		t.Fatalf("snapshots of the drained session: %v", m)
+	}
+	sid, _ := snaps[0].(map[string]any)["snapshot_id"].(string)
+	m = moved.ask(t, fmt.Sprintf(`{"type":"session/restore/req","id":%q,"proto":"1.0","ts":1,"snapshot_id":%q}`, moved.next(), sid))
+	if m["type"] != "session/restore/resp" {
+		t.Fatalf("restore on %s: %v", hostOf(t, moved.sid), m)
+	}
+	m = moved.ask(t, fmt.Sprintf(`{"type":"memory/retrieve/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"keys":["step"],"tier":"working"}`, moved.next(), mid))
+	if !strings.Contains(fmt.Sprint(m), "41") {
+		t.Fatalf("working memory after the move from %s to %s: %v", from, hostOf(t, moved.sid), m)
+	}
+	t.Logf("session moved from %s to %s", from, hostOf(t, moved.sid))
+}
