@@ -103,8 +103,8 @@ type podSpec struct {
 
 type probe struct {
 	HTTPGet struct {
-		Path        string `yaml:"path"`
-		Port        any    `yaml:"port"`
+		Path        string                         `yaml:"path"`
+		Port        any                            `yaml:"port"`
 		HTTPHeaders []struct{ Name, Value string } `yaml:"httpHeaders"`
 	} `yaml:"httpGet"`
 }
