@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aephost/aep/client"
+	"github.com/coder/websocket"
 )
 
 // Conn is one session's raw line exchange with a host under test: the
@@ -331,27 +331,52 @@ func (c *exchangeConn) Recv(ctx context.Context) ([]byte, error) {
 }
 
 // WebSocketDialer opens a session per connection to the host's GET /ws at
-// url (ws:// or wss://), one message per text frame.
+// url (ws:// or wss://), one message per text frame. It speaks the
+// transport directly (github.com/coder/websocket) rather than through aep's
+// Go client, which imports the host: the kit is linked into the host by
+// the aepconformance build.
 func WebSocketDialer(url string, header http.Header) Dialer {
 	return func(ctx context.Context) (Conn, error) {
-		w, err := client.DialWebSocket(ctx, url, client.WSOptions{Header: header})
+		c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header})
 		if err != nil {
 			return nil, fmt.Errorf("conformance: GET /ws: %w", err)
 		}
-		return wsConn{w}, nil
+		c.SetReadLimit(64 << 20)
+		rctx, cancel := context.WithCancel(context.Background())
+		l := &lines{ch: make(chan []byte, 1024), done: make(chan struct{})}
+		go func() {
+			defer close(l.done)
+			for {
+				typ, b, err := c.Read(rctx)
+				if err != nil {
+					if websocket.CloseStatus(err) == -1 && rctx.Err() == nil {
+						l.err = err
+					}
+					return
+				}
+				if typ == websocket.MessageText {
+					l.ch <- b
+				}
+			}
+		}()
+		return &wsConn{c: c, cancel: cancel, lines: l}, nil
 	}
 }
 
-type wsConn struct{ w *client.WSConn }
-
-func (c wsConn) Send(ctx context.Context, line []byte) error { return c.w.WriteLine(ctx, line) }
-
-func (c wsConn) Recv(ctx context.Context) ([]byte, error) {
-	b, err := c.w.ReadLine(ctx)
-	if err != nil && ctx.Err() == nil {
-		return nil, fmt.Errorf("%w: %w", errClosed, err)
-	}
-	return b, err
+type wsConn struct {
+	c      *websocket.Conn
+	cancel context.CancelFunc
+	lines  *lines
 }
 
-func (c wsConn) Close() error { return c.w.Close() }
+func (w *wsConn) Send(ctx context.Context, line []byte) error {
+	return w.c.Write(ctx, websocket.MessageText, line)
+}
+
+func (w *wsConn) Recv(ctx context.Context) ([]byte, error) { return w.lines.recv(ctx) }
+
+func (w *wsConn) Close() error {
+	err := w.c.Close(websocket.StatusNormalClosure, "")
+	w.cancel()
+	return err
+}
