@@ -215,9 +215,17 @@ func TestSingleExchangeDisconnectCancels(t *testing.T) {
 			cancel()
 			waitGate(t, plug.CtxDone, "g1")
 			<-done
-			// The id is free again and the stream saw nothing of w1.
-			if got := exchange(t, context.Background(), base, sid, "application/json",
-				`{"type":"echo/wait/req","id":"w1","proto":"1.0","ts":1}`); len(got.lines) != 1 || summary(t, got.lines[0]) != "echo/wait/resp w1" {
+			// The id is free again once the cancelled reply is sent (just
+			// after the handler returns), and the stream saw nothing of w1.
+			var got exchangeResp
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				got = exchange(t, context.Background(), base, sid, "application/json",
+					`{"type":"echo/wait/req","id":"w1","proto":"1.0","ts":1}`)
+				if len(got.lines) != 1 || !strings.Contains(got.lines[0], "already in flight") || time.Now().After(deadline) {
+					break
+				}
+			}
+			if len(got.lines) != 1 || summary(t, got.lines[0]) != "echo/wait/resp w1" {
 				t.Fatalf("after the cancel: %+v", got)
 			}
 			send(t, base, sid, pingLine("q1"))
