@@ -92,6 +92,8 @@ type backend struct {
 	extra  map[string]bool   // the face's own tools (memory_*, env_*, ...)
 	skills map[string]string // skill tool name → fingerprint of its skill, as last discovered (skills.go)
 	memID  string
+
+	delivery *progressLedger // progress before results over HTTP (delivery.go)
 }
 
 // open handshakes a new aep session with token and builds its MCP server.
@@ -121,7 +123,7 @@ func (f *Face) open(ctx context.Context, token string, addr netip.Addr) (*backen
 		}
 		return nil, fmt.Errorf("mcp face: handshake: %w", err)
 	}
-	b := &backend{f: f, c: c, granted: map[string]bool{}, listed: map[string]string{}, extra: map[string]bool{}, skills: map[string]string{},
+	b := &backend{f: f, c: c, delivery: newProgressLedger(), granted: map[string]bool{}, listed: map[string]string{}, extra: map[string]bool{}, skills: map[string]string{},
 		token: sha256.Sum256([]byte(token))}
 	for _, a := range resp.AcceptedCaps {
 		if a.Enabled {
@@ -272,7 +274,7 @@ func (b *backend) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	cctx := ctx
 	if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
 		areq.Streaming = true
-		cctx = client.WithEvents(ctx, progressSender(ctx, req.Params.Meta.ProgressToken))
+		cctx = client.WithEvents(ctx, b.progressSender(ctx, req.Params.Meta.ProgressToken))
 	}
 	res, err := b.c.CallTool(cctx, areq)
 	if err != nil {
@@ -282,6 +284,7 @@ func (b *backend) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 		return nil, fmt.Errorf("tool/call %s: %w", name, err)
 	}
 	out := toMCPResult(res)
+	b.delivery.settle(ctx)
 	if b.granted["toolkits"] || b.granted["mcp"] {
 		// A tool may change the session's tools (an MCP server's own list
 		// changed); listing again here notifies before the result.
@@ -293,7 +296,7 @@ func (b *backend) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 // progressSender turns aep `progress` events into MCP progress
 // notifications for token. pct is a percentage, so total is 100; the
 // progress value must increase, so a repeated or falling pct is skipped.
-func progressSender(ctx context.Context, token mcp.ProgressToken) func(client.Event) {
+func (b *backend) progressSender(ctx context.Context, token mcp.ProgressToken) func(client.Event) {
 	srv := mcpserver.ServerFromContext(ctx)
 	var mu sync.Mutex
 	last := -1.0
@@ -318,7 +321,9 @@ func progressSender(ctx context.Context, token mcp.ProgressToken) func(client.Ev
 		}
 		if err := srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
 			slog.Debug("mcp face: progress notification not sent", "err", err)
+			return
 		}
+		b.delivery.queued()
 	}
 }
 

@@ -71,7 +71,7 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, "not_found", "no such MCP session; initialize a new one")
 			return
 		}
-		s.t.ServeHTTP(w, r)
+		s.t.ServeHTTP(s.b.delivery.writer(w, r), r)
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -97,7 +97,7 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.refuse(w, err)
 			return
 		}
-		s.t.ServeHTTP(w, r)
+		s.t.ServeHTTP(s.b.delivery.writer(w, r), r)
 		return
 	}
 	b, err := f.open(r.Context(), token, addr)
@@ -106,7 +106,7 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer b.close()
-	f.transport(b, nil).ServeHTTP(w, r)
+	f.transport(b, nil).ServeHTTP(b.delivery.writer(w, r), r)
 }
 
 // transport is mcp-go's streamable HTTP server over b. mcp-go's own DNS

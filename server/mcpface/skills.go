@@ -132,7 +132,7 @@ func (b *backend) skillHandler(name string) mcpserver.ToolHandlerFunc {
 		if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
 			streaming := true
 			areq.Streaming = &streaming
-			cctx = client.WithEvents(ctx, progressSender(ctx, req.Params.Meta.ProgressToken))
+			cctx = client.WithEvents(ctx, b.progressSender(ctx, req.Params.Meta.ProgressToken))
 		}
 		resp, err := b.c.SkillCall(cctx, areq)
 		if err != nil {
@@ -141,6 +141,7 @@ func (b *backend) skillHandler(name string) mcpserver.ToolHandlerFunc {
 			}
 			return faceError(err), nil
 		}
+		b.delivery.settle(ctx)
 		r := resp.Result
 		if !r.Success {
 			text := "the skill failed"
