@@ -59,11 +59,21 @@ func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *
 	if !ok {
 		return nil, errSessionEnded
 	}
-	restored, err := p.h.restoreSession(ctx, s, req.SnapshotID)
+	var id string
+	switch {
+	case req.SnapshotID != nil:
+		id = *req.SnapshotID
+	case req.FromSession != nil:
+		var err error
+		if id, err = p.h.newestSnapshotOf(ctx, *req.FromSession); err != nil {
+			return nil, err
+		}
+	}
+	restored, err := p.h.restoreSession(ctx, s, id)
 	if err != nil {
 		return nil, err
 	}
-	return &msg.SessionRestoreResp{SnapshotID: req.SnapshotID, Restored: restored}, nil
+	return &msg.SessionRestoreResp{SnapshotID: id, Restored: restored}, nil
 }
 
 func rand16() string { return wire.RandomHex(8) }

@@ -102,7 +102,7 @@ func TestRestoreAfterRename(t *testing.T) {
 	r2 := startRigServer(t, ctx, "", dir, []string{"renamed"}, "")
 	for _, id := range ids {
 		a2 := r2.connect(t, ctx)
-		res, err := a2.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: id})
+		res, err := a2.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(id)})
 		if err != nil {
 			t.Fatalf("restore %s after a rename: %v", id, err)
 		}
@@ -126,7 +126,7 @@ func TestRestoreAfterRename(t *testing.T) {
 	r3.close(ctx)
 	r4 := startRigServer(t, ctx, "", dir, []string{"uno", "dos"}, "")
 	a4 := r4.connect(t, ctx)
-	res, err := a4.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: id})
+	res, err := a4.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(id)})
 	if err != nil || !slices.Equal(res.Restored, []string{"uno", "dos"}) {
 		t.Fatalf("restore of two instances: %+v %v", res, err)
 	}
@@ -192,7 +192,7 @@ func TestSnapshotListAndDelete(t *testing.T) {
 		t.Fatalf("a lists after deletes: %v", snapIDs(got))
 	}
 	for _, id := range []string{aFile, aSQL} {
-		_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: id})
+		_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(id)})
 		aeptest.WantReason(t, err, wire.CodeRuntimeError, "unknown_snapshot")
 	}
 	_, err = a.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: "../etc/passwd"})
@@ -201,7 +201,7 @@ func TestSnapshotListAndDelete(t *testing.T) {
 	// Ownership through restores, passed on by the snapshots taken after.
 	a2 := snap(t, ctx, a, "file")
 	c := r.connect(t, ctx)
-	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: a2}); err != nil {
+	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(a2)}); err != nil {
 		t.Fatal(err)
 	}
 	c2 := snap(t, ctx, c, "sql")
@@ -209,7 +209,7 @@ func TestSnapshotListAndDelete(t *testing.T) {
 		t.Fatalf("c, restored from a's snapshot, lists %v", got)
 	}
 	d := r.connect(t, ctx)
-	if _, err := d.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: c2}); err != nil {
+	if _, err := d.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(c2)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := snapIDs(listSnaps(t, ctx, d)); !slices.Equal(got, sorted(a2, c2)) {
@@ -277,7 +277,7 @@ func TestSnapshotRestoresOnAnotherHost(t *testing.T) {
 			a.say(t, ctx, "made on h1")
 			id := snap(t, ctx, a, "sql")
 			b := h2.connect(t, ctx)
-			res, err := b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: id})
+			res, err := b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(id)})
 			if err != nil || !slices.Equal(res.Restored, []string{"notes-on-h2"}) {
 				t.Fatalf("restore on the other host: %+v %v", res, err)
 			}
@@ -287,11 +287,32 @@ func TestSnapshotRestoresOnAnotherHost(t *testing.T) {
 			if got := snapIDs(listSnaps(t, ctx, b)); !slices.Contains(got, id) {
 				t.Fatalf("h2 session lists %v, want %s", got, id)
 			}
+			// from_session: the newest snapshot of the session whose id is
+			// presented, on either host; an id that took none is unknown.
+			a.say(t, ctx, "later on h1")
+			newest := snap(t, ctx, a, "sql")
+			c := h2.connect(t, ctx)
+			res, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: new(a.SessionID())})
+			if err != nil || res.SnapshotID != newest {
+				t.Fatalf("restore from_session: %+v %v, want %s", res, err, newest)
+			}
+			if got := c.notes(t, ctx); !slices.Equal(got, []string{"made on h1", "later on h1"}) {
+				t.Fatalf("notes restored from_session %v", got)
+			}
+			_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: new(b.SessionID())})
+			aeptest.WantReason(t, err, wire.CodeRuntimeError, "unknown_snapshot")
+			_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: new(a.SessionID()), SnapshotID: new(id)})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
+			_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
+			if _, err := b.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: newest, SessionIds: []string{a.SessionID()}}); err != nil {
+				t.Fatal(err)
+			}
 			del, err := b.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: id, SessionIds: []string{a.SessionID()}})
 			if err != nil || !del.Deleted {
 				t.Fatalf("delete on the other host: %+v %v", del, err)
 			}
-			_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: id})
+			_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(id)})
 			aeptest.WantReason(t, err, wire.CodeRuntimeError, "unknown_snapshot")
 		})
 	}

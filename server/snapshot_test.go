@@ -368,7 +368,7 @@ func TestSnapshotRestoreAcrossRestart(t *testing.T) {
 			if got := a2.notes(t, ctx); len(got) != 0 {
 				t.Fatalf("fresh session has notes %v", got)
 			}
-			res, err := a2.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID})
+			res, err := a2.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -486,7 +486,7 @@ func TestRestoreBadSnapshotChangesNothing(t *testing.T) {
 	p := r.plugin(t, "notes")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: tc.id})
+			_, err := a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(tc.id)})
 			var we *wire.Error
 			if !errors.As(err, &we) {
 				t.Fatalf("want a wire error, got %v", err)
@@ -505,7 +505,7 @@ func TestRestoreBadSnapshotChangesNothing(t *testing.T) {
 	// The good snapshots still restore: the errors above were about the input.
 	for _, id := range []string{good.SnapshotID, goodSQL.SnapshotID} {
 		a.say(t, ctx, "more")
-		if _, err := a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: id}); err != nil {
+		if _, err := a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(id)}); err != nil {
 			t.Fatal(err)
 		}
 		if got := a.notes(t, ctx); !slices.Equal(got, []string{"saved"}) {
@@ -532,7 +532,7 @@ func TestRestoreRollsBackOnPluginFailure(t *testing.T) {
 	a.say(t, ctx, "new")
 	first, second := r.plugin(t, "first"), r.plugin(t, "second")
 	second.FailRestore.Store(true)
-	_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID})
+	_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)})
 	if err == nil || !strings.Contains(err.Error(), "rolled back") || !strings.Contains(err.Error(), `plugin "second"`) {
 		t.Fatalf("got %v", err)
 	}
@@ -546,7 +546,7 @@ func TestRestoreRollsBackOnPluginFailure(t *testing.T) {
 			t.Fatalf("a plugin restored %d times, want 2", p.restores.Load())
 		}
 	}
-	res, err := a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID})
+	res, err := a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)})
 	if err != nil || !slices.Equal(res.Restored, []string{"first", "second"}) {
 		t.Fatalf("restore %+v, %v", res, err)
 	}
@@ -621,7 +621,7 @@ func TestSnapshotNeedsItsTarget(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%s: got %v", target, err)
 		}
-		_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: target + "-0123456789abcdef0123456789abcdef"})
+		_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(target + "-0123456789abcdef0123456789abcdef")})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("restore %s: got %v", target, err)
 		}

@@ -222,6 +222,24 @@ func (h *Host) storedSnapshots(ctx context.Context, target string, sessions []st
 	return out, nil
 }
 
+// ErrNoSnapshotOf answers a restore from a session that left no snapshot
+// (or an id that was never a session's: the two look alike on purpose).
+var ErrNoSnapshotOf = fmt.Errorf("%w of that session: it was never snapshotted, or its snapshots were deleted", ErrSnapshotNotFound)
+
+// newestSnapshotOf names the newest stored snapshot of the session whose
+// transport id is sid, of either target: what a session that moved
+// (docs/deploy.md) restores with from_session.
+func (h *Host) newestSnapshotOf(ctx context.Context, sid string) (string, error) {
+	all, err := h.storedSnapshots(ctx, "", []string{ownerKey(sid)})
+	if err != nil {
+		return "", err
+	}
+	if len(all) == 0 {
+		return "", ErrNoSnapshotOf
+	}
+	return all[0].id, nil
+}
+
 // deleteSnapshot removes one stored snapshot.
 func (h *Host) deleteSnapshot(ctx context.Context, st storedSnapshot) error {
 	switch st.target {

@@ -201,8 +201,8 @@ func TestDecode(t *testing.T) {
 			}},
 		{name: "unknown field in other case does not override", line: `{"type":"session/restore/req","id":"r","proto":"1.0","ts":1,"snapshot_id":"s1","SNAPSHOT_ID":""}`,
 			check: func(t *testing.T, m wire.Message) {
-				if got := m.(*msg.SessionRestoreReq).SnapshotID; got != "s1" {
-					t.Errorf("SnapshotID = %q, want s1", got)
+				if got := m.(*msg.SessionRestoreReq).SnapshotID; got == nil || *got != "s1" {
+					t.Errorf("SnapshotID = %v, want s1", got)
 				}
 			}},
 		{name: "default applied", line: `{"type":"session/snapshot/req","id":"s","proto":"1.0","ts":1}`,
@@ -219,8 +219,8 @@ func TestDecode(t *testing.T) {
 			}},
 		{name: "escaped values decode", line: `{"type":"session/restore/req","id":"r","proto":"1.0","ts":1,"snapshot_id":"caf\u00e9 \ud83d\ude00"}`,
 			check: func(t *testing.T, m wire.Message) {
-				if got := m.(*msg.SessionRestoreReq).SnapshotID; got != "café 😀" {
-					t.Errorf("SnapshotID = %q", got)
+				if got := m.(*msg.SessionRestoreReq).SnapshotID; got == nil || *got != "café 😀" {
+					t.Errorf("SnapshotID = %v", got)
 				}
 			}},
 		{name: "notification", line: `{"type":"shutdown","id":"s","proto":"1.0","ts":1,"timeout":0.5}`, entry: "shutdown",
@@ -463,7 +463,7 @@ func TestAppendEncode(t *testing.T) {
 			`{"type":"ping","id":"1","proto":"1.0","ts":12.5}`},
 		{"reply with req_id", wire.Envelope{Type: "pong", ID: "2", ReqID: "1", TS: 1}, &msg.Pong{UptimeSeconds: 3},
 			`{"type":"pong","id":"2","proto":"1.0","ts":1,"req_id":"1","uptime_seconds":3}`},
-		{"request without req_id", wire.Envelope{Type: "session/restore/req", ID: "r", TS: 1712345678.123456}, &msg.SessionRestoreReq{SnapshotID: "s"},
+		{"request without req_id", wire.Envelope{Type: "session/restore/req", ID: "r", TS: 1712345678.123456}, &msg.SessionRestoreReq{SnapshotID: new("s")},
 			`{"type":"session/restore/req","id":"r","proto":"1.0","ts":1712345678.123456,"snapshot_id":"s"}`},
 		{"body with nested values", wire.Envelope{Type: "handshake/resp", ID: "3", ReqID: "h", TS: 2}, &msg.HandshakeResp{Ok: true, AcceptedCaps: []msg.CapabilityEntry{{Name: "tools", Enabled: false}}, MaxParallel: 4},
 			`{"type":"handshake/resp","id":"3","proto":"1.0","ts":2,"req_id":"h","accepted_caps":[{"enabled":false,"name":"tools"}],"max_parallel":4,"ok":true}`},
@@ -575,7 +575,7 @@ func TestRoundTrip(t *testing.T) {
 		{"cancel", &msg.Cancel{ReqID: "r1"}},
 		{"shutdown", &msg.Shutdown{Timeout: ptr(2.5)}},
 		{"snapshot", &msg.SessionSnapshotReq{Target: msg.SessionSnapshotReqTargetSQL}},
-		{"restore", &msg.SessionRestoreReq{SnapshotID: "\u2028\u2029😀"}},
+		{"restore", &msg.SessionRestoreReq{SnapshotID: new("\u2028\u2029😀")}},
 		{"info", &msg.SessionInfoReq{}},
 	}
 	for _, tt := range tests {

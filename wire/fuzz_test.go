@@ -173,7 +173,7 @@ func FuzzEncode(f *testing.F) {
 	f.Add("\xff", "\xe2\x82", "\xed\xa0\x80", "é😀")
 	f.Fuzz(func(t *testing.T, typ, id, reqID, snapshot string) {
 		env := wire.Envelope{Type: typ, ID: id, ReqID: reqID, TS: 7}
-		line, err := wire.Encode(&env, &msg.SessionRestoreReq{SnapshotID: snapshot})
+		line, err := wire.Encode(&env, &msg.SessionRestoreReq{SnapshotID: new(snapshot)})
 		if err != nil {
 			t.Fatal(err)
 		}

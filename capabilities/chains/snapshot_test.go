@@ -51,7 +51,7 @@ func TestSnapshotRestoresStoredChains(t *testing.T) {
 
 	other := aeptest.Connect(t, e.h, "chains", "echo")
 	define(other, "mine", `{"nodes":[{"id":"g","kind":"gather"}]}`)
-	if _, err := other.SessionRestore(aeptest.Context(t), &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+	if _, err := other.SessionRestore(aeptest.Context(t), &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)}); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{"shout": "HEY", "plain": "hey"} {

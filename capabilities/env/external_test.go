@@ -525,7 +525,7 @@ func TestExternalPythonCartPole(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := steps(4)
-	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)}); err != nil {
 		t.Fatal(err)
 	}
 	if after := steps(4); after != before {
@@ -555,7 +555,7 @@ func TestExternalEnvironmentSnapshot(t *testing.T) {
 	if st, err := step(t, c, r.EpisodeID, 4); err != nil || string(st.Observation) != "7" {
 		t.Fatalf("%+v %v", st, err)
 	}
-	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -47,7 +47,7 @@ func TestSnapshotRestoresEpisodes(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			rr, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID})
+			rr, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)})
 			if err != nil {
 				t.Fatal(err)
 			}

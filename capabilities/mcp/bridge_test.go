@@ -336,7 +336,7 @@ func TestSnapshotRestoreReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2 := connect(t, e.h)
-	if _, err := c2.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+	if _, err := c2.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)}); err != nil {
 		t.Fatal(err)
 	}
 	e2 := &env{h: e.h, p: e.p, c: c2}

@@ -86,7 +86,7 @@ func TestSnapshotRestoresWorkingMemory(t *testing.T) {
 				if _, err := c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: id, Keys: []string{"b"}}); err != nil {
 					t.Fatal(err)
 				}
-				rr, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID})
+				rr, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -230,7 +230,7 @@ func TestRestoreKeepsChildScope(t *testing.T) {
 				t.Fatal(err)
 			}
 			store1(t, c, id, ent("working", "plan", "child plan", 0))
-			if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+			if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)}); err != nil {
 				t.Fatal(err)
 			}
 			var want []string

@@ -90,7 +90,7 @@ func TestRestoreReportsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := spawn(t, c, "sleep", "1000")
-	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.ProcStatus(ctx, &msg.ProcStatusReq{ProcID: before.ProcID})

@@ -454,7 +454,7 @@ func TestSnapshotRecordsTree(t *testing.T) {
 
 	p2 := root(t, h)
 	live := spawn(t, p2, &msg.SubagentSpawnReq{Name: "live"})
-	if _, err := p2.SessionRestore(aeptest.Context(t), &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+	if _, err := p2.SessionRestore(aeptest.Context(t), &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)}); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]msg.SubagentRecord{}

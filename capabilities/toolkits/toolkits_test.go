@@ -430,7 +430,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Fatalf("snapshot %s not found under the data directory", snap.SnapshotID)
 	}
 	// Restore: the toolkit is not configured any more.
-	if _, err := e.c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: snap.SnapshotID}); err != nil {
+	if _, err := e.c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(snap.SnapshotID)}); err != nil {
 		t.Fatal(err)
 	}
 	if def, _ := e.c.GetToolkit(ctx, "sql"); def.Configured {

@@ -433,7 +433,7 @@ func TestGoClientOverStdio(t *testing.T) {
 				t.Fatalf("session info: %+v %v", info, err)
 			}
 			// A refused request comes back as a Go error with its code.
-			_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: "no-such-snapshot"})
+			_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new("no-such-snapshot")})
 			var we *wire.Error
 			if !errors.As(err, &we) || we.Code == "" {
 				t.Fatalf("restore of an unknown snapshot: want a *wire.Error, got %v", err)

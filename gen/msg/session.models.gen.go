@@ -96,11 +96,18 @@ type SessionInfoResp struct {
 	SessionID string `json:"session_id"`
 }
 
-// Restores a snapshot into the current session (spec §3: Session saved → live). An
-// unknown or corrupt snapshot changes nothing.
+// Restores a snapshot into the current session (spec §3: Session saved → live):
+// the one named by `snapshot_id`, or the newest snapshot of the session named by
+// `from_session` (a session that moved when its host drained or died,
+// docs/deploy.md). An unknown or corrupt snapshot changes nothing.
 type SessionRestoreReq struct {
+	// The id of an earlier session of the sender (a bearer secret, so holding it
+	// proves the session was the sender's): its newest snapshot, from a drain or an
+	// automatic snapshot, is restored, and the reply names it.
+	FromSession *string `json:"from_session,omitempty,omitzero"`
+
 	// SnapshotID corresponds to the JSON schema field "snapshot_id".
-	SnapshotID string `json:"snapshot_id"`
+	SnapshotID *string `json:"snapshot_id,omitempty,omitzero"`
 }
 
 type SessionRestoreResp struct {

@@ -648,15 +648,19 @@ class AsyncMethods:
 
     async def session_restore(
         self,
-        snapshot_id: str,
         *,
+        from_session: Optional[str] = None,
+        snapshot_id: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionRestoreRespMessage:
         """``session/restore/req`` → ``session/restore/resp``. Restores a
-        snapshot into the current session (spec §3: Session saved → live).
+        snapshot into the current session (spec §3: Session saved → live):
+        the one named by `snapshot_id`, or the newest snapshot of the
+        session named by `from_session` (a session that moved when its host
+        drained or died, docs/deploy.md).
         """
-        return await self._request(m.SessionRestoreReqMessage, {"snapshot_id": snapshot_id}, {}, m.SessionRestoreRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionRestoreReqMessage, {}, {"from_session": from_session, "snapshot_id": snapshot_id}, m.SessionRestoreRespMessage, call_timeout, on_event)
 
     async def session_snapshot(
         self,
@@ -1544,15 +1548,19 @@ class SyncMethods:
 
     def session_restore(
         self,
-        snapshot_id: str,
         *,
+        from_session: Optional[str] = None,
+        snapshot_id: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionRestoreRespMessage:
         """``session/restore/req`` → ``session/restore/resp``. Restores a
-        snapshot into the current session (spec §3: Session saved → live).
+        snapshot into the current session (spec §3: Session saved → live):
+        the one named by `snapshot_id`, or the newest snapshot of the
+        session named by `from_session` (a session that moved when its host
+        drained or died, docs/deploy.md).
         """
-        return self._request(m.SessionRestoreReqMessage, {"snapshot_id": snapshot_id}, {}, m.SessionRestoreRespMessage, call_timeout, on_event)
+        return self._request(m.SessionRestoreReqMessage, {}, {"from_session": from_session, "snapshot_id": snapshot_id}, m.SessionRestoreRespMessage, call_timeout, on_event)
 
     def session_snapshot(
         self,

@@ -2861,12 +2861,19 @@ class SessionInfoRespMessage(Model):
 
 class SessionRestoreReqMessage(Model):
     """`session/restore/req` (request). Restores a snapshot into the current
-    session (spec §3: Session saved → live). An unknown or corrupt snapshot
-    changes nothing.
+    session (spec §3: Session saved → live): the one named by `snapshot_id`,
+    or the newest snapshot of the session named by `from_session` (a session
+    that moved when its host drained or died, docs/deploy.md). An unknown or
+    corrupt snapshot changes nothing.
     """
 
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/req"] = "session/restore/req"
+    #: The id of an earlier session of the sender (a bearer secret, so
+    #: holding it proves the session was the sender's): its newest snapshot,
+    #: from a drain or an automatic snapshot, is restored, and the reply
+    #: names it.
+    from_session: Optional[str] = None
     #: Unique id of the message (spec §2.1).
     id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
@@ -2874,7 +2881,7 @@ class SessionRestoreReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
-    snapshot_id: str
+    snapshot_id: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
