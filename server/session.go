@@ -186,7 +186,20 @@ func errorMessage(e *wire.Error) *msg.Error {
 
 // ReceiveLine handles one line of the JSON codec. It never blocks on a
 // handler: requests are queued for the session's workers.
-func (s *Session) ReceiveLine(line []byte) {
+func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, false) }
+
+// ReceiveLineHere is [Session.ReceiveLine] that runs a request on the
+// calling goroutine when the session has nothing else in flight, saving the
+// hand-off to a worker (docs/PERFORMANCE.md, WebSocket and single-exchange
+// HTTP); otherwise the request is queued as ReceiveLine queues it. It
+// returns once the request is answered or queued. The caller's reading
+// stops while a request runs here, so a transport that uses it must either
+// wait for that reply anyway (a single exchange) or hand its reading to
+// another goroutine when the request takes long (ws.go), or a `cancel`
+// could not reach it.
+func (s *Session) ReceiveLineHere(line []byte) { s.receiveLine(line, true) }
+
+func (s *Session) receiveLine(line []byte, here bool) {
 	if len(line) > s.h.cfg.Server.Limits.MaxMessageBytes {
 		s.RejectOversized(len(line))
 		return
@@ -203,7 +216,7 @@ func (s *Session) ReceiveLine(line []byte) {
 		s.sendError(sc.ID, we)
 		return
 	}
-	s.receive(e, &sc.Envelope, m, len(line), sc.SessionID)
+	s.receive(e, &sc.Envelope, m, len(line), sc.SessionID, here)
 }
 
 // RejectOversized answers a line of n bytes that was over the message limit
@@ -233,10 +246,10 @@ func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) {
 	if b, ok := m.(interface{ BodySessionID() string }); ok {
 		bodySession = b.BodySessionID()
 	}
-	s.receive(e, env, m, 0, bodySession)
+	s.receive(e, env, m, 0, bodySession, false)
 }
 
-func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, size int, bodySession string) {
+func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, size int, bodySession string, here bool) {
 	s.touch()
 	if r := s.rec.Load(); r != nil {
 		kind := "notification"
@@ -294,17 +307,29 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		s.sendError(env.ID, err)
 		return
 	}
-	s.admit(&call{s: s, id: env.ID, entry: e, msg: m, inBytes: size})
+	s.admit(&call{s: s, id: env.ID, entry: e, msg: m, inBytes: size}, here)
 }
 
 // admit queues a request for the session's workers: up to max_parallel run
 // at once, up to queue_size wait, and beyond that the request is refused as
-// overloaded (docs/DECISIONS.md, Dispatch).
-func (s *Session) admit(c *call) {
+// overloaded (docs/DECISIONS.md, Dispatch). With here, a request that finds
+// nothing else in flight runs on the calling goroutine instead, counted as
+// a worker while it runs, so max_parallel still bounds what runs at once.
+func (s *Session) admit(c *call, here bool) {
 	s.mu.Lock()
 	if _, dup := s.inflight[c.id]; dup {
 		s.mu.Unlock()
 		s.sendError(c.id, &wire.Error{Code: wire.CodeSchemaViolation, Message: "a request with id " + wire.Clip(c.id) + " is already in flight", Detail: map[string]any{"field": "id"}})
+		return
+	}
+	if here && s.pending == 0 && s.workers < s.h.cfg.Server.MaxParallel && s.ctx.Err() == nil {
+		s.inflight[c.id] = c
+		s.pending++
+		s.workers++
+		s.mu.Unlock()
+		s.run(c)
+		s.finish(c)
+		s.hereDone()
 		return
 	}
 	select {
@@ -336,6 +361,20 @@ func (s *Session) work() {
 			s.finish(c)
 		}
 	}
+}
+
+// hereDone ends a run on a caller's goroutine (admit). Requests queued
+// meanwhile, when max_parallel left no room for a worker, get one now.
+func (s *Session) hereDone() {
+	s.mu.Lock()
+	if s.pending >= s.workers && s.ctx.Err() == nil {
+		// Still counted as a worker, this run's slot passes to a new one.
+		go s.work()
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.workerDone()
 }
 
 func (s *Session) workerDone() {

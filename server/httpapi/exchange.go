@@ -213,9 +213,17 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		return answerNow(mode, errorLine(sc.ID, &wire.Error{Code: wire.CodeSchemaViolation,
 			Message: "a request with this id is already in flight", Detail: map[string]any{"field": "id"}}))
 	}
-	st.sess.ReceiveLine(line)
 	if mode == modeSSE {
+		st.sess.ReceiveLine(line)
 		return &sseExchange{a: a, st: st, x: x, ctx: ctx}
+	}
+	// This goroutine waits for the reply anyway, so the kernel may run the
+	// request on it (server.Session.ReceiveLineHere); a client that goes
+	// away meanwhile cancels it as below.
+	stop := context.AfterFunc(ctx, func() { a.cancelExchange(st, x) })
+	st.sess.ReceiveLineHere(line)
+	if !stop() && ctx.Err() != nil {
+		return jsonReply(nil)
 	}
 	for {
 		if _, _, reply := x.take(); reply != nil {

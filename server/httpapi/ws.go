@@ -377,7 +377,13 @@ func (ws *wsSession) Send(p *wire.Packet) (int, error) {
 		ws.drain(conn)
 		return len(line), nil
 	}
-	ws.wake()
+	if !ws.writing {
+		// No connection: a connection's writer waiting to take over
+		// looks again. While someone writes, the writer's loop takes the
+		// frame itself; waking the connection's idle writer too would
+		// cost a futex wake per message for nothing.
+		ws.wake()
+	}
 	ws.mu.Unlock()
 	return len(line), nil
 }
@@ -401,7 +407,13 @@ func (ws *wsSession) drain(conn *wsConn) {
 		}
 	}
 	ws.writing = false
-	ws.wake()
+	if ws.closed || ws.conn != conn || ws.written+1 < ws.next {
+		// The connection's writer has something to do: close it, or
+		// hand over to a newer connection. (Everything written and the
+		// session open, it has nothing to do, and a wake would only be
+		// a futex call per message.)
+		ws.wake()
+	}
 	ws.mu.Unlock()
 }
 
@@ -484,7 +496,32 @@ type wsConn struct {
 	sess atomic.Pointer[wsSession]
 
 	closeOnce sync.Once
+
+	// The reading goroutine runs a request itself when its session has
+	// nothing else in flight (server.Session.ReceiveLineHere), as the bare
+	// echo floor does. Should the request take longer than handoffAfter,
+	// handoff starts another goroutine to go on reading (so a `cancel` or
+	// another request is not held up) and the first one ends after its
+	// request. turn says who reads: its low bits are the mode (reading,
+	// runningHere, handedOff), the rest a count of runs, so a goroutine
+	// whose run was handed off can tell, even after the new reader began
+	// runs of its own.
+	turn       atomic.Uint64
+	handoff    *time.Timer
+	readerDone chan struct{} // closed when reading ended (the connection is done)
 }
+
+const (
+	reading     = 0
+	runningHere = 1
+	handedOff   = 2
+	modeBits    = 3
+)
+
+// handoffAfter is how long a request may run on the reading goroutine
+// before reading moves to another: a `cancel` waits at most this long to be
+// read, and a request that runs longer pays one goroutine start.
+const handoffAfter = 500 * time.Microsecond
 
 // closeWith closes the connection with a code and reason. The close
 // handshake may wait on a peer that reads nothing, so it runs on its own;
@@ -503,20 +540,35 @@ func (conn *wsConn) run(ws *wsSession) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	conn.sess.Store(ws)
+	conn.readerDone = make(chan struct{})
+	conn.handoff = time.AfterFunc(time.Hour, conn.handOff)
+	conn.handoff.Stop()
 	go func() { defer wg.Done(); conn.writeLoop() }()
 	go func() { defer wg.Done(); conn.pingLoop() }()
-	conn.readLoop()
+	// Reading runs on a goroutine of its own: a request may run on it
+	// (receiveHere), and the connection's end must not wait for that.
+	go conn.readLoop(true)
+	<-conn.readerDone
+	conn.handoff.Stop()
 	conn.cancel()
 	wg.Wait()
 	conn.sess.Load().drop(conn)
 }
 
-// readLoop hands each text frame to the kernel.
-func (conn *wsConn) readLoop() {
+// readLoop hands each text frame to the kernel until the connection ends
+// (then it closes readerDone) or its reading is handed off (then it just
+// returns). first is set for the connection's first frame, which may be an
+// attach frame.
+func (conn *wsConn) readLoop(first bool) {
 	a := conn.hub.a
 	ws := conn.sess.Load()
 	limit := int(a.maxBody)
-	first := true
+	handed := false
+	defer func() {
+		if !handed {
+			close(conn.readerDone)
+		}
+	}()
 	for {
 		typ, r, err := conn.c.Reader(conn.ctx)
 		if err != nil {
@@ -544,8 +596,37 @@ func (conn *wsConn) readLoop() {
 				continue
 			}
 		}
-		ws.sess.ReceiveLine(line)
+		if !conn.receiveHere(ws, line) {
+			handed = true
+			return // another goroutine reads now
+		}
 	}
+}
+
+// receiveHere gives line to the kernel, which may run it on this goroutine;
+// it reports whether this goroutine still reads the connection.
+func (conn *wsConn) receiveHere(ws *wsSession, line []byte) bool {
+	v := conn.turn.Load()&^modeBits + 1<<2 // a new run
+	conn.turn.Store(v | runningHere)
+	conn.handoff.Reset(handoffAfter)
+	ws.sess.ReceiveLineHere(line)
+	conn.handoff.Stop()
+	return conn.turn.CompareAndSwap(v|runningHere, v|reading)
+}
+
+// handOff runs when a request ran on the reading goroutine past
+// handoffAfter: a new goroutine takes over the reading.
+func (conn *wsConn) handOff() {
+	v := conn.turn.Load()
+	if v&modeBits != runningHere || !conn.turn.CompareAndSwap(v, v&^modeBits|handedOff) {
+		return // the run ended meanwhile
+	}
+	go func() {
+		// A new count, in mode reading: the goroutine whose run was
+		// handed off sees the change and stops reading.
+		conn.turn.Store((conn.turn.Load()&^modeBits + 1<<2) | reading)
+		conn.readLoop(false)
+	}()
 }
 
 // switchTo trades the session created on connect for the one an attach

@@ -265,3 +265,43 @@ func TestWebSocketNeverReadsIsClosed(t *testing.T) {
 	cancel()
 	<-sent
 }
+
+// TestWebSocketSlowRequestKeepsReading: a request runs on the connection's
+// reading goroutine when nothing else is in flight (ws.go, receiveHere);
+// one that takes long hands the reading on, so a ping and a cancel sent
+// meanwhile are read and answered, and max_parallel still holds.
+func TestWebSocketSlowRequestKeepsReading(t *testing.T) {
+	h, plug := newPlugHost(t, func(c *server.Config) { c.Server.MaxParallel = 1 })
+	base := newServer(t, h, httpapi.Options{})
+	w := mustDialWS(t, base, nil)
+	w.handshake()
+	w.send(`{"type":"echo/wait/req","id":"w1","proto":"1.0","ts":1,"gate":"g1"}`)
+	waitGate(t, plug.Started, "g1")
+	w.send(pingLine("p1"))
+	if m := w.next(); m.Type != "pong" || m.ReqID != "p1" {
+		t.Fatalf("while w1 runs: %+v, want the pong", m)
+	}
+	w.send(`{"type":"echo/wait/req","id":"w2","proto":"1.0","ts":1,"gate":"g2"}`)
+	select {
+	case g := <-plug.Started:
+		t.Fatalf("%s started while w1 runs with max_parallel 1", g)
+	case <-time.After(100 * time.Millisecond):
+	}
+	w.send(`{"type":"cancel","id":"c1","proto":"1.0","ts":1,"req_id":"w1"}`)
+	if m := w.next(); m.Type != "error" || m.ReqID != "w1" || m.Code != "cancelled" {
+		t.Fatalf("after the cancel: %+v", m)
+	}
+	waitGate(t, plug.Started, "g2")
+	plug.Release("g2")
+	if m := w.next(); m.Type != "echo/wait/resp" || m.ReqID != "w2" {
+		t.Fatalf("w2: %+v", m)
+	}
+	// Back to quick requests, on whichever goroutine reads now.
+	for i := range 20 {
+		id := "s" + strconv.Itoa(i)
+		w.send(sayLine(id, "x"))
+		if m := w.next(); m.Type != "echo/say/resp" || m.ReqID != id {
+			t.Fatalf("%s: %+v", id, m)
+		}
+	}
+}
