@@ -247,5 +247,6 @@ func (h *Host) logIsolation() {
 		h.log.Warn("isolation: the configured sandbox cannot be provided; capabilities that run processes will refuse to start", "mode", h.SandboxMode(), "err", err)
 		return
 	}
+	sandbox.Prewarm(h.SandboxMode())
 	h.log.Info("isolation", "tier", tier, "mechanism", what, "session_quota_bytes", h.SessionQuota(), "sessions_dir", h.sessionsRoot())
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,11 +46,85 @@ type initConfig struct {
 	// Rlimit fallbacks when no cgroup enforces these.
 	MemBytes int64 `json:"mem_bytes,omitempty"`
 	NProc    int   `json:"nproc,omitempty"`
+
+	// A spare (spare.go) is started with only Spare, Namespaces and
+	// NewRoot; the rest comes on the control pipe when it is given a run,
+	// with these, which a cold init has from its fds and environment.
+	Spare      bool     `json:"spare,omitempty"`
+	CgroupDirs []string `json:"cgroup_dirs,omitempty"` // the init opens cgroup.procs in each
+	Env        []string `json:"env,omitempty"`         // the command's environment
+	// Paths are the work directory and the read-only paths as the host
+	// sees them; a spare whose mount namespace (copied when it started)
+	// shows another file there refuses the run.
+	Paths []pathID `json:"paths,omitempty"`
+}
+
+// pathID names a file by device and inode.
+type pathID struct {
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
+}
+
+func idOf(path string) (pathID, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return pathID{}, false
+	}
+	return pathID{Path: path, Dev: uint64(st.Dev), Ino: st.Ino}, true
+}
+
+// stale says why the spare's view of the run's paths is not the host's,
+// or "" when it is.
+func (c initConfig) stale() string {
+	for _, want := range c.Paths {
+		got, ok := idOf(want.Path)
+		if !ok || got != want {
+			return fmt.Sprintf("the spare init sees another %s than the host", want.Path)
+		}
+	}
+	return ""
+}
+
+// maxInstructions bounds what a spare reads from the host.
+const maxInstructions = 4 << 20
+
+// writeInstructions sends a spare its run: a 4-byte big-endian length and
+// the JSON of cfg.
+func writeInstructions(w io.Writer, cfg initConfig) error {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxInstructions {
+		return fmt.Errorf("sandbox instructions of %d bytes: %w", len(b), ErrSetup)
+	}
+	buf := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
+	_, err = w.Write(append(buf, b...))
+	return err
+}
+
+func readInstructions(r io.Reader, cfg *initConfig) error {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return err
+	}
+	size := binary.BigEndian.Uint32(n[:])
+	if size > maxInstructions {
+		return fmt.Errorf("sandbox instructions of %d bytes", size)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, cfg)
 }
 
 // report is what the init tells the host; the first line has only Started
 // or SetupError, the second how the command ended.
 type report struct {
+	Ready      bool   `json:"ready,omitempty"` // a spare has made its root and waits for a run
+	Stale      bool   `json:"stale,omitempty"` // a spare refused its run (initConfig.stale)
 	Started    bool   `json:"started,omitempty"`
 	SetupError string `json:"setup_error,omitempty"`
 	Exit       int    `json:"exit"`
@@ -98,11 +173,14 @@ func Mechanism(m Mode) (string, error) {
 	switch m {
 	case ModeAuto, "":
 		// The best tier this host provides (docs/SECURITY.md, Isolation).
-		if bwrapWorks() == nil {
-			return "bwrap", nil
-		}
+		// As root, the host's own init gives tier (a) with its clone flags
+		// directly, one process and exec fewer than through bubblewrap,
+		// and can keep a spare ready (spare.go).
 		if os.Geteuid() == 0 {
 			return "namespaces", nil
+		}
+		if bwrapWorks() == nil {
+			return "bwrap", nil
 		}
 		return string(ModeSupervised), nil
 	case ModeBwrap:
@@ -189,14 +267,6 @@ func (p *Process) startConfined() (err error) {
 		}
 		cfg.Dir = filepath.Join(Workspace, rel)
 	}
-	if mech == "namespaces" {
-		root, err := os.MkdirTemp("", "aep-root-")
-		if err != nil {
-			return fmt.Errorf("making the sandbox root: %v: %w", err, ErrSetup)
-		}
-		cfg.NewRoot = root
-		p.newRoot = root
-	}
 	if p.tier == TierSupervised {
 		becomeSubreaper()
 	}
@@ -221,6 +291,30 @@ func (p *Process) startConfined() (err error) {
 			os.Remove(p.newRoot)
 		}
 	}()
+	if p.cg == nil || p.cg.mem == "" {
+		cfg.MemBytes = lim.MemoryBytes
+	}
+	if p.cg == nil || p.cg.pids == "" {
+		cfg.NProc = lim.MaxProcs
+	}
+	p.rlimitMem = cfg.MemBytes > 0
+	if mech == "namespaces" && !p.spec.Network {
+		// A spare init already in its namespaces, its root made, takes
+		// the run if one is ready (spare.go); else a cold start below.
+		if sp := takeSpare(); sp != nil {
+			if done, err := p.startOnSpare(sp, cfg); done {
+				return err
+			}
+		}
+	}
+	if mech == "namespaces" {
+		root, err := os.MkdirTemp("", "aep-root-")
+		if err != nil {
+			return fmt.Errorf("making the sandbox root: %v: %w", err, ErrSetup)
+		}
+		cfg.NewRoot = root
+		p.newRoot = root
+	}
 	var cgFiles []*os.File
 	if p.cg != nil {
 		if cgFiles, err = p.cg.procsFiles(); err != nil {
@@ -231,12 +325,6 @@ func (p *Process) startConfined() (err error) {
 				f.Close()
 			}
 		}()
-	}
-	if p.cg == nil || p.cg.mem == "" {
-		cfg.MemBytes = lim.MemoryBytes
-	}
-	if p.cg == nil || p.cg.pids == "" {
-		cfg.NProc = lim.MaxProcs
 	}
 	cfg.Cgroups = len(cgFiles)
 	rawCfg, err := json.Marshal(cfg)
@@ -249,13 +337,9 @@ func (p *Process) startConfined() (err error) {
 		cmd = exec.Command(BwrapPath(), bwrapArgs(p.spec, exe, work, cfg.Dir, cfg.UID > 0)...)
 	} else if mech == "namespaces" {
 		cmd = exec.Command(exe)
-		flags := syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
-		if !p.spec.Network {
-			flags |= syscall.CLONE_NEWNET
-		}
 		// The init is pid 1 of the namespace: its death, here with the
 		// host's, ends every process in it.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: uintptr(flags), Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: namespaceFlags(p.spec.Network), Pdeathsig: syscall.SIGKILL}
 	} else {
 		// Supervised: SIGTERM, which the init catches to end every
 		// descendant before it goes (SIGKILL would leave them behind).
@@ -271,7 +355,6 @@ func (p *Process) startConfined() (err error) {
 	errs := &limitWriter{w: orDiscard(p.spec.Stderr)}
 	cmd.Stdout, cmd.Stderr = orDiscard(p.spec.Stdout), errs
 	p.errTail = errs
-	p.rlimitMem = cfg.MemBytes > 0
 	cmd.WaitDelay = 500 * time.Millisecond
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
@@ -301,30 +384,50 @@ func (p *Process) startConfined() (err error) {
 	p.started = time.Now()
 	p.control = controlW
 	br := bufio.NewReader(statusR)
-	first, rerr := br.ReadBytes('\n')
-	var rep report
-	if rerr == nil {
-		rerr = json.Unmarshal(first, &rep)
-	}
+	rep, rerr := readFirst(br)
 	if rerr != nil || !rep.Started {
 		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 		statusR.Close()
 		controlW.Close()
-		why := rep.SetupError
-		if why == "" {
-			why = fmt.Sprintf("%s exited before the command started: %s", mech, bytes.TrimSpace([]byte(errs.String())))
-		}
-		switch rep.Program {
-		case programNotFound:
-			return fmt.Errorf("%s: %w: %w", why, ErrSetup, exec.ErrNotFound)
-		case programNotExecutable:
-			return fmt.Errorf("%s: %w: %w", why, ErrSetup, fs.ErrPermission)
-		}
-		return fmt.Errorf("%s: %w", why, ErrSetup)
+		return startError(mech, rep, errs)
 	}
 	p.status = &statusFile{File: statusR, br: br}
 	return nil
+}
+
+// namespaceFlags are the namespaces of a run in the namespaces mode.
+func namespaceFlags(network bool) uintptr {
+	flags := syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS
+	if !network {
+		flags |= syscall.CLONE_NEWNET
+	}
+	return uintptr(flags)
+}
+
+// readFirst reads one line of the init's status pipe.
+func readFirst(br *bufio.Reader) (report, error) {
+	var rep report
+	line, err := br.ReadBytes('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &rep)
+	}
+	return rep, err
+}
+
+// startError is the error of a run whose init did not start the command.
+func startError(mech string, rep report, errs *limitWriter) error {
+	why := rep.SetupError
+	if why == "" {
+		why = fmt.Sprintf("%s exited before the command started: %s", mech, bytes.TrimSpace([]byte(errs.String())))
+	}
+	switch rep.Program {
+	case programNotFound:
+		return fmt.Errorf("%s: %w: %w", why, ErrSetup, exec.ErrNotFound)
+	case programNotExecutable:
+		return fmt.Errorf("%s: %w: %w", why, ErrSetup, fs.ErrPermission)
+	}
+	return fmt.Errorf("%s: %w", why, ErrSetup)
 }
 
 const tailBytes = 4096

@@ -1,6 +1,9 @@
 package sandbox
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // WithoutCgroups makes confined runs of the test behave as on a host where
 // no cgroup can be made, so the rlimit fallbacks are what limits them.
@@ -13,4 +16,22 @@ func WithoutCgroups(t testing.TB) {
 // MemoryFailure exposes the rlimit fallback's out-of-memory verdict.
 func MemoryFailure(signal, exit int, maxRSS, limit int64, stderrTail string) bool {
 	return memoryFailure(&report{Signal: signal, Exit: exit, MaxRSS: maxRSS}, limit, stderrTail)
+}
+
+// WithoutSpares makes every confined run of the test start cold.
+func WithoutSpares(t testing.TB) {
+	sparesDisabled.Store(true)
+	t.Cleanup(func() { sparesDisabled.Store(false) })
+}
+
+// WaitSpare makes a spare init ready and waits until it is.
+func WaitSpare(t testing.TB) {
+	t.Helper()
+	Prewarm(ModeNamespaces)
+	for i := 0; i < 1000 && len(spares.pool) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(spares.pool) == 0 {
+		t.Fatal("no spare init became ready")
+	}
 }

@@ -84,7 +84,7 @@ func runInit(raw string) int {
 		return 1
 	}
 	var cfg initConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil || len(cfg.Argv) == 0 {
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil || (len(cfg.Argv) == 0 && !cfg.Spare) {
 		return fail("sandbox init: bad instructions")
 	}
 	os.Unsetenv(initEnv)
@@ -95,20 +95,67 @@ func runInit(raw string) int {
 	// when the command ends (docs/SECURITY.md, Isolation).
 	const prSetChildSubreaper = 36
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
-	if cfg.Namespaces {
-		if err := setupRoot(cfg); err != nil {
-			return fail("sandbox mounts: %v", err)
-		}
-	}
+	control := os.NewFile(fdControl, "control")
 	// The run's cgroups are joined by the command's own first step (the
 	// shell below), not by this init: its Go runtime's threads would count
 	// against pids.max (cgroup v1 counts threads) and its memory against
 	// the memory limit.
 	var cgFiles []*os.File
-	for i := 0; i < cfg.Cgroups; i++ {
-		f := os.NewFile(uintptr(fdCgroups+i), "cgroup.procs")
-		syscall.CloseOnExec(fdCgroups + i)
-		cgFiles = append(cgFiles, f)
+	env := os.Environ()
+	switch {
+	case cfg.Spare:
+		// A spare (spare.go): the same root for every run is made now; the
+		// run's own part waits for the host's instructions.
+		if err := prepareRoot(cfg.NewRoot); err != nil {
+			return fail("sandbox mounts: %v", err)
+		}
+		writeReport(status, report{Ready: true})
+		var run initConfig
+		if err := readInstructions(control, &run); err != nil || len(run.Argv) == 0 {
+			// The host closed the pipe: the spare is not needed.
+			return 1
+		}
+		run.NewRoot, run.Namespaces = cfg.NewRoot, true
+		cfg = run
+		// The environment a cold init has: the command's (its PATH finds argv[0]).
+		os.Clearenv()
+		for _, kv := range cfg.Env {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				os.Setenv(k, v)
+			}
+		}
+		env = os.Environ()
+		if why := cfg.stale(); why != "" {
+			writeReport(status, report{SetupError: why, Stale: true})
+			return 1
+		}
+		// Opened while the host's file systems are still in view.
+		for _, d := range cfg.CgroupDirs {
+			f, err := os.OpenFile(filepath.Join(d, "cgroup.procs"), os.O_WRONLY|syscall.O_CLOEXEC, 0)
+			if err != nil {
+				return fail("opening the run's cgroup: %v", err)
+			}
+			cgFiles = append(cgFiles, f)
+		}
+		if err := finishRoot(cfg); err != nil {
+			return fail("sandbox mounts: %v", err)
+		}
+	case cfg.Namespaces:
+		if err := setupRoot(cfg); err != nil {
+			return fail("sandbox mounts: %v", err)
+		}
+		fallthrough
+	default:
+		for i := 0; i < cfg.Cgroups; i++ {
+			f := os.NewFile(uintptr(fdCgroups+i), "cgroup.procs")
+			syscall.CloseOnExec(fdCgroups + i)
+			cgFiles = append(cgFiles, f)
+		}
+	}
+	// A relative argv[0] ("./run.sh") is found from the command's working
+	// directory, as bubblewrap's --chdir gives it.
+	if cfg.Dir != "" {
+		_ = os.Chdir(cfg.Dir)
 	}
 	if cfg.CPUSeconds > 0 {
 		// SIGXCPU at the soft limit, SIGKILL a second later (docs/DECISIONS.md, Sandbox outcomes).
@@ -182,7 +229,7 @@ func runInit(raw string) int {
 		defer w.Close()
 	}
 	cmd.Dir = cfg.Dir
-	cmd.Env = os.Environ()
+	cmd.Env = env
 	if cfg.RunID != "" {
 		cmd.Env = append(cmd.Env, RunMarker+"="+cfg.RunID)
 	}
@@ -213,7 +260,7 @@ func runInit(raw string) int {
 	}
 	os.Stdin.Close()
 	os.Stdout.Close()
-	go forward(os.NewFile(fdControl, "control"), cmd.Process.Pid)
+	go forward(control, cmd.Process.Pid)
 	// SIGTERM to the init (the host's kill in tier b, or the host's death
 	// through PR_SET_PDEATHSIG) ends the command's group and every
 	// descendant; the command's own end is reported as usual below.
@@ -231,10 +278,14 @@ func runInit(raw string) int {
 	_ = cmd.Wait()
 	// A descendant that left the command's group (setsid) came back to the
 	// init as subreaper: it goes now. On another goroutine, since this
-	// thread may be under Landlock, which hides /proc.
-	swept := make(chan struct{})
-	go func() { sweepOwn(); close(swept) }()
-	<-swept
+	// thread may be under Landlock, which hides /proc. In the namespaces
+	// mode the init is pid 1 of the run's PID namespace: its exit ends
+	// every process left in it, and the host's wait returns only after.
+	if !cfg.Namespaces {
+		swept := make(chan struct{})
+		go func() { sweepOwn(); close(swept) }()
+		<-swept
+	}
 	st := cmd.ProcessState
 	rep := report{Exit: -1}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok {
@@ -271,45 +322,57 @@ func forward(control *os.File, pid int) {
 // setupRoot gives the namespaces mode bubblewrap's view: a new root on a
 // tmpfs holding only [SystemPaths] and the caller's read-only paths (bound
 // read-only), the work directory at [Workspace] (writable), /dev's null,
-// zero, random and urandom, a private /tmp and a /proc of the new PID
-// namespace; the old root is detached. The init is pid 1 of a fresh mount
-// namespace, so none of this reaches the host.
+// zero, full, random and urandom, a private /tmp and /dev/shm and a /proc
+// of the new PID namespace; the old root is detached. The init is pid 1 of
+// a fresh mount namespace, so none of this reaches the host.
 func setupRoot(cfg initConfig) error {
+	if err := prepareRoot(cfg.NewRoot); err != nil {
+		return err
+	}
+	return finishRoot(cfg)
+}
+
+// bindInto binds src at dst below the new root nr, read-only when ro; a
+// src that does not exist is skipped.
+func bindInto(nr, src, dst string, ro bool) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return nil
+	}
+	target := filepath.Join(nr, dst)
+	if fi.IsDir() {
+		err = os.MkdirAll(target, 0o755)
+	} else {
+		if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
+			var f *os.File
+			if f, err = os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				f.Close()
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("binding %s: %w", src, err)
+	}
+	if ro {
+		if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID, ""); err != nil {
+			return fmt.Errorf("making %s read-only: %w", src, err)
+		}
+	}
+	return nil
+}
+
+// prepareRoot is the part of [setupRoot] that is the same for every run:
+// the tmpfs root with the system paths, /dev, /tmp and /proc. A spare init
+// does it before it is given a run (spare.go).
+func prepareRoot(nr string) error {
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
-	nr := cfg.NewRoot
 	if err := syscall.Mount("tmpfs", nr, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755"); err != nil {
 		return fmt.Errorf("mounting the new root: %w", err)
-	}
-	bind := func(src, dst string, ro bool) error {
-		fi, err := os.Stat(src)
-		if err != nil {
-			return nil
-		}
-		target := filepath.Join(nr, dst)
-		if fi.IsDir() {
-			err = os.MkdirAll(target, 0o755)
-		} else {
-			if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
-				var f *os.File
-				if f, err = os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-					f.Close()
-				}
-			}
-		}
-		if err != nil {
-			return err
-		}
-		if err := syscall.Mount(src, target, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-			return fmt.Errorf("binding %s: %w", src, err)
-		}
-		if ro {
-			if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID, ""); err != nil {
-				return fmt.Errorf("making %s read-only: %w", src, err)
-			}
-		}
-		return nil
 	}
 	for _, p := range SystemPaths {
 		fi, err := os.Lstat(p)
@@ -327,33 +390,51 @@ func setupRoot(cfg initConfig) error {
 			}
 			continue
 		}
-		if err := bind(p, p, true); err != nil {
+		if err := bindInto(nr, p, p, true); err != nil {
 			return err
 		}
 	}
-	for _, p := range cfg.ReadOnly {
-		if err := bind(p, p, true); err != nil {
+	for _, d := range []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"} {
+		if err := bindInto(nr, d, d, false); err != nil {
 			return err
 		}
 	}
-	for _, d := range []string{"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"} {
-		if err := bind(d, d, false); err != nil {
+	// What bubblewrap's /dev also has: the descriptors by name.
+	for link, target := range map[string]string{"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0",
+		"/dev/stdout": "/proc/self/fd/1", "/dev/stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(nr, link)); err != nil {
 			return err
 		}
 	}
-	if err := bind(cfg.WorkDir, Workspace, cfg.WorkRO); err != nil {
-		return err
-	}
-	for _, d := range []string{"/proc", "/tmp", "/.old"} {
+	for _, d := range []string{"/proc", "/tmp", "/dev/shm", "/.old"} {
 		if err := os.MkdirAll(filepath.Join(nr, d), 0o755); err != nil {
 			return err
 		}
 	}
-	if err := syscall.Mount("tmpfs", filepath.Join(nr, "/tmp"), "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777"); err != nil {
-		return fmt.Errorf("mounting /tmp: %w", err)
+	for _, d := range []string{"/tmp", "/dev/shm"} {
+		if err := syscall.Mount("tmpfs", filepath.Join(nr, d), "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777"); err != nil {
+			return fmt.Errorf("mounting %s: %w", d, err)
+		}
 	}
 	if err := syscall.Mount("proc", filepath.Join(nr, "/proc"), "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	return nil
+}
+
+// finishRoot binds what is the run's own (its read-only paths, after /tmp
+// so that one below /tmp is not hidden by it, and the work directory),
+// then moves into the new root, detaches the old one and makes the root
+// read-only.
+func finishRoot(cfg initConfig) error {
+	nr := cfg.NewRoot
+	for _, p := range cfg.ReadOnly {
+		if err := bindInto(nr, p, p, true); err != nil {
+			return err
+		}
+	}
+	if err := bindInto(nr, cfg.WorkDir, Workspace, cfg.WorkRO); err != nil {
+		return err
 	}
 	if err := syscall.PivotRoot(nr, filepath.Join(nr, "/.old")); err != nil {
 		return fmt.Errorf("pivot_root: %w", err)

@@ -147,8 +147,14 @@ func TestConfinedOutcomes(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	outside := t.TempDir() // not the run's work directory
 	connect := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && echo connected", port)
-	for _, mode := range modes(t) {
-		t.Run(string(mode), func(t *testing.T) {
+	// namespaces-cold is the namespaces mode without spare inits (spare.go).
+	for _, name := range append(modes(t), "namespaces-cold") {
+		t.Run(string(name), func(t *testing.T) {
+			mode := name
+			if name == "namespaces-cold" {
+				sandbox.WithoutSpares(t)
+				mode = sandbox.ModeNamespaces
+			}
 			cases := []struct {
 				name    string
 				argv    []string
@@ -171,6 +177,7 @@ func TestConfinedOutcomes(t *testing.T) {
 				{"write /etc", []string{"sh", "-c", "echo x > /etc/aep-escape"}, sandbox.Limits{}, false, sandbox.Exited, 2, 0, "", ""},
 				{"network", []string{"bash", "-c", connect}, sandbox.Limits{}, false, sandbox.Exited, 1, 0, "", ""},
 				{"network allowed", []string{"bash", "-c", connect}, sandbox.Limits{}, true, sandbox.Exited, 0, 0, "", "connected\n"},
+				{"descriptors by name", []string{"sh", "-c", "test -L /dev/stdout && test -d /dev/fd/ && echo o"}, sandbox.Limits{}, false, sandbox.Exited, 0, 0, "", "o\n"},
 				{"own pid namespace", []string{"sh", "-c", "ps -e -o pid= | wc -l"}, sandbox.Limits{}, false, sandbox.Exited, 0, 0, "", ""},
 			}
 			for _, c := range cases {
