@@ -80,11 +80,25 @@ func BenchmarkColdStart(b *testing.B) {
 		}
 		reportP50(b, ds, 1)
 	})
-	b.Run("session-handshake-sandboxed-call", func(b *testing.B) {
+	b.Run("session-handshake-sandboxed-call", func(b *testing.B) { coldStart(b, 0) })
+	b.Run("session-handshake-sandboxed-call-idle", func(b *testing.B) { coldStart(b, 100*time.Millisecond) })
+}
+
+// coldStart times new sessions' first sandboxed tool result, one after
+// the other, or with the host idle for idle before each (outside the
+// timing), as when sessions do not arrive back to back: the spare init the
+// last run took (server/sandbox/spare.go) is then replaced.
+func coldStart(b *testing.B, idle time.Duration) {
+	{
 		h := benchHost(b, "tools")
 		ctx := context.Background()
 		ds := make([]time.Duration, 0, b.N)
 		for i := 0; i < b.N; i++ {
+			if idle > 0 {
+				b.StopTimer()
+				time.Sleep(idle)
+				b.StartTimer()
+			}
 			t0 := time.Now()
 			c, err := client.InProcess(h, client.JSON, nil)
 			if err != nil {
@@ -101,7 +115,7 @@ func BenchmarkColdStart(b *testing.B) {
 			c.Close()
 		}
 		reportP50(b, ds, 1)
-	})
+	}
 }
 
 // benchWorkspace fills dir with 10 files of 1 MiB of random bytes.
