@@ -53,6 +53,7 @@ type Client struct {
 	mu        sync.Mutex
 	pending   map[string]*pending
 	sessionID string
+	hs        *msg.HandshakeReq // the accepted handshake, which forks repeat (fork.go)
 	done      chan struct{}
 	err       error
 	endOnce   sync.Once
@@ -105,7 +106,8 @@ func (c *Client) Handshake(ctx context.Context, agentID, token string, caps ...s
 	if caps == nil {
 		caps = []string{}
 	}
-	resp, err := c.Client.Handshake(ctx, &msg.HandshakeReq{AgentID: agentID, AgentCaps: caps, AuthToken: token})
+	req := &msg.HandshakeReq{AgentID: agentID, AgentCaps: caps, AuthToken: token}
+	resp, err := c.Client.Handshake(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +122,7 @@ func (c *Client) Handshake(ctx context.Context, agentID, token string, caps ...s
 	if resp.SessionID != nil {
 		c.sessionID = *resp.SessionID
 	}
+	c.hs = req
 	c.mu.Unlock()
 	return resp, nil
 }
