@@ -12,6 +12,7 @@ import {
   type RequestType,
   type RequestTypes,
 } from "./messages.gen.js";
+import { forkSession, type ForkHandshake, type ForkOptions, type Forks } from "./fork.js";
 import { openHttp, openWebSocket, spawnStdio, type HttpOptions, type StdioSpawnOptions, type Transport, type WebSocketOptions } from "./transports.js";
 
 /** Options of one request. */
@@ -57,6 +58,7 @@ export class AepClient extends Methods<RequestOptions> {
   #seq = 0;
   #sessionId: string | undefined;
   #ended: Error | undefined;
+  #hello: ForkHandshake | undefined; // the handshake connect made, which forks repeat
 
   /** Starts a client on a transport; use the static openers for the usual ones. */
   constructor(transport: Transport) {
@@ -98,8 +100,18 @@ export class AepClient extends Methods<RequestOptions> {
    * Handshakes (spec §2.4) with the agent's id, the host's token and the
    * capabilities wanted. A refused handshake rejects with AepError.
    */
-  connect(opts: { agentId: string; token: string; caps?: string[] }, options?: RequestOptions): Promise<HandshakeRespMessage> {
-    return this.handshake({ agent_id: opts.agentId, auth_token: opts.token, agent_caps: opts.caps ?? [] }, options);
+  async connect(opts: { agentId: string; token: string; caps?: string[] }, options?: RequestOptions): Promise<HandshakeRespMessage> {
+    const hs = await this.handshake({ agent_id: opts.agentId, auth_token: opts.token, agent_caps: opts.caps ?? [] }, options);
+    this.#hello = { ...opts };
+    return hs;
+  }
+
+  /**
+   * Forks this session count ways (session/fork/req) and returns a
+   * connected, handshaken client of each fork; see forkSession (fork.ts).
+   */
+  fork(count: number, opts?: ForkOptions): Promise<Forks> {
+    return forkSession(this, this.#t, (t) => new AepClient(t), this.#hello, count, opts);
   }
 
   override request<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions = {}): Promise<RequestTypes[T]["reply"]> {

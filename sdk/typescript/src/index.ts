@@ -3,5 +3,6 @@
 // (gen/contract) by tools/tsgen; see README.md.
 export { AepClient, type RequestOptions, type RequestStream } from "./client.js";
 export { AepError, ConnectionError } from "./errors.js";
+export { type ForkHandshake, type ForkOptions, type Forks } from "./fork.js";
 export { openHttp, openWebSocket, spawnStdio, type HttpOptions, type StdioSpawnOptions, type Transport, type WebSocketOptions } from "./transports.js";
 export * from "./messages.gen.js";

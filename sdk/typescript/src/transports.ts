@@ -16,6 +16,12 @@ export interface Transport {
   send(line: string): Promise<void>;
   /** Ends the transport; the host ends a stdio session, and keeps a network one for its grace period. */
   close(): Promise<void>;
+  /**
+   * Opens the same kind of transport to another session of the host that
+   * waits for its handshake (a fork, a subagent's child), by its id; absent
+   * on stdio, whose host serves one session.
+   */
+  attach?(sessionId: string): Promise<Transport>;
 }
 
 export interface WebSocketOptions {
@@ -63,6 +69,7 @@ export async function openWebSocket(url: string, opts: WebSocketOptions = {}): P
     get sessionId() {
       return sessionId;
     },
+    attach: (id: string) => openWebSocket(url, { ...(opts.headers ? { headers: opts.headers } : {}), sessionId: id }),
     start(onLine, onClose) {
       ws.on("message", (data, isBinary) => {
         if (!isBinary) onLine(data.toString());
@@ -175,6 +182,7 @@ export async function openHttp(baseUrl: string, opts: HttpOptions = {}): Promise
   let done: Promise<void> | undefined;
   return {
     sessionId,
+    attach: (id: string) => openHttp(baseUrl, { ...(opts.headers ? { headers: opts.headers } : {}), sessionId: id }),
     start(onLine, onClose) {
       done = (async () => {
         // Up to three reopenings in a row; an orderly end (the session is
