@@ -6,6 +6,12 @@ tools/pygen). Replies are matched to requests by ``req_id``; events reach
 the callback of their own request (``on_event``), the session-wide callback
 and every ``events()`` iterator, in the order the host sent them, before the
 reply (spec §6). An ``error`` reply raises ProtocolError.
+
+With ``move=True`` a client survives the loss of its session (its host
+drained or died; docs/deploy.md): it opens a new session through the same
+URL, handshakes as before and restores the old session's newest snapshot
+(``session/restore/req {from_session}``); requests in flight at the loss
+fail with RequestInterrupted and are not resent.
 """
 
 from __future__ import annotations
@@ -17,13 +23,14 @@ import itertools
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, TypeVar
 
 from pydantic import ValidationError
 
 from . import _models as m
 from ._methods import AsyncMethods, EventCallback, SyncMethods
-from .errors import ConnectionClosed, HandshakeError, ProtocolError, RequestTimeout
+from .errors import ConnectionClosed, HandshakeError, ProtocolError, RequestInterrupted, RequestTimeout, SessionLost
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
 
 # Set by AsyncClient.start so that _request can tell the Call its req_id.
@@ -31,12 +38,35 @@ _current_call: contextvars.ContextVar[Optional["Call"]] = contextvars.ContextVar
 
 
 class _Pending:
-    __slots__ = ("future", "on_event", "reply")
+    __slots__ = ("future", "on_event", "reply", "gen")
 
-    def __init__(self, future: "asyncio.Future[Any]", on_event: Optional[EventCallback], reply: type) -> None:
+    def __init__(self, future: "asyncio.Future[Any]", on_event: Optional[EventCallback], reply: type,
+                 gen: int) -> None:
         self.future = future
         self.on_event = on_event
         self.reply = reply
+        self.gen = gen  # which of the client's sessions the request was sent on
+
+
+@dataclass(frozen=True)
+class Move:
+    """A move of a client made with ``move=True`` from a lost session to a
+    new one, passed to ``on_move``.
+
+    ``restored`` is True when the new session restored the newest snapshot
+    of ``from_session`` (``snapshot_id``); False when that session left no
+    snapshot (the host answered ``unknown_snapshot``): the new session is
+    then fresh, and the state of the lost one is gone. ``reason`` says how
+    the old session was lost."""
+
+    from_session: str
+    session_id: str
+    restored: bool
+    snapshot_id: Optional[str]
+    reason: str
+
+
+MoveCallback = Callable[[Move], Any]
 
 
 class Call:
@@ -71,6 +101,15 @@ class AsyncClient(AsyncMethods):
     def __init__(self, transport: Transport, *, on_event: Optional[EventCallback] = None) -> None:
         self.transport = transport
         self.on_event = on_event
+        #: Move to a new session when this one is lost (see connect).
+        self.move = False
+        #: Called with a Move after every move, on the client's loop.
+        self.on_move: Optional[MoveCallback] = None
+        #: The moves made so far, oldest first.
+        self.moves: list[Move] = []
+        self._gen = 0  # counts the sessions this client has had
+        self._lost: Optional[BaseException] = None  # why the current session was lost
+        self._move_lock: Optional[asyncio.Lock] = None
         self.handshake_reply: Optional[m.HandshakeRespMessage] = None
         self._pending: dict[str, _Pending] = {}
         self._subscribers: list["asyncio.Queue[Any]"] = []
@@ -86,17 +125,30 @@ class AsyncClient(AsyncMethods):
     async def connect(cls, transport: Transport, *, token: Optional[str] = None, agent_id: str = "aep-python",
                       caps: Sequence[str] = (), timeout: Optional[float] = 30.0,
                       on_event: Optional[EventCallback] = None,
-                      record_trajectory: Optional[bool] = None) -> "AsyncClient":
+                      record_trajectory: Optional[bool] = None,
+                      move: bool = False, on_move: Optional[MoveCallback] = None) -> "AsyncClient":
         """Opens transport and handshakes (spec §2.4). token defaults to
         $AEP_AUTH_TOKEN. Raises HandshakeError when the host refuses.
         ``record_trajectory=True`` asks the host to record the session's
         trajectory (docs/trajectories.md); ``handshake_reply.record_trajectory``
-        says whether it does."""
+        says whether it does.
+
+        ``move=True`` (HTTP and WebSocket) makes the client survive the loss
+        of its session: when the connection drops or the host answers that
+        it no longer has the session (404, 503; a proxy's 502), the next
+        request opens a new session through the same URL, handshakes with
+        the same token and capabilities, restores the lost session's newest
+        snapshot (``session/restore/req {from_session}``), calls ``on_move``
+        with a Move, and goes to the new session. Requests in flight at the
+        loss fail with RequestInterrupted and are not resent."""
         if token is None:
             token = os.environ.get("AEP_AUTH_TOKEN", "")
+        if move and not transport.movable:
+            raise ValueError(f"move=True needs a transport that can open a new session (HTTP, WebSocket), "
+                             f"not {type(transport).__name__}")
         c = cls(transport, on_event=on_event)
         await transport.open()
-        c._reader = asyncio.get_running_loop().create_task(c._read_loop())
+        c._reader = asyncio.get_running_loop().create_task(c._read_loop(transport, 0))
         try:
             reply = await c.handshake(agent_caps=list(caps), agent_id=agent_id, auth_token=token,
                                       record_trajectory=record_trajectory, call_timeout=timeout)
@@ -106,9 +158,12 @@ class AsyncClient(AsyncMethods):
             await c.aclose(shutdown=False)
             raise
         c.handshake_reply = reply
-        # Kept so that fork() can handshake each fork as this session did.
+        # Kept so that fork() can handshake each fork, and a move the new
+        # session, as this session did.
         c._connect_kw = dict(token=token, agent_id=agent_id, caps=list(caps), timeout=timeout,
-                             record_trajectory=record_trajectory)
+                             record_trajectory=record_trajectory, move=move)
+        c.move = move
+        c.on_move = on_move
         return c
 
     @classmethod
@@ -131,13 +186,14 @@ class AsyncClient(AsyncMethods):
 
     @property
     def session_id(self) -> Optional[str]:
+        """The current session's id; a move changes it."""
         return self.handshake_reply.session_id if self.handshake_reply else None
 
     async def aclose(self, *, shutdown: bool = True, timeout: float = 10.0) -> None:
         """Sends ``shutdown`` (the host answers what is in flight, then ends
         the session), waits for the in-flight replies up to timeout, and
         closes the transport."""
-        if shutdown and self._closed is None:
+        if shutdown and self._closed is None and self._lost is None:
             try:
                 await self.shutdown()
                 pending = [p.future for p in self._pending.values()]
@@ -147,6 +203,9 @@ class AsyncClient(AsyncMethods):
                 pass
         if self._closed is None:
             self._closed = ConnectionClosed("client closed")
+        if self._move_lock is not None:
+            async with self._move_lock:  # a move under way ends first
+                pass
         await self.transport.close()
         if self._reader is not None:
             self._reader.cancel()
@@ -207,6 +266,10 @@ class AsyncClient(AsyncMethods):
     async def _notify(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any]) -> None:
         if self._closed is not None:
             raise ConnectionClosed(str(self._closed))
+        if self._lost is not None:
+            # cancel and shutdown: nothing to say to a lost session, and no
+            # reason to move for them.
+            raise SessionLost(f"session {self.session_id} was lost: {self._lost}")
         await self.transport.send(self._encode(self._build(model, required, optional)))
 
     async def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
@@ -214,13 +277,46 @@ class AsyncClient(AsyncMethods):
                        on_event: Optional[EventCallback]) -> Any:
         if self._closed is not None:
             raise ConnectionClosed(str(self._closed))
+        await self._ensure_session()
+        return await self._send_request(model, required, optional, reply, call_timeout, on_event, may_move=True)
+
+    async def _send_request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
+                            reply: type[m.Model], call_timeout: Optional[float],
+                            on_event: Optional[EventCallback], *, may_move: bool) -> Any:
         msg = self._build(model, required, optional)
         rid: str = msg.id  # type: ignore[attr-defined]
-        fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
-        self._pending[rid] = _Pending(fut, on_event, reply)
+        line = self._encode(msg)
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[Any]" = loop.create_future()
+        self._pending[rid] = _Pending(fut, on_event, reply, self._gen)
         call = _current_call.get()
         try:
-            await self.transport.send(self._encode(msg))
+            try:
+                await self.transport.send(line)
+            except SessionLost as e:
+                gen = self._pending[rid].gen
+                if not self.move or self._closed is not None:
+                    raise
+                if e.delivered or not may_move:
+                    # It may have reached the session: interrupted, like
+                    # every request in flight there.
+                    self._session_lost(gen, e)
+                    return await fut
+                # Refused unread: it goes to the new session, once.
+                del self._pending[rid]
+                self._session_lost(gen, e)
+                await self._ensure_session()
+                fut = loop.create_future()
+                self._pending[rid] = _Pending(fut, on_event, reply, self._gen)
+                try:
+                    await self.transport.send(line)
+                except SessionLost as e2:
+                    self._session_lost(self._pending[rid].gen, e2)
+                    return await fut  # RequestInterrupted
+            except ConnectionClosed as e:
+                if not self.move:
+                    raise
+                raise RequestInterrupted(rid, self.session_id, e) from e
             if call is not None:
                 call.req_id = rid
                 call._sent.set()
@@ -280,17 +376,106 @@ class AsyncClient(AsyncMethods):
 
     # --- the reader
 
-    async def _read_loop(self) -> None:
+    async def _read_loop(self, transport: Transport, gen: int) -> None:
         try:
             while True:
-                line = await self.transport.recv()
+                line = await transport.recv()
                 self._dispatch(line)
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # noqa: BLE001 - every waiter learns why
+            if self.move and self._closed is None and self.handshake_reply is not None:
+                self._session_lost(gen, e)
+                return
             if self._closed is None:
                 self._closed = e if isinstance(e, ConnectionClosed) else ConnectionClosed(str(e))
             self._fail_all(self._closed)
+
+    # --- moving (move=True)
+
+    def _session_lost(self, gen: int, err: BaseException) -> None:
+        """Session number gen is gone: what was sent on it fails with
+        RequestInterrupted, and the next request moves."""
+        if gen != self._gen:
+            return  # an older session's end, already handled
+        if self._lost is None:
+            self._lost = err
+        sid = self.session_id
+        for rid, p in list(self._pending.items()):
+            if p.gen == gen and not p.future.done():
+                p.future.set_exception(RequestInterrupted(rid, sid, err))
+
+    async def _ensure_session(self) -> None:
+        """Moves to a new session if the current one was lost; requests
+        made meanwhile wait for the move and go to the new session."""
+        if self._lost is None:
+            return
+        if self._move_lock is None:
+            self._move_lock = asyncio.Lock()
+        async with self._move_lock:
+            if self._closed is not None:
+                raise ConnectionClosed(str(self._closed))
+            if self._lost is not None:
+                await self._move()
+
+    async def _move(self) -> None:
+        old_id = self.session_id or ""
+        reason = self._lost
+        old = self.transport
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except (asyncio.CancelledError, Exception):
+                pass
+        try:
+            await asyncio.wait_for(old.close(), 10)
+        except Exception:  # noqa: BLE001 - the old session is gone either way
+            pass
+        t = old.new_session()
+        self.transport = t
+        self._gen += 1
+        gen = self._gen
+        kw = self._connect_kw
+        try:
+            await t.open()
+            self._reader = asyncio.get_running_loop().create_task(self._read_loop(t, gen))
+            reply = await self._send_request(
+                m.HandshakeReqMessage, {"agent_id": kw["agent_id"], "agent_caps": kw["caps"], "auth_token": kw["token"]},
+                {"record_trajectory": kw["record_trajectory"]}, m.HandshakeRespMessage, kw["timeout"], None,
+                may_move=False)
+            if not reply.ok:
+                raise HandshakeError(reply)
+            snapshot_id: Optional[str] = None
+            try:
+                restored = await self._send_request(
+                    m.SessionRestoreReqMessage, {}, {"from_session": old_id}, m.SessionRestoreRespMessage,
+                    kw["timeout"], None, may_move=False)
+                snapshot_id = restored.snapshot_id
+            except ProtocolError as e:
+                if not (isinstance(e.detail, dict) and e.detail.get("reason") == "unknown_snapshot"):
+                    raise
+                # The lost session left no snapshot: this session stays, fresh.
+        except BaseException as e:
+            # Nothing moved: the client stays lost, and the next request
+            # tries again from the same old session.
+            if self._reader is not None:
+                self._reader.cancel()
+            try:
+                await asyncio.wait_for(t.close(), 10)
+            except Exception:  # noqa: BLE001
+                pass
+            self._lost = self._lost or reason
+            if isinstance(e, (ProtocolError, asyncio.CancelledError)):
+                raise  # a refused handshake or restore, as the host said it
+            raise ConnectionClosed(f"moving from session {old_id}: {e}") from e
+        self.handshake_reply = reply
+        self._lost = None
+        mv = Move(from_session=old_id, session_id=reply.session_id or "", restored=snapshot_id is not None,
+                  snapshot_id=snapshot_id, reason=str(reason))
+        self.moves.append(mv)
+        if self.on_move is not None:
+            self._call_back(self.on_move, mv)
 
     def _fail_all(self, err: BaseException) -> None:
         for p in list(self._pending.values()):
@@ -411,6 +596,21 @@ class Client(SyncMethods):
     @on_event.setter
     def on_event(self, cb: Optional[EventCallback]) -> None:
         self.aio.on_event = cb
+
+    @property
+    def on_move(self) -> Optional[MoveCallback]:
+        """Called with a Move after each move (``move=True``), on the
+        client's background thread."""
+        return self.aio.on_move
+
+    @on_move.setter
+    def on_move(self, cb: Optional[MoveCallback]) -> None:
+        self.aio.on_move = cb
+
+    @property
+    def moves(self) -> list[Move]:
+        """The moves made so far, oldest first."""
+        return list(self.aio.moves)
 
     def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
                  reply: type[m.Model], call_timeout: Optional[float],
