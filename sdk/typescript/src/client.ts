@@ -1,10 +1,11 @@
 import { randomBytes } from "node:crypto";
-import { AepError, ConnectionError } from "./errors.js";
+import { AepError, ConnectionError, RequestInterruptedError, SessionLostError } from "./errors.js";
 import {
   Methods,
   requestTable,
   type Body,
   type EventMessage,
+  type HandshakeReqMessage,
   type HandshakeRespMessage,
   type HostMessage,
   type NotificationType,
@@ -39,6 +40,42 @@ interface Pending {
   resolve: (m: HostMessage) => void;
   reject: (e: unknown) => void;
   onEvent: ((e: EventMessage) => void) | undefined;
+  /** Which of the client's sessions the request was sent on; -1 while it waits to be sent again. */
+  gen: number;
+}
+
+/** Options of a client. */
+export interface ClientOptions {
+  /**
+   * Survive the loss of the session (its host drained or died,
+   * docs/deploy.md): when the connection drops or the host answers that it
+   * no longer has the session (404, 503; a proxy's 502), the next request
+   * opens a new session through the same URL, handshakes as the last
+   * handshake did, restores the lost session's newest snapshot
+   * (`session/restore/req { from_session }`), tells `onMove`, and goes to
+   * the new session. Requests in flight at the loss reject with
+   * RequestInterruptedError and are not sent again. HTTP and WebSocket
+   * only: a stdio host is one process.
+   */
+  move?: boolean;
+}
+
+/** A move from a lost session to a new one, given to `onMove` listeners. */
+export interface Move {
+  /** The lost session's id, which the new session restored from. */
+  fromSession: string;
+  /** The new session's id. */
+  sessionId: string;
+  /**
+   * True when the new session restored the newest snapshot of
+   * `fromSession`; false when that session left none (the host answered
+   * `unknown_snapshot`): the new session is then fresh.
+   */
+  restored: boolean;
+  /** The snapshot restored, when one was. */
+  snapshotId: string | undefined;
+  /** How the old session was lost. */
+  reason: Error;
 }
 
 /**
@@ -48,35 +85,45 @@ interface Pending {
  * `connect`. Requests may run concurrently; each settles with its reply.
  */
 export class AepClient extends Methods<RequestOptions> {
-  readonly #t: Transport;
+  #t: Transport;
   readonly #pending = new Map<string, Pending>();
   readonly #prefix = randomBytes(4).toString("hex");
   readonly #eventListeners = new Set<(e: EventMessage) => void>();
   readonly #strayListeners = new Set<(m: HostMessage) => void>();
   readonly #closeListeners = new Set<(e: Error) => void>();
+  readonly #moveListeners = new Set<(m: Move) => void>();
+  readonly #move: boolean;
+  readonly #moves: Move[] = [];
   #seq = 0;
   #sessionId: string | undefined;
   #ended: Error | undefined;
+  #closing = false;
+  /** Counts the sessions this client has had (a move starts the next). */
+  #gen = 0;
+  /** Why the current session was lost (move only); undefined while it lives. */
+  #lost: Error | undefined;
+  #moving: Promise<void> | undefined;
+  /** The body of the last accepted handshake, which a move repeats. */
+  #handshake: Body<HandshakeReqMessage> | undefined;
 
   /** Starts a client on a transport; use the static openers for the usual ones. */
-  constructor(transport: Transport) {
+  constructor(transport: Transport, options: ClientOptions = {}) {
     super();
+    if (options.move && !transport.newSession) throw new TypeError("move needs a transport that can open a new session (HTTP, WebSocket)");
+    this.#move = options.move ?? false;
     this.#t = transport;
     this.#sessionId = transport.sessionId;
-    transport.start(
-      (line) => this.#line(line),
-      (err) => this.#end(err ?? new ConnectionError("connection closed")),
-    );
+    this.#attach(transport);
   }
 
   /** Connects over WebSocket, e.g. "ws://127.0.0.1:8765/ws". */
-  static async websocket(url: string, opts?: WebSocketOptions): Promise<AepClient> {
-    return new AepClient(await openWebSocket(url, opts));
+  static async websocket(url: string, opts?: WebSocketOptions & ClientOptions): Promise<AepClient> {
+    return new AepClient(await openWebSocket(url, opts), opts);
   }
 
   /** Connects over HTTP+SSE, e.g. "http://127.0.0.1:8765". */
-  static async http(baseUrl: string, opts?: HttpOptions): Promise<AepClient> {
-    return new AepClient(await openHttp(baseUrl, opts));
+  static async http(baseUrl: string, opts?: HttpOptions & ClientOptions): Promise<AepClient> {
+    return new AepClient(await openHttp(baseUrl, opts), opts);
   }
 
   /** Spawns a host over stdio, e.g. `AepClient.stdio("aep", ["serve", "--stdio"])`. */
@@ -84,9 +131,14 @@ export class AepClient extends Methods<RequestOptions> {
     return new AepClient(spawnStdio(command, args, opts));
   }
 
-  /** The session's id, known after the handshake (or from the transport). */
+  /** The session's id, known after the handshake (or from the transport); a move changes it. */
   get sessionId(): string | undefined {
     return this.#sessionId;
+  }
+
+  /** The moves made so far (`{ move: true }`), oldest first. */
+  get moves(): readonly Move[] {
+    return [...this.#moves];
   }
 
   /** Why the connection ended; undefined while it is open. */
@@ -103,6 +155,20 @@ export class AepClient extends Methods<RequestOptions> {
   }
 
   override request<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions = {}): Promise<RequestTypes[T]["reply"]> {
+    if (this.#ended) return Promise.reject(this.#ended);
+    if (options.signal?.aborted) return Promise.reject(options.signal.reason);
+    if (type === "handshake/req") {
+      return this.#send(type, body, options, true).then((r) => {
+        this.#handshake = body as Body<HandshakeReqMessage>;
+        return r;
+      });
+    }
+    // Not lost: sent at once, so requests go out in the order they are made.
+    if (!this.#lost) return this.#send(type, body, options, true);
+    return this.#ensureSession().then(() => this.#send(type, body, options, true));
+  }
+
+  #send<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions, mayMove: boolean): Promise<RequestTypes[T]["reply"]> {
     if (this.#ended) return Promise.reject(this.#ended);
     const { signal, onEvent } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
@@ -124,6 +190,7 @@ export class AepClient extends Methods<RequestOptions> {
           reject(e);
         },
         onEvent,
+        gen: this.#gen,
       });
       if (signal) {
         onAbort = () => {
@@ -133,8 +200,35 @@ export class AepClient extends Methods<RequestOptions> {
         };
         signal.addEventListener("abort", onAbort, { once: true });
       }
-      this.#t.send(JSON.stringify({ ...body, type, id, proto: "1.0", ts: Date.now() / 1000 })).catch((e: unknown) => this.#pending.get(id)?.reject(e));
+      const line = JSON.stringify({ ...body, type, id, proto: "1.0", ts: Date.now() / 1000 });
+      this.#t.send(line).catch((e: unknown) => this.#sendFailed(id, line, e, mayMove));
     });
+  }
+
+  /** What a failed send means for its request; with move, perhaps a move and one more try. */
+  #sendFailed(id: string, line: string, err: unknown, mayMove: boolean) {
+    const p = this.#pending.get(id);
+    if (!p) return;
+    if (!this.#move || this.#closing || this.#ended || !(err instanceof ConnectionError)) return p.reject(err);
+    if (!(err instanceof SessionLostError)) return p.reject(new RequestInterruptedError(id, this.#sessionId, err));
+    if (err.delivered || !mayMove) {
+      // It may have reached the session: interrupted, like every request in flight there.
+      this.#sessionLost(p.gen, err);
+      return;
+    }
+    // Refused unread: it goes to the new session, once.
+    const gen = p.gen;
+    p.gen = -1;
+    this.#sessionLost(gen, err);
+    this.#ensureSession()
+      .then(() => {
+        p.gen = this.#gen;
+        return this.#t.send(line);
+      })
+      .catch((e: unknown) => {
+        if (e instanceof SessionLostError && p.gen === this.#gen) this.#sessionLost(p.gen, e);
+        else p.reject(e);
+      });
   }
 
   /**
@@ -154,6 +248,8 @@ export class AepClient extends Methods<RequestOptions> {
   /** Sends a message that gets no reply: `cancel` or `shutdown`. */
   notify<T extends NotificationType>(type: T, body: Body<NotificationTypes[T]>): Promise<void> {
     if (this.#ended) return Promise.reject(this.#ended);
+    // cancel and shutdown: nothing to say to a lost session, and no reason to move for them.
+    if (this.#lost) return Promise.reject(new SessionLostError(`session ${this.#sessionId} was lost: ${this.#lost.message}`, { cause: this.#lost }));
     return this.#t.send(JSON.stringify({ ...body, type, id: this.#nextId(), proto: "1.0", ts: Date.now() / 1000 }));
   }
 
@@ -187,7 +283,16 @@ export class AepClient extends Methods<RequestOptions> {
     return () => this.#strayListeners.delete(fn);
   }
 
-  /** Calls fn once when the connection ends. */
+  /**
+   * Calls fn after each move (`{ move: true }`), once the new session has
+   * handshaken and restored; returns a function that stops it.
+   */
+  onMove(fn: (m: Move) => void): () => void {
+    this.#moveListeners.add(fn);
+    return () => this.#moveListeners.delete(fn);
+  }
+
+  /** Calls fn once when the connection ends (with `{ move: true }`: when the client is closed, not at a move). */
   onClose(fn: (e: Error) => void): () => void {
     if (this.#ended) {
       fn(this.#ended);
@@ -213,8 +318,83 @@ export class AepClient extends Methods<RequestOptions> {
 
   /** Ends the transport; requests still in flight reject with ConnectionError. */
   async close(): Promise<void> {
+    this.#closing = true;
     await this.#t.close();
     this.#end(new ConnectionError("client closed"));
+  }
+
+  #attach(t: Transport) {
+    const gen = this.#gen;
+    t.start(
+      (line) => {
+        if (gen === this.#gen) this.#line(line);
+      },
+      (err) => {
+        const e = err ?? new ConnectionError("connection closed");
+        if (this.#move && !this.#closing && this.#handshake) this.#sessionLost(gen, e);
+        else if (gen === this.#gen) this.#end(e);
+      },
+    );
+  }
+
+  /** Session number gen is gone: what was sent on it rejects with RequestInterruptedError, and the next request moves. */
+  #sessionLost(gen: number, err: Error) {
+    if (gen !== this.#gen || this.#ended) return;
+    this.#lost ??= err;
+    for (const [id, p] of [...this.#pending]) {
+      if (p.gen === gen) p.reject(new RequestInterruptedError(id, this.#sessionId, err));
+    }
+  }
+
+  /** Moves if the session was lost; requests made meanwhile wait for the one move. */
+  #ensureSession(): Promise<void> {
+    if (!this.#lost) return Promise.resolve();
+    this.#moving ??= this.#moveNow().finally(() => {
+      this.#moving = undefined;
+    });
+    return this.#moving;
+  }
+
+  async #moveNow(): Promise<void> {
+    const from = this.#sessionId ?? "";
+    const reason = this.#lost ?? new ConnectionError("session lost");
+    const old = this.#t;
+    await old.close().catch(() => {});
+    let t: Transport;
+    try {
+      t = await old.newSession!();
+    } catch (e) {
+      throw new ConnectionError(`moving from session ${from}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    }
+    if (this.#closing || this.#ended) {
+      await t.close();
+      throw this.#ended ?? new ConnectionError("client closed");
+    }
+    this.#gen++;
+    this.#t = t;
+    this.#sessionId = t.sessionId;
+    this.#attach(t);
+    let snapshotId: string | undefined;
+    try {
+      await this.#send("handshake/req", this.#handshake!, {}, false);
+      try {
+        snapshotId = (await this.#send("session/restore/req", { from_session: from }, {}, false)).snapshot_id;
+      } catch (e) {
+        // The lost session left no snapshot: this session stays, fresh.
+        if (!(e instanceof AepError && isUnknownSnapshot(e.detail))) throw e;
+      }
+    } catch (e) {
+      // Nothing moved: the client stays lost, and the next request tries
+      // again from the same old session.
+      this.#sessionId = from;
+      await t.close().catch(() => {});
+      if (e instanceof AepError) throw e; // a refused handshake or restore, as the host said it
+      throw new ConnectionError(`moving from session ${from}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    }
+    this.#lost = undefined;
+    const m: Move = { fromSession: from, sessionId: this.#sessionId ?? "", restored: snapshotId !== undefined, snapshotId, reason };
+    this.#moves.push(m);
+    for (const fn of this.#moveListeners) fn(m);
   }
 
   #nextId(): string {
@@ -269,6 +449,10 @@ export class AepClient extends Methods<RequestOptions> {
     for (const fn of this.#closeListeners) fn(err);
     this.#closeListeners.clear();
   }
+}
+
+function isUnknownSnapshot(detail: unknown): boolean {
+  return typeof detail === "object" && detail !== null && (detail as { reason?: unknown }).reason === "unknown_snapshot";
 }
 
 /** An unbounded async queue: the producer never waits, as events must not hold up the reader of the connection. */
