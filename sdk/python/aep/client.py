@@ -30,8 +30,33 @@ from pydantic import ValidationError
 
 from . import _models as m
 from ._methods import AsyncMethods, EventCallback, SyncMethods
-from .errors import ConnectionClosed, HandshakeError, ProtocolError, RequestInterrupted, RequestTimeout, SessionLost
+from .errors import (ConnectionClosed, HandshakeError, MoveFailed, ProtocolError, RequestInterrupted, RequestTimeout,
+                     SessionLost)
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
+
+# A request refused unread (e.g. 404 or 503 to POST /send, or a
+# ``shutting_down`` reply) is sent again in the next session, this often.
+MAX_RESENDS = 3
+# Back-off between tries to open a new session while moving.
+_OPEN_BACKOFF = (0.05, 1.0)
+# How often a move asks again for a snapshot the store does not have yet.
+_SNAPSHOT_POLL = 0.2
+
+
+class _Refused(Exception):
+    """Internal: the request was refused unread by a session that is lost;
+    it can go to the next session."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _reason(err: BaseException) -> Optional[str]:
+    d = getattr(err, "detail", None)
+    r = d.get("reason") if isinstance(d, dict) else None
+    return r if isinstance(r, str) else None
+
 
 # Set by AsyncClient.start so that _request can tell the Call its req_id.
 _current_call: contextvars.ContextVar[Optional["Call"]] = contextvars.ContextVar("aep_call", default=None)
@@ -51,19 +76,25 @@ class _Pending:
 @dataclass(frozen=True)
 class Move:
     """A move of a client made with ``move=True`` from a lost session to a
-    new one, passed to ``on_move``.
+    new one, passed to ``on_move`` and kept in ``moves``.
 
-    ``restored`` is True when the new session restored the newest snapshot
-    of ``from_session`` (``snapshot_id``); False when that session left no
-    snapshot (the host answered ``unknown_snapshot``): the new session is
-    then fresh, and the state of the lost one is gone. ``reason`` says how
-    the old session was lost."""
+    ``snapshot_id`` and ``restored`` (the plugins whose state came back)
+    name what the new session restored: the newest snapshot of
+    ``from_session``. ``fresh`` is True when that session left no snapshot
+    (the host answered ``unknown_snapshot`` for ``snapshot_wait`` seconds):
+    the new session carries on empty, and the state of the lost one is gone.
+    ``cause`` is how the old session was lost; ``error`` is why the move
+    failed (the client has then ended with MoveFailed), None when it
+    succeeded. Session ids are bearer secrets: do not log them."""
 
     from_session: str
-    session_id: str
-    restored: bool
+    session_id: Optional[str]
     snapshot_id: Optional[str]
-    reason: str
+    restored: tuple[str, ...]
+    fresh: bool
+    cause: BaseException
+    error: Optional[BaseException]
+    took: float
 
 
 MoveCallback = Callable[[Move], Any]
@@ -107,9 +138,12 @@ class AsyncClient(AsyncMethods):
         self.on_move: Optional[MoveCallback] = None
         #: The moves made so far, oldest first.
         self.moves: list[Move] = []
+        #: Seconds a move waits for the lost session's snapshot to appear
+        #: before it carries on in a fresh session.
+        self.snapshot_wait = 5.0
         self._gen = 0  # counts the sessions this client has had
-        self._lost: Optional[BaseException] = None  # why the current session was lost
-        self._move_lock: Optional[asyncio.Lock] = None
+        self._lost: Optional[BaseException] = None  # why the current session was lost, while moving
+        self._move_task: Optional["asyncio.Task[None]"] = None
         self.handshake_reply: Optional[m.HandshakeRespMessage] = None
         self._pending: dict[str, _Pending] = {}
         self._subscribers: list["asyncio.Queue[Any]"] = []
@@ -126,7 +160,8 @@ class AsyncClient(AsyncMethods):
                       caps: Sequence[str] = (), timeout: Optional[float] = 30.0,
                       on_event: Optional[EventCallback] = None,
                       record_trajectory: Optional[bool] = None,
-                      move: bool = False, on_move: Optional[MoveCallback] = None) -> "AsyncClient":
+                      move: bool = False, on_move: Optional[MoveCallback] = None,
+                      snapshot_wait: float = 5.0) -> "AsyncClient":
         """Opens transport and handshakes (spec §2.4). token defaults to
         $AEP_AUTH_TOKEN. Raises HandshakeError when the host refuses.
         ``record_trajectory=True`` asks the host to record the session's
@@ -134,13 +169,19 @@ class AsyncClient(AsyncMethods):
         says whether it does.
 
         ``move=True`` (HTTP and WebSocket) makes the client survive the loss
-        of its session: when the connection drops or the host answers that
-        it no longer has the session (404, 503; a proxy's 502), the next
-        request opens a new session through the same URL, handshakes with
-        the same token and capabilities, restores the lost session's newest
-        snapshot (``session/restore/req {from_session}``), calls ``on_move``
-        with a Move, and goes to the new session. Requests in flight at the
-        loss fail with RequestInterrupted and are not resent."""
+        of its session (sdk/python/README.md, Surviving a drain): when the
+        connection drops or the host answers that it no longer has the
+        session (404, 503, ``shutting_down``; a proxy's 502), the client
+        opens a new session through the same URL (retrying for up to
+        ``timeout`` seconds), handshakes with the same token and
+        capabilities, restores the lost session's newest snapshot
+        (``session/restore/req {from_session}``, waiting up to
+        ``snapshot_wait`` seconds for it to appear; without one the new
+        session stays, fresh), calls ``on_move`` with a Move, and carries
+        on. Requests in flight at the loss fail with RequestInterrupted and
+        are not resent; requests the old host refused unread, and those made
+        during the move, go to the new session. A move that fails ends the
+        client with MoveFailed."""
         if token is None:
             token = os.environ.get("AEP_AUTH_TOKEN", "")
         if move and not transport.movable:
@@ -164,6 +205,7 @@ class AsyncClient(AsyncMethods):
                              record_trajectory=record_trajectory, move=move)
         c.move = move
         c.on_move = on_move
+        c.snapshot_wait = snapshot_wait
         return c
 
     @classmethod
@@ -203,8 +245,12 @@ class AsyncClient(AsyncMethods):
                 pass
         if self._closed is None:
             self._closed = ConnectionClosed("client closed")
-        if self._move_lock is not None:
-            async with self._move_lock:  # a move under way ends first
+        mt = self._move_task
+        if mt is not None and not mt.done():
+            mt.cancel()
+            try:
+                await mt
+            except (asyncio.CancelledError, Exception):
                 pass
         await self.transport.close()
         if self._reader is not None:
@@ -275,61 +321,73 @@ class AsyncClient(AsyncMethods):
     async def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
                        reply: type[m.Model], call_timeout: Optional[float],
                        on_event: Optional[EventCallback]) -> Any:
-        if self._closed is not None:
-            raise ConnectionClosed(str(self._closed))
-        await self._ensure_session()
-        return await self._send_request(model, required, optional, reply, call_timeout, on_event, may_move=True)
+        for attempt in itertools.count():
+            mt = self._move_task
+            if mt is not None and not mt.done():
+                await asyncio.shield(mt)  # requests made during a move go to the new session
+            if self._closed is not None:
+                raise type(self._closed)(str(self._closed)) if isinstance(self._closed, MoveFailed) \
+                    else ConnectionClosed(str(self._closed))
+            try:
+                return await self._send_request(model, required, optional, reply, call_timeout, on_event,
+                                                may_move=True)
+            except _Refused as r:
+                if attempt >= MAX_RESENDS:
+                    raise MoveFailed(f"refused by {attempt + 1} sessions in turn: {r.cause}") from r.cause
+        raise AssertionError("unreachable")
+
+    def _movable(self) -> bool:
+        return self.move and self._closed is None and self.handshake_reply is not None
 
     async def _send_request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
                             reply: type[m.Model], call_timeout: Optional[float],
                             on_event: Optional[EventCallback], *, may_move: bool) -> Any:
+        """Sends one request on the current session and waits for its
+        reply. With move, a session lost on the way raises
+        RequestInterrupted, or _Refused when the request provably did not
+        run and may_move allows sending it again."""
         msg = self._build(model, required, optional)
         rid: str = msg.id  # type: ignore[attr-defined]
-        line = self._encode(msg)
-        loop = asyncio.get_running_loop()
-        fut: "asyncio.Future[Any]" = loop.create_future()
-        self._pending[rid] = _Pending(fut, on_event, reply, self._gen)
+        fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
+        gen = self._gen
+        self._pending[rid] = _Pending(fut, on_event, reply, gen)
         call = _current_call.get()
         try:
             try:
-                await self.transport.send(line)
+                await self.transport.send(self._encode(msg))
             except SessionLost as e:
-                gen = self._pending[rid].gen
-                if not self.move or self._closed is not None:
+                if not self._movable():
                     raise
-                if e.delivered or not may_move:
-                    # It may have reached the session: interrupted, like
-                    # every request in flight there.
-                    self._session_lost(gen, e)
-                    return await fut
-                # Refused unread: it goes to the new session, once.
-                del self._pending[rid]
+                self._pending.pop(rid, None)
+                sid = self.session_id
                 self._session_lost(gen, e)
-                await self._ensure_session()
-                fut = loop.create_future()
-                self._pending[rid] = _Pending(fut, on_event, reply, self._gen)
-                try:
-                    await self.transport.send(line)
-                except SessionLost as e2:
-                    self._session_lost(self._pending[rid].gen, e2)
-                    return await fut  # RequestInterrupted
+                if e.delivered or not may_move:
+                    raise RequestInterrupted(rid, sid, e) from e
+                raise _Refused(e) from e
             except ConnectionClosed as e:
-                if not self.move:
+                if not self._movable():
                     raise
+                # Perhaps sent, perhaps not: the session may live on; the
+                # reader learns whether it ended.
                 raise RequestInterrupted(rid, self.session_id, e) from e
             if call is not None:
                 call.req_id = rid
                 call._sent.set()
-            if call_timeout is None:
-                return await fut
             try:
-                return await asyncio.wait_for(asyncio.shield(fut), call_timeout)
-            except asyncio.TimeoutError:
-                if fut.done():
-                    return fut.result()
-                fut.cancel()  # the host's late `cancelled` reply is dropped
-                await self._cancel_quietly(rid)
-                raise RequestTimeout(rid, call_timeout) from None
+                if call_timeout is None:
+                    return await fut
+                try:
+                    return await asyncio.wait_for(asyncio.shield(fut), call_timeout)
+                except asyncio.TimeoutError:
+                    if fut.done():
+                        return fut.result()
+                    fut.cancel()  # the host's late `cancelled` reply is dropped
+                    await self._cancel_quietly(rid)
+                    raise RequestTimeout(rid, call_timeout) from None
+            except _Refused as r:
+                if not may_move:
+                    raise r.cause from None
+                raise
         except asyncio.CancelledError:
             # The caller gave up (task cancelled): tell the host to stop.
             fut.cancel()
@@ -395,32 +453,25 @@ class AsyncClient(AsyncMethods):
 
     def _session_lost(self, gen: int, err: BaseException) -> None:
         """Session number gen is gone: what was sent on it fails with
-        RequestInterrupted, and the next request moves."""
-        if gen != self._gen:
+        RequestInterrupted, and a move starts at once."""
+        if gen != self._gen or self._closed is not None:
             return  # an older session's end, already handled
-        if self._lost is None:
-            self._lost = err
         sid = self.session_id
         for rid, p in list(self._pending.items()):
             if p.gen == gen and not p.future.done():
                 p.future.set_exception(RequestInterrupted(rid, sid, err))
-
-    async def _ensure_session(self) -> None:
-        """Moves to a new session if the current one was lost; requests
-        made meanwhile wait for the move and go to the new session."""
         if self._lost is None:
-            return
-        if self._move_lock is None:
-            self._move_lock = asyncio.Lock()
-        async with self._move_lock:
-            if self._closed is not None:
-                raise ConnectionClosed(str(self._closed))
-            if self._lost is not None:
-                await self._move()
+            self._lost = err
+            self._move_task = asyncio.get_running_loop().create_task(self._move())
 
     async def _move(self) -> None:
-        old_id = self.session_id or ""
-        reason = self._lost
+        """Opens a new session and restores the lost one into it; on failure
+        the client ends with MoveFailed. Never raises (but for cancel)."""
+        from_id = self.session_id or ""
+        cause = self._lost or ConnectionClosed("session lost")
+        started = time.monotonic()
+        timeout = self._connect_kw.get("timeout") or 30.0
+        deadline = started + timeout
         old = self.transport
         if self._reader is not None:
             self._reader.cancel()
@@ -432,50 +483,96 @@ class AsyncClient(AsyncMethods):
             await asyncio.wait_for(old.close(), 10)
         except Exception:  # noqa: BLE001 - the old session is gone either way
             pass
-        t = old.new_session()
-        self.transport = t
-        self._gen += 1
-        gen = self._gen
-        kw = self._connect_kw
         try:
-            await t.open()
-            self._reader = asyncio.get_running_loop().create_task(self._read_loop(t, gen))
-            reply = await self._send_request(
-                m.HandshakeReqMessage, {"agent_id": kw["agent_id"], "agent_caps": kw["caps"], "auth_token": kw["token"]},
-                {"record_trajectory": kw["record_trajectory"]}, m.HandshakeRespMessage, kw["timeout"], None,
-                may_move=False)
-            if not reply.ok:
-                raise HandshakeError(reply)
-            snapshot_id: Optional[str] = None
-            try:
-                restored = await self._send_request(
-                    m.SessionRestoreReqMessage, {}, {"from_session": old_id}, m.SessionRestoreRespMessage,
-                    kw["timeout"], None, may_move=False)
-                snapshot_id = restored.snapshot_id
-            except ProtocolError as e:
-                if not (isinstance(e.detail, dict) and e.detail.get("reason") == "unknown_snapshot"):
-                    raise
-                # The lost session left no snapshot: this session stays, fresh.
-        except BaseException as e:
-            # Nothing moved: the client stays lost, and the next request
-            # tries again from the same old session.
-            if self._reader is not None:
-                self._reader.cancel()
-            try:
-                await asyncio.wait_for(t.close(), 10)
-            except Exception:  # noqa: BLE001
-                pass
-            self._lost = self._lost or reason
-            if isinstance(e, (ProtocolError, asyncio.CancelledError)):
-                raise  # a refused handshake or restore, as the host said it
-            raise ConnectionClosed(f"moving from session {old_id}: {e}") from e
+            reply = await self._open_session(old, deadline)
+            snapshot_id, restored = await self._restore_from(from_id, deadline)
+        except asyncio.CancelledError:
+            await self._drop_transport()
+            raise
+        except BaseException as e:  # noqa: BLE001 - the client ends with it
+            await self._drop_transport()
+            fail = MoveFailed(f"moving from session {from_id} failed: {e}")
+            fail.__cause__ = e
+            mv = Move(from_session=from_id, session_id=None, snapshot_id=None, restored=(), fresh=False,
+                      cause=cause, error=e, took=time.monotonic() - started)
+            self.moves.append(mv)
+            if self._closed is None:
+                self._closed = fail
+            self._fail_all(self._closed)
+            self._report(mv)
+            return
         self.handshake_reply = reply
         self._lost = None
-        mv = Move(from_session=old_id, session_id=reply.session_id or "", restored=snapshot_id is not None,
-                  snapshot_id=snapshot_id, reason=str(reason))
+        mv = Move(from_session=from_id, session_id=reply.session_id, snapshot_id=snapshot_id,
+                  restored=tuple(restored), fresh=snapshot_id is None, cause=cause, error=None,
+                  took=time.monotonic() - started)
         self.moves.append(mv)
-        if self.on_move is not None:
+        self._report(mv)
+
+    def _report(self, mv: Move) -> None:
+        if self.on_move is None:
+            return
+        try:
             self._call_back(self.on_move, mv)
+        except Exception:  # noqa: BLE001 - a callback's failure is not the move's
+            import logging
+            logging.getLogger("aep").exception("on_move callback failed")
+
+    async def _drop_transport(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        try:
+            await asyncio.wait_for(self.transport.close(), 10)
+        except Exception:  # noqa: BLE001
+            pass
+
+    async def _open_session(self, old: Transport, deadline: float) -> m.HandshakeRespMessage:
+        """A new session through old's URL, handshaken as the first one was;
+        retried with back-off until deadline (a proxy may still send a new
+        session to a host that is going away). A refused handshake is final."""
+        kw = self._connect_kw
+        wait, most = _OPEN_BACKOFF
+        while True:
+            t = old.new_session()
+            self._gen += 1
+            gen = self._gen
+            self.transport = t
+            try:
+                await asyncio.wait_for(t.open(), max(0.1, deadline - time.monotonic()))
+                self._reader = asyncio.get_running_loop().create_task(self._read_loop(t, gen))
+                reply = await self._send_request(
+                    m.HandshakeReqMessage,
+                    {"agent_id": kw["agent_id"], "agent_caps": kw["caps"], "auth_token": kw["token"]},
+                    {"record_trajectory": kw["record_trajectory"]}, m.HandshakeRespMessage,
+                    max(0.1, deadline - time.monotonic()), None, may_move=False)
+            except Exception as e:  # noqa: BLE001 - any failure to reach a host: try again
+                await self._drop_transport()
+                if time.monotonic() + wait > deadline:
+                    raise ConnectionClosed(f"no new session before the move's deadline: {e}") from e
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, most)
+                continue
+            if not reply.ok:
+                raise HandshakeError(reply)
+            return reply
+
+    async def _restore_from(self, from_id: str, deadline: float) -> tuple[Optional[str], list[str]]:
+        """Restores the newest snapshot of from_id; (None, []) when there is
+        none after snapshot_wait seconds: its host snapshots at the end of
+        its drain, which a proxy may notice before."""
+        until = time.monotonic() + self.snapshot_wait
+        while True:
+            try:
+                r = await self._send_request(m.SessionRestoreReqMessage, {}, {"from_session": from_id},
+                                             m.SessionRestoreRespMessage, max(0.1, deadline - time.monotonic()),
+                                             None, may_move=False)
+                return r.snapshot_id, list(r.restored or [])
+            except ProtocolError as e:
+                if _reason(e) != "unknown_snapshot":
+                    raise
+                if time.monotonic() + _SNAPSHOT_POLL > until:
+                    return None, []  # it left none: this session stays, fresh
+                await asyncio.sleep(_SNAPSHOT_POLL)
 
     def _fail_all(self, err: BaseException) -> None:
         for p in list(self._pending.values()):
@@ -504,7 +601,16 @@ class AsyncClient(AsyncMethods):
         if p is None or p.future.done():
             return  # the reply of a request given up on (cancelled, timed out)
         if t == "error":
-            p.future.set_exception(ProtocolError.from_message(msg))
+            err = ProtocolError.from_message(msg)
+            reason = _reason(err)
+            if reason in ("shutting_down", "session_ended") and self._movable() and p.gen == self._gen:
+                if reason == "shutting_down":
+                    # Refused unread: the session is ending. It can go to the next one.
+                    p.future.set_exception(_Refused(err))
+                # session_ended: it was running when the session ended: interrupted.
+                self._session_lost(p.gen, err)
+                return
+            p.future.set_exception(err)
         elif isinstance(msg, p.reply):
             p.future.set_result(msg)
         else:

@@ -90,6 +90,14 @@ class RequestInterrupted(ConnectionClosed):
         self.session_id = session_id
 
 
+class MoveFailed(ConnectionClosed):
+    """A client made with ``move=True`` lost its session and could not move:
+    no new session opened before the move's deadline, the handshake was
+    refused, or the restore failed (other than for a missing snapshot).
+    The client has ended; every request fails with it. Also raised for a
+    request refused unread by several sessions in turn."""
+
+
 class RequestTimeout(AEPError, TimeoutError):
     """A request was not answered within its call_timeout; the SDK sent
     ``cancel`` for it, so the host stops working on it."""

@@ -108,9 +108,10 @@ class Move:
         assert second is not None
         self.assertTrue(second.startswith("s-py-b-"), second)
         self.assertEqual(len(moves), 1)
-        self.assertEqual((moves[0].from_session, moves[0].session_id, moves[0].restored),
-                         (first, second, True))
+        self.assertEqual((moves[0].from_session, moves[0].session_id, moves[0].fresh, moves[0].error),
+                         (first, second, False, None))
         self.assertTrue(moves[0].snapshot_id and moves[0].snapshot_id.startswith("sql-"), moves[0])
+        self.assertIn("memory.builtin", moves[0].restored)
         self.assertEqual(c.moves, moves)
 
         # A second drain moves on from the newest id: B's session, which
@@ -122,7 +123,8 @@ class Move:
         self.assertEqual(working(c, mid, "plan", "plan2"), {"plan": "step 1", "plan2": "step 2"})
         self.assertEqual(len(moves), 2)
         self.assertEqual(moves[1].from_session, second)
-        self.assertTrue(moves[1].restored)
+        self.assertFalse(moves[1].fresh)
+        self.assertIsNone(moves[1].error)
         self.assertTrue(c.session_id and c.session_id.startswith("s-py-c-"), c.session_id)
         self.assertEqual(c.tool_call("run_command", arguments={"argv": ["echo", "ok"]}).result.success, True)
 
@@ -132,7 +134,7 @@ class Move:
         a = fleet.host("py-a", snapshot_on_drain=False)
         b = fleet.host("py-b")
         moves: list[aep.Move] = []
-        c = open_client(self.transport, fleet.fwd, move=True, on_move=moves.append)
+        c = open_client(self.transport, fleet.fwd, move=True, on_move=moves.append, snapshot_wait=0.5)
         self.addCleanup(c.close)
         first = c.session_id
         mid = c.memory_init().memory_id
@@ -143,10 +145,31 @@ class Move:
         # so the new session stays, fresh: the old memory is not there.
         self.assertEqual(c.ping().type, "pong")
         self.assertEqual(len(moves), 1)
-        self.assertEqual((moves[0].from_session, moves[0].restored, moves[0].snapshot_id), (first, False, None))
+        self.assertEqual((moves[0].from_session, moves[0].fresh, moves[0].snapshot_id, moves[0].restored),
+                         (first, True, None, ()))
         self.assertTrue(c.session_id and c.session_id.startswith("s-py-b-"))
         with self.assertRaises(aep.ProtocolError):
             c.memory_retrieve(memory_id=mid, keys=["plan"], tier="working")
+
+    def test_a_move_that_finds_no_host_ends_the_client(self) -> None:
+        self: unittest.TestCase  # type: ignore[no-redef]
+        fleet = Fleet(self)
+        a = fleet.host("py-a")
+        moves: list[aep.Move] = []
+        c = open_client(self.transport, fleet.fwd, move=True, on_move=moves.append, timeout=2.0)
+        self.addCleanup(c.close)
+        first = c.session_id
+        a.drain()  # and no other host: every new session is refused
+        # The client moves by itself once it sees the session's end, and
+        # gives up at the deadline (timeout).
+        deadline = time.time() + 20
+        while not moves and time.time() < deadline:
+            time.sleep(0.05)
+        with self.assertRaises(aep.MoveFailed):
+            c.ping()
+        self.assertEqual(len(moves), 1)
+        self.assertEqual((moves[0].from_session, moves[0].session_id), (first, None))
+        self.assertIsNotNone(moves[0].error)
 
     def test_without_move_the_loss_is_an_error(self) -> None:
         self: unittest.TestCase  # type: ignore[no-redef]
@@ -188,6 +211,7 @@ class MovePostgres(PerTransport, Move, unittest.TestCase):
     # The other two cases do not depend on the store.
     test_fresh_when_the_old_session_left_no_snapshot = None  # type: ignore[assignment]
     test_without_move_the_loss_is_an_error = None  # type: ignore[assignment]
+    test_a_move_that_finds_no_host_ends_the_client = None  # type: ignore[assignment]
 
 
 class MoveNeedsANetworkTransport(unittest.TestCase):
