@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { AepError, ConnectionError, RequestInterruptedError, SessionLostError } from "./errors.js";
+import { AepError, ConnectionError, MoveFailedError, RequestInterruptedError, SessionLostError } from "./errors.js";
 import {
   Methods,
   requestTable,
@@ -40,43 +40,69 @@ interface Pending {
   resolve: (m: HostMessage) => void;
   reject: (e: unknown) => void;
   onEvent: ((e: EventMessage) => void) | undefined;
-  /** Which of the client's sessions the request was sent on; -1 while it waits to be sent again. */
+  /** Which of the client's sessions the request was sent on; -1 once it is settled by a loss. */
   gen: number;
+  /** This client sent `cancel` for it. */
+  cancelSent?: boolean;
 }
 
 /** Options of a client. */
 export interface ClientOptions {
   /**
-   * Survive the loss of the session (its host drained or died,
-   * docs/deploy.md): when the connection drops or the host answers that it
-   * no longer has the session (404, 503; a proxy's 502), the next request
-   * opens a new session through the same URL, handshakes as the last
+   * Survive the loss of the session (its host drained or died;
+   * README.md, Surviving a drain): when the connection drops or the host
+   * answers that it no longer has the session (404, 503, `shutting_down`;
+   * a proxy's 502), the client opens a new session through the same URL
+   * (retrying until `moveTimeoutSeconds`), handshakes as the last
    * handshake did, restores the lost session's newest snapshot
-   * (`session/restore/req { from_session }`), tells `onMove`, and goes to
-   * the new session. Requests in flight at the loss reject with
-   * RequestInterruptedError and are not sent again. HTTP and WebSocket
-   * only: a stdio host is one process.
+   * (`session/restore/req { from_session }`, waiting up to
+   * `snapshotWaitSeconds` for it to appear; without one the new session
+   * stays, fresh), tells `onMove`, and carries on. Requests in flight at
+   * the loss reject with RequestInterruptedError and are not sent again;
+   * requests the old host refused unread, and those made during the move,
+   * go to the new session. A move that fails ends the client with
+   * MoveFailedError. HTTP and WebSocket only: a stdio host is one process.
    */
   move?: boolean;
+  /** How long a move may take to reach a host, handshake and restore; default 30. */
+  moveTimeoutSeconds?: number;
+  /** How long a move waits for the lost session's snapshot to appear before it carries on fresh; default 5. */
+  snapshotWaitSeconds?: number;
 }
 
-/** A move from a lost session to a new one, given to `onMove` listeners. */
+/** A move from a lost session to a new one, given to `onMove` listeners and kept in `moves`. Session ids are bearer secrets: do not log them. */
 export interface Move {
   /** The lost session's id, which the new session restored from. */
   fromSession: string;
-  /** The new session's id. */
-  sessionId: string;
-  /**
-   * True when the new session restored the newest snapshot of
-   * `fromSession`; false when that session left none (the host answered
-   * `unknown_snapshot`): the new session is then fresh.
-   */
-  restored: boolean;
-  /** The snapshot restored, when one was. */
+  /** The new session's id; undefined when the move failed. */
+  sessionId: string | undefined;
+  /** The snapshot of fromSession that was restored, when one was. */
   snapshotId: string | undefined;
+  /** The plugins whose state came back. */
+  restored: string[];
+  /**
+   * True when fromSession left no snapshot (the host answered
+   * `unknown_snapshot` for snapshotWaitSeconds): the new session carries
+   * on empty, and the lost session's state is gone.
+   */
+  fresh: boolean;
   /** How the old session was lost. */
-  reason: Error;
+  cause: Error;
+  /** Why the move failed (the client has then ended with MoveFailedError); undefined when it succeeded. */
+  error: Error | undefined;
+  /** How long the move took, in milliseconds. */
+  tookMs: number;
 }
+
+/** A request refused unread by a session that is lost: it can go to the next one. */
+class Refused extends Error {
+  constructor(readonly reason: Error) {
+    super(reason.message);
+  }
+}
+
+/** How often a request refused unread is sent again, each time in a new session. */
+const maxResends = 3;
 
 /**
  * A connection to one session of an aep host. Every request type has a
@@ -93,6 +119,8 @@ export class AepClient extends Methods<RequestOptions> {
   readonly #closeListeners = new Set<(e: Error) => void>();
   readonly #moveListeners = new Set<(m: Move) => void>();
   readonly #move: boolean;
+  readonly #moveTimeoutMs: number;
+  readonly #snapshotWaitMs: number;
   readonly #moves: Move[] = [];
   #seq = 0;
   #sessionId: string | undefined;
@@ -100,8 +128,9 @@ export class AepClient extends Methods<RequestOptions> {
   #closing = false;
   /** Counts the sessions this client has had (a move starts the next). */
   #gen = 0;
-  /** Why the current session was lost (move only); undefined while it lives. */
+  /** Why the current session was lost (move only), while a move runs. */
   #lost: Error | undefined;
+  /** The move under way; it never rejects. */
   #moving: Promise<void> | undefined;
   /** The body of the last accepted handshake, which a move repeats. */
   #handshake: Body<HandshakeReqMessage> | undefined;
@@ -111,6 +140,8 @@ export class AepClient extends Methods<RequestOptions> {
     super();
     if (options.move && !transport.newSession) throw new TypeError("move needs a transport that can open a new session (HTTP, WebSocket)");
     this.#move = options.move ?? false;
+    this.#moveTimeoutMs = (options.moveTimeoutSeconds ?? 30) * 1000;
+    this.#snapshotWaitMs = (options.snapshotWaitSeconds ?? 5) * 1000;
     this.#t = transport;
     this.#sessionId = transport.sessionId;
     this.#attach(transport);
@@ -163,9 +194,20 @@ export class AepClient extends Methods<RequestOptions> {
         return r;
       });
     }
-    // Not lost: sent at once, so requests go out in the order they are made.
-    if (!this.#lost) return this.#send(type, body, options, true);
-    return this.#ensureSession().then(() => this.#send(type, body, options, true));
+    return this.#requestMoving(type, body, options, 0);
+  }
+
+  #requestMoving<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions, attempt: number): Promise<RequestTypes[T]["reply"]> {
+    // Requests made during a move go to the new session; otherwise they
+    // are sent at once, so they go out in the order they are made.
+    if (this.#moving) return this.#moving.then(() => this.#requestMoving(type, body, options, attempt));
+    const r = this.#send(type, body, options, true);
+    if (!this.#move) return r;
+    return r.catch((e: unknown) => {
+      if (!(e instanceof Refused)) throw e;
+      if (attempt >= maxResends) throw new MoveFailedError(`refused by ${attempt + 1} sessions in turn: ${e.reason.message}`, { cause: e.reason });
+      return this.#requestMoving(type, body, options, attempt + 1);
+    });
   }
 
   #send<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions, mayMove: boolean): Promise<RequestTypes[T]["reply"]> {
@@ -196,39 +238,36 @@ export class AepClient extends Methods<RequestOptions> {
         onAbort = () => {
           // The host answers the request `cancelled` (or its reply, if it
           // was already on its way); that answer settles the promise.
+          const p = this.#pending.get(id);
+          if (p) p.cancelSent = true;
           this.notify("cancel", { req_id: id }).catch((e: unknown) => this.#pending.get(id)?.reject(e));
         };
         signal.addEventListener("abort", onAbort, { once: true });
       }
       const line = JSON.stringify({ ...body, type, id, proto: "1.0", ts: Date.now() / 1000 });
-      this.#t.send(line).catch((e: unknown) => this.#sendFailed(id, line, e, mayMove));
+      this.#t.send(line).catch((e: unknown) => this.#sendFailed(id, e, mayMove));
+    }).catch((e: unknown) => {
+      // A refusal is for request() to act on; the move's own requests see the host's word.
+      throw e instanceof Refused && !mayMove ? e.reason : e;
     });
   }
 
-  /** What a failed send means for its request; with move, perhaps a move and one more try. */
-  #sendFailed(id: string, line: string, err: unknown, mayMove: boolean) {
+  #movable(): boolean {
+    return this.#move && !this.#closing && !this.#ended && this.#handshake !== undefined;
+  }
+
+  /** What a failed send means for its request; with move, a loss of the session. */
+  #sendFailed(id: string, err: unknown, mayMove: boolean) {
     const p = this.#pending.get(id);
     if (!p) return;
-    if (!this.#move || this.#closing || this.#ended || !(err instanceof ConnectionError)) return p.reject(err);
+    if (!this.#movable() || !(err instanceof ConnectionError)) return p.reject(err);
+    // Perhaps sent, perhaps not: the session may live on; the transport's end tells.
     if (!(err instanceof SessionLostError)) return p.reject(new RequestInterruptedError(id, this.#sessionId, err));
-    if (err.delivered || !mayMove) {
-      // It may have reached the session: interrupted, like every request in flight there.
-      this.#sessionLost(p.gen, err);
-      return;
-    }
-    // Refused unread: it goes to the new session, once.
+    const sid = this.#sessionId;
     const gen = p.gen;
     p.gen = -1;
     this.#sessionLost(gen, err);
-    this.#ensureSession()
-      .then(() => {
-        p.gen = this.#gen;
-        return this.#t.send(line);
-      })
-      .catch((e: unknown) => {
-        if (e instanceof SessionLostError && p.gen === this.#gen) this.#sessionLost(p.gen, e);
-        else p.reject(e);
-      });
+    p.reject(err.delivered || !mayMove ? new RequestInterruptedError(id, sid, err) : new Refused(err));
   }
 
   /**
@@ -331,70 +370,10 @@ export class AepClient extends Methods<RequestOptions> {
       },
       (err) => {
         const e = err ?? new ConnectionError("connection closed");
-        if (this.#move && !this.#closing && this.#handshake) this.#sessionLost(gen, e);
+        if (this.#movable()) this.#sessionLost(gen, e);
         else if (gen === this.#gen) this.#end(e);
       },
     );
-  }
-
-  /** Session number gen is gone: what was sent on it rejects with RequestInterruptedError, and the next request moves. */
-  #sessionLost(gen: number, err: Error) {
-    if (gen !== this.#gen || this.#ended) return;
-    this.#lost ??= err;
-    for (const [id, p] of [...this.#pending]) {
-      if (p.gen === gen) p.reject(new RequestInterruptedError(id, this.#sessionId, err));
-    }
-  }
-
-  /** Moves if the session was lost; requests made meanwhile wait for the one move. */
-  #ensureSession(): Promise<void> {
-    if (!this.#lost) return Promise.resolve();
-    this.#moving ??= this.#moveNow().finally(() => {
-      this.#moving = undefined;
-    });
-    return this.#moving;
-  }
-
-  async #moveNow(): Promise<void> {
-    const from = this.#sessionId ?? "";
-    const reason = this.#lost ?? new ConnectionError("session lost");
-    const old = this.#t;
-    await old.close().catch(() => {});
-    let t: Transport;
-    try {
-      t = await old.newSession!();
-    } catch (e) {
-      throw new ConnectionError(`moving from session ${from}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
-    }
-    if (this.#closing || this.#ended) {
-      await t.close();
-      throw this.#ended ?? new ConnectionError("client closed");
-    }
-    this.#gen++;
-    this.#t = t;
-    this.#sessionId = t.sessionId;
-    this.#attach(t);
-    let snapshotId: string | undefined;
-    try {
-      await this.#send("handshake/req", this.#handshake!, {}, false);
-      try {
-        snapshotId = (await this.#send("session/restore/req", { from_session: from }, {}, false)).snapshot_id;
-      } catch (e) {
-        // The lost session left no snapshot: this session stays, fresh.
-        if (!(e instanceof AepError && isUnknownSnapshot(e.detail))) throw e;
-      }
-    } catch (e) {
-      // Nothing moved: the client stays lost, and the next request tries
-      // again from the same old session.
-      this.#sessionId = from;
-      await t.close().catch(() => {});
-      if (e instanceof AepError) throw e; // a refused handshake or restore, as the host said it
-      throw new ConnectionError(`moving from session ${from}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
-    }
-    this.#lost = undefined;
-    const m: Move = { fromSession: from, sessionId: this.#sessionId ?? "", restored: snapshotId !== undefined, snapshotId, reason };
-    this.#moves.push(m);
-    for (const fn of this.#moveListeners) fn(m);
   }
 
   #nextId(): string {
@@ -424,7 +403,21 @@ export class AepClient extends Methods<RequestOptions> {
       return;
     }
     if (m.type === "error") {
-      p.reject(AepError.fromMessage(m));
+      const e = AepError.fromMessage(m);
+      // Cancelled by the host, not by us: it closes the session.
+      const reason = e.code === "cancelled" && !p.cancelSent ? "session_ended" : reasonOf(e.detail);
+      if ((reason === "shutting_down" || reason === "session_ended") && this.#movable() && p.gen === this.#gen) {
+        const gen = p.gen;
+        if (reason === "shutting_down") {
+          // Refused unread: the session is ending. It can go to the next one.
+          p.gen = -1;
+          p.reject(new Refused(e));
+        }
+        // session_ended: it was running when the session ended: interrupted.
+        this.#sessionLost(gen, e);
+        return;
+      }
+      p.reject(e);
       return;
     }
     if (m.type === "handshake/resp") {
@@ -449,10 +442,127 @@ export class AepClient extends Methods<RequestOptions> {
     for (const fn of this.#closeListeners) fn(err);
     this.#closeListeners.clear();
   }
+
+  /** Session number gen is gone: what was sent on it rejects with RequestInterruptedError, and a move starts at once. */
+  #sessionLost(gen: number, err: Error) {
+    if (gen !== this.#gen || this.#ended || this.#closing) return;
+    for (const [id, p] of [...this.#pending]) {
+      if (p.gen === gen) p.reject(new RequestInterruptedError(id, this.#sessionId, err));
+    }
+    if (this.#lost) return;
+    this.#lost = err;
+    this.#moving = this.#moveNow().finally(() => {
+      this.#moving = undefined;
+    });
+  }
+
+  /** Opens a new session and restores the lost one into it; on failure the client ends with MoveFailedError. Never rejects. */
+  async #moveNow(): Promise<void> {
+    const from = this.#sessionId ?? "";
+    const cause = this.#lost ?? new ConnectionError("session lost");
+    const started = Date.now();
+    const deadline = started + this.#moveTimeoutMs;
+    const old = this.#t;
+    await old.close().catch(() => {});
+    let move: Move;
+    try {
+      await this.#openSession(old, deadline);
+      const { snapshotId, restored } = await this.#restoreFrom(from, deadline);
+      if (this.#closing || this.#ended) throw this.#ended ?? new ConnectionError("client closed");
+      this.#lost = undefined;
+      move = { fromSession: from, sessionId: this.#sessionId, snapshotId, restored, fresh: snapshotId === undefined, cause, error: undefined, tookMs: Date.now() - started };
+    } catch (e) {
+      const err = e instanceof Error ? e : new Error(String(e));
+      this.#sessionId = from;
+      await this.#t.close().catch(() => {});
+      move = { fromSession: from, sessionId: undefined, snapshotId: undefined, restored: [], fresh: false, cause, error: err, tookMs: Date.now() - started };
+      this.#end(new MoveFailedError(`moving from session ${from} failed: ${err.message}`, { cause: err }));
+    }
+    this.#moves.push(move);
+    for (const fn of this.#moveListeners) {
+      try {
+        fn(move);
+      } catch {
+        // A listener's failure is not the move's.
+      }
+    }
+  }
+
+  /**
+   * A new session through old's URL, handshaken as the last one was;
+   * retried with back-off until deadline (a proxy may still send a new
+   * session to a host that is going away). A refused handshake is final.
+   */
+  async #openSession(old: Transport, deadline: number): Promise<void> {
+    let wait = 50;
+    for (;;) {
+      let t: Transport | undefined;
+      try {
+        const opening = old.newSession!();
+        t = await within(opening, deadline, () => void opening.then((late) => late.close(), () => {}));
+        if (this.#closing || this.#ended) {
+          await t.close();
+          throw this.#ended ?? new ConnectionError("client closed");
+        }
+        this.#gen++;
+        this.#t = t;
+        this.#sessionId = t.sessionId;
+        this.#attach(t);
+        await within(this.#send("handshake/req", this.#handshake!, {}, false), deadline);
+        return;
+      } catch (e) {
+        if (e instanceof AepError || this.#closing || this.#ended) throw e;
+        if (t) await t.close().catch(() => {});
+        if (Date.now() + wait > deadline) throw new ConnectionError(`no new session before the move's deadline: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+        await new Promise((r) => setTimeout(r, wait));
+        wait = Math.min(2 * wait, 1000);
+      }
+    }
+  }
+
+  /**
+   * Restores the newest snapshot of from; none (fresh) when the store has
+   * none after snapshotWaitSeconds: its host snapshots at the end of its
+   * drain, which a proxy may notice before.
+   */
+  async #restoreFrom(from: string, deadline: number): Promise<{ snapshotId: string | undefined; restored: string[] }> {
+    const until = Date.now() + this.#snapshotWaitMs;
+    for (;;) {
+      try {
+        const r = await within(this.#send("session/restore/req", { from_session: from }, {}, false), deadline);
+        return { snapshotId: r.snapshot_id, restored: r.restored };
+      } catch (e) {
+        if (!(e instanceof AepError && reasonOf(e.detail) === "unknown_snapshot")) throw e;
+        if (Date.now() + 200 > until) return { snapshotId: undefined, restored: [] }; // it left none: this session stays, fresh
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  }
 }
 
-function isUnknownSnapshot(detail: unknown): boolean {
-  return typeof detail === "object" && detail !== null && (detail as { reason?: unknown }).reason === "unknown_snapshot";
+function reasonOf(detail: unknown): string | undefined {
+  const r = typeof detail === "object" && detail !== null ? (detail as { reason?: unknown }).reason : undefined;
+  return typeof r === "string" ? r : undefined;
+}
+
+/** p, or a ConnectionError once deadline (epoch ms) passes; onLate runs then, to clean up what p brings later. */
+function within<T>(p: Promise<T>, deadline: number, onLate?: () => void): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      onLate?.();
+      reject(new ConnectionError("the move's deadline passed"));
+    }, Math.max(0, deadline - Date.now()));
+    p.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(timer);
+        reject(e);
+      },
+    );
+  });
 }
 
 /** An unbounded async queue: the producer never waits, as events must not hold up the reader of the connection. */

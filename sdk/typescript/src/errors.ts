@@ -62,6 +62,17 @@ export class SessionLostError extends ConnectionError {
 }
 
 /**
+ * A client made with `{ move: true }` lost its session and could not move:
+ * no new session opened before the move's deadline, the handshake was
+ * refused, or the restore failed (other than for a missing snapshot). The
+ * client has ended; every request rejects with it. Also the error of a
+ * request refused unread by several sessions in turn.
+ */
+export class MoveFailedError extends ConnectionError {
+  override readonly name: string = "MoveFailedError";
+}
+
+/**
  * A request was in flight when its session was lost, and the client (made
  * with `{ move: true }`) moved to a new session. The request may or may not
  * have run on the lost session; it is not sent again, since that could run

@@ -11,7 +11,7 @@
 // PostgreSQL.
 import assert from "node:assert/strict";
 import { describe, test, type TestContext } from "node:test";
-import { AepClient, AepError, ConnectionError, RequestInterruptedError, spawnStdio, type ClientOptions, type Move } from "../src/index.js";
+import { AepClient, AepError, ConnectionError, MoveFailedError, RequestInterruptedError, spawnStdio, type ClientOptions, type Move } from "../src/index.js";
 import { Forwarder, pgStore, sqliteStore, startFleetHost, type FleetHost, type Store } from "./fleet.js";
 import { aepBinary, dataDir, token } from "./host.js";
 
@@ -99,8 +99,9 @@ async function movesOnDrain(t: TestContext, kind: string, st: Store) {
   const second = c.sessionId!;
   assert.match(second, /^s-ts-b-/);
   assert.equal(seen.length, 1);
-  assert.deepEqual([seen[0]!.fromSession, seen[0]!.sessionId, seen[0]!.restored], [first, second, true]);
+  assert.deepEqual([seen[0]!.fromSession, seen[0]!.sessionId, seen[0]!.fresh, seen[0]!.error], [first, second, false, undefined]);
   assert.match(seen[0]!.snapshotId ?? "", /^sql-/);
+  assert.ok(seen[0]!.restored.includes("memory.builtin"), seen[0]!.restored.join(","));
   assert.deepEqual(c.moves, seen);
 
   // A second drain moves on from the newest id: B's session, which holds
@@ -112,7 +113,8 @@ async function movesOnDrain(t: TestContext, kind: string, st: Store) {
   assert.deepEqual(await working(c, mid, "plan", "plan2"), { plan: "step 1", plan2: "step 2" });
   assert.equal(seen.length, 2);
   assert.equal(seen[1]!.fromSession, second);
-  assert.equal(seen[1]!.restored, true);
+  assert.equal(seen[1]!.fresh, false);
+  assert.equal(seen[1]!.error, undefined);
   assert.match(c.sessionId!, /^s-ts-c-/);
   const r = await c.toolCall({ tool_name: "run_command", arguments: { argv: ["echo", "ok"] } });
   assert.equal(r.result.success, true);
@@ -127,7 +129,7 @@ for (const kind of ["http", "websocket"]) {
       const fleet = await fleetFor(t, sqliteStore());
       const a = await fleet.host("ts-a", { snapshotOnDrain: false });
       const b = await fleet.host("ts-b");
-      const c = await open(kind, fleet.fwd!, { move: true });
+      const c = await open(kind, fleet.fwd!, { move: true, snapshotWaitSeconds: 0.5 });
       t.after(() => c.close());
       const first = c.sessionId!;
       const mid = (await c.memoryInit({})).memory_id;
@@ -138,9 +140,26 @@ for (const kind of ["http", "websocket"]) {
       assert.equal((await c.ping()).type, "pong");
       assert.equal(c.moves.length, 1);
       const m = c.moves[0]!;
-      assert.deepEqual([m.fromSession, m.restored, m.snapshotId], [first, false, undefined]);
+      assert.deepEqual([m.fromSession, m.fresh, m.snapshotId, m.restored], [first, true, undefined, []]);
       assert.match(c.sessionId!, /^s-ts-b-/);
       await assert.rejects(working(c, mid, "plan"), (e: unknown) => e instanceof AepError);
+    });
+
+    test("a move that finds no host ends the client", async (t) => {
+      const fleet = await fleetFor(t, sqliteStore());
+      const a = await fleet.host("ts-a");
+      const c = await open(kind, fleet.fwd!, { move: true, moveTimeoutSeconds: 2 });
+      t.after(() => c.close());
+      const first = c.sessionId!;
+      const failed = new Promise<Move>((resolve) => c.onMove(resolve));
+      await a.drain(); // and no other host: every new session is refused
+      // The client moves by itself once it sees the session's end, and
+      // gives up at the deadline.
+      const m = await failed;
+      assert.deepEqual([m.fromSession, m.sessionId], [first, undefined]);
+      assert.ok(m.error);
+      await assert.rejects(c.ping(), (e: unknown) => e instanceof MoveFailedError);
+      assert.ok(c.closedReason instanceof MoveFailedError);
     });
 
     test("without move the loss is an error", async (t) => {
