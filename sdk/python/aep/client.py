@@ -144,6 +144,7 @@ class AsyncClient(AsyncMethods):
         self._gen = 0  # counts the sessions this client has had
         self._lost: Optional[BaseException] = None  # why the current session was lost, while moving
         self._move_task: Optional["asyncio.Task[None]"] = None
+        self._cancel_sent: set[str] = set()  # ids this client sent `cancel` for
         self.handshake_reply: Optional[m.HandshakeRespMessage] = None
         self._pending: dict[str, _Pending] = {}
         self._subscribers: list["asyncio.Queue[Any]"] = []
@@ -316,6 +317,8 @@ class AsyncClient(AsyncMethods):
             # cancel and shutdown: nothing to say to a lost session, and no
             # reason to move for them.
             raise SessionLost(f"session {self.session_id} was lost: {self._lost}")
+        if model is m.CancelMessage:
+            self._cancel_sent.add(required["req_id"])
         await self.transport.send(self._encode(self._build(model, required, optional)))
 
     async def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
@@ -395,6 +398,7 @@ class AsyncClient(AsyncMethods):
             raise
         finally:
             self._pending.pop(rid, None)
+            self._cancel_sent.discard(rid)
 
     async def _cancel_quietly(self, rid: str) -> None:
         if self._closed is None:
@@ -603,6 +607,9 @@ class AsyncClient(AsyncMethods):
         if t == "error":
             err = ProtocolError.from_message(msg)
             reason = _reason(err)
+            if err.code == "cancelled" and rid not in self._cancel_sent:
+                # Cancelled by the host, not by us: it closes the session.
+                reason = "session_ended"
             if reason in ("shutting_down", "session_ended") and self._movable() and p.gen == self._gen:
                 if reason == "shutting_down":
                     # Refused unread: the session is ending. It can go to the next one.
