@@ -6,6 +6,12 @@ tools/pygen). Replies are matched to requests by ``req_id``; events reach
 the callback of their own request (``on_event``), the session-wide callback
 and every ``events()`` iterator, in the order the host sent them, before the
 reply (spec §6). An ``error`` reply raises ProtocolError.
+
+With ``move=True`` a client survives the loss of its session (its host
+drained or died; docs/deploy.md): it opens a new session through the same
+URL, handshakes as before and restores the old session's newest snapshot
+(``session/restore/req {from_session}``); requests in flight at the loss
+fail with RequestInterrupted and are not resent.
 """
 
 from __future__ import annotations
@@ -17,26 +23,81 @@ import itertools
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, TypeVar
 
 from pydantic import ValidationError
 
 from . import _models as m
 from ._methods import AsyncMethods, EventCallback, SyncMethods
-from .errors import ConnectionClosed, HandshakeError, ProtocolError, RequestTimeout
+from .errors import (ConnectionClosed, HandshakeError, MoveFailed, ProtocolError, RequestInterrupted, RequestTimeout,
+                     SessionLost)
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
+
+# A request refused unread (e.g. 404 or 503 to POST /send, or a
+# ``shutting_down`` reply) is sent again in the next session, this often.
+MAX_RESENDS = 3
+# Back-off between tries to open a new session while moving.
+_OPEN_BACKOFF = (0.05, 1.0)
+# How often a move asks again for a snapshot the store does not have yet.
+_SNAPSHOT_POLL = 0.2
+
+
+class _Refused(Exception):
+    """Internal: the request was refused unread by a session that is lost;
+    it can go to the next session."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _reason(err: BaseException) -> Optional[str]:
+    d = getattr(err, "detail", None)
+    r = d.get("reason") if isinstance(d, dict) else None
+    return r if isinstance(r, str) else None
+
 
 # Set by AsyncClient.start so that _request can tell the Call its req_id.
 _current_call: contextvars.ContextVar[Optional["Call"]] = contextvars.ContextVar("aep_call", default=None)
 
 
 class _Pending:
-    __slots__ = ("future", "on_event", "reply")
+    __slots__ = ("future", "on_event", "reply", "gen")
 
-    def __init__(self, future: "asyncio.Future[Any]", on_event: Optional[EventCallback], reply: type) -> None:
+    def __init__(self, future: "asyncio.Future[Any]", on_event: Optional[EventCallback], reply: type,
+                 gen: int) -> None:
         self.future = future
         self.on_event = on_event
         self.reply = reply
+        self.gen = gen  # which of the client's sessions the request was sent on
+
+
+@dataclass(frozen=True)
+class Move:
+    """A move of a client made with ``move=True`` from a lost session to a
+    new one, passed to ``on_move`` and kept in ``moves``.
+
+    ``snapshot_id`` and ``restored`` (the plugins whose state came back)
+    name what the new session restored: the newest snapshot of
+    ``from_session``. ``fresh`` is True when that session left no snapshot
+    (the host answered ``unknown_snapshot`` for ``snapshot_wait`` seconds):
+    the new session carries on empty, and the state of the lost one is gone.
+    ``cause`` is how the old session was lost; ``error`` is why the move
+    failed (the client has then ended with MoveFailed), None when it
+    succeeded. Session ids are bearer secrets: do not log them."""
+
+    from_session: str
+    session_id: Optional[str]
+    snapshot_id: Optional[str]
+    restored: tuple[str, ...]
+    fresh: bool
+    cause: BaseException
+    error: Optional[BaseException]
+    took: float
+
+
+MoveCallback = Callable[[Move], Any]
 
 
 class Call:
@@ -71,6 +132,19 @@ class AsyncClient(AsyncMethods):
     def __init__(self, transport: Transport, *, on_event: Optional[EventCallback] = None) -> None:
         self.transport = transport
         self.on_event = on_event
+        #: Move to a new session when this one is lost (see connect).
+        self.move = False
+        #: Called with a Move after every move, on the client's loop.
+        self.on_move: Optional[MoveCallback] = None
+        #: The moves made so far, oldest first.
+        self.moves: list[Move] = []
+        #: Seconds a move waits for the lost session's snapshot to appear
+        #: before it carries on in a fresh session.
+        self.snapshot_wait = 5.0
+        self._gen = 0  # counts the sessions this client has had
+        self._lost: Optional[BaseException] = None  # why the current session was lost, while moving
+        self._move_task: Optional["asyncio.Task[None]"] = None
+        self._cancel_sent: set[str] = set()  # ids this client sent `cancel` for
         self.handshake_reply: Optional[m.HandshakeRespMessage] = None
         self._pending: dict[str, _Pending] = {}
         self._subscribers: list["asyncio.Queue[Any]"] = []
@@ -86,17 +160,37 @@ class AsyncClient(AsyncMethods):
     async def connect(cls, transport: Transport, *, token: Optional[str] = None, agent_id: str = "aep-python",
                       caps: Sequence[str] = (), timeout: Optional[float] = 30.0,
                       on_event: Optional[EventCallback] = None,
-                      record_trajectory: Optional[bool] = None) -> "AsyncClient":
+                      record_trajectory: Optional[bool] = None,
+                      move: bool = False, on_move: Optional[MoveCallback] = None,
+                      snapshot_wait: float = 5.0) -> "AsyncClient":
         """Opens transport and handshakes (spec §2.4). token defaults to
         $AEP_AUTH_TOKEN. Raises HandshakeError when the host refuses.
         ``record_trajectory=True`` asks the host to record the session's
         trajectory (docs/trajectories.md); ``handshake_reply.record_trajectory``
-        says whether it does."""
+        says whether it does.
+
+        ``move=True`` (HTTP and WebSocket) makes the client survive the loss
+        of its session (sdk/python/README.md, Surviving a drain): when the
+        connection drops or the host answers that it no longer has the
+        session (404, 503, ``shutting_down``; a proxy's 502), the client
+        opens a new session through the same URL (retrying for up to
+        ``timeout`` seconds), handshakes with the same token and
+        capabilities, restores the lost session's newest snapshot
+        (``session/restore/req {from_session}``, waiting up to
+        ``snapshot_wait`` seconds for it to appear; without one the new
+        session stays, fresh), calls ``on_move`` with a Move, and carries
+        on. Requests in flight at the loss fail with RequestInterrupted and
+        are not resent; requests the old host refused unread, and those made
+        during the move, go to the new session. A move that fails ends the
+        client with MoveFailed."""
         if token is None:
             token = os.environ.get("AEP_AUTH_TOKEN", "")
+        if move and not transport.movable:
+            raise ValueError(f"move=True needs a transport that can open a new session (HTTP, WebSocket), "
+                             f"not {type(transport).__name__}")
         c = cls(transport, on_event=on_event)
         await transport.open()
-        c._reader = asyncio.get_running_loop().create_task(c._read_loop())
+        c._reader = asyncio.get_running_loop().create_task(c._read_loop(transport, 0))
         try:
             reply = await c.handshake(agent_caps=list(caps), agent_id=agent_id, auth_token=token,
                                       record_trajectory=record_trajectory, call_timeout=timeout)
@@ -106,9 +200,13 @@ class AsyncClient(AsyncMethods):
             await c.aclose(shutdown=False)
             raise
         c.handshake_reply = reply
-        # Kept so that fork() can handshake each fork as this session did.
+        # Kept so that fork() can handshake each fork, and a move the new
+        # session, as this session did.
         c._connect_kw = dict(token=token, agent_id=agent_id, caps=list(caps), timeout=timeout,
-                             record_trajectory=record_trajectory)
+                             record_trajectory=record_trajectory, move=move)
+        c.move = move
+        c.on_move = on_move
+        c.snapshot_wait = snapshot_wait
         return c
 
     @classmethod
@@ -131,13 +229,14 @@ class AsyncClient(AsyncMethods):
 
     @property
     def session_id(self) -> Optional[str]:
+        """The current session's id; a move changes it."""
         return self.handshake_reply.session_id if self.handshake_reply else None
 
     async def aclose(self, *, shutdown: bool = True, timeout: float = 10.0) -> None:
         """Sends ``shutdown`` (the host answers what is in flight, then ends
         the session), waits for the in-flight replies up to timeout, and
         closes the transport."""
-        if shutdown and self._closed is None:
+        if shutdown and self._closed is None and self._lost is None:
             try:
                 await self.shutdown()
                 pending = [p.future for p in self._pending.values()]
@@ -147,6 +246,13 @@ class AsyncClient(AsyncMethods):
                 pass
         if self._closed is None:
             self._closed = ConnectionClosed("client closed")
+        mt = self._move_task
+        if mt is not None and not mt.done():
+            mt.cancel()
+            try:
+                await mt
+            except (asyncio.CancelledError, Exception):
+                pass
         await self.transport.close()
         if self._reader is not None:
             self._reader.cancel()
@@ -207,33 +313,84 @@ class AsyncClient(AsyncMethods):
     async def _notify(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any]) -> None:
         if self._closed is not None:
             raise ConnectionClosed(str(self._closed))
+        if self._lost is not None:
+            # cancel and shutdown: nothing to say to a lost session, and no
+            # reason to move for them.
+            raise SessionLost(f"session {self.session_id} was lost: {self._lost}")
+        if model is m.CancelMessage:
+            self._cancel_sent.add(required["req_id"])
         await self.transport.send(self._encode(self._build(model, required, optional)))
 
     async def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
                        reply: type[m.Model], call_timeout: Optional[float],
                        on_event: Optional[EventCallback]) -> Any:
-        if self._closed is not None:
-            raise ConnectionClosed(str(self._closed))
+        for attempt in itertools.count():
+            mt = self._move_task
+            if mt is not None and not mt.done():
+                await asyncio.shield(mt)  # requests made during a move go to the new session
+            if self._closed is not None:
+                raise type(self._closed)(str(self._closed)) if isinstance(self._closed, MoveFailed) \
+                    else ConnectionClosed(str(self._closed))
+            try:
+                return await self._send_request(model, required, optional, reply, call_timeout, on_event,
+                                                may_move=True)
+            except _Refused as r:
+                if attempt >= MAX_RESENDS:
+                    raise MoveFailed(f"refused by {attempt + 1} sessions in turn: {r.cause}") from r.cause
+        raise AssertionError("unreachable")
+
+    def _movable(self) -> bool:
+        return self.move and self._closed is None and self.handshake_reply is not None
+
+    async def _send_request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
+                            reply: type[m.Model], call_timeout: Optional[float],
+                            on_event: Optional[EventCallback], *, may_move: bool) -> Any:
+        """Sends one request on the current session and waits for its
+        reply. With move, a session lost on the way raises
+        RequestInterrupted, or _Refused when the request provably did not
+        run and may_move allows sending it again."""
         msg = self._build(model, required, optional)
         rid: str = msg.id  # type: ignore[attr-defined]
         fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
-        self._pending[rid] = _Pending(fut, on_event, reply)
+        gen = self._gen
+        self._pending[rid] = _Pending(fut, on_event, reply, gen)
         call = _current_call.get()
         try:
-            await self.transport.send(self._encode(msg))
+            try:
+                await self.transport.send(self._encode(msg))
+            except SessionLost as e:
+                if not self._movable():
+                    raise
+                self._pending.pop(rid, None)
+                sid = self.session_id
+                self._session_lost(gen, e)
+                if e.delivered or not may_move:
+                    raise RequestInterrupted(rid, sid, e) from e
+                raise _Refused(e) from e
+            except ConnectionClosed as e:
+                if not self._movable():
+                    raise
+                # Perhaps sent, perhaps not: the session may live on; the
+                # reader learns whether it ended.
+                raise RequestInterrupted(rid, self.session_id, e) from e
             if call is not None:
                 call.req_id = rid
                 call._sent.set()
-            if call_timeout is None:
-                return await fut
             try:
-                return await asyncio.wait_for(asyncio.shield(fut), call_timeout)
-            except asyncio.TimeoutError:
-                if fut.done():
-                    return fut.result()
-                fut.cancel()  # the host's late `cancelled` reply is dropped
-                await self._cancel_quietly(rid)
-                raise RequestTimeout(rid, call_timeout) from None
+                if call_timeout is None:
+                    return await fut
+                try:
+                    return await asyncio.wait_for(asyncio.shield(fut), call_timeout)
+                except asyncio.TimeoutError:
+                    if fut.done():
+                        return fut.result()
+                    fut.cancel()  # the host's late `cancelled` reply is dropped
+                    await self._cancel_quietly(rid)
+                    raise RequestTimeout(rid, call_timeout) from None
+            except _Refused as r:
+                if not may_move:
+                    raise r.cause from None
+                raise
         except asyncio.CancelledError:
             # The caller gave up (task cancelled): tell the host to stop.
             fut.cancel()
@@ -241,6 +398,7 @@ class AsyncClient(AsyncMethods):
             raise
         finally:
             self._pending.pop(rid, None)
+            self._cancel_sent.discard(rid)
 
     async def _cancel_quietly(self, rid: str) -> None:
         if self._closed is None:
@@ -280,17 +438,145 @@ class AsyncClient(AsyncMethods):
 
     # --- the reader
 
-    async def _read_loop(self) -> None:
+    async def _read_loop(self, transport: Transport, gen: int) -> None:
         try:
             while True:
-                line = await self.transport.recv()
+                line = await transport.recv()
                 self._dispatch(line)
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # noqa: BLE001 - every waiter learns why
+            if self.move and self._closed is None and self.handshake_reply is not None:
+                self._session_lost(gen, e)
+                return
             if self._closed is None:
                 self._closed = e if isinstance(e, ConnectionClosed) else ConnectionClosed(str(e))
             self._fail_all(self._closed)
+
+    # --- moving (move=True)
+
+    def _session_lost(self, gen: int, err: BaseException) -> None:
+        """Session number gen is gone: what was sent on it fails with
+        RequestInterrupted, and a move starts at once."""
+        if gen != self._gen or self._closed is not None:
+            return  # an older session's end, already handled
+        sid = self.session_id
+        for rid, p in list(self._pending.items()):
+            if p.gen == gen and not p.future.done():
+                p.future.set_exception(RequestInterrupted(rid, sid, err))
+        if self._lost is None:
+            self._lost = err
+            self._move_task = asyncio.get_running_loop().create_task(self._move())
+
+    async def _move(self) -> None:
+        """Opens a new session and restores the lost one into it; on failure
+        the client ends with MoveFailed. Never raises (but for cancel)."""
+        from_id = self.session_id or ""
+        cause = self._lost or ConnectionClosed("session lost")
+        started = time.monotonic()
+        timeout = self._connect_kw.get("timeout") or 30.0
+        deadline = started + timeout
+        old = self.transport
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except (asyncio.CancelledError, Exception):
+                pass
+        try:
+            await asyncio.wait_for(old.close(), 10)
+        except Exception:  # noqa: BLE001 - the old session is gone either way
+            pass
+        try:
+            reply = await self._open_session(old, deadline)
+            snapshot_id, restored = await self._restore_from(from_id, deadline)
+        except asyncio.CancelledError:
+            await self._drop_transport()
+            raise
+        except BaseException as e:  # noqa: BLE001 - the client ends with it
+            await self._drop_transport()
+            fail = MoveFailed(f"moving from session {from_id} failed: {e}")
+            fail.__cause__ = e
+            mv = Move(from_session=from_id, session_id=None, snapshot_id=None, restored=(), fresh=False,
+                      cause=cause, error=e, took=time.monotonic() - started)
+            self.moves.append(mv)
+            if self._closed is None:
+                self._closed = fail
+            self._fail_all(self._closed)
+            self._report(mv)
+            return
+        self.handshake_reply = reply
+        self._lost = None
+        mv = Move(from_session=from_id, session_id=reply.session_id, snapshot_id=snapshot_id,
+                  restored=tuple(restored), fresh=snapshot_id is None, cause=cause, error=None,
+                  took=time.monotonic() - started)
+        self.moves.append(mv)
+        self._report(mv)
+
+    def _report(self, mv: Move) -> None:
+        if self.on_move is None:
+            return
+        try:
+            self._call_back(self.on_move, mv)
+        except Exception:  # noqa: BLE001 - a callback's failure is not the move's
+            import logging
+            logging.getLogger("aep").exception("on_move callback failed")
+
+    async def _drop_transport(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        try:
+            await asyncio.wait_for(self.transport.close(), 10)
+        except Exception:  # noqa: BLE001
+            pass
+
+    async def _open_session(self, old: Transport, deadline: float) -> m.HandshakeRespMessage:
+        """A new session through old's URL, handshaken as the first one was;
+        retried with back-off until deadline (a proxy may still send a new
+        session to a host that is going away). A refused handshake is final."""
+        kw = self._connect_kw
+        wait, most = _OPEN_BACKOFF
+        while True:
+            t = old.new_session()
+            self._gen += 1
+            gen = self._gen
+            self.transport = t
+            try:
+                await asyncio.wait_for(t.open(), max(0.1, deadline - time.monotonic()))
+                self._reader = asyncio.get_running_loop().create_task(self._read_loop(t, gen))
+                reply = await self._send_request(
+                    m.HandshakeReqMessage,
+                    {"agent_id": kw["agent_id"], "agent_caps": kw["caps"], "auth_token": kw["token"]},
+                    {"record_trajectory": kw["record_trajectory"]}, m.HandshakeRespMessage,
+                    max(0.1, deadline - time.monotonic()), None, may_move=False)
+            except Exception as e:  # noqa: BLE001 - any failure to reach a host: try again
+                await self._drop_transport()
+                if time.monotonic() + wait > deadline:
+                    raise ConnectionClosed(f"no new session before the move's deadline: {e}") from e
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, most)
+                continue
+            if not reply.ok:
+                raise HandshakeError(reply)
+            return reply
+
+    async def _restore_from(self, from_id: str, deadline: float) -> tuple[Optional[str], list[str]]:
+        """Restores the newest snapshot of from_id; (None, []) when there is
+        none after snapshot_wait seconds: its host snapshots at the end of
+        its drain, which a proxy may notice before."""
+        until = time.monotonic() + self.snapshot_wait
+        while True:
+            try:
+                r = await self._send_request(m.SessionRestoreReqMessage, {}, {"from_session": from_id},
+                                             m.SessionRestoreRespMessage, max(0.1, deadline - time.monotonic()),
+                                             None, may_move=False)
+                return r.snapshot_id, list(r.restored or [])
+            except ProtocolError as e:
+                if _reason(e) != "unknown_snapshot":
+                    raise
+                if time.monotonic() + _SNAPSHOT_POLL > until:
+                    return None, []  # it left none: this session stays, fresh
+                await asyncio.sleep(_SNAPSHOT_POLL)
 
     def _fail_all(self, err: BaseException) -> None:
         for p in list(self._pending.values()):
@@ -319,7 +605,19 @@ class AsyncClient(AsyncMethods):
         if p is None or p.future.done():
             return  # the reply of a request given up on (cancelled, timed out)
         if t == "error":
-            p.future.set_exception(ProtocolError.from_message(msg))
+            err = ProtocolError.from_message(msg)
+            reason = _reason(err)
+            if err.code == "cancelled" and rid not in self._cancel_sent:
+                # Cancelled by the host, not by us: it closes the session.
+                reason = "session_ended"
+            if reason in ("shutting_down", "session_ended") and self._movable() and p.gen == self._gen:
+                if reason == "shutting_down":
+                    # Refused unread: the session is ending. It can go to the next one.
+                    p.future.set_exception(_Refused(err))
+                # session_ended: it was running when the session ended: interrupted.
+                self._session_lost(p.gen, err)
+                return
+            p.future.set_exception(err)
         elif isinstance(msg, p.reply):
             p.future.set_result(msg)
         else:
@@ -411,6 +709,21 @@ class Client(SyncMethods):
     @on_event.setter
     def on_event(self, cb: Optional[EventCallback]) -> None:
         self.aio.on_event = cb
+
+    @property
+    def on_move(self) -> Optional[MoveCallback]:
+        """Called with a Move after each move (``move=True``), on the
+        client's background thread."""
+        return self.aio.on_move
+
+    @on_move.setter
+    def on_move(self, cb: Optional[MoveCallback]) -> None:
+        self.aio.on_move = cb
+
+    @property
+    def moves(self) -> list[Move]:
+        """The moves made so far, oldest first."""
+        return list(self.aio.moves)
 
     def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
                  reply: type[m.Model], call_timeout: Optional[float],

@@ -3,7 +3,9 @@
 A protocol ``error`` reply (spec §2.3, §7) is raised as ProtocolError with
 the host's code, retryable flag and detail; the transport's failures are
 ConnectionClosed; a call that outlives its call_timeout is RequestTimeout
-(after the SDK has sent ``cancel`` for it).
+(after the SDK has sent ``cancel`` for it). A client made with
+``move=True`` fails the requests in flight when its session is lost with
+RequestInterrupted (sdk/python/README.md, Surviving a drain).
 """
 
 from __future__ import annotations
@@ -55,6 +57,45 @@ class HandshakeError(ProtocolError):
 class ConnectionClosed(AEPError):
     """The transport ended (the host exited, the stream or socket closed)
     while a request was in flight, or a request was made after close."""
+
+
+class SessionLost(ConnectionClosed):
+    """The host no longer has the client's session: the WebSocket or the
+    event stream ended, the host cannot be reached (connection refused), or
+    it answered ``POST /send`` with 404 (no such session: its host is gone
+    and the proxy sent the request elsewhere), 503 (draining or closing) or
+    502 (a proxy could not reach it).
+
+    ``delivered`` is False when the message being sent provably did not
+    reach the session (404, 503, refused, a closed WebSocket), so sending it
+    to a new session cannot run it twice; True when it may have (502).
+    """
+
+    def __init__(self, message: str, *, delivered: bool = True) -> None:
+        super().__init__(message)
+        self.delivered = delivered
+
+
+class RequestInterrupted(ConnectionClosed):
+    """A request was in flight when its session was lost, and the client
+    (made with ``move=True``) moved to a new session. The request may or may
+    not have run on the lost session; it is not sent again, since that could
+    run it twice. ``session_id`` is the lost session's id; requests made
+    after the move go to the new one."""
+
+    def __init__(self, req_id: str, session_id: Optional[str], cause: BaseException) -> None:
+        super().__init__(f"request {req_id} was in flight when session {session_id} was lost ({cause}); "
+                         "it may or may not have run and is not resent")
+        self.req_id = req_id
+        self.session_id = session_id
+
+
+class MoveFailed(ConnectionClosed):
+    """A client made with ``move=True`` lost its session and could not move:
+    no new session opened before the move's deadline, the handshake was
+    refused, or the restore failed (other than for a missing snapshot).
+    The client has ended; every request fails with it. Also raised for a
+    request refused unread by several sessions in turn."""
 
 
 class RequestTimeout(AEPError, TimeoutError):

@@ -22,7 +22,7 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Optional, Sequence
 
-from .errors import ConnectionClosed
+from .errors import ConnectionClosed, SessionLost
 
 # The host's message limit is 1 MiB (docs/DECISIONS.md, Dispatch); replies
 # carrying tool output may be as large, so readers allow well beyond it.
@@ -34,6 +34,8 @@ class Transport:
     trailing newline."""
 
     session_id: Optional[str] = None
+    #: Whether new_session works: a client made with ``move=True`` needs it.
+    movable = False
 
     async def open(self) -> None:
         raise NotImplementedError
@@ -53,6 +55,12 @@ class Transport:
         session by its id (a fork, a subagent's child). A stdio host serves
         one session per process, so it has none."""
         raise NotImplementedError(f"{type(self).__name__} cannot attach to another session of its host")
+
+    def new_session(self) -> "Transport":
+        """A new transport of the same kind, URL and headers that opens a new
+        session (through a proxy, on whichever host it picks): what a client
+        made with ``move=True`` moves to when this one's session is lost."""
+        raise NotImplementedError(f"{type(self).__name__} cannot open another session")
 
 
 class StdioTransport(Transport):
@@ -115,7 +123,11 @@ class HTTPTransport(Transport):
     travels only in the ``X-Session-Id`` header, never in a URL (it is a
     bearer secret, docs/transports.md). A stream that drops is reopened with
     ``Last-Event-ID``, so the host replays what was missed from its buffer.
-    ``session_id`` attaches to an existing session (a subagent's child)."""
+    ``session_id`` attaches to an existing session (a subagent's child).
+    A send the host refuses with 404, 502 or 503, or that cannot connect,
+    raises SessionLost."""
+
+    movable = True
 
     def __init__(self, base_url: str, *, session_id: Optional[str] = None, timeout: float = 30.0,
                  headers: Optional[Mapping[str, str]] = None) -> None:
@@ -139,6 +151,10 @@ class HTTPTransport(Transport):
     def attach(self, session_id: str) -> "HTTPTransport":
         base = f"{self._scheme}://{self._netloc}{self._prefix}"
         return HTTPTransport(base, session_id=session_id, timeout=self.timeout, headers=self.headers)
+
+    def new_session(self) -> "HTTPTransport":
+        base = f"{self._scheme}://{self._netloc}{self._prefix}"
+        return HTTPTransport(base, timeout=self.timeout, headers=self.headers)
 
     def _conn(self, timeout: Optional[float]) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
@@ -212,7 +228,7 @@ class HTTPTransport(Transport):
                     return
                 failures += 1
                 if failures > 3 or self._closing.wait(0.1 * failures):
-                    self._deliver(ConnectionClosed(f"SSE stream lost: {e}"))
+                    self._deliver(SessionLost(f"SSE stream lost: {e}"))
                     return
                 continue
             self._stream_conn = conn
@@ -260,8 +276,18 @@ class HTTPTransport(Transport):
         headers = {"Content-Type": "text/plain; charset=utf-8", "X-Session-Id": self.session_id or ""}
         try:
             status, body = await self._loop.run_in_executor(self._pool, self._post, "/send", line.encode(), headers)
-        except OSError as e:
+        except ConnectionRefusedError as e:
+            # Nothing listens where the session was: its host is gone.
+            raise SessionLost(f"POST /send: {e}", delivered=False) from e
+        except (OSError, http.client.HTTPException) as e:
             raise ConnectionClosed(f"POST /send: {e}") from e
+        if status in (404, 503):
+            # No such session here, or a host that takes no more: the line
+            # was refused, not run.
+            raise SessionLost(f"POST /send: status {status}: {body[:200]!r}", delivered=False)
+        if status == 502:
+            # A proxy lost the session's host, perhaps after passing the line on.
+            raise SessionLost(f"POST /send: status {status}: {body[:200]!r}")
         if status != 202:
             raise ConnectionClosed(f"POST /send: status {status}: {body[:200]!r}")
 
@@ -303,7 +329,10 @@ class WebSocketTransport(Transport):
     APIs work (``websockets.asyncio.client`` from version 13, the legacy
     ``websockets.client`` before, as in Debian's python3-websockets 10.4).
     ``session_id`` attaches to an existing session; it goes in the
-    ``X-Session-Id`` header, never in the URL."""
+    ``X-Session-Id`` header, never in the URL. It does not re-attach a
+    dropped connection: the end of the connection is SessionLost."""
+
+    movable = True
 
     def __init__(self, url: str, *, session_id: Optional[str] = None,
                  headers: Optional[Mapping[str, str]] = None, open_timeout: float = 30.0) -> None:
@@ -315,6 +344,9 @@ class WebSocketTransport(Transport):
 
     def attach(self, session_id: str) -> "WebSocketTransport":
         return WebSocketTransport(self.url, session_id=session_id, headers=self.headers, open_timeout=self.open_timeout)
+
+    def new_session(self) -> "WebSocketTransport":
+        return WebSocketTransport(self.url, headers=self.headers, open_timeout=self.open_timeout)
 
     async def open(self) -> None:
         try:
@@ -340,17 +372,20 @@ class WebSocketTransport(Transport):
         import websockets.exceptions as wse
         if self._ws is None:
             raise ConnectionClosed("WebSocket transport is closed")
+        # Both APIs name the state OPEN; a frame sent in any other state is
+        # refused before it is written.
+        was_open = getattr(getattr(self._ws, "state", None), "name", "OPEN") == "OPEN"
         try:
             await self._ws.send(line)
         except wse.ConnectionClosed as e:
-            raise ConnectionClosed(f"WebSocket closed: {e}") from e
+            raise SessionLost(f"WebSocket closed: {e}", delivered=was_open) from e
 
     async def recv(self) -> str:
         import websockets.exceptions as wse
         try:
             frame = await self._ws.recv()
         except wse.ConnectionClosed as e:
-            raise ConnectionClosed(f"WebSocket closed: {e}") from e
+            raise SessionLost(f"WebSocket closed: {e}") from e
         return frame.decode() if isinstance(frame, bytes) else frame
 
     async def close(self) -> None:

@@ -1,10 +1,11 @@
 import { randomBytes } from "node:crypto";
-import { AepError, ConnectionError } from "./errors.js";
+import { AepError, ConnectionError, MoveFailedError, RequestInterruptedError, SessionLostError } from "./errors.js";
 import {
   Methods,
   requestTable,
   type Body,
   type EventMessage,
+  type HandshakeReqMessage,
   type HandshakeRespMessage,
   type HostMessage,
   type NotificationType,
@@ -40,7 +41,69 @@ interface Pending {
   resolve: (m: HostMessage) => void;
   reject: (e: unknown) => void;
   onEvent: ((e: EventMessage) => void) | undefined;
+  /** Which of the client's sessions the request was sent on; -1 once it is settled by a loss. */
+  gen: number;
+  /** This client sent `cancel` for it. */
+  cancelSent?: boolean;
 }
+
+/** Options of a client. */
+export interface ClientOptions {
+  /**
+   * Survive the loss of the session (its host drained or died;
+   * README.md, Surviving a drain): when the connection drops or the host
+   * answers that it no longer has the session (404, 503, `shutting_down`;
+   * a proxy's 502), the client opens a new session through the same URL
+   * (retrying until `moveTimeoutSeconds`), handshakes as the last
+   * handshake did, restores the lost session's newest snapshot
+   * (`session/restore/req { from_session }`, waiting up to
+   * `snapshotWaitSeconds` for it to appear; without one the new session
+   * stays, fresh), tells `onMove`, and carries on. Requests in flight at
+   * the loss reject with RequestInterruptedError and are not sent again;
+   * requests the old host refused unread, and those made during the move,
+   * go to the new session. A move that fails ends the client with
+   * MoveFailedError. HTTP and WebSocket only: a stdio host is one process.
+   */
+  move?: boolean;
+  /** How long a move may take to reach a host, handshake and restore; default 30. */
+  moveTimeoutSeconds?: number;
+  /** How long a move waits for the lost session's snapshot to appear before it carries on fresh; default 5. */
+  snapshotWaitSeconds?: number;
+}
+
+/** A move from a lost session to a new one, given to `onMove` listeners and kept in `moves`. Session ids are bearer secrets: do not log them. */
+export interface Move {
+  /** The lost session's id, which the new session restored from. */
+  fromSession: string;
+  /** The new session's id; undefined when the move failed. */
+  sessionId: string | undefined;
+  /** The snapshot of fromSession that was restored, when one was. */
+  snapshotId: string | undefined;
+  /** The plugins whose state came back. */
+  restored: string[];
+  /**
+   * True when fromSession left no snapshot (the host answered
+   * `unknown_snapshot` for snapshotWaitSeconds): the new session carries
+   * on empty, and the lost session's state is gone.
+   */
+  fresh: boolean;
+  /** How the old session was lost. */
+  cause: Error;
+  /** Why the move failed (the client has then ended with MoveFailedError); undefined when it succeeded. */
+  error: Error | undefined;
+  /** How long the move took, in milliseconds. */
+  tookMs: number;
+}
+
+/** A request refused unread by a session that is lost: it can go to the next one. */
+class Refused extends Error {
+  constructor(readonly reason: Error) {
+    super(reason.message);
+  }
+}
+
+/** How often a request refused unread is sent again, each time in a new session. */
+const maxResends = 3;
 
 /**
  * A connection to one session of an aep host. Every request type has a
@@ -49,36 +112,51 @@ interface Pending {
  * `connect`. Requests may run concurrently; each settles with its reply.
  */
 export class AepClient extends Methods<RequestOptions> {
-  readonly #t: Transport;
+  #t: Transport;
   readonly #pending = new Map<string, Pending>();
   readonly #prefix = randomBytes(4).toString("hex");
   readonly #eventListeners = new Set<(e: EventMessage) => void>();
   readonly #strayListeners = new Set<(m: HostMessage) => void>();
   readonly #closeListeners = new Set<(e: Error) => void>();
+  readonly #moveListeners = new Set<(m: Move) => void>();
+  readonly #move: boolean;
+  readonly #moveTimeoutMs: number;
+  readonly #snapshotWaitMs: number;
+  readonly #moves: Move[] = [];
   #seq = 0;
   #sessionId: string | undefined;
   #ended: Error | undefined;
   #hello: ForkHandshake | undefined; // the handshake connect made, which forks repeat
+  #closing = false;
+  /** Counts the sessions this client has had (a move starts the next). */
+  #gen = 0;
+  /** Why the current session was lost (move only), while a move runs. */
+  #lost: Error | undefined;
+  /** The move under way; it never rejects. */
+  #moving: Promise<void> | undefined;
+  /** The body of the last accepted handshake, which a move repeats. */
+  #handshake: Body<HandshakeReqMessage> | undefined;
 
   /** Starts a client on a transport; use the static openers for the usual ones. */
-  constructor(transport: Transport) {
+  constructor(transport: Transport, options: ClientOptions = {}) {
     super();
+    if (options.move && !transport.newSession) throw new TypeError("move needs a transport that can open a new session (HTTP, WebSocket)");
+    this.#move = options.move ?? false;
+    this.#moveTimeoutMs = (options.moveTimeoutSeconds ?? 30) * 1000;
+    this.#snapshotWaitMs = (options.snapshotWaitSeconds ?? 5) * 1000;
     this.#t = transport;
     this.#sessionId = transport.sessionId;
-    transport.start(
-      (line) => this.#line(line),
-      (err) => this.#end(err ?? new ConnectionError("connection closed")),
-    );
+    this.#attach(transport);
   }
 
   /** Connects over WebSocket, e.g. "ws://127.0.0.1:8765/ws". */
-  static async websocket(url: string, opts?: WebSocketOptions): Promise<AepClient> {
-    return new AepClient(await openWebSocket(url, opts));
+  static async websocket(url: string, opts?: WebSocketOptions & ClientOptions): Promise<AepClient> {
+    return new AepClient(await openWebSocket(url, opts), opts);
   }
 
   /** Connects over HTTP+SSE, e.g. "http://127.0.0.1:8765". */
-  static async http(baseUrl: string, opts?: HttpOptions): Promise<AepClient> {
-    return new AepClient(await openHttp(baseUrl, opts));
+  static async http(baseUrl: string, opts?: HttpOptions & ClientOptions): Promise<AepClient> {
+    return new AepClient(await openHttp(baseUrl, opts), opts);
   }
 
   /** Spawns a host over stdio, e.g. `AepClient.stdio("aep", ["serve", "--stdio"])`. */
@@ -86,9 +164,14 @@ export class AepClient extends Methods<RequestOptions> {
     return new AepClient(spawnStdio(command, args, opts));
   }
 
-  /** The session's id, known after the handshake (or from the transport). */
+  /** The session's id, known after the handshake (or from the transport); a move changes it. */
   get sessionId(): string | undefined {
     return this.#sessionId;
+  }
+
+  /** The moves made so far (`{ move: true }`), oldest first. */
+  get moves(): readonly Move[] {
+    return [...this.#moves];
   }
 
   /** Why the connection ended; undefined while it is open. */
@@ -116,6 +199,31 @@ export class AepClient extends Methods<RequestOptions> {
 
   override request<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions = {}): Promise<RequestTypes[T]["reply"]> {
     if (this.#ended) return Promise.reject(this.#ended);
+    if (options.signal?.aborted) return Promise.reject(options.signal.reason);
+    if (type === "handshake/req") {
+      return this.#send(type, body, options, true).then((r) => {
+        this.#handshake = body as Body<HandshakeReqMessage>;
+        return r;
+      });
+    }
+    return this.#requestMoving(type, body, options, 0);
+  }
+
+  #requestMoving<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions, attempt: number): Promise<RequestTypes[T]["reply"]> {
+    // Requests made during a move go to the new session; otherwise they
+    // are sent at once, so they go out in the order they are made.
+    if (this.#moving) return this.#moving.then(() => this.#requestMoving(type, body, options, attempt));
+    const r = this.#send(type, body, options, true);
+    if (!this.#move) return r;
+    return r.catch((e: unknown) => {
+      if (!(e instanceof Refused)) throw e;
+      if (attempt >= maxResends) throw new MoveFailedError(`refused by ${attempt + 1} sessions in turn: ${e.reason.message}`, { cause: e.reason });
+      return this.#requestMoving(type, body, options, attempt + 1);
+    });
+  }
+
+  #send<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions, mayMove: boolean): Promise<RequestTypes[T]["reply"]> {
+    if (this.#ended) return Promise.reject(this.#ended);
     const { signal, onEvent } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
     const id = this.#nextId();
@@ -136,17 +244,42 @@ export class AepClient extends Methods<RequestOptions> {
           reject(e);
         },
         onEvent,
+        gen: this.#gen,
       });
       if (signal) {
         onAbort = () => {
           // The host answers the request `cancelled` (or its reply, if it
           // was already on its way); that answer settles the promise.
+          const p = this.#pending.get(id);
+          if (p) p.cancelSent = true;
           this.notify("cancel", { req_id: id }).catch((e: unknown) => this.#pending.get(id)?.reject(e));
         };
         signal.addEventListener("abort", onAbort, { once: true });
       }
-      this.#t.send(JSON.stringify({ ...body, type, id, proto: "1.0", ts: Date.now() / 1000 })).catch((e: unknown) => this.#pending.get(id)?.reject(e));
+      const line = JSON.stringify({ ...body, type, id, proto: "1.0", ts: Date.now() / 1000 });
+      this.#t.send(line).catch((e: unknown) => this.#sendFailed(id, e, mayMove));
+    }).catch((e: unknown) => {
+      // A refusal is for request() to act on; the move's own requests see the host's word.
+      throw e instanceof Refused && !mayMove ? e.reason : e;
     });
+  }
+
+  #movable(): boolean {
+    return this.#move && !this.#closing && !this.#ended && this.#handshake !== undefined;
+  }
+
+  /** What a failed send means for its request; with move, a loss of the session. */
+  #sendFailed(id: string, err: unknown, mayMove: boolean) {
+    const p = this.#pending.get(id);
+    if (!p) return;
+    if (!this.#movable() || !(err instanceof ConnectionError)) return p.reject(err);
+    // Perhaps sent, perhaps not: the session may live on; the transport's end tells.
+    if (!(err instanceof SessionLostError)) return p.reject(new RequestInterruptedError(id, this.#sessionId, err));
+    const sid = this.#sessionId;
+    const gen = p.gen;
+    p.gen = -1;
+    this.#sessionLost(gen, err);
+    p.reject(err.delivered || !mayMove ? new RequestInterruptedError(id, sid, err) : new Refused(err));
   }
 
   /**
@@ -166,6 +299,8 @@ export class AepClient extends Methods<RequestOptions> {
   /** Sends a message that gets no reply: `cancel` or `shutdown`. */
   notify<T extends NotificationType>(type: T, body: Body<NotificationTypes[T]>): Promise<void> {
     if (this.#ended) return Promise.reject(this.#ended);
+    // cancel and shutdown: nothing to say to a lost session, and no reason to move for them.
+    if (this.#lost) return Promise.reject(new SessionLostError(`session ${this.#sessionId} was lost: ${this.#lost.message}`, { cause: this.#lost }));
     return this.#t.send(JSON.stringify({ ...body, type, id: this.#nextId(), proto: "1.0", ts: Date.now() / 1000 }));
   }
 
@@ -199,7 +334,16 @@ export class AepClient extends Methods<RequestOptions> {
     return () => this.#strayListeners.delete(fn);
   }
 
-  /** Calls fn once when the connection ends. */
+  /**
+   * Calls fn after each move (`{ move: true }`), once the new session has
+   * handshaken and restored; returns a function that stops it.
+   */
+  onMove(fn: (m: Move) => void): () => void {
+    this.#moveListeners.add(fn);
+    return () => this.#moveListeners.delete(fn);
+  }
+
+  /** Calls fn once when the connection ends (with `{ move: true }`: when the client is closed, not at a move). */
   onClose(fn: (e: Error) => void): () => void {
     if (this.#ended) {
       fn(this.#ended);
@@ -225,8 +369,23 @@ export class AepClient extends Methods<RequestOptions> {
 
   /** Ends the transport; requests still in flight reject with ConnectionError. */
   async close(): Promise<void> {
+    this.#closing = true;
     await this.#t.close();
     this.#end(new ConnectionError("client closed"));
+  }
+
+  #attach(t: Transport) {
+    const gen = this.#gen;
+    t.start(
+      (line) => {
+        if (gen === this.#gen) this.#line(line);
+      },
+      (err) => {
+        const e = err ?? new ConnectionError("connection closed");
+        if (this.#movable()) this.#sessionLost(gen, e);
+        else if (gen === this.#gen) this.#end(e);
+      },
+    );
   }
 
   #nextId(): string {
@@ -256,7 +415,21 @@ export class AepClient extends Methods<RequestOptions> {
       return;
     }
     if (m.type === "error") {
-      p.reject(AepError.fromMessage(m));
+      const e = AepError.fromMessage(m);
+      // Cancelled by the host, not by us: it closes the session.
+      const reason = e.code === "cancelled" && !p.cancelSent ? "session_ended" : reasonOf(e.detail);
+      if ((reason === "shutting_down" || reason === "session_ended") && this.#movable() && p.gen === this.#gen) {
+        const gen = p.gen;
+        if (reason === "shutting_down") {
+          // Refused unread: the session is ending. It can go to the next one.
+          p.gen = -1;
+          p.reject(new Refused(e));
+        }
+        // session_ended: it was running when the session ended: interrupted.
+        this.#sessionLost(gen, e);
+        return;
+      }
+      p.reject(e);
       return;
     }
     if (m.type === "handshake/resp") {
@@ -281,6 +454,127 @@ export class AepClient extends Methods<RequestOptions> {
     for (const fn of this.#closeListeners) fn(err);
     this.#closeListeners.clear();
   }
+
+  /** Session number gen is gone: what was sent on it rejects with RequestInterruptedError, and a move starts at once. */
+  #sessionLost(gen: number, err: Error) {
+    if (gen !== this.#gen || this.#ended || this.#closing) return;
+    for (const [id, p] of [...this.#pending]) {
+      if (p.gen === gen) p.reject(new RequestInterruptedError(id, this.#sessionId, err));
+    }
+    if (this.#lost) return;
+    this.#lost = err;
+    this.#moving = this.#moveNow().finally(() => {
+      this.#moving = undefined;
+    });
+  }
+
+  /** Opens a new session and restores the lost one into it; on failure the client ends with MoveFailedError. Never rejects. */
+  async #moveNow(): Promise<void> {
+    const from = this.#sessionId ?? "";
+    const cause = this.#lost ?? new ConnectionError("session lost");
+    const started = Date.now();
+    const deadline = started + this.#moveTimeoutMs;
+    const old = this.#t;
+    await old.close().catch(() => {});
+    let move: Move;
+    try {
+      await this.#openSession(old, deadline);
+      const { snapshotId, restored } = await this.#restoreFrom(from, deadline);
+      if (this.#closing || this.#ended) throw this.#ended ?? new ConnectionError("client closed");
+      this.#lost = undefined;
+      move = { fromSession: from, sessionId: this.#sessionId, snapshotId, restored, fresh: snapshotId === undefined, cause, error: undefined, tookMs: Date.now() - started };
+    } catch (e) {
+      const err = e instanceof Error ? e : new Error(String(e));
+      this.#sessionId = from;
+      await this.#t.close().catch(() => {});
+      move = { fromSession: from, sessionId: undefined, snapshotId: undefined, restored: [], fresh: false, cause, error: err, tookMs: Date.now() - started };
+      this.#end(new MoveFailedError(`moving from session ${from} failed: ${err.message}`, { cause: err }));
+    }
+    this.#moves.push(move);
+    for (const fn of this.#moveListeners) {
+      try {
+        fn(move);
+      } catch {
+        // A listener's failure is not the move's.
+      }
+    }
+  }
+
+  /**
+   * A new session through old's URL, handshaken as the last one was;
+   * retried with back-off until deadline (a proxy may still send a new
+   * session to a host that is going away). A refused handshake is final.
+   */
+  async #openSession(old: Transport, deadline: number): Promise<void> {
+    let wait = 50;
+    for (;;) {
+      let t: Transport | undefined;
+      try {
+        const opening = old.newSession!();
+        t = await within(opening, deadline, () => void opening.then((late) => late.close(), () => {}));
+        if (this.#closing || this.#ended) {
+          await t.close();
+          throw this.#ended ?? new ConnectionError("client closed");
+        }
+        this.#gen++;
+        this.#t = t;
+        this.#sessionId = t.sessionId;
+        this.#attach(t);
+        await within(this.#send("handshake/req", this.#handshake!, {}, false), deadline);
+        return;
+      } catch (e) {
+        if (e instanceof AepError || this.#closing || this.#ended) throw e;
+        if (t) await t.close().catch(() => {});
+        if (Date.now() + wait > deadline) throw new ConnectionError(`no new session before the move's deadline: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+        await new Promise((r) => setTimeout(r, wait));
+        wait = Math.min(2 * wait, 1000);
+      }
+    }
+  }
+
+  /**
+   * Restores the newest snapshot of from; none (fresh) when the store has
+   * none after snapshotWaitSeconds: its host snapshots at the end of its
+   * drain, which a proxy may notice before.
+   */
+  async #restoreFrom(from: string, deadline: number): Promise<{ snapshotId: string | undefined; restored: string[] }> {
+    const until = Date.now() + this.#snapshotWaitMs;
+    for (;;) {
+      try {
+        const r = await within(this.#send("session/restore/req", { from_session: from }, {}, false), deadline);
+        return { snapshotId: r.snapshot_id, restored: r.restored };
+      } catch (e) {
+        if (!(e instanceof AepError && reasonOf(e.detail) === "unknown_snapshot")) throw e;
+        if (Date.now() + 200 > until) return { snapshotId: undefined, restored: [] }; // it left none: this session stays, fresh
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  }
+}
+
+function reasonOf(detail: unknown): string | undefined {
+  const r = typeof detail === "object" && detail !== null ? (detail as { reason?: unknown }).reason : undefined;
+  return typeof r === "string" ? r : undefined;
+}
+
+/** p, or a ConnectionError once deadline (epoch ms) passes; onLate runs then, to clean up what p brings later. */
+function within<T>(p: Promise<T>, deadline: number, onLate?: () => void): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      onLate?.();
+      reject(new ConnectionError("the move's deadline passed"));
+    }, Math.max(0, deadline - Date.now()));
+    p.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(timer);
+        reject(e);
+      },
+    );
+  });
 }
 
 /** An unbounded async queue: the producer never waits, as events must not hold up the reader of the connection. */

@@ -37,8 +37,55 @@ export class AepError extends Error {
 
 /** The connection to the host ended (or could not be opened); pending requests fail with it. */
 export class ConnectionError extends Error {
-  override readonly name = "ConnectionError";
+  override readonly name: string = "ConnectionError";
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
+  }
+}
+
+/**
+ * The host no longer has the client's session: the WebSocket or the event
+ * stream ended, the host cannot be reached (connection refused), or it
+ * answered POST /send with 404 (no such session: its host is gone and the
+ * proxy sent the request elsewhere), 503 (draining or closing) or 502 (a
+ * proxy could not reach it). `delivered` is false when the message being
+ * sent provably did not reach the session (404, 503, refused, a closed
+ * WebSocket), so sending it to a new session cannot run it twice.
+ */
+export class SessionLostError extends ConnectionError {
+  override readonly name: string = "SessionLostError";
+  readonly delivered: boolean;
+  constructor(message: string, options: { delivered?: boolean; cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.delivered = options.delivered ?? true;
+  }
+}
+
+/**
+ * A client made with `{ move: true }` lost its session and could not move:
+ * no new session opened before the move's deadline, the handshake was
+ * refused, or the restore failed (other than for a missing snapshot). The
+ * client has ended; every request rejects with it. Also the error of a
+ * request refused unread by several sessions in turn.
+ */
+export class MoveFailedError extends ConnectionError {
+  override readonly name: string = "MoveFailedError";
+}
+
+/**
+ * A request was in flight when its session was lost, and the client (made
+ * with `{ move: true }`) moved to a new session. The request may or may not
+ * have run on the lost session; it is not sent again, since that could run
+ * it twice. `sessionId` is the lost session's id; requests made after the
+ * move go to the new one.
+ */
+export class RequestInterruptedError extends ConnectionError {
+  override readonly name: string = "RequestInterruptedError";
+  readonly reqId: string;
+  readonly sessionId: string | undefined;
+  constructor(reqId: string, sessionId: string | undefined, cause: unknown) {
+    super(`request ${reqId} was in flight when session ${sessionId} was lost (${cause instanceof Error ? cause.message : String(cause)}); it may or may not have run and is not resent`, { cause });
+    this.reqId = reqId;
+    this.sessionId = sessionId;
   }
 }

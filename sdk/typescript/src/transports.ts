@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import WebSocket from "ws";
-import { ConnectionError } from "./errors.js";
+import { ConnectionError, SessionLostError } from "./errors.js";
 
 /** Carries one session's lines between a client and a host. */
 export interface Transport {
@@ -22,6 +22,12 @@ export interface Transport {
    * on stdio, whose host serves one session.
    */
   attach?(sessionId: string): Promise<Transport>;
+  /**
+   * Opens a new session through the same URL and headers (through a proxy,
+   * on whichever host it picks): what a client made with `{ move: true }`
+   * moves to when this transport's session is lost. Absent on stdio.
+   */
+  newSession?(): Promise<Transport>;
 }
 
 export interface WebSocketOptions {
@@ -37,7 +43,8 @@ export interface WebSocketOptions {
  * Opens aep's WebSocket transport at url (e.g. "ws://127.0.0.1:8765/ws"):
  * one session per connection, one message per text frame. A dropped
  * connection is not re-attached: its requests fail with ConnectionError
- * (docs/DECISIONS.md, TypeScript SDK).
+ * (docs/DECISIONS.md, TypeScript SDK), or a client made with
+ * `{ move: true }` moves to a new session.
  */
 export async function openWebSocket(url: string, opts: WebSocketOptions = {}): Promise<Transport> {
   const headers: Record<string, string> = { ...opts.headers };
@@ -76,19 +83,20 @@ export async function openWebSocket(url: string, opts: WebSocketOptions = {}): P
       });
       let err: Error | undefined;
       ws.on("error", (e) => {
-        err = new ConnectionError(`websocket: ${e.message}`, { cause: e });
+        err = new SessionLostError(`websocket: ${e.message}`, { cause: e });
       });
       ws.on("close", (code, reason) => {
-        onClose(err ?? new ConnectionError(`websocket closed (${code}${reason.length ? " " + reason.toString() : ""})`));
+        onClose(err ?? new SessionLostError(`websocket closed (${code}${reason.length ? " " + reason.toString() : ""})`));
       });
     },
     send(line) {
       return new Promise((resolve, reject) => {
         if (ws.readyState !== WebSocket.OPEN) {
-          reject(new ConnectionError("websocket is not open"));
+          // Refused before a byte is written.
+          reject(new SessionLostError("websocket is not open", { delivered: false }));
           return;
         }
-        ws.send(line, { binary: false }, (err) => (err ? reject(new ConnectionError(`websocket send: ${err.message}`, { cause: err })) : resolve()));
+        ws.send(line, { binary: false }, (err) => (err ? reject(new SessionLostError(`websocket send: ${err.message}`, { cause: err })) : resolve()));
       });
     },
     close() {
@@ -98,6 +106,10 @@ export async function openWebSocket(url: string, opts: WebSocketOptions = {}): P
         ws.close(1000);
       });
       return closed;
+    },
+    newSession() {
+      const { sessionId: _attached, signal: _opening, ...rest } = opts;
+      return openWebSocket(url, rest);
     },
   };
 }
@@ -208,7 +220,7 @@ export async function openHttp(baseUrl: string, opts: HttpOptions = {}): Promise
               err = e;
             }
           }
-          if (!reopened) return onClose(new ConnectionError(`stream ended: ${err === undefined ? "the host closed it" : String(err)}`, { cause: err }));
+          if (!reopened) return onClose(new SessionLostError(`stream ended: ${err === undefined ? "the host closed it" : String(err)}`, { cause: err }));
           tries = 0;
         }
       })();
@@ -222,14 +234,26 @@ export async function openHttp(baseUrl: string, opts: HttpOptions = {}): Promise
           body: line,
         });
       } catch (e) {
+        // Nothing listens where the session was: its host is gone.
+        if ((e as { cause?: { code?: unknown } }).cause?.code === "ECONNREFUSED") throw new SessionLostError(`send: ${String(e)}`, { delivered: false, cause: e });
         throw new ConnectionError(`send: ${String(e)}`, { cause: e });
       }
       const text = await resp.text(); // read whole, so the connection is reused
-      if (resp.status !== 202) throw new ConnectionError(`send: HTTP ${resp.status}: ${text.trim()}`);
+      if (resp.status === 202) return;
+      // 404: no such session here; 503: a host that takes no more. The
+      // line was refused, not run. 502: a proxy lost the session's host,
+      // perhaps after passing the line on.
+      if (resp.status === 404 || resp.status === 503 || resp.status === 502) {
+        throw new SessionLostError(`send: HTTP ${resp.status}: ${text.trim()}`, { delivered: resp.status === 502 });
+      }
+      throw new ConnectionError(`send: HTTP ${resp.status}: ${text.trim()}`);
     },
     async close() {
       stop.abort();
       await done;
+    },
+    newSession() {
+      return openHttp(baseUrl, opts.headers ? { headers: opts.headers } : {});
     },
   };
 }

@@ -1,0 +1,223 @@
+"""A client made with ``move=True`` survives its host's drain (docs/deploy.md,
+How a client survives a drain), with real `aep serve` hosts sharing one
+store: host A is drained (SIGTERM, operator.snapshot_on_drain) while the
+client holds a working-memory entry and a request is in flight; the
+forwarder, standing in for the proxy, then sends everything to host B. The
+request in flight fails with RequestInterrupted; the client's next call
+opens a new session on B, restores the old one from its id and finds the
+entry there; a second drain moves it on again, from the newest id. Without
+``move`` the client fails as before. Over HTTP+SSE and WebSocket, on a
+SQLite file and (HTTP) on PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+import unittest
+from typing import Any
+
+from tests.fleet import FleetHost, Forwarder, Store
+from tests.hosts import TOKEN, PerTransport
+
+import aep
+
+CAPS = ["memory", "tools"]
+
+
+class Fleet:
+    """Hosts on one store behind one forwarder, torn down by the test."""
+
+    def __init__(self, tc: unittest.TestCase, pg: bool = False) -> None:
+        self.store = Store(pg)
+        tc.addCleanup(self.store.close)
+        self.hosts: list[FleetHost] = []
+        self.fwd: Forwarder
+
+        def close() -> None:
+            for h in self.hosts:
+                h.stop()
+            if hasattr(self, "fwd"):
+                self.fwd.close()
+        tc.addCleanup(close)
+
+    def host(self, host_id: str, **kw: Any) -> FleetHost:
+        # One at a time: hosts that start at once would migrate a SQLite
+        # store concurrently (PostgreSQL takes a lock, SQLite does not).
+        h = FleetHost(host_id, self.store.dsn, **kw)
+        self.hosts.append(h)
+        if not hasattr(self, "fwd"):
+            self.fwd = Forwarder(h.port)
+        return h
+
+
+def open_client(transport: str, fwd: Forwarder, **kw: Any) -> aep.Client:
+    if transport == "http":
+        return aep.Client.http(fwd.url, token=TOKEN, caps=CAPS, **kw)
+    return aep.Client.websocket(fwd.ws_url, token=TOKEN, caps=CAPS, **kw)
+
+
+def in_flight(c: aep.Client) -> aep.SyncCall:
+    """A call that is still running when its host's drain times out."""
+    call = c.start("tool_call", "run_command", arguments={"argv": ["sleep", "30"]})
+    deadline = time.time() + 10
+    while call.req_id is None and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # the host has it and runs it
+    return call
+
+
+def working(c: aep.Client, mid: str, *keys: str) -> dict[str, Any]:
+    r = c.memory_retrieve(memory_id=mid, keys=list(keys), tier="working")
+    return {e.key: e.content for e in r.entries}
+
+
+def store(c: aep.Client, mid: str, key: str, content: str) -> None:
+    c.memory_store(memory_id=mid, entries=[aep.models.MemoryEntry(key=key, content=content, tier="working")])
+
+
+class Move:
+    transport: str
+    pg = False
+
+    def test_moves_on_drain_and_restores(self) -> None:
+        self: unittest.TestCase  # type: ignore[no-redef]
+        fleet = Fleet(self, pg=self.pg)
+        a = fleet.host("py-a")
+        b = fleet.host("py-b")
+        moves: list[aep.Move] = []
+        c = open_client(self.transport, fleet.fwd, move=True, on_move=moves.append)
+        self.addCleanup(c.close)
+        first = c.session_id
+        assert first is not None
+        self.assertTrue(first.startswith("s-py-a-"), first)
+        mid = c.memory_init(namespace="move").memory_id
+        store(c, mid, "plan", "step 1")
+        call = in_flight(c)
+
+        a.drain()
+        fleet.fwd.target = b.port  # the proxy sends a gone host's session to the pool
+
+        with self.assertRaises(aep.RequestInterrupted) as cm:
+            call.result(30)
+        self.assertIsInstance(cm.exception, aep.ConnectionClosed)
+        self.assertEqual(cm.exception.session_id, first)
+        self.assertIn("may or may not have run", str(cm.exception))
+
+        # The next call moves: a new session on B with A's working memory.
+        self.assertEqual(working(c, mid, "plan"), {"plan": "step 1"})
+        second = c.session_id
+        assert second is not None
+        self.assertTrue(second.startswith("s-py-b-"), second)
+        self.assertEqual(len(moves), 1)
+        self.assertEqual((moves[0].from_session, moves[0].session_id, moves[0].fresh, moves[0].error),
+                         (first, second, False, None))
+        self.assertTrue(moves[0].snapshot_id and moves[0].snapshot_id.startswith("sql-"), moves[0])
+        self.assertIn("memory.builtin", moves[0].restored)
+        self.assertEqual(c.moves, moves)
+
+        # A second drain moves on from the newest id: B's session, which
+        # holds what was written on B as well.
+        store(c, mid, "plan2", "step 2")
+        c2 = fleet.host("py-c")
+        b.drain()
+        fleet.fwd.target = c2.port
+        self.assertEqual(working(c, mid, "plan", "plan2"), {"plan": "step 1", "plan2": "step 2"})
+        self.assertEqual(len(moves), 2)
+        self.assertEqual(moves[1].from_session, second)
+        self.assertFalse(moves[1].fresh)
+        self.assertIsNone(moves[1].error)
+        self.assertTrue(c.session_id and c.session_id.startswith("s-py-c-"), c.session_id)
+        self.assertEqual(c.tool_call("run_command", arguments={"argv": ["echo", "ok"]}).result.success, True)
+
+    def test_fresh_when_the_old_session_left_no_snapshot(self) -> None:
+        self: unittest.TestCase  # type: ignore[no-redef]
+        fleet = Fleet(self)
+        a = fleet.host("py-a", snapshot_on_drain=False)
+        b = fleet.host("py-b")
+        moves: list[aep.Move] = []
+        c = open_client(self.transport, fleet.fwd, move=True, on_move=moves.append, snapshot_wait=0.5)
+        self.addCleanup(c.close)
+        first = c.session_id
+        mid = c.memory_init().memory_id
+        store(c, mid, "plan", "lost")
+        a.drain()
+        fleet.fwd.target = b.port
+        # The move happens; the restore finds nothing (unknown_snapshot),
+        # so the new session stays, fresh: the old memory is not there.
+        self.assertEqual(c.ping().type, "pong")
+        self.assertEqual(len(moves), 1)
+        self.assertEqual((moves[0].from_session, moves[0].fresh, moves[0].snapshot_id, moves[0].restored),
+                         (first, True, None, ()))
+        self.assertTrue(c.session_id and c.session_id.startswith("s-py-b-"))
+        with self.assertRaises(aep.ProtocolError):
+            c.memory_retrieve(memory_id=mid, keys=["plan"], tier="working")
+
+    def test_a_move_that_finds_no_host_ends_the_client(self) -> None:
+        self: unittest.TestCase  # type: ignore[no-redef]
+        fleet = Fleet(self)
+        a = fleet.host("py-a")
+        moves: list[aep.Move] = []
+        c = open_client(self.transport, fleet.fwd, move=True, on_move=moves.append, timeout=2.0)
+        self.addCleanup(c.close)
+        first = c.session_id
+        a.drain()  # and no other host: every new session is refused
+        # The client moves by itself once it sees the session's end, and
+        # gives up at the deadline (timeout).
+        deadline = time.time() + 20
+        while not moves and time.time() < deadline:
+            time.sleep(0.05)
+        with self.assertRaises(aep.MoveFailed):
+            c.ping()
+        self.assertEqual(len(moves), 1)
+        self.assertEqual((moves[0].from_session, moves[0].session_id), (first, None))
+        self.assertIsNotNone(moves[0].error)
+
+    def test_without_move_the_loss_is_an_error(self) -> None:
+        self: unittest.TestCase  # type: ignore[no-redef]
+        fleet = Fleet(self)
+        a = fleet.host("py-a")
+        b = fleet.host("py-b")
+        c = open_client(self.transport, fleet.fwd)
+        self.addCleanup(c.close)
+        first = c.session_id
+        call = in_flight(c)
+        a.drain()
+        fleet.fwd.target = b.port
+        with self.assertRaises(aep.ConnectionClosed) as cm:
+            call.result(30)
+        self.assertNotIsInstance(cm.exception, aep.RequestInterrupted)
+        with self.assertRaises(aep.ConnectionClosed):
+            c.ping()
+        self.assertEqual(c.session_id, first)
+        self.assertEqual(c.moves, [])
+
+
+def _classes() -> dict[str, type]:
+    out: dict[str, type] = {}
+    for name in ("http", "websocket"):
+        cls_name = "Move" + name.capitalize()
+        out[cls_name] = type(cls_name, (PerTransport, Move, unittest.TestCase), {"transport": name, "__module__": __name__})
+    return out
+
+
+globals().update(_classes())
+
+
+class MovePostgres(PerTransport, Move, unittest.TestCase):
+    """The move over HTTP with the fleet on PostgreSQL, as in production."""
+
+    transport = "http"
+    pg = True
+
+    # The other two cases do not depend on the store.
+    test_fresh_when_the_old_session_left_no_snapshot = None  # type: ignore[assignment]
+    test_without_move_the_loss_is_an_error = None  # type: ignore[assignment]
+    test_a_move_that_finds_no_host_ends_the_client = None  # type: ignore[assignment]
+
+
+class MoveNeedsANetworkTransport(unittest.TestCase):
+    def test_stdio_refuses_move(self) -> None:
+        t = aep.StdioTransport(["true"])
+        self.assertFalse(t.movable)
+        with self.assertRaises(ValueError):
+            aep.Client.connect(t, token=TOKEN, move=True)
+

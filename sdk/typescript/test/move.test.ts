@@ -1,0 +1,197 @@
+// A client made with { move: true } survives its host's drain
+// (docs/deploy.md, How a client survives a drain), with real `aep serve`
+// hosts sharing one store: host A is drained (SIGTERM,
+// operator.snapshot_on_drain) while the client holds a working-memory entry
+// and a request is in flight; the forwarder, standing in for the proxy,
+// then sends everything to host B. The request in flight rejects with
+// RequestInterruptedError; the next call opens a new session on B,
+// restores the old one from its id and finds the entry; a second drain
+// moves it on again, from the newest id. Without move the client fails as
+// before. Over HTTP+SSE and WebSocket, on a SQLite file and (HTTP) on
+// PostgreSQL.
+import assert from "node:assert/strict";
+import { describe, test, type TestContext } from "node:test";
+import { AepClient, AepError, ConnectionError, MoveFailedError, RequestInterruptedError, spawnStdio, type ClientOptions, type Move } from "../src/index.js";
+import { Forwarder, pgStore, sqliteStore, startFleetHost, type FleetHost, type Store } from "./fleet.js";
+import { aepBinary, dataDir, token } from "./host.js";
+
+const bin = aepBinary();
+const caps = ["memory", "tools"];
+
+/** Hosts on one store behind one forwarder, torn down after the test. */
+class Fleet {
+  readonly hosts: FleetHost[] = [];
+  fwd: Forwarder | undefined;
+  constructor(readonly store: Store) {}
+
+  // One at a time: hosts starting at once would migrate a SQLite store
+  // concurrently (PostgreSQL takes a lock, SQLite does not).
+  async host(hostId: string, opts: { snapshotOnDrain?: boolean } = {}): Promise<FleetHost> {
+    const h = await startFleetHost(bin!, hostId, this.store.dsn, opts);
+    this.hosts.push(h);
+    this.fwd ??= await Forwarder.start(h.port);
+    return h;
+  }
+
+  async close() {
+    for (const h of this.hosts) await h.stop();
+    await this.fwd?.close();
+    this.store.close();
+  }
+}
+
+async function fleetFor(t: TestContext, store: Store): Promise<Fleet> {
+  const f = new Fleet(store);
+  t.after(() => f.close());
+  return f;
+}
+
+async function open(kind: string, fwd: Forwarder, opts: ClientOptions = {}): Promise<AepClient> {
+  const c = kind === "http" ? await AepClient.http(fwd.base, opts) : await AepClient.websocket(fwd.wsUrl, opts);
+  await c.connect({ agentId: "ts-move", token, caps });
+  return c;
+}
+
+async function working(c: AepClient, memoryId: string, ...keys: string[]): Promise<Record<string, unknown>> {
+  const r = await c.memoryRetrieve({ memory_id: memoryId, keys, tier: "working" });
+  return Object.fromEntries(r.entries.map((e) => [e.key, e.content]));
+}
+
+function store(c: AepClient, memoryId: string, key: string, content: string) {
+  return c.memoryStore({ memory_id: memoryId, entries: [{ key, content, tier: "working" }] });
+}
+
+/** A call still running when its host's drain times out; `settled` has the error it gets (wrapped: an async function would wait for a promise it returns). */
+async function inFlight(c: AepClient): Promise<{ settled: Promise<unknown> }> {
+  const settled = c.toolCall({ tool_name: "run_command", arguments: { argv: ["sleep", "30"] } }).then(
+    (r: unknown) => new Error(`the call in flight was answered: ${JSON.stringify(r)}`),
+    (e: unknown) => e,
+  );
+  await new Promise((r) => setTimeout(r, 300)); // the host has it and runs it
+  return { settled };
+}
+
+async function movesOnDrain(t: TestContext, kind: string, st: Store) {
+  const fleet = await fleetFor(t, st);
+  const a = await fleet.host("ts-a");
+  const b = await fleet.host("ts-b");
+  const c = await open(kind, fleet.fwd!, { move: true });
+  t.after(() => c.close());
+  const seen: Move[] = [];
+  c.onMove((m) => seen.push(m));
+  const first = c.sessionId!;
+  assert.match(first, /^s-ts-a-/);
+  const mid = (await c.memoryInit({ namespace: "move" })).memory_id;
+  await store(c, mid, "plan", "step 1");
+  const call = await inFlight(c);
+
+  await a.drain();
+  fleet.fwd!.target = b.port; // the proxy sends a gone host's session to the pool
+
+  const err = await call.settled;
+  assert.ok(err instanceof RequestInterruptedError, `in flight: ${String(err)}`);
+  assert.ok(err instanceof ConnectionError);
+  assert.equal(err.sessionId, first);
+  assert.match(err.message, /may or may not have run/);
+
+  // The next call moves: a new session on B with A's working memory.
+  assert.deepEqual(await working(c, mid, "plan"), { plan: "step 1" });
+  const second = c.sessionId!;
+  assert.match(second, /^s-ts-b-/);
+  assert.equal(seen.length, 1);
+  assert.deepEqual([seen[0]!.fromSession, seen[0]!.sessionId, seen[0]!.fresh, seen[0]!.error], [first, second, false, undefined]);
+  assert.match(seen[0]!.snapshotId ?? "", /^sql-/);
+  assert.ok(seen[0]!.restored.includes("memory.builtin"), seen[0]!.restored.join(","));
+  assert.deepEqual(c.moves, seen);
+
+  // A second drain moves on from the newest id: B's session, which holds
+  // what was written on B as well.
+  await store(c, mid, "plan2", "step 2");
+  const c2 = await fleet.host("ts-c");
+  await b.drain();
+  fleet.fwd!.target = c2.port;
+  assert.deepEqual(await working(c, mid, "plan", "plan2"), { plan: "step 1", plan2: "step 2" });
+  assert.equal(seen.length, 2);
+  assert.equal(seen[1]!.fromSession, second);
+  assert.equal(seen[1]!.fresh, false);
+  assert.equal(seen[1]!.error, undefined);
+  assert.match(c.sessionId!, /^s-ts-c-/);
+  const r = await c.toolCall({ tool_name: "run_command", arguments: { argv: ["echo", "ok"] } });
+  assert.equal(r.result.success, true);
+}
+
+for (const kind of ["http", "websocket"]) {
+  describe(`move over ${kind}`, { skip: bin ? false : "no aep binary (set AEP_BIN or install Go)" }, () => {
+    test("a drained host's session moves and is restored; a request in flight is interrupted; a second move chains", (t) =>
+      movesOnDrain(t, kind, sqliteStore()));
+
+    test("a session that left no snapshot moves to a fresh one", async (t) => {
+      const fleet = await fleetFor(t, sqliteStore());
+      const a = await fleet.host("ts-a", { snapshotOnDrain: false });
+      const b = await fleet.host("ts-b");
+      const c = await open(kind, fleet.fwd!, { move: true, snapshotWaitSeconds: 0.5 });
+      t.after(() => c.close());
+      const first = c.sessionId!;
+      const mid = (await c.memoryInit({})).memory_id;
+      await store(c, mid, "plan", "lost");
+      await a.drain();
+      fleet.fwd!.target = b.port;
+      // The restore finds nothing (unknown_snapshot): the new session stays, fresh.
+      assert.equal((await c.ping()).type, "pong");
+      assert.equal(c.moves.length, 1);
+      const m = c.moves[0]!;
+      assert.deepEqual([m.fromSession, m.fresh, m.snapshotId, m.restored], [first, true, undefined, []]);
+      assert.match(c.sessionId!, /^s-ts-b-/);
+      await assert.rejects(working(c, mid, "plan"), (e: unknown) => e instanceof AepError);
+    });
+
+    test("a move that finds no host ends the client", async (t) => {
+      const fleet = await fleetFor(t, sqliteStore());
+      const a = await fleet.host("ts-a");
+      const c = await open(kind, fleet.fwd!, { move: true, moveTimeoutSeconds: 2 });
+      t.after(() => c.close());
+      const first = c.sessionId!;
+      const failed = new Promise<Move>((resolve) => c.onMove(resolve));
+      await a.drain(); // and no other host: every new session is refused
+      // The client moves by itself once it sees the session's end, and
+      // gives up at the deadline.
+      const m = await failed;
+      assert.deepEqual([m.fromSession, m.sessionId], [first, undefined]);
+      assert.ok(m.error);
+      await assert.rejects(c.ping(), (e: unknown) => e instanceof MoveFailedError);
+      assert.ok(c.closedReason instanceof MoveFailedError);
+    });
+
+    test("without move the loss is an error", async (t) => {
+      const fleet = await fleetFor(t, sqliteStore());
+      const a = await fleet.host("ts-a");
+      const b = await fleet.host("ts-b");
+      const c = await open(kind, fleet.fwd!);
+      t.after(() => c.close());
+      const first = c.sessionId;
+      const call = await inFlight(c);
+      await a.drain();
+      fleet.fwd!.target = b.port;
+      const err = await call.settled;
+      assert.ok(err instanceof ConnectionError, String(err));
+      assert.ok(!(err instanceof RequestInterruptedError));
+      await assert.rejects(c.ping(), (e: unknown) => e instanceof ConnectionError);
+      assert.equal(c.sessionId, first);
+      assert.deepEqual(c.moves, []);
+    });
+  });
+}
+
+describe("move on PostgreSQL", { skip: bin ? false : "no aep binary (set AEP_BIN or install Go)" }, () => {
+  const pg = pgStore();
+  test("over http", { skip: typeof pg === "string" ? pg : false }, (t) => movesOnDrain(t, "http", pg as Store));
+});
+
+test("stdio cannot move", { skip: bin ? false : "no aep binary" }, async () => {
+  const tr = spawnStdio(bin!, ["serve", "--stdio", "--data-dir", dataDir()], { env: { ...process.env, AEP_AUTH_TOKEN: token } });
+  try {
+    assert.throws(() => new AepClient(tr, { move: true }), TypeError);
+  } finally {
+    await tr.close();
+  }
+});
