@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"entgo.io/ent/dialect"
@@ -158,6 +159,9 @@ func migrate(ctx context.Context, db *sql.DB, dia, where string) (*Store, error)
 	return st, nil
 }
 
+// migrateMu serialises the migrations of one process (createSchema).
+var migrateMu sync.Mutex
+
 // sqliteMigrateTries bounds the attempts at migrating a SQLite store.
 const sqliteMigrateTries = 5
 
@@ -168,6 +172,11 @@ const sqliteMigrateTries = 5
 // fails on what the first made. It inspects again and finds nothing left
 // to do, so a failed SQLite migration is tried again a few times.
 func createSchema(ctx context.Context, client *ent.Client, dia string) error {
+	// ent's migration works on its generated tables, which are process-wide
+	// values it updates as it plans: stores opened at once in one process
+	// (several hosts in one test binary) take turns.
+	migrateMu.Lock()
+	defer migrateMu.Unlock()
 	err := client.Schema.Create(ctx)
 	for try := 1; err != nil && dia == dialect.SQLite && try < sqliteMigrateTries; try++ {
 		select {
