@@ -91,4 +91,6 @@ func TestSessionSurvivesHostDeath(t *testing.T) {
 }
 
 // toolCallLine is a tool/call/req without streaming.
-func toolCallLine(id, tool string, args map[string]any) string { return toolCall(id, false, tool, args) }
+func toolCallLine(id, tool string, args map[string]any) string {
+	return toolCall(id, false, tool, args)
+}
