@@ -117,6 +117,7 @@ func (h *Host) autoRound(ctx context.Context) {
 	}
 	if taken > 0 {
 		h.log.Debug("automatic snapshots", "taken", taken, "unchanged_or_failed", skipped)
+		h.applyRetention(ctx, "", "", "", true) // max_age, once a round
 	}
 }
 

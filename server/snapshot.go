@@ -209,7 +209,7 @@ func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string
 	if (p.Files == nil || p.Files.State != filesStored) && kind != kindAuto {
 		h.pinSessionDir(s.handle)
 	}
-	h.applyRetention(ctx, p.Owner, target, p.SnapshotID)
+	h.applyRetention(ctx, p.Owner, target, p.SnapshotID, kind != kindAuto)
 	return t, nil
 }
 

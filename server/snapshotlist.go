@@ -323,12 +323,15 @@ func (h *Host) deleteSnapshot(ctx context.Context, st storedSnapshot) error {
 }
 
 // applyRetention deletes what server.snapshots no longer keeps, after the
-// session with owner key sid took snapshot taken to target. Failures are logged: the
-// snapshot just taken stands, whatever the settings.
-func (h *Host) applyRetention(ctx context.Context, sid, target, taken string) {
+// session with owner key sid took snapshot taken to target: its own
+// beyond keep_per_session, and with ages set every snapshot past max_age
+// (a listing of the whole store, which an automatic round does once,
+// autosnap.go, not once per session). Failures are logged: the snapshot
+// just taken stands, whatever the settings.
+func (h *Host) applyRetention(ctx context.Context, sid, target, taken string, ages bool) {
 	rc := h.cfg.Server.Snapshots
 	var drop []storedSnapshot
-	if rc.KeepPerSession > 0 {
+	if rc.KeepPerSession > 0 && sid != "" {
 		mine, err := h.storedSnapshots(ctx, target, []string{sid})
 		if err != nil {
 			h.log.Warn("snapshot retention", "err", err)
@@ -338,7 +341,7 @@ func (h *Host) applyRetention(ctx context.Context, sid, target, taken string) {
 			drop = append(drop, mine[rc.KeepPerSession:]...)
 		}
 	}
-	if rc.MaxAge > 0 {
+	if rc.MaxAge > 0 && ages {
 		all, err := h.storedSnapshots(ctx, "", nil)
 		if err != nil {
 			h.log.Warn("snapshot retention", "err", err)
