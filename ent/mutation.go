@@ -6600,17 +6600,21 @@ func (m *SkillRegistrationMutation) ResetEdge(name string) error {
 // SnapshotMutation represents an operation that mutates the Snapshot nodes in the graph.
 type SnapshotMutation struct {
 	config
-	op            Op
-	typ           string
-	id            *string
-	session_id    *string
-	agent_id      *string
-	data          *[]byte
-	created_at    *time.Time
-	clearedFields map[string]struct{}
-	done          bool
-	oldValue      func(context.Context) (*Snapshot, error)
-	predicates    []predicate.Snapshot
+	op             Op
+	typ            string
+	id             *string
+	session_id     *string
+	agent_id       *string
+	data           *[]byte
+	created_at     *time.Time
+	kind           *string
+	files          *[]byte
+	files_bytes    *int64
+	addfiles_bytes *int64
+	clearedFields  map[string]struct{}
+	done           bool
+	oldValue       func(context.Context) (*Snapshot, error)
+	predicates     []predicate.Snapshot
 }
 
 var _ ent.Mutation = (*SnapshotMutation)(nil)
@@ -6861,6 +6865,147 @@ func (m *SnapshotMutation) ResetCreatedAt() {
 	m.created_at = nil
 }
 
+// SetKind sets the "kind" field.
+func (m *SnapshotMutation) SetKind(s string) {
+	m.kind = &s
+}
+
+// Kind returns the value of the "kind" field in the mutation.
+func (m *SnapshotMutation) Kind() (r string, exists bool) {
+	v := m.kind
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldKind returns the old "kind" field's value of the Snapshot entity.
+// If the Snapshot object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SnapshotMutation) OldKind(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldKind is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldKind requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldKind: %w", err)
+	}
+	return oldValue.Kind, nil
+}
+
+// ResetKind resets all changes to the "kind" field.
+func (m *SnapshotMutation) ResetKind() {
+	m.kind = nil
+}
+
+// SetFiles sets the "files" field.
+func (m *SnapshotMutation) SetFiles(b []byte) {
+	m.files = &b
+}
+
+// Files returns the value of the "files" field in the mutation.
+func (m *SnapshotMutation) Files() (r []byte, exists bool) {
+	v := m.files
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFiles returns the old "files" field's value of the Snapshot entity.
+// If the Snapshot object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SnapshotMutation) OldFiles(ctx context.Context) (v []byte, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFiles is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFiles requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFiles: %w", err)
+	}
+	return oldValue.Files, nil
+}
+
+// ClearFiles clears the value of the "files" field.
+func (m *SnapshotMutation) ClearFiles() {
+	m.files = nil
+	m.clearedFields[snapshot.FieldFiles] = struct{}{}
+}
+
+// FilesCleared returns if the "files" field was cleared in this mutation.
+func (m *SnapshotMutation) FilesCleared() bool {
+	_, ok := m.clearedFields[snapshot.FieldFiles]
+	return ok
+}
+
+// ResetFiles resets all changes to the "files" field.
+func (m *SnapshotMutation) ResetFiles() {
+	m.files = nil
+	delete(m.clearedFields, snapshot.FieldFiles)
+}
+
+// SetFilesBytes sets the "files_bytes" field.
+func (m *SnapshotMutation) SetFilesBytes(i int64) {
+	m.files_bytes = &i
+	m.addfiles_bytes = nil
+}
+
+// FilesBytes returns the value of the "files_bytes" field in the mutation.
+func (m *SnapshotMutation) FilesBytes() (r int64, exists bool) {
+	v := m.files_bytes
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldFilesBytes returns the old "files_bytes" field's value of the Snapshot entity.
+// If the Snapshot object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SnapshotMutation) OldFilesBytes(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldFilesBytes is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldFilesBytes requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldFilesBytes: %w", err)
+	}
+	return oldValue.FilesBytes, nil
+}
+
+// AddFilesBytes adds i to the "files_bytes" field.
+func (m *SnapshotMutation) AddFilesBytes(i int64) {
+	if m.addfiles_bytes != nil {
+		*m.addfiles_bytes += i
+	} else {
+		m.addfiles_bytes = &i
+	}
+}
+
+// AddedFilesBytes returns the value that was added to the "files_bytes" field in this mutation.
+func (m *SnapshotMutation) AddedFilesBytes() (r int64, exists bool) {
+	v := m.addfiles_bytes
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetFilesBytes resets all changes to the "files_bytes" field.
+func (m *SnapshotMutation) ResetFilesBytes() {
+	m.files_bytes = nil
+	m.addfiles_bytes = nil
+}
+
 // Where appends a list predicates to the SnapshotMutation builder.
 func (m *SnapshotMutation) Where(ps ...predicate.Snapshot) {
 	m.predicates = append(m.predicates, ps...)
@@ -6895,7 +7040,7 @@ func (m *SnapshotMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *SnapshotMutation) Fields() []string {
-	fields := make([]string, 0, 4)
+	fields := make([]string, 0, 7)
 	if m.session_id != nil {
 		fields = append(fields, snapshot.FieldSessionID)
 	}
@@ -6907,6 +7052,15 @@ func (m *SnapshotMutation) Fields() []string {
 	}
 	if m.created_at != nil {
 		fields = append(fields, snapshot.FieldCreatedAt)
+	}
+	if m.kind != nil {
+		fields = append(fields, snapshot.FieldKind)
+	}
+	if m.files != nil {
+		fields = append(fields, snapshot.FieldFiles)
+	}
+	if m.files_bytes != nil {
+		fields = append(fields, snapshot.FieldFilesBytes)
 	}
 	return fields
 }
@@ -6924,6 +7078,12 @@ func (m *SnapshotMutation) Field(name string) (ent.Value, bool) {
 		return m.Data()
 	case snapshot.FieldCreatedAt:
 		return m.CreatedAt()
+	case snapshot.FieldKind:
+		return m.Kind()
+	case snapshot.FieldFiles:
+		return m.Files()
+	case snapshot.FieldFilesBytes:
+		return m.FilesBytes()
 	}
 	return nil, false
 }
@@ -6941,6 +7101,12 @@ func (m *SnapshotMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldData(ctx)
 	case snapshot.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
+	case snapshot.FieldKind:
+		return m.OldKind(ctx)
+	case snapshot.FieldFiles:
+		return m.OldFiles(ctx)
+	case snapshot.FieldFilesBytes:
+		return m.OldFilesBytes(ctx)
 	}
 	return nil, fmt.Errorf("unknown Snapshot field %s", name)
 }
@@ -6978,6 +7144,27 @@ func (m *SnapshotMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetCreatedAt(v)
 		return nil
+	case snapshot.FieldKind:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetKind(v)
+		return nil
+	case snapshot.FieldFiles:
+		v, ok := value.([]byte)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFiles(v)
+		return nil
+	case snapshot.FieldFilesBytes:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetFilesBytes(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Snapshot field %s", name)
 }
@@ -6985,13 +7172,21 @@ func (m *SnapshotMutation) SetField(name string, value ent.Value) error {
 // AddedFields returns all numeric fields that were incremented/decremented during
 // this mutation.
 func (m *SnapshotMutation) AddedFields() []string {
-	return nil
+	var fields []string
+	if m.addfiles_bytes != nil {
+		fields = append(fields, snapshot.FieldFilesBytes)
+	}
+	return fields
 }
 
 // AddedField returns the numeric value that was incremented/decremented on a field
 // with the given name. The second boolean return value indicates that this field
 // was not set, or was not defined in the schema.
 func (m *SnapshotMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case snapshot.FieldFilesBytes:
+		return m.AddedFilesBytes()
+	}
 	return nil, false
 }
 
@@ -7000,6 +7195,13 @@ func (m *SnapshotMutation) AddedField(name string) (ent.Value, bool) {
 // type.
 func (m *SnapshotMutation) AddField(name string, value ent.Value) error {
 	switch name {
+	case snapshot.FieldFilesBytes:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddFilesBytes(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Snapshot numeric field %s", name)
 }
@@ -7007,7 +7209,11 @@ func (m *SnapshotMutation) AddField(name string, value ent.Value) error {
 // ClearedFields returns all nullable fields that were cleared during this
 // mutation.
 func (m *SnapshotMutation) ClearedFields() []string {
-	return nil
+	var fields []string
+	if m.FieldCleared(snapshot.FieldFiles) {
+		fields = append(fields, snapshot.FieldFiles)
+	}
+	return fields
 }
 
 // FieldCleared returns a boolean indicating if a field with the given name was
@@ -7020,6 +7226,11 @@ func (m *SnapshotMutation) FieldCleared(name string) bool {
 // ClearField clears the value of the field with the given name. It returns an
 // error if the field is not defined in the schema.
 func (m *SnapshotMutation) ClearField(name string) error {
+	switch name {
+	case snapshot.FieldFiles:
+		m.ClearFiles()
+		return nil
+	}
 	return fmt.Errorf("unknown Snapshot nullable field %s", name)
 }
 
@@ -7038,6 +7249,15 @@ func (m *SnapshotMutation) ResetField(name string) error {
 		return nil
 	case snapshot.FieldCreatedAt:
 		m.ResetCreatedAt()
+		return nil
+	case snapshot.FieldKind:
+		m.ResetKind()
+		return nil
+	case snapshot.FieldFiles:
+		m.ResetFiles()
+		return nil
+	case snapshot.FieldFilesBytes:
+		m.ResetFilesBytes()
 		return nil
 	}
 	return fmt.Errorf("unknown Snapshot field %s", name)

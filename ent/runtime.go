@@ -267,6 +267,14 @@ func init() {
 	snapshotDescCreatedAt := snapshotFields[4].Descriptor()
 	// snapshot.DefaultCreatedAt holds the default value on creation for the created_at field.
 	snapshot.DefaultCreatedAt = snapshotDescCreatedAt.Default.(func() time.Time)
+	// snapshotDescKind is the schema descriptor for kind field.
+	snapshotDescKind := snapshotFields[5].Descriptor()
+	// snapshot.DefaultKind holds the default value on creation for the kind field.
+	snapshot.DefaultKind = snapshotDescKind.Default.(string)
+	// snapshotDescFilesBytes is the schema descriptor for files_bytes field.
+	snapshotDescFilesBytes := snapshotFields[7].Descriptor()
+	// snapshot.DefaultFilesBytes holds the default value on creation for the files_bytes field.
+	snapshot.DefaultFilesBytes = snapshotDescFilesBytes.Default.(int64)
 	// snapshotDescID is the schema descriptor for id field.
 	snapshotDescID := snapshotFields[0].Descriptor()
 	// snapshot.IDValidator is a validator for the "id" field. It is called by the builders before save.

@@ -24,7 +24,13 @@ type Snapshot struct {
 	// Data holds the value of the "data" field.
 	Data []byte `json:"data,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
-	CreatedAt    time.Time `json:"created_at,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitempty"`
+	// Kind holds the value of the "kind" field.
+	Kind string `json:"kind,omitempty"`
+	// Files holds the value of the "files" field.
+	Files []byte `json:"files,omitempty"`
+	// FilesBytes holds the value of the "files_bytes" field.
+	FilesBytes   int64 `json:"files_bytes,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -33,9 +39,11 @@ func (*Snapshot) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case snapshot.FieldData:
+		case snapshot.FieldData, snapshot.FieldFiles:
 			values[i] = new([]byte)
-		case snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID:
+		case snapshot.FieldFilesBytes:
+			values[i] = new(sql.NullInt64)
+		case snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID, snapshot.FieldKind:
 			values[i] = new(sql.NullString)
 		case snapshot.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -84,6 +92,24 @@ func (_m *Snapshot) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.CreatedAt = value.Time
 			}
+		case snapshot.FieldKind:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field kind", values[i])
+			} else if value.Valid {
+				_m.Kind = value.String
+			}
+		case snapshot.FieldFiles:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field files", values[i])
+			} else if value != nil {
+				_m.Files = *value
+			}
+		case snapshot.FieldFilesBytes:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field files_bytes", values[i])
+			} else if value.Valid {
+				_m.FilesBytes = value.Int64
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -131,6 +157,15 @@ func (_m *Snapshot) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("created_at=")
 	builder.WriteString(_m.CreatedAt.Format(time.ANSIC))
+	builder.WriteString(", ")
+	builder.WriteString("kind=")
+	builder.WriteString(_m.Kind)
+	builder.WriteString(", ")
+	builder.WriteString("files=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Files))
+	builder.WriteString(", ")
+	builder.WriteString("files_bytes=")
+	builder.WriteString(fmt.Sprintf("%v", _m.FilesBytes))
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -52,6 +52,40 @@ func (_c *SnapshotCreate) SetNillableCreatedAt(v *time.Time) *SnapshotCreate {
 	return _c
 }
 
+// SetKind sets the "kind" field.
+func (_c *SnapshotCreate) SetKind(v string) *SnapshotCreate {
+	_c.mutation.SetKind(v)
+	return _c
+}
+
+// SetNillableKind sets the "kind" field if the given value is not nil.
+func (_c *SnapshotCreate) SetNillableKind(v *string) *SnapshotCreate {
+	if v != nil {
+		_c.SetKind(*v)
+	}
+	return _c
+}
+
+// SetFiles sets the "files" field.
+func (_c *SnapshotCreate) SetFiles(v []byte) *SnapshotCreate {
+	_c.mutation.SetFiles(v)
+	return _c
+}
+
+// SetFilesBytes sets the "files_bytes" field.
+func (_c *SnapshotCreate) SetFilesBytes(v int64) *SnapshotCreate {
+	_c.mutation.SetFilesBytes(v)
+	return _c
+}
+
+// SetNillableFilesBytes sets the "files_bytes" field if the given value is not nil.
+func (_c *SnapshotCreate) SetNillableFilesBytes(v *int64) *SnapshotCreate {
+	if v != nil {
+		_c.SetFilesBytes(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *SnapshotCreate) SetID(v string) *SnapshotCreate {
 	_c.mutation.SetID(v)
@@ -97,6 +131,14 @@ func (_c *SnapshotCreate) defaults() {
 		v := snapshot.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
+	if _, ok := _c.mutation.Kind(); !ok {
+		v := snapshot.DefaultKind
+		_c.mutation.SetKind(v)
+	}
+	if _, ok := _c.mutation.FilesBytes(); !ok {
+		v := snapshot.DefaultFilesBytes
+		_c.mutation.SetFilesBytes(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -122,6 +164,12 @@ func (_c *SnapshotCreate) check() error {
 	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		return &ValidationError{Name: "created_at", err: errors.New(`ent: missing required field "Snapshot.created_at"`)}
+	}
+	if _, ok := _c.mutation.Kind(); !ok {
+		return &ValidationError{Name: "kind", err: errors.New(`ent: missing required field "Snapshot.kind"`)}
+	}
+	if _, ok := _c.mutation.FilesBytes(); !ok {
+		return &ValidationError{Name: "files_bytes", err: errors.New(`ent: missing required field "Snapshot.files_bytes"`)}
 	}
 	if v, ok := _c.mutation.ID(); ok {
 		if err := snapshot.IDValidator(v); err != nil {
@@ -178,6 +226,18 @@ func (_c *SnapshotCreate) createSpec() (*Snapshot, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(snapshot.FieldCreatedAt, field.TypeTime, value)
 		_node.CreatedAt = value
+	}
+	if value, ok := _c.mutation.Kind(); ok {
+		_spec.SetField(snapshot.FieldKind, field.TypeString, value)
+		_node.Kind = value
+	}
+	if value, ok := _c.mutation.Files(); ok {
+		_spec.SetField(snapshot.FieldFiles, field.TypeBytes, value)
+		_node.Files = value
+	}
+	if value, ok := _c.mutation.FilesBytes(); ok {
+		_spec.SetField(snapshot.FieldFilesBytes, field.TypeInt64, value)
+		_node.FilesBytes = value
 	}
 	return _node, _spec
 }

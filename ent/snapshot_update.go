@@ -68,6 +68,9 @@ func (_u *SnapshotUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			}
 		}
 	}
+	if _u.mutation.FilesCleared() {
+		_spec.ClearField(snapshot.FieldFiles, field.TypeBytes)
+	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{snapshot.Label}
@@ -158,6 +161,9 @@ func (_u *SnapshotUpdateOne) sqlSave(ctx context.Context) (_node *Snapshot, err 
 				ps[i](selector)
 			}
 		}
+	}
+	if _u.mutation.FilesCleared() {
+		_spec.ClearField(snapshot.FieldFiles, field.TypeBytes)
 	}
 	_node = &Snapshot{config: _u.config}
 	_spec.Assign = _node.assignValues

@@ -393,8 +393,5 @@ func (c Config) check() error {
 	if err := c.Server.Trajectories.check(); err != nil {
 		return err
 	}
-	if c.Server.Snapshots.KeepPerSession < 0 || c.Server.Snapshots.MaxAge < 0 {
-		return errors.New("config: server.snapshots: keep_per_session and max_age must not be negative")
-	}
-	return nil
+	return c.Server.Snapshots.check()
 }

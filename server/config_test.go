@@ -52,6 +52,10 @@ func TestConfigErrors(t *testing.T) {
 		{"plugin without name", "plugins:\n  - {type: echo, cls: test.echo}\n", []string{"plugins[0]", "name is required"}},
 		{"duplicate plugin name", "plugins:\n  - {name: a, type: echo, cls: x}\n  - {name: a, type: echo, cls: y}\n", []string{"plugins[1]", `duplicate plugin name "a"`}},
 		{"unknown transport", "transport: {type: carrier-pigeon}\n", []string{"carrier-pigeon"}},
+		{"negative files bound", "server:\n  snapshots: {files_max_bytes: -1}\n", []string{"files_max_bytes -1"}},
+		{"files bound past 1 GiB", "server:\n  snapshots: {files_max_bytes: 2147483648}\n", []string{"files_max_bytes 2147483648", "held in memory"}},
+		{"negative entries bound", "server:\n  snapshots: {files_max_entries: -5}\n", []string{"files_max_entries"}},
+		{"auto interval too short", "server:\n  snapshots: {auto_interval: 10ms}\n", []string{"auto_interval 10ms", "at least 1s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

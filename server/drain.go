@@ -29,8 +29,8 @@ const drainPoll = 20 * time.Millisecond
 // session is accepted from now on (a child a live session spawns still
 // is: it belongs to work in flight), requests in flight are waited for
 // until ctx ends, and then, when snapshot is set and the host has a store,
-// every live session is snapshotted to it (target sql) so it can be
-// restored elsewhere. Sessions stay open; [Host.Close] ends them.
+// every live session is snapshotted to it (target sql, with a copy of its
+// files, snapfiles.go) so it can be restored elsewhere. Sessions stay open; [Host.Close] ends them.
 func (h *Host) Drain(ctx context.Context, snapshot bool) (DrainResult, error) {
 	h.draining.Store(true)
 	res := DrainResult{}
@@ -59,14 +59,18 @@ func (h *Host) Drain(ctx context.Context, snapshot bool) (DrainResult, error) {
 		}
 		// Snapshots get their own short deadline: the drain timeout may be spent.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		id, _, err := h.snapshotSession(sctx, s, "sql")
+		t, err := h.takeSnapshot(sctx, s, "sql", kindDrain)
+		if err == nil && h.auto != nil {
+			// The drain's snapshot is newer: the automatic one goes.
+			h.deleteAutoSnapshots(sctx, t.owner, "")
+		}
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("snapshot of session %s: %w", s.Handle(), err))
 			continue
 		}
-		res.Snapshots[s.Handle()] = id
-		h.log.Info("session snapshotted on drain", "session", s.Handle(), "snapshot_id", id)
+		res.Snapshots[s.Handle()] = t.id
+		h.log.Info("session snapshotted on drain", "session", s.Handle(), "snapshot_id", t.id, "files", t.files.State)
 	}
 	return res, errors.Join(errs...)
 }

@@ -4,7 +4,8 @@ package server
 // `count` new top-level sessions from the sender's state: the kernel takes
 // the same per-plugin state a snapshot takes (snapshot.go, sessionState),
 // in memory only, and restores it into each fork; the session directory is
-// copied, with copy-on-write clones where the file system has them. A fork
+// copied, with copy-on-write clones where the file system has them (from
+// a sql snapshot that carries its files, they are extracted instead). A fork
 // is counted against max_sessions from its creation, waits for its
 // handshake with the host token, and is reached by its transport id like a
 // subagent's child (child.go, attachChild; the HTTP and WebSocket
@@ -58,18 +59,27 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 		return nil, fmt.Errorf("a subagent's session cannot be forked: its forks would be top-level sessions without its limits; fork the top-level session: %w", wire.ErrDenied)
 	}
 	var (
-		p      *snapshotPayload
-		srcDir string
-		err    error
+		p       *snapshotPayload
+		srcDir  string
+		archive []byte // the files of a snapshot that carries them
+		err     error
 	)
 	if snapshotID != "" {
 		if p, err = h.openSnapshot(ctx, snapshotID); err != nil {
 			return nil, err
 		}
-		// The snapshot refers to its session's files as they are now
-		// (server/sessionfs.go: the directory was pinned when it was taken).
-		if hd := p.SessionHandle; hd != "" && filepath.Base(hd) == hd && strings.HasPrefix(hd, "h-") {
-			srcDir = filepath.Join(h.sessionsRoot(), hd)
+		switch {
+		case p.Files != nil && p.Files.State == filesStored:
+			// A sql snapshot carries its files (snapfiles.go).
+			if archive, err = h.snapshotArchive(ctx, snapshotID, p.Files); err != nil {
+				return nil, err
+			}
+		case p.Files == nil || p.Files.State == filesOmitted:
+			// The snapshot refers to its session's files as they are now
+			// (server/sessionfs.go: the directory was pinned when it was taken).
+			if hd := p.SessionHandle; hd != "" && filepath.Base(hd) == hd && strings.HasPrefix(hd, "h-") {
+				srcDir = filepath.Join(h.sessionsRoot(), hd)
+			}
 		}
 	} else {
 		if p, _, err = h.sessionState(ctx, s); err != nil {
@@ -132,6 +142,22 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 			return fail(fmt.Errorf("fork: %w", err))
 		}
 		made = append(made, f)
+		if archive != nil {
+			dst, err := h.SessionDir(f.handle)
+			if err != nil {
+				return fail(err)
+			}
+			staged, err := stageFiles(archive, dst.Path, h.filesLimits(h.SessionQuota()))
+			if err != nil {
+				return fail(wire.Public(fmt.Errorf("fork: the snapshot's files: %w; no fork was kept", err)))
+			}
+			if err := staged.commit(); err != nil {
+				return fail(wire.Public(fmt.Errorf("fork: putting the snapshot's files in place: %w", err)))
+			}
+			if staged.entries > 0 {
+				copyMode = msg.SessionForkRespCopyCopy
+			}
+		}
 		if srcDir != "" {
 			dst, err := h.SessionDir(f.handle)
 			if err != nil {

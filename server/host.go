@@ -128,6 +128,8 @@ type Host struct {
 	lineage sync.Map // session id → []string
 
 	traj *trajWriter // recorded trajectories on their way to the store (trajectory.go)
+
+	auto *autoSnapper // automatic snapshots, nil when off (autosnap.go)
 }
 
 // New provisions the plugins of cfg and returns a running host. On error
@@ -192,6 +194,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		}
 	}
 	h.startTrajectories()
+	h.startAutoSnapshots()
 	h.janitor.Add(1)
 	go h.expire()
 	return h, nil
@@ -367,6 +370,7 @@ func (h *Host) forget(s *Session) {
 		o.v.SessionClosed(s.handle)
 	}
 	h.releaseSessionDir(s.handle)
+	h.autoSessionEnded(s)
 }
 
 // expire closes sessions that stayed idle or never handshook (docs/DECISIONS.md, Dispatch defaults).

@@ -23,7 +23,8 @@ import (
 // shared → its parent's; restricted → its parent's, read-only; isolated →
 // its own; snapshot → its own, a copy of the parent's made at spawn. A
 // directory is removed when its owner session ends, unless a snapshot of
-// that session was taken (the snapshot refers to the files as they stay).
+// that session refers to it: a file snapshot, or a sql snapshot taken
+// without its files (a sql snapshot carries a copy of them, snapfiles.go).
 
 // DefaultSessionQuota bounds the bytes of one session directory.
 const DefaultSessionQuota int64 = 256 << 20
@@ -95,6 +96,19 @@ func (h *Host) SessionDir(sessionID string) (SessionDir, error) {
 	if !ok {
 		return SessionDir{}, fmt.Errorf("session directory: %w", ErrSessionEnded)
 	}
+	d := h.sessionDirOf(s)
+	if err := os.MkdirAll(d.Path, 0o700); err != nil {
+		return SessionDir{}, fmt.Errorf("session directory: %w", err)
+	}
+	// The parent stays traversable for the uid a supervised command runs
+	// as when the host is root; the directories in it are 0700 and handed
+	// to that uid before each run (server/sandbox).
+	_ = os.Chmod(filepath.Dir(d.Path), 0o711)
+	return d, nil
+}
+
+// sessionDirOf resolves the directory session s sees, without making it.
+func (h *Host) sessionDirOf(s *Session) SessionDir {
 	d := SessionDir{Owner: s.handle}
 	for cur := s; cur.parent != nil && cur.child != nil; cur = cur.parent {
 		scope := cur.child.scope
@@ -107,15 +121,12 @@ func (h *Host) SessionDir(sessionID string) (SessionDir, error) {
 		d.Owner = cur.parent.handle
 	}
 	d.Path = filepath.Join(h.sessionsRoot(), d.Owner)
-	if err := os.MkdirAll(d.Path, 0o700); err != nil {
-		return SessionDir{}, fmt.Errorf("session directory: %w", err)
-	}
-	// The parent stays traversable for the uid a supervised command runs
-	// as when the host is root; the directories in it are 0700 and handed
-	// to that uid before each run (server/sandbox).
-	_ = os.Chmod(filepath.Dir(d.Path), 0o711)
-	return d, nil
+	return d
 }
+
+// sessionDirPath is the path of the directory session s sees, which may
+// not exist yet.
+func (h *Host) sessionDirPath(s *Session) string { return h.sessionDirOf(s).Path }
 
 // SessionUsage is the bytes held in a session directory.
 func SessionUsage(dir string) (int64, error) {

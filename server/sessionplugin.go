@@ -46,11 +46,11 @@ func (p *sessionPlugin) SessionSnapshot(ctx context.Context, sc wire.Scope, req 
 	if target == "" {
 		target = string(msg.SessionSnapshotReqTargetFile) // the schema's default
 	}
-	id, n, err := p.h.snapshotSession(ctx, s, target)
+	t, err := p.h.takeSnapshot(ctx, s, target, kindRequest)
 	if err != nil {
 		return nil, err
 	}
-	return &msg.SessionSnapshotResp{SnapshotID: id, Bytes: n, Target: msg.SessionSnapshotRespTarget(target)}, nil
+	return &msg.SessionSnapshotResp{SnapshotID: t.id, Bytes: t.bytes, Target: msg.SessionSnapshotRespTarget(target), Files: t.files}, nil
 }
 
 // SessionRestore restores a snapshot into the current session (spec §3).
@@ -69,11 +69,11 @@ func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *
 			return nil, err
 		}
 	}
-	restored, err := p.h.restoreSession(ctx, s, id)
+	restored, files, err := p.h.restoreSession(ctx, s, id)
 	if err != nil {
 		return nil, err
 	}
-	return &msg.SessionRestoreResp{SnapshotID: id, Restored: restored}, nil
+	return &msg.SessionRestoreResp{SnapshotID: id, Restored: restored, Files: files}, nil
 }
 
 func rand16() string { return wire.RandomHex(8) }

@@ -25,9 +25,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/aephost/aep/ent"
+	"github.com/aephost/aep/ent/snapshot"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
 )
@@ -93,6 +95,28 @@ type snapshotPayload struct {
 	// session owned through restores; restoring this snapshot passes them
 	// on (snapshotlist.go).
 	Owned []string `json:"owned,omitempty"`
+	// Kind is why it was taken when not at a session's request: "drain"
+	// or "auto" (the store row's kind says the same).
+	Kind string `json:"kind,omitempty"`
+	// Files says what the snapshot holds of the session directory
+	// (snapfiles.go); a sql snapshot has it, a file snapshot does not: its
+	// files stay on the host's disk.
+	Files *filesInfo `json:"files,omitempty"`
+}
+
+// Why a snapshot was taken (the store row's kind).
+const (
+	kindRequest = "request"
+	kindDrain   = "drain"
+	kindAuto    = "auto"
+)
+
+// snapshotTaken is what taking a snapshot did.
+type snapshotTaken struct {
+	id    string
+	bytes int
+	owner string
+	files *msg.SnapshotFiles
 }
 
 type pluginSnapshot struct {
@@ -106,48 +130,93 @@ type pluginSnapshot struct {
 func newSnapshotID(target string) string { return target + "-" + wire.RandomHex(16) }
 
 // snapshotSession saves the state of session s to target ("file" or "sql")
-// and returns the snapshot id and the stored size.
+// at the session's request and returns the snapshot id and the stored size.
 func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (string, int, error) {
+	t, err := h.takeSnapshot(ctx, s, target, kindRequest)
+	return t.id, t.bytes, err
+}
+
+// takeSnapshot saves the state of session s to target, for the reason
+// kind. A sql snapshot carries a copy of the session directory within
+// server.snapshots.files_max_bytes (snapfiles.go); a file snapshot keeps
+// referring to the directory on this host's disk, which stays (pinned)
+// after the session ends.
+func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string) (snapshotTaken, error) {
 	switch target {
 	case "file":
 		if h.dataDir == "" {
-			return "", 0, wire.Reason("snapshot_target_unavailable", errors.New("file snapshots need a data directory; this host has none"))
+			return snapshotTaken{}, wire.Reason("snapshot_target_unavailable", errors.New("file snapshots need a data directory; this host has none"))
 		}
 	case "sql":
 		if h.store == nil {
-			return "", 0, wire.Reason("snapshot_target_unavailable", errors.New("sql snapshots need a store; this host has none"))
+			return snapshotTaken{}, wire.Reason("snapshot_target_unavailable", errors.New("sql snapshots need a store; this host has none"))
 		}
 	default:
-		return "", 0, fmt.Errorf("target %q: %w: want file or sql", target, wire.ErrInvalid)
+		return snapshotTaken{}, fmt.Errorf("target %q: %w: want file or sql", target, wire.ErrInvalid)
 	}
 	p, secrets, err := h.sessionState(ctx, s)
 	if err != nil {
-		return "", 0, err
+		return snapshotTaken{}, err
 	}
 	p.SnapshotID = newSnapshotID(target)
+	if kind != kindRequest {
+		p.Kind = kind
+	}
+	var archive []byte
+	if target == "sql" {
+		lim := h.filesLimits(h.cfg.Server.Snapshots.filesMaxBytes())
+		var fi filesInfo
+		archive, fi = archiveDir(h.sessionDirPath(s), lim, secrets)
+		p.Files = &fi
+		if fi.State == filesOmitted {
+			h.log.Warn("snapshot taken without the session's files", "session", s.handle, "snapshot_id", p.SnapshotID,
+				"reason", fi.Reason, "limit", fi.Limit, "bytes_found", fi.Bytes, "entries_found", fi.Entries)
+		}
+	}
 	doc, err := encodeSnapshot(p)
 	if err != nil {
-		return "", 0, err
+		return snapshotTaken{}, err
 	}
 	if what := findSecret(doc, secrets); what != "" {
 		h.log.Warn("snapshot refused: it holds a secret", "session", s.handle, "found", what)
-		return "", 0, fmt.Errorf("%w (%s); nothing was written", ErrSnapshotSecret, what)
+		return snapshotTaken{}, fmt.Errorf("%w (%s); nothing was written", ErrSnapshotSecret, what)
 	}
 	switch target {
 	case "file":
 		err = writeFileAtomic(filepath.Join(h.dataDir, snapshotDir), p.SnapshotID+".json", doc)
 	case "sql":
-		err = h.store.Client.Snapshot.Create().SetID(p.SnapshotID).SetSessionID(p.Owner).
-			SetAgentID(p.AgentID).SetData(doc).SetCreatedAt(p.Created).Exec(ctx)
+		c := h.store.Client.Snapshot.Create().SetID(p.SnapshotID).SetSessionID(p.Owner).
+			SetAgentID(p.AgentID).SetData(doc).SetCreatedAt(p.Created).SetKind(kind).SetFilesBytes(int64(len(archive)))
+		if archive != nil {
+			c.SetFiles(archive)
+		}
+		err = c.Exec(ctx)
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("write snapshot: %w", err)
+		return snapshotTaken{}, fmt.Errorf("write snapshot: %w", err)
 	}
-	h.log.Info("snapshot written", "session", s.handle, "snapshot_id", p.SnapshotID, "target", target, "bytes", len(doc), "plugins", len(p.Plugins))
-	// The snapshot refers to the session's files: its directory outlives it.
-	h.pinSessionDir(s.handle)
-	h.applyRetention(ctx, p.Owner, target, p.SnapshotID)
-	return p.SnapshotID, len(doc), nil
+	t := snapshotTaken{id: p.SnapshotID, bytes: len(doc) + len(archive), owner: p.Owner}
+	if p.Files != nil {
+		t.files = p.Files.wire(msg.SnapshotFilesState(p.Files.State))
+	} else {
+		t.files = &msg.SnapshotFiles{State: msg.SnapshotFilesStateLocal}
+	}
+	h.log.Info("snapshot written", "session", s.handle, "snapshot_id", p.SnapshotID, "target", target, "kind", kind,
+		"bytes", t.bytes, "plugins", len(p.Plugins), "files", t.files.State, "files_bytes", t.files.Bytes, "files_skipped", p.Files != nil && p.Files.SkippedCount > 0)
+	// A snapshot without its files refers to the session's directory,
+	// which then outlives the session on this host; an automatic one never
+	// keeps a directory, or every session's would stay.
+	if (p.Files == nil || p.Files.State != filesStored) && kind != kindAuto {
+		h.pinSessionDir(s.handle)
+	}
+	h.applyRetention(ctx, p.Owner, target, p.SnapshotID, kind != kindAuto)
+	return t, nil
+}
+
+// filesLimits are the bounds of a files archive on this host: maxBytes of
+// regular files and server.snapshots.files_max_entries.
+func (h *Host) filesLimits(maxBytes int64) filesLimits {
+	return filesLimits{maxBytes: maxBytes, maxEntries: h.cfg.Server.Snapshots.filesMaxEntries()}
 }
 
 // sessionState collects the state of session s from every [Snapshotter],
@@ -180,13 +249,17 @@ func (h *Host) sessionState(ctx context.Context, s *Session) (*snapshotPayload, 
 }
 
 // restoreSession restores snapshot id into session s and returns the names
-// of the plugins whose state it restored. On any error nothing has changed:
-// the snapshot is verified first, and a plugin that fails midway has the
-// plugins restored before it rolled back to their pre-restore state.
-func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]string, error) {
+// of the plugins whose state it restored and what became of the session's
+// files. On any error nothing has changed: the snapshot is verified first,
+// its files (if it carries them) are extracted beside the session
+// directory before any plugin is touched, a plugin that fails midway has
+// the plugins restored before it rolled back to their pre-restore state,
+// and the extracted files replace the directory only once every plugin
+// restored.
+func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]string, *msg.SnapshotFiles, error) {
 	p, err := h.openSnapshot(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Match every saved state to a loaded snapshotter before touching any.
 	type step struct {
@@ -200,21 +273,44 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 	for _, ps := range p.Plugins {
 		pl, sn, ok := h.snapshotPlugin(ps)
 		if !ok {
-			return nil, wire.Reason("snapshot_plugin_missing", fmt.Errorf("snapshot %s holds the state of plugin %q (%s), which this host does not load as a snapshotter; nothing was restored", id, ps.Name, ps.Key))
+			return nil, nil, wire.Reason("snapshot_plugin_missing", fmt.Errorf("snapshot %s holds the state of plugin %q (%s), which this host does not load as a snapshotter; nothing was restored", id, ps.Name, ps.Key))
 		}
 		if seen[pl.Name] {
-			return nil, fmt.Errorf("snapshot %s: %w: plugin %q appears twice", id, ErrSnapshotCorrupt, ps.Name)
+			return nil, nil, fmt.Errorf("snapshot %s: %w: plugin %q appears twice", id, ErrSnapshotCorrupt, ps.Name)
 		}
 		seen[pl.Name] = true
 		steps = append(steps, step{name: pl.Name, sn: sn, state: ps.State})
+	}
+	staged, files, err := h.stageSnapshotFiles(ctx, s, id, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	if staged != nil {
+		defer staged.discard() // a no-op once committed
 	}
 	// The pre-restore state is taken in memory only, for the rollback.
 	for i := range steps {
 		prev, err := steps[i].sn.Snapshot(ctx, s.handle)
 		if err != nil {
-			return nil, wire.Public(fmt.Errorf("plugin %q: saving the current state before restore: %w; nothing was restored", steps[i].name, err))
+			return nil, nil, wire.Public(fmt.Errorf("plugin %q: saving the current state before restore: %w; nothing was restored", steps[i].name, err))
 		}
 		steps[i].prev = prev
+	}
+	// rollback restores the plugins up to and including index last to
+	// their pre-restore state.
+	rollback := func(last int) error {
+		var rbErrs []error
+		for j := last; j >= 0; j-- {
+			h.dropState(steps[j].name, s.handle)
+			if rerr := steps[j].sn.Restore(ctx, s.handle, steps[j].prev); rerr != nil {
+				rbErrs = append(rbErrs, fmt.Errorf("plugin %q: %w", steps[j].name, rerr))
+			}
+		}
+		rb := errors.Join(rbErrs...)
+		if rb != nil {
+			h.log.Error("restore rollback failed", "session", s.handle, "snapshot_id", id, "err", rb)
+		}
+		return rb
 	}
 	restored := make([]string, 0, len(steps))
 	for i, st := range steps {
@@ -222,25 +318,90 @@ func (h *Host) restoreSession(ctx context.Context, s *Session, id string) ([]str
 		// kernel drops what its SessionState containers hold first.
 		h.dropState(st.name, s.handle)
 		if err := st.sn.Restore(ctx, s.handle, st.state); err != nil {
-			var rbErrs []error
 			// The failing plugin may have changed part of its state, so it is rolled back too.
-			for j := i; j >= 0; j-- {
-				h.dropState(steps[j].name, s.handle)
-				if rerr := steps[j].sn.Restore(ctx, s.handle, steps[j].prev); rerr != nil {
-					rbErrs = append(rbErrs, fmt.Errorf("plugin %q: %w", steps[j].name, rerr))
-				}
+			if rb := rollback(i); rb != nil {
+				return nil, nil, wire.Public(fmt.Errorf("plugin %q: restore: %w; rolling back also failed: %v", st.name, err, rb))
 			}
-			if rb := errors.Join(rbErrs...); rb != nil {
-				h.log.Error("restore rollback failed", "session", s.handle, "snapshot_id", id, "err", rb)
-				return nil, wire.Public(fmt.Errorf("plugin %q: restore: %w; rolling back also failed: %v", st.name, err, rb))
-			}
-			return nil, wire.Public(fmt.Errorf("plugin %q: restore: %w; the session's state was rolled back", st.name, err))
+			return nil, nil, wire.Public(fmt.Errorf("plugin %q: restore: %w; the session's state was rolled back", st.name, err))
 		}
 		restored = append(restored, st.name)
 	}
+	if staged != nil {
+		if err := staged.commit(); err != nil {
+			if rb := rollback(len(steps) - 1); rb != nil {
+				return nil, nil, fmt.Errorf("putting the snapshot's files in place: %w; rolling the plugins back also failed: %v", err, rb)
+			}
+			return nil, nil, fmt.Errorf("putting the snapshot's files in place: %w; the session's state was rolled back", err)
+		}
+		if staged.leftover != nil {
+			h.log.Warn("restore: the replaced files were not all removed", "session", s.handle, "err", staged.leftover)
+		}
+	}
 	h.inherit(s.id, p.owner(), p.Owned)
-	h.log.Info("snapshot restored", "session", s.handle, "snapshot_id", id, "from_session", p.SessionHandle, "plugins", len(restored))
-	return restored, nil
+	h.log.Info("snapshot restored", "session", s.handle, "snapshot_id", id, "from_session", p.SessionHandle, "plugins", len(restored),
+		"files", files.State, "files_bytes", files.Bytes, "files_entries", files.Entries)
+	if files.State == msg.SnapshotFilesStateOmitted {
+		h.log.Warn("restored a snapshot taken without its files; the session's directory was left as it was", "session", s.handle, "snapshot_id", id, "reason", deref(files.Reason))
+	}
+	return restored, files, nil
+}
+
+func deref[T any](p *T) T {
+	var z T
+	if p == nil {
+		return z
+	}
+	return *p
+}
+
+// stageSnapshotFiles extracts the files snapshot id (payload p) carries
+// beside the directory of session s, for restoreSession to put in place,
+// and says what the restore does with the files: nil and "kept" or
+// "omitted" when the snapshot carries none.
+func (h *Host) stageSnapshotFiles(ctx context.Context, s *Session, id string, p *snapshotPayload) (*stagedFiles, *msg.SnapshotFiles, error) {
+	switch {
+	case p.Files == nil:
+		return nil, &msg.SnapshotFiles{State: msg.SnapshotFilesStateKept}, nil
+	case p.Files.State != filesStored:
+		return nil, p.Files.wire(msg.SnapshotFilesStateOmitted), nil
+	}
+	archive, err := h.snapshotArchive(ctx, id, p.Files)
+	if err != nil {
+		return nil, nil, err
+	}
+	d := h.sessionDirOf(s)
+	if d.Owner != s.handle {
+		return nil, nil, fmt.Errorf("snapshot %s carries files, and this subagent's session directory is its parent's: restore it into a top-level session; nothing was restored: %w", id, wire.ErrDenied)
+	}
+	staged, err := stageFiles(archive, d.Path, h.filesLimits(h.SessionQuota()))
+	if err != nil {
+		h.log.Warn("restore refused: the snapshot's files cannot be extracted", "session", s.handle, "snapshot_id", id, "err", err)
+		return nil, nil, wire.Public(fmt.Errorf("snapshot %s: %w; nothing was restored", id, err))
+	}
+	f := p.Files.wire(msg.SnapshotFilesStateRestored)
+	f.Bytes, f.Entries = int(staged.bytes), staged.entries
+	return staged, f, nil
+}
+
+// snapshotArchive reads the files archive of sql snapshot id and checks
+// it against what the snapshot's payload recorded.
+func (h *Host) snapshotArchive(ctx context.Context, id string, fi *filesInfo) ([]byte, error) {
+	if h.store == nil || !strings.HasPrefix(id, "sql-") {
+		return nil, fmt.Errorf("snapshot %s: %w: it says it carries files, which only sql snapshots do; nothing was restored", id, ErrSnapshotCorrupt)
+	}
+	row, err := h.store.Client.Snapshot.Query().Where(snapshot.ID(id)).Select(snapshot.FieldID, snapshot.FieldFiles).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, fmt.Errorf("%w %q", ErrSnapshotNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: files: %w", id, err)
+	}
+	archive := row.Files
+	sum := sha256.Sum256(archive)
+	if int64(len(archive)) != fi.ArchiveBytes || hex.EncodeToString(sum[:]) != fi.SHA256 {
+		return nil, fmt.Errorf("snapshot %s: %w: its files archive does not match its checksum; nothing was restored", id, ErrSnapshotCorrupt)
+	}
+	return archive, nil
 }
 
 // openSnapshot reads and verifies the snapshot id names.
@@ -294,7 +455,8 @@ func (h *Host) loadSnapshot(ctx context.Context, target, id string) ([]byte, err
 		if h.store == nil {
 			return nil, wire.Reason("snapshot_target_unavailable", errors.New("sql snapshots need a store; this host has none"))
 		}
-		row, err := h.store.Client.Snapshot.Get(ctx, id)
+		// The document only: the files archive is read by a restore that needs it.
+		row, err := h.store.Client.Snapshot.Query().Where(snapshot.ID(id)).Select(snapshot.FieldID, snapshot.FieldData).Only(ctx)
 		if ent.IsNotFound(err) {
 			return nil, fmt.Errorf("%w %q", ErrSnapshotNotFound, id)
 		}

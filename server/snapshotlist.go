@@ -35,6 +35,62 @@ type SnapshotConfig struct {
 	// MaxAge deletes snapshots older than this whenever a snapshot is
 	// taken; 0 keeps them forever.
 	MaxAge Duration `yaml:"max_age"`
+	// FilesMaxBytes bounds the session directory a sql snapshot carries
+	// (server/snapfiles.go): a directory holding more bytes of regular
+	// files is not stored, and the snapshot says so (files: omitted).
+	// Unset: [DefaultFilesMaxBytes]; 0: sql snapshots carry no files.
+	FilesMaxBytes *int64 `yaml:"files_max_bytes"`
+	// FilesMaxEntries bounds the files and directories a snapshot carries
+	// and a restore extracts (default [DefaultFilesMaxEntries]).
+	FilesMaxEntries int `yaml:"files_max_entries"`
+	// AutoInterval snapshots every live top-level session to the store
+	// (target sql, with its files) this often, keeping the newest
+	// automatic snapshot of each (server/autosnap.go); 0 (the default)
+	// takes none.
+	AutoInterval Duration `yaml:"auto_interval"`
+}
+
+const (
+	// DefaultFilesMaxBytes is server.snapshots.files_max_bytes when unset.
+	DefaultFilesMaxBytes int64 = 64 << 20
+	// DefaultFilesMaxEntries is server.snapshots.files_max_entries when unset.
+	DefaultFilesMaxEntries = 100_000
+	// maxFilesMaxBytes caps files_max_bytes: the archive is held in memory
+	// while it is written to or read from the store.
+	maxFilesMaxBytes int64 = 1 << 30
+	// minAutoInterval is the shortest auto_interval accepted.
+	minAutoInterval = time.Second
+)
+
+// filesMaxBytes is the effective files_max_bytes (0: files off).
+func (c SnapshotConfig) filesMaxBytes() int64 {
+	if c.FilesMaxBytes == nil {
+		return DefaultFilesMaxBytes
+	}
+	return *c.FilesMaxBytes
+}
+
+// filesMaxEntries is the effective files_max_entries.
+func (c SnapshotConfig) filesMaxEntries() int {
+	if c.FilesMaxEntries > 0 {
+		return c.FilesMaxEntries
+	}
+	return DefaultFilesMaxEntries
+}
+
+// check rejects settings that make no sense.
+func (c SnapshotConfig) check() error {
+	switch {
+	case c.KeepPerSession < 0 || c.MaxAge < 0:
+		return errors.New("config: server.snapshots: keep_per_session and max_age must not be negative")
+	case c.FilesMaxBytes != nil && (*c.FilesMaxBytes < 0 || *c.FilesMaxBytes > maxFilesMaxBytes):
+		return fmt.Errorf("config: server.snapshots.files_max_bytes %d: want 0 (no files) to %d (1 GiB): the archive is held in memory", *c.FilesMaxBytes, maxFilesMaxBytes)
+	case c.FilesMaxEntries < 0:
+		return errors.New("config: server.snapshots.files_max_entries must not be negative")
+	case c.AutoInterval < 0 || (c.AutoInterval > 0 && time.Duration(c.AutoInterval) < minAutoInterval):
+		return fmt.Errorf("config: server.snapshots.auto_interval %s: want 0 (off) or at least %s", time.Duration(c.AutoInterval), minAutoInterval)
+	}
+	return nil
 }
 
 // instanceKeys gives each plugin its instance key (see the file comment).
@@ -166,7 +222,8 @@ func (h *Host) lineageOf(sid string) []string {
 // session is the owner key of the session that took it.
 type storedSnapshot struct {
 	id, target, session, agent string
-	bytes                      int
+	kind                       string // request, drain or auto
+	bytes                      int    // the document and the files archive
 	created                    time.Time
 }
 
@@ -196,7 +253,11 @@ func (h *Host) storedSnapshots(ctx context.Context, target string, sessions []st
 				continue
 			}
 			if owner := p.owner(); sessions == nil || slices.Contains(sessions, owner) {
-				out = append(out, storedSnapshot{id: id, target: "file", session: owner, agent: p.AgentID, bytes: len(doc), created: p.Created})
+				kind := p.Kind
+				if kind == "" {
+					kind = kindRequest
+				}
+				out = append(out, storedSnapshot{id: id, target: "file", session: owner, agent: p.AgentID, kind: kind, bytes: len(doc), created: p.Created})
 			}
 		}
 	}
@@ -205,12 +266,15 @@ func (h *Host) storedSnapshots(ctx context.Context, target string, sessions []st
 		if sessions != nil {
 			q = q.Where(snapshot.SessionIDIn(sessions...))
 		}
-		rows, err := q.All(ctx)
+		// Every column but the files archive, which a listing never needs.
+		rows, err := q.Select(snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID, snapshot.FieldData,
+			snapshot.FieldCreatedAt, snapshot.FieldKind, snapshot.FieldFilesBytes).All(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("list snapshots: %w", err)
 		}
 		for _, r := range rows {
-			out = append(out, storedSnapshot{id: r.ID, target: "sql", session: r.SessionID, agent: r.AgentID, bytes: len(r.Data), created: r.CreatedAt})
+			out = append(out, storedSnapshot{id: r.ID, target: "sql", session: r.SessionID, agent: r.AgentID, kind: r.Kind,
+				bytes: len(r.Data) + int(r.FilesBytes), created: r.CreatedAt})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -227,8 +291,9 @@ func (h *Host) storedSnapshots(ctx context.Context, target string, sessions []st
 var ErrNoSnapshotOf = fmt.Errorf("%w of that session: it was never snapshotted, or its snapshots were deleted", ErrSnapshotNotFound)
 
 // newestSnapshotOf names the newest stored snapshot of the session whose
-// transport id is sid, of either target: what a session that moved
-// (docs/deploy.md) restores with from_session.
+// transport id is sid, of either target and any kind (at its request, a
+// drain's, an automatic one): what a session that moved (docs/deploy.md)
+// restores with from_session.
 func (h *Host) newestSnapshotOf(ctx context.Context, sid string) (string, error) {
 	all, err := h.storedSnapshots(ctx, "", []string{ownerKey(sid)})
 	if err != nil {
@@ -258,12 +323,15 @@ func (h *Host) deleteSnapshot(ctx context.Context, st storedSnapshot) error {
 }
 
 // applyRetention deletes what server.snapshots no longer keeps, after the
-// session with owner key sid took snapshot taken to target. Failures are logged: the
-// snapshot just taken stands, whatever the settings.
-func (h *Host) applyRetention(ctx context.Context, sid, target, taken string) {
+// session with owner key sid took snapshot taken to target: its own
+// beyond keep_per_session, and with ages set every snapshot past max_age
+// (a listing of the whole store, which an automatic round does once,
+// autosnap.go, not once per session). Failures are logged: the snapshot
+// just taken stands, whatever the settings.
+func (h *Host) applyRetention(ctx context.Context, sid, target, taken string, ages bool) {
 	rc := h.cfg.Server.Snapshots
 	var drop []storedSnapshot
-	if rc.KeepPerSession > 0 {
+	if rc.KeepPerSession > 0 && sid != "" {
 		mine, err := h.storedSnapshots(ctx, target, []string{sid})
 		if err != nil {
 			h.log.Warn("snapshot retention", "err", err)
@@ -273,7 +341,7 @@ func (h *Host) applyRetention(ctx context.Context, sid, target, taken string) {
 			drop = append(drop, mine[rc.KeepPerSession:]...)
 		}
 	}
-	if rc.MaxAge > 0 {
+	if rc.MaxAge > 0 && ages {
 		all, err := h.storedSnapshots(ctx, "", nil)
 		if err != nil {
 			h.log.Warn("snapshot retention", "err", err)
@@ -310,8 +378,9 @@ func (p *sessionPlugin) SessionSnapshotList(ctx context.Context, sc wire.Scope, 
 	own := ownerKey(sid)
 	resp := &msg.SessionSnapshotListResp{Snapshots: make([]msg.SnapshotInfo, len(list))}
 	for i, st := range list {
+		kind := msg.SnapshotInfoKind(st.kind)
 		in := msg.SnapshotInfo{SnapshotID: st.id, Target: msg.SnapshotInfoTarget(st.target), Bytes: st.bytes,
-			Created: wire.Epoch(st.created), Own: st.session == own}
+			Created: wire.Epoch(st.created), Own: st.session == own, Kind: &kind}
 		if st.agent != "" {
 			a := st.agent
 			in.AgentID = &a

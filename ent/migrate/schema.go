@@ -251,6 +251,9 @@ var (
 		{Name: "agent_id", Type: field.TypeString},
 		{Name: "data", Type: field.TypeBytes},
 		{Name: "created_at", Type: field.TypeTime},
+		{Name: "kind", Type: field.TypeString, Default: "request"},
+		{Name: "files", Type: field.TypeBytes, Nullable: true},
+		{Name: "files_bytes", Type: field.TypeInt64, Default: 0},
 	}
 	// SnapshotsTable holds the schema information for the "snapshots" table.
 	SnapshotsTable = &schema.Table{

@@ -30,6 +30,21 @@ func (Snapshot) Fields() []ent.Field {
 		// Data is the snapshot envelope (JSON): format version, checksum, payload.
 		field.Bytes("data").NotEmpty().Immutable(),
 		field.Time("created_at").Default(time.Now).Immutable(),
+		// Kind says why the snapshot was taken: "request" (session/snapshot),
+		// "drain" (operator.snapshot_on_drain) or "auto" (the periodic
+		// snapshots of server.snapshots.auto_interval), so a host keeps only
+		// the newest automatic one of each session (server/autosnap.go).
+		// Added after the first release: the column has a default, so
+		// adding it to a store with rows is one ALTER TABLE.
+		field.String("kind").Default("request").Immutable(),
+		// Files is the archive of the session directory taken with the
+		// snapshot (server/snapfiles.go), verified against the checksum
+		// the payload records; NULL when the snapshot carries no files.
+		// It is read only by a restore or a fork, never by a listing.
+		field.Bytes("files").Optional().Immutable(),
+		// FilesBytes is len(files), so a listing sizes a snapshot without
+		// reading the archive.
+		field.Int64("files_bytes").Default(0).Immutable(),
 	}
 }
 

@@ -21,6 +21,12 @@ const (
 	FieldData = "data"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
 	FieldCreatedAt = "created_at"
+	// FieldKind holds the string denoting the kind field in the database.
+	FieldKind = "kind"
+	// FieldFiles holds the string denoting the files field in the database.
+	FieldFiles = "files"
+	// FieldFilesBytes holds the string denoting the files_bytes field in the database.
+	FieldFilesBytes = "files_bytes"
 	// Table holds the table name of the snapshot in the database.
 	Table = "snapshots"
 )
@@ -32,6 +38,9 @@ var Columns = []string{
 	FieldAgentID,
 	FieldData,
 	FieldCreatedAt,
+	FieldKind,
+	FieldFiles,
+	FieldFilesBytes,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -51,6 +60,10 @@ var (
 	DataValidator func([]byte) error
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
+	// DefaultKind holds the default value on creation for the "kind" field.
+	DefaultKind string
+	// DefaultFilesBytes holds the default value on creation for the "files_bytes" field.
+	DefaultFilesBytes int64
 	// IDValidator is a validator for the "id" field. It is called by the builders before save.
 	IDValidator func(string) error
 )
@@ -76,4 +89,14 @@ func ByAgentID(opts ...sql.OrderTermOption) OrderOption {
 // ByCreatedAt orders the results by the created_at field.
 func ByCreatedAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldCreatedAt, opts...).ToFunc()
+}
+
+// ByKind orders the results by the kind field.
+func ByKind(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldKind, opts...).ToFunc()
+}
+
+// ByFilesBytes orders the results by the files_bytes field.
+func ByFilesBytes(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldFilesBytes, opts...).ToFunc()
 }

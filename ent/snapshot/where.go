@@ -84,6 +84,21 @@ func CreatedAt(v time.Time) predicate.Snapshot {
 	return predicate.Snapshot(sql.FieldEQ(FieldCreatedAt, v))
 }
 
+// Kind applies equality check predicate on the "kind" field. It's identical to KindEQ.
+func Kind(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldEQ(FieldKind, v))
+}
+
+// Files applies equality check predicate on the "files" field. It's identical to FilesEQ.
+func Files(v []byte) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldEQ(FieldFiles, v))
+}
+
+// FilesBytes applies equality check predicate on the "files_bytes" field. It's identical to FilesBytesEQ.
+func FilesBytes(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldEQ(FieldFilesBytes, v))
+}
+
 // SessionIDEQ applies the EQ predicate on the "session_id" field.
 func SessionIDEQ(v string) predicate.Snapshot {
 	return predicate.Snapshot(sql.FieldEQ(FieldSessionID, v))
@@ -292,6 +307,161 @@ func CreatedAtLT(v time.Time) predicate.Snapshot {
 // CreatedAtLTE applies the LTE predicate on the "created_at" field.
 func CreatedAtLTE(v time.Time) predicate.Snapshot {
 	return predicate.Snapshot(sql.FieldLTE(FieldCreatedAt, v))
+}
+
+// KindEQ applies the EQ predicate on the "kind" field.
+func KindEQ(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldEQ(FieldKind, v))
+}
+
+// KindNEQ applies the NEQ predicate on the "kind" field.
+func KindNEQ(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNEQ(FieldKind, v))
+}
+
+// KindIn applies the In predicate on the "kind" field.
+func KindIn(vs ...string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldIn(FieldKind, vs...))
+}
+
+// KindNotIn applies the NotIn predicate on the "kind" field.
+func KindNotIn(vs ...string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNotIn(FieldKind, vs...))
+}
+
+// KindGT applies the GT predicate on the "kind" field.
+func KindGT(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldGT(FieldKind, v))
+}
+
+// KindGTE applies the GTE predicate on the "kind" field.
+func KindGTE(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldGTE(FieldKind, v))
+}
+
+// KindLT applies the LT predicate on the "kind" field.
+func KindLT(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldLT(FieldKind, v))
+}
+
+// KindLTE applies the LTE predicate on the "kind" field.
+func KindLTE(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldLTE(FieldKind, v))
+}
+
+// KindContains applies the Contains predicate on the "kind" field.
+func KindContains(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldContains(FieldKind, v))
+}
+
+// KindHasPrefix applies the HasPrefix predicate on the "kind" field.
+func KindHasPrefix(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldHasPrefix(FieldKind, v))
+}
+
+// KindHasSuffix applies the HasSuffix predicate on the "kind" field.
+func KindHasSuffix(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldHasSuffix(FieldKind, v))
+}
+
+// KindEqualFold applies the EqualFold predicate on the "kind" field.
+func KindEqualFold(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldEqualFold(FieldKind, v))
+}
+
+// KindContainsFold applies the ContainsFold predicate on the "kind" field.
+func KindContainsFold(v string) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldContainsFold(FieldKind, v))
+}
+
+// FilesEQ applies the EQ predicate on the "files" field.
+func FilesEQ(v []byte) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldEQ(FieldFiles, v))
+}
+
+// FilesNEQ applies the NEQ predicate on the "files" field.
+func FilesNEQ(v []byte) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNEQ(FieldFiles, v))
+}
+
+// FilesIn applies the In predicate on the "files" field.
+func FilesIn(vs ...[]byte) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldIn(FieldFiles, vs...))
+}
+
+// FilesNotIn applies the NotIn predicate on the "files" field.
+func FilesNotIn(vs ...[]byte) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNotIn(FieldFiles, vs...))
+}
+
+// FilesGT applies the GT predicate on the "files" field.
+func FilesGT(v []byte) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldGT(FieldFiles, v))
+}
+
+// FilesGTE applies the GTE predicate on the "files" field.
+func FilesGTE(v []byte) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldGTE(FieldFiles, v))
+}
+
+// FilesLT applies the LT predicate on the "files" field.
+func FilesLT(v []byte) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldLT(FieldFiles, v))
+}
+
+// FilesLTE applies the LTE predicate on the "files" field.
+func FilesLTE(v []byte) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldLTE(FieldFiles, v))
+}
+
+// FilesIsNil applies the IsNil predicate on the "files" field.
+func FilesIsNil() predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldIsNull(FieldFiles))
+}
+
+// FilesNotNil applies the NotNil predicate on the "files" field.
+func FilesNotNil() predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNotNull(FieldFiles))
+}
+
+// FilesBytesEQ applies the EQ predicate on the "files_bytes" field.
+func FilesBytesEQ(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldEQ(FieldFilesBytes, v))
+}
+
+// FilesBytesNEQ applies the NEQ predicate on the "files_bytes" field.
+func FilesBytesNEQ(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNEQ(FieldFilesBytes, v))
+}
+
+// FilesBytesIn applies the In predicate on the "files_bytes" field.
+func FilesBytesIn(vs ...int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldIn(FieldFilesBytes, vs...))
+}
+
+// FilesBytesNotIn applies the NotIn predicate on the "files_bytes" field.
+func FilesBytesNotIn(vs ...int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNotIn(FieldFilesBytes, vs...))
+}
+
+// FilesBytesGT applies the GT predicate on the "files_bytes" field.
+func FilesBytesGT(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldGT(FieldFilesBytes, v))
+}
+
+// FilesBytesGTE applies the GTE predicate on the "files_bytes" field.
+func FilesBytesGTE(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldGTE(FieldFilesBytes, v))
+}
+
+// FilesBytesLT applies the LT predicate on the "files_bytes" field.
+func FilesBytesLT(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldLT(FieldFilesBytes, v))
+}
+
+// FilesBytesLTE applies the LTE predicate on the "files_bytes" field.
+func FilesBytesLTE(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldLTE(FieldFilesBytes, v))
 }
 
 // And groups predicates with the AND operator between them.

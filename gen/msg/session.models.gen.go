@@ -111,6 +111,13 @@ type SessionRestoreReq struct {
 }
 
 type SessionRestoreResp struct {
+	// What became of the session directory: restored (replaced by the snapshot's
+	// copy), omitted (the snapshot was taken without files, for the reason given: the
+	// directory was left as it was), kept (the snapshot carries no files, a file
+	// snapshot or one from before files were carried: the directory was left as it
+	// was).
+	Files *SnapshotFiles `json:"files,omitempty,omitzero"`
+
 	// The plugins whose state was restored.
 	Restored []string `json:"restored"`
 
@@ -179,6 +186,12 @@ type SessionSnapshotResp struct {
 	// Size of the stored snapshot.
 	Bytes int `json:"bytes"`
 
+	// What the snapshot holds of the session directory: stored (a sql snapshot
+	// carries a copy of it, taken now), omitted (a sql snapshot taken without them,
+	// with the reason), local (a file snapshot refers to the directory on this host's
+	// disk).
+	Files *SnapshotFiles `json:"files,omitempty,omitzero"`
+
 	// SnapshotID corresponds to the JSON schema field "snapshot_id".
 	SnapshotID string `json:"snapshot_id"`
 
@@ -241,6 +254,43 @@ const SessionTrajectoryExportRespFormatJsonl SessionTrajectoryExportRespFormat =
 
 type SessionTrajectoryExportRespLinesElem map[string]interface{}
 
+// The session directory in a snapshot (docs/DECISIONS.md, Sessions that move):
+// directories and regular files only, bounded by server.snapshots.files_max_bytes
+// and files_max_entries.
+type SnapshotFiles struct {
+	// Bytes of regular files stored or restored (for omitted: those found, as far as
+	// they were counted).
+	Bytes int `json:"bytes"`
+
+	// Files and directories stored or restored.
+	Entries int `json:"entries"`
+
+	// The bound passed, for too_large (bytes) and too_many_entries.
+	Limit *int `json:"limit,omitempty,omitzero"`
+
+	// Why the files were omitted: disabled (files_max_bytes is 0), too_large,
+	// too_many_entries, secret (a file holds a secret the host knows), unreadable.
+	Reason *string `json:"reason,omitempty,omitzero"`
+
+	// Entries not copied, as "<kind> <path>" (symlink, device, fifo, socket,
+	// changed): the first 32.
+	Skipped []string `json:"skipped,omitempty,omitzero"`
+
+	// How many entries were skipped in all.
+	SkippedCount *int `json:"skipped_count,omitempty,omitzero"`
+
+	// See the `files` field that holds it.
+	State SnapshotFilesState `json:"state"`
+}
+
+type SnapshotFilesState string
+
+const SnapshotFilesStateKept SnapshotFilesState = "kept"
+const SnapshotFilesStateLocal SnapshotFilesState = "local"
+const SnapshotFilesStateOmitted SnapshotFilesState = "omitted"
+const SnapshotFilesStateRestored SnapshotFilesState = "restored"
+const SnapshotFilesStateStored SnapshotFilesState = "stored"
+
 type SnapshotInfo struct {
 	// The agent id of the session it was taken from.
 	AgentID *string `json:"agent_id,omitempty,omitzero"`
@@ -251,6 +301,10 @@ type SnapshotInfo struct {
 	// When it was taken, Unix epoch seconds.
 	Created float64 `json:"created"`
 
+	// Why it was taken: session/snapshot/req, a drain (operator.snapshot_on_drain),
+	// or the periodic automatic snapshot (server.snapshots.auto_interval).
+	Kind *SnapshotInfoKind `json:"kind,omitempty,omitzero"`
+
 	// True when this very session took it; false when an owned earlier session did.
 	Own bool `json:"own"`
 
@@ -260,6 +314,12 @@ type SnapshotInfo struct {
 	// Target corresponds to the JSON schema field "target".
 	Target SnapshotInfoTarget `json:"target"`
 }
+
+type SnapshotInfoKind string
+
+const SnapshotInfoKindAuto SnapshotInfoKind = "auto"
+const SnapshotInfoKindDrain SnapshotInfoKind = "drain"
+const SnapshotInfoKindRequest SnapshotInfoKind = "request"
 
 type SnapshotInfoTarget string
 

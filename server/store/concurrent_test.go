@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"database/sql"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -50,5 +51,81 @@ func TestPostgresHostsStartAtOnce(t *testing.T) {
 			t.Error(err)
 		}
 		st.Close()
+	}
+}
+
+// TestSnapshotColumnsAdded: a store made before snapshots carried files
+// (no kind, files, files_bytes columns) keeps its rows when hosts of this
+// release open it, several at once — on PostgreSQL under the advisory
+// lock, on a shared SQLite file by trying again — and the old rows read
+// as snapshots taken at a session's request, without files.
+func TestSnapshotColumnsAdded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+	}{
+		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "old.db") }},
+		{"postgres", func(t *testing.T) string {
+			const schema = "aep_store_columns"
+			dsn := pgtest.DSN(t, schema)
+			db, err := sql.Open("pgx", dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.Exec("DROP SCHEMA " + schema + " CASCADE; CREATE SCHEMA " + schema); err != nil {
+				t.Fatal(err)
+			}
+			return dsn
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			dsn := tc.dsn(t)
+			st, err := store.Open(ctx, dsn, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Back to the earlier shape, with one row in it.
+			for _, col := range []string{"kind", "files", "files_bytes"} {
+				if _, err := st.DB().ExecContext(ctx, "ALTER TABLE snapshots DROP COLUMN "+col); err != nil {
+					t.Fatal(err)
+				}
+			}
+			q := "INSERT INTO snapshots (id, session_id, agent_id, data, created_at) VALUES (?, ?, ?, ?, ?)"
+			if st.Dialect() == "postgres" {
+				q = "INSERT INTO snapshots (id, session_id, agent_id, data, created_at) VALUES ($1, $2, $3, $4, $5)"
+			}
+			if _, err := st.DB().ExecContext(ctx, q, "sql-old", "o-owner", "agent", []byte("{}"), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			st.Close()
+			const hosts = 3
+			errs := make(chan error, hosts)
+			stores := make(chan *store.Store, hosts)
+			for range hosts {
+				go func() {
+					st, err := store.Open(ctx, dsn, "")
+					if err == nil {
+						stores <- st
+					}
+					errs <- err
+				}()
+			}
+			for range hosts {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
+			close(stores)
+			for st := range stores {
+				row, err := st.Client.Snapshot.Get(ctx, "sql-old")
+				if err != nil || string(row.Data) != "{}" || row.Kind != "request" || len(row.Files) != 0 || row.FilesBytes != 0 {
+					t.Errorf("old row after the migration: %+v %v", row, err)
+				}
+				st.Close()
+			}
+		})
 	}
 }

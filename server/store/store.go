@@ -21,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
@@ -146,7 +148,7 @@ func migrate(ctx context.Context, db *sql.DB, dia, where string) (*Store, error)
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(pgMigrateLock)) //nolint:errcheck // closing the connection releases it too
 	}
-	if err := client.Schema.Create(ctx); err != nil {
+	if err := createSchema(ctx, client, dia); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("store: migrate %s: %w", where, err)
 	}
@@ -155,6 +157,36 @@ func migrate(ctx context.Context, db *sql.DB, dia, where string) (*Store, error)
 		st.path = where
 	}
 	return st, nil
+}
+
+// migrateMu serialises the migrations of one process (createSchema).
+var migrateMu sync.Mutex
+
+// sqliteMigrateTries bounds the attempts at migrating a SQLite store.
+const sqliteMigrateTries = 5
+
+// createSchema migrates every entity. On SQLite, hosts sharing one file
+// have no advisory lock: ent inspects the schema outside the
+// transaction that applies its plan, so two hosts starting at once may
+// both plan the same change (a new table, a new column) and the second
+// fails on what the first made. It inspects again and finds nothing left
+// to do, so a failed SQLite migration is tried again a few times.
+func createSchema(ctx context.Context, client *ent.Client, dia string) error {
+	// ent's migration works on its generated tables, which are process-wide
+	// values it updates as it plans: stores opened at once in one process
+	// (several hosts in one test binary) take turns.
+	migrateMu.Lock()
+	defer migrateMu.Unlock()
+	err := client.Schema.Create(ctx)
+	for try := 1; err != nil && dia == dialect.SQLite && try < sqliteMigrateTries; try++ {
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(try) * 50 * time.Millisecond):
+		}
+		err = client.Schema.Create(ctx)
+	}
+	return err
 }
 
 // sqlitePath resolves dsn to a SQLite file path and its extra DSN parameters.

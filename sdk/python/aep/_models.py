@@ -2892,6 +2892,7 @@ class SessionRestoreRespMessage(Model):
 
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/resp"] = "session/restore/resp"
+    files: Optional[SnapshotFiles] = None
     #: Unique id of the message (spec §2.1).
     id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
@@ -3027,6 +3028,7 @@ class SessionSnapshotRespMessage(Model):
     type: Literal["session/snapshot/resp"] = "session/snapshot/resp"
     #: Size of the stored snapshot.
     bytes: int
+    files: Optional[SnapshotFiles] = None
     #: Unique id of the message (spec §2.1).
     id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
@@ -3408,6 +3410,32 @@ class SkillResult(Model):
     version: str
 
 
+class SnapshotFiles(Model):
+    """The session directory in a snapshot (docs/DECISIONS.md, Sessions that
+    move): directories and regular files only, bounded by
+    server.snapshots.files_max_bytes and files_max_entries.
+    """
+
+    #: Bytes of regular files stored or restored (for omitted: those found,
+    #: as far as they were counted).
+    bytes: int
+    #: Files and directories stored or restored.
+    entries: int
+    #: The bound passed, for too_large (bytes) and too_many_entries.
+    limit: Optional[int] = None
+    #: Why the files were omitted: disabled (files_max_bytes is 0),
+    #: too_large, too_many_entries, secret (a file holds a secret the host
+    #: knows), unreadable.
+    reason: Optional[str] = None
+    #: Entries not copied, as "<kind> <path>" (symlink, device, fifo, socket,
+    #: changed): the first 32.
+    skipped: Optional[list[str]] = None
+    #: How many entries were skipped in all.
+    skipped_count: Optional[int] = None
+    #: See the `files` field that holds it.
+    state: Literal["stored", "omitted", "local", "restored", "kept"]
+
+
 class SnapshotInfo(Model):
     #: The agent id of the session it was taken from.
     agent_id: Optional[str] = None
@@ -3415,6 +3443,10 @@ class SnapshotInfo(Model):
     bytes: int
     #: When it was taken, Unix epoch seconds.
     created: float
+    #: Why it was taken: session/snapshot/req, a drain
+    #: (operator.snapshot_on_drain), or the periodic automatic snapshot
+    #: (server.snapshots.auto_interval).
+    kind: Optional[Literal["request", "drain", "auto"]] = None
     #: True when this very session took it; false when an owned earlier
     #: session did.
     own: bool
