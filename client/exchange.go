@@ -153,6 +153,11 @@ func (x *ExchangeConn) hand(deliver func(*wire.Packet), line []byte) error {
 	return nil
 }
 
+// probe asks whether the session still answers a ping.
+func (x *ExchangeConn) probe(ctx context.Context) error {
+	return probeSend(ctx, x.hc, x.base, x.sid, "application/json")
+}
+
 // Recv is never called: answers are delivered through Deliver.
 func (x *ExchangeConn) Recv(ctx context.Context) (*wire.Packet, error) {
 	<-ctx.Done()
