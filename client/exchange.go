@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -140,6 +141,11 @@ func (x *ExchangeConn) Send(ctx context.Context, env *wire.Envelope, m wire.Mess
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return fmt.Errorf("send: read answer: %w", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		// The host gave up on the request (it is closing, and cancelled
+		// what was running) without a reply.
+		return errors.New("send: the host answered without a reply")
 	}
 	return x.hand(deliver, bytes.TrimRight(body, "\n"))
 }
