@@ -157,10 +157,8 @@ func (c *Client) Handshake(ctx context.Context, agentID, token string, caps ...s
 // for it and goes to the new session.
 func (c *Client) Request(ctx context.Context, req wire.Message) (wire.Message, error) {
 	if c.mv == nil {
-		c.mu.Lock()
-		t := c.t
-		c.mu.Unlock()
-		m, err, _ := c.exchange(ctx, t, 0, req)
+		// Only a move replaces c.t, so it needs no lock here.
+		m, err, _ := c.exchange(ctx, c.t, 0, req)
 		return m, err
 	}
 	return c.moveRequest(ctx, req)
@@ -213,9 +211,12 @@ func (c *Client) exchange(ctx context.Context, t Transport, gen uint64, req wire
 
 // Notify sends a message that has no reply (cancel, shutdown).
 func (c *Client) Notify(ctx context.Context, m wire.Message) error {
-	c.mu.Lock()
 	t := c.t
-	c.mu.Unlock()
+	if c.mv != nil {
+		c.mu.Lock()
+		t = c.t
+		c.mu.Unlock()
+	}
 	env := &wire.Envelope{Type: m.MessageType(), ID: wire.NewID(), Proto: wire.ProtoVersion, TS: wire.Now()}
 	return t.Send(ctx, env, m)
 }

@@ -201,8 +201,9 @@ func (c *Client) moveRequest(ctx context.Context, req wire.Message) (wire.Messag
 			}
 		case sendErr:
 			if !c.sendLost(ctx, t, gen, err) {
-				if errors.As(err, new(*statusError)) {
-					return nil, err // the host refused the message itself
+				var se *statusError
+				if (errors.As(err, &se) && se.status/100 == 4) || notRun(err) {
+					return nil, err // judged or refused before any session saw it
 				}
 				return nil, fmt.Errorf("%w: %w", ErrInterrupted, err)
 			}
@@ -225,7 +226,7 @@ func (c *Client) moveRequest(ctx context.Context, req wire.Message) (wire.Messag
 			}
 		}
 		if try == maxResends {
-			return nil, fmt.Errorf("%w: refused by %d sessions in turn: %w", ErrMoveFailed, try+1, err)
+			return nil, fmt.Errorf("refused by %d sessions in turn: %w", try+1, err)
 		}
 		// Not run: send it again once the move has found a new session.
 	}

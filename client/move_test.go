@@ -492,3 +492,66 @@ func TestMoveClosedClientDoesNotMove(t *testing.T) {
 		t.Fatalf("a closed client moved: %+v", ms)
 	}
 }
+
+// TestMoveConcurrent: requests from many goroutines at once while the
+// host drains and the client moves. Each is answered or interrupted (those
+// the host cut off when it closed); none fails otherwise, and the client
+// goes on in the new session.
+func TestMoveConcurrent(t *testing.T) {
+	for _, d := range moveDialers {
+		t.Run(d.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			p := newFleet(t, true, "ha", "hb")
+			a := newAgent(t, ctx, d.dial(p.url), client.MoveOptions{})
+			const workers = 8
+			var answered, interrupted sync.Map
+			errc := make(chan error, workers)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							errc <- nil
+							return
+						default:
+						}
+						id := fmt.Sprintf("w%d-%d", w, i)
+						_, err := a.Request(ctx, &testproto.EchoSayReq{Text: id})
+						switch {
+						case err == nil:
+							answered.Store(id, true)
+						case errors.Is(err, client.ErrInterrupted):
+							interrupted.Store(id, true)
+						default:
+							errc <- fmt.Errorf("%s: %w", id, err)
+							return
+						}
+					}
+				}()
+			}
+			time.Sleep(100 * time.Millisecond)
+			p.drain(t, "ha")
+			a.move(t)
+			time.Sleep(100 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			for range workers {
+				if err := <-errc; err != nil {
+					t.Error(err)
+				}
+			}
+			na, ni := 0, 0
+			answered.Range(func(_, _ any) bool { na++; return true })
+			interrupted.Range(func(_, _ any) bool { ni++; return true })
+			if hostOf(a.SessionID()) != "hb" || na == 0 {
+				t.Fatalf("after the move: session on %q, %d answered", hostOf(a.SessionID()), na)
+			}
+			t.Logf("%d answered, %d interrupted", na, ni)
+		})
+	}
+}
