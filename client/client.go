@@ -2,7 +2,9 @@
 // waits for their replies, delivers events to a callback, and offers one
 // typed method per request type (generated in gen/msg). Transports plug in
 // through the Transport interface: in process (JSON or direct codec), and
-// any transport of NDJSON lines.
+// any transport of NDJSON lines. A client made by [Moving] survives the
+// loss of its session: it opens a new one through the same URL and
+// restores the old one's snapshot (move.go).
 package client
 
 import (
@@ -45,18 +47,29 @@ func WithEvents(ctx context.Context, fn func(Event)) context.Context {
 // ErrClosed is returned for requests on a client whose transport ended.
 var ErrClosed = errors.New("client closed")
 
-// Client is a connection to one host session. It is safe for concurrent use.
+// Client is a connection to one host session (to a chain of them when it
+// moves, [Moving]). It is safe for concurrent use.
 type Client struct {
 	msg.Client // typed request methods
 
-	t         Transport
 	mu        sync.Mutex
+	t         Transport
+	gen       uint64 // generation of t; a move attaches its transport under a new one
+	lastGen   uint64 // the newest generation handed out
 	pending   map[string]*pending
 	sessionID string
-	hs        *msg.HandshakeReq // the accepted handshake, which forks repeat (fork.go)
+	hs        *msg.HandshakeReq // the accepted handshake, which forks (fork.go) and moves (move.go) repeat
 	done      chan struct{}
 	err       error
 	endOnce   sync.Once
+	// closing is set by Close and Shutdown: the session's end is then the
+	// caller's doing, not a loss to move away from.
+	closing bool
+
+	mv     *mover        // nil unless the client moves
+	moving chan struct{} // non-nil while a move runs; closed when it ends
+	life   context.Context
+	stop   context.CancelFunc
 }
 
 // deliverer is implemented by transports that hand over what the host sends
@@ -70,6 +83,7 @@ type deliverer interface {
 type pending struct {
 	reply   chan result
 	onEvent func(Event)
+	gen     uint64 // the generation of the transport it was sent on
 }
 
 type result struct {
@@ -80,17 +94,25 @@ type result struct {
 // New starts a client on t. Call Handshake before any other request.
 func New(t Transport) *Client {
 	c := &Client{t: t, pending: map[string]*pending{}, done: make(chan struct{})}
+	c.life, c.stop = context.WithCancel(context.Background())
 	c.Client = msg.Client{Requester: c}
-	if d, ok := t.(deliverer); ok && d.Deliver(c.handle, c.end) {
-		return c
+	c.attach(t, 0)
+	return c
+}
+
+// attach starts reading what t delivers; its end is reported as the loss
+// of generation gen.
+func (c *Client) attach(t Transport, gen uint64) {
+	ended := func(err error) { c.lost(gen, err) }
+	if d, ok := t.(deliverer); ok && d.Deliver(c.handle, ended) {
+		return
 	}
 	if lt, ok := t.(*lineTransport); ok {
-		if d, ok := lt.conn.(lineDeliverer); ok && d.DeliverLines(func(line []byte) { c.handleLine(lt.reg, line) }, c.end) {
-			return c
+		if d, ok := lt.conn.(lineDeliverer); ok && d.DeliverLines(func(line []byte) { c.handleLine(lt.reg, line, ended) }, ended) {
+			return
 		}
 	}
-	go c.read()
-	return c
+	go c.read(t, ended)
 }
 
 // SessionID returns the session id from the handshake.
@@ -129,17 +151,32 @@ func (c *Client) Handshake(ctx context.Context, agentID, token string, caps ...s
 
 // Request sends req and waits for its reply. An `error` reply is returned as
 // a *wire.Error (with Code and Retryable). If ctx ends first, the request is
-// cancelled on the host and ctx's error is returned.
+// cancelled on the host and ctx's error is returned. On a client that moves
+// ([Moving]), a request whose session was lost before its reply came fails
+// with an error wrapping [ErrInterrupted]; one made while a move runs waits
+// for it and goes to the new session.
 func (c *Client) Request(ctx context.Context, req wire.Message) (wire.Message, error) {
+	if c.mv == nil {
+		// Only a move replaces c.t, so it needs no lock here.
+		m, err, _ := c.exchange(ctx, c.t, 0, req)
+		return m, err
+	}
+	return c.moveRequest(ctx, req)
+}
+
+// exchange sends req on t, the transport of generation gen, and waits for
+// its reply. sendErr reports that Send itself failed (the error is then
+// Send's), as opposed to a reply, the client's end or ctx.
+func (c *Client) exchange(ctx context.Context, t Transport, gen uint64, req wire.Message) (m wire.Message, err error, sendErr bool) {
 	id := wire.NewID()
-	p := &pending{reply: make(chan result, 1)}
+	p := &pending{reply: make(chan result, 1), gen: gen}
 	if fn, ok := ctx.Value(eventKey{}).(func(Event)); ok {
 		p.onEvent = fn
 	}
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return nil, c.err
+		return nil, c.err, false
 	}
 	c.pending[id] = p
 	c.mu.Unlock()
@@ -149,42 +186,76 @@ func (c *Client) Request(ctx context.Context, req wire.Message) (wire.Message, e
 		c.mu.Unlock()
 	}()
 	env := &wire.Envelope{Type: req.MessageType(), ID: id, Proto: wire.ProtoVersion, TS: wire.Now()}
-	if err := c.t.Send(ctx, env, req); err != nil {
-		return nil, err
+	if err := t.Send(ctx, env, req); err != nil {
+		// A transport that answers within Send (single exchange) may have
+		// delivered the reply before failing on what followed it.
+		select {
+		case r := <-p.reply:
+			if !errors.Is(r.err, ErrInterrupted) {
+				return r.m, r.err, false
+			}
+		default:
+		}
+		return nil, err, true
 	}
 	select {
 	case r := <-p.reply:
-		return r.m, r.err
+		return r.m, r.err, false
 	case <-ctx.Done():
-		_ = c.Notify(context.Background(), &msg.Cancel{ReqID: id})
-		return nil, ctx.Err()
+		c.notifyOn(t, &msg.Cancel{ReqID: id})
+		return nil, ctx.Err(), false
 	case <-c.done:
-		return nil, c.err
+		return nil, c.err, false
 	}
 }
 
 // Notify sends a message that has no reply (cancel, shutdown).
 func (c *Client) Notify(ctx context.Context, m wire.Message) error {
+	t := c.t
+	if c.mv != nil {
+		c.mu.Lock()
+		t = c.t
+		c.mu.Unlock()
+	}
 	env := &wire.Envelope{Type: m.MessageType(), ID: wire.NewID(), Proto: wire.ProtoVersion, TS: wire.Now()}
-	return c.t.Send(ctx, env, m)
+	return t.Send(ctx, env, m)
 }
 
-// Shutdown asks the host to drain and end this session.
+// notifyOn sends a cancel for a request on the transport it went out on,
+// which a move may since have replaced.
+func (c *Client) notifyOn(t Transport, m wire.Message) {
+	env := &wire.Envelope{Type: m.MessageType(), ID: wire.NewID(), Proto: wire.ProtoVersion, TS: wire.Now()}
+	_ = t.Send(context.Background(), env, m)
+}
+
+// Shutdown asks the host to drain and end this session. A client that
+// moves does not move away from a session it shut down.
 func (c *Client) Shutdown(ctx context.Context, timeoutSeconds float64) error {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
 	return c.Notify(ctx, &msg.Shutdown{Timeout: &timeoutSeconds})
 }
 
-// Done is closed when the transport has ended.
+// Done is closed when the transport has ended (for a client that moves:
+// when it was closed, or a move failed).
 func (c *Client) Done() <-chan struct{} { return c.done }
 
-// Close ends the transport.
-func (c *Client) Close() error { return c.t.Close() }
+// Close ends the transport (and stops a move under way).
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closing = true
+	t := c.t
+	c.mu.Unlock()
+	c.stop()
+	return t.Close()
+}
 
-func (c *Client) read() {
+func (c *Client) read(t Transport, ended func(error)) {
 	for {
-		p, err := c.t.Recv(context.Background())
+		p, err := t.Recv(context.Background())
 		if err != nil {
-			c.end(err)
+			ended(err)
 			return
 		}
 		c.handle(p)
@@ -198,22 +269,27 @@ type lineDeliverer interface {
 }
 
 // handleLine decodes one host line and routes it; a line that does not
-// decode ends the client, as it does when read from Recv.
-func (c *Client) handleLine(reg *wire.Registry, line []byte) {
+// decode ends the transport, as it does when read from Recv.
+func (c *Client) handleLine(reg *wire.Registry, line []byte, ended func(error)) {
 	p, err := DecodeHostLine(reg, line)
 	if err != nil {
-		c.end(err)
+		ended(err)
 		return
 	}
 	c.handle(p)
 }
 
-// end records why the transport ended and fails the requests waiting.
+// end records why the client ended and fails the requests waiting.
 func (c *Client) end(err error) {
 	c.endOnce.Do(func() {
 		c.mu.Lock()
-		c.err = fmt.Errorf("%w: %v", ErrClosed, err)
+		if errors.Is(err, ErrClosed) {
+			c.err = err
+		} else {
+			c.err = fmt.Errorf("%w: %w", ErrClosed, err)
+		}
 		c.mu.Unlock()
+		c.stop()
 		close(c.done)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -141,6 +142,11 @@ func (x *ExchangeConn) Send(ctx context.Context, env *wire.Envelope, m wire.Mess
 	if err != nil {
 		return fmt.Errorf("send: read answer: %w", err)
 	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		// The host gave up on the request (it is closing, and cancelled
+		// what was running) without a reply.
+		return errors.New("send: the host answered without a reply")
+	}
 	return x.hand(deliver, bytes.TrimRight(body, "\n"))
 }
 
@@ -151,6 +157,11 @@ func (x *ExchangeConn) hand(deliver func(*wire.Packet), line []byte) error {
 	}
 	deliver(p)
 	return nil
+}
+
+// probe asks whether the session still answers a ping.
+func (x *ExchangeConn) probe(ctx context.Context) error {
+	return probeSend(ctx, x.hc, x.base, x.sid, "application/json")
 }
 
 // Recv is never called: answers are delivered through Deliver.

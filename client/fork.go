@@ -140,7 +140,10 @@ func (c *Client) Fork(ctx context.Context, n int, opts ...ForkOption) (*Forks, e
 // it can: HTTP (X-Session-Id on /send and /stream) and WebSocket
 // (X-Session-Id on the upgrade).
 func (c *Client) attacher() AttachFunc {
-	lt, ok := c.t.(*lineTransport)
+	c.mu.Lock()
+	t := c.t // a move may replace it
+	c.mu.Unlock()
+	lt, ok := t.(*lineTransport)
 	if !ok {
 		return nil
 	}

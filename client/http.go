@@ -14,6 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/wire"
 )
 
 // HTTPConn is a [LineConn] over aep's HTTP transport (docs/DECISIONS.md, Transports):
@@ -268,7 +271,61 @@ func (c *HTTPConn) readEvents(body io.Reader) error {
 	}
 }
 
+// statusError is an HTTP status other than the one expected, from the
+// host or a proxy in front of it.
+type statusError struct {
+	op     string
+	status int
+	body   string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d: %s", e.op, e.status, e.body)
+}
+
 func statusErr(op string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	return fmt.Errorf("%s: HTTP %d: %s", op, resp.StatusCode, strings.TrimSpace(string(b)))
+	return &statusError{op: op, status: resp.StatusCode, body: strings.TrimSpace(string(b))}
+}
+
+// probe asks whether the session still answers: a ping it accepts (202;
+// the pong comes on the stream, where no request waits for it).
+func (c *HTTPConn) probe(ctx context.Context) error {
+	return probeSend(ctx, c.hc, c.base, c.sid, "")
+}
+
+// probeSend posts a ping to the session sid; with accept set, the answer
+// must be the pong itself.
+func probeSend(ctx context.Context, hc *http.Client, base, sid, accept string) error {
+	line, err := wire.Encode(&wire.Envelope{Type: "ping", ID: wire.NewID(), Proto: wire.ProtoVersion, TS: wire.Now()}, &msg.Ping{})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/send", bytes.NewReader(line))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	req.Header.Set("X-Session-Id", sid)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case accept == "" && resp.StatusCode == http.StatusAccepted:
+	case accept != "" && resp.StatusCode == http.StatusOK:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		if !bytes.Contains(b, []byte(`"type":"pong"`)) {
+			return fmt.Errorf("probe: the session answered %s", bytes.TrimSpace(b))
+		}
+		return nil
+	default:
+		return statusErr("probe", resp)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return nil
 }

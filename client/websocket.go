@@ -47,6 +47,9 @@ type WSConn struct {
 	c    *websocket.Conn
 	seen uint64 // messages received in this session, across connections
 	err  error
+	// gap is non-nil while the pump re-attaches a dropped connection;
+	// writes wait for it rather than go to the dead connection.
+	gap chan struct{}
 }
 
 // WebSocket connects a [Client] to the host's GET /ws at url
@@ -106,18 +109,32 @@ func (w *WSConn) dial(ctx context.Context, reattach bool) (*websocket.Conn, erro
 	return c, nil
 }
 
-// WriteLine sends one message as a text frame.
+// errNotSent marks a write that never left the client: the connection had
+// ended for good, or the caller gave up while it was being re-attached.
+var errNotSent = errors.New("not sent")
+
+// WriteLine sends one message as a text frame. While a dropped connection
+// is being re-attached it waits for the new one.
 func (w *WSConn) WriteLine(ctx context.Context, line []byte) error {
-	w.mu.Lock()
-	c, err := w.c, w.err
-	w.mu.Unlock()
-	if err != nil {
-		return err
+	for {
+		w.mu.Lock()
+		c, err, gap := w.c, w.err, w.gap
+		w.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("%w: %w", errNotSent, err)
+		}
+		if gap == nil {
+			if err := c.Write(ctx, websocket.MessageText, line); err != nil {
+				return fmt.Errorf("websocket write: %w", err)
+			}
+			return nil
+		}
+		select {
+		case <-gap:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+		}
 	}
-	if err := c.Write(ctx, websocket.MessageText, line); err != nil {
-		return fmt.Errorf("websocket write: %w", err)
-	}
-	return nil
 }
 
 // ReadLine returns the next message the host sent.
@@ -159,6 +176,10 @@ func (w *WSConn) pump(c *websocket.Conn) {
 			return
 		}
 		c = nil
+		gap := make(chan struct{})
+		w.mu.Lock()
+		w.gap = gap
+		w.mu.Unlock()
 		for try := range 3 {
 			select {
 			case <-time.After(time.Duration(50<<try) * time.Millisecond):
@@ -177,11 +198,18 @@ func (w *WSConn) pump(c *websocket.Conn) {
 		}
 		if c == nil {
 			w.fail(err)
-			return
+		} else {
+			w.mu.Lock()
+			w.c = c
+			w.mu.Unlock()
 		}
 		w.mu.Lock()
-		w.c = c
+		w.gap = nil
 		w.mu.Unlock()
+		close(gap)
+		if c == nil {
+			return
+		}
 	}
 }
 

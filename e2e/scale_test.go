@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,14 +14,18 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/aephost/aep/client"
+	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/pgtest"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/wire"
 )
 
 // The proxies of deploy/ in front of three `aep serve` hosts on one
@@ -148,10 +153,16 @@ func startProxy(t *testing.T, k proxyKind, hosts []*host) string {
 // (hosts starting at once on one schema are server/store's test).
 func startFleet(t *testing.T, schema string) []*host {
 	t.Helper()
+	return startFleetWith(t, schema, "")
+}
+
+// startFleetWith is startFleet with more YAML under `operator:`.
+func startFleetWith(t *testing.T, schema, operator string) []*host {
+	t.Helper()
 	dsn := pgtest.DSN(t, schema)
 	hosts := make([]*host, 3)
 	for i := range hosts {
-		hosts[i] = startHost(t, fmt.Sprintf("server:\n  host_id: aep-%d\nstore:\n  dsn: %q\noperator:\n  snapshot_on_drain: true\n", i+1, dsn))
+		hosts[i] = startHost(t, fmt.Sprintf("server:\n  host_id: aep-%d\nstore:\n  dsn: %q\noperator:\n  snapshot_on_drain: true\n%s", i+1, dsn, operator))
 	}
 	return hosts
 }
@@ -476,4 +487,340 @@ func TestSessionMovesAfterDrain(t *testing.T) {
 		t.Fatalf("working memory after the move from %s to %s: %v", from, hostOf(t, moved.sid), m)
 	}
 	t.Logf("session moved from %s to %s", from, hostOf(t, moved.sid))
+}
+
+// TestDrainMidRun runs 30 agents spread over three aep hosts behind each
+// proxy of deploy/, each in a loop of working-memory writes and steps of
+// an env episode, over the Go client's WebSocket, single-exchange and
+// HTTP+SSE transports with moving on (client.Moving). One host is drained
+// by SIGTERM mid-run: its agents move through the proxy to the other
+// hosts and restore their sessions' drain snapshots. Every request an
+// agent issues ends exactly once, answered or reported interrupted
+// (client.ErrInterrupted); none is answered twice (an episode's step
+// counter never skips); what was answered before the drain began is in
+// the restored working memory and episode, and both carry on from there.
+func TestDrainMidRun(t *testing.T) {
+	for _, k := range proxies {
+		t.Run(k.name, func(t *testing.T) {
+			findBinary(t, k.bin)
+			hosts := startFleetWith(t, "aep_e2e_drainrun_"+k.name, "  drain_timeout: 10s\n")
+			base := startProxy(t, k, hosts)
+			drainMidRun(t, k, base, hosts)
+		})
+	}
+}
+
+// runner is one agent of TestDrainMidRun. Its fields are its own
+// goroutine's until the run ends; after tells the test how far it got.
+type runner struct {
+	i       int
+	c       *client.Client
+	mid, ep string
+	first   string // the first session's id
+
+	issued, answered, interrupted int
+	errs                          []string
+
+	step      int  // the episode's step as last known
+	stepDrain int  // the last step answered before the drain began
+	unsure    int  // steps interrupted since step was known
+	resync    bool // step must be read back before the next one
+	moves     int
+	// written holds the rounds whose key is in working memory; before,
+	// those answered before the drain began.
+	written, before map[int]bool
+	// Answered after the drained host's snapshot, so not restored: the
+	// drain keeps serving its sessions for a moment after snapshotting
+	// them (docs/deploy.md, When a host goes away).
+	lostSteps, lostKeys int
+
+	after atomic.Int32 // rounds done since the move
+}
+
+func (r *runner) failf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf("agent %d: ", r.i)+fmt.Sprintf(format, args...))
+}
+
+// call issues one request and files its outcome: answered (a reply, an
+// error reply included) or interrupted. Anything else is a request lost.
+func (r *runner) call(what string, f func() error) (ok, interrupted bool) {
+	r.issued++
+	err := f()
+	var we *wire.Error
+	switch {
+	case err == nil:
+		r.answered++
+		return true, false
+	case errors.Is(err, client.ErrInterrupted):
+		r.interrupted++
+		return false, true
+	case errors.As(err, &we):
+		r.answered++
+		r.failf("%s answered with an error: %v", what, err)
+	default:
+		r.failf("%s neither answered nor interrupted: %v", what, err)
+	}
+	return false, false
+}
+
+// sync reads the episode back after a move or an interrupted step and
+// checks it against what the agent knows. When a move came first (which
+// the agent learns only once the read is answered: a request waits for a
+// move under way), the step must lie between the last one answered before
+// the drain began and the last one answered since (plus those
+// interrupted), and working memory must hold every key answered before
+// the drain. With memory set it is read back in any case, and must hold
+// every key the agent kept.
+func (r *runner) sync(ctx context.Context, memory bool) {
+	var obs *msg.EnvObserveResp
+	if ok, _ := r.call("env/observe", func() (err error) { obs, err = r.c.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: r.ep}); return }); !ok {
+		return
+	}
+	moved := false
+	if n := len(r.c.Moves()); n != r.moves {
+		r.moves, moved = n, true
+	}
+	lo, hi := r.step, r.step+r.unsure
+	if moved {
+		lo = r.stepDrain
+	}
+	if obs.Step < lo || obs.Step > hi {
+		r.failf("episode at step %d (moved: %v), want %d..%d", obs.Step, moved, lo, hi)
+	}
+	if g := guesses(obs.Observation); g != obs.Step {
+		r.failf("observation %s at step %d", obs.Observation, obs.Step)
+	}
+	if moved && obs.Step < r.step {
+		r.lostSteps += r.step - obs.Step
+	}
+	r.step, r.unsure, r.resync = obs.Step, 0, false
+	if !memory && !moved {
+		return
+	}
+	keys := make([]string, 0, len(r.written))
+	for k := range r.written {
+		keys = append(keys, fmt.Sprintf("r%d", k))
+	}
+	tier := msg.MemoryRetrieveReqTierWorking
+	var got *msg.MemoryRetrieveResp
+	if ok, _ := r.call("memory/retrieve", func() (err error) {
+		got, err = r.c.MemoryRetrieve(ctx, &msg.MemoryRetrieveReq{MemoryID: r.mid, Keys: keys, Tier: &tier})
+		return
+	}); !ok {
+		return
+	}
+	have := map[string]string{}
+	for _, e := range got.Entries {
+		have[e.Key] = string(e.Content)
+	}
+	for k := range r.written {
+		if have[fmt.Sprintf("r%d", k)] == fmt.Sprint(k) {
+			continue
+		}
+		if !moved || r.before[k] {
+			r.failf("working memory lost r%d (written before the drain: %v)", k, r.before[k])
+		}
+		r.lostKeys++
+		delete(r.written, k)
+	}
+}
+
+func guesses(obs json.RawMessage) int {
+	var o struct{ Guesses int }
+	if json.Unmarshal(obs, &o) != nil {
+		return -1
+	}
+	return o.Guesses
+}
+
+// run is the agent's loop: a working-memory write and an env step a
+// round, until stop closes.
+func (r *runner) run(ctx context.Context, stop <-chan struct{}, draining *atomic.Bool) {
+	for round := 0; ; round++ {
+		select {
+		case <-stop:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if r.resync || len(r.c.Moves()) != r.moves {
+			r.sync(ctx, false)
+		}
+		// A move that finishes from here on may take this round's
+		// requests to the new session.
+		m0 := r.moves
+		if r.resync {
+			continue // the read back was interrupted; try again
+		}
+		if ok, _ := r.call("memory/store", func() error {
+			_, err := r.c.MemoryStore(ctx, &msg.MemoryStoreReq{MemoryID: r.mid, Entries: []msg.MemoryEntry{{Key: fmt.Sprintf("r%d", round), Content: json.RawMessage(fmt.Sprint(round)), Tier: "working"}}})
+			return err
+		}); ok {
+			r.written[round] = true
+			if !draining.Load() {
+				r.before[round] = true
+			}
+		}
+		var st *msg.EnvStepResp
+		ok, interrupted := r.call("env/step", func() (err error) {
+			st, err = r.c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.ep, Action: json.RawMessage(`1000`)})
+			return
+		})
+		switch {
+		case ok && len(r.c.Moves()) != m0:
+			// A move finished while it ran: which session answered
+			// is unknown, so the step is read back after the move.
+			r.unsure++
+			r.resync = true
+		case ok:
+			if st.Step != r.step+1 || guesses(st.Observation) != st.Step {
+				r.failf("step answered as %d (observation %s) after step %d: a step ran twice or went missing", st.Step, st.Observation, r.step)
+			}
+			r.step = st.Step
+			if !draining.Load() {
+				r.stepDrain = r.step
+			}
+		case interrupted:
+			r.unsure++
+			r.resync = true
+		}
+		if r.moves > 0 {
+			r.after.Add(1)
+		}
+	}
+}
+
+func drainMidRun(t *testing.T, k proxyKind, base string, hosts []*host) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const agents = 30
+	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/ws"
+	dialers := []struct {
+		name string
+		dial client.Dialer
+	}{
+		{"websocket", client.WebSocketDialer(wsURL, nil)},
+		{"single-exchange", client.ExchangeDialer(base, nil, nil)},
+		{"http-sse", client.HTTPDialer(base, nil, nil)},
+	}
+	rs := make([]*runner, agents)
+	spread := map[string]int{}
+	for i := range rs {
+		d := dialers[i%len(dialers)]
+		c, err := client.Moving(ctx, d.dial, nil)
+		if err != nil {
+			t.Fatalf("agent %d over %s: %v", i, d.name, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Handshake(ctx, fmt.Sprintf("agent-%d", i), token, "memory", "env"); err != nil {
+			t.Fatal(err)
+		}
+		mi, err := c.MemoryInit(ctx, &msg.MemoryInitReq{Namespace: fmt.Sprintf("run-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed := i
+		opts := json.RawMessage(`{"high":1000,"max_steps":100000}`)
+		er, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: "guess", Seed: &seed, Options: &opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs[i] = &runner{i: i, c: c, mid: mi.MemoryID, ep: er.EpisodeID, first: c.SessionID(), written: map[int]bool{}, before: map[int]bool{}}
+		spread[hostOf(t, c.SessionID())]++
+	}
+	t.Logf("sessions per host: %v", spread)
+	for i := range hosts {
+		if got := spread[fmt.Sprintf("aep-%d", i+1)]; got < agents/len(hosts)/2 {
+			t.Fatalf("aep-%d holds %d of %d sessions, want at least %d: %v", i+1, got, agents, agents/len(hosts)/2, spread)
+		}
+	}
+	// Drain the host holding the most sessions.
+	drainedID := "aep-1"
+	for id, n := range spread {
+		if n > spread[drainedID] {
+			drainedID = id
+		}
+	}
+	var drained *host
+	for i, h := range hosts {
+		if fmt.Sprintf("aep-%d", i+1) == drainedID {
+			drained = h
+		}
+	}
+
+	stop := make(chan struct{})
+	var draining atomic.Bool
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.run(ctx, stop, &draining) }()
+	}
+	time.Sleep(time.Second) // a few dozen rounds each before the drain
+	draining.Store(true)
+	if err := drained.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- drained.cmd.Wait() }()
+	// Run on until the drained host is gone and every agent it held has
+	// done some rounds in its new session.
+	var exitErr error
+	select {
+	case exitErr = <-exited:
+	case <-ctx.Done():
+		t.Fatalf("%s did not exit after SIGTERM", drainedID)
+	}
+	if exitErr != nil {
+		t.Fatalf("%s after SIGTERM: %v", drainedID, exitErr)
+	}
+	for _, r := range rs {
+		if hostOf(t, r.first) != drainedID {
+			continue
+		}
+		for r.after.Load() < 5 {
+			select {
+			case <-ctx.Done():
+				close(stop)
+				wg.Wait()
+				t.Fatalf("agent %d has not carried on after the drain of %s: %d moves %+v, errors %v", r.i, drainedID, len(r.c.Moves()), r.c.Moves(), r.errs)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the others too, a few more rounds
+	close(stop)
+	wg.Wait()
+
+	if want := fmt.Sprintf("snapshots=%d", spread[drainedID]); !strings.Contains(drained.stderr.String(), want) {
+		t.Errorf("%s did not log %s:\n%s", drainedID, want, tail(drained.stderr.String(), 2000))
+	}
+	var issued, answered, interrupted, lostSteps, lostKeys, moved int
+	for _, r := range rs {
+		for _, e := range r.errs {
+			t.Error(e)
+		}
+		if r.issued != r.answered+r.interrupted {
+			t.Errorf("agent %d issued %d requests: %d answered, %d interrupted, %d lost", r.i, r.issued, r.answered, r.interrupted, r.issued-r.answered-r.interrupted)
+		}
+		issued, answered, interrupted = issued+r.issued, answered+r.answered, interrupted+r.interrupted
+		lostSteps, lostKeys = lostSteps+r.lostSteps, lostKeys+r.lostKeys
+		// The episode and every key the loop kept are there at the end.
+		n := len(r.errs)
+		r.sync(ctx, true)
+		for _, e := range r.errs[n:] {
+			t.Error(e)
+		}
+		ms := r.c.Moves()
+		if hostOf(t, r.first) != drainedID {
+			if len(ms) != 0 {
+				t.Errorf("agent %d on %s moved: %+v", r.i, hostOf(t, r.first), ms)
+			}
+			continue
+		}
+		moved++
+		if len(ms) != 1 || ms[0].Err != nil || ms[0].From != r.first || ms[0].SnapshotID == "" || ms[0].Fresh || hostOf(t, ms[0].To) == drainedID || ms[0].To != r.c.SessionID() {
+			t.Errorf("agent %d: moves %+v", r.i, ms)
+		}
+	}
+	t.Logf("through %s: %d agents moved off %s; %d requests: %d answered, %d interrupted; answered after the drain's snapshot and so not restored: %d env steps, %d memory writes",
+		k.name, moved, drainedID, issued, answered, interrupted, lostSteps, lostKeys)
 }
