@@ -31,8 +31,19 @@ const drainPoll = 20 * time.Millisecond
 // until ctx ends, and then, when snapshot is set and the host has a store,
 // every live session is snapshotted to it (target sql, with a copy of its
 // files, snapfiles.go) so it can be restored elsewhere. Sessions stay open; [Host.Close] ends them.
+//
+// A drain that snapshots seals the host first: no session admits another
+// request (each is answered shutting_down, so its client knows it never
+// ran and may send it again where the session moves), and requests still
+// in flight when ctx ends are cancelled (answered `cancelled`: they may or
+// may not have run) before the snapshots are taken. So every request
+// answered as done is in the snapshot of its session.
 func (h *Host) Drain(ctx context.Context, snapshot bool) (DrainResult, error) {
 	h.draining.Store(true)
+	seal := snapshot && h.store != nil
+	if seal {
+		h.sealed.Store(true)
+	}
 	res := DrainResult{}
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
@@ -48,8 +59,11 @@ func (h *Host) Drain(ctx context.Context, snapshot bool) (DrainResult, error) {
 		}
 		break
 	}
-	if !snapshot || h.store == nil {
+	if !seal {
 		return res, nil
+	}
+	if res.Unfinished > 0 {
+		h.cancelInFlight()
 	}
 	res.Snapshots = map[string]string{}
 	var errs []error
@@ -73,6 +87,22 @@ func (h *Host) Drain(ctx context.Context, snapshot bool) (DrainResult, error) {
 		h.log.Info("session snapshotted on drain", "session", s.Handle(), "snapshot_id", t.id, "files", t.files.State)
 	}
 	return res, errors.Join(errs...)
+}
+
+// cancelInFlight cancels every admitted request of every session, as
+// `cancel` would: each is answered `cancelled` at once.
+func (h *Host) cancelInFlight() {
+	for _, s := range h.sessionList() {
+		s.mu.Lock()
+		calls := make([]*call, 0, len(s.inflight))
+		for _, c := range s.inflight {
+			calls = append(calls, c)
+		}
+		s.mu.Unlock()
+		for _, c := range calls {
+			c.cancelNow()
+		}
+	}
 }
 
 // inFlight counts admitted requests not yet answered over all sessions.

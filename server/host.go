@@ -120,6 +120,10 @@ type Host struct {
 	met      *metrics
 	tracer   trace.Tracer
 	draining atomic.Bool
+	// sealed is set by a drain that snapshots its sessions: from then on
+	// no session admits a request (they are answered shutting_down), so
+	// nothing is answered that the snapshots do not hold (drain.go).
+	sealed atomic.Bool
 
 	// keys holds each plugin's instance key by name, and lineage the
 	// earlier sessions each session owns through restores

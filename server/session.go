@@ -274,7 +274,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		s.sendError(env.ID, &wire.Error{Code: wire.CodeUnauthorized, Message: "handshake required before " + e.Type})
 		return
 	}
-	if st != stateLive {
+	if st != stateLive || s.h.sealed.Load() {
 		s.h.countMessage(e.Type, wire.CodeRuntimeError)
 		s.sendError(env.ID, &wire.Error{Code: wire.CodeRuntimeError, Message: "session is shutting down", Detail: map[string]any{"reason": "shutting_down"}})
 		return
