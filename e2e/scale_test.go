@@ -627,6 +627,9 @@ func (r *runner) run(ctx context.Context, stop <-chan struct{}, draining *atomic
 			return
 		case <-time.After(10 * time.Millisecond):
 		}
+		if len(r.errs) > 10 {
+			return // broken: more would only repeat it
+		}
 		if r.resync || len(r.c.Moves()) != r.moves {
 			r.sync(ctx, false)
 		}
