@@ -109,7 +109,7 @@ func (s *syncBuf) String() string {
 
 // startHost runs `aep serve` in a fresh directory, with the default data
 // dir (./aep-data, relative) and no config file when config is empty.
-func startHost(t *testing.T, config string) *host {
+func startHost(t testing.TB, config string) *host {
 	t.Helper()
 	touchSources()
 	dir := t.TempDir()

@@ -51,7 +51,7 @@ var proxies = []proxyKind{
 
 // findBinary returns the path of a proxy binary, skipping the test when
 // it is absent unless CI is set (.ci/run installs both from Debian).
-func findBinary(t *testing.T, name string) string {
+func findBinary(t testing.TB, name string) string {
 	t.Helper()
 	if p, err := exec.LookPath(name); err == nil {
 		return p
@@ -68,7 +68,7 @@ func findBinary(t *testing.T, name string) string {
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -81,7 +81,7 @@ func freeAddr(t *testing.T) string {
 // startProxy runs the shipped configuration of k with the hosts' real
 // addresses in place of 127.0.0.1:8701..8703 and a free port in place of
 // 127.0.0.1:8700, and returns its base URL once it answers /healthz.
-func startProxy(t *testing.T, k proxyKind, hosts []*host) string {
+func startProxy(t testing.TB, k proxyKind, hosts []*host) string {
 	t.Helper()
 	bin := findBinary(t, k.bin)
 	b, err := os.ReadFile(filepath.Join("..", k.config))
@@ -151,13 +151,13 @@ func startProxy(t *testing.T, k proxyKind, hosts []*host) string {
 
 // startFleet starts three hosts, aep-1..aep-3, on one PostgreSQL schema
 // (hosts starting at once on one schema are server/store's test).
-func startFleet(t *testing.T, schema string) []*host {
+func startFleet(t testing.TB, schema string) []*host {
 	t.Helper()
 	return startFleetWith(t, schema, "")
 }
 
 // startFleetWith is startFleet with more YAML under `operator:`.
-func startFleetWith(t *testing.T, schema, operator string) []*host {
+func startFleetWith(t testing.TB, schema, operator string) []*host {
 	t.Helper()
 	dsn := pgtest.DSN(t, schema)
 	hosts := make([]*host, 3)
@@ -170,7 +170,7 @@ func startFleetWith(t *testing.T, schema, operator string) []*host {
 var sessionIDPattern = regexp.MustCompile(`^s-(.+)-[0-9a-f]{32}$`)
 
 // hostOf is the host id a session id names.
-func hostOf(t *testing.T, sid string) string {
+func hostOf(t testing.TB, sid string) string {
 	t.Helper()
 	m := sessionIDPattern.FindStringSubmatch(sid)
 	if m == nil {
@@ -188,7 +188,7 @@ type proxied struct {
 	n    int
 }
 
-func newProxied(t *testing.T, base string, c *http.Client, caps string) *proxied {
+func newProxied(t testing.TB, base string, c *http.Client, caps string) *proxied {
 	t.Helper()
 	resp, err := c.Post(base+"/session", "application/json", nil)
 	if err != nil {
@@ -211,7 +211,7 @@ func newProxied(t *testing.T, base string, c *http.Client, caps string) *proxied
 }
 
 // ask sends one message and returns its reply.
-func (a *proxied) ask(t *testing.T, line string) map[string]any {
+func (a *proxied) ask(t testing.TB, line string) map[string]any {
 	t.Helper()
 	m, err := a.tryAsk(line)
 	if err != nil {
