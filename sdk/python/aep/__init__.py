@@ -11,14 +11,14 @@ Message models (generated from gen/contract/aep.schema.json) are in
 from . import _models as models
 from ._models import AgentMessage, ErrorCode, EventMessage, HostMessage
 from .client import AsyncClient, Call, Client, Forks, Move, SyncCall
-from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, ProtocolError, RequestInterrupted,
-                     RequestTimeout, SessionLost)
+from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError,
+                     RequestInterrupted, RequestTimeout, SessionLost)
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AEPError", "AgentMessage", "AsyncClient", "Call", "Client", "ConnectionClosed", "ErrorCode",
-    "EventMessage", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "ProtocolError",
+    "EventMessage", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "ProtocolError",
     "RequestInterrupted", "RequestTimeout", "SessionLost", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
 ]

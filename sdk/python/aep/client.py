@@ -11,7 +11,9 @@ With ``move=True`` a client survives the loss of its session (its host
 drained or died; docs/deploy.md): it opens a new session through the same
 URL, handshakes as before and restores the old session's newest snapshot
 (``session/restore/req {from_session}``); requests in flight at the loss
-fail with RequestInterrupted and are not resent.
+fail with RequestInterrupted and are not resent. A lost session that left
+no snapshot ends the client with MoveFailed (NoSnapshot) unless
+``fresh=True`` lets it carry on in the new, empty session.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from pydantic import ValidationError
 
 from . import _models as m
 from ._methods import AsyncMethods, EventCallback, SyncMethods
-from .errors import (ConnectionClosed, HandshakeError, MoveFailed, ProtocolError, RequestInterrupted, RequestTimeout,
-                     SessionLost)
+from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError, RequestInterrupted,
+                     RequestTimeout, SessionLost)
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
 
 # A request refused unread (e.g. 404 or 503 to POST /send, or a
@@ -80,12 +82,14 @@ class Move:
 
     ``snapshot_id`` and ``restored`` (the plugins whose state came back)
     name what the new session restored: the newest snapshot of
-    ``from_session``. ``fresh`` is True when that session left no snapshot
-    (the host answered ``unknown_snapshot`` for ``snapshot_wait`` seconds):
-    the new session carries on empty, and the state of the lost one is gone.
-    ``cause`` is how the old session was lost; ``error`` is why the move
-    failed (the client has then ended with MoveFailed), None when it
-    succeeded. Session ids are bearer secrets: do not log them."""
+    ``from_session``. When that session left no snapshot (the host answered
+    ``unknown_snapshot`` for ``snapshot_wait`` seconds) the move fails with
+    ``error`` a NoSnapshot, unless the client was made with ``fresh=True``:
+    then ``fresh`` is True, the new session carries on empty, and the state
+    of the lost one is gone. ``cause`` is how the old session was lost;
+    ``error`` is why the move failed (the client has then ended with
+    MoveFailed), None when it succeeded. Session ids are bearer secrets: do
+    not log them."""
 
     from_session: str
     session_id: Optional[str]
@@ -139,8 +143,11 @@ class AsyncClient(AsyncMethods):
         #: The moves made so far, oldest first.
         self.moves: list[Move] = []
         #: Seconds a move waits for the lost session's snapshot to appear
-        #: before it carries on in a fresh session.
+        #: before it fails (NoSnapshot), or carries on fresh with ``fresh``.
         self.snapshot_wait = 5.0
+        #: A move whose lost session left no snapshot carries on in the new,
+        #: empty session (Move.fresh) instead of ending the client.
+        self.fresh = False
         self._gen = 0  # counts the sessions this client has had
         self._lost: Optional[BaseException] = None  # why the current session was lost, while moving
         self._move_task: Optional["asyncio.Task[None]"] = None
@@ -162,7 +169,7 @@ class AsyncClient(AsyncMethods):
                       on_event: Optional[EventCallback] = None,
                       record_trajectory: Optional[bool] = None,
                       move: bool = False, on_move: Optional[MoveCallback] = None,
-                      snapshot_wait: float = 5.0) -> "AsyncClient":
+                      snapshot_wait: float = 5.0, fresh: bool = False) -> "AsyncClient":
         """Opens transport and handshakes (spec §2.4). token defaults to
         $AEP_AUTH_TOKEN. Raises HandshakeError when the host refuses.
         ``record_trajectory=True`` asks the host to record the session's
@@ -177,12 +184,14 @@ class AsyncClient(AsyncMethods):
         ``timeout`` seconds), handshakes with the same token and
         capabilities, restores the lost session's newest snapshot
         (``session/restore/req {from_session}``, waiting up to
-        ``snapshot_wait`` seconds for it to appear; without one the new
-        session stays, fresh), calls ``on_move`` with a Move, and carries
-        on. Requests in flight at the loss fail with RequestInterrupted and
-        are not resent; requests the old host refused unread, and those made
-        during the move, go to the new session. A move that fails ends the
-        client with MoveFailed."""
+        ``snapshot_wait`` seconds for it to appear), calls ``on_move`` with a
+        Move, and carries on. Requests in flight at the loss fail with
+        RequestInterrupted and are not resent; requests the old host refused
+        unread, and those made during the move, go to the new session. A
+        move that fails ends the client with MoveFailed. So does a lost
+        session that left no snapshot (the cause is NoSnapshot: its state is
+        gone), unless ``fresh=True``: then the client carries on in the new,
+        empty session and the Move says ``fresh``."""
         if token is None:
             token = os.environ.get("AEP_AUTH_TOKEN", "")
         if move and not transport.movable:
@@ -203,10 +212,12 @@ class AsyncClient(AsyncMethods):
         # Kept so that fork() can handshake each fork, and a move the new
         # session, as this session did.
         c._connect_kw = dict(token=token, agent_id=agent_id, caps=list(caps), timeout=timeout,
-                             record_trajectory=record_trajectory, move=move)
+                             record_trajectory=record_trajectory, move=move, snapshot_wait=snapshot_wait,
+                             fresh=fresh)
         c.move = move
         c.on_move = on_move
         c.snapshot_wait = snapshot_wait
+        c.fresh = fresh
         return c
 
     @classmethod
@@ -329,8 +340,11 @@ class AsyncClient(AsyncMethods):
             if mt is not None and not mt.done():
                 await asyncio.shield(mt)  # requests made during a move go to the new session
             if self._closed is not None:
-                raise type(self._closed)(str(self._closed)) if isinstance(self._closed, MoveFailed) \
-                    else ConnectionClosed(str(self._closed))
+                if isinstance(self._closed, MoveFailed):
+                    # A new exception for this request, with the move's
+                    # cause (e.g. NoSnapshot) kept.
+                    raise MoveFailed(str(self._closed)) from self._closed.__cause__
+                raise ConnectionClosed(str(self._closed))
             try:
                 return await self._send_request(model, required, optional, reply, call_timeout, on_event,
                                                 may_move=True)
@@ -561,9 +575,10 @@ class AsyncClient(AsyncMethods):
             return reply
 
     async def _restore_from(self, from_id: str, deadline: float) -> tuple[Optional[str], list[str]]:
-        """Restores the newest snapshot of from_id; (None, []) when there is
-        none after snapshot_wait seconds: its host snapshots at the end of
-        its drain, which a proxy may notice before."""
+        """Restores the newest snapshot of from_id, waiting up to
+        snapshot_wait seconds for one to appear: its host snapshots at the
+        end of its drain, which a proxy may notice before. When there is
+        none by then, raises NoSnapshot, or with fresh returns (None, [])."""
         until = time.monotonic() + self.snapshot_wait
         while True:
             try:
@@ -575,7 +590,10 @@ class AsyncClient(AsyncMethods):
                 if _reason(e) != "unknown_snapshot":
                     raise
                 if time.monotonic() + _SNAPSHOT_POLL > until:
-                    return None, []  # it left none: this session stays, fresh
+                    if self.fresh:
+                        return None, []  # it left none: this session stays, fresh
+                    raise NoSnapshot(f"the lost session left no snapshot ({NoSnapshot.reason}): the host answered "
+                                     f"unknown_snapshot for {self.snapshot_wait:g}s ({e})") from e
                 await asyncio.sleep(_SNAPSHOT_POLL)
 
     def _fail_all(self, err: BaseException) -> None:

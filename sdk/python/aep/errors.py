@@ -93,9 +93,21 @@ class RequestInterrupted(ConnectionClosed):
 class MoveFailed(ConnectionClosed):
     """A client made with ``move=True`` lost its session and could not move:
     no new session opened before the move's deadline, the handshake was
-    refused, or the restore failed (other than for a missing snapshot).
-    The client has ended; every request fails with it. Also raised for a
+    refused, the restore failed, or the lost session left no snapshot and
+    ``fresh`` was not set (its ``__cause__`` is then NoSnapshot). The
+    client has ended; every request fails with it. Also raised for a
     request refused unread by several sessions in turn."""
+
+
+class NoSnapshot(AEPError):
+    """Why a move failed when the lost session left no snapshot to restore:
+    the host answered ``unknown_snapshot`` for ``snapshot_wait`` seconds
+    (its host died without draining, or drained without
+    operator.snapshot_on_drain). The move's ``error`` and the cause of the
+    client's MoveFailed; ``fresh=True`` carries on in the new, empty
+    session instead. ``reason`` is ``no_snapshot``."""
+
+    reason = "no_snapshot"
 
 
 class RequestTimeout(AEPError, TimeoutError):

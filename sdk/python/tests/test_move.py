@@ -5,8 +5,9 @@ client holds a working-memory entry and a request is in flight; the
 forwarder, standing in for the proxy, then sends everything to host B. The
 request in flight fails with RequestInterrupted; the client's next call
 opens a new session on B, restores the old one from its id and finds the
-entry there; a second drain moves it on again, from the newest id. Without
-``move`` the client fails as before. Over HTTP+SSE and WebSocket, on a
+entry there; a second drain moves it on again, from the newest id. A host
+that drains without a snapshot ends the client with MoveFailed (NoSnapshot)
+unless it asked for ``fresh``. Without ``move`` the client fails as before. Over HTTP+SSE and WebSocket, on a
 SQLite file and (HTTP) on PostgreSQL."""
 
 from __future__ import annotations
@@ -128,25 +129,60 @@ class Move:
         self.assertTrue(c.session_id and c.session_id.startswith("s-py-c-"), c.session_id)
         self.assertEqual(c.tool_call("run_command", arguments={"argv": ["echo", "ok"]}).result.success, True)
 
-    def test_fresh_when_the_old_session_left_no_snapshot(self) -> None:
+    def _drain_without_snapshot(self, **kw: Any) -> tuple[aep.Client, list[aep.Move], str, str]:
+        """A client on host A, which drains without snapshotting, and holds
+        a working-memory entry; the forwarder then sends it to host B.
+        Returns the client, its moves, A's session id and the memory id."""
         self: unittest.TestCase  # type: ignore[no-redef]
         fleet = Fleet(self)
         a = fleet.host("py-a", snapshot_on_drain=False)
         b = fleet.host("py-b")
         moves: list[aep.Move] = []
-        c = open_client(self.transport, fleet.fwd, move=True, on_move=moves.append, snapshot_wait=0.5)
+        c = open_client(self.transport, fleet.fwd, move=True, on_move=moves.append, snapshot_wait=0.5, **kw)
         self.addCleanup(c.close)
         first = c.session_id
+        assert first is not None
         mid = c.memory_init().memory_id
         store(c, mid, "plan", "lost")
         a.drain()
         fleet.fwd.target = b.port
-        # The move happens; the restore finds nothing (unknown_snapshot),
-        # so the new session stays, fresh: the old memory is not there.
+        return c, moves, first, mid
+
+    def test_no_snapshot_ends_the_client(self) -> None:
+        self: unittest.TestCase  # type: ignore[no-redef]
+        c, moves, first, mid = self._drain_without_snapshot()  # type: ignore[attr-defined]
+        # The move opens a session on B, the restore finds nothing
+        # (unknown_snapshot) for snapshot_wait, and without fresh=True the
+        # move fails: the client ends rather than go on without its state.
+        with self.assertRaises(aep.MoveFailed) as cm:
+            c.ping()
+        self.assertIn("the lost session left no snapshot (no_snapshot)", str(cm.exception))
+        self.assertIsInstance(cm.exception.__cause__, aep.NoSnapshot)
+        self.assertEqual(len(moves), 1)
+        mv = moves[0]
+        self.assertEqual((mv.from_session, mv.session_id, mv.fresh, mv.snapshot_id, mv.restored),
+                         (first, None, False, None, ()))
+        self.assertIsInstance(mv.error, aep.NoSnapshot)
+        assert isinstance(mv.error, aep.NoSnapshot)
+        self.assertEqual(mv.error.reason, "no_snapshot")
+        self.assertIn("unknown_snapshot", str(mv.error))
+        self.assertIsInstance(mv.error.__cause__, aep.ProtocolError)
+        # Ended for good: every later request fails the same way, and
+        # no further move is tried.
+        with self.assertRaises(aep.MoveFailed):
+            c.memory_retrieve(memory_id=mid, keys=["plan"], tier="working")
+        self.assertEqual(c.session_id, first)
+        self.assertEqual(c.moves, moves)
+
+    def test_fresh_when_asked_and_no_snapshot(self) -> None:
+        self: unittest.TestCase  # type: ignore[no-redef]
+        c, moves, first, mid = self._drain_without_snapshot(fresh=True)  # type: ignore[attr-defined]
+        # With fresh=True the new session stays, empty: the old memory is
+        # not there.
         self.assertEqual(c.ping().type, "pong")
         self.assertEqual(len(moves), 1)
-        self.assertEqual((moves[0].from_session, moves[0].fresh, moves[0].snapshot_id, moves[0].restored),
-                         (first, True, None, ()))
+        self.assertEqual((moves[0].from_session, moves[0].fresh, moves[0].snapshot_id, moves[0].restored,
+                          moves[0].error), (first, True, None, (), None))
         self.assertTrue(c.session_id and c.session_id.startswith("s-py-b-"))
         with self.assertRaises(aep.ProtocolError):
             c.memory_retrieve(memory_id=mid, keys=["plan"], tier="working")
@@ -182,11 +218,15 @@ class Move:
         call = in_flight(c)
         a.drain()
         fleet.fwd.target = b.port
-        with self.assertRaises(aep.ConnectionClosed) as cm:
+        # The drain snapshots, so it seals the host and cancels what still
+        # runs at its timeout (server/drain.go): the host's own `cancelled`,
+        # which the client passes on as the reply.
+        with self.assertRaises(aep.ProtocolError) as cm:
             call.result(30)
-        self.assertNotIsInstance(cm.exception, aep.RequestInterrupted)
-        with self.assertRaises(aep.ConnectionClosed):
+        self.assertEqual(cm.exception.code, "cancelled")
+        with self.assertRaises(aep.ConnectionClosed) as closed:
             c.ping()
+        self.assertNotIsInstance(closed.exception, aep.RequestInterrupted)
         self.assertEqual(c.session_id, first)
         self.assertEqual(c.moves, [])
 
@@ -208,8 +248,9 @@ class MovePostgres(PerTransport, Move, unittest.TestCase):
     transport = "http"
     pg = True
 
-    # The other two cases do not depend on the store.
-    test_fresh_when_the_old_session_left_no_snapshot = None  # type: ignore[assignment]
+    # The other cases do not depend on the store.
+    test_no_snapshot_ends_the_client = None  # type: ignore[assignment]
+    test_fresh_when_asked_and_no_snapshot = None  # type: ignore[assignment]
     test_without_move_the_loss_is_an_error = None  # type: ignore[assignment]
     test_a_move_that_finds_no_host_ends_the_client = None  # type: ignore[assignment]
 

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { AepError, ConnectionError, MoveFailedError, RequestInterruptedError, SessionLostError } from "./errors.js";
+import { AepError, ConnectionError, MoveFailedError, NoSnapshotError, RequestInterruptedError, SessionLostError } from "./errors.js";
 import {
   Methods,
   requestTable,
@@ -57,18 +57,26 @@ export interface ClientOptions {
    * (retrying until `moveTimeoutSeconds`), handshakes as the last
    * handshake did, restores the lost session's newest snapshot
    * (`session/restore/req { from_session }`, waiting up to
-   * `snapshotWaitSeconds` for it to appear; without one the new session
-   * stays, fresh), tells `onMove`, and carries on. Requests in flight at
-   * the loss reject with RequestInterruptedError and are not sent again;
-   * requests the old host refused unread, and those made during the move,
-   * go to the new session. A move that fails ends the client with
-   * MoveFailedError. HTTP and WebSocket only: a stdio host is one process.
+   * `snapshotWaitSeconds` for it to appear), tells `onMove`, and carries
+   * on. Requests in flight at the loss reject with RequestInterruptedError
+   * and are not sent again; requests the old host refused unread, and
+   * those made during the move, go to the new session. A move that fails
+   * ends the client with MoveFailedError; so does a lost session that left
+   * no snapshot (its `cause` is a NoSnapshotError), unless `moveFresh`.
+   * HTTP and WebSocket only: a stdio host is one process.
    */
   move?: boolean;
   /** How long a move may take to reach a host, handshake and restore; default 30. */
   moveTimeoutSeconds?: number;
-  /** How long a move waits for the lost session's snapshot to appear before it carries on fresh; default 5. */
+  /** How long a move waits for the lost session's snapshot to appear before it fails (or carries on fresh with `moveFresh`); default 5. */
   snapshotWaitSeconds?: number;
+  /**
+   * Let a move whose lost session left no snapshot carry on in the new,
+   * empty session (`Move.fresh`) instead of ending the client with
+   * MoveFailedError (NoSnapshotError): the lost session's state is gone.
+   * Default false.
+   */
+  moveFresh?: boolean;
 }
 
 /** A move from a lost session to a new one, given to `onMove` listeners and kept in `moves`. Session ids are bearer secrets: do not log them. */
@@ -83,8 +91,10 @@ export interface Move {
   restored: string[];
   /**
    * True when fromSession left no snapshot (the host answered
-   * `unknown_snapshot` for snapshotWaitSeconds): the new session carries
-   * on empty, and the lost session's state is gone.
+   * `unknown_snapshot` for snapshotWaitSeconds) and the client was made
+   * with `moveFresh`: the new session carries on empty, and the lost
+   * session's state is gone. Without `moveFresh` such a move fails with a
+   * NoSnapshotError as its `error`.
    */
   fresh: boolean;
   /** How the old session was lost. */
@@ -122,6 +132,7 @@ export class AepClient extends Methods<RequestOptions> {
   readonly #move: boolean;
   readonly #moveTimeoutMs: number;
   readonly #snapshotWaitMs: number;
+  readonly #moveFresh: boolean;
   readonly #moves: Move[] = [];
   #seq = 0;
   #sessionId: string | undefined;
@@ -144,6 +155,7 @@ export class AepClient extends Methods<RequestOptions> {
     this.#move = options.move ?? false;
     this.#moveTimeoutMs = (options.moveTimeoutSeconds ?? 30) * 1000;
     this.#snapshotWaitMs = (options.snapshotWaitSeconds ?? 5) * 1000;
+    this.#moveFresh = options.moveFresh ?? false;
     this.#t = transport;
     this.#sessionId = transport.sessionId;
     this.#attach(transport);
@@ -533,9 +545,10 @@ export class AepClient extends Methods<RequestOptions> {
   }
 
   /**
-   * Restores the newest snapshot of from; none (fresh) when the store has
-   * none after snapshotWaitSeconds: its host snapshots at the end of its
-   * drain, which a proxy may notice before.
+   * Restores the newest snapshot of from, waiting up to
+   * snapshotWaitSeconds for one to appear: its host snapshots at the end of
+   * its drain, which a proxy may notice before. When there is none by
+   * then, rejects with NoSnapshotError, or with moveFresh gives none.
    */
   async #restoreFrom(from: string, deadline: number): Promise<{ snapshotId: string | undefined; restored: string[] }> {
     const until = Date.now() + this.#snapshotWaitMs;
@@ -545,7 +558,10 @@ export class AepClient extends Methods<RequestOptions> {
         return { snapshotId: r.snapshot_id, restored: r.restored };
       } catch (e) {
         if (!(e instanceof AepError && reasonOf(e.detail) === "unknown_snapshot")) throw e;
-        if (Date.now() + 200 > until) return { snapshotId: undefined, restored: [] }; // it left none: this session stays, fresh
+        if (Date.now() + 200 > until) {
+          if (this.#moveFresh) return { snapshotId: undefined, restored: [] }; // it left none: this session stays, fresh
+          throw new NoSnapshotError(`the lost session left no snapshot (no_snapshot): the host answered unknown_snapshot for ${this.#snapshotWaitMs / 1000}s (${e.message})`, { cause: e });
+        }
         await new Promise((r) => setTimeout(r, 200));
       }
     }

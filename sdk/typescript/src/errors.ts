@@ -64,12 +64,28 @@ export class SessionLostError extends ConnectionError {
 /**
  * A client made with `{ move: true }` lost its session and could not move:
  * no new session opened before the move's deadline, the handshake was
- * refused, or the restore failed (other than for a missing snapshot). The
- * client has ended; every request rejects with it. Also the error of a
- * request refused unread by several sessions in turn.
+ * refused, the restore failed, or the lost session left no snapshot and
+ * `moveFresh` was not set (`cause` is then a NoSnapshotError). The client
+ * has ended; every request rejects with it. Also the error of a request
+ * refused unread by several sessions in turn.
  */
 export class MoveFailedError extends ConnectionError {
   override readonly name: string = "MoveFailedError";
+}
+
+/**
+ * Why a move failed when the lost session left no snapshot to restore: the
+ * host answered `unknown_snapshot` for `snapshotWaitSeconds` (its host died
+ * without draining, or drained without operator.snapshot_on_drain). The
+ * move's `error` and the `cause` of the client's MoveFailedError;
+ * `moveFresh: true` carries on in the new, empty session instead.
+ */
+export class NoSnapshotError extends Error {
+  override readonly name: string = "NoSnapshotError";
+  readonly reason = "no_snapshot";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
 }
 
 /**

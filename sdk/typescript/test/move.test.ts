@@ -6,12 +6,13 @@
 // then sends everything to host B. The request in flight rejects with
 // RequestInterruptedError; the next call opens a new session on B,
 // restores the old one from its id and finds the entry; a second drain
-// moves it on again, from the newest id. Without move the client fails as
-// before. Over HTTP+SSE and WebSocket, on a SQLite file and (HTTP) on
-// PostgreSQL.
+// moves it on again, from the newest id. A host that drains without a
+// snapshot ends the client with MoveFailedError (NoSnapshotError) unless it
+// asked for moveFresh. Without move the client fails as before. Over
+// HTTP+SSE and WebSocket, on a SQLite file and (HTTP) on PostgreSQL.
 import assert from "node:assert/strict";
 import { describe, test, type TestContext } from "node:test";
-import { AepClient, AepError, ConnectionError, MoveFailedError, RequestInterruptedError, spawnStdio, type ClientOptions, type Move } from "../src/index.js";
+import { AepClient, AepError, ConnectionError, MoveFailedError, NoSnapshotError, RequestInterruptedError, spawnStdio, type ClientOptions, type Move } from "../src/index.js";
 import { Forwarder, pgStore, sqliteStore, startFleetHost, type FleetHost, type Store } from "./fleet.js";
 import { aepBinary, dataDir, token } from "./host.js";
 
@@ -120,27 +121,60 @@ async function movesOnDrain(t: TestContext, kind: string, st: Store) {
   assert.equal(r.result.success, true);
 }
 
+/**
+ * A client on host A, which drains without snapshotting, holding a
+ * working-memory entry; the forwarder then sends it to host B.
+ */
+async function drainWithoutSnapshot(t: TestContext, kind: string, opts: ClientOptions): Promise<{ c: AepClient; first: string; mid: string }> {
+  const fleet = await fleetFor(t, sqliteStore());
+  const a = await fleet.host("ts-a", { snapshotOnDrain: false });
+  const b = await fleet.host("ts-b");
+  const c = await open(kind, fleet.fwd!, { move: true, snapshotWaitSeconds: 0.5, ...opts });
+  t.after(() => c.close());
+  const first = c.sessionId!;
+  const mid = (await c.memoryInit({})).memory_id;
+  await store(c, mid, "plan", "lost");
+  await a.drain();
+  fleet.fwd!.target = b.port;
+  return { c, first, mid };
+}
+
 for (const kind of ["http", "websocket"]) {
   describe(`move over ${kind}`, { skip: bin ? false : "no aep binary (set AEP_BIN or install Go)" }, () => {
     test("a drained host's session moves and is restored; a request in flight is interrupted; a second move chains", (t) =>
       movesOnDrain(t, kind, sqliteStore()));
 
-    test("a session that left no snapshot moves to a fresh one", async (t) => {
-      const fleet = await fleetFor(t, sqliteStore());
-      const a = await fleet.host("ts-a", { snapshotOnDrain: false });
-      const b = await fleet.host("ts-b");
-      const c = await open(kind, fleet.fwd!, { move: true, snapshotWaitSeconds: 0.5 });
-      t.after(() => c.close());
-      const first = c.sessionId!;
-      const mid = (await c.memoryInit({})).memory_id;
-      await store(c, mid, "plan", "lost");
-      await a.drain();
-      fleet.fwd!.target = b.port;
+    test("a session that left no snapshot ends the client", async (t) => {
+      const { c, first, mid } = await drainWithoutSnapshot(t, kind, {});
+      // The move opens a session on B, the restore finds nothing
+      // (unknown_snapshot) for snapshotWaitSeconds, and without moveFresh
+      // the move fails: the client ends rather than go on without its state.
+      const err = await c.ping().then(() => undefined, (e: unknown) => e);
+      assert.ok(err instanceof MoveFailedError, String(err));
+      assert.match(err.message, /the lost session left no snapshot \(no_snapshot\)/);
+      assert.ok(err.cause instanceof NoSnapshotError, String(err.cause));
+      assert.equal(c.moves.length, 1);
+      const m = c.moves[0]!;
+      assert.deepEqual([m.fromSession, m.sessionId, m.fresh, m.snapshotId, m.restored], [first, undefined, false, undefined, []]);
+      assert.ok(m.error instanceof NoSnapshotError, String(m.error));
+      assert.equal(m.error.reason, "no_snapshot");
+      assert.match(m.error.message, /unknown_snapshot/);
+      assert.ok(m.error.cause instanceof AepError);
+      // Ended for good: every later request rejects the same way, and no
+      // further move is tried.
+      await assert.rejects(working(c, mid, "plan"), (e: unknown) => e instanceof MoveFailedError);
+      assert.ok(c.closedReason instanceof MoveFailedError);
+      assert.equal(c.sessionId, first);
+      assert.equal(c.moves.length, 1);
+    });
+
+    test("with moveFresh a session that left no snapshot moves to a fresh one", async (t) => {
+      const { c, first, mid } = await drainWithoutSnapshot(t, kind, { moveFresh: true });
       // The restore finds nothing (unknown_snapshot): the new session stays, fresh.
       assert.equal((await c.ping()).type, "pong");
       assert.equal(c.moves.length, 1);
       const m = c.moves[0]!;
-      assert.deepEqual([m.fromSession, m.fresh, m.snapshotId, m.restored], [first, true, undefined, []]);
+      assert.deepEqual([m.fromSession, m.fresh, m.snapshotId, m.restored, m.error], [first, true, undefined, [], undefined]);
       assert.match(c.sessionId!, /^s-ts-b-/);
       await assert.rejects(working(c, mid, "plan"), (e: unknown) => e instanceof AepError);
     });
@@ -172,10 +206,12 @@ for (const kind of ["http", "websocket"]) {
       const call = await inFlight(c);
       await a.drain();
       fleet.fwd!.target = b.port;
+      // The drain snapshots, so it seals the host and cancels what still
+      // runs at its timeout (server/drain.go): the host's own `cancelled`,
+      // which the client passes on as the reply.
       const err = await call.settled;
-      assert.ok(err instanceof ConnectionError, String(err));
-      assert.ok(!(err instanceof RequestInterruptedError));
-      await assert.rejects(c.ping(), (e: unknown) => e instanceof ConnectionError);
+      assert.ok(err instanceof AepError && err.code === "cancelled", String(err));
+      await assert.rejects(c.ping(), (e: unknown) => e instanceof ConnectionError && !(e instanceof RequestInterruptedError));
       assert.equal(c.sessionId, first);
       assert.deepEqual(c.moves, []);
     });
