@@ -509,7 +509,7 @@ class AsyncClient(AsyncMethods):
             raise
         except BaseException as e:  # noqa: BLE001 - the client ends with it
             await self._drop_transport()
-            fail = MoveFailed(f"moving from session {from_id} failed: {e}")
+            fail = MoveFailed(f"moving to a new session failed: {e}")  # not the lost id: a bearer secret, and messages get logged
             fail.__cause__ = e
             mv = Move(from_session=from_id, session_id=None, snapshot_id=None, restored=(), fresh=False,
                       cause=cause, error=e, took=time.monotonic() - started)

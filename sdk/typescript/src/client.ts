@@ -500,7 +500,7 @@ export class AepClient extends Methods<RequestOptions> {
       this.#sessionId = from;
       await this.#t.close().catch(() => {});
       move = { fromSession: from, sessionId: undefined, snapshotId: undefined, restored: [], fresh: false, cause, error: err, tookMs: Date.now() - started };
-      this.#end(new MoveFailedError(`moving from session ${from} failed: ${err.message}`, { cause: err }));
+      this.#end(new MoveFailedError(`moving to a new session failed: ${err.message}`, { cause: err })); // not the lost id: a bearer secret, and messages get logged
     }
     this.#moves.push(move);
     for (const fn of this.#moveListeners) {
