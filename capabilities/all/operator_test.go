@@ -70,15 +70,18 @@ func TestMetricsAfterScriptedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One running, one queued, the third is refused.
+	// The second is sent once the first runs: sent together, both could
+	// reach the queue (of one) before the worker takes the first, and the
+	// second would be the one refused.
 	gate := "g"
 	errs := make(chan error, 2)
-	for range 2 {
-		go func() {
-			_, err := c.Request(ctx, &testproto.EchoWaitReq{Gate: &gate})
-			errs <- err
-		}()
+	wait := func() {
+		_, err := c.Request(ctx, &testproto.EchoWaitReq{Gate: &gate})
+		errs <- err
 	}
+	go wait()
 	<-echo.Started
+	go wait()
 	ops := httptest.NewServer(httpapi.OperatorHandler(h, "op-token"))
 	defer ops.Close()
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(scrape(t, ops.URL, "op-token"), "\naep_queue_depth 2\n"); time.Sleep(5 * time.Millisecond) {
