@@ -129,7 +129,7 @@ func (h *Host) autoSnapshot(ctx context.Context, s *Session) bool {
 	s.mu.Lock()
 	busy := s.pending > 0
 	s.mu.Unlock()
-	mark := autoMark{active: active, files: dirFingerprint(h.sessionDirPath(s), h.cfg.Server.Snapshots.filesMaxEntries())}
+	mark := autoMark{active: active, files: dirFingerprint(h.sessionDirOf(s).Path, h.cfg.Server.Snapshots.filesMaxEntries())}
 	if prev, ok := h.auto.last[s.handle]; ok && !busy && prev == mark {
 		return false
 	}

@@ -124,10 +124,6 @@ func (h *Host) sessionDirOf(s *Session) SessionDir {
 	return d
 }
 
-// sessionDirPath is the path of the directory session s sees, which may
-// not exist yet.
-func (h *Host) sessionDirPath(s *Session) string { return h.sessionDirOf(s).Path }
-
 // SessionUsage is the bytes held in a session directory.
 func SessionUsage(dir string) (int64, error) {
 	var n int64

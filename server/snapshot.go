@@ -166,7 +166,7 @@ func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string
 	if target == "sql" {
 		lim := h.filesLimits(h.cfg.Server.Snapshots.filesMaxBytes())
 		var fi filesInfo
-		archive, fi = archiveDir(h.sessionDirPath(s), lim, secrets)
+		archive, fi = archiveDir(h.sessionDirOf(s).Path, lim, secrets)
 		p.Files = &fi
 		if fi.State == filesOmitted {
 			h.log.Warn("snapshot taken without the session's files", "session", s.handle, "snapshot_id", p.SnapshotID,
