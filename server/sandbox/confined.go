@@ -302,6 +302,7 @@ func (p *Process) startConfined() (err error) {
 		// A spare init already in its namespaces, its root made, takes
 		// the run if one is ready (spare.go); else a cold start below.
 		if sp := takeSpare(); sp != nil {
+			p.refill = time.AfterFunc(spareRefillDelay, askSpare)
 			if done, err := p.startOnSpare(sp, cfg); done {
 				return err
 			}

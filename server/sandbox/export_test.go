@@ -35,3 +35,16 @@ func WaitSpare(t testing.TB) {
 		t.Fatal("no spare init became ready")
 	}
 }
+
+// SetSpareRefillDelay changes how long a run on a spare runs before the
+// next spare is made anyway.
+func SetSpareRefillDelay(t testing.TB, d time.Duration) {
+	saved := spareRefillDelay
+	spareRefillDelay = d
+	t.Cleanup(func() { spareRefillDelay = saved })
+}
+
+// Spares tells how many spares are ready and whether one is being made.
+func Spares() (ready int, making bool) {
+	return len(spares.pool), spares.making.Load()
+}

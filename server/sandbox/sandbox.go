@@ -162,6 +162,7 @@ type Process struct {
 	done      chan struct{}
 	started   time.Time // set before the waiting goroutine starts; never changed
 	timer     *time.Timer
+	refill    *time.Timer  // namespaces mode on a spare: asks for the next spare unless the run ended first
 	errTail   *limitWriter // confined: the tail of stderr
 	rlimitMem bool         // confined: memory limited by RLIMIT_DATA, not a cgroup
 	tier      Tier         // confined: the tier the run got
@@ -383,6 +384,9 @@ func (p *Process) wait() {
 	countOutcome(res.Outcome)
 	p.res = res
 	close(p.done)
+	if p.refill != nil && p.refill.Stop() {
+		askSpare()
+	}
 }
 
 // decide applies the precedence of docs/DECISIONS.md, Sandbox outcomes. rep is the

@@ -25,8 +25,9 @@ import (
 // read-only paths, uid, limits, the paths of its cgroups), and the init
 // binds the work directory, pivots into the root, joins the cgroups
 // through the command's first step and starts the command exactly as a
-// cold init does. A spare serves one run and is never reused; taking one
-// starts the making of the next, off the request path.
+// cold init does. A spare serves one run and is never reused; the next is
+// made once that run ends or has run for [spareRefillDelay], off the
+// request path and not beside the run's start.
 //
 // The spare's mount namespace is a copy of the host's at the time it
 // started: a run whose work directory or read-only paths are, as the
@@ -106,7 +107,15 @@ func askSpare() {
 	}
 }
 
-// takeSpare returns a ready spare, or nil, and asks for the next.
+// spareRefillDelay is how long a run that took a spare may run before
+// the next spare is made anyway; a shorter one asks for it when it ends
+// (Process.wait). Made at once, the next spare (an exec of the host
+// binary) would compete with the run for the CPU just when the run's
+// latency counts.
+var spareRefillDelay = 250 * time.Millisecond
+
+// takeSpare returns a ready spare, or nil. Without one it asks for the
+// next at once; with one, the caller asks (see [spareRefillDelay]).
 func takeSpare() *spare {
 	if sparesDisabled.Load() {
 		return nil
@@ -125,7 +134,9 @@ func takeSpare() *spare {
 			t.Stop()
 		}
 	}
-	askSpare()
+	if sp == nil {
+		askSpare()
+	}
 	return sp
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aephost/aep/server/sandbox"
 )
@@ -51,4 +52,57 @@ func TestSpareServesOneRun(t *testing.T) {
 			t.Fatalf("run %d: %+v, stdout %q, stderr %q", i, res, out, errOut)
 		}
 	}
+}
+
+// The next spare is made once a run that took one ends, not while the run
+// starts (both would compete for the CPU); a run that goes on long gets
+// it made after the refill delay.
+func TestSpareRefilledAfterTheRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the namespaces mode needs root")
+	}
+	waitReady := func(what string) {
+		t.Helper()
+		for i := 0; i < 1000; i++ {
+			if ready, _ := sandbox.Spares(); ready > 0 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("no spare became ready %s", what)
+	}
+	sandbox.WaitSpare(t)
+	sandbox.SetSpareRefillDelay(t, time.Hour)
+	p, err := sandbox.Start(sandbox.Spec{Argv: []string{"cat"}, Dir: t.TempDir(), Sandboxed: true, Mode: sandbox.ModeNamespaces})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if ready, making := sandbox.Spares(); ready != 0 || making {
+		t.Fatalf("while the run goes on: %d spares ready, making %v; want none", ready, making)
+	}
+	p.Stdin.Close()
+	if res := <-waitResult(p); res.Outcome != sandbox.Exited || res.ExitCode != 0 {
+		t.Fatalf("run: %+v", res)
+	}
+	waitReady("after the run ended")
+
+	sandbox.SetSpareRefillDelay(t, 50*time.Millisecond)
+	p, err = sandbox.Start(sandbox.Spec{Argv: []string{"cat"}, Dir: t.TempDir(), Sandboxed: true, Mode: sandbox.ModeNamespaces})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	waitReady("while a long run goes on")
+	select {
+	case <-p.Done():
+		t.Fatal("the long run ended early")
+	default:
+	}
+}
+
+func waitResult(p *sandbox.Process) <-chan sandbox.Result {
+	c := make(chan sandbox.Result, 1)
+	go func() { <-p.Done(); c <- p.Result() }()
+	return c
 }
