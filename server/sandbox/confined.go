@@ -15,79 +15,29 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aephost/aep/server/sandbox/initproc"
 )
 
-// initEnv carries the init's instructions; the init removes it from the
-// command's environment.
-const initEnv = "AEP_SANDBOX_INIT"
-
-// File descriptors of the init (os/exec ExtraFiles start at 3).
+// The init's side (server/sandbox/initproc) under the names the host's
+// side uses.
 const (
-	fdStatus  = 3 // init → host: a "started" line, then the final report
-	fdControl = 4 // host → init: one byte per signal to forward
-	fdCgroups = 5 // cgroup.procs files the init writes "0" to, in order
+	initEnv   = initproc.Env
+	fdStatus  = initproc.FDStatus
+	fdControl = initproc.FDControl
+	fdCgroups = initproc.FDCgroups
+
+	programNotFound      = initproc.ProgramNotFound
+	programNotExecutable = initproc.ProgramNotExecutable
 )
 
-// initConfig is what the host tells the init.
-type initConfig struct {
-	Namespaces bool     `json:"namespaces,omitempty"` // set up mounts itself (ModeNamespaces)
-	Supervised bool     `json:"supervised,omitempty"` // tier (b): Landlock, subreaper, sweep
-	NewRoot    string   `json:"new_root,omitempty"`   // namespaces: empty directory the new root is built on
-	UID        int      `json:"uid,omitempty"`        // > 0: the command runs as this uid and gid
-	RunID      string   `json:"run_id,omitempty"`     // the value of RunMarker
-	ReadOnly   []string `json:"read_only,omitempty"`  // further read-only paths (namespaces, Landlock)
-	FSize      int64    `json:"fsize,omitempty"`      // RLIMIT_FSIZE of the command
-	WorkRO     bool     `json:"work_ro,omitempty"`    // the work directory is read-only
-	Argv       []string `json:"argv"`
-	Dir        string   `json:"dir"`
-	WorkDir    string   `json:"work_dir"`
-	Cgroups    int      `json:"cgroups"`
-	CPUSeconds int64    `json:"cpu_seconds,omitempty"`
-	// Rlimit fallbacks when no cgroup enforces these.
-	MemBytes int64 `json:"mem_bytes,omitempty"`
-	NProc    int   `json:"nproc,omitempty"`
+type (
+	initConfig = initproc.Config
+	pathID     = initproc.PathID
+	report     = initproc.Report
+)
 
-	// A spare (spare.go) is started with only Spare, Namespaces and
-	// NewRoot; the rest comes on the control pipe when it is given a run,
-	// with these, which a cold init has from its fds and environment.
-	Spare      bool     `json:"spare,omitempty"`
-	CgroupDirs []string `json:"cgroup_dirs,omitempty"` // the init opens cgroup.procs in each
-	Env        []string `json:"env,omitempty"`         // the command's environment
-	// Paths are the work directory and the read-only paths as the host
-	// sees them; a spare whose mount namespace (copied when it started)
-	// shows another file there refuses the run.
-	Paths []pathID `json:"paths,omitempty"`
-}
-
-// pathID names a file by device and inode.
-type pathID struct {
-	Path string `json:"path"`
-	Dev  uint64 `json:"dev"`
-	Ino  uint64 `json:"ino"`
-}
-
-func idOf(path string) (pathID, bool) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return pathID{}, false
-	}
-	return pathID{Path: path, Dev: uint64(st.Dev), Ino: st.Ino}, true
-}
-
-// stale says why the spare's view of the run's paths is not the host's,
-// or "" when it is.
-func (c initConfig) stale() string {
-	for _, want := range c.Paths {
-		got, ok := idOf(want.Path)
-		if !ok || got != want {
-			return fmt.Sprintf("the spare init sees another %s than the host", want.Path)
-		}
-	}
-	return ""
-}
-
-// maxInstructions bounds what a spare reads from the host.
-const maxInstructions = 4 << 20
+func idOf(path string) (pathID, bool) { return initproc.IDOf(path) }
 
 // writeInstructions sends a spare its run: a 4-byte big-endian length and
 // the JSON of cfg.
@@ -96,52 +46,13 @@ func writeInstructions(w io.Writer, cfg initConfig) error {
 	if err != nil {
 		return err
 	}
-	if len(b) > maxInstructions {
+	if len(b) > initproc.MaxInstructions {
 		return fmt.Errorf("sandbox instructions of %d bytes: %w", len(b), ErrSetup)
 	}
 	buf := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
 	_, err = w.Write(append(buf, b...))
 	return err
 }
-
-func readInstructions(r io.Reader, cfg *initConfig) error {
-	var n [4]byte
-	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return err
-	}
-	size := binary.BigEndian.Uint32(n[:])
-	if size > maxInstructions {
-		return fmt.Errorf("sandbox instructions of %d bytes", size)
-	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return err
-	}
-	return json.Unmarshal(b, cfg)
-}
-
-// report is what the init tells the host; the first line has only Started
-// or SetupError, the second how the command ended.
-type report struct {
-	Ready      bool   `json:"ready,omitempty"` // a spare has made its root and waits for a run
-	Stale      bool   `json:"stale,omitempty"` // a spare refused its run (initConfig.stale)
-	Started    bool   `json:"started,omitempty"`
-	SetupError string `json:"setup_error,omitempty"`
-	Exit       int    `json:"exit"`
-	Signal     int    `json:"signal,omitempty"`
-	CPUMicros  int64  `json:"cpu_us"`
-	MaxRSS     int64  `json:"max_rss"`
-	// MemFail is the rlimit fallback's verdict: see init.go.
-	MemFail bool `json:"mem_fail,omitempty"`
-	// Program says why the command could not start, when it is the
-	// program's fault: programNotFound or programNotExecutable.
-	Program string `json:"program,omitempty"`
-}
-
-const (
-	programNotFound      = "not_found"
-	programNotExecutable = "not_executable"
-)
 
 var (
 	bwrapOnce sync.Once

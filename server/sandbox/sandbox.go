@@ -14,7 +14,7 @@
 //  5. otherwise [Exited] with the exit code.
 //
 // Confined runs go through a small init: the host binary re-executed (see
-// init.go), which joins the cgroups, applies the rlimits, starts the command
+// package initproc), which joins the cgroups, applies the rlimits, starts the command
 // as its child and reports how it ended on a status pipe. bwrap alone cannot
 // tell an exit code of 139 from a death by SIGSEGV (it reports 128+signal),
 // and a command that is pid 1 of its namespace ignores signals it sends itself.

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aephost/aep/server/sandbox/initproc"
 )
 
 // The isolation tiers (docs/SECURITY.md, Isolation). Tier (a), "namespaces",
@@ -40,7 +42,7 @@ const ModeSupervised Mode = "supervised"
 
 // Workspace is where a contained command sees its session directory
 // (tier a); the spec's default data root /workspace/data lies in it.
-const Workspace = "/workspace"
+const Workspace = initproc.Workspace
 
 // SandboxUID is the uid (and gid) contained commands run as when the host
 // is root: a uid of their own, which owns nothing of the host's. Not
@@ -55,18 +57,13 @@ const DefaultMaxProcs = 256
 // RunMarker names the variable the init puts in a command's environment
 // (a run id), by which the host recognises the run's processes that were
 // re-parented to it in tier (b).
-const RunMarker = "AEP_SANDBOX_RUN"
+const RunMarker = initproc.RunMarker
 
 // SystemPaths are the host paths a contained command sees, read-only:
 // binaries, libraries and the few /etc files programs need to load and to
 // resolve names. Never the data dir, the store, a config file or another
 // session's directory.
-var SystemPaths = []string{
-	"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-	"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/hosts",
-	"/etc/resolv.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/mime.types",
-}
+var SystemPaths = initproc.SystemPaths
 
 // TierOf names the tier a mechanism provides.
 func TierOf(mechanism string) Tier {
@@ -108,7 +105,7 @@ func Describe(m Mode) (Tier, string, error) {
 	t := TierOf(mech)
 	what := mech
 	if t == TierSupervised {
-		if v := landlockABI(); v > 0 {
+		if v := initproc.LandlockABI(); v > 0 {
 			what += fmt.Sprintf(" (Landlock ABI %d confines paths)", v)
 		} else {
 			what += " (no Landlock: paths are not confined beyond file permissions)"
@@ -156,37 +153,6 @@ func becomeSubreaper() {
 	})
 }
 
-// children lists the pids whose parent is ppid.
-func children(ppid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The fields after the command name, which is in parentheses and may hold anything.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 2 {
-			if pp, _ := strconv.Atoi(f[1]); pp == ppid {
-				out = append(out, pid)
-			}
-		}
-	}
-	return out
-}
-
 // carries reports whether pid's environment holds the run marker id.
 func carries(pid int, id string) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
@@ -210,7 +176,7 @@ func sweepHost(id string) {
 	self := os.Getpid()
 	for round := 0; round < 50; round++ {
 		var found []int
-		for _, pid := range children(self) {
+		for _, pid := range initproc.Children(self) {
 			if carries(pid, id) {
 				found = append(found, pid)
 			}
@@ -226,25 +192,6 @@ func sweepHost(id string) {
 			_, _ = syscall.Wait4(pid, &ws, 0, nil)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// sweepOwn ends every descendant of the calling process (the init, which
-// is their subreaper) and reaps them, until none is left.
-func sweepOwn() {
-	self := os.Getpid()
-	for round := 0; round < 200; round++ {
-		kids := children(self)
-		if len(kids) == 0 {
-			return
-		}
-		for _, pid := range kids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		for _, pid := range kids {
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(pid, &ws, 0, nil)
-		}
 	}
 }
 

@@ -1,4 +1,17 @@
-package sandbox
+// Package initproc is the init of a confined run: the host binary (or a
+// test binary, which links it too) started with [Env] set is the init and
+// never returns to the program's main. Re-executing the host binary keeps
+// the sandbox free of any helper that must be installed.
+//
+// The init runs from this package's Go init function, so before the
+// initialisation of every package that does not need to come first. Go
+// initialises packages in the order of their import paths among those
+// whose imports are ready, so this package imports only what the
+// standard library initialises early: os/exec and path/filepath (each
+// would make it wait for some 170 of the host's packages, twice the
+// init's CPU at start) are replaced here by syscall.ForkExec and joins of
+// clean absolute paths. server/sandbox/boot_test.go keeps it so.
+package initproc
 
 import (
 	"encoding/json"
@@ -6,30 +19,23 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 	"unsafe"
 )
 
-// The init: when the host binary (or a test binary, which links this package
-// too) is started with AEP_SANDBOX_INIT set, it is the init of a confined
-// run and never returns to the program's main. Re-executing the host binary
-// keeps the sandbox free of any helper that must be installed.
 func init() {
-	raw, ok := os.LookupEnv(initEnv)
+	raw, ok := os.LookupEnv(Env)
 	if !ok {
 		return
 	}
 	os.Exit(runInit(raw))
 }
 
-func writeReport(f *os.File, r report) {
+func writeReport(f *os.File, r Report) {
 	b, _ := json.Marshal(r)
 	_, _ = f.Write(append(b, '\n'))
 }
@@ -63,31 +69,31 @@ func runInit(raw string) int {
 	// close-on-exec, they would reach the command, which could then forge
 	// the report of how it ended (status) or swallow the owner's signals
 	// (control).
-	syscall.CloseOnExec(fdStatus)
-	syscall.CloseOnExec(fdControl)
-	status := os.NewFile(fdStatus, "status")
+	syscall.CloseOnExec(FDStatus)
+	syscall.CloseOnExec(FDControl)
+	status := os.NewFile(FDStatus, "status")
 	fail := func(format string, args ...any) int {
-		writeReport(status, report{SetupError: fmt.Sprintf(format, args...)})
+		writeReport(status, Report{SetupError: fmt.Sprintf(format, args...)})
 		return 1
 	}
 	// failStart is a command that cannot start: whether the program is
 	// missing or not executable is the caller's to say (the agent's mistake).
 	failStart := func(argv0 string, err error) int {
-		r := report{SetupError: fmt.Sprintf("starting %q: %v", argv0, err)}
+		r := Report{SetupError: fmt.Sprintf("starting %q: %v", argv0, err)}
 		switch {
-		case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
-			r.Program = programNotFound
-		case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC), errors.Is(err, exec.ErrDot):
-			r.Program = programNotExecutable
+		case errors.Is(err, errNotFound), errors.Is(err, fs.ErrNotExist):
+			r.Program = ProgramNotFound
+		case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC), errors.Is(err, errDot):
+			r.Program = ProgramNotExecutable
 		}
 		writeReport(status, r)
 		return 1
 	}
-	var cfg initConfig
+	var cfg Config
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil || (len(cfg.Argv) == 0 && !cfg.Spare) {
 		return fail("sandbox init: bad instructions")
 	}
-	os.Unsetenv(initEnv)
+	os.Unsetenv(Env)
 	// Credentials changed below are per thread; the command is forked from
 	// this one.
 	runtime.LockOSThread()
@@ -95,7 +101,7 @@ func runInit(raw string) int {
 	// when the command ends (docs/SECURITY.md, Isolation).
 	const prSetChildSubreaper = 36
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
-	control := os.NewFile(fdControl, "control")
+	control := os.NewFile(FDControl, "control")
 	// The run's cgroups are joined by the command's own first step (the
 	// shell below), not by this init: its Go runtime's threads would count
 	// against pids.max (cgroup v1 counts threads) and its memory against
@@ -109,8 +115,8 @@ func runInit(raw string) int {
 		if err := prepareRoot(cfg.NewRoot); err != nil {
 			return fail("sandbox mounts: %v", err)
 		}
-		writeReport(status, report{Ready: true})
-		var run initConfig
+		writeReport(status, Report{Ready: true})
+		var run Config
 		if err := readInstructions(control, &run); err != nil || len(run.Argv) == 0 {
 			// The host closed the pipe: the spare is not needed.
 			return 1
@@ -126,12 +132,12 @@ func runInit(raw string) int {
 		}
 		env = os.Environ()
 		if why := cfg.stale(); why != "" {
-			writeReport(status, report{SetupError: why, Stale: true})
+			writeReport(status, Report{SetupError: why, Stale: true})
 			return 1
 		}
 		// Opened while the host's file systems are still in view.
 		for _, d := range cfg.CgroupDirs {
-			f, err := os.OpenFile(filepath.Join(d, "cgroup.procs"), os.O_WRONLY|syscall.O_CLOEXEC, 0)
+			f, err := os.OpenFile(d+"/cgroup.procs", os.O_WRONLY|syscall.O_CLOEXEC, 0)
 			if err != nil {
 				return fail("opening the run's cgroup: %v", err)
 			}
@@ -147,8 +153,8 @@ func runInit(raw string) int {
 		fallthrough
 	default:
 		for i := 0; i < cfg.Cgroups; i++ {
-			f := os.NewFile(uintptr(fdCgroups+i), "cgroup.procs")
-			syscall.CloseOnExec(fdCgroups + i)
+			f := os.NewFile(uintptr(FDCgroups+i), "cgroup.procs")
+			syscall.CloseOnExec(FDCgroups + i)
 			cgFiles = append(cgFiles, f)
 		}
 	}
@@ -200,7 +206,9 @@ func runInit(raw string) int {
 			return fail("landlock: %v", err)
 		}
 	}
-	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+	path, lookErr := lookPath(cfg.Argv[0])
+	argv0, argv := path, cfg.Argv
+	files := []uintptr{0, 1, 2}
 	var ready *os.File
 	if len(cgFiles) > 0 || cfg.MemBytes > 0 {
 		// A shell joins the cgroups and sets the rlimit fallback of
@@ -208,12 +216,12 @@ func runInit(raw string) int {
 		// bind the command only. On this init the memory limit would count
 		// the init's own runtime (a race-instrumented one dies under it at
 		// once), and so would pids.max.
-		if cmd.Err != nil {
-			return failStart(cfg.Argv[0], cmd.Err)
+		if lookErr != nil {
+			return failStart(cfg.Argv[0], lookErr)
 		}
 		// The shell would only fail its exec: a missing or unexecutable
 		// program is a setup error.
-		if fi, err := os.Stat(cmd.Path); err != nil {
+		if fi, err := os.Stat(path); err != nil {
 			return failStart(cfg.Argv[0], err)
 		} else if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
 			return failStart(cfg.Argv[0], fs.ErrPermission)
@@ -223,44 +231,48 @@ func runInit(raw string) int {
 			return fail("sandbox init: %v", err)
 		}
 		ready = r
-		script := joinScript(len(cgFiles), cfg.MemBytes)
-		cmd = exec.Command("/bin/sh", append([]string{"-c", script, "aep-sandbox", cmd.Path}, cfg.Argv[1:]...)...)
-		cmd.ExtraFiles = append(append([]*os.File{}, cgFiles...), w)
 		defer w.Close()
+		script := joinScript(len(cgFiles), cfg.MemBytes)
+		argv0, argv = "/bin/sh", append([]string{"/bin/sh", "-c", script, "aep-sandbox", path}, cfg.Argv[1:]...)
+		for _, f := range cgFiles {
+			files = append(files, f.Fd())
+		}
+		files = append(files, w.Fd())
+	} else if lookErr != nil {
+		return failStart(cfg.Argv[0], lookErr)
 	}
-	cmd.Dir = cfg.Dir
-	cmd.Env = env
+	cmdEnv := env
 	if cfg.RunID != "" {
-		cmd.Env = append(cmd.Env, RunMarker+"="+cfg.RunID)
+		cmdEnv = append(cmdEnv[:len(cmdEnv):len(cmdEnv)], RunMarker+"="+cfg.RunID)
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sys := &syscall.SysProcAttr{Setpgid: true}
 	if cfg.UID > 0 {
 		// The command owns nothing of the host's (the session directory
 		// was handed to this uid before the run).
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.UID), Groups: []uint32{}}
+		sys.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.UID), Groups: []uint32{}}
 	}
-	if err := cmd.Start(); err != nil {
+	pid, err := syscall.ForkExec(argv0, argv, &syscall.ProcAttr{Dir: cfg.Dir, Env: cmdEnv, Files: files, Sys: sys})
+	if err != nil {
 		return failStart(cfg.Argv[0], err)
 	}
 	if ready != nil {
 		// The shell writes one byte once it joined every cgroup and set the
 		// limit; end of file without it means it could not, and the
 		// command never ran (the setup error of docs/DECISIONS.md, Sandbox outcomes).
-		for _, f := range cmd.ExtraFiles {
+		for _, f := range cgFiles {
 			f.Close()
 		}
 		b := make([]byte, 1)
 		n, _ := ready.Read(b)
 		ready.Close()
 		if n != 1 {
-			_ = cmd.Wait()
-			return fail("the command's first step could not join the run's cgroups or set its limit (exit %d)", cmd.ProcessState.ExitCode())
+			ws, _ := wait(pid)
+			return fail("the command's first step could not join the run's cgroups or set its limit (exit %d)", ws.ExitStatus())
 		}
 	}
 	os.Stdin.Close()
 	os.Stdout.Close()
-	go forward(control, cmd.Process.Pid)
+	go forward(control, pid)
 	// SIGTERM to the init (the host's kill in tier b, or the host's death
 	// through PR_SET_PDEATHSIG) ends the command's group and every
 	// descendant; the command's own end is reported as usual below.
@@ -269,13 +281,13 @@ func runInit(raw string) int {
 	go func(pid int) {
 		for range terms {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			for _, c := range children(os.Getpid()) {
+			for _, c := range Children(os.Getpid()) {
 				_ = syscall.Kill(c, syscall.SIGKILL)
 			}
 		}
-	}(cmd.Process.Pid)
-	writeReport(status, report{Started: true})
-	_ = cmd.Wait()
+	}(pid)
+	writeReport(status, Report{Started: true})
+	ws, ru := wait(pid)
 	// A descendant that left the command's group (setsid) came back to the
 	// init as subreaper: it goes now. On another goroutine, since this
 	// thread may be under Landlock, which hides /proc. In the namespaces
@@ -286,19 +298,14 @@ func runInit(raw string) int {
 		go func() { sweepOwn(); close(swept) }()
 		<-swept
 	}
-	st := cmd.ProcessState
-	rep := report{Exit: -1}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok {
-		if ws.Signaled() {
-			rep.Signal = int(ws.Signal())
-		} else {
-			rep.Exit = ws.ExitStatus()
-		}
+	rep := Report{Exit: -1}
+	if ws.Signaled() {
+		rep.Signal = int(ws.Signal())
+	} else if ws.Exited() {
+		rep.Exit = ws.ExitStatus()
 	}
-	rep.CPUMicros = int64((st.UserTime() + st.SystemTime()) / time.Microsecond)
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-		rep.MaxRSS = ru.Maxrss * 1024
-	}
+	rep.CPUMicros = ru.Utime.Nano()/1000 + ru.Stime.Nano()/1000
+	rep.MaxRSS = ru.Maxrss * 1024
 	writeReport(status, rep)
 	return 0
 }
@@ -325,7 +332,7 @@ func forward(control *os.File, pid int) {
 // zero, full, random and urandom, a private /tmp and /dev/shm and a /proc
 // of the new PID namespace; the old root is detached. The init is pid 1 of
 // a fresh mount namespace, so none of this reaches the host.
-func setupRoot(cfg initConfig) error {
+func setupRoot(cfg Config) error {
 	if err := prepareRoot(cfg.NewRoot); err != nil {
 		return err
 	}
@@ -339,11 +346,11 @@ func bindInto(nr, src, dst string, ro bool) error {
 	if err != nil {
 		return nil
 	}
-	target := filepath.Join(nr, dst)
+	target := under(nr, dst)
 	if fi.IsDir() {
 		err = os.MkdirAll(target, 0o755)
 	} else {
-		if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
+		if err = os.MkdirAll(parent(target), 0o755); err == nil {
 			var f *os.File
 			if f, err = os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
 				f.Close()
@@ -382,8 +389,8 @@ func prepareRoot(nr string) error {
 		if fi.Mode()&os.ModeSymlink != 0 {
 			t, err := os.Readlink(p)
 			if err == nil {
-				_ = os.MkdirAll(filepath.Dir(filepath.Join(nr, p)), 0o755)
-				err = os.Symlink(t, filepath.Join(nr, p))
+				_ = os.MkdirAll(parent(under(nr, p)), 0o755)
+				err = os.Symlink(t, under(nr, p))
 			}
 			if err != nil {
 				return err
@@ -402,21 +409,21 @@ func prepareRoot(nr string) error {
 	// What bubblewrap's /dev also has: the descriptors by name.
 	for link, target := range map[string]string{"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0",
 		"/dev/stdout": "/proc/self/fd/1", "/dev/stderr": "/proc/self/fd/2"} {
-		if err := os.Symlink(target, filepath.Join(nr, link)); err != nil {
+		if err := os.Symlink(target, under(nr, link)); err != nil {
 			return err
 		}
 	}
 	for _, d := range []string{"/proc", "/tmp", "/dev/shm", "/.old"} {
-		if err := os.MkdirAll(filepath.Join(nr, d), 0o755); err != nil {
+		if err := os.MkdirAll(under(nr, d), 0o755); err != nil {
 			return err
 		}
 	}
 	for _, d := range []string{"/tmp", "/dev/shm"} {
-		if err := syscall.Mount("tmpfs", filepath.Join(nr, d), "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777"); err != nil {
+		if err := syscall.Mount("tmpfs", under(nr, d), "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=1777"); err != nil {
 			return fmt.Errorf("mounting %s: %w", d, err)
 		}
 	}
-	if err := syscall.Mount("proc", filepath.Join(nr, "/proc"), "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+	if err := syscall.Mount("proc", under(nr, "/proc"), "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
 	return nil
@@ -426,7 +433,7 @@ func prepareRoot(nr string) error {
 // so that one below /tmp is not hidden by it, and the work directory),
 // then moves into the new root, detaches the old one and makes the root
 // read-only.
-func finishRoot(cfg initConfig) error {
+func finishRoot(cfg Config) error {
 	nr := cfg.NewRoot
 	for _, p := range cfg.ReadOnly {
 		if err := bindInto(nr, p, p, true); err != nil {
@@ -436,7 +443,7 @@ func finishRoot(cfg initConfig) error {
 	if err := bindInto(nr, cfg.WorkDir, Workspace, cfg.WorkRO); err != nil {
 		return err
 	}
-	if err := syscall.PivotRoot(nr, filepath.Join(nr, "/.old")); err != nil {
+	if err := syscall.PivotRoot(nr, under(nr, "/.old")); err != nil {
 		return fmt.Errorf("pivot_root: %w", err)
 	}
 	if err := os.Chdir("/"); err != nil {

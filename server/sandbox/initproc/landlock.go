@@ -1,4 +1,4 @@
-package sandbox
+package initproc
 
 import (
 	"fmt"
@@ -38,8 +38,8 @@ var (
 	llABI  int
 )
 
-// landlockABI is the kernel's Landlock ABI version, 0 without Landlock.
-func landlockABI() int {
+// LandlockABI is the kernel's Landlock ABI version, 0 without Landlock.
+func LandlockABI() int {
 	llOnce.Do(func() {
 		r, _, e := syscall.RawSyscall(sysLandlockCreateRuleset, 0, 0, llVersionFlg)
 		if e == 0 {
@@ -68,7 +68,7 @@ func handledFS(abi int) uint64 {
 // ro paths readable and executable, rw paths fully usable. Paths that do
 // not exist are skipped. It needs no_new_privs, which it sets.
 func landlock(ro, rw []string) error {
-	abi := landlockABI()
+	abi := LandlockABI()
 	if abi == 0 {
 		return nil
 	}

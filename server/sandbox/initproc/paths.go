@@ -1,0 +1,91 @@
+package initproc
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"strings"
+	"syscall"
+)
+
+// under is p (absolute) below root: p is cleaned as a rooted path first,
+// so no ".." in it leads out of root.
+func under(root, p string) string {
+	var kept []string
+	for _, e := range strings.Split(p, "/") {
+		switch e {
+		case "", ".":
+		case "..":
+			if len(kept) > 0 {
+				kept = kept[:len(kept)-1]
+			}
+		default:
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == 0 {
+		return root
+	}
+	return strings.TrimSuffix(root, "/") + "/" + strings.Join(kept, "/")
+}
+
+// parent is the directory holding p.
+func parent(p string) string {
+	i := strings.LastIndexByte(strings.TrimSuffix(p, "/"), '/')
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
+}
+
+var (
+	errNotFound = errors.New("executable file not found in $PATH")
+	errDot      = errors.New("cannot run executable found relative to current directory")
+)
+
+// lookPath finds the program of argv[0] as os/exec does: a name with a
+// slash is used as it is (relative to the working directory); any other
+// is looked up in the directories of $PATH (the command's environment is
+// the init's by now), and one found through a relative entry of $PATH is
+// refused.
+func lookPath(file string) (string, error) {
+	if strings.Contains(file, "/") {
+		return file, nil
+	}
+	for _, dir := range strings.Split(os.Getenv("PATH"), ":") {
+		if dir == "" {
+			dir = "."
+		}
+		p := dir + "/" + file
+		if executable(p) == nil {
+			if !strings.HasPrefix(dir, "/") {
+				return "", errDot
+			}
+			return p, nil
+		}
+	}
+	return "", errNotFound
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if m := fi.Mode(); m.IsDir() || m&0o111 == 0 {
+		return fs.ErrPermission
+	}
+	return nil
+}
+
+// wait reaps pid and gives how it ended and what it used.
+func wait(pid int) (syscall.WaitStatus, syscall.Rusage) {
+	var ws syscall.WaitStatus
+	var ru syscall.Rusage
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, &ru)
+		if err != syscall.EINTR {
+			return ws, ru
+		}
+	}
+}
