@@ -209,7 +209,7 @@ func runInit(raw string) int {
 	path, lookErr := lookPath(cfg.Argv[0])
 	argv0, argv := path, cfg.Argv
 	files := []uintptr{0, 1, 2}
-	var ready *os.File
+	var ready, readyW *os.File
 	if len(cgFiles) > 0 || cfg.MemBytes > 0 {
 		// A shell joins the cgroups and sets the rlimit fallback of
 		// Limits.MemoryBytes, then becomes the command (same pid): both
@@ -231,7 +231,7 @@ func runInit(raw string) int {
 			return fail("sandbox init: %v", err)
 		}
 		ready = r
-		defer w.Close()
+		readyW = w
 		script := joinScript(len(cgFiles), cfg.MemBytes)
 		argv0, argv = "/bin/sh", append([]string{"/bin/sh", "-c", script, "aep-sandbox", path}, cfg.Argv[1:]...)
 		for _, f := range cgFiles {
@@ -252,6 +252,15 @@ func runInit(raw string) int {
 		sys.Credential = &syscall.Credential{Uid: uint32(cfg.UID), Gid: uint32(cfg.UID), Groups: []uint32{}}
 	}
 	pid, err := syscall.ForkExec(argv0, argv, &syscall.ProcAttr{Dir: cfg.Dir, Env: cmdEnv, Files: files, Sys: sys})
+	if ready != nil {
+		// The shell has its copies; the init's write end must go, or the
+		// read below would never see the end of file of a shell that
+		// failed.
+		readyW.Close()
+		for _, f := range cgFiles {
+			f.Close()
+		}
+	}
 	if err != nil {
 		return failStart(cfg.Argv[0], err)
 	}
@@ -259,9 +268,6 @@ func runInit(raw string) int {
 		// The shell writes one byte once it joined every cgroup and set the
 		// limit; end of file without it means it could not, and the
 		// command never ran (the setup error of docs/DECISIONS.md, Sandbox outcomes).
-		for _, f := range cgFiles {
-			f.Close()
-		}
 		b := make([]byte, 1)
 		n, _ := ready.Read(b)
 		ready.Close()

@@ -1,0 +1,124 @@
+package initproc_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aephost/aep/server/sandbox/initproc"
+)
+
+// startInit starts this test binary as an init with cfg, its status and
+// control pipes and extra as fds 3, 4, 5, ...; it returns the reports the
+// init writes, closed when the init ends.
+func startInit(t *testing.T, cfg initproc.Config, extra ...*os.File) <-chan initproc.Report {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(cfg)
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	controlR, controlW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = []string{initproc.Env + "=" + string(raw), "PATH=/usr/bin:/bin"}
+	cmd.ExtraFiles = append([]*os.File{statusW, controlR}, extra...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	statusW.Close()
+	controlR.Close()
+	t.Cleanup(func() {
+		controlW.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	reports := make(chan initproc.Report, 4)
+	go func() {
+		defer close(reports)
+		defer statusR.Close()
+		sc := bufio.NewScanner(statusR)
+		for sc.Scan() {
+			var r initproc.Report
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				reports <- r
+			}
+		}
+	}()
+	return reports
+}
+
+func next(t *testing.T, reports <-chan initproc.Report) (initproc.Report, bool) {
+	t.Helper()
+	select {
+	case r, ok := <-reports:
+		return r, ok
+	case <-time.After(20 * time.Second):
+		t.Fatal("the init wrote no report within 20 s")
+		return initproc.Report{}, false
+	}
+}
+
+// A command's first step that cannot join the run's cgroup (here the
+// "cgroup.procs" it is given is open read-only) is a setup error the init
+// reports at once; it must not wait for a byte that never comes.
+func TestFirstStepThatCannotJoinIsASetupError(t *testing.T) {
+	ro, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	reports := startInit(t, initproc.Config{Argv: []string{"true"}, Dir: "/", WorkDir: t.TempDir(), Cgroups: 1}, ro)
+	r, ok := next(t, reports)
+	if !ok || !strings.Contains(r.SetupError, "could not join the run's cgroups") {
+		t.Fatalf("report %+v (ok %v); want the first step's setup error", r, ok)
+	}
+}
+
+// The init finds argv[0] as os/exec would and reports how the command
+// ended.
+func TestInitRunsAndReports(t *testing.T) {
+	cases := []struct {
+		name    string
+		argv    []string
+		exit    int
+		program string
+	}{
+		{"found on PATH", []string{"sh", "-c", "exit 3"}, 3, ""},
+		{"absolute path", []string{"/bin/sh", "-c", "exit 0"}, 0, ""},
+		{"missing program", []string{"no-such-program-here"}, 0, initproc.ProgramNotFound},
+		{"not executable", []string{"/etc/passwd"}, 0, initproc.ProgramNotExecutable},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			reports := startInit(t, initproc.Config{Argv: c.argv, Dir: "/", WorkDir: t.TempDir()})
+			first, ok := next(t, reports)
+			if !ok {
+				t.Fatal("no report")
+			}
+			if c.program != "" {
+				if first.Program != c.program {
+					t.Fatalf("report %+v; want program %q", first, c.program)
+				}
+				return
+			}
+			if !first.Started {
+				t.Fatalf("first report %+v; want started", first)
+			}
+			last, ok := next(t, reports)
+			if !ok || last.Exit != c.exit || last.Signal != 0 {
+				t.Fatalf("final report %+v (ok %v); want exit %d", last, ok, c.exit)
+			}
+		})
+	}
+}
