@@ -3,6 +3,7 @@ package initproc_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -121,4 +122,75 @@ func TestInitRunsAndReports(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The init finds argv[0] by os/exec's rules (docs/DECISIONS.md, The init
+// runs before the host's packages): the same program, or the same kind of
+// failure, for every $PATH.
+func TestLookPathAsOSExec(t *testing.T) {
+	base := t.TempDir()
+	mkdir := func(name string) string {
+		d := base + "/" + name
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	put := func(dir, name string, mode os.FileMode) {
+		if err := os.WriteFile(dir+"/"+name, []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir+"/"+name, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b, work := mkdir("a"), mkdir("b"), mkdir("work")
+	put(a, "prog", 0o755)
+	put(b, "prog", 0o755)
+	put(a, "plain", 0o644)
+	put(b, "plain", 0o755)
+	put(work, "prog", 0o755)
+	put(base, "here", 0o755)
+	mkdir("a/dir")
+	put(b, "dir", 0o755)
+	cases := []struct{ name, path, file string }{
+		{"first directory", a + ":" + b, "prog"},
+		{"not executable, then executable", a + ":" + b, "plain"},
+		{"a directory, then a program", a + ":" + b, "dir"},
+		{"missing", a + ":" + b, "nothing"},
+		{"trailing slash", a + "/:" + b, "prog"},
+		{"dot-dot in an entry", a + "/../b:" + a, "prog"},
+		{"relative entry", "work:" + a, "prog"},
+		{"empty entry", ":" + a, "here"},
+	}
+	t.Chdir(base)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("PATH", c.path)
+			want, wantErr := exec.LookPath(c.file)
+			if wantErr != nil {
+				want = ""
+			}
+			got, err := initproc.LookPath(c.file)
+			if err != nil {
+				got = ""
+			}
+			if got != want || kind(err) != kind(wantErr) {
+				t.Fatalf("PATH=%s: %q, %v; os/exec gives %q, %v", c.path, got, err, want, wantErr)
+			}
+		})
+	}
+}
+
+// kind is how the init classifies a failure to find the program.
+func kind(err error) string {
+	switch {
+	case err == nil:
+		return "found"
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, initproc.ErrNotFound):
+		return "not found"
+	case errors.Is(err, exec.ErrDot), errors.Is(err, initproc.ErrDot):
+		return "relative"
+	}
+	return "other: " + err.Error()
 }

@@ -57,6 +57,13 @@ func lookPath(file string) (string, error) {
 			dir = "."
 		}
 		p := dir + "/" + file
+		if strings.HasPrefix(dir, "/") {
+			// Cleaned as os/exec's filepath.Join cleans it: this is the
+			// path that is checked and run, and the command's argv[0]
+			// when its first step execs it ("/usr/bin//sh" or
+			// "/opt/x/../bin/sh" is not).
+			p = under("/", p)
+		}
 		if executable(p) == nil {
 			if !strings.HasPrefix(dir, "/") {
 				return "", errDot
