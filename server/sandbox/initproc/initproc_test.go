@@ -162,6 +162,7 @@ func TestLookPathAsOSExec(t *testing.T) {
 		{"dot-dot in an entry", a + "/../b:" + a, "prog"},
 		{"relative entry", "work:" + a, "prog"},
 		{"empty entry", ":" + a, "here"},
+		{"empty PATH", "", "here"},
 	}
 	t.Chdir(base)
 	for _, c := range cases {

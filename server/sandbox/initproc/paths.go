@@ -52,7 +52,15 @@ func lookPath(file string) (string, error) {
 	if strings.Contains(file, "/") {
 		return file, nil
 	}
-	for _, dir := range strings.Split(os.Getenv("PATH"), ":") {
+	path := os.Getenv("PATH")
+	if path == "" {
+		// No directory at all, as os/exec's filepath.SplitList has it,
+		// not the working directory an empty entry of a longer $PATH
+		// stands for: a program missing there is not found, rather than
+		// refused as found relative to the working directory.
+		return "", errNotFound
+	}
+	for _, dir := range strings.Split(path, ":") {
 		if dir == "" {
 			dir = "."
 		}
