@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,6 +164,15 @@ func TestLookPathAsOSExec(t *testing.T) {
 		{"relative entry", "work:" + a, "prog"},
 		{"empty entry", ":" + a, "here"},
 		{"empty PATH", "", "here"},
+	}
+	// A file system mounted noexec runs nothing, whatever the mode says.
+	noexec := mkdir("noexec")
+	if err := syscall.Mount("tmpfs", noexec, "tmpfs", syscall.MS_NOEXEC, ""); err == nil {
+		t.Cleanup(func() { _ = syscall.Unmount(noexec, syscall.MNT_DETACH) })
+		put(noexec, "prog", 0o755)
+		cases = append(cases, struct{ name, path, file string }{"noexec mount, then executable", noexec + ":" + b, "prog"})
+	} else {
+		t.Logf("no noexec case (not root?): %v", err)
 	}
 	t.Chdir(base)
 	for _, c := range cases {

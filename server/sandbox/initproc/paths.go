@@ -82,12 +82,29 @@ func lookPath(file string) (string, error) {
 	return "", errNotFound
 }
 
+// executable is os/exec's findExecutable: the kernel's own check for this
+// process's effective ids, which also refuses a file on a noexec mount or
+// one only another uid may run, and the mode bits only where that check is
+// not available (ENOSYS) or filtered (EPERM).
 func executable(p string) error {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return err
 	}
-	if m := fi.Mode(); m.IsDir() || m&0o111 == 0 {
+	m := fi.Mode()
+	if m.IsDir() {
+		return syscall.EISDIR
+	}
+	const (
+		atFDCWD   = -100  // AT_FDCWD
+		atEAccess = 0x200 // AT_EACCESS
+		xOK       = 1     // X_OK
+	)
+	err = syscall.Faccessat(atFDCWD, p, xOK, atEAccess)
+	if err == nil || (err != syscall.ENOSYS && err != syscall.EPERM) {
+		return err
+	}
+	if m&0o111 == 0 {
 		return fs.ErrPermission
 	}
 	return nil
