@@ -19,6 +19,13 @@ import (
 // init writes, closed when the init ends.
 func startInit(t *testing.T, cfg initproc.Config, extra ...*os.File) <-chan initproc.Report {
 	t.Helper()
+	return startInitEnv(t, cfg, []string{"PATH=/usr/bin:/bin"}, extra...)
+}
+
+// startInitEnv is startInit with env as the init's environment (besides
+// its instructions).
+func startInitEnv(t *testing.T, cfg initproc.Config, env []string, extra ...*os.File) <-chan initproc.Report {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +40,7 @@ func startInit(t *testing.T, cfg initproc.Config, extra ...*os.File) <-chan init
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = []string{initproc.Env + "=" + string(raw), "PATH=/usr/bin:/bin"}
+	cmd.Env = append([]string{initproc.Env + "=" + string(raw)}, env...)
 	cmd.ExtraFiles = append([]*os.File{statusW, controlR}, extra...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -204,4 +211,26 @@ func kind(err error) string {
 		return "relative"
 	}
 	return "other: " + err.Error()
+}
+
+// The command's environment holds the run's marker once, whatever the
+// environment it was given: os/exec kept the last of duplicate names.
+func TestRunMarkerOnce(t *testing.T) {
+	dir := t.TempDir()
+	script := `tr '\0' '\n' </proc/$$/environ | grep "^$0=" >out`
+	cfg := initproc.Config{Argv: []string{"sh", "-c", script, initproc.RunMarker}, Dir: dir, WorkDir: dir, RunID: "the-run"}
+	reports := startInitEnv(t, cfg, []string{"PATH=/usr/bin:/bin", initproc.RunMarker + "=another"})
+	if r, ok := next(t, reports); !ok || !r.Started {
+		t.Fatalf("first report %+v (ok %v); want started", r, ok)
+	}
+	if r, ok := next(t, reports); !ok || r.Exit != 0 {
+		t.Fatalf("final report %+v (ok %v); want exit 0", r, ok)
+	}
+	b, err := os.ReadFile(dir + "/out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := initproc.RunMarker + "=the-run\n"; string(b) != want {
+		t.Fatalf("the command's environment has %q; want %q", b, want)
+	}
 }

@@ -243,7 +243,16 @@ func runInit(raw string) int {
 	}
 	cmdEnv := env
 	if cfg.RunID != "" {
-		cmdEnv = append(cmdEnv[:len(cmdEnv):len(cmdEnv)], RunMarker+"="+cfg.RunID)
+		// The run's marker, and only it: one already in the environment
+		// would come first, what the C library's getenv finds (os/exec
+		// kept the last of duplicate names).
+		cmdEnv = make([]string, 0, len(env)+1)
+		for _, kv := range env {
+			if !strings.HasPrefix(kv, RunMarker+"=") {
+				cmdEnv = append(cmdEnv, kv)
+			}
+		}
+		cmdEnv = append(cmdEnv, RunMarker+"="+cfg.RunID)
 	}
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	if cfg.UID > 0 {
