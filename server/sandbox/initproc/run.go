@@ -102,6 +102,34 @@ func runInit(raw string) int {
 	const prSetChildSubreaper = 36
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 	control := os.NewFile(FDControl, "control")
+	// The command's supervision is set up now, before any run (a spare
+	// waits for its run after this): the signal handling's first use and
+	// the goroutines' threads cost milliseconds on the run's path. They
+	// wait for the command's pid.
+	//
+	// The host's signals (one byte each on the control pipe) go to the
+	// command's group. SIGTERM to the init (the host's kill in tier b, or
+	// the host's death through PR_SET_PDEATHSIG) ends the command's group
+	// and every descendant; the command's own end is reported as usual.
+	// One that comes before the command started is kept and acted on as
+	// it starts.
+	var cmdPid int
+	cmdStarted := make(chan struct{})
+	terms := make(chan os.Signal, 1)
+	signal.Notify(terms, syscall.SIGTERM)
+	go func() {
+		<-cmdStarted
+		forward(control, cmdPid)
+	}()
+	go func() {
+		<-cmdStarted
+		for range terms {
+			_ = syscall.Kill(-cmdPid, syscall.SIGKILL)
+			for _, c := range Children(os.Getpid()) {
+				_ = syscall.Kill(c, syscall.SIGKILL)
+			}
+		}
+	}()
 	// The run's cgroups are joined by the command's own first step (the
 	// shell below), not by this init: its Go runtime's threads would count
 	// against pids.max (cgroup v1 counts threads) and its memory against
@@ -287,20 +315,8 @@ func runInit(raw string) int {
 	}
 	os.Stdin.Close()
 	os.Stdout.Close()
-	go forward(control, pid)
-	// SIGTERM to the init (the host's kill in tier b, or the host's death
-	// through PR_SET_PDEATHSIG) ends the command's group and every
-	// descendant; the command's own end is reported as usual below.
-	terms := make(chan os.Signal, 1)
-	signal.Notify(terms, syscall.SIGTERM)
-	go func(pid int) {
-		for range terms {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			for _, c := range Children(os.Getpid()) {
-				_ = syscall.Kill(c, syscall.SIGKILL)
-			}
-		}
-	}(pid)
+	cmdPid = pid
+	close(cmdStarted)
 	writeReport(status, Report{Started: true})
 	ws, ru := wait(pid)
 	// A descendant that left the command's group (setsid) came back to the
