@@ -173,6 +173,19 @@ func findProc(tag string) []int {
 	return out
 }
 
+// bothSleeps finds the processes whose whole command line is
+// "sleep <tag>1" or "sleep <tag>2" (hostHelper's script once both exec'd).
+func bothSleeps(tag string) []int {
+	var out []int
+	for _, pid := range findProc("sleep " + tag) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if c := string(b); c == "sleep\x00"+tag+"1\x00" || c == "sleep\x00"+tag+"2\x00" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // goneWithin waits until no process carries tag.
 func goneWithin(t *testing.T, tag string, d time.Duration) {
 	t.Helper()
@@ -324,8 +337,14 @@ func TestIsolationHostKilled(t *testing.T) {
 				cmd.Wait()
 				t.Fatal("the host helper never got ready")
 			}
-			if n := len(findProc("sleep " + tag)); n != 2 {
-				t.Fatalf("want the child and the setsid grandchild, found %d", n)
+			// Both must have become sleep: before, the shell's own command
+			// line names both tags, and during an exec a process's command
+			// line may read empty.
+			for deadline := time.Now().Add(5 * time.Second); len(bothSleeps(tag)) != 2; {
+				if time.Now().After(deadline) {
+					t.Fatalf("want the child and the setsid grandchild, found %v", bothSleeps(tag))
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
@@ -345,7 +364,7 @@ func hostHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 100 && len(findProc("sleep "+tag)) < 2; i++ {
+	for i := 0; i < 500 && len(bothSleeps(tag)) < 2; i++ {
 		time.Sleep(50 * time.Millisecond)
 	}
 	fmt.Println("READY")
