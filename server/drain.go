@@ -93,15 +93,22 @@ func (h *Host) Drain(ctx context.Context, snapshot bool) (DrainResult, error) {
 // `cancel` would: each is answered `cancelled` at once.
 func (h *Host) cancelInFlight() {
 	for _, s := range h.sessionList() {
-		s.mu.Lock()
-		calls := make([]*call, 0, len(s.inflight))
-		for _, c := range s.inflight {
-			calls = append(calls, c)
-		}
-		s.mu.Unlock()
-		for _, c := range calls {
-			c.cancelNow()
-		}
+		s.cancelInFlight()
+	}
+}
+
+// cancelInFlight cancels every admitted request of s, as `cancel` would.
+// The calls are collected under the lock and cancelled outside it:
+// cancelling answers the call, whose bookkeeping takes the lock.
+func (s *Session) cancelInFlight() {
+	s.mu.Lock()
+	calls := make([]*call, 0, len(s.inflight))
+	for _, c := range s.inflight {
+		calls = append(calls, c)
+	}
+	s.mu.Unlock()
+	for _, c := range calls {
+		c.cancelNow()
 	}
 }
 

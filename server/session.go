@@ -511,15 +511,7 @@ func (s *Session) Close() {
 		}
 	}
 	s.closeChildren()
-	s.mu.Lock()
-	calls := make([]*call, 0, len(s.inflight))
-	for _, c := range s.inflight {
-		calls = append(calls, c)
-	}
-	s.mu.Unlock()
-	for _, c := range calls {
-		c.cancelNow()
-	}
+	s.cancelInFlight()
 	s.cancel()
 	s.h.forget(s)
 	s.mu.Lock()
