@@ -28,25 +28,7 @@ func TestPostgresHostsStartAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	const hosts = 4
-	errs := make(chan error, hosts)
-	stores := make(chan *store.Store, hosts)
-	for range hosts {
-		go func() {
-			st, err := store.Open(ctx, dsn, "")
-			if err == nil {
-				stores <- st
-			}
-			errs <- err
-		}()
-	}
-	for range hosts {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
-	close(stores)
-	for st := range stores {
+	for _, st := range openAtOnce(t, ctx, dsn, 4) {
 		if _, err := st.Client.Snapshot.Query().Count(ctx); err != nil {
 			t.Error(err)
 		}
@@ -101,25 +83,7 @@ func TestSnapshotColumnsAdded(t *testing.T) {
 				t.Fatal(err)
 			}
 			st.Close()
-			const hosts = 3
-			errs := make(chan error, hosts)
-			stores := make(chan *store.Store, hosts)
-			for range hosts {
-				go func() {
-					st, err := store.Open(ctx, dsn, "")
-					if err == nil {
-						stores <- st
-					}
-					errs <- err
-				}()
-			}
-			for range hosts {
-				if err := <-errs; err != nil {
-					t.Error(err)
-				}
-			}
-			close(stores)
-			for st := range stores {
+			for _, st := range openAtOnce(t, ctx, dsn, 3) {
 				row, err := st.Client.Snapshot.Get(ctx, "sql-old")
 				if err != nil || string(row.Data) != "{}" || row.Kind != "request" || len(row.Files) != 0 || row.FilesBytes != 0 {
 					t.Errorf("old row after the migration: %+v %v", row, err)
@@ -128,4 +92,33 @@ func TestSnapshotColumnsAdded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openAtOnce opens dsn from n stores at the same moment, as the hosts of a
+// deployment starting together do; it reports each failure and returns
+// the stores that opened.
+func openAtOnce(t *testing.T, ctx context.Context, dsn string, n int) []*store.Store {
+	t.Helper()
+	errs := make(chan error, n)
+	opened := make(chan *store.Store, n)
+	for range n {
+		go func() {
+			st, err := store.Open(ctx, dsn, "")
+			if err == nil {
+				opened <- st
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	close(opened)
+	var out []*store.Store
+	for st := range opened {
+		out = append(out, st)
+	}
+	return out
 }
