@@ -33,11 +33,8 @@ const (
 
 type (
 	initConfig = initproc.Config
-	pathID     = initproc.PathID
 	report     = initproc.Report
 )
-
-func idOf(path string) (pathID, bool) { return initproc.IDOf(path) }
 
 // writeInstructions sends a spare its run: a 4-byte big-endian length and
 // the JSON of cfg.

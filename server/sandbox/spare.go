@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/aephost/aep/server/sandbox/initproc"
 )
 
 // Spares (docs/DECISIONS.md, Sandbox, proc, skills: spare inits). Most of
@@ -220,7 +222,7 @@ func (p *Process) startOnSpare(sp *spare, cfg initConfig) (done bool, err error)
 		cfg.Cgroups = len(cfg.CgroupDirs)
 	}
 	for _, path := range append([]string{cfg.WorkDir}, cfg.ReadOnly...) {
-		if id, ok := idOf(path); ok {
+		if id, ok := initproc.IDOf(path); ok {
 			cfg.Paths = append(cfg.Paths, id)
 		}
 	}
