@@ -12,7 +12,6 @@ import (
 	"github.com/aephost/aep/ent/snapshot"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
-	"github.com/aephost/aep/internal/pgtest"
 	"github.com/aephost/aep/wire"
 )
 
@@ -82,13 +81,7 @@ func sqlSnap(t *testing.T, ctx context.Context, a *agent) *msg.SessionSnapshotRe
 // restore past the restoring host's quota, or of a damaged archive,
 // changes nothing.
 func TestSnapshotFilesMoveToAnotherHost(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "shared.db") }},
-		{"postgres", func(t *testing.T) string { return pgtest.DSN(t, "aep_server_files_test") }},
-	} {
+	for _, tc := range sharedStores("aep_server_files_test") {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()

@@ -260,13 +260,7 @@ func TestSnapshotRetention(t *testing.T) {
 // there is one; under CI always): a sql snapshot taken on one restores on
 // the other, which may list and delete it with the first session's id.
 func TestSnapshotRestoresOnAnotherHost(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "shared.db") }},
-		{"postgres", func(t *testing.T) string { return pgtest.DSN(t, "aep_server_crosshost_test") }},
-	} {
+	for _, tc := range sharedStores("aep_server_crosshost_test") {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -315,5 +309,21 @@ func TestSnapshotRestoresOnAnotherHost(t *testing.T) {
 			_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(id)})
 			aeptest.WantReason(t, err, wire.CodeRuntimeError, "unknown_snapshot")
 		})
+	}
+}
+
+// sharedStore is a store several hosts of a test share: its DSN, made for
+// the test that asks.
+type sharedStore struct {
+	name string
+	dsn  func(t *testing.T) string
+}
+
+// sharedStores are a SQLite file and the PostgreSQL database pgDatabase
+// (skipped without PostgreSQL unless under CI).
+func sharedStores(pgDatabase string) []sharedStore {
+	return []sharedStore{
+		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "shared.db") }},
+		{"postgres", func(t *testing.T) string { return pgtest.DSN(t, pgDatabase) }},
 	}
 }
