@@ -610,8 +610,13 @@ func (conn *wsConn) receiveHere(ws *wsSession, line []byte) bool {
 	conn.turn.Store(v | runningHere)
 	conn.handoff.Reset(handoffAfter)
 	ws.sess.ReceiveLineHere(line)
+	if !conn.turn.CompareAndSwap(v|runningHere, v|reading) {
+		// Handed off: the timer is the new reader's now, and stopping it
+		// here could cancel the hand-off of the run it has started since.
+		return false
+	}
 	conn.handoff.Stop()
-	return conn.turn.CompareAndSwap(v|runningHere, v|reading)
+	return true
 }
 
 // handOff runs when a request ran on the reading goroutine past
