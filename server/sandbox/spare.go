@@ -86,7 +86,11 @@ func startSpareMaker() {
 		go func() {
 			runtime.LockOSThread()
 			for range spares.refill {
-				for !spares.off.Load() && len(spares.pool) < cap(spares.pool) {
+				// The spares missing when asked, and no more: one that a
+				// waiting run takes the moment it is made must not be
+				// replaced at once, beside that run's start (the run's
+				// end asks for it, see [spareRefillDelay]).
+				for missing := cap(spares.pool) - len(spares.pool); missing > 0 && !spares.off.Load(); missing-- {
 					spares.making.Store(true)
 					sp, err := makeSpare()
 					if err != nil {

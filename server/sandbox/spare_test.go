@@ -111,6 +111,46 @@ func TestSpareRefilledAfterTheRun(t *testing.T) {
 	}
 }
 
+// A run that finds the next spare being made waits for it and takes it;
+// the spare it took is replaced when it ends, not the moment it is taken
+// (which would put the making of another beside that run's start).
+func TestSpareTakenAsMadeIsNotReplacedAtOnce(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the namespaces mode needs root")
+	}
+	sandbox.WaitSpare(t)
+	sandbox.SetSpareRefillDelay(t, time.Hour)
+	first, err := sandbox.Start(sandbox.Spec{Argv: []string{"true"}, Dir: t.TempDir(), Sandboxed: true, Mode: sandbox.ModeNamespaces})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := <-waitResult(first); res.Outcome != sandbox.Exited {
+		t.Fatalf("first run: %+v", res)
+	}
+	// Its end asks for the next spare: start the second run while that
+	// is being made.
+	for i := 0; ; i++ {
+		if ready, making := sandbox.Spares(); making || ready > 0 {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("no spare is made after the first run")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	second, err := sandbox.Start(sandbox.Spec{Argv: []string{"cat"}, Dir: t.TempDir(), Sandboxed: true, Mode: sandbox.ModeNamespaces})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Kill()
+	for i := 0; i < 20; i++ {
+		if ready, making := sandbox.Spares(); ready != 0 || making {
+			t.Fatalf("while the second run goes on: %d spares ready, making %v; want none until it ends", ready, making)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func waitResult(p *sandbox.Process) <-chan sandbox.Result {
 	c := make(chan sandbox.Result, 1)
 	go func() { <-p.Done(); c <- p.Result() }()
