@@ -262,7 +262,9 @@ func (p *Process) startConfined() (err error) {
 	cmd.Dir = "/"
 	cmd.Env = append(append([]string{}, p.spec.Env...), initEnv+"="+string(rawCfg))
 	errs := &limitWriter{w: orDiscard(p.spec.Stderr)}
-	cmd.Stdout, cmd.Stderr = orDiscard(p.spec.Stdout), errs
+	if mech != "namespaces" {
+		cmd.Stdout, cmd.Stderr = orDiscard(p.spec.Stdout), errs
+	}
 	p.errTail = errs
 	cmd.WaitDelay = 500 * time.Millisecond
 	statusR, statusW, err := os.Pipe()
@@ -280,15 +282,27 @@ func (p *Process) startConfined() (err error) {
 	if err != nil {
 		return err
 	}
+	if mech == "namespaces" {
+		// The init reports the run's end before its exit (Process.wait).
+		if p.output, err = pipeOutput(cmd); err != nil {
+			return err
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		statusR.Close()
 		statusW.Close()
 		controlR.Close()
 		controlW.Close()
+		if p.output != nil {
+			p.output.closeAll()
+		}
 		return fmt.Errorf("starting the sandbox (%s): %v: %w", mech, err, ErrSetup)
 	}
 	statusW.Close()
 	controlR.Close()
+	if p.output != nil {
+		p.output.started(orDiscard(p.spec.Stdout), errs)
+	}
 	p.cmd, p.Stdin, p.Pid = cmd, in, cmd.Process.Pid
 	p.started = time.Now()
 	p.control = controlW
@@ -297,6 +311,9 @@ func (p *Process) startConfined() (err error) {
 	if rerr != nil || !rep.Started {
 		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
+		if p.output != nil {
+			p.output.wait(outputGrace)
+		}
 		statusR.Close()
 		controlW.Close()
 		return startError(mech, rep, errs)

@@ -48,3 +48,7 @@ func SetSpareRefillDelay(t testing.TB, d time.Duration) {
 func Spares() (ready int, making bool) {
 	return len(spares.pool), spares.making.Load()
 }
+
+// EndedOnReport is how many runs so far had their result on the init's
+// report that its PID namespace is empty, before the init's exit.
+func EndedOnReport() int64 { return endedOnReport.Load() }

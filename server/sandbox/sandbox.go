@@ -29,6 +29,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -168,6 +169,7 @@ type Process struct {
 	tier      Tier         // confined: the tier the run got
 	runID     string       // confined: the value of RunMarker in its processes
 	newRoot   string       // namespaces mode: the directory its root was built on
+	output    *output      // namespaces mode: the init's stdout and stderr
 
 	mu        sync.Mutex
 	timedOut  bool
@@ -345,27 +347,51 @@ func (p *Process) killAll() {
 	}
 }
 
-// wait reaps the child and decides the outcome.
+// wait reaps the child and decides the outcome. In the namespaces mode
+// the init's report that its PID namespace is empty (Report.Reaped) ends
+// the run: the result waits for the output, not for the init's exit and
+// the teardown of its namespaces, which follow off the result's path.
 func (p *Process) wait() {
-	err := p.cmd.Wait()
+	var rep *report
+	early := false
+	if p.output != nil && p.status != nil {
+		rep = readReport(p.status)
+		early = rep != nil && rep.Reaped
+		if early {
+			endedOnReport.Add(1)
+		}
+	}
+	var err error
+	var st *os.ProcessState
+	if !early {
+		err = p.cmd.Wait()
+		st = p.cmd.ProcessState
+	}
+	if p.output != nil {
+		p.output.wait(outputGrace)
+	}
 	ended := time.Now()
 	if p.timer != nil {
 		p.timer.Stop()
 	}
 	// Whatever the command left behind in its group or cgroups goes with
-	// it; in tier (b), whatever was re-parented to the host.
-	if p.tier == TierSupervised {
+	// it; in tier (b), whatever was re-parented to the host. After a
+	// Reaped report nothing is left but the init, which is exiting and
+	// not yet reaped, so its pid is still its own.
+	switch {
+	case p.tier == TierSupervised:
 		sweepHost(p.runID)
-	} else {
+	case early:
+		if p.cg != nil {
+			p.cg.killAll()
+		}
+	default:
 		p.killAll()
 	}
-	if p.newRoot != "" {
-		os.Remove(p.newRoot)
-	}
-	st := p.cmd.ProcessState
-	var rep *report
 	if p.status != nil {
-		rep = readReport(p.status)
+		if p.output == nil {
+			rep = readReport(p.status)
+		}
 		if p.rlimitMem && rep != nil {
 			rep.MemFail = memoryFailure(rep, p.spec.Limits.MemoryBytes, p.errTail.String())
 		}
@@ -387,7 +413,18 @@ func (p *Process) wait() {
 	if p.refill != nil && p.refill.Stop() {
 		askSpare()
 	}
+	if early {
+		// Reaped only now: a signal sent before the result was out must
+		// not reach another process that took the pid.
+		_ = p.cmd.Wait()
+	}
+	if p.newRoot != "" {
+		os.Remove(p.newRoot)
+	}
 }
+
+// endedOnReport counts the runs whose result came on a Reaped report.
+var endedOnReport atomic.Int64
 
 // decide applies the precedence of docs/DECISIONS.md, Sandbox outcomes. rep is the
 // init's report for confined runs (nil if the init died first).

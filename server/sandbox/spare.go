@@ -63,6 +63,7 @@ type spare struct {
 	br      *bufio.Reader
 	control *os.File
 	newRoot string
+	output  *output
 }
 
 // Prewarm makes a spare init ready for mode when it resolves to the
@@ -167,7 +168,6 @@ func makeSpare() (*spare, error) {
 	cmd.Env = []string{initEnv + "=" + string(raw)}
 	sp := &spare{cmd: cmd, out: &switchWriter{}, errOut: &switchWriter{}, newRoot: root}
 	sp.errs = &limitWriter{w: sp.errOut}
-	cmd.Stdout, cmd.Stderr = sp.out, sp.errs
 	cmd.WaitDelay = 500 * time.Millisecond
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
@@ -183,7 +183,13 @@ func makeSpare() (*spare, error) {
 	}
 	cmd.ExtraFiles = []*os.File{statusW, controlR}
 	if sp.stdin, err = cmd.StdinPipe(); err == nil {
-		err = cmd.Start()
+		if sp.output, err = pipeOutput(cmd); err == nil {
+			if err = cmd.Start(); err != nil {
+				sp.output.closeAll()
+			} else {
+				sp.output.started(sp.out, sp.errs)
+			}
+		}
 	}
 	statusW.Close()
 	controlR.Close()
@@ -209,6 +215,7 @@ func (sp *spare) discard() {
 	_ = syscall.Kill(-sp.cmd.Process.Pid, syscall.SIGKILL)
 	go func() {
 		_ = sp.cmd.Wait()
+		sp.output.wait(outputGrace)
 		sp.status.Close()
 		sp.control.Close()
 		os.Remove(sp.newRoot)
@@ -252,7 +259,7 @@ func (p *Process) startOnSpare(sp *spare, cfg initConfig) (done bool, err error)
 		}
 		return true, startError("namespaces", rep, sp.errs)
 	}
-	p.newRoot = sp.newRoot
+	p.newRoot, p.output = sp.newRoot, sp.output
 	p.status = &statusFile{File: sp.status, br: sp.br}
 	return true, nil
 }

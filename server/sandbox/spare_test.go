@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -71,17 +72,7 @@ func TestSpareRefilledAfterTheRun(t *testing.T) {
 		}
 		t.Fatalf("no spare became ready %s", what)
 	}
-	sandbox.WaitSpare(t)
-	// Earlier tests' runs ask for a spare as they end: let those asks
-	// find the pool full before this run takes the spare.
-	for settled := 0; settled < 3; {
-		time.Sleep(20 * time.Millisecond)
-		if ready, making := sandbox.Spares(); ready == 1 && !making {
-			settled++
-		} else {
-			settled = 0
-		}
-	}
+	settleSpares(t)
 	sandbox.SetSpareRefillDelay(t, time.Hour)
 	p, err := sandbox.Start(sandbox.Spec{Argv: []string{"cat"}, Dir: t.TempDir(), Sandboxed: true, Mode: sandbox.ModeNamespaces})
 	if err != nil {
@@ -118,7 +109,7 @@ func TestSpareTakenAsMadeIsNotReplacedAtOnce(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the namespaces mode needs root")
 	}
-	sandbox.WaitSpare(t)
+	settleSpares(t)
 	sandbox.SetSpareRefillDelay(t, time.Hour)
 	first, err := sandbox.Start(sandbox.Spec{Argv: []string{"true"}, Dir: t.TempDir(), Sandboxed: true, Mode: sandbox.ModeNamespaces})
 	if err != nil {
@@ -148,6 +139,57 @@ func TestSpareTakenAsMadeIsNotReplacedAtOnce(t *testing.T) {
 			t.Fatalf("while the second run goes on: %d spares ready, making %v; want none until it ends", ready, making)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// In the namespaces mode a run's result comes on the init's report that
+// its PID namespace is empty, before the init's exit and its namespaces'
+// teardown: when the result is out, a background process the command
+// left holding its stdout has ended, and the output is whole. On a spare
+// and cold alike.
+func TestNamespacesRunEndsOnTheInitsReport(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the namespaces mode needs root")
+	}
+	for _, spare := range []bool{true, false} {
+		t.Run(map[bool]string{true: "spare", false: "cold"}[spare], func(t *testing.T) {
+			if spare {
+				sandbox.WaitSpare(t)
+			} else {
+				sandbox.WithoutSpares(t)
+			}
+			tag := fmt.Sprintf("%d.%d", 5000+time.Now().UnixNano()%1000, os.Getpid())
+			// 256 KiB written at once, more than a pipe holds, then a
+			// background sleep that keeps stdout and stderr open.
+			script := fmt.Sprintf(`head -c 262144 /dev/zero; (exec sleep %s; echo late) & echo err >&2`, tag)
+			before := sandbox.EndedOnReport()
+			res, out, errOut := run(t, sandbox.Spec{Argv: []string{"sh", "-c", script}, Dir: t.TempDir(), Sandboxed: true, Mode: sandbox.ModeNamespaces})
+			if left := findProc("sleep " + tag); len(left) > 0 {
+				t.Fatalf("at the result, processes of the run are left: %v", left)
+			}
+			if res.Outcome != sandbox.Exited || res.ExitCode != 0 || len(out) != 262144 || errOut != "err\n" {
+				t.Fatalf("result %+v, %d bytes of stdout, stderr %q; want exit 0, 262144 bytes and \"err\\n\"", res, len(out), errOut)
+			}
+			if got := sandbox.EndedOnReport() - before; got != 1 {
+				t.Fatalf("%d runs ended on the init's report; want this one", got)
+			}
+		})
+	}
+}
+
+// settleSpares waits until a spare is ready and no ask for one is
+// pending: earlier tests' runs ask for a spare as they end, and those
+// asks must find the pool full before a test takes the spare.
+func settleSpares(t *testing.T) {
+	t.Helper()
+	sandbox.WaitSpare(t)
+	for settled := 0; settled < 3; {
+		time.Sleep(20 * time.Millisecond)
+		if ready, making := sandbox.Spares(); ready == 1 && !making {
+			settled++
+		} else {
+			settled = 0
+		}
 	}
 }
 

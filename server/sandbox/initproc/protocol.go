@@ -130,6 +130,11 @@ type Report struct {
 	Signal     int    `json:"signal,omitempty"`
 	CPUMicros  int64  `json:"cpu_us"`
 	MaxRSS     int64  `json:"max_rss"`
+	// Reaped (the namespaces mode) says that every process of the run's
+	// PID namespace but the init has ended and been reaped, and that the
+	// init holds none of the run's output pipes: the run is over,
+	// though the init and its namespaces have not gone yet.
+	Reaped bool `json:"reaped,omitempty"`
 	// MemFail is the rlimit fallback's verdict (server/sandbox, memoryFailure).
 	MemFail bool `json:"mem_fail,omitempty"`
 	// Program says why the command could not start, when it is the

@@ -319,17 +319,21 @@ func runInit(raw string) int {
 	close(cmdStarted)
 	writeReport(status, Report{Started: true})
 	ws, ru := wait(pid)
+	rep := Report{Exit: -1}
 	// A descendant that left the command's group (setsid) came back to the
 	// init as subreaper: it goes now. On another goroutine, since this
 	// thread may be under Landlock, which hides /proc. In the namespaces
-	// mode the init is pid 1 of the run's PID namespace: its exit ends
-	// every process left in it, and the host's wait returns only after.
-	if !cfg.Namespaces {
+	// mode the init is pid 1 of the run's PID namespace, and every process
+	// left in it ends here too, before the report: the host answers on it
+	// (Report.Reaped) without waiting for the init's exit and the
+	// teardown of its namespaces.
+	if cfg.Namespaces {
+		rep.Reaped = endNamespace()
+	} else {
 		swept := make(chan struct{})
 		go func() { sweepOwn(); close(swept) }()
 		<-swept
 	}
-	rep := Report{Exit: -1}
 	if ws.Signaled() {
 		rep.Signal = int(ws.Signal())
 	} else if ws.Exited() {
