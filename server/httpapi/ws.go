@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -396,7 +397,7 @@ func (ws *wsSession) drain(conn *wsConn) {
 		k := int(ws.written + 1 - ws.ring[ws.head].seq)
 		f := ws.ring[(ws.head+k)%len(ws.ring)]
 		ws.mu.Unlock()
-		err := conn.c.Write(conn.ctx, websocket.MessageText, f.data)
+		err := conn.c.Write(noCancel, websocket.MessageText, f.data)
 		ws.mu.Lock()
 		if err != nil {
 			conn.cancel() // the read loop ends and detaches the connection
@@ -535,6 +536,12 @@ func (conn *wsConn) closeWith(code websocket.StatusCode, reason string) {
 	})
 }
 
+// noCancel is the context of every frame read and written: the library
+// ties a cancellable one to the socket on each call (an AfterFunc
+// registered and removed, three allocations and the context's lock per
+// frame), where the connection's end needs it once (run).
+var noCancel = context.Background()
+
 // run serves the connection until it ends.
 func (conn *wsConn) run(ws *wsSession) {
 	var wg sync.WaitGroup
@@ -543,6 +550,10 @@ func (conn *wsConn) run(ws *wsSession) {
 	conn.readerDone = make(chan struct{})
 	conn.handoff = time.AfterFunc(time.Hour, conn.handOff)
 	conn.handoff.Stop()
+	// Reads and writes take noCancel; the connection's end closes the
+	// socket once, which ends a blocked read or write as well.
+	stopClosing := context.AfterFunc(conn.ctx, func() { _ = conn.c.CloseNow() })
+	defer stopClosing()
 	go func() { defer wg.Done(); conn.writeLoop() }()
 	go func() { defer wg.Done(); conn.pingLoop() }()
 	// Reading runs on a goroutine of its own: a request may run on it
@@ -570,7 +581,7 @@ func (conn *wsConn) readLoop(first bool) {
 		}
 	}()
 	for {
-		typ, r, err := conn.c.Reader(conn.ctx)
+		typ, r, err := conn.c.Reader(noCancel)
 		if err != nil {
 			return
 		}
@@ -672,21 +683,31 @@ func attachFrame(line []byte) (*attachment, bool) {
 // readFrame reads one message of at most limit bytes into a fresh slice
 // (the kernel may keep references into it while the request is queued). A
 // longer one is read to its end without being kept and reported by its
-// size with a nil line.
+// size with a nil line. Most messages fit the first 512 bytes: one
+// allocation, where a bytes.Buffer (which wants 512 bytes free before each
+// read) takes two or three.
 func readFrame(r io.Reader, limit int) ([]byte, int, error) {
-	var buf bytes.Buffer
-	n, err := io.Copy(&buf, io.LimitReader(r, int64(limit)+1))
-	if err != nil {
-		return nil, 0, err
+	buf := make([]byte, 0, min(512, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(len(buf), limit+1-len(buf)))
+		}
+		n, err := r.Read(buf[len(buf):min(cap(buf), limit+1)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > limit {
+			rest, err := io.Copy(io.Discard, r)
+			if err != nil {
+				return nil, 0, err
+			}
+			return nil, len(buf) + int(rest), nil
+		}
+		if err == io.EOF {
+			return buf, len(buf), nil
+		}
+		if err != nil {
+			return nil, 0, err
+		}
 	}
-	if n <= int64(limit) {
-		return buf.Bytes(), int(n), nil
-	}
-	rest, err := io.Copy(io.Discard, r)
-	if err != nil {
-		return nil, 0, err
-	}
-	return nil, int(n + rest), nil
 }
 
 // writeLoop writes what no Send wrote inline: a re-attach's replay, and

@@ -1,0 +1,60 @@
+package httpapi
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// readFrame keeps a message of at most limit bytes whole and reports a
+// longer one by its size only, having read it to its end, however the
+// reader splits it.
+func TestReadFrame(t *testing.T) {
+	const limit = 1000
+	for _, size := range []int{0, 1, 511, 512, 513, 999, 1000, 1001, 1024, 5000} {
+		msg := bytes.Repeat([]byte("x"), size)
+		for name, wrap := range map[string]func(io.Reader) io.Reader{
+			"whole":    func(r io.Reader) io.Reader { return r },
+			"bytewise": iotest.OneByteReader,
+			"half":     iotest.HalfReader,
+			"data+EOF": iotest.DataErrReader,
+		} {
+			r := bytes.NewReader(msg)
+			line, n, err := readFrame(wrap(r), limit)
+			if err != nil {
+				t.Fatalf("%d bytes, %s: %v", size, name, err)
+			}
+			if n != size || r.Len() != 0 {
+				t.Fatalf("%d bytes, %s: size %d, %d left unread", size, name, n, r.Len())
+			}
+			if size <= limit && !bytes.Equal(line, msg) {
+				t.Fatalf("%d bytes, %s: kept %d bytes", size, name, len(line))
+			}
+			if size > limit && line != nil {
+				t.Fatalf("%d bytes, %s: kept %d bytes of an oversized message", size, name, len(line))
+			}
+		}
+	}
+	if _, _, err := readFrame(iotest.TimeoutReader(strings.NewReader(strings.Repeat("y", 600))), limit); err == nil {
+		t.Fatal("a read error was not returned")
+	}
+}
+
+func FuzzReadFrame(f *testing.F) {
+	f.Add([]byte("{}"), 10)
+	f.Add(bytes.Repeat([]byte("z"), 700), 600)
+	f.Fuzz(func(t *testing.T, msg []byte, limit int) {
+		if limit < 0 || limit > 1<<16 {
+			return
+		}
+		line, n, err := readFrame(iotest.HalfReader(bytes.NewReader(msg)), limit)
+		if err != nil || n != len(msg) {
+			t.Fatalf("limit %d: size %d of %d, %v", limit, n, len(msg), err)
+		}
+		if (len(msg) <= limit) != (line != nil) || (line != nil && !bytes.Equal(line, msg)) {
+			t.Fatalf("limit %d, %d bytes: kept %q", limit, len(msg), line)
+		}
+	})
+}
