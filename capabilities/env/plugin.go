@@ -273,10 +273,10 @@ func (ep *episode) alive() error {
 // ep.mu held, and closing the session would then hang (spec §7 condition 4:
 // an uncaught exception in a handler becomes an error message).
 func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func(ctx context.Context) error) error {
-	what := fmt.Sprintf("environment %s, episode %s", ep.envName, ep.id)
 	if ep.f.spec.Inline {
-		return p.afterPanic(sessionID, ep, server.Protect(p.log, what, func() error { return fn(ctx) }))
+		return p.afterPanic(sessionID, ep, p.runInline(ctx, ep, fn))
 	}
+	what := ep.what()
 	d := time.Duration(p.StepTimeout)
 	if ep.f.timeout > 0 {
 		d = ep.f.timeout
@@ -303,11 +303,31 @@ func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func
 	}
 }
 
+// runInline runs fn on the caller's goroutine, a panic recovered as
+// [server.Protect] does; the step loop's hot path makes no closure and no
+// description unless there is a panic.
+func (p *Plugin) runInline(ctx context.Context, ep *episode, fn func(ctx context.Context) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = server.Recovered(p.log, ep.what(), v)
+		}
+	}()
+	return fn(ctx)
+}
+
+// what names ep in the log record of a panic.
+func (ep *episode) what() string {
+	return fmt.Sprintf("environment %s, episode %s", ep.envName, ep.id)
+}
+
 // afterPanic closes ep when err is a panic of its environment, whose state
 // is then unknown; it returns err. The panic value stays in the log: the
 // agent gets a generic error with the correlation id, and the episode's
 // "closed" reason names only that id.
 func (p *Plugin) afterPanic(sessionID string, ep *episode, err error) error {
+	if err == nil {
+		return nil
+	}
 	var pe *server.PanicError
 	if errors.As(err, &pe) {
 		p.kill(sessionID, ep, err)
