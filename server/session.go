@@ -186,7 +186,7 @@ func errorMessage(e *wire.Error) *msg.Error {
 
 // ReceiveLine handles one line of the JSON codec. It never blocks on a
 // handler: requests are queued for the session's workers.
-func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, false) }
+func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, nil, false) }
 
 // ReceiveLineHere is [Session.ReceiveLine] that runs a request on the
 // calling goroutine when the session has nothing else in flight, saving the
@@ -197,15 +197,32 @@ func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, false) }
 // wait for that reply anyway (a single exchange) or hand its reading to
 // another goroutine when the request takes long (ws.go), or a `cancel`
 // could not reach it.
-func (s *Session) ReceiveLineHere(line []byte) { s.receiveLine(line, true) }
+func (s *Session) ReceiveLineHere(line []byte) { s.receiveLine(line, nil, true) }
 
-func (s *Session) receiveLine(line []byte, here bool) {
+// ReceiveScannedHere is [Session.ReceiveLineHere] of a line the caller
+// already scanned into sc with [wire.Scan], without error (the single
+// exchange reads the id first): the line is not scanned again.
+func (s *Session) ReceiveScannedHere(line []byte, sc *wire.Scanned) { s.receiveLine(line, sc, true) }
+
+// receiveLine decodes line, scanned into sc unless sc is nil, and
+// receives it.
+func (s *Session) receiveLine(line []byte, scanned *wire.Scanned, here bool) {
 	if len(line) > s.h.cfg.Server.Limits.MaxMessageBytes {
 		s.RejectOversized(len(line))
 		return
 	}
-	var sc wire.Scanned
-	e, m, err := s.h.reg.Decode(line, &sc)
+	var (
+		sc  wire.Scanned
+		e   *wire.Entry
+		m   wire.Message
+		err error
+	)
+	if scanned != nil {
+		sc = *scanned
+		e, m, err = s.h.reg.DecodeScanned(line, &sc)
+	} else {
+		e, m, err = s.h.reg.Decode(line, &sc)
+	}
 	if err != nil {
 		we := wire.AsError(err)
 		if sc.Type == "handshake/req" && we.Code == wire.CodeSchemaViolation {

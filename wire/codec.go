@@ -142,6 +142,13 @@ func (reg *Registry) Decode(line []byte, sc *Scanned) (*Entry, Message, error) {
 	if err := Scan(line, sc); err != nil {
 		return nil, nil, &Error{Code: CodeParseError, Message: err.Error(), Err: err}
 	}
+	return reg.DecodeScanned(line, sc)
+}
+
+// DecodeScanned is [Registry.Decode] of a line that [Scan] already
+// scanned into sc without error, for a transport that scanned it to read
+// its id first.
+func (reg *Registry) DecodeScanned(line []byte, sc *Scanned) (*Entry, Message, error) {
 	if sc.TypeNotString {
 		return nil, nil, &Error{Code: CodeParseError, Message: `field "type" must be a string`}
 	}

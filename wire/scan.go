@@ -75,6 +75,7 @@ func Scan(line []byte, out *Scanned) error {
 	*out = Scanned{line: line}
 	out.keys = out.inline[:0]
 	sc := scanner{b: line, out: out}
+	sc.stack = sc.inline[:0]
 	sc.ws()
 	if sc.i >= len(sc.b) || sc.b[sc.i] != '{' {
 		return sc.fail("a message must be a JSON object")
@@ -94,6 +95,9 @@ type scanner struct {
 	i     int
 	out   *Scanned
 	stack []span // keys of the objects being scanned, for duplicate checks
+	// inline holds the stack of a message of ordinary size without an
+	// allocation (a smallObject's keys and those of the objects around it).
+	inline [2 * smallObject]span
 }
 
 func (s *scanner) fail(msg string) error {
@@ -391,9 +395,20 @@ func (s *scanner) object(depth int, top bool) error {
 func (s *scanner) envelopeValue(key span) error {
 	var name string
 	if !key.escaped {
-		switch k := s.b[key.start:key.end]; string(k) {
-		case "type", "id", "proto", "req_id", "session_id", "ts":
-			name = string(k)
+		// Each name a constant: string(k) kept would allocate.
+		switch string(s.b[key.start:key.end]) {
+		case "type":
+			name = "type"
+		case "id":
+			name = "id"
+		case "proto":
+			name = "proto"
+		case "req_id":
+			name = "req_id"
+		case "session_id":
+			name = "session_id"
+		case "ts":
+			name = "ts"
 		}
 	} else {
 		name = unquote(s.b[key.start:key.end])

@@ -221,7 +221,7 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 	// request on it (server.Session.ReceiveLineHere); a client that goes
 	// away meanwhile cancels it as below.
 	stop := context.AfterFunc(ctx, func() { a.cancelExchange(st, x) })
-	st.sess.ReceiveLineHere(line)
+	st.sess.ReceiveScannedHere(line, &sc)
 	if !stop() && ctx.Err() != nil {
 		return jsonReply(nil)
 	}
@@ -268,12 +268,23 @@ func (r jsonReply) VisitSendResponse(w http.ResponseWriter) error {
 	if r == nil {
 		return nil
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// Shared value slices, never changed: Header.Set would allocate one
+	// per call, and appending the newline would copy the reply.
+	h := w.Header()
+	h["Content-Type"], h["X-Content-Type-Options"] = jsonContentType, noSniff
 	w.WriteHeader(http.StatusOK)
-	_, err := w.Write(append(r, '\n'))
+	if _, err := w.Write(r); err != nil {
+		return err
+	}
+	_, err := w.Write(newline)
 	return err
 }
+
+var (
+	jsonContentType = []string{"application/json"}
+	noSniff         = []string{"nosniff"}
+	newline         = []byte{'\n'}
+)
 
 // sseNow is an SSE answer known before anything was sent to the kernel.
 type sseNow []byte
