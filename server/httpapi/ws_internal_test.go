@@ -3,9 +3,12 @@ package httpapi
 import (
 	"bytes"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // readFrame keeps a message of at most limit bytes whole and reports a
@@ -57,4 +60,45 @@ func FuzzReadFrame(f *testing.F) {
 			t.Fatalf("limit %d, %d bytes: kept %q", limit, len(msg), line)
 		}
 	})
+}
+
+// deadlineWriter records the write deadlines an http.ResponseController
+// sets through it.
+type deadlineWriter struct {
+	http.ResponseWriter
+	set []time.Time
+}
+
+func (d *deadlineWriter) SetWriteDeadline(t time.Time) error {
+	d.set = append(d.set, t)
+	return nil
+}
+
+// A write of an answer may block at most write_timeout (docs/SECURITY.md)
+// and at least nine tenths of it; the connection's deadline is moved only
+// once more than a tenth has passed, not for every write.
+func TestWriteDeadlineMovedOnlyWhenDue(t *testing.T) {
+	const perWrite = 200 * time.Millisecond
+	d := &deadlineWriter{ResponseWriter: httptest.NewRecorder()}
+	w := &respWriter{ResponseWriter: d, rc: http.NewResponseController(d), perWrite: perWrite}
+	check := func(before time.Time, wantSet int) {
+		t.Helper()
+		if len(d.set) != wantSet {
+			t.Fatalf("%d deadlines set; want %d", len(d.set), wantSet)
+		}
+		last := d.set[len(d.set)-1]
+		if left := time.Until(last); left < perWrite-perWrite/10 || left > perWrite || last.Before(before.Add(perWrite)) {
+			t.Fatalf("the deadline leaves %v for the next write; want between %v and %v", left, perWrite-perWrite/10, perWrite)
+		}
+	}
+	t0 := time.Now()
+	w.WriteHeader(http.StatusOK)
+	for range 5 {
+		w.Write([]byte("x"))
+	}
+	check(t0, 1)
+	time.Sleep(perWrite / 5)
+	t1 := time.Now()
+	w.Write([]byte("y"))
+	check(t1, 2)
 }
