@@ -22,7 +22,8 @@ import (
 // client is (its address, for the handshake throttle), and how long a
 // connection may take over each part of a request.
 
-// clientAddrKey is the request context key of the client's address.
+// clientAddrKey is the request context key of the client's address, set
+// by the guard on the routes that open sessions (POST /session, GET /ws).
 type clientAddrKey struct{}
 
 // proxyConnKey is the connection context key of a *proxyConn.

@@ -213,7 +213,11 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(rw, r.Body, g.a.maxBody)
 	}
 	g.deadlines(rw, r)
-	r = r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, clientAddr(r, g.a.proxies)))
+	if r.URL.Path == "/session" || r.URL.Path == "/ws" {
+		// The routes that open sessions, the only ones that ask
+		// (sessionOptions); the others are spared the request's copy.
+		r = r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, clientAddr(r, g.a.proxies)))
+	}
 	g.next.ServeHTTP(rw, r)
 	// The end of an answer is written after the handler returns.
 	rw.extend()
