@@ -212,16 +212,17 @@ func (s *Session) receiveLine(line []byte, scanned *wire.Scanned, here bool) {
 		return
 	}
 	var (
-		sc  wire.Scanned
+		own wire.Scanned
+		sc  = scanned
 		e   *wire.Entry
 		m   wire.Message
 		err error
 	)
-	if scanned != nil {
-		sc = *scanned
-		e, m, err = s.h.reg.DecodeScanned(line, &sc)
+	if sc != nil {
+		e, m, err = s.h.reg.DecodeScanned(line, sc)
 	} else {
-		e, m, err = s.h.reg.Decode(line, &sc)
+		sc = &own
+		e, m, err = s.h.reg.Decode(line, sc)
 	}
 	if err != nil {
 		we := wire.AsError(err)
@@ -233,7 +234,10 @@ func (s *Session) receiveLine(line []byte, scanned *wire.Scanned, here bool) {
 		s.sendError(sc.ID, we)
 		return
 	}
-	s.receive(e, &sc.Envelope, m, len(line), sc.SessionID, here)
+	// A copy of the envelope goes on, which a queued request keeps: the
+	// scan (some 400 bytes) stays on the stack.
+	env := sc.Envelope
+	s.receive(e, &env, m, len(line), sc.SessionID, here)
 }
 
 // RejectOversized answers a line of n bytes that was over the message limit

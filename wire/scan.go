@@ -27,8 +27,32 @@ type Scanned struct {
 	// when ts is a JSON number that is a finite float64.
 	HasProto, HasTS, TSValid bool
 	line                     []byte
-	keys                     []span
-	inline                   [24]span
+	// The top-level keys: the first len(inline) in inline, all of them in
+	// more once there are more. No slice of inline is kept in the struct:
+	// such a self-reference makes every Scanned escape to the heap.
+	inline [24]span
+	nkeys  int
+	more   []span
+}
+
+// keys returns the top-level keys.
+func (s *Scanned) keys() []span {
+	if s.more != nil {
+		return s.more
+	}
+	return s.inline[:s.nkeys]
+}
+
+func (s *Scanned) addKey(k span) {
+	switch {
+	case s.more != nil:
+		s.more = append(s.more, k)
+	case s.nkeys < len(s.inline):
+		s.inline[s.nkeys] = k
+		s.nkeys++
+	default:
+		s.more = append(append(make([]span, 0, 2*len(s.inline)), s.inline[:]...), k)
+	}
 }
 
 type span struct {
@@ -51,7 +75,7 @@ func (s *Scanned) IsNull(key string) bool {
 }
 
 func (s *Scanned) lookup(key string) (span, bool) {
-	for _, k := range s.keys {
+	for _, k := range s.keys() {
 		if !k.escaped {
 			if string(s.line[k.start:k.end]) == key {
 				return k, true
@@ -73,9 +97,7 @@ var ErrSyntax = errors.New("malformed message")
 // white space after the object. It fills out with the envelope fields.
 func Scan(line []byte, out *Scanned) error {
 	*out = Scanned{line: line}
-	out.keys = out.inline[:0]
 	sc := scanner{b: line, out: out}
-	sc.stack = sc.inline[:0]
 	sc.ws()
 	if sc.i >= len(sc.b) || sc.b[sc.i] != '{' {
 		return sc.fail("a message must be a JSON object")
@@ -91,13 +113,36 @@ func Scan(line []byte, out *Scanned) error {
 }
 
 type scanner struct {
-	b     []byte
-	i     int
-	out   *Scanned
-	stack []span // keys of the objects being scanned, for duplicate checks
-	// inline holds the stack of a message of ordinary size without an
-	// allocation (a smallObject's keys and those of the objects around it).
-	inline [2 * smallObject]span
+	b   []byte
+	i   int
+	out *Scanned
+	// The keys of the objects being scanned, for duplicate checks: n of
+	// them, in fixed while they fit (a message of ordinary size then needs
+	// no allocation), else in spill. No slice of fixed is kept in the
+	// struct: such a self-reference would move the scanner to the heap.
+	fixed [2 * smallObject]span
+	n     int
+	spill []span
+}
+
+// keysFrom returns the keys on the stack from base on.
+func (s *scanner) keysFrom(base int) []span {
+	if s.spill != nil {
+		return s.spill[base:s.n]
+	}
+	return s.fixed[base:s.n]
+}
+
+func (s *scanner) push(k span) {
+	switch {
+	case s.spill != nil:
+		s.spill = append(s.spill[:s.n], k)
+	case s.n < len(s.fixed):
+		s.fixed[s.n] = k
+	default:
+		s.spill = append(append(make([]span, 0, 4*len(s.fixed)), s.fixed[:]...), k)
+	}
+	s.n++
 }
 
 func (s *scanner) fail(msg string) error {
@@ -322,8 +367,8 @@ const smallObject = 16
 
 func (s *scanner) object(depth int, top bool) error {
 	s.i++
-	base := len(s.stack)
-	defer func() { s.stack = s.stack[:base] }()
+	base := s.n
+	defer func() { s.n = base }()
 	var set map[string]struct{} // nil while the object is small
 	s.ws()
 	if s.i < len(s.b) && s.b[s.i] == '}' {
@@ -340,15 +385,15 @@ func (s *scanner) object(depth int, top bool) error {
 			return err
 		}
 		if set == nil {
-			for _, k := range s.stack[base:] {
+			for _, k := range s.keysFrom(base) {
 				if s.sameKey(k, key) {
 					return s.fail("duplicate key " + Clip(unquote(s.b[key.start:key.end])))
 				}
 			}
-			s.stack = append(s.stack, key)
-			if len(s.stack)-base > smallObject {
+			s.push(key)
+			if s.n-base > smallObject {
 				set = make(map[string]struct{}, 4*smallObject)
-				for _, k := range s.stack[base:] {
+				for _, k := range s.keysFrom(base) {
 					set[s.keyString(k)] = struct{}{}
 				}
 			}
@@ -367,7 +412,7 @@ func (s *scanner) object(depth int, top bool) error {
 		s.ws()
 		if top {
 			key.null = s.i < len(s.b) && s.b[s.i] == 'n'
-			s.out.keys = append(s.out.keys, key)
+			s.out.addKey(key)
 			if err := s.envelopeValue(key); err != nil {
 				return err
 			}

@@ -326,3 +326,46 @@ func BenchmarkScanManyKeys(b *testing.B) {
 		})
 	}
 }
+
+// Duplicate keys are found at every depth, and the same keys at different
+// depths are none, however many keys the objects being scanned hold
+// together (beyond what the scanner keeps without allocating).
+func TestScanNestedKeys(t *testing.T) {
+	object := func(depth int, dupAt int) string {
+		var b strings.Builder
+		var open func(d int)
+		open = func(d int) {
+			b.WriteString(`{`)
+			for i := range 16 {
+				if i > 0 {
+					b.WriteString(`,`)
+				}
+				fmt.Fprintf(&b, `"k%d":1`, i)
+			}
+			if d == dupAt {
+				b.WriteString(`,"k3":2`)
+			}
+			if d < depth {
+				b.WriteString(`,"in":`)
+				open(d + 1)
+			}
+			b.WriteString(`}`)
+		}
+		b.WriteString(`{"type":"ping","x":`)
+		open(1)
+		b.WriteString(`}`)
+		return b.String()
+	}
+	for _, depth := range []int{1, 2, 3, 5} {
+		var sc wire.Scanned
+		if err := wire.Scan([]byte(object(depth, 0)), &sc); err != nil {
+			t.Fatalf("depth %d, no duplicate: %v", depth, err)
+		}
+		for dupAt := 1; dupAt <= depth; dupAt++ {
+			err := wire.Scan([]byte(object(depth, dupAt)), &sc)
+			if err == nil || !strings.Contains(err.Error(), "duplicate key") {
+				t.Fatalf("depth %d, duplicate at %d: %v", depth, dupAt, err)
+			}
+		}
+	}
+}
