@@ -125,6 +125,14 @@ class Call:
         await self._client.cancel(self.req_id)
 
 
+def _settled(fut: "asyncio.Future[Any]") -> None:
+    """Marks the exception of a request's future as seen when the reader
+    failed it while the send was still trying (a WebSocket transport that
+    tried to re-attach first): the send's own exception is the one raised."""
+    if fut.done() and not fut.cancelled():
+        fut.exception()
+
+
 class AsyncClient(AsyncMethods):
     """An asyncio client of one aep session.
 
@@ -373,6 +381,7 @@ class AsyncClient(AsyncMethods):
             try:
                 await self.transport.send(self._encode(msg))
             except SessionLost as e:
+                _settled(fut)
                 if not self._movable():
                     raise
                 self._pending.pop(rid, None)
@@ -382,6 +391,7 @@ class AsyncClient(AsyncMethods):
                     raise RequestInterrupted(rid, sid, e) from e
                 raise _Refused(e) from e
             except ConnectionClosed as e:
+                _settled(fut)
                 if not self._movable():
                     raise
                 # Perhaps sent, perhaps not: the session may live on; the

@@ -329,66 +329,154 @@ class WebSocketTransport(Transport):
     APIs work (``websockets.asyncio.client`` from version 13, the legacy
     ``websockets.client`` before, as in Debian's python3-websockets 10.4).
     ``session_id`` attaches to an existing session; it goes in the
-    ``X-Session-Id`` header, never in the URL. It does not re-attach a
-    dropped connection: the end of the connection is SessionLost."""
+    ``X-Session-Id`` header, never in the URL.
+
+    A connection that drops without the host closing it (no close frame) is
+    re-attached to the same session, with ``Last-Event-ID`` set to the count
+    of messages received, so the host replays what was missed from its
+    buffer; the host keeps a dropped session for its grace period. Tries go
+    on for ``reattach_timeout`` seconds; then, or when the host no longer
+    has the session, or when the host closed the connection itself, the end
+    of the connection is SessionLost. A line whose send failed before it was
+    written is sent again on the new connection."""
 
     movable = True
 
     def __init__(self, url: str, *, session_id: Optional[str] = None,
-                 headers: Optional[Mapping[str, str]] = None, open_timeout: float = 30.0) -> None:
+                 headers: Optional[Mapping[str, str]] = None, open_timeout: float = 30.0,
+                 reattach_timeout: float = 10.0) -> None:
         self.url = url
         self.session_id = session_id
         self.headers = dict(headers or {})
         self.open_timeout = open_timeout
+        self.reattach_timeout = reattach_timeout
+        self.reattached = 0  # how many times a dropped connection was re-attached
         self._ws: Any = None
+        self._received = 0  # messages received, for Last-Event-ID
+        self._closing = False
+        self._reattaching: Optional["asyncio.Task[None]"] = None
 
     def attach(self, session_id: str) -> "WebSocketTransport":
-        return WebSocketTransport(self.url, session_id=session_id, headers=self.headers, open_timeout=self.open_timeout)
+        return WebSocketTransport(self.url, session_id=session_id, headers=self.headers,
+                                  open_timeout=self.open_timeout, reattach_timeout=self.reattach_timeout)
 
     def new_session(self) -> "WebSocketTransport":
-        return WebSocketTransport(self.url, headers=self.headers, open_timeout=self.open_timeout)
+        return WebSocketTransport(self.url, headers=self.headers, open_timeout=self.open_timeout,
+                                  reattach_timeout=self.reattach_timeout)
 
     async def open(self) -> None:
         try:
             import websockets  # noqa: F401
         except ImportError as e:
             raise ImportError("the WebSocket transport needs the websockets package: pip install 'aep[websocket]'") from e
+        await self._connect(None)
+
+    async def _connect(self, last_seen: Optional[int]) -> None:
         headers = dict(self.headers)
         if self.session_id:
             headers["X-Session-Id"] = self.session_id
+        if last_seen is not None:
+            headers["Last-Event-ID"] = str(last_seen)
         try:
             from websockets.asyncio.client import connect  # websockets >= 13
-            self._ws = await connect(self.url, additional_headers=headers, max_size=None, compression=None,
-                                     open_timeout=self.open_timeout)
-            resp_headers = self._ws.response.headers
+            ws = await connect(self.url, additional_headers=headers, max_size=None, compression=None,
+                               open_timeout=self.open_timeout)
+            resp_headers = ws.response.headers
         except ImportError:
             from websockets.client import connect as legacy_connect  # websockets < 13
-            self._ws = await legacy_connect(self.url, extra_headers=headers, max_size=None, compression=None,
-                                            open_timeout=self.open_timeout)
-            resp_headers = self._ws.response_headers
+            ws = await legacy_connect(self.url, extra_headers=headers, max_size=None, compression=None,
+                                      open_timeout=self.open_timeout)
+            resp_headers = ws.response_headers
+        self._ws = ws
         self.session_id = resp_headers.get("X-Session-Id") or self.session_id
+
+    @staticmethod
+    def _dropped(e: BaseException) -> bool:
+        """Whether the connection ended without a close frame from the host
+        (a network drop), as opposed to the host closing it on purpose."""
+        if hasattr(e, "rcvd"):  # websockets >= 10: the close frame received, if any
+            return getattr(e, "rcvd") is None
+        return getattr(e, "code", None) == 1006
+
+    @staticmethod
+    def _gone(e: BaseException) -> bool:
+        """Whether a failed upgrade says the host has no such session."""
+        status = getattr(e, "status_code", None)  # legacy InvalidStatusCode
+        if status is None:
+            status = getattr(getattr(e, "response", None), "status_code", None)  # InvalidStatus
+        return status in (404, 410)
+
+    async def _reattach_loop(self, cause: BaseException) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.reattach_timeout
+        delay = 0.05
+        last: BaseException = cause
+        while not self._closing:
+            try:
+                await self._connect(self._received)
+                self.reattached += 1
+                return
+            except Exception as e:  # noqa: BLE001 - any failure to connect is retried
+                if self._gone(e):
+                    raise SessionLost(f"WebSocket dropped and the host no longer has session {self.session_id}: {e}") from e
+                last = e
+            if loop.time() + delay > deadline:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        raise SessionLost(f"WebSocket dropped and could not be re-attached: {last}") from last
+
+    async def _reattach(self, old: Any, cause: BaseException) -> None:
+        """Re-attaches after old dropped, once for every caller that saw it."""
+        if self._ws is not old:
+            return  # another caller re-attached already
+        if self._closing or not self.session_id:
+            raise SessionLost(f"WebSocket closed: {cause}") from cause
+        if self._reattaching is None or self._reattaching.done():
+            self._reattaching = asyncio.ensure_future(self._reattach_loop(cause))
+        await asyncio.shield(self._reattaching)
 
     async def send(self, line: str) -> None:
         import websockets.exceptions as wse
-        if self._ws is None:
-            raise ConnectionClosed("WebSocket transport is closed")
-        # Both APIs name the state OPEN; a frame sent in any other state is
-        # refused before it is written.
-        was_open = getattr(getattr(self._ws, "state", None), "name", "OPEN") == "OPEN"
-        try:
-            await self._ws.send(line)
-        except wse.ConnectionClosed as e:
-            raise SessionLost(f"WebSocket closed: {e}", delivered=was_open) from e
+        for _ in range(2):
+            ws = self._ws
+            if ws is None:
+                raise ConnectionClosed("WebSocket transport is closed")
+            # Both APIs name the state OPEN; a frame sent in any other state is
+            # refused before it is written.
+            was_open = getattr(getattr(ws, "state", None), "name", "OPEN") == "OPEN"
+            try:
+                await ws.send(line)
+                return
+            except wse.ConnectionClosed as e:
+                if was_open or not self._dropped(e):
+                    raise SessionLost(f"WebSocket closed: {e}", delivered=was_open) from e
+                try:
+                    await self._reattach(ws, e)
+                except SessionLost as lost:
+                    # The line was refused before it was written: not run.
+                    raise SessionLost(str(lost), delivered=False) from lost.__cause__
+        raise SessionLost("WebSocket dropped again right after it was re-attached", delivered=False)
 
     async def recv(self) -> str:
         import websockets.exceptions as wse
-        try:
-            frame = await self._ws.recv()
-        except wse.ConnectionClosed as e:
-            raise SessionLost(f"WebSocket closed: {e}") from e
-        return frame.decode() if isinstance(frame, bytes) else frame
+        while True:
+            ws = self._ws
+            try:
+                frame = await ws.recv()
+            except wse.ConnectionClosed as e:
+                if not self._dropped(e):
+                    raise SessionLost(f"WebSocket closed: {e}") from e
+                await self._reattach(ws, e)
+                continue
+            self._received += 1
+            return frame.decode() if isinstance(frame, bytes) else frame
 
     async def close(self) -> None:
+        self._closing = True
+        t = self._reattaching
+        if t is not None and not t.done():
+            t.cancel()
         if self._ws is not None:
             await self._ws.close()
 

@@ -163,6 +163,19 @@ class Forwarder:
             except OSError:
                 pass
 
+    def sever(self) -> int:
+        """Cuts every open connection, as a network drop would (no close
+        frame, no FIN of the peers' own), and goes on accepting new ones.
+        Returns how many connections were cut."""
+        with self._lock:
+            cut = list(self._open)
+        for s in cut:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return len(cut) // 2
+
     def close(self) -> None:
         self._sock.close()
         with self._lock:
