@@ -186,7 +186,7 @@ func errorMessage(e *wire.Error) *msg.Error {
 
 // ReceiveLine handles one line of the JSON codec. It never blocks on a
 // handler: requests are queued for the session's workers.
-func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, nil, false) }
+func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, false) }
 
 // ReceiveLineHere is [Session.ReceiveLine] that runs a request on the
 // calling goroutine when the session has nothing else in flight, saving the
@@ -197,33 +197,34 @@ func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, nil, false) }
 // wait for that reply anyway (a single exchange) or hand its reading to
 // another goroutine when the request takes long (ws.go), or a `cancel`
 // could not reach it.
-func (s *Session) ReceiveLineHere(line []byte) { s.receiveLine(line, nil, true) }
+func (s *Session) ReceiveLineHere(line []byte) { s.receiveLine(line, true) }
 
 // ReceiveScannedHere is [Session.ReceiveLineHere] of a line the caller
 // already scanned into sc with [wire.Scan], without error (the single
 // exchange reads the id first): the line is not scanned again.
-func (s *Session) ReceiveScannedHere(line []byte, sc *wire.Scanned) { s.receiveLine(line, sc, true) }
-
-// receiveLine decodes line, scanned into sc unless sc is nil, and
-// receives it.
-func (s *Session) receiveLine(line []byte, scanned *wire.Scanned, here bool) {
+func (s *Session) ReceiveScannedHere(line []byte, sc *wire.Scanned) {
 	if len(line) > s.h.cfg.Server.Limits.MaxMessageBytes {
 		s.RejectOversized(len(line))
 		return
 	}
-	var (
-		own wire.Scanned
-		sc  = scanned
-		e   *wire.Entry
-		m   wire.Message
-		err error
-	)
-	if sc != nil {
-		e, m, err = s.h.reg.DecodeScanned(line, sc)
-	} else {
-		sc = &own
-		e, m, err = s.h.reg.Decode(line, sc)
+	e, m, err := s.h.reg.DecodeScanned(line, sc)
+	s.receiveDecoded(line, sc, e, m, err, true)
+}
+
+func (s *Session) receiveLine(line []byte, here bool) {
+	if len(line) > s.h.cfg.Server.Limits.MaxMessageBytes {
+		s.RejectOversized(len(line))
+		return
 	}
+	var sc wire.Scanned
+	e, m, err := s.h.reg.Decode(line, &sc)
+	s.receiveDecoded(line, &sc, e, m, err, here)
+}
+
+// receiveDecoded answers a line that did not decode, or receives its
+// message. Apart from receiveLine, so that a line scanned by the caller
+// costs no scan of its own (it would escape to the heap, used or not).
+func (s *Session) receiveDecoded(line []byte, sc *wire.Scanned, e *wire.Entry, m wire.Message, err error, here bool) {
 	if err != nil {
 		we := wire.AsError(err)
 		if sc.Type == "handshake/req" && we.Code == wire.CodeSchemaViolation {
@@ -235,7 +236,7 @@ func (s *Session) receiveLine(line []byte, scanned *wire.Scanned, here bool) {
 		return
 	}
 	// A copy of the envelope goes on, which a queued request keeps: the
-	// scan (some 400 bytes) stays on the stack.
+	// scan (some 400 bytes) need not stay with it.
 	env := sc.Envelope
 	s.receive(e, &env, m, len(line), sc.SessionID, here)
 }
