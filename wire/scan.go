@@ -27,32 +27,39 @@ type Scanned struct {
 	// when ts is a JSON number that is a finite float64.
 	HasProto, HasTS, TSValid bool
 	line                     []byte
-	// The top-level keys: the first len(inline) in inline, all of them in
-	// more once there are more. No slice of inline is kept in the struct:
-	// such a self-reference makes every Scanned escape to the heap.
-	inline [24]span
-	nkeys  int
-	more   []span
+	keys                     spanStack // the top-level keys
 }
 
-// keys returns the top-level keys.
-func (s *Scanned) keys() []span {
-	if s.more != nil {
-		return s.more
+// spanStack holds spans in an inline array while they fit (a message of
+// ordinary size, its top-level keys or the keys of the objects being
+// scanned, then needs no allocation), and in spill past it. No slice
+// of the array is kept in the struct: such a self-reference is an
+// assignment cycle to escape analysis, which then moves the struct that
+// holds it (a Scanned, the scanner) to the heap.
+type spanStack struct {
+	fixed [24]span
+	n     int
+	spill []span
+}
+
+// from returns the spans from base on.
+func (s *spanStack) from(base int) []span {
+	if s.spill != nil {
+		return s.spill[base:s.n]
 	}
-	return s.inline[:s.nkeys]
+	return s.fixed[base:s.n]
 }
 
-func (s *Scanned) addKey(k span) {
+func (s *spanStack) push(k span) {
 	switch {
-	case s.more != nil:
-		s.more = append(s.more, k)
-	case s.nkeys < len(s.inline):
-		s.inline[s.nkeys] = k
-		s.nkeys++
+	case s.spill != nil:
+		s.spill = append(s.spill[:s.n], k)
+	case s.n < len(s.fixed):
+		s.fixed[s.n] = k
 	default:
-		s.more = append(append(make([]span, 0, 2*len(s.inline)), s.inline[:]...), k)
+		s.spill = append(append(make([]span, 0, 4*len(s.fixed)), s.fixed[:]...), k)
 	}
+	s.n++
 }
 
 type span struct {
@@ -75,7 +82,7 @@ func (s *Scanned) IsNull(key string) bool {
 }
 
 func (s *Scanned) lookup(key string) (span, bool) {
-	for _, k := range s.keys() {
+	for _, k := range s.keys.from(0) {
 		if !k.escaped {
 			if string(s.line[k.start:k.end]) == key {
 				return k, true
@@ -113,36 +120,10 @@ func Scan(line []byte, out *Scanned) error {
 }
 
 type scanner struct {
-	b   []byte
-	i   int
-	out *Scanned
-	// The keys of the objects being scanned, for duplicate checks: n of
-	// them, in fixed while they fit (a message of ordinary size then needs
-	// no allocation), else in spill. No slice of fixed is kept in the
-	// struct: such a self-reference would move the scanner to the heap.
-	fixed [2 * smallObject]span
-	n     int
-	spill []span
-}
-
-// keysFrom returns the keys on the stack from base on.
-func (s *scanner) keysFrom(base int) []span {
-	if s.spill != nil {
-		return s.spill[base:s.n]
-	}
-	return s.fixed[base:s.n]
-}
-
-func (s *scanner) push(k span) {
-	switch {
-	case s.spill != nil:
-		s.spill = append(s.spill[:s.n], k)
-	case s.n < len(s.fixed):
-		s.fixed[s.n] = k
-	default:
-		s.spill = append(append(make([]span, 0, 4*len(s.fixed)), s.fixed[:]...), k)
-	}
-	s.n++
+	b     []byte
+	i     int
+	out   *Scanned
+	stack spanStack // keys of the objects being scanned, for duplicate checks
 }
 
 func (s *scanner) fail(msg string) error {
@@ -367,8 +348,8 @@ const smallObject = 16
 
 func (s *scanner) object(depth int, top bool) error {
 	s.i++
-	base := s.n
-	defer func() { s.n = base }()
+	base := s.stack.n
+	defer func() { s.stack.n = base }()
 	var set map[string]struct{} // nil while the object is small
 	s.ws()
 	if s.i < len(s.b) && s.b[s.i] == '}' {
@@ -385,15 +366,15 @@ func (s *scanner) object(depth int, top bool) error {
 			return err
 		}
 		if set == nil {
-			for _, k := range s.keysFrom(base) {
+			for _, k := range s.stack.from(base) {
 				if s.sameKey(k, key) {
 					return s.fail("duplicate key " + Clip(unquote(s.b[key.start:key.end])))
 				}
 			}
-			s.push(key)
-			if s.n-base > smallObject {
+			s.stack.push(key)
+			if s.stack.n-base > smallObject {
 				set = make(map[string]struct{}, 4*smallObject)
-				for _, k := range s.keysFrom(base) {
+				for _, k := range s.stack.from(base) {
 					set[s.keyString(k)] = struct{}{}
 				}
 			}
@@ -412,7 +393,7 @@ func (s *scanner) object(depth int, top bool) error {
 		s.ws()
 		if top {
 			key.null = s.i < len(s.b) && s.b[s.i] == 'n'
-			s.out.addKey(key)
+			s.out.keys.push(key)
 			if err := s.envelopeValue(key); err != nil {
 				return err
 			}
