@@ -53,7 +53,17 @@ func (s *spanStack) from(base int) []span {
 func (s *spanStack) push(k span) {
 	switch {
 	case s.spill != nil:
-		s.spill = append(s.spill[:s.n], k)
+		// Not append(s.spill[:s.n], k): a slice of the struct's own
+		// slice stored back in it is a flow from its content to the heap,
+		// which moves whatever holds the stack (the scanner, its Scanned)
+		// there. A reslice stored back in place is not such a flow.
+		if s.n == cap(s.spill) {
+			grown := make([]span, s.n, 2*s.n)
+			copy(grown, s.spill)
+			s.spill = grown
+		}
+		s.spill = s.spill[:s.n+1]
+		s.spill[s.n] = k
 	case s.n < len(s.fixed):
 		s.fixed[s.n] = k
 	default:

@@ -356,7 +356,9 @@ func TestScanNestedKeys(t *testing.T) {
 		b.WriteString(`}`)
 		return b.String()
 	}
-	for _, depth := range []int{1, 2, 3, 5} {
+	// Depth 8 holds 136 keys on the stack at once: past the inline array
+	// and past the spill's first capacity.
+	for _, depth := range []int{1, 2, 3, 5, 8} {
 		var sc wire.Scanned
 		if err := wire.Scan([]byte(object(depth, 0)), &sc); err != nil {
 			t.Fatalf("depth %d, no duplicate: %v", depth, err)
@@ -367,5 +369,21 @@ func TestScanNestedKeys(t *testing.T) {
 				t.Fatalf("depth %d, duplicate at %d: %v", depth, dupAt, err)
 			}
 		}
+	}
+}
+
+// A Scanned the caller keeps on its stack stays there: Scan allocates
+// only the envelope's strings (type, id, proto), never the scan itself,
+// which every message of every transport pays for.
+func TestScanKeepsTheScanOnTheStack(t *testing.T) {
+	line := []byte(`{"type":"echo/say/req","id":"r1","proto":"1.0","ts":1,"text":"hello","n":{"a":[1,2,{"b":null}]}}`)
+	allocs := testing.AllocsPerRun(200, func() {
+		var sc wire.Scanned
+		if err := wire.Scan(line, &sc); err != nil || sc.ID != "r1" {
+			t.Fatalf("%v %q", err, sc.ID)
+		}
+	})
+	if allocs > 3 {
+		t.Errorf("Scan made %v allocations, want at most 3 (the envelope's strings)", allocs)
 	}
 }
