@@ -15,11 +15,21 @@ import (
 type reqCtx struct {
 	parent   context.Context
 	deadline time.Time
+	// waiter, when set, is the context of the one waiting for the reply
+	// on the goroutine the request runs on (a single exchange); its end
+	// calls gone, once. It is watched from the first Done, as the
+	// deadline is: a handler that never waits answers before anyone
+	// could go away in the meantime, and watching costs a registration
+	// with the waiter's context on every request (docs/PERFORMANCE.md).
+	waiter   context.Context
+	gone     func()
+	goneOnce sync.Once
 
-	mu        sync.Mutex
-	inner     context.Context // set on the first Done
-	stop      context.CancelFunc
-	cancelled bool
+	mu          sync.Mutex
+	inner       context.Context // set on the first Done
+	stop        context.CancelFunc
+	stopWatcher func() bool
+	cancelled   bool
 }
 
 func newReqCtx(parent context.Context, timeout time.Duration) (*reqCtx, context.CancelFunc) {
@@ -43,6 +53,8 @@ func (c *reqCtx) Done() <-chan struct{} {
 		c.inner, c.stop = context.WithDeadline(c.parent, c.deadline)
 		if c.cancelled {
 			c.stop()
+		} else if c.waiter != nil {
+			c.stopWatcher = context.AfterFunc(c.waiter, c.waiterGone)
 		}
 	}
 	return c.inner.Done()
@@ -60,6 +72,14 @@ func (c *reqCtx) Err() error {
 	}
 	if err := c.parent.Err(); err != nil {
 		return err
+	}
+	if c.waiter != nil && c.waiter.Err() != nil {
+		// A handler that polls Err instead of waiting on Done: the
+		// waiter's end is told as Done would have told it, off this
+		// goroutine (gone answers the request, which takes locks the
+		// handler may hold).
+		go c.waiterGone()
+		return context.Canceled
 	}
 	if !time.Now().Before(c.deadline) {
 		return context.DeadlineExceeded
@@ -79,11 +99,23 @@ func (c *reqCtx) Value(key any) any {
 
 func (c *reqCtx) String() string { return "server.reqCtx" }
 
+// watch sets the waiter whose end calls gone (see reqCtx.waiter); before
+// the request runs.
+func (c *reqCtx) watch(waiter context.Context, gone func()) {
+	c.waiter, c.gone = waiter, gone
+}
+
+func (c *reqCtx) waiterGone() { c.goneOnce.Do(c.gone) }
+
 func (c *reqCtx) cancel() {
 	c.mu.Lock()
 	c.cancelled = true
-	stop := c.stop
+	stop, stopWatcher := c.stop, c.stopWatcher
+	c.stopWatcher = nil
 	c.mu.Unlock()
+	if stopWatcher != nil {
+		stopWatcher()
+	}
 	if stop != nil {
 		stop()
 	}

@@ -89,3 +89,85 @@ func TestReqCtx(t *testing.T) {
 
 // ctxKey is a context key of this test file's own type.
 type ctxKey struct{}
+
+// TestReqCtxWaiter: the end of the waiter of a request run on its
+// goroutine (a single exchange's client) calls gone exactly once, if the
+// handler waits on its context (Done) or polls it (Err), whether the
+// waiter ended before or after; never once the request has ended.
+func TestReqCtxWaiter(t *testing.T) {
+	type step int
+	const (
+		askDone step = iota
+		pollErr
+	)
+	cases := []struct {
+		name       string
+		how        step
+		endFirst   bool // the waiter ends before the handler asks
+		endRequest bool // the request ends before the waiter does
+		wantGone   bool
+	}{
+		{"done, then the waiter ends", askDone, false, false, true},
+		{"the waiter ended, then done", askDone, true, false, true},
+		{"the waiter ended, then err", pollErr, true, false, true},
+		{"done, the request ends, then the waiter", askDone, false, true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			waiter, endWaiter := context.WithCancel(context.Background())
+			defer endWaiter()
+			calls := make(chan struct{}, 4)
+			c, cancel := newReqCtx(context.Background(), time.Hour)
+			defer cancel()
+			c.watch(waiter, func() { calls <- struct{}{} })
+			if tc.endFirst {
+				endWaiter()
+			}
+			switch tc.how {
+			case askDone:
+				_ = c.Done()
+			case pollErr:
+				if !errors.Is(c.Err(), context.Canceled) {
+					t.Errorf("Err = %v after the waiter ended", c.Err())
+				}
+				_ = c.Err()
+				_ = c.Done() // the watch it arms must not call gone again
+			}
+			if tc.endRequest {
+				cancel()
+			}
+			endWaiter()
+			if !tc.wantGone {
+				select {
+				case <-calls:
+					t.Fatal("gone called after the request ended")
+				case <-time.After(50 * time.Millisecond):
+				}
+				return
+			}
+			select {
+			case <-calls:
+			case <-time.After(5 * time.Second):
+				t.Fatal("gone not called")
+			}
+			select {
+			case <-calls:
+				t.Fatal("gone called twice")
+			case <-time.After(50 * time.Millisecond):
+			}
+		})
+	}
+	t.Run("a handler that neither waits nor polls", func(t *testing.T) {
+		waiter, endWaiter := context.WithCancel(context.Background())
+		calls := make(chan struct{}, 1)
+		c, cancel := newReqCtx(context.Background(), time.Hour)
+		c.watch(waiter, func() { calls <- struct{}{} })
+		endWaiter()
+		cancel()
+		select {
+		case <-calls:
+			t.Fatal("gone called for a request that never waited")
+		case <-time.After(50 * time.Millisecond):
+		}
+	})
+}

@@ -186,7 +186,7 @@ func errorMessage(e *wire.Error) *msg.Error {
 
 // ReceiveLine handles one line of the JSON codec. It never blocks on a
 // handler: requests are queued for the session's workers.
-func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, false) }
+func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, here{}) }
 
 // ReceiveLineHere is [Session.ReceiveLine] that runs a request on the
 // calling goroutine when the session has nothing else in flight, saving the
@@ -197,34 +197,46 @@ func (s *Session) ReceiveLine(line []byte) { s.receiveLine(line, false) }
 // wait for that reply anyway (a single exchange) or hand its reading to
 // another goroutine when the request takes long (ws.go), or a `cancel`
 // could not reach it.
-func (s *Session) ReceiveLineHere(line []byte) { s.receiveLine(line, true) }
+func (s *Session) ReceiveLineHere(line []byte) { s.receiveLine(line, here{run: true}) }
+
+// here says whether a request may run on the receiving goroutine, and who
+// waits for its reply there (ReceiveScannedHere).
+type here struct {
+	run    bool
+	waiter context.Context
+	gone   func()
+}
 
 // ReceiveScannedHere is [Session.ReceiveLineHere] of a line the caller
 // already scanned into sc with [wire.Scan], without error (the single
-// exchange reads the id first): the line is not scanned again.
-func (s *Session) ReceiveScannedHere(line []byte, sc *wire.Scanned) {
+// exchange reads the id first): the line is not scanned again. A request
+// run here whose caller's ctx ends calls gone (once) as soon as its handler
+// waits on its own context, or polls it; the caller cancels it with that,
+// as `cancel` does. A request queued instead is the caller's to watch
+// after this returns.
+func (s *Session) ReceiveScannedHere(ctx context.Context, line []byte, sc *wire.Scanned, gone func()) {
 	if len(line) > s.h.cfg.Server.Limits.MaxMessageBytes {
 		s.RejectOversized(len(line))
 		return
 	}
 	e, m, err := s.h.reg.DecodeScanned(line, sc)
-	s.receiveDecoded(line, sc, e, m, err, true)
+	s.receiveDecoded(line, sc, e, m, err, here{waiter: ctx, gone: gone})
 }
 
-func (s *Session) receiveLine(line []byte, here bool) {
+func (s *Session) receiveLine(line []byte, h here) {
 	if len(line) > s.h.cfg.Server.Limits.MaxMessageBytes {
 		s.RejectOversized(len(line))
 		return
 	}
 	var sc wire.Scanned
 	e, m, err := s.h.reg.Decode(line, &sc)
-	s.receiveDecoded(line, &sc, e, m, err, here)
+	s.receiveDecoded(line, &sc, e, m, err, h)
 }
 
 // receiveDecoded answers a line that did not decode, or receives its
 // message. Apart from receiveLine, so that a line scanned by the caller
 // costs no scan of its own (it would escape to the heap, used or not).
-func (s *Session) receiveDecoded(line []byte, sc *wire.Scanned, e *wire.Entry, m wire.Message, err error, here bool) {
+func (s *Session) receiveDecoded(line []byte, sc *wire.Scanned, e *wire.Entry, m wire.Message, err error, h here) {
 	if err != nil {
 		we := wire.AsError(err)
 		if sc.Type == "handshake/req" && we.Code == wire.CodeSchemaViolation {
@@ -238,7 +250,7 @@ func (s *Session) receiveDecoded(line []byte, sc *wire.Scanned, e *wire.Entry, m
 	// A copy of the envelope goes on, which a queued request keeps: the
 	// scan (some 400 bytes) need not stay with it.
 	env := sc.Envelope
-	s.receive(e, &env, m, len(line), sc.SessionID, here)
+	s.receive(e, &env, m, len(line), sc.SessionID, h)
 }
 
 // RejectOversized answers a line of n bytes that was over the message limit
@@ -268,10 +280,10 @@ func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) {
 	if b, ok := m.(interface{ BodySessionID() string }); ok {
 		bodySession = b.BodySessionID()
 	}
-	s.receive(e, env, m, 0, bodySession, false)
+	s.receive(e, env, m, 0, bodySession, here{})
 }
 
-func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, size int, bodySession string, here bool) {
+func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, size int, bodySession string, h here) {
 	s.touch()
 	if r := s.rec.Load(); r != nil {
 		kind := "notification"
@@ -329,7 +341,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		s.sendError(env.ID, err)
 		return
 	}
-	s.admit(&call{s: s, id: env.ID, entry: e, msg: m, inBytes: size}, here)
+	s.admit(&call{s: s, id: env.ID, entry: e, msg: m, inBytes: size}, h)
 }
 
 // admit queues a request for the session's workers: up to max_parallel run
@@ -337,18 +349,19 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 // overloaded (docs/DECISIONS.md, Dispatch). With here, a request that finds
 // nothing else in flight runs on the calling goroutine instead, counted as
 // a worker while it runs, so max_parallel still bounds what runs at once.
-func (s *Session) admit(c *call, here bool) {
+func (s *Session) admit(c *call, h here) {
 	s.mu.Lock()
 	if _, dup := s.inflight[c.id]; dup {
 		s.mu.Unlock()
 		s.sendError(c.id, &wire.Error{Code: wire.CodeSchemaViolation, Message: "a request with id " + wire.Clip(c.id) + " is already in flight", Detail: map[string]any{"field": "id"}})
 		return
 	}
-	if here && s.pending == 0 && s.workers < s.h.cfg.Server.MaxParallel && s.ctx.Err() == nil {
+	if (h.run || h.waiter != nil) && s.pending == 0 && s.workers < s.h.cfg.Server.MaxParallel && s.ctx.Err() == nil {
 		s.inflight[c.id] = c
 		s.pending++
 		s.workers++
 		s.mu.Unlock()
+		c.waiter, c.waiterGone = h.waiter, h.gone
 		s.run(c)
 		s.finish(c)
 		s.hereDone()
@@ -447,6 +460,9 @@ func (s *Session) finish(c *call) {
 func (s *Session) run(c *call) {
 	ctx, cancel := newReqCtx(s.ctx, time.Duration(s.h.cfg.Server.Limits.RequestTimeout))
 	defer cancel()
+	if c.waiter != nil {
+		ctx.watch(c.waiter, c.waiterGone)
+	}
 	tm := s.h.met.forType(c.entry.Type)
 	if !c.start(cancel) {
 		tm.count(string(wire.CodeCancelled))
@@ -554,6 +570,11 @@ type call struct {
 	inBytes int
 	parent  *call // set for internal requests
 	depth   int
+	// waiter and waiterGone: the caller that waits for the reply of a
+	// request run on its goroutine, and how it cancels the request when
+	// it goes away (ReceiveScannedHere).
+	waiter     context.Context
+	waiterGone func()
 	// answered is the plugin whose reply is being sent; answerRec its audit
 	// record, completed with the reply's size.
 	answered  *plugin

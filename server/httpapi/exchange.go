@@ -218,12 +218,13 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		return &sseExchange{a: a, st: st, x: x, ctx: ctx}
 	}
 	// This goroutine waits for the reply anyway, so the kernel may run the
-	// request on it (server.Session.ReceiveLineHere); a client that goes
-	// away meanwhile cancels it as below.
-	stop := context.AfterFunc(ctx, func() { a.cancelExchange(st, x) })
-	st.sess.ReceiveScannedHere(line, &sc)
-	if !stop() && ctx.Err() != nil {
-		return jsonReply(nil)
+	// request on it (server.Session.ReceiveScannedHere); a client that
+	// goes away meanwhile cancels it as below, from the moment its handler
+	// waits on anything.
+	st.sess.ReceiveScannedHere(ctx, line, &sc, func() { a.cancelExchange(st, x) })
+	if ctx.Err() != nil {
+		st.ex.remove(x)
+		return jsonReply(nil) // nobody is left to read it
 	}
 	for {
 		if _, _, reply := x.take(); reply != nil {
