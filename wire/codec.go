@@ -53,13 +53,42 @@ func FromEpoch(s float64) time.Time { return time.UnixMicro(int64(math.Round(s *
 // AppendEncode appends the one-line JSON encoding of m with its envelope to
 // dst: the envelope fields first, then the body's fields (docs/DECISIONS.md, Wire).
 func AppendEncode(dst []byte, env *Envelope, m Message) ([]byte, error) {
+	body, err := marshalBody(env, m)
+	if err != nil {
+		return dst, err
+	}
+	return appendEnveloped(dst, env, body), nil
+}
+
+// Encode returns the one-line JSON encoding of m with its envelope, without
+// the trailing newline, in a slice of the size it needs (when no string
+// needs escaping): every message sent is one, and one grown past a guess
+// is a second allocation and a copy.
+func Encode(env *Envelope, m Message) ([]byte, error) {
+	body, err := marshalBody(env, m)
+	if err != nil {
+		return nil, err
+	}
+	// The envelope's fixed text, its strings with their quotes, and the
+	// longest ts strconv writes for a time of this era.
+	size := len(`{"type":,"id":,"proto":"`+ProtoVersion+`","ts":,"req_id":}`) + 6 +
+		len(env.Type) + len(env.ID) + len(env.ReqID) + 24 + len(body)
+	return appendEnveloped(make([]byte, 0, size), env, body), nil
+}
+
+func marshalBody(env *Envelope, m Message) ([]byte, error) {
 	body, err := json.Marshal(m)
 	if err != nil {
-		return dst, fmt.Errorf("encode %s: %w", env.Type, err)
+		return nil, fmt.Errorf("encode %s: %w", env.Type, err)
 	}
 	if len(body) < 2 || body[0] != '{' {
-		return dst, fmt.Errorf("encode %s: body is not a JSON object", env.Type)
+		return nil, fmt.Errorf("encode %s: body is not a JSON object", env.Type)
 	}
+	return body, nil
+}
+
+// appendEnveloped appends the envelope fields, then the fields of body.
+func appendEnveloped(dst []byte, env *Envelope, body []byte) []byte {
 	dst = append(dst, `{"type":`...)
 	dst = appendString(dst, env.Type)
 	dst = append(dst, `,"id":`...)
@@ -80,13 +109,7 @@ func AppendEncode(dst []byte, env *Envelope, m Message) ([]byte, error) {
 	if len(body) > 2 {
 		dst = append(dst, ',')
 	}
-	return append(dst, body[1:]...), nil
-}
-
-// Encode returns the one-line JSON encoding of m with its envelope, without
-// the trailing newline.
-func Encode(env *Envelope, m Message) ([]byte, error) {
-	return AppendEncode(make([]byte, 0, 256), env, m)
+	return append(dst, body[1:]...)
 }
 
 const hexDigits = "0123456789abcdef"

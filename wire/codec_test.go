@@ -636,3 +636,32 @@ func TestRequiredNullRefused(t *testing.T) {
 		t.Fatalf("optional null: got %v, want schema_violation naming timeout", err)
 	}
 }
+
+// TestEncodeAllocatesItsLineOnce: a message whose strings need no escaping
+// is encoded in a line allocated at its size, beside the body's own
+// marshalling, whatever its length; every message sent is encoded.
+func TestEncodeAllocatesItsLineOnce(t *testing.T) {
+	for _, n := range []int{0, 10, 300, 5000} {
+		for _, env := range []*wire.Envelope{
+			{Type: "pong", ID: "h1-1", ReqID: "r1"},
+			{Type: "error", ID: "h1-2"},
+			{Type: "pong", ID: "h1-3", TS: 1795503057.758135},
+		} {
+			m := &msg.Error{Code: "runtime_error", Message: strings.Repeat("m", n)}
+			var line []byte
+			allocs := testing.AllocsPerRun(50, func() {
+				var err error
+				if line, err = wire.Encode(env, m); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs > 2 {
+				t.Errorf("%d-byte body, %s: %v allocations, want the body's and the line's", n, env.Type, allocs)
+			}
+			var back map[string]any
+			if err := json.Unmarshal(line, &back); err != nil || back["message"] != m.Message || back["id"] != env.ID {
+				t.Errorf("%d-byte body: %v %.80s", n, err, line)
+			}
+		}
+	}
+}
