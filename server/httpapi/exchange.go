@@ -141,11 +141,18 @@ type exchange struct {
 	held    int
 	dropped int
 	reply   []byte // the encoded reply, once it came
-	wake    chan struct{}
+	// wake is signalled by every delivery. The JSON mode makes it only
+	// when it must wait (replyOrWake): a request run on the exchange's own
+	// goroutine has most often been answered by then.
+	wake chan struct{}
 }
 
 func newExchange(id string, mode exchangeMode, maxBytes int) *exchange {
-	return &exchange{id: id, sse: mode == modeSSE, maxBytes: maxBytes, wake: make(chan struct{}, 1)}
+	x := &exchange{id: id, sse: mode == modeSSE, maxBytes: maxBytes}
+	if x.sse {
+		x.wake = make(chan struct{}, 1)
+	}
+	return x
 }
 
 // deliver takes one message of the request. In JSON mode events are
@@ -173,12 +180,29 @@ func (x *exchange) deliver(p *wire.Packet, reply bool) int {
 		x.events = append(x.events, line)
 		x.held += len(line)
 	}
+	wake := x.wake
 	x.mu.Unlock()
-	select {
-	case x.wake <- struct{}{}:
-	default:
+	if wake != nil {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
 	}
 	return len(line)
+}
+
+// replyOrWake returns the reply, or the channel the next delivery will
+// signal when it has not come yet.
+func (x *exchange) replyOrWake() ([]byte, <-chan struct{}) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.reply != nil {
+		return x.reply, nil
+	}
+	if x.wake == nil {
+		x.wake = make(chan struct{}, 1)
+	}
+	return nil, x.wake
 }
 
 // take returns the events held, the dropped count and the reply (nil until
@@ -227,11 +251,12 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		return jsonReply(nil) // nobody is left to read it
 	}
 	for {
-		if _, _, reply := x.take(); reply != nil {
+		reply, wake := x.replyOrWake()
+		if reply != nil {
 			return jsonReply(reply)
 		}
 		select {
-		case <-x.wake:
+		case <-wake:
 		case <-ctx.Done():
 			a.cancelExchange(st, x)
 			return jsonReply(nil) // nobody is left to read it
