@@ -641,6 +641,9 @@ func TestRequiredNullRefused(t *testing.T) {
 // is encoded in a line allocated at its size, beside the body's own
 // marshalling, whatever its length; every message sent is encoded.
 func TestEncodeAllocatesItsLineOnce(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not exact under the race detector")
+	}
 	for _, n := range []int{0, 10, 300, 5000} {
 		for _, env := range []*wire.Envelope{
 			{Type: "pong", ID: "h1-1", ReqID: "r1"},
