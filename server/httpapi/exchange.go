@@ -57,26 +57,21 @@ func parseAccept(h string) exchangeMode {
 	return modeStream
 }
 
-type modeKey struct{}
-
-// exchangeMiddleware passes POST /send's Accept header to [api.Send], which
-// the strict server interface does not see: content negotiation is not a
-// parameter in OpenAPI, so openapi.yaml describes it by response types.
-func exchangeMiddleware(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
+// exchangeMiddleware takes POST /send's Accept header, which the strict
+// server interface does not see (content negotiation is not a parameter in
+// OpenAPI, so openapi.yaml describes it by response types), and answers a
+// single exchange itself; the default mode goes on to [api.Send].
+func (a *api) exchangeMiddleware(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
 	if operationID != "Send" {
 		return f
 	}
 	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, req any) (any, error) {
-		if m := parseAccept(r.Header.Get("Accept")); m != modeStream {
-			ctx = context.WithValue(ctx, modeKey{}, m)
+		sr, ok := req.(gen.SendRequestObject)
+		if m := parseAccept(r.Header.Get("Accept")); ok && m != modeStream {
+			return a.send(ctx, sr, m)
 		}
 		return f(ctx, w, r, req)
 	}
-}
-
-func modeOf(ctx context.Context) exchangeMode {
-	m, _ := ctx.Value(modeKey{}).(exchangeMode)
-	return m
 }
 
 // exchanges are the single exchanges waiting on one session, by request id.

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	gen "github.com/aephost/aep/gen/httpapi"
 	"github.com/aephost/aep/server"
@@ -107,7 +108,7 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	// Both of oapi-codegen's error hooks lead to one function, so every
 	// transport error has our JSON body and no 5xx echoes an internal error
 	// (so no library text reaches an agent).
-	strict := gen.NewStrictHandlerWithOptions(a, []gen.StrictMiddlewareFunc{exchangeMiddleware}, gen.StrictHTTPServerOptions{
+	strict := gen.NewStrictHandlerWithOptions(a, []gen.StrictMiddlewareFunc{a.exchangeMiddleware}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: a.fail, ResponseErrorHandlerFunc: a.fail})
 	routes := gen.HandlerWithOptions(strict, gen.StdHTTPServerOptions{ErrorHandlerFunc: a.fail})
 	next := a.withWebSocket(routes)
@@ -407,16 +408,24 @@ func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObjec
 // Send implements POST /send: the body goes to the kernel as one line,
 // whatever it holds; its answer, or its parse_error, arrives on the stream.
 func (a *api) Send(ctx context.Context, req gen.SendRequestObject) (gen.SendResponseObject, error) {
+	return a.send(ctx, req, modeStream)
+}
+
+// send answers POST /send in mode (exchangeMiddleware).
+func (a *api) send(ctx context.Context, req gen.SendRequestObject, mode exchangeMode) (gen.SendResponseObject, error) {
 	st, ok := a.lookup(req.Params.XSessionId)
 	if !ok {
 		return gen.Send404JSONResponse{NotFoundJSONResponse: notFound(req.Params.XSessionId)}, nil
 	}
 	var line []byte
 	if req.Body != nil {
-		line = []byte(*req.Body)
+		// The body's bytes, not a copy: the line is only read (scanned
+		// and decoded, whose models copy what they keep), and the string
+		// the generated handler made of the body is this request's alone.
+		line = unsafe.Slice(unsafe.StringData(*req.Body), len(*req.Body))
 	}
-	if m := modeOf(ctx); m != modeStream {
-		return a.sendExchange(ctx, st, line, m), nil
+	if mode != modeStream {
+		return a.sendExchange(ctx, st, line, mode), nil
 	}
 	st.sess.ReceiveLine(line)
 	return accepted{}, nil
