@@ -93,13 +93,14 @@ func (g *guard) deadlines(w *respWriter, r *http.Request) {
 		return
 	}
 	c := g.a.httpCfg
-	rc := http.NewResponseController(w.ResponseWriter)
-	w.rc, w.perWrite = rc, time.Duration(c.WriteTimeout)
+	// Held in w, which every request has anyway: no allocation of its own.
+	w.rc, w.perWrite = *http.NewResponseController(w.ResponseWriter), time.Duration(c.WriteTimeout)
 	if r.Method == http.MethodPost && r.Body != nil {
 		// Errors mean the connection cannot take deadlines (a test
 		// conn); the server-wide idle and header timeouts still hold.
-		if rc.SetReadDeadline(time.Now().Add(time.Duration(c.ReadBodyTimeout))) == nil {
-			r.Body = &bodyDeadline{ReadCloser: r.Body, rc: rc}
+		if w.rc.SetReadDeadline(time.Now().Add(time.Duration(c.ReadBodyTimeout))) == nil {
+			w.body = bodyDeadline{ReadCloser: r.Body, rc: &w.rc}
+			r.Body = &w.body
 		}
 	}
 }

@@ -230,9 +230,10 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type respWriter struct {
 	http.ResponseWriter
 	started  bool
-	rc       *http.ResponseController
+	rc       http.ResponseController // of ResponseWriter, once deadlines set it
 	perWrite time.Duration
-	deadline time.Time // the write deadline set last
+	deadline time.Time    // the write deadline set last
+	body     bodyDeadline // the request's body, when it has a read deadline
 }
 
 // extend gives the next write of a stream its deadline: at most perWrite

@@ -80,7 +80,7 @@ func (d *deadlineWriter) SetWriteDeadline(t time.Time) error {
 func TestWriteDeadlineMovedOnlyWhenDue(t *testing.T) {
 	const perWrite = 200 * time.Millisecond
 	d := &deadlineWriter{ResponseWriter: httptest.NewRecorder()}
-	w := &respWriter{ResponseWriter: d, rc: http.NewResponseController(d), perWrite: perWrite}
+	w := &respWriter{ResponseWriter: d, rc: *http.NewResponseController(d), perWrite: perWrite}
 	check := func(before time.Time, wantSet int) {
 		t.Helper()
 		if len(d.set) != wantSet {
