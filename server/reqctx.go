@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,7 +24,7 @@ type reqCtx struct {
 	// with the waiter's context on every request (docs/PERFORMANCE.md).
 	waiter   context.Context
 	gone     func()
-	goneOnce sync.Once
+	goneSent atomic.Bool
 
 	mu          sync.Mutex
 	inner       context.Context // set on the first Done
@@ -78,7 +79,9 @@ func (c *reqCtx) Err() error {
 		// waiter's end is told as Done would have told it, off this
 		// goroutine (gone answers the request, which takes locks the
 		// handler may hold).
-		go c.waiterGone()
+		if c.goneSent.CompareAndSwap(false, true) {
+			go c.gone()
+		}
 		return context.Canceled
 	}
 	if !time.Now().Before(c.deadline) {
@@ -105,7 +108,11 @@ func (c *reqCtx) watch(waiter context.Context, gone func()) {
 	c.waiter, c.gone = waiter, gone
 }
 
-func (c *reqCtx) waiterGone() { c.goneOnce.Do(c.gone) }
+func (c *reqCtx) waiterGone() {
+	if c.goneSent.CompareAndSwap(false, true) {
+		c.gone()
+	}
+}
 
 func (c *reqCtx) cancel() {
 	c.mu.Lock()
