@@ -713,9 +713,13 @@ func drainMidRun(t *testing.T, k proxyKind, base string, hosts []*host) {
 		spread[hostOf(t, c.SessionID())]++
 	}
 	t.Logf("sessions per host: %v", spread)
+	// Every host takes part. Not an even spread: a third of the agents
+	// (single exchange) hold no connection for least_conn to count, and
+	// each nginx worker counts only its own, so one host may get as few as
+	// 4 of 30 (seen 4–9 for the same host in repeated runs).
 	for i := range hosts {
-		if got := spread[fmt.Sprintf("aep-%d", i+1)]; got < agents/len(hosts)/2 {
-			t.Fatalf("aep-%d holds %d of %d sessions, want at least %d: %v", i+1, got, agents, agents/len(hosts)/2, spread)
+		if got := spread[fmt.Sprintf("aep-%d", i+1)]; got < agents/len(hosts)/3 {
+			t.Fatalf("aep-%d holds %d of %d sessions, want at least %d: %v", i+1, got, agents, agents/len(hosts)/3, spread)
 		}
 	}
 	// Drain the host holding the most sessions.
