@@ -65,9 +65,15 @@ export async function startFleetHost(bin: string, hostId: string, dsn: string, o
   };
 }
 
-/** A TCP forwarder on a free loopback port to 127.0.0.1:target; when either side of a connection ends, both do. */
+/**
+ * A TCP forwarder on a free loopback port to 127.0.0.1:target; when either
+ * side of a connection ends, both do. `sever` cuts every connection as a
+ * network drop would; while `refuse` is set, new connections are cut at
+ * once, as when the network is still down.
+ */
 export class Forwarder {
   target: number;
+  refuse = false;
   readonly #server: Server;
   readonly #open = new Set<Socket>();
   port = 0;
@@ -75,6 +81,10 @@ export class Forwarder {
   private constructor(target: number) {
     this.target = target;
     this.#server = createServer((c) => {
+      if (this.refuse) {
+        c.destroy();
+        return;
+      }
       const u = connect(this.target, "127.0.0.1");
       this.#open.add(c).add(u);
       const end = () => {
@@ -105,6 +115,17 @@ export class Forwarder {
 
   get wsUrl(): string {
     return `ws://127.0.0.1:${this.port}/ws`;
+  }
+
+  /**
+   * Cuts every open connection, both sides, and goes on accepting new
+   * ones: neither end gets a close frame, as in a network drop. Returns
+   * how many connections were cut.
+   */
+  sever(): number {
+    const cut = [...this.#open];
+    for (const s of cut) s.destroy();
+    return cut.length / 2;
   }
 
   close(): Promise<void> {
