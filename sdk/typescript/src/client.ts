@@ -51,7 +51,9 @@ interface Pending {
 export interface ClientOptions {
   /**
    * Survive the loss of the session (its host drained or died;
-   * README.md, Surviving a drain): when the connection drops or the host
+   * README.md, Surviving a drain): when the connection ends for good (a
+   * WebSocket the host closed, or that dropped and could not be
+   * re-attached; an event stream that could not be reopened) or the host
    * answers that it no longer has the session (404, 503, `shutting_down`;
    * a proxy's 502), the client opens a new session through the same URL
    * (retrying until `moveTimeoutSeconds`), handshakes as the last
@@ -161,7 +163,12 @@ export class AepClient extends Methods<RequestOptions> {
     this.#attach(transport);
   }
 
-  /** Connects over WebSocket, e.g. "ws://127.0.0.1:8765/ws". */
+  /**
+   * Connects over WebSocket, e.g. "ws://127.0.0.1:8765/ws". A connection
+   * that drops is re-attached to the same session for up to
+   * `reattachTimeoutSeconds` (openWebSocket); requests in flight meanwhile
+   * get their replies, and new ones wait for the new connection.
+   */
   static async websocket(url: string, opts?: WebSocketOptions & ClientOptions): Promise<AepClient> {
     return new AepClient(await openWebSocket(url, opts), opts);
   }

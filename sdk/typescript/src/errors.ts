@@ -44,8 +44,10 @@ export class ConnectionError extends Error {
 }
 
 /**
- * The host no longer has the client's session: the WebSocket or the event
- * stream ended, the host cannot be reached (connection refused), or it
+ * The host no longer has the client's session: the WebSocket ended (the
+ * host closed it, or it dropped and could not be re-attached: 404, or
+ * `reattachTimeoutSeconds` passed), the event stream ended, the host
+ * cannot be reached (connection refused), or it
  * answered POST /send with 404 (no such session: its host is gone and the
  * proxy sent the request elsewhere), 503 (draining or closing) or 502 (a
  * proxy could not reach it). `delivered` is false when the message being

@@ -3,6 +3,7 @@
 // Each carries one session's messages as lines of JSON both ways.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
+import { setTimeout as delay } from "node:timers/promises";
 import WebSocket from "ws";
 import { ConnectionError, SessionLostError } from "./errors.js";
 
@@ -37,81 +38,282 @@ export interface WebSocketOptions {
   headers?: Record<string, string>;
   /** Abort the connection attempt. */
   signal?: AbortSignal;
+  /**
+   * How long a connection that drops (ends without a close frame from the
+   * host) is tried again, to re-attach it to its session, before the
+   * session counts as lost; default 10.
+   */
+  reattachTimeoutSeconds?: number;
+}
+
+/** aep's WebSocket transport: a Transport that re-attaches a dropped connection to its session. */
+export interface WebSocketTransport extends Transport {
+  /** How many times a connection that dropped was re-attached to its session. */
+  readonly reattached: number;
+  attach(sessionId: string): Promise<WebSocketTransport>;
+  newSession(): Promise<WebSocketTransport>;
 }
 
 /**
  * Opens aep's WebSocket transport at url (e.g. "ws://127.0.0.1:8765/ws"):
- * one session per connection, one message per text frame. A dropped
- * connection is not re-attached: its requests fail with ConnectionError
- * (docs/DECISIONS.md, TypeScript SDK), or a client made with
- * `{ move: true }` moves to a new session.
+ * one session per connection, one message per text frame. A connection
+ * that drops without a close frame from the host is re-attached to its
+ * session (X-Session-Id, and Last-Event-ID = the count of messages
+ * received, so the host replays what was missed from its buffer; the host
+ * keeps a dropped session for its grace period), tried for
+ * `reattachTimeoutSeconds`. A line that could not be written meanwhile is
+ * sent on the new connection. When the host no longer has the session
+ * (404), at the timeout, or when the host closed the connection itself,
+ * the session is lost: the transport ends with SessionLostError, and a
+ * client made with `{ move: true }` moves to a new session.
  */
-export async function openWebSocket(url: string, opts: WebSocketOptions = {}): Promise<Transport> {
-  const headers: Record<string, string> = { ...opts.headers };
-  if (opts.sessionId) headers["X-Session-Id"] = opts.sessionId;
-  // No compression: frames are small JSON and the host does not offer it.
-  const ws = new WebSocket(url, { headers, perMessageDeflate: false });
-  let sessionId = opts.sessionId;
-  ws.on("upgrade", (res) => {
-    const id = res.headers["x-session-id"];
-    if (typeof id === "string" && id) sessionId = id;
-  });
-  await new Promise<void>((resolve, reject) => {
-    const onAbort = () => {
+export async function openWebSocket(url: string, opts: WebSocketOptions = {}): Promise<WebSocketTransport> {
+  const t = new WebSocketLine(url, opts);
+  await t.open(opts.signal);
+  return t;
+}
+
+/** A refused or failed upgrade; status is the host's HTTP status when it answered one. */
+class UpgradeFailed extends ConnectionError {
+  constructor(
+    message: string,
+    readonly status: number | undefined,
+    cause: unknown,
+  ) {
+    super(message, cause === undefined ? undefined : { cause });
+  }
+}
+
+/** The code ws gives a connection that ended without a close frame (none can carry it): a drop, after which the session may live on. */
+const closedAbnormally = 1006;
+
+/** How often a send waits for the connection to come back (its close, then a re-attach) before it gives up. */
+const maxSendWaits = 8;
+
+/** The WebSocket transport of one session, across the connections its re-attaches open. */
+class WebSocketLine implements WebSocketTransport {
+  readonly #url: string;
+  readonly #opts: WebSocketOptions;
+  readonly #reattachMs: number;
+  #sessionId: string | undefined;
+  /** The connection in use; after a drop, the dropped one until a re-attach replaces it. */
+  #ws: WebSocket | undefined;
+  /** Text frames received in this session, across connections: the re-attach's Last-Event-ID. */
+  #received = 0;
+  #reattached = 0;
+  /** A re-attach under way; sends wait for it rather than write to a dead connection. */
+  #gap: Promise<void> | undefined;
+  /** The re-attach's connection attempt, which close aborts. */
+  #dialing: WebSocket | undefined;
+  /** Aborted by close: ends a re-attach's wait between tries. */
+  readonly #stop = new AbortController();
+  #closing = false;
+  #closed: Promise<void> | undefined;
+  /** Why no line can come any more. */
+  #ended: Error | undefined;
+  #onLine: ((line: string) => void) | undefined;
+  #onClose: ((err?: Error) => void) | undefined;
+  /** onClose has run. */
+  #told = false;
+  /** Lines that came before start. */
+  readonly #early: string[] = [];
+
+  constructor(url: string, opts: WebSocketOptions) {
+    this.#url = url;
+    this.#opts = opts;
+    this.#sessionId = opts.sessionId;
+    this.#reattachMs = (opts.reattachTimeoutSeconds ?? 10) * 1000;
+  }
+
+  get sessionId(): string | undefined {
+    return this.#sessionId;
+  }
+
+  get reattached(): number {
+    return this.#reattached;
+  }
+
+  open(signal: AbortSignal | undefined): Promise<void> {
+    return this.#dial(undefined, signal, undefined);
+  }
+
+  /**
+   * One connection attempt; with lastSeen, a re-attach. The connection
+   * becomes the one in use as it opens, in its open event, before any of
+   * its frames can be read: the replay may come in the same packet as the
+   * upgrade's answer.
+   */
+  #dial(lastSeen: number | undefined, signal: AbortSignal | undefined, timeoutMs: number | undefined): Promise<void> {
+    const headers: Record<string, string> = { ...this.#opts.headers };
+    if (this.#sessionId) headers["X-Session-Id"] = this.#sessionId;
+    if (lastSeen !== undefined) headers["Last-Event-ID"] = String(lastSeen);
+    // No compression: frames are small JSON and the host does not offer it.
+    const ws = new WebSocket(this.#url, { headers, perMessageDeflate: false, ...(timeoutMs !== undefined ? { handshakeTimeout: timeoutMs } : {}) });
+    if (lastSeen !== undefined) this.#dialing = ws;
+    let status: number | undefined;
+    let failure: Error | undefined;
+    ws.on("upgrade", (res) => {
+      const id = res.headers["x-session-id"];
+      if (typeof id === "string" && id) this.#sessionId = id;
+    });
+    ws.on("unexpected-response", (_req, res) => {
+      // Kept for the caller (404: no such session), and not in the
+      // message: the body names the session, whose id is a bearer secret.
+      status = res.statusCode;
+      res.resume();
       ws.terminate();
-      reject(new ConnectionError(`websocket ${url}: aborted`, { cause: opts.signal?.reason }));
-    };
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
-    ws.once("open", () => {
-      opts.signal?.removeEventListener("abort", onAbort);
-      resolve();
     });
-    ws.once("error", (err) => {
-      opts.signal?.removeEventListener("abort", onAbort);
-      reject(new ConnectionError(`websocket ${url}: ${err.message}`, { cause: err }));
+    ws.on("message", (data, isBinary) => {
+      if (isBinary || ws !== this.#ws) return;
+      this.#received++;
+      const line = data.toString();
+      if (this.#onLine) this.#onLine(line);
+      else this.#early.push(line);
     });
-  });
-  let closed: Promise<void> | undefined;
-  return {
-    get sessionId() {
-      return sessionId;
-    },
-    attach: (id: string) => openWebSocket(url, { ...(opts.headers ? { headers: opts.headers } : {}), sessionId: id }),
-    start(onLine, onClose) {
-      ws.on("message", (data, isBinary) => {
-        if (!isBinary) onLine(data.toString());
-      });
-      let err: Error | undefined;
-      ws.on("error", (e) => {
-        err = new SessionLostError(`websocket: ${e.message}`, { cause: e });
-      });
-      ws.on("close", (code, reason) => {
-        onClose(err ?? new SessionLostError(`websocket closed (${code}${reason.length ? " " + reason.toString() : ""})`));
-      });
-    },
-    send(line) {
-      return new Promise((resolve, reject) => {
-        if (ws.readyState !== WebSocket.OPEN) {
-          // Refused before a byte is written.
-          reject(new SessionLostError("websocket is not open", { delivered: false }));
+    ws.on("error", (e) => {
+      failure ??= e;
+    });
+    ws.on("close", (code, reason) => {
+      if (ws === this.#ws) this.#closedConn(code, reason, failure);
+    });
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => ws.terminate();
+      signal?.addEventListener("abort", onAbort, { once: true });
+      let settled = false;
+      ws.once("open", () => {
+        settled = true;
+        signal?.removeEventListener("abort", onAbort);
+        if (this.#dialing === ws) this.#dialing = undefined;
+        if (this.#closing) {
+          ws.terminate();
+          reject(new ConnectionError("websocket closed"));
           return;
         }
-        ws.send(line, { binary: false }, (err) => (err ? reject(new SessionLostError(`websocket send: ${err.message}`, { cause: err })) : resolve()));
+        this.#ws = ws;
+        resolve();
       });
-    },
-    close() {
-      closed ??= new Promise<void>((resolve) => {
-        if (ws.readyState === WebSocket.CLOSED) return resolve();
+      ws.once("close", () => {
+        if (settled) return;
+        signal?.removeEventListener("abort", onAbort);
+        if (this.#dialing === ws) this.#dialing = undefined;
+        if (signal?.aborted) reject(new ConnectionError(`websocket ${this.#url}: aborted`, { cause: signal.reason }));
+        else reject(new UpgradeFailed(`websocket ${this.#url}: ${status !== undefined ? `HTTP ${status}` : (failure?.message ?? "closed")}`, status, failure));
+      });
+    });
+  }
+
+  /** The connection in use ended: a drop is re-attached; a close the host sent, or ours, ends the transport. */
+  #closedConn(code: number, reason: Buffer, err: Error | undefined) {
+    if (this.#closing || code !== closedAbnormally || !this.#sessionId) {
+      this.#end(err ? new SessionLostError(`websocket: ${err.message}`, { cause: err }) : new SessionLostError(`websocket closed (${code}${reason.length ? " " + reason.toString() : ""})`));
+      return;
+    }
+    const gap: Promise<void> = this.#reattach(err ?? new ConnectionError(`websocket dropped (${code})`)).finally(() => {
+      if (this.#gap === gap) this.#gap = undefined; // not a later drop's
+    });
+    this.#gap = gap;
+  }
+
+  /** Tries to re-attach until the host says it has no such session, or the timeout; then the transport ends. Never rejects. */
+  async #reattach(cause: Error): Promise<void> {
+    const deadline = Date.now() + this.#reattachMs;
+    let wait = 50;
+    let last: unknown = cause;
+    while (!this.#closing) {
+      try {
+        await this.#dial(this.#received, undefined, Math.max(deadline - Date.now(), 100));
+        this.#reattached++;
+        return;
+      } catch (e) {
+        if (e instanceof UpgradeFailed && (e.status === 404 || e.status === 410)) {
+          this.#end(new SessionLostError(`websocket dropped and the host no longer has the session (HTTP ${e.status})`, { cause: e }));
+          return;
+        }
+        last = e;
+      }
+      // The last try comes at the deadline.
+      const left = deadline - Date.now();
+      if (left <= 0) break;
+      await delay(Math.min(wait, left), undefined, { signal: this.#stop.signal }).catch(() => {});
+      wait = Math.min(2 * wait, 1000);
+    }
+    const why = last instanceof Error ? last.message : String(last);
+    this.#end(this.#closing ? new ConnectionError("websocket closed") : new SessionLostError(`websocket dropped and could not be re-attached in ${this.#reattachMs / 1000}s: ${why}`, { cause: last }));
+  }
+
+  #end(err: Error) {
+    if (this.#ended) return;
+    this.#ended = err;
+    // Told after the sends that waited for a re-attach have rejected
+    // (promises, all settled before the next turn of the event loop): a
+    // client then knows which of its lines never left before it hears
+    // that the session is lost, and can send those to a new session.
+    setImmediate(() => this.#tell());
+  }
+
+  #tell() {
+    if (!this.#ended || !this.#onClose || this.#told) return;
+    this.#told = true;
+    this.#onClose(this.#ended);
+  }
+
+  start(onLine: (line: string) => void, onClose: (err?: Error) => void): void {
+    this.#onLine = onLine;
+    this.#onClose = onClose;
+    for (const line of this.#early.splice(0)) onLine(line);
+    this.#tell();
+  }
+
+  async send(line: string): Promise<void> {
+    for (let waits = 0; waits < maxSendWaits; waits++) {
+      // Refused before a byte is written: the line did not reach the session.
+      if (this.#ended || this.#closing) throw new SessionLostError(`websocket is not open${this.#ended ? ": " + this.#ended.message : ""}`, { delivered: false, ...(this.#ended ? { cause: this.#ended } : {}) });
+      if (this.#gap) {
+        await this.#gap; // the line goes on the new connection
+        continue;
+      }
+      const ws = this.#ws!;
+      if (ws.readyState !== WebSocket.OPEN) {
+        // Closing: its close event says whether it is re-attached (then a
+        // re-attach is under way) or the transport ends.
+        if (ws.readyState !== WebSocket.CLOSED) await new Promise((r) => ws.once("close", r));
+        continue;
+      }
+      return new Promise<void>((resolve, reject) => {
+        // Failed after it was handed to the connection: perhaps written,
+        // so not sent again; whether the session lives on is for the
+        // connection's end to tell, not this send.
+        ws.send(line, { binary: false }, (err) => (err ? reject(new ConnectionError(`websocket send: ${err.message}`, { cause: err })) : resolve()));
+      });
+    }
+    throw new SessionLostError("websocket kept dropping as it was re-attached", { delivered: false });
+  }
+
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      this.#closing = true;
+      this.#stop.abort();
+      this.#dialing?.terminate();
+      await this.#gap;
+      const ws = this.#ws;
+      if (!ws || ws.readyState === WebSocket.CLOSED) return;
+      await new Promise<void>((resolve) => {
         ws.once("close", () => resolve());
         ws.close(1000);
       });
-      return closed;
-    },
-    newSession() {
-      const { sessionId: _attached, signal: _opening, ...rest } = opts;
-      return openWebSocket(url, rest);
-    },
-  };
+    })();
+    return this.#closed;
+  }
+
+  attach(sessionId: string): Promise<WebSocketTransport> {
+    const { headers, reattachTimeoutSeconds } = this.#opts;
+    return openWebSocket(this.#url, { ...(headers ? { headers } : {}), ...(reattachTimeoutSeconds !== undefined ? { reattachTimeoutSeconds } : {}), sessionId });
+  }
+
+  newSession(): Promise<WebSocketTransport> {
+    const { sessionId: _attached, signal: _opening, ...rest } = this.#opts;
+    return openWebSocket(this.#url, rest);
+  }
 }
 
 export interface HttpOptions {
