@@ -96,10 +96,32 @@ func (g *guard) deadlines(w *respWriter, r *http.Request) {
 	// Held in w, which every request has anyway: no allocation of its own.
 	w.rc, w.perWrite = *http.NewResponseController(w.ResponseWriter), time.Duration(c.WriteTimeout)
 	if r.Method == http.MethodPost && r.Body != nil {
-		w.body = watchedBody{ReadCloser: r.Body, w: w, watch: &g.a.bodies}
-		r.Body = &w.body
-		g.a.bodies.begin(w)
+		// Errors mean the connection cannot take deadlines (a test
+		// conn); the server-wide idle and header timeouts still hold.
+		if w.rc.SetReadDeadline(time.Now().Add(time.Duration(c.ReadBodyTimeout))) == nil {
+			w.body = bodyDeadline{ReadCloser: r.Body, rc: &w.rc}
+			r.Body = &w.body
+		}
 	}
+}
+
+// bodyDeadline lifts the body's read deadline once the body is read: the
+// server then reads the connection in the background to notice a client
+// that went away, and a deadline passing there would cancel a request that
+// is still waiting for its answer (single-exchange POST /send).
+type bodyDeadline struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *bodyDeadline) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // proxyListener reads the PROXY protocol header (v1 or v2) of connections

@@ -90,7 +90,6 @@ type api struct {
 	allow   allowList
 	httpCfg server.HTTPConfig
 	proxies server.TrustedProxies
-	bodies  bodyWatch // read_body_timeout
 
 	mu      sync.RWMutex
 	streams map[string]*stream
@@ -105,7 +104,6 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	a := &api{h: h, opts: opts, log: opts.Logger, maxBody: int64(h.Config().Server.Limits.MaxMessageBytes),
 		allow: parseAllowList(opts.AllowedOrigins), streams: map[string]*stream{},
 		httpCfg: h.Config().Transport.HTTP, proxies: h.TrustedProxies()}
-	a.bodies.timeout = time.Duration(a.httpCfg.ReadBodyTimeout)
 	h.TrackBuffered(a.bufferedBytes) // read only when /metrics is scraped
 	// Both of oapi-codegen's error hooks lead to one function, so every
 	// transport error has our JSON body and no 5xx echoes an internal error
@@ -222,9 +220,6 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, clientAddr(r, g.a.proxies)))
 	}
 	g.next.ServeHTTP(rw, r)
-	if rw.body.watched {
-		g.a.bodies.unread(rw)
-	}
 	// The end of an answer is written after the handler returns.
 	rw.extend()
 }
@@ -237,8 +232,8 @@ type respWriter struct {
 	started  bool
 	rc       http.ResponseController // of ResponseWriter, once deadlines set it
 	perWrite time.Duration
-	deadline time.Time   // the write deadline set last
-	body     watchedBody // the request's body, while read_body_timeout watches it
+	deadline time.Time    // the write deadline set last
+	body     bodyDeadline // the request's body, when it has a read deadline
 }
 
 // extend gives the next write of a stream its deadline: at most perWrite
