@@ -52,7 +52,9 @@ func (c *reqCtx) Done() <-chan struct{} {
 	defer c.mu.Unlock()
 	if c.inner == nil {
 		c.inner, c.stop = context.WithDeadline(c.parent, c.deadline)
-		if c.cancelled {
+		if c.cancelled || c.goneSent.Load() {
+			// Err has already answered Canceled (the waiter left): Done
+			// must agree at once, not when the cancel lands.
 			c.stop()
 		} else if c.waiter != nil {
 			c.stopWatcher = context.AfterFunc(c.waiter, c.waiterGone)

@@ -131,7 +131,16 @@ func TestReqCtxWaiter(t *testing.T) {
 					t.Errorf("Err = %v after the waiter ended", c.Err())
 				}
 				_ = c.Err()
-				_ = c.Done() // the watch it arms must not call gone again
+				// The watch Done arms must not call gone again, and a
+				// context whose Err said Canceled is done from then on.
+				select {
+				case <-c.Done():
+				default:
+					t.Error("Done not closed after Err answered Canceled")
+				}
+				if c.Err() == nil {
+					t.Error("Err went back to nil")
+				}
 			}
 			if tc.endRequest {
 				cancel()

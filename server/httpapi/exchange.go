@@ -242,7 +242,10 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 	// waits on anything.
 	st.sess.ReceiveScannedHere(ctx, line, &sc, func() { a.cancelExchange(st, x) })
 	if ctx.Err() != nil {
-		st.ex.remove(x)
+		// Gone before its reply was taken: a request queued rather than
+		// run here is cancelled as `cancel` does (an id no longer in
+		// flight is ignored).
+		a.cancelExchange(st, x)
 		return jsonReply(nil) // nobody is left to read it
 	}
 	for {
