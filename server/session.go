@@ -220,7 +220,7 @@ func (s *Session) ReceiveScannedHere(ctx context.Context, line []byte, sc *wire.
 		return
 	}
 	e, m, err := s.h.reg.DecodeScanned(line, sc)
-	s.receiveDecoded(line, sc, e, m, err, here{waiter: ctx, gone: gone})
+	s.receiveDecoded(line, sc, e, m, err, here{run: true, waiter: ctx, gone: gone})
 }
 
 func (s *Session) receiveLine(line []byte, h here) {
@@ -235,7 +235,7 @@ func (s *Session) receiveLine(line []byte, h here) {
 
 // receiveDecoded answers a line that did not decode, or receives its
 // message. Apart from receiveLine, so that a line scanned by the caller
-// costs no scan of its own (it would escape to the heap, used or not).
+// costs no scan of its own.
 func (s *Session) receiveDecoded(line []byte, sc *wire.Scanned, e *wire.Entry, m wire.Message, err error, h here) {
 	if err != nil {
 		we := wire.AsError(err)
@@ -356,7 +356,7 @@ func (s *Session) admit(c *call, h here) {
 		s.sendError(c.id, &wire.Error{Code: wire.CodeSchemaViolation, Message: "a request with id " + wire.Clip(c.id) + " is already in flight", Detail: map[string]any{"field": "id"}})
 		return
 	}
-	if (h.run || h.waiter != nil) && s.pending == 0 && s.workers < s.h.cfg.Server.MaxParallel && s.ctx.Err() == nil {
+	if h.run && s.pending == 0 && s.workers < s.h.cfg.Server.MaxParallel && s.ctx.Err() == nil {
 		s.inflight[c.id] = c
 		s.pending++
 		s.workers++
