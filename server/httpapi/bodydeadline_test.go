@@ -106,57 +106,54 @@ func TestReadBodyTimeout(t *testing.T) {
 		}
 	})
 
-	t.Run("a request after one whose body was left unread", func(t *testing.T) {
-		// The first body is left unread by its handler (net/http reads it
-		// after, to reuse the connection); nothing of its watch may reach
-		// the next request on the connection, which waits past the timeout.
+	// keepAlive dials one connection for requests written by hand, one
+	// after the other; exchange writes a single-exchange POST /send of
+	// line on it, and answer reads the next response.
+	keepAlive := func(t *testing.T) (net.Conn, *bufio.Reader) {
 		conn, err := net.Dial("tcp", u.Host)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
-		br := bufio.NewReader(conn)
-		fmt.Fprintf(conn, "POST /healthz HTTP/1.1\r\nHost: %s\r\nContent-Length: 5\r\n\r\nxxxxx", u.Host)
+		t.Cleanup(func() { conn.Close() })
+		return conn, bufio.NewReader(conn)
+	}
+	exchangeOn := func(conn net.Conn, line string) {
+		fmt.Fprintf(conn, "POST /send HTTP/1.1\r\nHost: %s\r\nX-Session-Id: %s\r\nContent-Type: text/plain\r\nAccept: application/json\r\nContent-Length: %d\r\n\r\n%s", u.Host, sid, len(line), line)
+	}
+	answer := func(t *testing.T, br *bufio.Reader, what string) (int, string) {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", what, err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		line := `{"type":"echo/wait/req","id":"w2","proto":"1.0","ts":1,"gate":"g2"}`
-		fmt.Fprintf(conn, "POST /send HTTP/1.1\r\nHost: %s\r\nX-Session-Id: %s\r\nContent-Type: text/plain\r\nAccept: application/json\r\nContent-Length: %d\r\n\r\n%s", u.Host, sid, len(line), line)
+		return resp.StatusCode, string(b)
+	}
+
+	t.Run("a request after one whose body was left unread", func(t *testing.T) {
+		// The first body is left unread by its handler (net/http reads it
+		// after, to reuse the connection); nothing of its deadline may
+		// reach the next request on the connection, which waits past the
+		// timeout.
+		conn, br := keepAlive(t)
+		fmt.Fprintf(conn, "POST /healthz HTTP/1.1\r\nHost: %s\r\nContent-Length: 5\r\n\r\nxxxxx", u.Host)
+		answer(t, br, "the first request")
+		exchangeOn(conn, `{"type":"echo/wait/req","id":"w2","proto":"1.0","ts":1,"gate":"g2"}`)
 		waitGate(t, plug.Started, "g2")
 		time.Sleep(4 * timeout)
 		plug.Release("g2")
 		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if resp, err = http.ReadResponse(br, nil); err != nil {
-			t.Fatalf("the second request: %v", err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"w2"`) {
-			t.Fatalf("the second request: %d %q", resp.StatusCode, b)
+		if status, b := answer(t, br, "the second request"); status != http.StatusOK || !strings.Contains(b, `"w2"`) {
+			t.Fatalf("the second request: %d %q", status, b)
 		}
 	})
 
 	t.Run("a keep-alive connection past the timeout", func(t *testing.T) {
-		conn, err := net.Dial("tcp", u.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		br := bufio.NewReader(conn)
+		conn, br := keepAlive(t)
 		for i := range 8 {
-			line := sayLine(fmt.Sprint("k", i), "hi")
-			fmt.Fprintf(conn, "POST /send HTTP/1.1\r\nHost: %s\r\nX-Session-Id: %s\r\nContent-Type: text/plain\r\nAccept: application/json\r\nContent-Length: %d\r\n\r\n%s", u.Host, sid, len(line), line)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("request %d: %v", i, err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), fmt.Sprint(`"k`, i, `"`)) {
-				t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+			exchangeOn(conn, sayLine(fmt.Sprint("k", i), "hi"))
+			if status, b := answer(t, br, fmt.Sprint("request ", i)); status != http.StatusOK || !strings.Contains(b, fmt.Sprint(`"k`, i, `"`)) {
+				t.Fatalf("request %d: %d %s", i, status, b)
 			}
 			time.Sleep(timeout / 2)
 		}
