@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -53,11 +54,7 @@ func FromEpoch(s float64) time.Time { return time.UnixMicro(int64(math.Round(s *
 // AppendEncode appends the one-line JSON encoding of m with its envelope to
 // dst: the envelope fields first, then the body's fields (docs/DECISIONS.md, Wire).
 func AppendEncode(dst []byte, env *Envelope, m Message) ([]byte, error) {
-	body, err := marshalBody(env, m)
-	if err != nil {
-		return dst, err
-	}
-	return appendEnveloped(dst, env, body), nil
+	return encode(dst, false, env, m)
 }
 
 // Encode returns the one-line JSON encoding of m with its envelope, without
@@ -65,26 +62,61 @@ func AppendEncode(dst []byte, env *Envelope, m Message) ([]byte, error) {
 // needs escaping): every message sent is one, and one grown past a guess
 // is a second allocation and a copy.
 func Encode(env *Envelope, m Message) ([]byte, error) {
-	body, err := marshalBody(env, m)
-	if err != nil {
-		return nil, err
-	}
-	// The envelope's fixed text, its strings with their quotes, and the
-	// longest ts strconv writes for a time of this era.
-	size := len(`{"type":,"id":,"proto":"`+ProtoVersion+`","ts":,"req_id":}`) + 6 +
-		len(env.Type) + len(env.ID) + len(env.ReqID) + 24 + len(body)
-	return appendEnveloped(make([]byte, 0, size), env, body), nil
+	return encode(nil, true, env, m)
 }
 
-func marshalBody(env *Envelope, m Message) ([]byte, error) {
-	body, err := json.Marshal(m)
+// bodyEncoder marshals a message's body with goccy's Encoder, whose Write
+// lends the encoder's own pooled buffer: the body is enveloped straight
+// from it. json.Marshal would copy every body into a slice of its own
+// first, only for the envelope to copy it again.
+type bodyEncoder struct {
+	enc *json.Encoder
+	// env is a copy: a pointer kept in the pool would move every
+	// caller's envelope to the heap.
+	env   Envelope
+	dst   []byte
+	exact bool // make dst at the size the line needs (Encode)
+	err   error
+}
+
+var bodyEncoders = sync.Pool{New: func() any {
+	b := &bodyEncoder{}
+	b.enc = json.NewEncoder(b)
+	return b
+}}
+
+func encode(dst []byte, exact bool, env *Envelope, m Message) ([]byte, error) {
+	b := bodyEncoders.Get().(*bodyEncoder)
+	b.env, b.dst, b.exact, b.err = *env, dst, exact, nil
+	err := b.enc.Encode(m)
+	line, berr := b.dst, b.err
+	b.env, b.dst = Envelope{}, nil
+	bodyEncoders.Put(b)
 	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", env.Type, err)
+		return dst, fmt.Errorf("encode %s: %w", env.Type, err)
 	}
+	if berr != nil {
+		return dst, berr
+	}
+	return line, nil
+}
+
+// Write takes the body the encoder made, valid only during the call.
+func (b *bodyEncoder) Write(p []byte) (int, error) {
+	body := p[:len(p)-1] // the Encoder's newline
 	if len(body) < 2 || body[0] != '{' {
-		return nil, fmt.Errorf("encode %s: body is not a JSON object", env.Type)
+		b.err = fmt.Errorf("encode %s: body is not a JSON object", b.env.Type)
+		return len(p), nil
 	}
-	return body, nil
+	if b.exact {
+		// The envelope's fixed text, its strings with their quotes, and
+		// the longest ts strconv writes for a time of this era.
+		size := len(`{"type":,"id":,"proto":"`+ProtoVersion+`","ts":,"req_id":}`) + 6 +
+			len(b.env.Type) + len(b.env.ID) + len(b.env.ReqID) + 24 + len(body)
+		b.dst = make([]byte, 0, size)
+	}
+	b.dst = appendEnveloped(b.dst, &b.env, body)
+	return len(p), nil
 }
 
 // appendEnveloped appends the envelope fields, then the fields of body.
