@@ -23,7 +23,7 @@ type reqCtx struct {
 	// could go away in the meantime, and watching costs a registration
 	// with the waiter's context on every request (docs/PERFORMANCE.md).
 	waiter   context.Context
-	gone     func()
+	gone     Goner
 	goneSent atomic.Bool
 
 	mu          sync.Mutex
@@ -34,8 +34,15 @@ type reqCtx struct {
 }
 
 func newReqCtx(parent context.Context, timeout time.Duration) (*reqCtx, context.CancelFunc) {
-	c := &reqCtx{parent: parent, deadline: time.Now().Add(timeout)}
+	c := &reqCtx{}
+	c.init(parent, timeout)
 	return c, c.cancel
+}
+
+// init sets up a zero reqCtx in place: a request's lives in its call, not
+// in an allocation of its own.
+func (c *reqCtx) init(parent context.Context, timeout time.Duration) {
+	c.parent, c.deadline = parent, time.Now().Add(timeout)
 }
 
 // live returns the underlying context once it exists, else nil.
@@ -82,11 +89,11 @@ func (c *reqCtx) Err() error {
 		// goroutine (gone answers the request, which takes locks the
 		// handler may hold).
 		if c.goneSent.CompareAndSwap(false, true) {
-			go c.gone()
+			go c.gone.Gone()
 		}
 		return context.Canceled
 	}
-	if !time.Now().Before(c.deadline) {
+	if time.Until(c.deadline) <= 0 { // the monotonic clock alone: half time.Now's cost
 		return context.DeadlineExceeded
 	}
 	return nil
@@ -106,13 +113,13 @@ func (c *reqCtx) String() string { return "server.reqCtx" }
 
 // watch sets the waiter whose end calls gone (see reqCtx.waiter); before
 // the request runs.
-func (c *reqCtx) watch(waiter context.Context, gone func()) {
+func (c *reqCtx) watch(waiter context.Context, gone Goner) {
 	c.waiter, c.gone = waiter, gone
 }
 
 func (c *reqCtx) waiterGone() {
 	if c.goneSent.CompareAndSwap(false, true) {
-		c.gone()
+		c.gone.Gone()
 	}
 }
 

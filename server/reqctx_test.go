@@ -119,7 +119,7 @@ func TestReqCtxWaiter(t *testing.T) {
 			calls := make(chan struct{}, 4)
 			c, cancel := newReqCtx(context.Background(), time.Hour)
 			defer cancel()
-			c.watch(waiter, func() { calls <- struct{}{} })
+			c.watch(waiter, goneFunc(func() { calls <- struct{}{} }))
 			if tc.endFirst {
 				endWaiter()
 			}
@@ -170,7 +170,7 @@ func TestReqCtxWaiter(t *testing.T) {
 		waiter, endWaiter := context.WithCancel(context.Background())
 		calls := make(chan struct{}, 1)
 		c, cancel := newReqCtx(context.Background(), time.Hour)
-		c.watch(waiter, func() { calls <- struct{}{} })
+		c.watch(waiter, goneFunc(func() { calls <- struct{}{} }))
 		endWaiter()
 		cancel()
 		select {
@@ -180,3 +180,8 @@ func TestReqCtxWaiter(t *testing.T) {
 		}
 	})
 }
+
+// goneFunc is a func as a Goner.
+type goneFunc func()
+
+func (f goneFunc) Gone() { f() }

@@ -204,17 +204,23 @@ func (s *Session) ReceiveLineHere(line []byte) { s.receiveLine(line, here{run: t
 type here struct {
 	run    bool
 	waiter context.Context
-	gone   func()
+	gone   Goner
 }
+
+// Goner is told when the one waiting for a request's reply goes away while
+// the request runs (ReceiveScannedHere). An interface rather than a func:
+// the single exchange passes itself, where a closure would be an
+// allocation on every request.
+type Goner interface{ Gone() }
 
 // ReceiveScannedHere is [Session.ReceiveLineHere] of a line the caller
 // already scanned into sc with [wire.Scan], without error (the single
 // exchange reads the id first): the line is not scanned again. A request
-// run here whose caller's ctx ends calls gone (once) as soon as its handler
-// waits on its own context, or polls it; the caller cancels it with that,
-// as `cancel` does. A request queued instead is the caller's to watch
-// after this returns.
-func (s *Session) ReceiveScannedHere(ctx context.Context, line []byte, sc *wire.Scanned, gone func()) {
+// run here whose caller's ctx ends calls gone.Gone (once) as soon as its
+// handler waits on its own context, or polls it; the caller cancels it
+// with that, as `cancel` does. A request queued instead is the caller's to
+// watch after this returns.
+func (s *Session) ReceiveScannedHere(ctx context.Context, line []byte, sc *wire.Scanned, gone Goner) {
 	if len(line) > s.h.cfg.Server.Limits.MaxMessageBytes {
 		s.RejectOversized(len(line))
 		return
@@ -458,13 +464,14 @@ func (s *Session) finish(c *call) {
 
 // run executes one admitted request on a worker.
 func (s *Session) run(c *call) {
-	ctx, cancel := newReqCtx(s.ctx, time.Duration(s.h.cfg.Server.Limits.RequestTimeout))
-	defer cancel()
+	ctx := &c.ctx
+	ctx.init(s.ctx, time.Duration(s.h.cfg.Server.Limits.RequestTimeout))
+	defer ctx.cancel()
 	if c.waiter != nil {
 		ctx.watch(c.waiter, c.waiterGone)
 	}
 	tm := s.h.met.forType(c.entry.Type)
-	if !c.start(cancel) {
+	if !c.start() {
 		tm.count(string(wire.CodeCancelled))
 		return // cancelled while queued; already answered
 	}
@@ -574,17 +581,22 @@ type call struct {
 	// request run on its goroutine, and how it cancels the request when
 	// it goes away (ReceiveScannedHere).
 	waiter     context.Context
-	waiterGone func()
+	waiterGone Goner
 	// answered is the plugin whose reply is being sent; answerRec its audit
 	// record, completed with the reply's size.
 	answered  *plugin
 	answerRec *AuditRecord
 
+	// ctx is the context of a request that runs (Session.run), and out
+	// its answer: both are the call's own rather than allocations of
+	// their own on every request.
+	ctx reqCtx
+	out wire.Packet
+
 	mu        sync.Mutex
 	started   bool
 	cancelled bool
 	replied   bool
-	cancelFn  context.CancelFunc
 	seq       int
 }
 
@@ -598,15 +610,15 @@ func (c *call) Enabled(capability string) bool {
 	return c.s.Enabled(CanonicalCapability(capability))
 }
 
-// start marks the call running; false if it was cancelled while queued.
-func (c *call) start(cancel context.CancelFunc) bool {
+// start marks the call running, its ctx set up; false if it was cancelled
+// while queued.
+func (c *call) start() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cancelled {
 		return false
 	}
 	c.started = true
-	c.cancelFn = cancel
 	return true
 }
 
@@ -620,14 +632,14 @@ func (c *call) wasCancelled() bool {
 func (c *call) cancelNow() {
 	c.mu.Lock()
 	c.cancelled = true
-	stop := c.cancelFn
+	running := c.started
 	c.mu.Unlock()
 	// Answer before the handler's context ends: a handler that returns
 	// ctx.Err() at once would otherwise race this reply with its own
 	// runtime_error, and `cancel` is promised a `cancelled` (docs/DECISIONS.md, Wire).
 	c.replyError(wire.AsError(wire.ErrCancelled))
-	if stop != nil {
-		stop()
+	if running {
+		c.ctx.cancel()
 	}
 }
 
@@ -667,7 +679,8 @@ func (c *call) reply(m wire.Message) int {
 	if typ == "" {
 		typ = c.entry.Reply
 	}
-	return c.s.send(&wire.Packet{Envelope: wire.Envelope{Type: typ, ID: wire.NewID(), ReqID: c.id}, Msg: m})
+	c.out = wire.Packet{Envelope: wire.Envelope{Type: typ, ID: wire.NewID(), ReqID: c.id}, Msg: m}
+	return c.s.send(&c.out)
 }
 
 func (c *call) replyError(e *wire.Error) int {
@@ -680,7 +693,8 @@ func (c *call) replyError(e *wire.Error) int {
 		return 0
 	}
 	c.replied = true
-	return c.s.send(&wire.Packet{Envelope: wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: c.id}, Msg: errorMessage(e)})
+	c.out = wire.Packet{Envelope: wire.Envelope{Type: "error", ID: wire.NewID(), ReqID: c.id}, Msg: errorMessage(e)}
+	return c.s.send(&c.out)
 }
 
 // Dispatch runs req through the kernel as this session would, for

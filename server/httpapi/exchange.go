@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -61,17 +62,25 @@ func parseAccept(h string) exchangeMode {
 // server interface does not see (content negotiation is not a parameter in
 // OpenAPI, so openapi.yaml describes it by response types), and answers a
 // single exchange itself; the default mode goes on to [api.Send].
+//
+// The generated handler asks for the middleware on every request, with a
+// new f each time; for Send f only calls [api.Send], so the handler made
+// once in a.sendStrict serves every POST /send instead of a closure of f
+// made per request.
 func (a *api) exchangeMiddleware(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
 	if operationID != "Send" {
 		return f
 	}
-	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, req any) (any, error) {
-		sr, ok := req.(gen.SendRequestObject)
-		if m := parseAccept(r.Header.Get("Accept")); ok && m != modeStream {
-			return a.send(ctx, sr, m)
-		}
-		return f(ctx, w, r, req)
+	return a.sendStrict
+}
+
+// sendHandler is [api.exchangeMiddleware]'s handler of POST /send.
+func (a *api) sendHandler(ctx context.Context, _ http.ResponseWriter, r *http.Request, req any) (any, error) {
+	sr, ok := req.(gen.SendRequestObject)
+	if !ok { // the generated handler passes nothing else
+		return nil, fmt.Errorf("send: request of type %T", req)
 	}
+	return a.send(ctx, sr, parseAccept(r.Header.Get("Accept")))
 }
 
 // exchanges are the single exchanges waiting on one session, by request id.
@@ -127,6 +136,8 @@ func (xs *exchanges) route(p *wire.Packet) (int, bool) {
 
 // exchange is one request answered in its own POST response.
 type exchange struct {
+	a        *api
+	st       *stream
 	id       string
 	sse      bool
 	maxBytes int // bound on the events held for a slow reader
@@ -142,8 +153,8 @@ type exchange struct {
 	wake chan struct{}
 }
 
-func newExchange(id string, mode exchangeMode, maxBytes int) *exchange {
-	x := &exchange{id: id, sse: mode == modeSSE, maxBytes: maxBytes}
+func newExchange(a *api, st *stream, id string, mode exchangeMode, maxBytes int) *exchange {
+	x := &exchange{a: a, st: st, id: id, sse: mode == modeSSE, maxBytes: maxBytes}
 	if x.sse {
 		x.wake = make(chan struct{}, 1)
 	}
@@ -227,7 +238,7 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		st.sess.ReceiveLine(line) // cancel, shutdown: no reply to wait for
 		return accepted{}
 	}
-	x := newExchange(sc.ID, mode, a.opts.BufferBytes)
+	x := newExchange(a, st, sc.ID, mode, a.opts.BufferBytes)
 	if !st.ex.add(x) {
 		return answerNow(mode, errorLine(sc.ID, &wire.Error{Code: wire.CodeSchemaViolation,
 			Message: "a request with this id is already in flight", Detail: map[string]any{"field": "id"}}))
@@ -240,27 +251,31 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 	// request on it (server.Session.ReceiveScannedHere); a client that
 	// goes away meanwhile cancels it as below, from the moment its handler
 	// waits on anything.
-	st.sess.ReceiveScannedHere(ctx, line, &sc, func() { a.cancelExchange(st, x) })
+	st.sess.ReceiveScannedHere(ctx, line, &sc, x)
 	if ctx.Err() != nil {
 		// Gone before its reply was taken: a request queued rather than
 		// run here is cancelled as `cancel` does (an id no longer in
 		// flight is ignored).
 		a.cancelExchange(st, x)
-		return jsonReply(nil) // nobody is left to read it
+		return nobodyLeft
 	}
 	for {
 		reply, wake := x.replyOrWake()
 		if reply != nil {
-			return jsonReply(reply)
+			return (*replied)(x)
 		}
 		select {
 		case <-wake:
 		case <-ctx.Done():
 			a.cancelExchange(st, x)
-			return jsonReply(nil) // nobody is left to read it
+			return nobodyLeft
 		}
 	}
 }
+
+// Gone cancels the request of a client that went away while it ran on
+// the exchange's goroutine (server.Goner).
+func (x *exchange) Gone() { x.a.cancelExchange(x.st, x) }
 
 // cancelExchange stops the request of a client that went away, as `cancel`
 // would (spec §4.2, docs/DECISIONS.md, Wire). The kernel answers
@@ -302,6 +317,19 @@ func (r jsonReply) VisitSendResponse(w http.ResponseWriter) error {
 	}
 	_, err := w.Write(newline)
 	return err
+}
+
+// nobodyLeft answers an exchange whose client went away: nothing.
+var nobodyLeft gen.SendResponseObject = jsonReply(nil)
+
+// replied is the 200 of a JSON-mode exchange whose reply came, written
+// from the exchange itself: a pointer is an interface value as it is,
+// where a jsonReply would be boxed in an allocation of its own.
+type replied exchange
+
+func (r *replied) VisitSendResponse(w http.ResponseWriter) error {
+	// Set once under the exchange's lock before the wait saw it there.
+	return jsonReply(r.reply).VisitSendResponse(w)
 }
 
 var (

@@ -91,6 +91,9 @@ type api struct {
 	httpCfg server.HTTPConfig
 	proxies server.TrustedProxies
 
+	// sendStrict is a.sendHandler, made once (exchangeMiddleware).
+	sendStrict gen.StrictHandlerFunc
+
 	mu      sync.RWMutex
 	streams map[string]*stream
 }
@@ -104,6 +107,7 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	a := &api{h: h, opts: opts, log: opts.Logger, maxBody: int64(h.Config().Server.Limits.MaxMessageBytes),
 		allow: parseAllowList(opts.AllowedOrigins), streams: map[string]*stream{},
 		httpCfg: h.Config().Transport.HTTP, proxies: h.TrustedProxies()}
+	a.sendStrict = a.sendHandler
 	h.TrackBuffered(a.bufferedBytes) // read only when /metrics is scraped
 	// Both of oapi-codegen's error hooks lead to one function, so every
 	// transport error has our JSON body and no 5xx echoes an internal error
@@ -246,11 +250,12 @@ func (w *respWriter) extend() {
 	if w.perWrite <= 0 {
 		return
 	}
-	now := time.Now()
-	if w.deadline.Sub(now) >= w.perWrite-w.perWrite/10 {
+	// time.Until reads only the monotonic clock, half the cost of the
+	// time.Now a deadline is set from.
+	if !w.deadline.IsZero() && time.Until(w.deadline) >= w.perWrite-w.perWrite/10 {
 		return
 	}
-	w.deadline = now.Add(w.perWrite)
+	w.deadline = time.Now().Add(w.perWrite)
 	_ = w.rc.SetWriteDeadline(w.deadline)
 }
 
