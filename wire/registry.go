@@ -115,6 +115,7 @@ func (r *Registry) Add(entries ...*Entry) {
 		}
 		r.byType[e.Type] = e
 	}
+	intern(entries)
 }
 
 // Alias makes alias resolve to the entry of target (for the spec's exact

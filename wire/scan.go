@@ -472,9 +472,14 @@ func (s *scanner) envelopeValue(key span) error {
 		if err != nil {
 			return err
 		}
-		v := string(s.b[sp.start:sp.end])
-		if sp.escaped {
+		var v string
+		switch {
+		case sp.escaped:
 			v = unquote(s.b[sp.start:sp.end])
+		case name == "type" || name == "proto":
+			v = interned(s.b[sp.start:sp.end])
+		default:
+			v = string(s.b[sp.start:sp.end])
 		}
 		switch name {
 		case "type":

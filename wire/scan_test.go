@@ -387,3 +387,34 @@ func TestScanKeepsTheScanOnTheStack(t *testing.T) {
 		t.Errorf("Scan made %v allocations, want at most 3 (the envelope's strings)", allocs)
 	}
 }
+
+// TestScanInternsTypeAndProto: a registered type and the protocol version
+// are read without an allocation of their own; an unknown type is read as
+// it is.
+func TestScanInternsTypeAndProto(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not exact under the race detector")
+	}
+	reg := wire.NewRegistry()
+	reg.Add(&wire.Entry{Type: "intern/probe/req", Kind: wire.KindRequest, New: func() wire.Message { return nil }})
+	known := []byte(`{"type":"intern/probe/req","proto":"1.0","ts":1}`)
+	var sc wire.Scanned
+	if allocs := testing.AllocsPerRun(100, func() {
+		if err := wire.Scan(known, &sc); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("scan of a known type and proto: %v allocations, want 0", allocs)
+	}
+	if sc.Type != "intern/probe/req" || sc.Proto != wire.ProtoVersion {
+		t.Errorf("scanned %q %q", sc.Type, sc.Proto)
+	}
+	unknown := []byte(`{"type":"intern/other/req","proto":"9.9","ts":1}`)
+	if err := wire.Scan(unknown, &sc); err != nil || sc.Type != "intern/other/req" || sc.Proto != "9.9" {
+		t.Errorf("unknown type: %v %q %q", err, sc.Type, sc.Proto)
+	}
+	unknown[10] = 'X' // the scan's strings are its own, not views of the line
+	if sc.Type != "intern/other/req" {
+		t.Errorf("type changed with the line: %q", sc.Type)
+	}
+}
