@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -226,10 +227,42 @@ func (s *scanner) number() error {
 
 // str scans a string starting at the opening quote and returns the span of
 // its contents.
+// plainRun returns the index of the first byte at or after i that is not
+// plain ASCII inside a string (a quote, a backslash, a control character
+// or a byte of a multi-byte character), or len(b). Eight bytes at a time:
+// most strings an agent sends (texts, code, paths) are long runs of plain
+// ASCII, which a byte-by-byte switch walks at a fraction of the speed.
+func plainRun(b []byte, i int) int {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ ('"' * ones)
+		bs := x ^ ('\\' * ones)
+		// A byte's high bit is set in each term when the byte is below
+		// 0x20, a quote, a backslash, or at or above 0x80.
+		if ((x-0x20*ones)|(q-ones)|(bs-ones)|x)&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return i
+		}
+	}
+	return i
+}
+
 func (s *scanner) str() (span, error) {
 	s.i++ // opening quote
 	sp := span{start: int32(s.i)}
 	for s.i < len(s.b) {
+		s.i = plainRun(s.b, s.i)
+		if s.i >= len(s.b) {
+			break
+		}
 		c := s.b[s.i]
 		switch {
 		case c == '"':

@@ -418,3 +418,32 @@ func TestScanInternsTypeAndProto(t *testing.T) {
 		t.Errorf("type changed with the line: %q", sc.Type)
 	}
 }
+
+// TestPlainRunStopsAtEveryByteThatIsNotPlain: the eight-byte stride finds
+// the first quote, backslash, control character or non-ASCII byte at every
+// position of a run, as the byte-by-byte walk does.
+func TestPlainRunStopsAtEveryByteThatIsNotPlain(t *testing.T) {
+	stops := []byte{0, 0x1f, '"', '\\', 0x80, 0xc3, 0xff}
+	for n := 0; n <= 40; n++ {
+		for at := 0; at <= n; at++ {
+			for _, stop := range stops {
+				b := make([]byte, n)
+				for i := range b {
+					b[i] = byte(0x20 + (i*7)%0x5f) // every plain byte, no quote or backslash
+					if b[i] == '"' || b[i] == '\\' {
+						b[i] = 'x'
+					}
+				}
+				want := n
+				if at < n {
+					b[at], want = stop, at
+				}
+				for from := 0; from <= want; from++ {
+					if got := wire.PlainRun(b, from); got != want {
+						t.Fatalf("PlainRun(%q, %d) = %d, want %d", b, from, got, want)
+					}
+				}
+			}
+		}
+	}
+}
