@@ -114,17 +114,15 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	// (so no library text reaches an agent).
 	strict := gen.NewStrictHandlerWithOptions(a, []gen.StrictMiddlewareFunc{a.exchangeMiddleware}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: a.fail, ResponseErrorHandlerFunc: a.fail})
-	routes := gen.HandlerWithOptions(strict, gen.StdHTTPServerOptions{ErrorHandlerFunc: a.fail})
-	next := a.withWebSocket(routes)
-	if len(opts.Mount) > 0 {
-		mux := http.NewServeMux()
-		for pattern, hd := range opts.Mount {
-			mux.Handle(pattern, hd)
-		}
-		mux.Handle("/", next)
-		next = mux
+	// One router for the generated routes, GET /ws and the mounts
+	// (router.go).
+	rt := newRouter()
+	gen.HandlerWithOptions(strict, gen.StdHTTPServerOptions{BaseRouter: rt, ErrorHandlerFunc: a.fail})
+	a.addWebSocket(rt)
+	for pattern, hd := range opts.Mount {
+		rt.Handle(pattern, hd)
 	}
-	return &guard{a: a, next: next}
+	return &guard{a: a, next: rt}
 }
 
 // Serve serves h's HTTP transport on listenAddr (DefaultListen when empty)

@@ -62,14 +62,11 @@ const (
 	closeNotFound = websocket.StatusCode(4404) // attach frame names no session
 )
 
-// withWebSocket serves GET /ws beside the generated routes.
-func (a *api) withWebSocket(next http.Handler) http.Handler {
+// addWebSocket serves GET /ws beside the generated routes.
+func (a *api) addWebSocket(rt *router) {
 	hub := &wsHub{a: a, opts: a.opts.WebSocket.withDefaults(), sessions: map[string]*wsSession{}}
 	a.h.TrackBuffered(hub.bufferedBytes) // read only when /metrics is scraped
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ws", hub.serve)
-	mux.Handle("/", next)
-	return mux
+	rt.HandleFunc("GET /ws", hub.serve)
 }
 
 // wsHub holds the WebSocket sessions of one handler, by session id.
