@@ -35,14 +35,14 @@ type reqCtx struct {
 
 func newReqCtx(parent context.Context, timeout time.Duration) (*reqCtx, context.CancelFunc) {
 	c := &reqCtx{}
-	c.init(parent, timeout)
+	c.init(parent, time.Now().Add(timeout))
 	return c, c.cancel
 }
 
 // init sets up a zero reqCtx in place: a request's lives in its call, not
 // in an allocation of its own.
-func (c *reqCtx) init(parent context.Context, timeout time.Duration) {
-	c.parent, c.deadline = parent, time.Now().Add(timeout)
+func (c *reqCtx) init(parent context.Context, deadline time.Time) {
+	c.parent, c.deadline = parent, deadline
 }
 
 // live returns the underlying context once it exists, else nil.

@@ -95,10 +95,18 @@ func (g *guard) deadlines(w *respWriter, r *http.Request) {
 	c := g.a.httpCfg
 	// Held in w, which every request has anyway: no allocation of its own.
 	w.rc, w.perWrite = *http.NewResponseController(w.ResponseWriter), time.Duration(c.WriteTimeout)
+	// One reading of the clock for both deadlines. The first write's is
+	// set now rather than at that write: it is moved there when less
+	// than nine tenths of it is left (respWriter.extend), as before.
+	now := time.Now()
+	if w.perWrite > 0 {
+		w.deadline = now.Add(w.perWrite)
+		_ = w.rc.SetWriteDeadline(w.deadline)
+	}
 	if r.Method == http.MethodPost && r.Body != nil {
 		// Errors mean the connection cannot take deadlines (a test
 		// conn); the server-wide idle and header timeouts still hold.
-		if w.rc.SetReadDeadline(time.Now().Add(time.Duration(c.ReadBodyTimeout))) == nil {
+		if w.rc.SetReadDeadline(now.Add(time.Duration(c.ReadBodyTimeout))) == nil {
 			w.body = bodyDeadline{ReadCloser: r.Body, rc: &w.rc}
 			r.Body = &w.body
 		}
