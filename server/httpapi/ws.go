@@ -64,15 +64,16 @@ const (
 
 // addWebSocket serves GET /ws beside the generated routes.
 func (a *api) addWebSocket(rt *router) {
-	hub := &wsHub{a: a, opts: a.opts.WebSocket.withDefaults(), sessions: map[string]*wsSession{}}
+	hub := &wsHub{a: a, opts: a.opts.WebSocket.withDefaults(), sessions: map[string]*wsSession{}, watch: newWatchdog()}
 	a.h.TrackBuffered(hub.bufferedBytes) // read only when /metrics is scraped
 	rt.HandleFunc("GET /ws", hub.serve)
 }
 
 // wsHub holds the WebSocket sessions of one handler, by session id.
 type wsHub struct {
-	a    *api
-	opts WebSocketOptions
+	a     *api
+	opts  WebSocketOptions
+	watch *watchdog // of runs on the connections' reading goroutines
 
 	mu       sync.Mutex
 	sessions map[string]*wsSession
@@ -505,7 +506,6 @@ type wsConn struct {
 	// whose run was handed off can tell, even after the new reader began
 	// runs of its own.
 	turn       atomic.Uint64
-	handoff    *time.Timer
 	readerDone chan struct{} // closed when reading ended (the connection is done)
 }
 
@@ -545,8 +545,6 @@ func (conn *wsConn) run(ws *wsSession) {
 	wg.Add(2)
 	conn.sess.Store(ws)
 	conn.readerDone = make(chan struct{})
-	conn.handoff = time.AfterFunc(time.Hour, conn.handOff)
-	conn.handoff.Stop()
 	// Reads and writes take noCancel; the connection's end closes the
 	// socket once, which ends a blocked read or write as well.
 	stopClosing := context.AfterFunc(conn.ctx, func() { _ = conn.c.CloseNow() })
@@ -557,7 +555,6 @@ func (conn *wsConn) run(ws *wsSession) {
 	// (receiveHere), and the connection's end must not wait for that.
 	go conn.readLoop(true)
 	<-conn.readerDone
-	conn.handoff.Stop()
 	conn.cancel()
 	wg.Wait()
 	conn.sess.Load().drop(conn)
@@ -616,22 +613,19 @@ func (conn *wsConn) readLoop(first bool) {
 func (conn *wsConn) receiveHere(ws *wsSession, line []byte) bool {
 	v := conn.turn.Load()&^modeBits + 1<<2 // a new run
 	conn.turn.Store(v | runningHere)
-	conn.handoff.Reset(handoffAfter)
+	conn.hub.watch.begin(conn, v)
 	ws.sess.ReceiveLineHere(line)
 	if !conn.turn.CompareAndSwap(v|runningHere, v|reading) {
-		// Handed off: the timer is the new reader's now, and stopping it
-		// here could cancel the hand-off of the run it has started since.
-		return false
+		return false // handed off: the new reader's runs are its own
 	}
-	conn.handoff.Stop()
+	conn.hub.watch.end(conn, v)
 	return true
 }
 
-// handOff runs when a request ran on the reading goroutine past
-// handoffAfter: a new goroutine takes over the reading.
-func (conn *wsConn) handOff() {
-	v := conn.turn.Load()
-	if v&modeBits != runningHere || !conn.turn.CompareAndSwap(v, v&^modeBits|handedOff) {
+// handOff runs when the run v of the reading goroutine went past
+// handoffAfter (watchdog): a new goroutine takes over the reading.
+func (conn *wsConn) handOff(v uint64) {
+	if !conn.turn.CompareAndSwap(v|runningHere, v|handedOff) {
 		return // the run ended meanwhile
 	}
 	go func() {

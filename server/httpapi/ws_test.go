@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -303,5 +304,50 @@ func TestWebSocketSlowRequestKeepsReading(t *testing.T) {
 		if m := w.next(); m.Type != "echo/say/resp" || m.ReqID != id {
 			t.Fatalf("%s: %+v", id, m)
 		}
+	}
+}
+
+// TestWebSocketSlowRequestsOnManyConnections: the one watchdog of a
+// handler's WebSocket connections (wswatch.go) hands off each connection
+// whose request runs long, however many do at once, while quick requests
+// on another connection come and go, and it goes on doing so after the
+// long runs ended.
+func TestWebSocketSlowRequestsOnManyConnections(t *testing.T) {
+	h, plug := newPlugHost(t, nil)
+	base := newServer(t, h, httpapi.Options{})
+	slow := []*wsClient{mustDialWS(t, base, nil), mustDialWS(t, base, nil)}
+	quick := mustDialWS(t, base, nil)
+	for _, w := range append(slow, quick) {
+		w.handshake()
+	}
+	quickTrips := func(prefix string) {
+		for i := range 20 {
+			id := prefix + strconv.Itoa(i)
+			quick.send(sayLine(id, "x"))
+			if m := quick.next(); m.Type != "echo/say/resp" || m.ReqID != id {
+				t.Fatalf("%s: %+v", id, m)
+			}
+		}
+	}
+	for round := range 2 {
+		for i, w := range slow {
+			gate := fmt.Sprintf("g%d-%d", round, i)
+			w.send(`{"type":"echo/wait/req","id":"w","proto":"1.0","ts":1,"gate":"` + gate + `"}`)
+			waitGate(t, plug.Started, gate)
+			quickTrips(fmt.Sprintf("q%d-%d-", round, i))
+		}
+		for i, w := range slow {
+			w.send(pingLine("p"))
+			if m := w.next(); m.Type != "pong" || m.ReqID != "p" {
+				t.Fatalf("round %d, connection %d, while its request runs: %+v, want the pong", round, i, m)
+			}
+		}
+		for i, w := range slow {
+			plug.Release(fmt.Sprintf("g%d-%d", round, i))
+			if m := w.next(); m.Type != "echo/wait/resp" || m.ReqID != "w" {
+				t.Fatalf("round %d, connection %d: %+v", round, i, m)
+			}
+		}
+		quickTrips(fmt.Sprintf("after%d-", round))
 	}
 }
