@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -264,18 +266,34 @@ func BenchmarkEnvStepWS(b *testing.B) {
 		}
 	})
 	b.Run("impl=ws-aep", func(b *testing.B) {
-		cfg := server.Defaults()
-		cfg.Server.AuthToken = token
-		aud := server.NewFileAuditor(filepath.Join(b.TempDir(), "audit.jsonl"), 10, 5, nil)
-		h, err := server.New(context.Background(), cfg, server.WithAuditor(aud), server.WithDataDir(b.TempDir()),
-			server.WithPlugin(server.PluginSpec{Name: "env", Type: "env", Impl: &env.Plugin{Settings: env.Settings{DataRoot: b.TempDir()}}}))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { h.Close(context.Background()) })
-		base := newServer(b, h, httpapi.Options{})
-		w := dialBenchWS(b, "ws"+strings.TrimPrefix(base, "http")+"/ws")
+		url, episode := envStepWSHost(b)
+		w := dialBenchWS(b, url)
 		w.roundTrip(b, `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["env"],"auth_token":"`+token+`"}`, `"ok":true`)
+		ep := episode(w)
+		b.ResetTimer()
+		defer measure(b)()
+		for i := range b.N {
+			id := "s" + strconv.Itoa(i)
+			w.roundTrip(b, stepLine(ep, id), id)
+		}
+	})
+}
+
+// envStepWSHost serves a host with the env capability (audit on) over
+// WebSocket: its /ws URL, and how a handshaken connection starts an episode
+// of the guess environment long enough for any benchmark.
+func envStepWSHost(b *testing.B) (string, func(*wsBench) string) {
+	cfg := server.Defaults()
+	cfg.Server.AuthToken = token
+	aud := server.NewFileAuditor(filepath.Join(b.TempDir(), "audit.jsonl"), 10, 5, nil)
+	h, err := server.New(context.Background(), cfg, server.WithAuditor(aud), server.WithDataDir(b.TempDir()),
+		server.WithPlugin(server.PluginSpec{Name: "env", Type: "env", Impl: &env.Plugin{Settings: env.Settings{DataRoot: b.TempDir()}}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close(context.Background()) })
+	base := newServer(b, h, httpapi.Options{})
+	return "ws" + strings.TrimPrefix(base, "http") + "/ws", func(w *wsBench) string {
 		d := w.roundTrip(b, `{"type":"env/reset/req","id":"r","proto":"1.0","ts":1,"env_name":"`+env.GuessName+`","seed":1,"options":{"high":1000000,"max_steps":1000000000}}`, `"r"`)
 		var reset struct {
 			EpisodeID string `json:"episode_id"`
@@ -283,11 +301,104 @@ func BenchmarkEnvStepWS(b *testing.B) {
 		if err := json.Unmarshal(d, &reset); err != nil || reset.EpisodeID == "" {
 			b.Fatalf("reset: %s", d)
 		}
-		b.ResetTimer()
-		defer measure(b)()
-		for i := range b.N {
-			id := "s" + strconv.Itoa(i)
-			w.roundTrip(b, stepLine(reset.EpisodeID, id), id)
+		return reset.EpisodeID
+	}
+}
+
+// BenchmarkTransportPaired runs aep and its floor in alternating blocks of
+// round trips within one benchmark: a drift of the machine's speed, which
+// moves the separate benchmarks' medians by a tenth or more from one run to
+// the next on a shared 2-core machine, falls on both alike. Blocks are long
+// enough for each side to run with its own code warm. It reports each
+// side's wall time per round trip and aep's over the floor's
+// (docs/PERFORMANCE.md).
+func BenchmarkTransportPaired(b *testing.B) {
+	const block = 200 // round trips per session per block
+	paired := func(b *testing.B, sessions int, floor, aep func() func(i int)) {
+		floors, aeps := make([]func(int), sessions), make([]func(int), sessions)
+		for i := range sessions {
+			floors[i], aeps[i] = floor(), aep()
 		}
+		var tFloor, tAep time.Duration
+		runBlock := func(trips []func(int), from, n int) time.Duration {
+			start := time.Now()
+			if len(trips) == 1 {
+				for i := from; i < from+n; i++ {
+					trips[0](i)
+				}
+				return time.Since(start)
+			}
+			var next atomic.Int64
+			next.Store(int64(from))
+			var wg sync.WaitGroup
+			for _, trip := range trips {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := next.Add(1) - 1
+						if i >= int64(from+n) {
+							return
+						}
+						trip(int(i))
+					}
+				}()
+			}
+			wg.Wait()
+			return time.Since(start)
+		}
+		b.ResetTimer()
+		for done := 0; done < b.N; {
+			n := min(block*sessions, b.N-done)
+			tFloor += runBlock(floors, done, n)
+			tAep += runBlock(aeps, done, n)
+			done += n
+		}
+		b.ReportMetric(float64(tFloor.Nanoseconds())/float64(b.N), "floor-ns/op")
+		b.ReportMetric(float64(tAep.Nanoseconds())/float64(b.N), "aep-ns/op")
+		b.ReportMetric(float64(tAep)/float64(tFloor), "aep/floor")
+		b.ReportMetric(0, "ns/op") // both sides ran b.N each: the metrics above say it
+	}
+	wsTrip := func(url string, line func(id string) string) func() func(int) {
+		return func() func(int) {
+			w := dialBenchWS(b, url)
+			if line == nil {
+				line = benchLine
+			}
+			return func(i int) { id := "r" + strconv.Itoa(i); w.roundTrip(b, line(id), id) }
+		}
+	}
+	for _, sessions := range []int{1, 32} {
+		b.Run(fmt.Sprintf("transport=ws/sessions=%d", sessions), func(b *testing.B) {
+			url := aepWSURL(b)
+			paired(b, sessions, wsTrip(wsFloorURL(b), nil), func() func(int) {
+				w := aepWSSession(b, url)
+				return func(i int) { id := "r" + strconv.Itoa(i); w.roundTrip(b, benchLine(id), id) }
+			})
+		})
+		b.Run(fmt.Sprintf("transport=exchange/sessions=%d", sessions), func(b *testing.B) {
+			floorURL, base := exchangeFloorBase(b), aepBase(b)
+			paired(b, sessions, func() func(int) {
+				s := &exchangeSession{base: floorURL, sid: "floor"}
+				return func(i int) { id := "r" + strconv.Itoa(i); s.roundTrip(b, benchLine(id), id) }
+			}, func() func(int) {
+				s := aepExchangeSession(b, base)
+				return func(i int) { id := "r" + strconv.Itoa(i); s.roundTrip(b, benchLine(id), id) }
+			})
+		})
+	}
+	b.Run("transport=ws/env-step", func(b *testing.B) {
+		stepLine := func(ep string) func(id string) string {
+			return func(id string) string {
+				return `{"type":"env/step/req","id":"` + id + `","proto":"1.0","ts":1,"episode_id":"` + ep + `","action":7}`
+			}
+		}
+		url, episode := envStepWSHost(b)
+		paired(b, 1, wsTrip(wsFloorURL(b), stepLine("ep-0123456789abcdef")), func() func(int) {
+			w := dialBenchWS(b, url)
+			w.roundTrip(b, `{"type":"handshake/req","id":"h","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["env"],"auth_token":"`+token+`"}`, `"ok":true`)
+			ep := episode(w)
+			return func(i int) { id := "s" + strconv.Itoa(i); w.roundTrip(b, stepLine(ep)(id), id) }
+		})
 	})
 }
