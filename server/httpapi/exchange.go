@@ -136,8 +136,7 @@ func (xs *exchanges) route(p *wire.Packet) (int, bool) {
 
 // exchange is one request answered in its own POST response.
 type exchange struct {
-	a        *api
-	st       *stream
+	st       *stream // of the session the request was sent to
 	id       string
 	sse      bool
 	maxBytes int // bound on the events held for a slow reader
@@ -153,8 +152,8 @@ type exchange struct {
 	wake chan struct{}
 }
 
-func newExchange(a *api, st *stream, id string, mode exchangeMode, maxBytes int) *exchange {
-	x := &exchange{a: a, st: st, id: id, sse: mode == modeSSE, maxBytes: maxBytes}
+func newExchange(st *stream, id string, mode exchangeMode, maxBytes int) *exchange {
+	x := &exchange{st: st, id: id, sse: mode == modeSSE, maxBytes: maxBytes}
 	if x.sse {
 		x.wake = make(chan struct{}, 1)
 	}
@@ -238,14 +237,14 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		st.sess.ReceiveLine(line) // cancel, shutdown: no reply to wait for
 		return accepted{}
 	}
-	x := newExchange(a, st, sc.ID, mode, a.opts.BufferBytes)
+	x := newExchange(st, sc.ID, mode, a.opts.BufferBytes)
 	if !st.ex.add(x) {
 		return answerNow(mode, errorLine(sc.ID, &wire.Error{Code: wire.CodeSchemaViolation,
 			Message: "a request with this id is already in flight", Detail: map[string]any{"field": "id"}}))
 	}
 	if mode == modeSSE {
 		st.sess.ReceiveLine(line)
-		return &sseExchange{a: a, st: st, x: x, ctx: ctx}
+		return &sseExchange{x: x, ctx: ctx}
 	}
 	// This goroutine waits for the reply anyway, so the kernel may run the
 	// request on it (server.Session.ReceiveScannedHere); a client that
@@ -256,7 +255,7 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		// Gone before its reply was taken: a request queued rather than
 		// run here is cancelled as `cancel` does (an id no longer in
 		// flight is ignored).
-		a.cancelExchange(st, x)
+		x.Gone()
 		return nobodyLeft
 	}
 	for {
@@ -267,23 +266,20 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			a.cancelExchange(st, x)
+			x.Gone()
 			return nobodyLeft
 		}
 	}
 }
 
-// Gone cancels the request of a client that went away while it ran on
-// the exchange's goroutine (server.Goner).
-func (x *exchange) Gone() { x.a.cancelExchange(x.st, x) }
-
-// cancelExchange stops the request of a client that went away, as `cancel`
-// would (spec §4.2, docs/DECISIONS.md, Wire). The kernel answers
-// `cancelled` at once and that answer reaches the exchange, not /stream;
-// the exchange is then dropped in any case.
-func (a *api) cancelExchange(st *stream, x *exchange) {
-	st.sess.ReceivePacket(&wire.Envelope{Type: "cancel", ID: wire.NewID(), Proto: wire.ProtoVersion}, &msg.Cancel{ReqID: x.id})
-	st.ex.remove(x)
+// Gone stops the request of a client that went away, as `cancel` would
+// (spec §4.2, docs/DECISIONS.md, Wire). The kernel answers `cancelled` at
+// once and that answer reaches the exchange, not /stream; the exchange is
+// then dropped in any case. The kernel calls it too (server.Goner), when
+// the client leaves while the request runs on the exchange's goroutine.
+func (x *exchange) Gone() {
+	x.st.sess.ReceivePacket(&wire.Envelope{Type: "cancel", ID: wire.NewID(), Proto: wire.ProtoVersion}, &msg.Cancel{ReqID: x.id})
+	x.st.ex.remove(x)
 }
 
 func errorLine(reqID string, e *wire.Error) []byte {
@@ -363,8 +359,6 @@ func sseData(dst, line []byte) []byte {
 
 // sseExchange streams one request's events and then its reply.
 type sseExchange struct {
-	a   *api
-	st  *stream
 	x   *exchange
 	ctx context.Context
 }
@@ -382,7 +376,7 @@ func (r *sseExchange) VisitSendResponse(w http.ResponseWriter) error {
 		select {
 		case <-r.x.wake:
 		case <-r.ctx.Done():
-			r.a.cancelExchange(r.st, r.x)
+			r.x.Gone()
 			return nil
 		}
 		events, dropped, reply := r.x.take()
@@ -397,7 +391,7 @@ func (r *sseExchange) VisitSendResponse(w http.ResponseWriter) error {
 			buf = sseData(buf, reply)
 		}
 		if _, err := w.Write(buf); err != nil {
-			r.a.cancelExchange(r.st, r.x)
+			r.x.Gone()
 			return nil // the client is gone; nobody to tell
 		}
 		if reply != nil {
