@@ -225,8 +225,6 @@ func (s *scanner) number() error {
 	return nil
 }
 
-// str scans a string starting at the opening quote and returns the span of
-// its contents.
 // plainRun returns the index of the first byte at or after i that is not
 // plain ASCII inside a string (a quote, a backslash, a control character
 // or a byte of a multi-byte character), or len(b). Eight bytes at a time:
@@ -255,6 +253,8 @@ func plainRun(b []byte, i int) int {
 	return i
 }
 
+// str scans a string starting at the opening quote and returns the span of
+// its contents.
 func (s *scanner) str() (span, error) {
 	s.i++ // opening quote
 	sp := span{start: int32(s.i)}
@@ -303,9 +303,7 @@ func (s *scanner) str() (span, error) {
 			}
 		case c < 0x20:
 			return sp, s.fail("control character in string")
-		case c < utf8.RuneSelf:
-			s.i++
-		default:
+		default: // a multi-byte character: plainRun took every plain byte
 			r, size := utf8.DecodeRune(s.b[s.i:])
 			if r == utf8.RuneError && size == 1 {
 				return sp, s.fail("invalid UTF-8")
