@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -41,12 +40,7 @@ func BenchmarkExchangeHandler(b *testing.B) {
 		}
 	}
 	b.Run("impl=exchange-floor", func(b *testing.B) {
-		run(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(append(body, '\n'))
-		}), "floor")
+		run(b, exchangeFloor, "floor")
 	})
 	b.Run("impl=exchange-aep", func(b *testing.B) {
 		hd := httpapi.Handler(newHost(b, nil), httpapi.Options{})

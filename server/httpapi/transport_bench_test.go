@@ -100,15 +100,18 @@ func aepWSSession(b *testing.B, url string) *wsBench {
 // exchangeFloorBase serves the single-exchange floor: the POST's body is the
 // answer.
 func exchangeFloorBase(b *testing.B) string {
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(append(body, '\n'))
-	}))
+	ts := httptest.NewServer(exchangeFloor)
 	b.Cleanup(ts.Close)
 	return ts.URL
 }
+
+// exchangeFloor is the single-exchange floor's handler.
+var exchangeFloor = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(body, '\n'))
+})
 
 // exchangeSession posts lines with Accept: application/json.
 type exchangeSession struct{ base, sid string }
