@@ -41,7 +41,6 @@ type env struct {
 	h        *server.Host
 	c        *client.Client
 	data     string
-	sqlDir   string
 	logs     *syncBuf
 	auditLog string
 	audit    *server.FileAuditor
@@ -50,12 +49,11 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{data: t.TempDir(), logs: &syncBuf{}}
-	e.sqlDir = filepath.Join(e.data, toolkits.ModuleID, "sql") // named by module (docs/DECISIONS.md)
 	e.auditLog = filepath.Join(e.data, "audit.jsonl")
 	e.audit = server.NewFileAuditor(e.auditLog, 10, 5, nil)
 	logger := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.h = aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
-		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
+		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{Settings: toolkits.Settings{PostgresEndpoints: []string{"127.0.0.1:*"}}}},
 		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: t.TempDir()}}},
 	}, server.WithDataDir(e.data), server.WithLogger(logger), server.WithAuditor(e.audit))
 	e.c = connect(t, e.h)
@@ -68,9 +66,30 @@ func connect(t *testing.T, h *server.Host) *client.Client {
 	return aeptest.Connect(t, h, "tools", "toolkits")
 }
 
-// sqliteFile creates a real SQLite database in the toolkit's directory.
-func (e *env) sqliteFile(t *testing.T, name string, rows int) {
-	db, err := sql.Open("sqlite", filepath.Join(e.sqlDir, name))
+// sessionDir is the host path of the directory of c's session.
+func sessionDir(t *testing.T, h *server.Host, c *client.Client) string {
+	t.Helper()
+	s, ok := h.Session(c.SessionID())
+	if !ok {
+		t.Fatal("no such session")
+	}
+	d, err := h.SessionDir(s.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Path
+}
+
+// sqliteFile creates a real SQLite database in the directory of c's
+// session, where the toolkit's databases live.
+func (e *env) sqliteFile(t *testing.T, c *client.Client, name string, rows int) {
+	t.Helper()
+	sqliteFileAt(t, filepath.Join(sessionDir(t, e.h, c), name), rows)
+}
+
+func sqliteFileAt(t *testing.T, path string, rows int) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +130,7 @@ func toolNames(t *testing.T, c *client.Client) string {
 
 func TestConfigureRules(t *testing.T) {
 	e := newEnv(t)
-	e.sqliteFile(t, "ok.db", 1)
+	e.sqliteFile(t, e.c, "ok.db", 1)
 	ctx := context.Background()
 	cases := []struct {
 		name, toolkit string
@@ -127,8 +146,11 @@ func TestConfigureRules(t *testing.T) {
 		{"schema type", "sql", map[string]any{"driver": "sqlite", "database": "ok.db", "mode": "read_only", "max_rows": "many"}, "error", []string{"/max_rows"}},
 		{"unknown field", "sql", map[string]any{"driver": "sqlite", "database": "ok.db", "mode": "read_only", "colour": 1}, "error", []string{"schema"}},
 		{"backend unreachable", "sql", map[string]any{"driver": "postgres", "database": "x", "mode": "read_only", "host": "127.0.0.1", "port": freePort(t), "password": canary}, "error", []string{"backend", "cannot connect"}},
-		{"missing sqlite file in read_only", "sql", map[string]any{"driver": "sqlite", "database": "absent.db", "mode": "read_only"}, "error", []string{"backend", `SQLite file "absent.db"`, "sqlite_dir"}},
-		{"path escape", "sql", map[string]any{"driver": "sqlite", "database": "../x.db", "mode": "read_write"}, "error", []string{"plain file name", "sqlite_dir"}},
+		{"missing sqlite file in read_only", "sql", map[string]any{"driver": "sqlite", "database": "absent.db", "mode": "read_only"}, "error", []string{"backend", "cannot open the database"}},
+		{"path escape", "sql", map[string]any{"driver": "sqlite", "database": "../x.db", "mode": "read_write"}, "error", []string{"relative path of a file in the session's directory"}},
+		{"absolute path", "sql", map[string]any{"driver": "sqlite", "database": "/etc/passwd", "mode": "read_only"}, "error", []string{"relative path of a file in the session's directory"}},
+		{"unknown reference", "sql", map[string]any{"driver": "sqlite", "database": "reference/geo", "mode": "read_only"}, "error", []string{`no reference database "geo"`}},
+		{"postgres endpoint not allowed", "sql", map[string]any{"driver": "postgres", "database": "x", "mode": "read_only", "host": "10.1.2.3", "port": 5432}, "error", []string{"endpoint not allowed"}},
 		{"success", "sql", map[string]any{"driver": "sqlite", "database": "ok.db", "mode": "read_only"}, "ok", []string{"configured"}},
 	}
 	for _, tc := range cases {
@@ -161,9 +183,9 @@ func TestSQLiteRelativeDataDir(t *testing.T) {
 		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
 		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: t.TempDir()}}},
 	}, server.WithDataDir("aep-data"))
-	e := &env{h: h, sqlDir: filepath.Join("aep-data", "aep.toolkits.builtin", "sql")} // named by module
-	e.sqliteFile(t, "rel.db", 3)
+	e := &env{h: h}
 	c := connect(t, h)
+	e.sqliteFile(t, c, "rel.db", 3)
 	for _, mode := range []string{"read_only", "read_write"} {
 		if r := e.configure(t, c, map[string]any{"driver": "sqlite", "database": "rel.db", "mode": mode}); r.Status != "ok" {
 			t.Fatalf("%s: %s", mode, r.Message)
@@ -185,7 +207,7 @@ func freePort(t *testing.T) int {
 
 func TestToolsAppearOnlyAfterConfigure(t *testing.T) {
 	e := newEnv(t)
-	e.sqliteFile(t, "shop.db", 3)
+	e.sqliteFile(t, e.c, "shop.db", 3)
 	ctx := context.Background()
 	def, err := e.c.GetToolkit(ctx, "sql")
 	if err != nil || def.Configured || def.State != "installed" || len(def.Tools) != 3 {
@@ -301,13 +323,14 @@ func sqlSuite(t *testing.T, c *client.Client, placeholder string) {
 
 func TestSQLiteRealFile(t *testing.T) {
 	e := newEnv(t)
-	e.sqliteFile(t, "shop.db", 5)
+	e.sqliteFile(t, e.c, "shop.db", 5)
 	if r := e.configure(t, e.c, map[string]any{"driver": "sqlite", "database": "shop.db", "mode": "read_only"}); r.Status != "ok" {
 		t.Fatal(r.Message)
 	}
 	sqlSuite(t, e.c, "?")
-	// read_write in another session may write.
+	// read_write in another session may write, its own copy.
 	rw := connect(t, e.h)
+	e.sqliteFile(t, rw, "shop.db", 5)
 	if r := e.configure(t, rw, map[string]any{"driver": "sqlite", "database": "shop.db", "mode": "read_write"}); r.Status != "ok" {
 		t.Fatal(r.Message)
 	}
@@ -400,7 +423,7 @@ func TestPostgres(t *testing.T) {
 
 func TestSecretsNeverLeak(t *testing.T) {
 	e := newEnv(t)
-	e.sqliteFile(t, "s.db", 1)
+	e.sqliteFile(t, e.c, "s.db", 1)
 	ctx := context.Background()
 	// A configure that fails on the backend and one that succeeds, both with the canary.
 	e.configure(t, e.c, map[string]any{"driver": "postgres", "database": "x", "mode": "read_only", "port": freePort(t), "password": canary})

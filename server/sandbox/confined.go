@@ -65,6 +65,12 @@ func BwrapPath() string {
 	return bwrapPath
 }
 
+// Executable is the host binary's path with its links resolved: what a
+// run that executes the host binary itself (a worker of the host's, such
+// as the sql toolkit's SQLite worker) names as argv[0] and lists in
+// [Spec.ReadOnly], so every tier shows it at that path.
+func Executable() (string, error) { return self() }
+
 func self() (string, error) {
 	exeOnce.Do(func() {
 		exePath, exeErr = os.Executable()
