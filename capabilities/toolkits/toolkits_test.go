@@ -24,6 +24,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
 )
 
@@ -46,7 +47,7 @@ type env struct {
 	audit    *server.FileAuditor
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{data: t.TempDir(), logs: &syncBuf{}}
 	e.auditLog = filepath.Join(e.data, "audit.jsonl")
@@ -61,13 +62,13 @@ func newEnv(t *testing.T) *env {
 }
 
 // connect handshakes an agent that enables the built-in tools and the toolkits.
-func connect(t *testing.T, h *server.Host) *client.Client {
+func connect(t testing.TB, h *server.Host) *client.Client {
 	t.Helper()
 	return aeptest.Connect(t, h, "tools", "toolkits")
 }
 
 // sessionDir is the host path of the directory of c's session.
-func sessionDir(t *testing.T, h *server.Host, c *client.Client) string {
+func sessionDir(t testing.TB, h *server.Host, c *client.Client) string {
 	t.Helper()
 	s, ok := h.Session(c.SessionID())
 	if !ok {
@@ -82,12 +83,12 @@ func sessionDir(t *testing.T, h *server.Host, c *client.Client) string {
 
 // sqliteFile creates a real SQLite database in the directory of c's
 // session, where the toolkit's databases live.
-func (e *env) sqliteFile(t *testing.T, c *client.Client, name string, rows int) {
+func (e *env) sqliteFile(t testing.TB, c *client.Client, name string, rows int) {
 	t.Helper()
 	sqliteFileAt(t, filepath.Join(sessionDir(t, e.h, c), name), rows)
 }
 
-func sqliteFileAt(t *testing.T, path string, rows int) {
+func sqliteFileAt(t testing.TB, path string, rows int) {
 	t.Helper()
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
@@ -104,7 +105,7 @@ func sqliteFileAt(t *testing.T, path string, rows int) {
 	}
 }
 
-func (e *env) configure(t *testing.T, c *client.Client, cfg map[string]any) *msg.ToolkitConfigureResp {
+func (e *env) configure(t testing.TB, c *client.Client, cfg map[string]any) *msg.ToolkitConfigureResp {
 	t.Helper()
 	r, err := c.ToolkitConfigure(context.Background(), &msg.ToolkitConfigureReq{ToolkitName: "sql", Config: cfg})
 	if err != nil {
@@ -419,6 +420,14 @@ func TestPostgres(t *testing.T) {
 		t.Fatal(r.Message)
 	}
 	sqlSuite(t, e.c, "$1")
+	// A row larger than max_value_bytes (16 MiB by default) is an error,
+	// not an allocation of its size in the host; the connection goes on.
+	if res := call(t, e.c, "sql_query", map[string]any{"sql": "SELECT repeat('x', 20000000)"}); res.Success {
+		t.Fatal("a 20 MB value was read into the host")
+	}
+	if res := call(t, e.c, "sql_query", map[string]any{"sql": "SELECT 1"}); !res.Success {
+		t.Fatalf("after the large value: %s", *res.Error)
+	}
 }
 
 func TestSecretsNeverLeak(t *testing.T) {
@@ -588,5 +597,58 @@ func TestPostgresLostConnection(t *testing.T) {
 	}
 	if res := query(); !res.Success {
 		t.Fatalf("query with the backend back: %s", *res.Error)
+	}
+}
+
+// TestSQLiteRefusedWithoutPathConfinement: on a host whose sandbox cannot
+// keep a process from the host's files (the supervised tier without
+// Landlock), the sqlite driver is refused at configure, saying why, and
+// no worker starts (fail closed).
+func TestSQLiteRefusedWithoutPathConfinement(t *testing.T) {
+	e := newEnv(t)
+	restore := toolkits.SetPathsConfined(func(sandbox.Mode) (bool, error) { return false, nil })
+	defer restore()
+	r := e.configure(t, e.c, map[string]any{"driver": "sqlite", "database": "x.db", "mode": "read_write"})
+	if r.Status != "error" || !strings.Contains(r.Message, "sqlite driver is refused on this host") || !strings.Contains(r.Message, "Landlock") {
+		t.Fatalf("configure: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(sessionDir(t, e.h, e.c), "x.db")); !os.IsNotExist(err) {
+		t.Fatalf("the database file was made: %v", err)
+	}
+}
+
+// TestReferenceDatabases: a database the operator lists is open to every
+// session, read-only, as reference/<name>; writing it is refused, and a
+// name the operator did not list is not found.
+func TestReferenceDatabases(t *testing.T) {
+	ref := filepath.Join(t.TempDir(), "geo.db")
+	sqliteFileAt(t, ref, 4)
+	os.Chmod(filepath.Dir(ref), 0o755)
+	os.Chmod(ref, 0o644)
+	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
+		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{Settings: toolkits.Settings{
+			ReferenceDatabases: []toolkits.ReferenceDatabase{{Name: "geo", Path: ref}}}}},
+	}, server.WithDataDir(t.TempDir()))
+	e := &env{h: h}
+	for i := 0; i < 2; i++ {
+		c := connect(t, h)
+		if r := e.configure(t, c, map[string]any{"driver": "sqlite", "database": "reference/geo", "mode": "read_write"}); r.Status != "error" || !strings.Contains(r.Message, "read_only") {
+			t.Fatalf("read_write: %+v", r)
+		}
+		if r := e.configure(t, c, map[string]any{"driver": "sqlite", "database": "reference/geo", "mode": "read_only"}); r.Status != "ok" {
+			t.Fatalf("session %d: %s", i, r.Message)
+		}
+		if res := call(t, c, "sql_query", map[string]any{"sql": "SELECT count(*) FROM items"}); !res.Success || !strings.Contains(encode(res.Data), "[[4]]") {
+			t.Fatalf("session %d: %+v", i, res)
+		}
+		for _, q := range []string{"DELETE FROM items", "PRAGMA query_only=0"} {
+			call(t, c, "sql_query", map[string]any{"sql": q})
+		}
+		if res := call(t, c, "sql_query", map[string]any{"sql": "SELECT count(*) FROM items"}); !strings.Contains(encode(res.Data), "[[4]]") {
+			t.Fatalf("the reference database changed: %+v", res)
+		}
+		if r := e.configure(t, c, map[string]any{"driver": "sqlite", "database": "reference/other", "mode": "read_only"}); r.Status != "error" {
+			t.Fatalf("an unlisted reference: %+v", r)
+		}
 	}
 }

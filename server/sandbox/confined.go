@@ -207,6 +207,9 @@ func (p *Process) startConfined() (err error) {
 	}()
 	if p.cg == nil || p.cg.mem == "" {
 		cfg.MemBytes = lim.MemoryBytes
+		if cfg.MemBytes > 0 {
+			cfg.MemBytes += lim.AddressReserve
+		}
 	}
 	if p.cg == nil || p.cg.pids == "" {
 		cfg.NProc = lim.MaxProcs
