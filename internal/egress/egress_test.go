@@ -45,13 +45,13 @@ func TestParseEndpoints(t *testing.T) {
 		{"10.0.0.5:*", true},
 		{"[fd00::5]:5432", true},
 		{"[fd00::/64]:5432", true},
-		{"db.internal", false},        // no port
-		{"db.internal:0", false},      // port out of range
-		{"db.internal:70000", false},  // port out of range
-		{"db internal:5432", false},   // not a name
-		{"10.0.0.0/33:5432", false},   // not a network
-		{"fd00::5:5432", false},       // an IPv6 address needs brackets
-		{"*.:5432", false},            // no suffix
+		{"db.internal", false},       // no port
+		{"db.internal:0", false},     // port out of range
+		{"db.internal:70000", false}, // port out of range
+		{"db internal:5432", false},  // not a name
+		{"10.0.0.0/33:5432", false},  // not a network
+		{"fd00::5:5432", false},      // an IPv6 address needs brackets
+		{"*.:5432", false},           // no suffix
 		{"user@db.internal:5432", false},
 	} {
 		_, err := egress.ParseEndpoints([]string{tc.pattern})
