@@ -379,16 +379,22 @@ func rows(b *bytes.Buffer, root, s *Schema, prefix string) {
 			desc += " One of: " + strings.Join(quoteAll(p.Enum), ", ") + "."
 		}
 		fmt.Fprintf(b, "| `%s` | %s | %s | %s | %s |\n", key, typ, cell(def), cell(ex), cell(desc))
-		if sub != nil {
-			rows(b, root, sub, key+"[]."+"")
+		switch {
+		case sub != nil && typ == "object":
+			rows(b, root, sub, key+".")
+		case sub != nil:
+			rows(b, root, sub, key+"[].")
 		}
 	}
 }
 
 // docType names a property's type for readers, and returns the object
-// schema of array items whose keys get rows of their own.
+// schema whose keys get rows of their own: of array items, or of an
+// object property given by reference.
 func docType(root, p *Schema) (string, *Schema) {
 	switch {
+	case p.Ref != "":
+		return "object", root.Defs[strings.TrimPrefix(p.Ref, "#/$defs/")]
 	case p.GoType != "" && strings.HasSuffix(p.GoType, "Duration"):
 		return "duration", nil
 	case p.Type == "array" && p.Items != nil && p.Items.Ref != "":
