@@ -39,6 +39,10 @@ type IsolationConfig struct {
 	Sandbox sandbox.Mode `yaml:"sandbox"`
 	// SessionQuotaBytes bounds each session directory (default 256 MiB).
 	SessionQuotaBytes int64 `yaml:"session_quota_bytes"`
+	// AllowUserNamespaces lets contained commands make user namespaces
+	// (a browser's own sandbox needs them); off by default, the seccomp
+	// filter refuses them (docs/SECURITY.md, Network).
+	AllowUserNamespaces bool `yaml:"allow_user_namespaces"`
 }
 
 // SessionDir is a session's file system.
@@ -289,6 +293,11 @@ func (h *Host) logIsolation() {
 		h.log.Warn("isolation: the configured sandbox cannot be provided; capabilities that run processes will refuse to start", "mode", h.SandboxMode(), "err", err)
 		return
 	}
+	sandbox.AllowUserNamespaces(h.cfg.Server.Isolation.AllowUserNamespaces)
+	// What the host inherited from its parent reaches no child of its own.
+	sandbox.SealInheritedFDs()
 	sandbox.Prewarm(h.SandboxMode())
-	h.log.Info("isolation", "tier", tier, "mechanism", what, "session_quota_bytes", h.SessionQuota(), "sessions_dir", h.sessionsRoot())
+	h.log.Info("isolation", "tier", tier, "mechanism", what, "network", sandbox.DescribeNetwork(h.SandboxMode()),
+		"user_namespaces", h.cfg.Server.Isolation.AllowUserNamespaces,
+		"session_quota_bytes", h.SessionQuota(), "sessions_dir", h.sessionsRoot())
 }
