@@ -157,6 +157,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		sessions: map[string]*Session{}, handles: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
 	h.tracer = o.tracer
+	// Whatever field of a request a secret arrives in, no log line holds it.
+	h.log = slog.New(&scrubHandler{inner: o.logger.Handler(), h: h})
 	h.logIsolation()
 	h.pending.max = cfg.Server.Limits.MaxPendingSessions
 	h.throttle = newHandshakeThrottle(cfg.Server.Limits.FailedHandshakeBurst, time.Duration(cfg.Server.Limits.FailedHandshakeInterval))

@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
 )
@@ -241,7 +243,10 @@ func copyTree(src, dst string) error {
 		case e.IsDir():
 			return os.MkdirAll(target, 0o700)
 		case e.Type().IsRegular():
-			in, err := root.Open(p)
+			in, err := confine.Open(root, p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+			if errors.Is(err, confine.ErrNotRegular) {
+				return nil // a FIFO by now: not copied, as one found by the walk
+			}
 			if err != nil {
 				return err
 			}

@@ -199,6 +199,14 @@ func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.To
 	fail := func(text string) (*msg.ToolkitConfigureResp, error) {
 		return &msg.ToolkitConfigureResp{ToolkitName: k.Name, Status: msg.ToolkitConfigureRespStatusError, Message: text}, nil
 	}
+	// A secret shorter than the kernel's shortest is refused: it could
+	// be neither found in a snapshot nor scrubbed from a log without
+	// mangling ordinary words (server.MinSecretBytes).
+	for _, name := range k.Secrets() {
+		if v, ok := req.Config[name].(string); ok && v != "" && len(v) < server.MinSecretBytes {
+			return fail(fmt.Sprintf("field %q: a secret setting must be at least %d bytes", name, server.MinSecretBytes))
+		}
+	}
 	// Declare the secret settings before anything else: the agent holds
 	// them whatever configure answers, and may copy them into state that
 	// a snapshot would save (server/secrets.go).

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -329,7 +330,7 @@ func (p *Process) startConfined() (err error) {
 		if p.output != nil {
 			p.output.closeAll()
 		}
-		return fmt.Errorf("starting the sandbox (%s): %v: %w", mech, err, ErrSetup)
+		return fmt.Errorf("starting the sandbox (%s): %s: %w", mech, execReason(err), ErrSetup)
 	}
 	statusW.Close()
 	controlR.Close()
@@ -353,6 +354,20 @@ func (p *Process) startConfined() (err error) {
 	}
 	p.status = &statusFile{File: statusR, br: br}
 	return nil
+}
+
+// execReason says why an exec failed without the path of what was
+// executed (the host binary: no host path reaches an agent); an argument
+// list too long is the agent's, and said so.
+func execReason(err error) string {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, syscall.E2BIG):
+		return "the command's arguments and environment are too long for the system (E2BIG)"
+	case errors.As(err, &errno):
+		return errno.Error()
+	}
+	return "it could not be executed"
 }
 
 // filter is the run's system-call filter (seccomp.go). Without seccomp in

@@ -135,11 +135,11 @@ type Result struct {
 func (r Result) Err() error {
 	switch r.Outcome {
 	case Timeout:
-		return fmt.Errorf("%s: %w", r.Reason, wire.ErrTimeout)
+		return wire.Public(fmt.Errorf("%s: %w", r.Reason, wire.ErrTimeout))
 	case OutOfMemory:
-		return fmt.Errorf("%s: %w", r.Reason, wire.ErrOutOfMemory)
+		return wire.Public(fmt.Errorf("%s: %w", r.Reason, wire.ErrOutOfMemory))
 	case Crashed:
-		return fmt.Errorf("%s: %w", r.Reason, wire.ErrSandboxCrash)
+		return wire.Public(fmt.Errorf("%s: %w", r.Reason, wire.ErrSandboxCrash))
 	}
 	return nil
 }
@@ -228,6 +228,9 @@ func (p *Process) startPlain() error {
 		return err
 	}
 	if err := cmd.Start(); err != nil {
+		if errors.Is(err, syscall.E2BIG) {
+			return fmt.Errorf("starting %q: %s: %w", p.spec.Argv[0], execReason(err), syscall.E2BIG)
+		}
 		return fmt.Errorf("starting %q: %w", p.spec.Argv[0], err)
 	}
 	p.cmd, p.Stdin, p.Pid = cmd, in, cmd.Process.Pid
