@@ -234,7 +234,9 @@ type scrubHandler struct {
 	h     *Host
 }
 
-func (s *scrubHandler) Enabled(ctx context.Context, l slog.Level) bool { return s.inner.Enabled(ctx, l) }
+func (s *scrubHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return s.inner.Enabled(ctx, l)
+}
 
 func (s *scrubHandler) Handle(ctx context.Context, r slog.Record) error {
 	secrets := s.h.allSecrets()

@@ -45,8 +45,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/wire"
 )
 

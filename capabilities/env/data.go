@@ -14,8 +14,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/wire"
 )
 
