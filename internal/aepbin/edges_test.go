@@ -107,7 +107,6 @@ func TestFIFOsPinNoHostThread(t *testing.T) {
 	}
 }
 
-
 // TestErrorsNameNoHostPath: an argument list too long for the system and
 // the sql toolkit's failures are told without any host path — not the
 // binary's, not the data directory's.
