@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -246,5 +247,27 @@ func TestConfigStoreReachable(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "ok") || errOut != "" {
 			t.Fatalf("%s: exit %d\nstdout: %s\nstderr: %s", dsn, code, out, errOut)
 		}
+	}
+}
+
+// TestServeStopsWhenOperatorCannotListen: an operator endpoint that
+// cannot serve (its address taken) stops the host with an error instead
+// of leaving it running without /metrics and one log line.
+func TestServeStopsWhenOperatorCannotListen(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "op.yaml")
+	body := "server:\n  auth_token: t\noperator:\n  listen: " + taken.Addr().String() + "\n"
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, errOut, code := runAEPEnv(t, nil, "serve", "--config", file, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(errOut, "operator listen on "+taken.Addr().String()) {
+		t.Fatalf("exit %d after %v\nstderr: %s", code, time.Since(start), errOut)
 	}
 }
