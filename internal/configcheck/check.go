@@ -342,6 +342,16 @@ func (s *schema) extra(n *yaml.Node, sch *node, key string, report func(line int
 			seen[n] = true
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i].Value, n.Content[i+1]
+				if k == "<<" && n.Content[i].ShortTag() == "!!merge" {
+					// A merge key: the merged mapping's keys are this one's.
+					walk(v, sch, key)
+					if v.Kind == yaml.SequenceNode {
+						for _, m := range v.Content {
+							walk(m, sch, key)
+						}
+					}
+					continue
+				}
 				sub := sch.Properties[k]
 				if sub == nil && len(sch.AdditionalProperties) > 0 {
 					var add node

@@ -146,3 +146,11 @@ func TestFormatsAndLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeKeys: keys merged in with << are checked as this mapping's own.
+func TestMergeKeys(t *testing.T) {
+	err := Check("f.yaml", []byte("x-base: &base\n  listen: nowhere\nserver:\n  <<: *base\n"))
+	if err == nil || !strings.Contains(err.Error(), `server.listen: "nowhere": want host:port`) {
+		t.Errorf("merged bad listen: %v", err)
+	}
+}
