@@ -74,6 +74,10 @@ type IsolationConfig struct {
 	// SessionQuotaBytes: Bounds the bytes of each session directory. Default:
 	// 268435456.
 	SessionQuotaBytes int64 `yaml:"session_quota_bytes"`
+	// AllowUserNamespaces: Lets contained commands make user namespaces (a
+	// browser's own sandbox needs them); off by default, the seccomp filter
+	// refuses them (docs/SECURITY.md, Network). Default: false.
+	AllowUserNamespaces bool `yaml:"allow_user_namespaces"`
 }
 
 // Limits is the server.limits section: what one session and the whole host may

@@ -131,6 +131,16 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 		}
 		return nil, err
 	}
+	if srcDir != "" {
+		// Every fork gets the same files, whole: plugins writing the
+		// directory from their own processes hold them until the copies
+		// are made (sessionfs.go, FileHolder).
+		release, err := h.holdFiles(ctx, srcDir)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	for i := 0; i < count; i++ {
 		f, err := h.newSession(nil, nil, nil, nil, func(x *Session) { x.forked = true })
 		switch {

@@ -83,6 +83,7 @@ type Host struct {
 	observers      []pluginAs[SessionObserver]
 	childObservers []pluginAs[ChildObserver]
 	snapshotters   []pluginAs[Snapshotter]
+	fileHolders    []pluginAs[FileHolder]
 	secretHolders  []pluginAs[SecretHolder]
 
 	hooksMu    sync.Mutex
@@ -186,6 +187,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	h.observers = implementing[SessionObserver](h.plugins)
 	h.childObservers = implementing[ChildObserver](h.plugins)
 	h.snapshotters = implementing[Snapshotter](h.plugins)
+	h.fileHolders = implementing[FileHolder](h.plugins)
 	h.secretHolders = implementing[SecretHolder](h.plugins)
 	h.routes = buildRoutes(h.reg, h.plugins)
 	h.met = newMetrics(h, cfg.Operator.MaxToolLabels)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -113,6 +114,35 @@ func (h *Host) sessionDirOf(s *Session) SessionDir {
 	return d
 }
 
+// FileHolder is implemented by plugins whose own processes write session
+// directories (the sql toolkit's SQLite workers). Before the kernel copies
+// a directory — a sql snapshot's files, a fork, a snapshot-scoped
+// subagent's copy — it asks each to bring what it keeps under dir to a
+// consistent state (a database checkpointed into its main file) and to
+// change nothing there until release is called.
+type FileHolder interface {
+	HoldFiles(ctx context.Context, dir string) (release func(), err error)
+}
+
+// holdFiles holds dir for a copy (see [FileHolder]); release undoes it.
+func (h *Host) holdFiles(ctx context.Context, dir string) (release func(), err error) {
+	var releases []func()
+	release = func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}
+	for _, fh := range h.fileHolders {
+		r, err := fh.v.HoldFiles(ctx, dir)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("plugin %q: holding the session's files for a copy: %w", fh.p.Name, err)
+		}
+		releases = append(releases, r)
+	}
+	return release, nil
+}
+
 // SessionUsage is the bytes held in a session directory.
 func SessionUsage(dir string) (int64, error) {
 	var n int64
@@ -171,6 +201,11 @@ func (h *Host) prepareChildDir(child, parent *Session, scope string) error {
 	if err != nil {
 		return err
 	}
+	release, err := h.holdFiles(context.Background(), src.Path)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return copyTree(src.Path, dst.Path)
 }
 
@@ -243,6 +278,11 @@ func (h *Host) logIsolation() {
 		h.log.Warn("isolation: the configured sandbox cannot be provided; capabilities that run processes will refuse to start", "mode", h.SandboxMode(), "err", err)
 		return
 	}
+	sandbox.AllowUserNamespaces(h.cfg.Server.Isolation.AllowUserNamespaces)
+	// What the host inherited from its parent reaches no child of its own.
+	sandbox.SealInheritedFDs()
 	sandbox.Prewarm(h.SandboxMode())
-	h.log.Info("isolation", "tier", tier, "mechanism", what, "session_quota_bytes", h.SessionQuota(), "sessions_dir", h.sessionsRoot())
+	h.log.Info("isolation", "tier", tier, "mechanism", what, "network", sandbox.DescribeNetwork(h.SandboxMode()),
+		"user_namespaces", h.cfg.Server.Isolation.AllowUserNamespaces,
+		"session_quota_bytes", h.SessionQuota(), "sessions_dir", h.sessionsRoot())
 }

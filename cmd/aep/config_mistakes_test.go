@@ -108,6 +108,7 @@ func TestConfigMistakes(t *testing.T) {
 		{"unknown capability in mcp_face", "mcp_face:\n  capabilities: [tools, toolz]\n", nil, `2: mcp_face.capabilities[1]: unknown capability "toolz"`},
 		// Negative limits.
 		{"negative plugin limit", "plugins:\n  - name: p\n    type: proc\n    cls: aep.proc.builtin\n    config:\n      max_procs: -1\n", nil, "6: plugins[0].config.max_procs: want at least 0, got -1"},
+		{"zero where more than zero is wanted", "plugins:\n  - name: s\n    type: skills\n    cls: aep.skills.builtin\n    config:\n      register_limits: {timeout_seconds: 0}\n", nil, "6: plugins[0].config.register_limits.timeout_seconds: want more than 0, got 0"},
 		{"negative snapshot count", "server:\n  snapshots:\n    keep_per_session: -1\n", nil, "3: server.snapshots.keep_per_session: want at least 0, got -1"},
 		{"zero is not the default", "server:\n  max_parallel: 0\n", nil, "2: server.max_parallel: want at least 1, got 0"},
 		{"past the maximum", "server:\n  limits:\n    max_message_bytes: 2000000000\n", nil, "3: server.limits.max_message_bytes: want at most 1073741824, got 2000000000"},

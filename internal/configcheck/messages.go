@@ -47,6 +47,10 @@ func (s *schema) message(f failure, val *yaml.Node) string {
 		return fmt.Sprintf("want at least %v, got %s", e.Params["minimum"], s.quoteAt(f.pointer, val))
 	case "maximum":
 		return fmt.Sprintf("want at most %v, got %s", e.Params["maximum"], s.quoteAt(f.pointer, val))
+	case "exclusiveMinimum":
+		return fmt.Sprintf("want more than %v, got %s", e.Params["exclusive_minimum"], s.quoteAt(f.pointer, val))
+	case "exclusiveMaximum":
+		return fmt.Sprintf("want less than %v, got %s", e.Params["exclusive_maximum"], s.quoteAt(f.pointer, val))
 	case "minLength":
 		return "must not be empty"
 	case "pattern":

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,6 +65,12 @@ func BwrapPath() string {
 	bwrapOnce.Do(func() { bwrapPath, _ = exec.LookPath("bwrap") })
 	return bwrapPath
 }
+
+// Executable is the host binary's path with its links resolved: what a
+// run that executes the host binary itself (a worker of the host's, such
+// as the sql toolkit's SQLite worker) names as argv[0] and lists in
+// [Spec.ReadOnly], so every tier shows it at that path.
+func Executable() (string, error) { return self() }
 
 func self() (string, error) {
 	exeOnce.Do(func() {
@@ -201,11 +208,22 @@ func (p *Process) startConfined() (err error) {
 	}()
 	if p.cg == nil || p.cg.mem == "" {
 		cfg.MemBytes = lim.MemoryBytes
+		if cfg.MemBytes > 0 {
+			cfg.MemBytes += lim.AddressReserve
+		}
 	}
 	if p.cg == nil || p.cg.pids == "" {
 		cfg.NProc = lim.MaxProcs
 	}
 	p.rlimitMem = cfg.MemBytes > 0
+	filter, err := p.filter()
+	if err != nil {
+		return err
+	}
+	if mech != "bwrap" {
+		cfg.Seccomp = filter
+	}
+	cfg.NoNetwork = !p.spec.Network
 	if mech == "namespaces" && !p.spec.Network {
 		// A spare init already in its namespaces, its root made, takes
 		// the run if one is ready (spare.go); else a cold start below.
@@ -242,8 +260,20 @@ func (p *Process) startConfined() (err error) {
 	}
 
 	var cmd *exec.Cmd
+	var seccompFile *os.File
 	if mech == "bwrap" {
-		cmd = exec.Command(BwrapPath(), bwrapArgs(p.spec, exe, work, cfg.Dir, cfg.UID > 0)...)
+		// bubblewrap installs the filter before it starts the init, from
+		// a descriptor after the init's own (--seccomp).
+		args := bwrapArgs(p.spec, exe, work, cfg.Dir, cfg.UID > 0)
+		if len(filter) > 0 {
+			if seccompFile, err = filterFile(filter); err != nil {
+				return fmt.Errorf("the run's seccomp filter: %v: %w", err, ErrSetup)
+			}
+			defer seccompFile.Close()
+			fd := 3 + 2 + len(cgFiles)
+			args = append(args[:len(args)-2], "--seccomp", strconv.Itoa(fd), "--", initPath)
+		}
+		cmd = exec.Command(BwrapPath(), args...)
 	} else if mech == "namespaces" {
 		cmd = exec.Command(exe)
 		// The init is pid 1 of the namespace: its death, here with the
@@ -278,6 +308,9 @@ func (p *Process) startConfined() (err error) {
 		return err
 	}
 	cmd.ExtraFiles = append([]*os.File{statusW, controlR}, cgFiles...)
+	if seccompFile != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, seccompFile)
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return err
@@ -320,6 +353,35 @@ func (p *Process) startConfined() (err error) {
 	}
 	p.status = &statusFile{File: statusR, br: br}
 	return nil
+}
+
+// filter is the run's system-call filter (seccomp.go). Without seccomp in
+// the kernel, a run not granted network is refused: in the supervised
+// tier nothing else would keep it off the network.
+func (p *Process) filter() ([]byte, error) {
+	if !SeccompAvailable() {
+		if !p.spec.Network {
+			return nil, fmt.Errorf("the kernel does not install seccomp filters, which keep a command off the network: %w", ErrSetup)
+		}
+		return nil, nil
+	}
+	noPtrace := p.tier == TierSupervised && initproc.LandlockABI() == 0
+	return filterFor(filterKey{network: p.spec.Network, userNS: userNamespaces.Load(), noPtrace: noPtrace})
+}
+
+// filterFile is a pipe holding filter, for bubblewrap's --seccomp.
+func filterFile(filter []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.Write(filter) // a few hundred bytes: the pipe holds them
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }
 
 // namespaceFlags are the namespaces of a run in the namespaces mode.

@@ -48,6 +48,7 @@ type Schema struct {
 	Pattern              string             `json:"pattern"`
 	Minimum              *float64           `json:"minimum"`
 	Maximum              *float64           `json:"maximum"`
+	ExclusiveMinimum     *float64           `json:"exclusiveMinimum"`
 	WriteOnly            bool               `json:"writeOnly"`
 
 	Module      string `json:"x-aep-module"`
@@ -476,6 +477,8 @@ func rangeText(p *Schema) string {
 	switch {
 	case p.MinDuration != "":
 		return " At least " + p.MinDuration + "."
+	case p.ExclusiveMinimum != nil:
+		return " More than " + num(p.ExclusiveMinimum) + "."
 	case p.Minimum != nil && p.Maximum != nil:
 		return " From " + num(p.Minimum) + " to " + num(p.Maximum) + "."
 	case p.Minimum != nil:
