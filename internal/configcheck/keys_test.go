@@ -2,12 +2,14 @@ package configcheck_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -298,4 +300,95 @@ func TestKernelKeysInSchemaDocsAndExample(t *testing.T) {
 			t.Errorf("aep.example.yaml shows no %s, set or in a comment", k)
 		}
 	}
+}
+
+// TestKernelDefaultsAreTheCodes: every default kernel.json documents is
+// the value a file without the key gets (server.ParseConfig), so
+// docs/config.md never promises a default the code does not apply. A
+// default in <angle brackets> names a place ("<data-dir>/…") and is
+// skipped, as is a pointer left nil (its default applies where it is used).
+func TestKernelDefaultsAreTheCodes(t *testing.T) {
+	cfg, err := server.ParseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := yaml.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	data, err := configschemas.FS.ReadFile("kernel.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Defs map[string]struct {
+			Properties map[string]struct {
+				Ref     string          `json:"$ref"`
+				Default json.RawMessage `json:"default"`
+				GoType  string          `json:"x-go-type"`
+			} `json:"properties"`
+		} `json:"$defs"`
+		Properties map[string]struct {
+			Ref string `json:"$ref"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	var walk func(def string, prefix string, val map[string]any)
+	walk = func(def, prefix string, val map[string]any) {
+		for k, p := range s.Defs[def].Properties {
+			key := prefix + k
+			if p.Ref != "" {
+				sub, _ := val[k].(map[string]any)
+				walk(strings.TrimPrefix(p.Ref, "#/$defs/"), key+".", sub)
+				continue
+			}
+			if len(p.Default) == 0 || strings.Contains(string(p.Default), "<") || val[k] == nil {
+				continue
+			}
+			var want any
+			if err := json.Unmarshal(p.Default, &want); err != nil {
+				t.Fatal(err)
+			}
+			have := val[k]
+			if strings.HasSuffix(p.GoType, "Duration") {
+				w, _ := time.ParseDuration(want.(string))
+				h, _ := time.ParseDuration(fmt.Sprint(have))
+				want, have = w, h
+			} else if n, ok := want.(float64); ok {
+				want, have = n, toFloat(have)
+			}
+			if !reflect.DeepEqual(want, have) {
+				t.Errorf("%s: kernel.json says the default is %v, a file without it gets %v", key, want, have)
+			}
+			checked++
+		}
+	}
+	for k, p := range s.Properties {
+		if p.Ref != "" {
+			sub, _ := got[k].(map[string]any)
+			walk(strings.TrimPrefix(p.Ref, "#/$defs/"), k+".", sub)
+		}
+	}
+	if checked < 30 {
+		t.Errorf("only %d defaults compared", checked)
+	}
+}
+
+func toFloat(v any) any {
+	switch n := v.(type) {
+	case int:
+		return float64(n)
+	case int64:
+		return float64(n)
+	case uint64:
+		return float64(n)
+	}
+	return v
 }
