@@ -167,7 +167,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		return nil, err
 	}
 	h.proxies = proxies
-	specs, err := instantiate(cfg)
+	specs, _, err := instantiate(cfg)
 	if err != nil {
 		return nil, err
 	}

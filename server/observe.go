@@ -14,28 +14,6 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// OperatorConfig is the operator's surface (docs/operating.md): the
-// separate listen address of /metrics, tracing, and the drain on SIGTERM.
-type OperatorConfig struct {
-	// Listen is the operator address serving GET /metrics; empty (the
-	// default) serves none. A loopback address needs no token.
-	Listen string `yaml:"listen"`
-	// Token is the bearer token /metrics requires when Listen is not loopback.
-	Token string `yaml:"token"`
-	// MaxToolLabels bounds the distinct tool names metrics label; further
-	// tools count under "other". Default 100.
-	MaxToolLabels int `yaml:"max_tool_labels"`
-	// OTLPEndpoint, when set, exports OpenTelemetry spans over OTLP/HTTP to
-	// it (host:port, or a URL); empty records no spans at all.
-	OTLPEndpoint string `yaml:"otlp_endpoint"`
-	// DrainTimeout bounds how long SIGTERM waits for requests in flight.
-	// Default 30s.
-	DrainTimeout Duration `yaml:"drain_timeout"`
-	// SnapshotOnDrain snapshots every live session to the store before
-	// the host exits on SIGTERM.
-	SnapshotOnDrain bool `yaml:"snapshot_on_drain"`
-}
-
 // defaultMaxToolLabels is operator.max_tool_labels when unset.
 const defaultMaxToolLabels = 100
 

@@ -32,21 +32,6 @@ import (
 // DefaultSessionQuota bounds the bytes of one session directory.
 const DefaultSessionQuota int64 = 256 << 20
 
-// IsolationConfig is server.isolation.
-type IsolationConfig struct {
-	// Sandbox is the mode every process a session starts runs in: auto
-	// (default: the best tier this host provides), bwrap or namespaces
-	// (tier a), supervised (tier b). A host that cannot provide it refuses
-	// to start the capabilities that run processes.
-	Sandbox sandbox.Mode `yaml:"sandbox"`
-	// SessionQuotaBytes bounds each session directory (default 256 MiB).
-	SessionQuotaBytes int64 `yaml:"session_quota_bytes"`
-	// AllowUserNamespaces lets contained commands make user namespaces
-	// (a browser's own sandbox needs them); off by default, the seccomp
-	// filter refuses them (docs/SECURITY.md, Network).
-	AllowUserNamespaces bool `yaml:"allow_user_namespaces"`
-}
-
 // SessionDir is a session's file system.
 type SessionDir struct {
 	// Path is the host path of the directory.

@@ -24,11 +24,10 @@ type Settings struct {
 	// registered skill runs code the agent sent, in the same sandbox as the
 	// operator's skills). Default: false.
 	AllowRegister bool `yaml:"allow_register"`
-	// MaxRegisterBytes: Bounds one registered skill's manifest and files together;
-	// 0 or less takes the default. Default: 4194304.
+	// MaxRegisterBytes: Bounds one registered skill's manifest and files together.
+	// Default: 4194304.
 	MaxRegisterBytes int `yaml:"max_register_bytes"`
-	// MaxRegistered: Bounds the skills one session registers; 0 or less takes the
-	// default. Default: 32.
+	// MaxRegistered: Bounds the skills one session registers. Default: 32.
 	MaxRegistered int `yaml:"max_registered"`
 	// ReloadSeconds: How often dir is checked for changes and reloaded; a negative
 	// value turns reloading off. Default: 2.
