@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +67,7 @@ type Plugin struct {
 	log     *slog.Logger
 	backend Backend
 	host    *server.Host
+	db      *sql.DB // the store's, to count the persistent tiers' bytes (budget.go)
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -109,6 +111,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		p.Clock = time.Now
 	}
 	p.host = env.Host
+	p.applyBudget()
 	p.sessions = server.NewSessionState(env, func(string) *sessionMem {
 		return &sessionMem{handles: map[string]handle{}, working: newWorkingStore()}
 	}, nil)
@@ -130,6 +133,10 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		p.backend = b
 	default:
 		return fmt.Errorf("memory: the episodic and semantic tiers have no backend for a %s store", env.Store.Dialect())
+	}
+	if env.Store != nil {
+		p.db = env.Store.DB()
+		p.countPersistent(ctx, p.db)
 	}
 	p.stop, p.done = make(chan struct{}), make(chan struct{})
 	go p.collector()
@@ -172,6 +179,7 @@ func (p *Plugin) collector() {
 			if _, err := p.Collect(ctx); err != nil {
 				p.log.Warn("memory: collecting expired entries", "error", err)
 			}
+			p.countPersistent(ctx, p.db)
 			cancel()
 		}
 	}
@@ -284,6 +292,9 @@ func (p *Plugin) MemoryStore(ctx context.Context, s wire.Scope, req *msg.MemoryS
 		}
 	}
 	if len(persistent) > 0 {
+		if err := p.chargePersistent(s.SessionID(), persistent); err != nil {
+			return nil, err
+		}
 		if err := p.backend.Put(ctx, h.key(), persistent); err != nil {
 			return nil, err
 		}
