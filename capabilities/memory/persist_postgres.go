@@ -28,7 +28,7 @@ import (
 //
 // ts_rank (every weight 1, no length normalisation) only orders the
 // candidates; the score a hit gets is computed from its text (text.go,
-// score), the same on every backend. See docs/DECISIONS.md "Memory".
+// matcher), the same on every backend. See docs/DECISIONS.md "Memory".
 type postgresBackend struct{ db *sql.DB }
 
 // pgWeights are ts_rank's weights of the labels D, C, B and A: fts is
@@ -47,7 +47,7 @@ func pgDDL(t string) []string {
 		`CREATE INDEX IF NOT EXISTS ` + t + `_fts ON ` + t + ` USING gin (fts)`,
 		// Rows indexed before stemming hold 'simple' lexemes (the words
 		// themselves): stem them. Matching needs only the lexemes; the
-		// score is computed from the row's text (text.go, score).
+		// score is computed from the row's text (text.go, matcher).
 		`UPDATE ` + t + ` SET fts = to_tsvector('` + pgFTSConfig + `', array_to_string(tsvector_to_array(fts), ' ')) WHERE fts <> ''`,
 		`COMMENT ON COLUMN ` + t + `.fts IS '` + pgFTSConfig + `'`,
 	}

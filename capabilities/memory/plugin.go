@@ -459,8 +459,8 @@ func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.Memory
 	if f.since != 0 && f.until != 0 && f.until < f.since {
 		return nil, &wire.FieldError{Field: "until", Reason: "is before since"}
 	}
-	qstems := queryStems(words)
-	// Each hit is scored from its own text (text.go, score); a store
+	m := newMatcher(words)
+	// Each hit is scored from its own text (text.go, matcher); a store
 	// returns its best candidates by the engine's rank, more than limit so
 	// that the re-ordering by score rarely misses a hit.
 	candidates := limit
@@ -472,7 +472,7 @@ func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.Memory
 			sc.raw = 1 // listing without a query scores 1
 			return true
 		}
-		sc.raw = score(qstems, sc.rec.Key, bodyText(sc.rec.Content), sc.rec.Tags)
+		sc.raw = m.scoreEntry(sc.rec.Key, bodyText(sc.rec.Content), sc.rec.Tags)
 		return sc.raw > 0 && sc.raw >= req.MinScore
 	}
 	newest := req.Order != msg.MemoryRecallReqOrderOldest
@@ -486,7 +486,7 @@ func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.Memory
 			if err != nil {
 				return nil, err
 			}
-			got = ws.search(h.Namespace, qstems, f, now)
+			got = ws.search(h.Namespace, m, f, now)
 			for i := range got {
 				got[i].rec.Tier = TierWorking
 			}

@@ -2,8 +2,10 @@ package memory
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/kljensen/snowball/english"
 )
@@ -32,8 +34,8 @@ func queryTerms(q string) []string {
 
 // ftsQuery turns query words into an FTS5 expression: each word quoted (so
 // no word is read as FTS5 syntax — AND, NEAR, column filters, `*`) and joined
-// with OR, so an entry matching any word is a candidate and bm25 ranks those
-// matching more and rarer words higher.
+// with OR, so an entry matching any word is a candidate for the score to
+// rank.
 func ftsQuery(words []string) string {
 	var b strings.Builder
 	for i, w := range words {
@@ -99,57 +101,182 @@ func stem(w string) string {
 	return english.Stem(w, true)
 }
 
-// satK is the saturation constant of [score]: one occurrence of a query word
-// counts 1/(1+satK) = 2/3 of that word's share, two 0.8, three 6/7.
+// satK is the saturation constant of the score: one occurrence of a query
+// word counts 1/(1+satK) = 2/3 of that word's share, two 0.8, three 6/7.
 const satK = 0.5
 
-// score is the relevance of an entry to a query on the absolute 0–1 scale
-// that min_score uses (docs/DECISIONS.md, Capability gaps users hit): the
-// mean over the query's distinct word stems of tf/(tf+satK), tf being how
-// often the stem occurs in the entry's key, text and tags. It depends only
-// on the entry and the query — not on the other entries, the tier or the
-// store — so a min_score keeps the same entries in every recall and on
-// every backend. An entry with every query word once scores 2/3, one with
-// half of them once 1/3.
-func score(qstems []string, key, body string, tags []string) float64 {
-	if len(qstems) == 0 {
-		return 0
-	}
-	want := make(map[string]int, len(qstems))
-	for _, q := range qstems {
-		want[q] = 0
-	}
-	count := func(s string) {
-		for _, t := range terms(s) {
-			st := stem(t)
-			if n, ok := want[st]; ok {
-				want[st] = n + 1
-			}
+// A matcher scores entries against one recall query (docs/DECISIONS.md,
+// Capability gaps users hit): the score is the mean over the query's
+// distinct word stems of tf/(tf+satK), tf being how often the stem occurs in
+// the entry's key, text and tags. It depends only on the entry and the
+// query — not on the other entries, the tier or the store — so a min_score
+// keeps the same entries in every recall and on every backend. An entry with
+// every query word once scores 2/3, one with half of them once 1/3.
+//
+// Recall scores every candidate, so counting is the hot path: the text is
+// read once, a rune at a time, into words as [terms] splits them, and only a
+// word that begins with a stem's head ([stemHead]) is stemmed; most words
+// are dropped after a byte or two. A matcher is used by one goroutine.
+type matcher struct {
+	stems  []string // distinct stems of the query's words, in query order
+	heads  []string // heads[i] = stemHead(stems[i])
+	firsts []rune   // the first rune of each head
+	tf     []int    // occurrences of each stem in the entry being scored
+	word   []byte   // the word being read, lower-cased
+	// seen maps the words stemmed so far to the index of their stem in
+	// stems, or -1: the words that pass a head are mostly the query's own,
+	// met again in every candidate. At most maxSeen are kept.
+	seen map[string]int
+}
+
+// maxSeen bounds a matcher's memory of stemmed words.
+const maxSeen = 1024
+
+func newMatcher(words []string) *matcher {
+	m := &matcher{}
+	seen := map[string]bool{}
+	for _, w := range words {
+		if st := stem(w); !seen[st] {
+			seen[st] = true
+			m.stems = append(m.stems, st)
+			m.heads = append(m.heads, stemHead(st))
+			first, _ := utf8.DecodeRuneInString(st)
+			m.firsts = append(m.firsts, first)
 		}
 	}
-	count(key)
-	count(body)
-	for _, tag := range tags {
-		count(tag)
+	m.tf = make([]int, len(m.stems))
+	m.seen = map[string]int{}
+	return m
+}
+
+// stemHead is what every word with the stem st begins with: st without its
+// last two runes, and never less than its first rune. The English stemmer
+// keeps a word's first letter, and the stem it returns is a prefix of the
+// word followed by at most two runes the word does not have there (y
+// turned to i, a suffix replaced: "ability" → "abil", "dying" → "die",
+// "happily" → "happili"); TestStemHead holds it to that.
+func stemHead(st string) string {
+	end := len(st)
+	for range 2 {
+		_, n := utf8.DecodeLastRuneInString(st[:end])
+		end -= n
+	}
+	if _, first := utf8.DecodeRuneInString(st); end < first {
+		end = first
+	}
+	return st[:end]
+}
+
+// scoreEntry is the score of an entry with this key, text and tags.
+func (m *matcher) scoreEntry(key, body string, tags []string) float64 {
+	clear(m.tf)
+	m.count(key)
+	m.count(body)
+	for _, t := range tags {
+		m.count(t)
+	}
+	return m.result()
+}
+
+// scoreText is the score of an entry whose key, text and tags are joined
+// in s by separators (a space, or tagSet's), as the stores read them.
+func (m *matcher) scoreText(s string) float64 {
+	clear(m.tf)
+	m.count(s)
+	return m.result()
+}
+
+func (m *matcher) result() float64 {
+	if len(m.tf) == 0 {
+		return 0
 	}
 	var sum float64
-	for _, tf := range want {
+	for _, tf := range m.tf {
 		if tf > 0 {
 			sum += float64(tf) / (float64(tf) + satK)
 		}
 	}
-	return sum / float64(len(want))
+	return sum / float64(len(m.tf))
 }
 
-// queryStems returns the distinct stems of query words.
-func queryStems(words []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, w := range words {
-		if st := stem(w); !seen[st] {
-			seen[st] = true
-			out = append(out, st)
+// count adds the occurrences of the query's stems in s, splitting and
+// lower-casing it exactly as terms does (strings.ToLower, then runs of
+// letters and digits; invalid UTF-8 is a separator). A word whose first
+// letter starts no head is skipped without being copied.
+func (m *matcher) count(s string) {
+	inWord, keep := false, false
+	for i := 0; i < len(s); {
+		var r rune
+		if c := s[i]; c < utf8.RuneSelf {
+			i++
+			if r = rune(asciiWord[c]); r == 0 {
+				if inWord {
+					inWord = false
+					m.endWord(keep)
+				}
+				continue
+			}
+		} else {
+			var n int
+			r, n = utf8.DecodeRuneInString(s[i:])
+			i += n
+			if r = unicode.ToLower(r); !unicode.IsLetter(r) && !unicode.IsDigit(r) {
+				if inWord {
+					inWord = false
+					m.endWord(keep)
+				}
+				continue
+			}
+		}
+		if !inWord {
+			inWord, keep = true, slices.Contains(m.firsts, r)
+			m.word = m.word[:0]
+		}
+		if keep {
+			m.word = utf8.AppendRune(m.word, r)
 		}
 	}
-	return out
+	if inWord {
+		m.endWord(keep)
+	}
+}
+
+// asciiWord maps an ASCII byte to itself lower-cased if it is a letter or
+// a digit, else to 0.
+var asciiWord = func() (t [utf8.RuneSelf]byte) {
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c
+	}
+	for c := byte('a'); c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = c, c
+	}
+	return t
+}()
+
+// endWord counts the word read, if kept and it has a query stem.
+func (m *matcher) endWord(keep bool) {
+	w := m.word
+	if !keep {
+		return
+	}
+	headed := false
+	for _, h := range m.heads {
+		if len(w) >= len(h) && string(w[:len(h)]) == h {
+			headed = true
+			break
+		}
+	}
+	if !headed {
+		return
+	}
+	i, ok := m.seen[string(w)]
+	if !ok {
+		i = slices.Index(m.stems, stem(string(w)))
+		if len(m.seen) < maxSeen {
+			m.seen[string(w)] = i
+		}
+	}
+	if i >= 0 {
+		m.tf[i]++
+	}
 }

@@ -188,7 +188,7 @@ type scored struct {
 
 // search returns live entries of ns passing the filters; with query words,
 // only those matching one, with their score.
-func (w *workingStore) search(ns string, qstems []string, f filter, now int64) []scored {
+func (w *workingStore) search(ns string, m *matcher, f filter, now int64) []scored {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []scored
@@ -198,8 +198,8 @@ func (w *workingStore) search(ns string, qstems []string, f filter, now int64) [
 			continue
 		}
 		rel := 0.0
-		if len(qstems) > 0 {
-			if rel = score(qstems, r.Key, bodyText(r.Content), r.Tags); rel == 0 {
+		if len(m.stems) > 0 {
+			if rel = m.scoreEntry(r.Key, bodyText(r.Content), r.Tags); rel == 0 {
 				continue
 			}
 		}
