@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 )
 
 // Backend keeps the persistent tiers (episodic and semantic): sqliteBackend
@@ -60,7 +61,43 @@ func (u unsupported) Collect(context.Context, int64) (int, error) { return 0, ni
 // FTS5 table kept in step by triggers. Statements are raw SQL on the store's
 // *sql.DB: ent cannot express FTS5 MATCH, and the batched upsert is the hot
 // path.
-type sqliteBackend struct{ db *sql.DB }
+type sqliteBackend struct {
+	db *sql.DB
+
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt // recall's statements, prepared once (query)
+}
+
+// maxStmts bounds the statements a sqliteBackend keeps prepared: the shapes
+// recall's statements take (tier, tag count, time filters, order) are few
+// in use, but a tag count is the client's to choose.
+const maxStmts = 32
+
+// query runs q in tx through a statement prepared once per connection:
+// parsing it anew each time was a tenth of a recall's own work.
+func (b *sqliteBackend) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	b.mu.Lock()
+	st := b.stmts[q]
+	b.mu.Unlock()
+	if st == nil {
+		var err error
+		if st, err = b.db.PrepareContext(ctx, q); err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		switch have := b.stmts[q]; {
+		case have != nil:
+			st.Close()
+			st = have
+		case len(b.stmts) < maxStmts:
+			b.stmts[q] = st
+		default:
+			defer st.Close()
+		}
+		b.mu.Unlock()
+	}
+	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+}
 
 func tableOf(tier string) string {
 	if tier == TierSemantic {
@@ -112,7 +149,7 @@ func newSQLiteBackend(ctx context.Context, db *sql.DB) (*sqliteBackend, error) {
 			}
 		}
 	}
-	return &sqliteBackend{db: db}, nil
+	return &sqliteBackend{db: db, stmts: map[string]*sql.Stmt{}}, nil
 }
 
 const insertCols = `namespace, agent, "key", content, body, tags, tag_set, source, metadata, created_at, updated_at, expires_at, size`
@@ -315,13 +352,11 @@ func (b *sqliteBackend) searchText(ctx context.Context, tier string, sc scopeKey
 	// candidate that only ties those kept is refused at once.
 	cands += ` ORDER BY ` + t + `_fts.rowid DESC`
 	return rankText(ctx, b.db, &sql.TxOptions{ReadOnly: true}, tier, q, newest, limit,
-		func(tx *sql.Tx) (*sql.Rows, error) { return tx.QueryContext(ctx, cands, args...) },
+		func(tx *sql.Tx) (*sql.Rows, error) { return b.query(ctx, tx, cands, args...) },
 		func(tx *sql.Tx, ids []int64) (*sql.Rows, error) {
-			in := make([]any, len(ids))
-			for i, id := range ids {
-				in[i] = id
-			}
-			return tx.QueryContext(ctx, `SELECT `+selectCols+` FROM `+t+` t WHERE t.id IN (`+placeholders(len(ids))+`)`, in...)
+			// One statement for any number of ids: a JSON array of them.
+			list, _ := json.Marshal(ids)
+			return b.query(ctx, tx, `SELECT `+selectCols+` FROM `+t+` t WHERE t.id IN (SELECT value FROM json_each(?))`, string(list))
 		})
 }
 
