@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -121,6 +122,7 @@ type matcher struct {
 	stems  []string // distinct stems of the query's words, in query order
 	heads  []string // heads[i] = stemHead(stems[i])
 	firsts []rune   // the first rune of each head
+	starts []byte   // the ASCII firsts, in both cases (countASCII)
 	tf     []int    // occurrences of each stem in the entry being scored
 	word   []byte   // the word being read, lower-cased
 	// seen maps the words stemmed so far to the index of their stem in
@@ -142,6 +144,13 @@ func newMatcher(words []string) *matcher {
 			m.heads = append(m.heads, stemHead(st))
 			first, _ := utf8.DecodeRuneInString(st)
 			m.firsts = append(m.firsts, first)
+			if first < utf8.RuneSelf {
+				for _, b := range []byte{byte(first), byte(unicode.ToUpper(first))} {
+					if !slices.Contains(m.starts, b) {
+						m.starts = append(m.starts, b)
+					}
+				}
+			}
 		}
 	}
 	m.tf = make([]int, len(m.stems))
@@ -204,41 +213,108 @@ func (m *matcher) result() float64 {
 // letters and digits; invalid UTF-8 is a separator). A word whose first
 // letter starts no head is skipped without being copied.
 func (m *matcher) count(s string) {
-	inWord, keep := false, false
+	if isASCII(s) {
+		m.countASCII(s)
+		return
+	}
 	for i := 0; i < len(s); {
-		var r rune
-		if c := s[i]; c < utf8.RuneSelf {
-			i++
-			if r = rune(asciiWord[c]); r == 0 {
-				if inWord {
-					inWord = false
-					m.endWord(keep)
-				}
+		r, n := rune(s[i]), 1
+		if r < utf8.RuneSelf {
+			if r = rune(asciiWord[r]); r == 0 {
+				i++
 				continue
 			}
-		} else {
-			var n int
-			r, n = utf8.DecodeRuneInString(s[i:])
+		} else if r, n = wordRune(s[i:]); r < 0 {
 			i += n
-			if r = unicode.ToLower(r); !unicode.IsLetter(r) && !unicode.IsDigit(r) {
-				if inWord {
-					inWord = false
-					m.endWord(keep)
-				}
-				continue
+			continue
+		}
+		if !slices.Contains(m.firsts, r) {
+			i = skipWord(s, i+n)
+			continue
+		}
+		m.word = utf8.AppendRune(m.word[:0], r)
+		for i += n; i < len(s); i += n {
+			if r, n = rune(s[i]), 1; r < utf8.RuneSelf {
+				r = rune(asciiWord[r])
+			} else {
+				r, n = wordRune(s[i:])
 			}
-		}
-		if !inWord {
-			inWord, keep = true, slices.Contains(m.firsts, r)
-			m.word = m.word[:0]
-		}
-		if keep {
+			if r <= 0 {
+				break
+			}
 			m.word = utf8.AppendRune(m.word, r)
 		}
+		m.endWord()
 	}
-	if inWord {
-		m.endWord(keep)
+}
+
+// countASCII is count for a text of ASCII only, whose words start with
+// one of the bytes m.starts lists (the first letter of each head, in both
+// cases): those bytes are looked for (strings.IndexByte) instead of every
+// byte being read.
+func (m *matcher) countASCII(s string) {
+	for _, b := range m.starts {
+		for i := 0; i < len(s); {
+			j := strings.IndexByte(s[i:], b)
+			if j < 0 {
+				break
+			}
+			if i += j; i > 0 && asciiWord[s[i-1]] != 0 {
+				i++ // inside a word
+				continue
+			}
+			m.word = m.word[:0]
+			for ; i < len(s) && asciiWord[s[i]] != 0; i++ {
+				m.word = append(m.word, asciiWord[s[i]])
+			}
+			m.endWord()
+		}
 	}
+}
+
+// isASCII reports whether s holds ASCII only.
+func isASCII(s string) bool {
+	for ; len(s) >= 8; s = s[8:] {
+		if binary.LittleEndian.Uint64([]byte(s[:8]))&0x8080808080808080 != 0 {
+			return false
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// wordRune decodes the first rune of s, which is not ASCII, and returns it
+// lower-cased, or -1 if it is no letter or digit (as is invalid UTF-8), and
+// its length.
+func wordRune(s string) (rune, int) {
+	r, n := utf8.DecodeRuneInString(s)
+	if r = unicode.ToLower(r); unicode.IsLetter(r) || unicode.IsDigit(r) {
+		return r, n
+	}
+	return -1, n
+}
+
+// skipWord returns where the word that goes on at s[i:] ends.
+func skipWord(s string, i int) int {
+	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiWord[c] == 0 {
+				return i
+			}
+			i++
+			continue
+		}
+		r, n := wordRune(s[i:])
+		if r < 0 {
+			return i
+		}
+		i += n
+	}
+	return i
 }
 
 // asciiWord maps an ASCII byte to itself lower-cased if it is a letter or
@@ -253,12 +329,9 @@ var asciiWord = func() (t [utf8.RuneSelf]byte) {
 	return t
 }()
 
-// endWord counts the word read, if kept and it has a query stem.
-func (m *matcher) endWord(keep bool) {
+// endWord counts the word read, if it has a query stem.
+func (m *matcher) endWord() {
 	w := m.word
-	if !keep {
-		return
-	}
 	headed := false
 	for _, h := range m.heads {
 		if len(w) >= len(h) && string(w[:len(h)]) == h {

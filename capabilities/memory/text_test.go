@@ -174,3 +174,14 @@ func FuzzMatcher(f *testing.F) {
 		checkMatcher(t, query, key, body, tag)
 	})
 }
+
+// BenchmarkMatcherScoreText scores a 100,000-entry corpus line as
+// BenchmarkRecall100k's candidates read it (key, text, tag set).
+func BenchmarkMatcherScoreText(b *testing.B) {
+	m := newMatcher(queryTerms("zephyr"))
+	text := "k12300 hotel kilo november quebec tango charlie foxtrot india note 12300 zephyr " + tagSet([]string{"bench"})
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		m.scoreText(text)
+	}
+}
