@@ -114,10 +114,11 @@ const satK = 0.5
 // keeps the same entries in every recall and on every backend. An entry with
 // every query word once scores 2/3, one with half of them once 1/3.
 //
-// Recall scores every candidate, so counting is the hot path: the text is
-// read once, a rune at a time, into words as [terms] splits them, and only a
-// word that begins with a stem's head ([stemHead]) is stemmed; most words
-// are dropped after a byte or two. A matcher is used by one goroutine.
+// Recall scores every match, so counting is the hot path: the text is read
+// once into words as [terms] splits them, a word that cannot start with a
+// query stem's first letter is skipped uncopied, and only a word that
+// begins with a stem's head ([stemHead]) is stemmed, once per recall. A
+// matcher is used by one goroutine.
 type matcher struct {
 	stems  []string // distinct stems of the query's words, in query order
 	heads  []string // heads[i] = stemHead(stems[i])
@@ -162,8 +163,8 @@ func newMatcher(words []string) *matcher {
 // last two runes, and never less than its first rune. The English stemmer
 // keeps a word's first letter, and the stem it returns is a prefix of the
 // word followed by at most two runes the word does not have there (y
-// turned to i, a suffix replaced: "ability" → "abil", "dying" → "die",
-// "happily" → "happili"); TestStemHead holds it to that.
+// turned to i, an e put back, a suffix replaced: "crying" → "cri",
+// "hoping" → "hope", "dying" → "die"); TestStemHead holds it to that.
 func stemHead(st string) string {
 	end := len(st)
 	for range 2 {
