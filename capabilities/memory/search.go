@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"container/heap"
 	"context"
 	"database/sql"
 	"fmt"
@@ -46,23 +45,40 @@ func (t *best) before(a, b candidate) bool {
 	return a.id > b.id
 }
 
-func (t *best) Len() int           { return len(t.h) }
-func (t *best) Less(i, j int) bool { return t.before(t.h[j], t.h[i]) }
-func (t *best) Swap(i, j int)      { t.h[i], t.h[j] = t.h[j], t.h[i] }
-func (t *best) Push(x any)         { t.h = append(t.h, x.(candidate)) }
-func (t *best) Pop() any {
-	x := t.h[len(t.h)-1]
-	t.h = t.h[:len(t.h)-1]
-	return x
-}
-
+// offer keeps c if it is among the best limit offered so far.
 func (t *best) offer(c candidate) {
-	switch {
-	case len(t.h) < t.limit:
-		heap.Push(t, c)
-	case t.before(c, t.h[0]):
-		t.h[0] = c
-		heap.Fix(t, 0)
+	if len(t.h) < t.limit {
+		// Sift the new leaf up while it ranks below its parent.
+		t.h = append(t.h, c)
+		for i := len(t.h) - 1; i > 0; {
+			p := (i - 1) / 2
+			if !t.before(t.h[p], t.h[i]) {
+				break
+			}
+			t.h[p], t.h[i] = t.h[i], t.h[p]
+			i = p
+		}
+		return
+	}
+	if !t.before(c, t.h[0]) {
+		return
+	}
+	// Replace the worst kept and sift it down below the children that rank
+	// below it.
+	t.h[0] = c
+	for i := 0; ; {
+		w, l, r := i, 2*i+1, 2*i+2
+		if l < len(t.h) && t.before(t.h[w], t.h[l]) {
+			w = l
+		}
+		if r < len(t.h) && t.before(t.h[w], t.h[r]) {
+			w = r
+		}
+		if w == i {
+			return
+		}
+		t.h[i], t.h[w] = t.h[w], t.h[i]
+		i = w
 	}
 }
 
