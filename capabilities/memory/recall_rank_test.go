@@ -67,3 +67,58 @@ func testRecallRanksEveryMatch(t *testing.T, dsn string) {
 		})
 	}
 }
+
+// TestRecallScoreMatchesItsText: a hit's score is that of the text it
+// comes back with, while another session rewrites the entry between two
+// texts of different scores.
+func TestRecallScoreMatchesItsText(t *testing.T) { forEachBackend(t, testRecallScoreMatchesItsText) }
+
+func testRecallScoreMatchesItsText(t *testing.T, dsn string) {
+	h := newHostDSN(t, &memory.Plugin{}, "", dsn)
+	reader, writer := connect(t, h, codecs[1].codec), connect(t, h, codecs[1].codec)
+	for _, tier := range []string{"semantic", "episodic"} {
+		t.Run(tier, func(t *testing.T) {
+			rid, wid := initMem(t, reader, "flip-"+tier, nil), initMem(t, writer, "flip-"+tier, nil)
+			texts := map[string]float64{"comet": 2.0 / 3, "comet comet": 0.8}
+			store1(t, writer, wid, ent(tier, "flip", "comet", 0))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := range 200 {
+					text := "comet"
+					if i%2 == 0 {
+						text = "comet comet"
+					}
+					if tier == "episodic" {
+						// The log only appends: forget the old event first.
+						if _, err := writer.MemoryForget(aeptest.Context(t), &msg.MemoryForgetReq{MemoryID: wid, Keys: []string{"flip"}, Tier: aeptest.Ptr(msg.MemoryForgetReqTierEpisodic)}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					if _, err := writer.MemoryStore(aeptest.Context(t), &msg.MemoryStoreReq{MemoryID: wid, Entries: []msg.MemoryEntry{ent(tier, "flip", text, 0)}}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+			defer func() { <-done }() // the writer ends before the test, even a failed one
+			tr := msg.MemoryRecallReqTier(tier)
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					if n == 0 {
+						t.Fatal("no recall ran while the entry was rewritten")
+					}
+					return
+				default:
+				}
+				for _, hit := range recall(t, reader, &msg.MemoryRecallReq{MemoryID: rid, Query: aeptest.Ptr("comet"), Tier: &tr}) {
+					if want, ok := texts[text(hit.Entry)]; !ok || hit.Score != want {
+						t.Fatalf("hit %q scores %v", text(hit.Entry), hit.Score)
+					}
+				}
+			}
+		})
+	}
+}
