@@ -120,15 +120,24 @@ const satK = 0.5
 // begins with a stem's head ([stemHead]) is stemmed, once per recall. A
 // matcher is used by one goroutine.
 type matcher struct {
-	stems  []string // distinct stems of the query's words, in query order
-	heads  []string // heads[i] = stemHead(stems[i])
-	firsts []rune   // the first rune of each head
-	starts []byte   // the ASCII firsts, in both cases (countASCII)
-	tf     []int    // occurrences of each stem in the entry being scored
-	word   []byte   // the word being read, lower-cased
-	// seen maps the words stemmed so far to the index of their stem in
-	// stems, or -1: the words that pass a head are mostly the query's own,
-	// met again in every candidate. At most maxSeen are kept.
+	stems []string       // distinct stems of the query's words, in query order
+	index map[string]int // the position of each stem in stems
+	// heads holds stemHead of every stem, headLens their lengths: a word
+	// is stemmed only if one of its prefixes of those lengths is a head, a
+	// few lookups whatever the number of stems (a query may have hundreds).
+	heads    map[string]bool
+	headLens []int
+	// firstASCII and firstOther hold the first rune of every head; starts
+	// the ASCII ones in both cases (countASCII).
+	firstASCII [utf8.RuneSelf]bool
+	firstOther map[rune]bool
+	starts     []byte
+	tf         []int  // occurrences of each stem in the entry being scored
+	word       []byte // the word being read, lower-cased
+	// seen maps the words looked up so far (those starting with a head's
+	// first rune) to the index of their stem in stems, or -1: they are
+	// mostly the query's own, met again in every candidate. At most
+	// maxSeen are kept.
 	seen map[string]int
 }
 
@@ -136,27 +145,42 @@ type matcher struct {
 const maxSeen = 1024
 
 func newMatcher(words []string) *matcher {
-	m := &matcher{}
-	seen := map[string]bool{}
+	m := &matcher{index: map[string]int{}, heads: map[string]bool{}, firstOther: map[rune]bool{}, seen: map[string]int{}}
 	for _, w := range words {
-		if st := stem(w); !seen[st] {
-			seen[st] = true
-			m.stems = append(m.stems, st)
-			m.heads = append(m.heads, stemHead(st))
-			first, _ := utf8.DecodeRuneInString(st)
-			m.firsts = append(m.firsts, first)
-			if first < utf8.RuneSelf {
-				for _, b := range []byte{byte(first), byte(unicode.ToUpper(first))} {
-					if !slices.Contains(m.starts, b) {
-						m.starts = append(m.starts, b)
-					}
-				}
+		st := stem(w)
+		if _, dup := m.index[st]; dup {
+			continue
+		}
+		m.index[st] = len(m.stems)
+		m.stems = append(m.stems, st)
+		h := stemHead(st)
+		if !m.heads[h] {
+			m.heads[h] = true
+			if !slices.Contains(m.headLens, len(h)) {
+				m.headLens = append(m.headLens, len(h))
+			}
+		}
+		switch first, _ := utf8.DecodeRuneInString(h); {
+		case first >= utf8.RuneSelf:
+			m.firstOther[first] = true
+		case !m.firstASCII[first]:
+			m.firstASCII[first] = true
+			m.starts = append(m.starts, byte(first))
+			if up := unicode.ToUpper(first); up != first {
+				m.starts = append(m.starts, byte(up))
 			}
 		}
 	}
 	m.tf = make([]int, len(m.stems))
-	m.seen = map[string]int{}
 	return m
+}
+
+// isFirst reports whether a head begins with r.
+func (m *matcher) isFirst(r rune) bool {
+	if r < utf8.RuneSelf {
+		return m.firstASCII[r]
+	}
+	return m.firstOther[r]
 }
 
 // stemHead is what every word with the stem st begins with: st without its
@@ -229,7 +253,7 @@ func (m *matcher) count(s string) {
 			i += n
 			continue
 		}
-		if !slices.Contains(m.firsts, r) {
+		if !m.isFirst(r) {
 			i = skipWord(s, i+n)
 			continue
 		}
@@ -333,19 +357,9 @@ var asciiWord = func() (t [utf8.RuneSelf]byte) {
 // endWord counts the word read, if it has a query stem.
 func (m *matcher) endWord() {
 	w := m.word
-	headed := false
-	for _, h := range m.heads {
-		if len(w) >= len(h) && string(w[:len(h)]) == h {
-			headed = true
-			break
-		}
-	}
-	if !headed {
-		return
-	}
 	i, ok := m.seen[string(w)]
 	if !ok {
-		i = slices.Index(m.stems, stem(string(w)))
+		i = m.stemIndex(w)
 		if len(m.seen) < maxSeen {
 			m.seen[string(w)] = i
 		}
@@ -353,4 +367,18 @@ func (m *matcher) endWord() {
 	if i >= 0 {
 		m.tf[i]++
 	}
+}
+
+// stemIndex is the position in stems of w's stem, or -1; w is stemmed only
+// if it begins with a head.
+func (m *matcher) stemIndex(w []byte) int {
+	for _, n := range m.headLens {
+		if n <= len(w) && m.heads[string(w[:n])] {
+			if i, ok := m.index[stem(string(w))]; ok {
+				return i
+			}
+			return -1
+		}
+	}
+	return -1
 }

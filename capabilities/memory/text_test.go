@@ -139,6 +139,18 @@ func TestMatcherScoresAsDefined(t *testing.T) {
 	for _, tc := range matcherCases {
 		checkMatcher(t, tc.query, tc.key, tc.body, tc.tag)
 	}
+	// A query of many words (the schema allows 4,096 characters): heads
+	// sharing first letters and lengths.
+	var q, body strings.Builder
+	for i := range 800 {
+		w := string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + "ing" + strings.Repeat("s", i%3)
+		q.WriteString(w + " ")
+		if i%7 == 0 {
+			body.WriteString(strings.ToUpper(w) + "s, " + w + " ")
+		}
+	}
+	checkMatcher(t, q.String(), "many", body.String(), "tag")
+	checkMatcher(t, q.String(), "many", body.String()+" é", "tag") // not ASCII
 	// Spot values: every query word once 2/3; one word of three once 2/9.
 	m := newMatcher(queryTerms("red dragon fire"))
 	if got := m.scoreText("the red dragon breathes fire"); got != 2.0/3 {
