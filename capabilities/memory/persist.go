@@ -76,27 +76,29 @@ const maxStmts = 32
 // query runs q in tx through a statement prepared once per connection:
 // parsing it anew each time was a tenth of a recall's own work.
 func (b *sqliteBackend) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
-	b.mu.Lock()
-	st := b.stmts[q]
-	b.mu.Unlock()
+	st, err := b.prepared(ctx, q)
+	if err != nil {
+		return nil, err
+	}
 	if st == nil {
-		var err error
-		if st, err = b.db.PrepareContext(ctx, q); err != nil {
-			return nil, err
-		}
-		b.mu.Lock()
-		switch have := b.stmts[q]; {
-		case have != nil:
-			st.Close()
-			st = have
-		case len(b.stmts) < maxStmts:
-			b.stmts[q] = st
-		default:
-			defer st.Close()
-		}
-		b.mu.Unlock()
+		return tx.QueryContext(ctx, q, args...)
 	}
 	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+}
+
+// prepared returns q prepared, or nil once maxStmts statements are.
+func (b *sqliteBackend) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if st := b.stmts[q]; st != nil || len(b.stmts) >= maxStmts {
+		return st, nil
+	}
+	st, err := b.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	b.stmts[q] = st
+	return st, nil
 }
 
 func tableOf(tier string) string {

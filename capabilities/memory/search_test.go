@@ -1,9 +1,14 @@
 package memory
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/aephost/aep/server/store"
 )
 
 // TestBestKeepsTheBest: best keeps the same candidates, in the same order,
@@ -37,5 +42,41 @@ func TestBestKeepsTheBest(t *testing.T) {
 		if got := top.ranked(); !slices.Equal(got, want) {
 			t.Fatalf("round %d (byTime %v, newest %v, limit %d): kept %v, want %v", round, byTime, newest, limit, got, want)
 		}
+	}
+}
+
+// TestSQLiteStatementsBounded: recalls whose statements take more shapes
+// than maxStmts (one per number of tags filtered on) all answer, and no
+// more than maxStmts statements stay prepared.
+func TestSQLiteStatementsBounded(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b, err := newSQLiteBackend(ctx, st.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scopeKey{ns: "n"}
+	var tags []string
+	for i := range maxStmts + 8 {
+		tags = append(tags, fmt.Sprintf("t%d", i))
+	}
+	content, _ := json.Marshal("comet sighting")
+	if err := b.Put(ctx, sc, []record{{Tier: TierSemantic, Key: "k", Content: content, Tags: tags, Created: 1, Updated: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	words := []string{"comet"}
+	for n := 1; n <= len(tags); n++ {
+		q := &query{words: words, m: newMatcher(words)}
+		got, err := b.Search(ctx, TierSemantic, sc, q, filter{tags: tags[:n]}, true, 10, 2)
+		if err != nil || len(got) != 1 || got[0].rec.Key != "k" {
+			t.Fatalf("%d tags: %v %v", n, got, err)
+		}
+	}
+	if len(b.stmts) > maxStmts {
+		t.Fatalf("%d statements prepared, over %d", len(b.stmts), maxStmts)
 	}
 }
