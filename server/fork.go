@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/wire"
 )
 
@@ -131,6 +132,16 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 		}
 		return nil, err
 	}
+	if srcDir != "" {
+		// Every fork gets the same files, whole: plugins writing the
+		// directory from their own processes hold them until the copies
+		// are made (sessionfs.go, FileHolder).
+		release, err := h.holdFiles(ctx, srcDir)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	for i := 0; i < count; i++ {
 		f, err := h.newSession(nil, nil, nil, nil, func(x *Session) { x.forked = true })
 		switch {
@@ -227,6 +238,9 @@ func cloneTree(src, dst string) (msg.SessionForkRespCopy, error) {
 		case e.Type().IsRegular():
 			files++
 			cloned, err := cloneFile(root, p, target)
+			if errors.Is(err, confine.ErrNotRegular) {
+				return nil // a FIFO by now: not copied, as one found by the walk
+			}
 			if err != nil {
 				return err
 			}
@@ -248,7 +262,7 @@ func cloneTree(src, dst string) (msg.SessionForkRespCopy, error) {
 // cloneFile makes target a clone of root's file p, or a copy when the file
 // system cannot clone (no reflinks, another device); it reports which.
 func cloneFile(root *os.Root, p, target string) (bool, error) {
-	in, err := root.Open(p)
+	in, err := confine.Open(root, p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return false, err
 	}

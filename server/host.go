@@ -83,6 +83,7 @@ type Host struct {
 	observers      []pluginAs[SessionObserver]
 	childObservers []pluginAs[ChildObserver]
 	snapshotters   []pluginAs[Snapshotter]
+	fileHolders    []pluginAs[FileHolder]
 	secretHolders  []pluginAs[SecretHolder]
 
 	hooksMu    sync.Mutex
@@ -156,6 +157,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		sessions: map[string]*Session{}, handles: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
 	h.tracer = o.tracer
+	// Whatever field of a request a secret arrives in, no log line holds it.
+	h.log = slog.New(&scrubHandler{inner: o.logger.Handler(), h: h})
 	h.logIsolation()
 	h.pending.max = cfg.Server.Limits.MaxPendingSessions
 	h.throttle = newHandshakeThrottle(cfg.Server.Limits.FailedHandshakeBurst, time.Duration(cfg.Server.Limits.FailedHandshakeInterval))
@@ -164,7 +167,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		return nil, err
 	}
 	h.proxies = proxies
-	specs, err := instantiate(cfg)
+	specs, _, err := instantiate(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +189,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	h.observers = implementing[SessionObserver](h.plugins)
 	h.childObservers = implementing[ChildObserver](h.plugins)
 	h.snapshotters = implementing[Snapshotter](h.plugins)
+	h.fileHolders = implementing[FileHolder](h.plugins)
 	h.secretHolders = implementing[SecretHolder](h.plugins)
 	h.routes = buildRoutes(h.reg, h.plugins)
 	h.met = newMetrics(h, cfg.Operator.MaxToolLabels)

@@ -14,33 +14,14 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// OperatorConfig is the operator's surface (docs/operating.md): the
-// separate listen address of /metrics, tracing, and the drain on SIGTERM.
-type OperatorConfig struct {
-	// Listen is the operator address serving GET /metrics; empty (the
-	// default) serves none. A loopback address needs no token.
-	Listen string `yaml:"listen"`
-	// Token is the bearer token /metrics requires when Listen is not loopback.
-	Token string `yaml:"token"`
-	// MaxToolLabels bounds the distinct tool names metrics label; further
-	// tools count under "other". Default 100.
-	MaxToolLabels int `yaml:"max_tool_labels"`
-	// OTLPEndpoint, when set, exports OpenTelemetry spans over OTLP/HTTP to
-	// it (host:port, or a URL); empty records no spans at all.
-	OTLPEndpoint string `yaml:"otlp_endpoint"`
-	// DrainTimeout bounds how long SIGTERM waits for requests in flight.
-	// Default 30s.
-	DrainTimeout Duration `yaml:"drain_timeout"`
-	// SnapshotOnDrain snapshots every live session to the store before
-	// the host exits on SIGTERM.
-	SnapshotOnDrain bool `yaml:"snapshot_on_drain"`
-}
-
 // defaultMaxToolLabels is operator.max_tool_labels when unset.
 const defaultMaxToolLabels = 100
 
 // otherTool is the label of tools beyond operator.max_tool_labels.
 const otherTool = "other"
+
+// unknownTool is the label of calls of a name no plugin serves.
+const unknownTool = "unknown"
 
 // invalidType labels messages whose type is unknown or undecodable, so a
 // peer cannot grow the label set with invented types.
@@ -110,7 +91,7 @@ func newMetrics(h *Host, maxTools int) *metrics {
 		over: prometheus.NewCounter(prometheus.CounterOpts{Name: "aep_overloaded_total",
 			Help: "Requests refused as overloaded because the session's admission queue was full."}),
 		toolVec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aep_tool_calls_total",
-			Help: `Tool calls by tool (beyond operator.max_tool_labels: "other") and error_code (ok, UNKNOWN_TOOL, TOOL_DENIED, TOOL_ERROR or a protocol code).`}, []string{"tool", "error_code"}),
+			Help: `Tool calls by tool ("unknown" for a name no plugin serves; beyond operator.max_tool_labels: "other") and error_code (ok, UNKNOWN_TOOL, TOOL_DENIED, TOOL_ERROR or a protocol code).`}, []string{"tool", "error_code"}),
 		maxTools: maxTools,
 		tools:    map[string]*toolMetrics{},
 		byType:   map[string]*typeMetrics{},
@@ -296,17 +277,18 @@ func (h *Host) startRequestSpan(ctx context.Context, c *call, internal bool) (co
 	if internal {
 		kind = trace.SpanKindInternal
 	}
+	secrets := h.knownSecrets(c.s)
 	attrs := []attribute.KeyValue{
 		attribute.String("aep.type", c.entry.Type),
-		attribute.String("aep.request_id", c.id),
+		attribute.String("aep.request_id", scrub(c.id, secrets)),
 		attribute.String("aep.session", c.s.Handle()),
 		attribute.Int("aep.depth", c.depth),
 	}
 	if cr, ok := c.msg.(interface{ GetCorrelationID() string }); ok && cr.GetCorrelationID() != "" {
-		attrs = append(attrs, attribute.String("aep.correlation_id", cr.GetCorrelationID()))
+		attrs = append(attrs, attribute.String("aep.correlation_id", scrub(cr.GetCorrelationID(), secrets)))
 	}
 	if at, ok := c.msg.(interface{ AuditTarget() string }); ok && at.AuditTarget() != "" {
-		attrs = append(attrs, attribute.String("aep.target", at.AuditTarget()))
+		attrs = append(attrs, attribute.String("aep.target", scrub(at.AuditTarget(), secrets)))
 	}
 	return h.tracer.Start(ctx, c.entry.Type, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }

@@ -38,6 +38,9 @@ const (
 type Session struct {
 	h  *Host
 	id string // the transport id: a bearer secret (handle.go)
+	// scrub is the list of secrets the session may know, kept for the
+	// scrubbing of audit lines, metrics and spans (secrets.go).
+	scrub atomic.Pointer[scrubCache]
 	// handle is the session's public name (handle.go): what plugins, audit,
 	// logs and other sessions know it by.
 	handle string
@@ -489,7 +492,7 @@ func (s *Session) run(c *call) {
 	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || (ctx.Err() == context.DeadlineExceeded && errors.Is(err, context.Canceled)) {
-			err = fmt.Errorf("request exceeded %s: %w", time.Duration(s.h.cfg.Server.Limits.RequestTimeout), wire.ErrTimeout)
+			err = wire.Public(fmt.Errorf("request exceeded %s: %w", time.Duration(s.h.cfg.Server.Limits.RequestTimeout), wire.ErrTimeout))
 		}
 		we := s.h.wireError(c, err)
 		if c.wasCancelled() {

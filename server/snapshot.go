@@ -166,7 +166,13 @@ func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string
 	if target == "sql" {
 		lim := h.filesLimits(h.cfg.Server.Snapshots.filesMaxBytes())
 		var fi filesInfo
-		archive, fi = archiveDir(h.sessionDirOf(s).Path, lim, secrets)
+		dir := h.sessionDirOf(s).Path
+		release, err := h.holdFiles(ctx, dir)
+		if err != nil {
+			return snapshotTaken{}, err
+		}
+		archive, fi = archiveDir(dir, lim, secrets)
+		release()
 		p.Files = &fi
 		if fi.State == filesOmitted {
 			h.log.Warn("snapshot taken without the session's files", "session", s.handle, "snapshot_id", p.SnapshotID,

@@ -333,7 +333,7 @@ func (c *extConn) call(ctx context.Context, req wire.Message, d time.Duration) (
 			}
 			reply = l
 		case <-timer.C:
-			return nil, c.fail(fmt.Errorf("it did not answer %s within %s: %w", req.MessageType(), d, wire.ErrTimeout), req)
+			return nil, c.fail(wire.Public(fmt.Errorf("it did not answer %s within %s: %w", req.MessageType(), d, wire.ErrTimeout)), req)
 		case <-ctx.Done():
 			return nil, c.fail(ctx.Err(), req)
 		}

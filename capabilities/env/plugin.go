@@ -297,7 +297,7 @@ func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func
 		}
 		p.kill(sessionID, ep, why)
 		if errors.Is(cause, context.DeadlineExceeded) {
-			return fmt.Errorf("episode %q closed: %v: %w", ep.id, why, wire.ErrTimeout)
+			return wire.Public(fmt.Errorf("episode %q closed: %v: %w", ep.id, why, wire.ErrTimeout))
 		}
 		return fmt.Errorf("episode %q closed: %w", ep.id, cause)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/server/sandbox"
 )
 
@@ -247,7 +249,7 @@ func (t *taskEnv) Step(ctx context.Context, a TaskAction) (Step, error) {
 		o.Files, _ = t.list()
 	case "read":
 		rel, _ := cleanRel("path", a.Path)
-		b, err := root.ReadFile(rel)
+		b, err := readRegular(root, rel)
 		switch {
 		case err == nil:
 			c := string(b)
@@ -451,4 +453,19 @@ func (t *taskEnv) removeWork() {
 		_ = os.RemoveAll(t.work)
 		t.work = ""
 	}
+}
+
+// readRegular reads a file of the task's work directory, which the
+// agent's processes write: never a FIFO or device, and never blocking on
+// one (internal/confine).
+func readRegular(root *os.Root, rel string) ([]byte, error) {
+	f, err := confine.Open(root, rel, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return nil, &fs.PathError{Op: "read", Path: rel, Err: syscall.EISDIR}
+	}
+	return io.ReadAll(f)
 }

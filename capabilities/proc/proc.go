@@ -454,7 +454,7 @@ func (p *Plugin) ProcWrite(ctx context.Context, s wire.Scope, req *msg.ProcWrite
 		pr.sb.Stdin.Close()
 		pr.stdinDone = true
 		<-done
-		return nil, fmt.Errorf("process %q did not read its stdin within %s: %w", pr.id, time.Duration(p.WriteTimeout), wire.ErrTimeout)
+		return nil, wire.Public(fmt.Errorf("process %q did not read its stdin within %s: %w", pr.id, time.Duration(p.WriteTimeout), wire.ErrTimeout))
 	}
 	if werr != nil {
 		if errors.Is(werr, syscall.EPIPE) || errors.Is(werr, os.ErrClosed) {

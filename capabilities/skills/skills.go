@@ -133,6 +133,14 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	if p.MaxRegistered <= 0 {
 		p.MaxRegistered = DefaultMaxRegistered
 	}
+	// register_limits: each cap left out is the default limit; network
+	// stays off unless the operator turns it on.
+	rl := &p.RegisterLimits
+	rl.TimeoutSeconds = or(rl.TimeoutSeconds, DefaultLimits.TimeoutSeconds)
+	rl.CPUSeconds = or(rl.CPUSeconds, DefaultLimits.CPUSeconds)
+	rl.MemoryMB = or(rl.MemoryMB, DefaultLimits.MemoryMB)
+	rl.MaxProcs = or(rl.MaxProcs, DefaultLimits.MaxProcs)
+	rl.OutputBytes = or(rl.OutputBytes, DefaultLimits.OutputBytes)
 	if p.ReloadSeconds == 0 {
 		p.ReloadSeconds = DefaultReloadSeconds
 	}

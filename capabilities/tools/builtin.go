@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/server/toolrun"
 )
@@ -64,7 +65,7 @@ func (b *builtins) read(ctx context.Context, in readIn) (readOut, error) {
 	if err != nil {
 		return readOut{}, err
 	}
-	f, err := wsOf(ctx).root.Open(rel)
+	f, err := confine.Open(wsOf(ctx).root, rel, os.O_RDONLY, 0)
 	if err != nil {
 		return readOut{}, err
 	}
@@ -128,7 +129,7 @@ func (b *builtins) write(ctx context.Context, in writeIn) (writeOut, error) {
 	if in.Append {
 		flag = os.O_WRONLY | os.O_CREATE | os.O_APPEND
 	}
-	f, err := wsOf(ctx).root.OpenFile(rel, flag, 0o644)
+	f, err := confine.Open(wsOf(ctx).root, rel, flag, 0o644)
 	if err != nil {
 		return writeOut{}, err
 	}
@@ -159,7 +160,7 @@ func (b *builtins) list(ctx context.Context, in listIn) (listOut, error) {
 	if err != nil {
 		return listOut{}, err
 	}
-	f, err := wsOf(ctx).root.Open(rel)
+	f, err := confine.Open(wsOf(ctx).root, rel, os.O_RDONLY, 0)
 	if err != nil {
 		return listOut{}, err
 	}
@@ -301,7 +302,7 @@ func (b *builtins) grep(ctx context.Context, in grepIn) (grepOut, error) {
 		if only != nil && !only.MatchString(p) {
 			return true
 		}
-		f, err := wsOf(ctx).root.Open(p)
+		f, err := confine.Open(wsOf(ctx).root, p, os.O_RDONLY, 0)
 		if err != nil {
 			return true
 		}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/mcpface"
 	"github.com/aephost/aep/server/store"
@@ -40,11 +39,8 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg, err := loadServeConfig(*configPath)
+	cfg, _, err := loadServeConfig(*configPath)
 	if err != nil {
-		return err
-	}
-	if err := server.CheckConfig(cfg, msg.Registry()); err != nil {
 		return err
 	}
 	tokenEnv := cfg.MCPFace.TokenEnv

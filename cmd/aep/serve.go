@@ -61,7 +61,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	// Logs go to stderr only: in --stdio mode stdout carries the protocol.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	cfg, err := loadServeConfig(*configPath)
+	cfg, doc, err := loadServeConfig(*configPath)
 	if err != nil {
 		return err
 	}
@@ -71,9 +71,6 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	useStdio := *stdio || cfg.Transport.Type == "stdio"
 	if !useStdio && serveHTTP == nil {
 		return errors.New("HTTP transport not built yet; use --stdio")
-	}
-	if err := server.CheckConfig(cfg, msg.Registry()); err != nil {
-		return err
 	}
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -125,7 +122,8 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	// closing.
 	st, err := store.Open(ctx, cfg.Store.DSN, *dataDir)
 	if err != nil {
-		return err
+		// What `aep config validate` warns of (store.Reach), an error here.
+		return doc.Place(configcheck.At("store.dsn", "cannot open the store: %v", err))
 	}
 	defer st.Close()
 	log.Info("store open", "path", st.Path())
@@ -155,15 +153,25 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		drain(h, cfg.Operator, log)
 		endServe()
 	}()
+	// An operator endpoint that cannot serve (its address taken, say)
+	// stops the host: the operator asked for /metrics and would otherwise
+	// watch a host that reports nothing.
+	var opErr error
+	opDone := make(chan struct{})
 	if cfg.Operator.Listen != "" {
 		if serveOperator == nil {
 			return errors.New("operator endpoint not built; unset operator.listen")
 		}
 		go func() {
-			if err := serveOperator(serveCtx, h, cfg.Operator.Listen, cfg.Operator.Token, log); err != nil {
-				log.Error("operator endpoint stopped", "err", err)
+			defer close(opDone)
+			if err := serveOperator(serveCtx, h, cfg.Operator.Listen, cfg.Operator.Token, log); err != nil && serveCtx.Err() == nil {
+				log.Error("operator endpoint stopped; stopping the host", "err", err)
+				opErr = err
+				endServe()
 			}
 		}()
+	} else {
+		close(opDone)
 	}
 	var serveErr error
 	if useStdio {
@@ -186,35 +194,36 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if errors.Is(serveErr, context.Canceled) {
 		serveErr = nil
 	}
-	return errors.Join(serveErr, closeErr)
+	endServe()
+	<-opDone
+	return errors.Join(opErr, serveErr, closeErr)
 }
 
-// loadServeConfig reads path, or builds the default configuration when path
-// is empty. A file without a `plugins` list gets the default plugins, so a
-// config that only sets, say, the store keeps every capability; an explicit
-// `plugins: []` loads none.
-func loadServeConfig(path string) (server.Config, error) {
+// loadServeConfig reads path, or builds the default configuration when
+// path is empty, and makes every check `aep serve` makes before it starts
+// anything (server.ParseConfigFile, then server.CheckConfig), each
+// problem with its file, line and dotted key. `aep config validate`,
+// `aep serve` and `aep mcp` all load their configuration here, so they
+// refuse the same files with the same messages. A file without a
+// `plugins` list gets the default plugins, so a config that only sets,
+// say, the store keeps every capability; an explicit `plugins: []` loads
+// none. The document is nil without a file.
+func loadServeConfig(path string) (server.Config, *configcheck.Document, error) {
 	if path == "" {
-		return defaultConfig(), nil
+		cfg := defaultConfig()
+		return cfg, nil, server.CheckConfig(cfg, msg.Registry())
 	}
-	cfg, err := server.LoadConfig(path)
+	cfg, doc, err := server.LoadConfigFile(path)
 	if err != nil {
-		return server.Config{}, err
-	}
-	// Each plugin's settings against its schema (schemas/config/), which
-	// names the line and key of a mistake; strict decoding still follows
-	// in CheckConfig and New.
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return server.Config{}, fmt.Errorf("config: %w", err)
-	}
-	if err := configcheck.Check(path, data); err != nil {
-		return server.Config{}, err
+		return server.Config{}, nil, err
 	}
 	if cfg.Plugins == nil {
 		cfg.Plugins = defaultPlugins()
 	}
-	return cfg, nil
+	if err := server.CheckConfig(cfg, msg.Registry()); err != nil {
+		return server.Config{}, nil, doc.Place(err)
+	}
+	return cfg, doc, nil
 }
 
 // defaultConfig is the configuration for `aep serve` without --config:

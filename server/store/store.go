@@ -20,7 +20,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -65,16 +64,21 @@ var pragmas = []string{"foreign_keys(1)", "journal_mode(WAL)", "busy_timeout(100
 //   - "" opens SQLite at <dataDir>/aep.db (docs/DECISIONS.md, State default);
 //   - "sqlite://PATH", "file:PATH" or a plain PATH opens that SQLite file;
 //     a relative PATH is taken relative to dataDir when one is given;
-//   - "postgres://…" and "postgresql://…" open PostgreSQL through pgx;
-//   - any other scheme is refused with [ErrUnsupported].
+//   - "postgres://…" and "postgresql://…" URLs, and libpq's key/value
+//     form ("host=db dbname=aep"), open PostgreSQL through pgx;
+//   - anything else is refused with [ErrUnsupported] ([ParseDSN]).
 //
 // The SQLite file is created with mode 0600: snapshots and memories are the
 // user's data.
 func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		return openPostgres(ctx, dsn)
+	d, err := ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	path, query, err := sqlitePath(dsn, dataDir)
+	if d.Postgres {
+		return openPostgres(ctx, dsn, d.Where)
+	}
+	path, query, err := sqlitePath(d.Path, d.Query, dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -105,13 +109,8 @@ func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
 }
 
 // openPostgres opens PostgreSQL. Its DSN may hold a password, so errors
-// name the database by host and name only.
-func openPostgres(ctx context.Context, dsn string) (*Store, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return nil, errors.New("store: postgres dsn is not a valid URL")
-	}
-	where := u.Host + u.Path
+// name the database by where only (host and database name).
+func openPostgres(ctx context.Context, dsn, where string) (*Store, error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open postgres %s: %w", where, err)
@@ -189,34 +188,19 @@ func createSchema(ctx context.Context, client *ent.Client, dia string) error {
 	return err
 }
 
-// sqlitePath resolves dsn to a SQLite file path and its extra DSN parameters.
-func sqlitePath(dsn, dataDir string) (string, url.Values, error) {
-	query := url.Values{}
-	switch {
-	case dsn == "":
+// sqlitePath resolves a parsed SQLite path to a file path and its DSN
+// parameters.
+func sqlitePath(path string, query url.Values, dataDir string) (string, url.Values, error) {
+	if path == "" {
 		if dataDir == "" {
 			return "", nil, errors.New("store: no data directory and no store.dsn; one of them is needed to place the database")
 		}
 		return filepath.Join(dataDir, DefaultFile), query, nil
 	}
-	rest := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "file:")
-	if i := strings.IndexByte(rest, '?'); i >= 0 {
-		q, err := url.ParseQuery(rest[i+1:])
-		if err != nil {
-			return "", nil, fmt.Errorf("store: dsn parameters: %w", err)
-		}
-		query, rest = q, rest[:i]
+	if !filepath.IsAbs(path) && dataDir != "" {
+		path = filepath.Join(dataDir, path)
 	}
-	if scheme, _, ok := strings.Cut(rest, "://"); ok {
-		return "", nil, fmt.Errorf("store: %w: scheme %q; use a SQLite path or a postgres:// URL", ErrUnsupported, scheme)
-	}
-	if rest == "" || rest == ":memory:" || strings.HasPrefix(rest, ":") {
-		return "", nil, fmt.Errorf("store: dsn %q names no database file", dsn)
-	}
-	if !filepath.IsAbs(rest) && dataDir != "" {
-		rest = filepath.Join(dataDir, rest)
-	}
-	return rest, query, nil
+	return path, query, nil
 }
 
 // Path returns the SQLite file of the store ("" on PostgreSQL).
