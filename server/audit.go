@@ -20,19 +20,22 @@ import (
 // cannot reach the audit log through it. Every field but declined is written
 // on every line, empty or not, so each line has the same documented shape.
 type AuditRecord struct {
-	TS            time.Time `json:"ts"`
-	SessionID     string    `json:"session_id"`
-	ReqID         string    `json:"req_id"`
-	CorrelationID string    `json:"correlation_id"`
-	Type          string    `json:"type"`
-	Capability    string    `json:"capability"`
-	Plugin        string    `json:"plugin"`
-	Success       bool      `json:"success"`
-	Declined      bool      `json:"declined,omitempty"`
-	ErrorCode     string    `json:"error_code"`
-	DurationMS    float64   `json:"duration_ms"`
-	InputBytes    int       `json:"input_bytes"`
-	OutputBytes   int       `json:"output_bytes"`
+	TS        time.Time `json:"ts"`
+	SessionID string    `json:"session_id"`
+	// Tenant is the session's tenant (server.tenants; "default" for
+	// server.auth_token's), never its secret.
+	Tenant        string  `json:"tenant"`
+	ReqID         string  `json:"req_id"`
+	CorrelationID string  `json:"correlation_id"`
+	Type          string  `json:"type"`
+	Capability    string  `json:"capability"`
+	Plugin        string  `json:"plugin"`
+	Success       bool    `json:"success"`
+	Declined      bool    `json:"declined,omitempty"`
+	ErrorCode     string  `json:"error_code"`
+	DurationMS    float64 `json:"duration_ms"`
+	InputBytes    int     `json:"input_bytes"`
+	OutputBytes   int     `json:"output_bytes"`
 
 	// Target is what the request acts on, for types whose schema names it
 	// (x-aep-audit-target: tool/call's tool_name); written only when set.
@@ -242,6 +245,8 @@ func appendRecord(buf []byte, r AuditRecord) []byte {
 	buf = r.TS.AppendFormat(buf, time.RFC3339Nano)
 	buf = append(buf, `","session_id":`...)
 	buf = wire.AppendString(buf, r.SessionID)
+	buf = append(buf, `,"tenant":`...)
+	buf = wire.AppendString(buf, r.Tenant)
 	buf = append(buf, `,"req_id":`...)
 	buf = wire.AppendString(buf, r.ReqID)
 	buf = append(buf, `,"correlation_id":`...)

@@ -120,7 +120,7 @@ func IsBudget(err error) (reason string, ok bool) {
 // budget is the leaf work, sandbox memory and persistent memory of one
 // session tree.
 type budget struct {
-	lim        BudgetConfig
+	lim        budgetLimits
 	leaves     *semaphore.Weighted
 	memKiB     *semaphore.Weighted // sandbox memory, in KiB
 	leavesUsed atomic.Int64
@@ -128,7 +128,7 @@ type budget struct {
 	persistent atomic.Int64 // bytes written to persistent memory
 }
 
-func newBudget(lim BudgetConfig) *budget {
+func newBudget(lim budgetLimits) *budget {
 	return &budget{lim: lim, leaves: semaphore.NewWeighted(int64(lim.LeafWork)),
 		memKiB: semaphore.NewWeighted(lim.SandboxMemoryBytes >> 10)}
 }
@@ -147,7 +147,9 @@ type Leaf struct {
 	dir    *dirWatch // the directory its processes write, once it runs one
 	mu     sync.Mutex
 	memKiB int64
-	done   bool
+	// tenantMem is the bytes counted in its tenant's sandbox memory total.
+	tenantMem int64
+	done      bool
 }
 
 type leafKey struct{}
@@ -228,6 +230,9 @@ func (l *Leaf) process(ctx context.Context, s *Session, memBytes int64) error {
 		return errSandboxMemory(b.lim.SandboxMemoryBytes,
 			"a process with a memory limit of %d bytes does not fit the session's sandbox memory of %d bytes (server.budgets.sandbox_memory_bytes)", memBytes, b.lim.SandboxMemoryBytes)
 	}
+	if err := l.h.checkTenantDisk(s.tenant); err != nil {
+		return err
+	}
 	d, err := l.h.watchDir(s)
 	if err != nil {
 		return err
@@ -236,10 +241,19 @@ func (l *Leaf) process(ctx context.Context, s *Session, memBytes int64) error {
 		l.h.unwatchDir(d)
 		return err
 	}
+	if t := s.tenant; t != nil {
+		if err := t.reserveMemory(memBytes); err != nil {
+			l.h.unwatchDir(d)
+			return err
+		}
+	}
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(b.lim.LeafWait))
 	defer cancel()
 	if err := b.memKiB.Acquire(wctx, kib); err != nil {
 		l.h.unwatchDir(d)
+		if t := s.tenant; t != nil {
+			t.memUsed.Add(-memBytes)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -250,6 +264,7 @@ func (l *Leaf) process(ctx context.Context, s *Session, memBytes int64) error {
 	b.memUsed.Add(kib << 10)
 	l.mu.Lock()
 	l.memKiB += kib
+	l.tenantMem += memBytes
 	first := l.dir == nil
 	if first {
 		l.dir = d
@@ -274,11 +289,14 @@ func (l *Leaf) Release() {
 		return
 	}
 	l.done = true
-	kib, d := l.memKiB, l.dir
+	kib, d, tmem := l.memKiB, l.dir, l.tenantMem
 	l.mu.Unlock()
 	if kib > 0 {
 		l.b.memKiB.Release(kib)
 		l.b.memUsed.Add(-kib << 10)
+	}
+	if tmem > 0 && l.s.tenant != nil {
+		l.s.tenant.memUsed.Add(-tmem)
 	}
 	if d != nil {
 		l.h.dirs.mu.Lock()
@@ -348,7 +366,7 @@ func (h *Host) watchDir(s *Session) (*dirWatch, error) {
 	}
 	w := h.dirs.dirs[d.Path]
 	if w == nil {
-		w = &dirWatch{path: d.Path, quota: h.SessionQuota(), files: h.cfg.Server.Budgets.Files, leaves: map[*Leaf]struct{}{}}
+		w = &dirWatch{path: d.Path, quota: s.budget.lim.DiskBytes, files: s.budget.lim.Files, leaves: map[*Leaf]struct{}{}}
 		h.dirs.dirs[d.Path] = w
 	}
 	w.refs++
@@ -485,8 +503,10 @@ func (h *Host) SetPersistentTotal(n int64) { h.persistentTotal.Store(n) }
 func (h *Host) ChargePersistent(sessionID string, n int64) error {
 	lim := h.cfg.Server.Budgets
 	var b *budget
+	var t *tenant
 	if s, ok := h.SessionByHandle(sessionID); ok {
-		b = s.budget
+		b, t = s.budget, s.tenant
+		lim.PersistentMemoryBytes = b.lim.PersistentMemoryBytes
 	}
 	if n > 0 {
 		if b != nil && b.persistent.Load()+n > lim.PersistentMemoryBytes {
@@ -500,6 +520,11 @@ func (h *Host) ChargePersistent(sessionID string, n int64) error {
 				h.persistentTotal.Load(), n, lim.HostPersistentMemoryBytes)
 		}
 	}
+	if t != nil {
+		if err := t.chargePersistent(n); err != nil {
+			return err
+		}
+	}
 	if b != nil {
 		b.persistent.Add(n)
 	}
@@ -509,6 +534,15 @@ func (h *Host) ChargePersistent(sessionID string, n int64) error {
 
 // WorkingMemoryBudget is the bytes a session's working memory may hold.
 func (h *Host) WorkingMemoryBudget() int64 { return h.cfg.Server.Budgets.WorkingMemoryBytes }
+
+// WorkingMemoryBudgetOf is the bytes sessionID's working memory may hold:
+// its tenant's budget, else the host's.
+func (h *Host) WorkingMemoryBudgetOf(sessionID string) int64 {
+	if s, ok := h.SessionByHandle(sessionID); ok {
+		return s.budget.lim.WorkingMemoryBytes
+	}
+	return h.cfg.Server.Budgets.WorkingMemoryBytes
+}
 
 // ProcessMemory is the memory limit of a process whose capability sets
 // none (server.budgets.process_memory_bytes).
@@ -533,7 +567,7 @@ func (h *Host) budgetUse(s *Session) *msg.SessionBudgets {
 	out := &msg.SessionBudgets{
 		LeafWork:              msg.BudgetUse{Limit: lim.LeafWork, Used: int(b.leavesUsed.Load())},
 		SandboxMemoryBytes:    msg.BudgetUse{Limit: int(lim.SandboxMemoryBytes), Used: int(b.memUsed.Load())},
-		DiskBytes:             msg.BudgetUse{Limit: int(h.SessionQuota()), Used: int(bytes)},
+		DiskBytes:             msg.BudgetUse{Limit: int(lim.DiskBytes), Used: int(bytes)},
 		Files:                 msg.BudgetUse{Limit: lim.Files, Used: files},
 		WorkingMemoryBytes:    msg.BudgetUse{Limit: int(lim.WorkingMemoryBytes), Used: int(working)},
 		PersistentMemoryBytes: msg.BudgetUse{Limit: int(lim.PersistentMemoryBytes), Used: int(b.persistent.Load())},

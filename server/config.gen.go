@@ -242,6 +242,12 @@ type ServerConfig struct {
 	// AuthToken: The shared secret of the handshake (spec §5 rule 1). Unset here,
 	// $AEP_AUTH_TOKEN is used, else one is generated and printed once to stderr.
 	AuthToken string `yaml:"auth_token"`
+	// Tenants: Named shared secrets (spec §5 read as several secrets,
+	// docs/DECISIONS.md, Tenants), each with the capabilities it may request and
+	// its budgets. A handshake's auth_token picks its tenant. server.auth_token,
+	// when set, is the implicit tenant "default" with every capability. Reloaded
+	// on SIGHUP without a restart.
+	Tenants []TenantConfig `yaml:"tenants"`
 	// MaxParallel: How many requests of one session run at once; more wait in the
 	// admission queue. Default: 4.
 	MaxParallel int `yaml:"max_parallel"`
@@ -318,6 +324,64 @@ type StoreConfig struct {
 	// dbname=aep). Anything else is refused. `aep config validate` warns when the
 	// database cannot be reached; `aep serve` refuses to start. Default: "".
 	DSN string `yaml:"dsn"`
+}
+
+// TenantBudgets is a tenant's per-session budgets.
+type TenantBudgets struct {
+	// DiskBytes: Bytes of each session directory
+	// (server.isolation.session_quota_bytes).
+	DiskBytes int64 `yaml:"disk_bytes"`
+	// Files: Files of each session directory (server.budgets.files).
+	Files int `yaml:"files"`
+	// LeafWork: Leaf work of each session tree (server.budgets.leaf_work).
+	LeafWork int `yaml:"leaf_work"`
+	// SandboxMemoryBytes: Sandbox memory of each session tree
+	// (server.budgets.sandbox_memory_bytes).
+	SandboxMemoryBytes int64 `yaml:"sandbox_memory_bytes"`
+	// ProcessMemoryBytes: A process's memory limit when its capability sets none
+	// (server.budgets.process_memory_bytes).
+	ProcessMemoryBytes int64 `yaml:"process_memory_bytes"`
+	// WorkingMemoryBytes: Working memory of each session
+	// (server.budgets.working_memory_bytes).
+	WorkingMemoryBytes int64 `yaml:"working_memory_bytes"`
+	// PersistentMemoryBytes: Persistent memory written by each session tree
+	// (server.budgets.persistent_memory_bytes).
+	PersistentMemoryBytes int64 `yaml:"persistent_memory_bytes"`
+}
+
+// TenantConfig is a tenant: a name, its secrets, what it may use.
+type TenantConfig struct {
+	// Name: The tenant's name, in audit lines, metrics and spans (never its
+	// secret).
+	Name string `yaml:"name"`
+	// SecretSHA256: SHA-256 (hex) of each secret the tenant's agents may present
+	// as auth_token; two during a rotation. The secrets themselves are never in
+	// the file.
+	SecretSHA256 []string `yaml:"secret_sha256"`
+	// Capabilities: The capabilities the tenant's sessions may have; a requested
+	// one outside it is enabled: false. Empty: every capability the host serves.
+	Capabilities []string `yaml:"capabilities"`
+	// Budgets: Per-session budgets of the tenant's sessions, in place of
+	// server.budgets (a key left out keeps the server's).
+	Budgets TenantBudgets `yaml:"budgets"`
+	// Totals: What all the tenant's sessions on this host may hold together (a key
+	// left out: no total beyond the host's own).
+	Totals TenantTotals `yaml:"totals"`
+}
+
+// TenantTotals is what a tenant's sessions on this host may hold together.
+type TenantTotals struct {
+	// Sessions: Live sessions (subagents' and forks' included).
+	Sessions int `yaml:"sessions"`
+	// DiskBytes: Bytes of the tenant's session directories, summed (measured at
+	// most once a second).
+	DiskBytes int64 `yaml:"disk_bytes"`
+	// SandboxMemoryBytes: Memory limits of the tenant's running sandboxed
+	// processes, summed.
+	SandboxMemoryBytes int64 `yaml:"sandbox_memory_bytes"`
+	// PersistentMemoryBytes: Persistent memory the tenant's sessions write,
+	// summed.
+	PersistentMemoryBytes int64 `yaml:"persistent_memory_bytes"`
 }
 
 // ToolPolicy is the server.tool_policy section: tools allowed, denied or

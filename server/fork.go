@@ -144,8 +144,17 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 		defer release()
 	}
 	for i := 0; i < count; i++ {
-		f, err := h.newSession(nil, nil, nil, nil, func(x *Session) { x.forked = true })
+		f, err := h.newSession(nil, nil, nil, nil, func(x *Session) {
+			// A fork is its source's tenant's, with that tenant's budgets.
+			x.forked, x.tenant = true, s.tenant
+			if s.tenant != nil {
+				x.budget = newBudget(s.tenant.limits())
+			}
+		})
 		switch {
+		case errors.Is(err, ErrTenantSessions):
+			return fail(&wire.Error{Code: wire.CodeRuntimeError, Message: fmt.Sprintf("fork %d of %d: your tenant is at its total of sessions on this host; no fork was kept", i+1, count),
+				Detail: map[string]any{"reason": "tenant_sessions", "limit": s.tenant.total().Sessions}})
 		case errors.Is(err, ErrTooManySessions):
 			return fail(wire.Reason("too_many_sessions", fmt.Errorf("fork %d of %d: the host is at server.limits.max_sessions; no fork was kept", i+1, count)))
 		case errors.Is(err, ErrDraining):

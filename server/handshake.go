@@ -41,10 +41,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		fail(wire.CodeVersionMismatch, "protocol version "+wire.Clip(env.Proto)+" is not supported; this host speaks "+wire.ProtoVersion)
 		return
 	}
-	want := h.token
-	if s.token != nil {
-		want = *s.token // a child session accepts only its own token
-	}
+
 	// Failed handshakes are throttled per session and per client address
 	// (throttle.go): a client out of budget is refused without its token
 	// being looked at, so it learns nothing until the budget refills.
@@ -57,7 +54,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 			Detail: map[string]any{"reason": "throttled", "retry_after_seconds": secs}})
 		return
 	}
-	if !tokenOK(want, req.AuthToken) {
+	if !s.authenticate(req.AuthToken) {
 		// spec §5 rule 3: not retryable; the fix is to correct auth_token.
 		// The reserved budget stays spent.
 		h.log.Debug("handshake failed: invalid auth_token", "session", s.handle, "remote", s.remote)
@@ -69,6 +66,11 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		if errors.Is(err, ErrTooManySessions) {
 			refuse(&wire.Error{Code: wire.CodeRuntimeError, Message: "the host is at server.limits.max_sessions; try again later",
 				Detail: map[string]any{"reason": "too_many_sessions"}})
+			return
+		}
+		if errors.Is(err, ErrTenantSessions) {
+			refuse(&wire.Error{Code: wire.CodeRuntimeError, Message: "your tenant is at its total of sessions on this host; try again later",
+				Detail: map[string]any{"reason": "tenant_sessions", "limit": s.tenant.total().Sessions}})
 			return
 		}
 		fail(wire.CodeRuntimeError, "the session was closed")
@@ -85,7 +87,9 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	accepted := make([]msg.CapabilityEntry, 0, len(req.AgentCaps))
 	for _, name := range req.AgentCaps {
 		c := CanonicalCapability(name)
-		on := h.served[c] && (allowed == nil || allowed[c])
+		// A capability the tenant lacks is answered enabled: false, as one
+		// the host does not serve (spec §2.2, §7 condition 3).
+		on := h.served[c] && (allowed == nil || allowed[c]) && (s.tenant == nil || c == "session" || s.tenant.allows(c))
 		if on {
 			enabled[c] = true
 		}

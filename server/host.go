@@ -116,6 +116,8 @@ type Host struct {
 	// memory the store holds (budget.go).
 	dirs            dirWatches
 	persistentTotal atomic.Int64
+	// tenants are the host's named secrets (tenant.go).
+	tenants tenants
 
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)
@@ -154,8 +156,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if cfg.Server.AuthToken == "" {
-		return nil, errors.New("server.auth_token is empty")
+	if cfg.Server.AuthToken == "" && len(cfg.Server.Tenants) == 0 {
+		return nil, errors.New("server.auth_token is empty and no server.tenants are configured")
 	}
 	h := &Host{
 		cfg: cfg, reg: o.registry, log: o.logger, auditor: o.auditor, claims: NewClaims(),
@@ -163,6 +165,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		sessions: map[string]*Session{}, handles: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
 	h.tracer = o.tracer
+	if _, err := h.configureTenants(cfg); err != nil {
+		return nil, err
+	}
 	// Whatever field of a request a secret arrives in, no log line holds it.
 	h.log = slog.New(&scrubHandler{inner: o.logger.Handler(), h: h})
 	h.logIsolation()

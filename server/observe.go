@@ -34,12 +34,13 @@ const invalidType = "invalid"
 type metrics struct {
 	reg *prometheus.Registry
 
-	messages *prometheus.CounterVec   // type, code
-	latency  *prometheus.HistogramVec // type
-	byType   map[string]*typeMetrics  // pre-resolved per request type; read-only after newMetrics
-	invalid  *typeMetrics
-	over     prometheus.Counter
-	toolVec  *prometheus.CounterVec // tool, error_code
+	messages  *prometheus.CounterVec   // type, code
+	latency   *prometheus.HistogramVec // type
+	byType    map[string]*typeMetrics  // pre-resolved per request type; read-only after newMetrics
+	invalid   *typeMetrics
+	over      prometheus.Counter
+	toolVec   *prometheus.CounterVec // tool, error_code
+	tenantVec *prometheus.CounterVec // tenant, code
 
 	maxTools int
 	toolMu   sync.RWMutex
@@ -92,6 +93,8 @@ func newMetrics(h *Host, maxTools int) *metrics {
 			Help: "Requests refused as overloaded because the session's admission queue was full."}),
 		toolVec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aep_tool_calls_total",
 			Help: `Tool calls by tool ("unknown" for a name no plugin serves; beyond operator.max_tool_labels: "other") and error_code (ok, UNKNOWN_TOOL, TOOL_DENIED, TOOL_ERROR or a protocol code).`}, []string{"tool", "error_code"}),
+		tenantVec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aep_tenant_requests_total",
+			Help: "Requests answered, by tenant (server.tenants; never a secret) and outcome code (ok, or the error code)."}, []string{"tenant", "code"}),
 		maxTools: maxTools,
 		tools:    map[string]*toolMetrics{},
 		byType:   map[string]*typeMetrics{},
@@ -102,7 +105,7 @@ func newMetrics(h *Host, maxTools int) *metrics {
 		}
 	}
 	m.invalid = m.newType(invalidType)
-	m.reg.MustRegister(m.messages, m.latency, m.over, m.toolVec, &hostCollector{h: h, m: m})
+	m.reg.MustRegister(m.messages, m.latency, m.over, m.toolVec, m.tenantVec, &hostCollector{h: h, m: m})
 	return m
 }
 
@@ -115,6 +118,24 @@ func (m *metrics) forType(typ string) *typeMetrics {
 		return t
 	}
 	return m.invalid
+}
+
+// countTenant counts one answered request of tenant t ("" code: ok). The
+// tenants are the operator's, so the label is bounded.
+func (m *metrics) countTenant(t *tenant, code string) {
+	if t == nil {
+		return
+	}
+	if code == "" {
+		code = "ok"
+	}
+	if c, ok := t.codes.Load(code); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := m.tenantVec.WithLabelValues(t.name, code)
+	t.codes.Store(code, c)
+	c.Inc()
 }
 
 // tool counts one tool call; names beyond maxTools fold into "other".
@@ -167,10 +188,11 @@ var (
 	descSandbox   = prometheus.NewDesc("aep_sandbox_outcomes_total", "How sandboxed runs ended (server/sandbox outcomes).", []string{"outcome"}, nil)
 	descBuffered  = prometheus.NewDesc("aep_stream_buffer_bytes", "Bytes held in stream replay buffers (HTTP and WebSocket).", nil, nil)
 	descDraining  = prometheus.NewDesc("aep_draining", "1 while the host drains (no new sessions).", nil, nil)
+	descTenant    = prometheus.NewDesc("aep_tenant_sessions", "Live sessions of each tenant (server.tenants), subagents and forks included.", []string{"tenant"}, nil)
 )
 
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSessions, descTransport, descQueue, descAudit, descSandbox, descBuffered, descDraining} {
+	for _, d := range []*prometheus.Desc{descSessions, descTransport, descQueue, descAudit, descSandbox, descBuffered, descDraining, descTenant} {
 		ch <- d
 	}
 }
@@ -214,6 +236,11 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	if a, ok := h.auditor.(interface{ Dropped() int64 }); ok {
 		ch <- prometheus.MustNewConstMetric(descAudit, prometheus.CounterValue, float64(a.Dropped()), "dropped")
 	}
+	h.tenants.mu.RLock()
+	for _, t := range h.tenants.list {
+		ch <- prometheus.MustNewConstMetric(descTenant, prometheus.GaugeValue, float64(t.sessions.Load()), t.name)
+	}
+	h.tenants.mu.RUnlock()
 	for o, n := range sandbox.OutcomeCounts() {
 		ch <- prometheus.MustNewConstMetric(descSandbox, prometheus.CounterValue, float64(n), string(o))
 	}
@@ -282,6 +309,7 @@ func (h *Host) startRequestSpan(ctx context.Context, c *call, internal bool) (co
 		attribute.String("aep.type", c.entry.Type),
 		attribute.String("aep.request_id", scrub(c.id, secrets)),
 		attribute.String("aep.session", c.s.Handle()),
+		attribute.String("aep.tenant", c.s.Tenant()),
 		attribute.Int("aep.depth", c.depth),
 	}
 	if cr, ok := c.msg.(interface{ GetCorrelationID() string }); ok && cr.GetCorrelationID() != "" {

@@ -43,6 +43,11 @@ type Session struct {
 	scrub atomic.Pointer[scrubCache]
 	// budget is the session tree's one budget (budget.go).
 	budget *budget
+	// tenant is whose the session is (tenant.go): set at the handshake,
+	// a subagent's and a fork's from their source; tenantCounted says it
+	// counts in its tenant's total of sessions.
+	tenant        *tenant
+	tenantCounted bool
 	// handle is the session's public name (handle.go): what plugins, audit,
 	// logs and other sessions know it by.
 	handle string
@@ -97,9 +102,9 @@ func newSession(h *Host, sink Sink, parent *Session, token *[32]byte) *Session {
 	// One budget per session tree: a subagent spends its root's
 	// (budget.go).
 	if parent != nil {
-		s.budget = parent.budget
+		s.budget, s.tenant = parent.budget, parent.tenant
 	} else {
-		s.budget = newBudget(h.cfg.Server.Budgets)
+		s.budget = newBudget(h.defaultLimits())
 	}
 	s.touch()
 	return s
@@ -510,6 +515,7 @@ func (s *Session) run(c *call) {
 		c.replyError(we)
 		tm.latency.Observe(since(t0).Seconds())
 		tm.count(string(we.Code))
+		s.h.met.countTenant(s.tenant, string(we.Code))
 		endSpan(span, string(we.Code))
 		s.h.flushAudit(c, 0)
 		return
@@ -521,6 +527,7 @@ func (s *Session) run(c *call) {
 		code = string(wire.CodeCancelled)
 	}
 	tm.count(code)
+	s.h.met.countTenant(s.tenant, code)
 	endSpan(span, code)
 	s.h.flushAudit(c, n)
 }

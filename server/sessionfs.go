@@ -175,10 +175,20 @@ func (h *Host) CheckWrite(sessionID string, n int64) error {
 	if d.ReadOnly {
 		return ErrReadOnly
 	}
-	files := h.cfg.Server.Budgets.Files
+	lim := h.defaultLimits()
+	var t *tenant
+	if s, ok := h.SessionByHandle(sessionID); ok {
+		lim, t = s.budget.lim, s.tenant
+	}
+	files := lim.Files
 	used, entries := usage(d.Path, files)
-	if n > 0 && used+n > h.SessionQuota() {
-		return fmt.Errorf("%d bytes used, %d more asked, quota %d: %w", used, n, h.SessionQuota(), ErrQuota)
+	if n > 0 && used+n > lim.DiskBytes {
+		return fmt.Errorf("%d bytes used, %d more asked, quota %d: %w", used, n, lim.DiskBytes, ErrQuota)
+	}
+	if n > 0 {
+		if err := h.checkTenantDisk(t); err != nil {
+			return err
+		}
 	}
 	if entries >= files {
 		return errFiles(int64(files), "the session directory holds %d files, its budget (server.budgets.files); delete files to go on", entries)

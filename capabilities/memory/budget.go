@@ -13,14 +13,18 @@ import (
 // persistent tiers counts against its persistent_memory_bytes, and all
 // sessions' writes against the host's host_persistent_memory_bytes.
 
-// applyBudget bounds working memory by the host's budget.
-func (p *Plugin) applyBudget() {
+// workingMaxBytes is the bytes sessionID's working memory may hold: the
+// smaller of working_max_bytes and the session's budget (its tenant's, or
+// server.budgets.working_memory_bytes); 0 without a host and a setting.
+func (p *Plugin) workingMaxBytes(sessionID string) int {
 	if p.host == nil {
-		return
+		return p.WorkingMaxBytes
 	}
-	if b := int(p.host.WorkingMemoryBudget()); p.WorkingMaxBytes == 0 || p.WorkingMaxBytes > b {
-		p.WorkingMaxBytes = b
+	b := int(p.host.WorkingMemoryBudgetOf(sessionID))
+	if p.WorkingMaxBytes > 0 && p.WorkingMaxBytes < b {
+		return p.WorkingMaxBytes
 	}
+	return b
 }
 
 // chargePersistent counts recs against the session's persistent memory

@@ -111,7 +111,6 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		p.Clock = time.Now
 	}
 	p.host = env.Host
-	p.applyBudget()
 	p.sessions = server.NewSessionState(env, func(string) *sessionMem {
 		return &sessionMem{handles: map[string]handle{}, working: newWorkingStore()}
 	}, nil)
@@ -286,7 +285,7 @@ func (p *Plugin) MemoryStore(ctx context.Context, s wire.Scope, req *msg.MemoryS
 		}
 		if !p.evicts() {
 			// Check the limits before the persistent part commits.
-			if err := ws.fits(h.Namespace, working, p.limits(), now); err != nil {
+			if err := ws.fits(h.Namespace, working, p.limits(s.SessionID()), now); err != nil {
 				return nil, err
 			}
 		}
@@ -301,7 +300,7 @@ func (p *Plugin) MemoryStore(ctx context.Context, s wire.Scope, req *msg.MemoryS
 	}
 	resp := &msg.MemoryStoreResp{Stored: stored}
 	if ws != nil {
-		ev, err := ws.put(h.Namespace, working, p.limits(), now)
+		ev, err := ws.put(h.Namespace, working, p.limits(s.SessionID()), now)
 		if err != nil {
 			return nil, err
 		}
@@ -314,8 +313,10 @@ func (p *Plugin) MemoryStore(ctx context.Context, s wire.Scope, req *msg.MemoryS
 
 func (p *Plugin) evicts() bool { return p.WorkingFullPolicy == PolicyEvictLRU }
 
-func (p *Plugin) limits() limits {
-	return limits{maxEntries: p.WorkingMaxEntries, maxBytes: p.WorkingMaxBytes, evict: p.evicts()}
+// limits are sessionID's working memory bounds: the plugin's, and the
+// session's budget (budget.go).
+func (p *Plugin) limits(sessionID string) limits {
+	return limits{maxEntries: p.WorkingMaxEntries, maxBytes: p.workingMaxBytes(sessionID), evict: p.evicts()}
 }
 
 // toRecord checks one entry and converts it.
@@ -567,8 +568,8 @@ func (p *Plugin) MemoryStats(ctx context.Context, s wire.Scope, req *msg.MemoryS
 	if p.WorkingMaxEntries > 0 {
 		wst.MaxEntries = &p.WorkingMaxEntries
 	}
-	if p.WorkingMaxBytes > 0 {
-		wst.MaxBytes = &p.WorkingMaxBytes
+	if mb := p.workingMaxBytes(s.SessionID()); mb > 0 {
+		wst.MaxBytes = &mb
 	}
 	resp.Tiers = append(resp.Tiers, wst)
 	for _, tier := range []string{TierEpisodic, TierSemantic} {

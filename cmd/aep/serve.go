@@ -79,6 +79,8 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case cfg.Server.AuthToken != "":
 	case os.Getenv("AEP_AUTH_TOKEN") != "":
 		cfg.Server.AuthToken = os.Getenv("AEP_AUTH_TOKEN")
+	case len(cfg.Server.Tenants) > 0:
+		// Tenants alone: no implicit default tenant.
 	default:
 		// Printed once, to stderr and never to the log handler, so the
 		// secret is not repeated in structured logs (docs/DECISIONS.md, Plugins and
@@ -138,7 +140,29 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		return err
 	}
-	log.Info("host started", "plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir)
+	log.Info("host started", "plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir,
+		"tenants", strings.Join(h.TenantNames(), ","))
+	// SIGHUP reloads the tenants of the configuration file (its other
+	// settings need a restart): a secret added is accepted and one removed
+	// refused at once, with no restart.
+	if *configPath != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		token := cfg.Server.AuthToken
+		go func() {
+			for range hup {
+				next, _, err := loadServeConfig(*configPath)
+				if err == nil {
+					next.Server.AuthToken = token // the default tenant's, as started
+					err = h.ReloadTenants(next)
+				}
+				if err != nil {
+					log.Error("SIGHUP: tenants not reloaded; the running ones stay", "err", err)
+				}
+			}
+		}()
+	}
 
 	// The transports outlive the signal: on SIGTERM the host drains first
 	// (no new sessions, requests in flight finish, live sessions are
