@@ -11,10 +11,10 @@ func TestResolve(t *testing.T) {
 	}
 	const rev = "0123456789abcdef0123456789abcdef01234567"
 	cases := []struct {
-		name           string
+		name            string
 		stamped, commit string
-		bi             *debug.BuildInfo
-		wantV, wantC   string
+		bi              *debug.BuildInfo
+		wantV, wantC    string
 	}{
 		{"stamped wins", "v1.2.3", "cafe", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-x"}, Settings: vcs(rev, "false")}, "v1.2.3", "cafe"},
 		{"stamped version, commit from vcs", "v1.2.3", "", &debug.BuildInfo{Settings: vcs(rev, "true")}, "v1.2.3", rev + "-dirty"},

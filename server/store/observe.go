@@ -141,14 +141,14 @@ type timedConn struct {
 }
 
 var (
-	_ driver.ConnBeginTx         = (*timedConn)(nil)
-	_ driver.ConnPrepareContext  = (*timedConn)(nil)
-	_ driver.ExecerContext       = (*timedConn)(nil)
-	_ driver.QueryerContext      = (*timedConn)(nil)
-	_ driver.Pinger              = (*timedConn)(nil)
-	_ driver.SessionResetter     = (*timedConn)(nil)
-	_ driver.Validator           = (*timedConn)(nil)
-	_ driver.NamedValueChecker   = (*timedConn)(nil)
+	_ driver.ConnBeginTx        = (*timedConn)(nil)
+	_ driver.ConnPrepareContext = (*timedConn)(nil)
+	_ driver.ExecerContext      = (*timedConn)(nil)
+	_ driver.QueryerContext     = (*timedConn)(nil)
+	_ driver.Pinger             = (*timedConn)(nil)
+	_ driver.SessionResetter    = (*timedConn)(nil)
+	_ driver.Validator          = (*timedConn)(nil)
+	_ driver.NamedValueChecker  = (*timedConn)(nil)
 )
 
 func (c *timedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
