@@ -64,6 +64,16 @@ class CancelMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -97,6 +107,16 @@ class ChainDefineReqMessage(Model):
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -264,6 +284,16 @@ class ChainRunReqMessage(Model):
     session_id: Optional[str] = None
     #: Seconds for the whole chain.
     timeout: float = 300
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -404,6 +434,16 @@ class EnvCloseReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -446,6 +486,16 @@ class EnvDataAddMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -469,6 +519,16 @@ class EnvDataAddReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -514,6 +574,16 @@ class EnvDataGetMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -541,6 +611,16 @@ class EnvDataGetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -579,6 +659,16 @@ class EnvDataResetMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -599,6 +689,16 @@ class EnvDataResetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -680,6 +780,16 @@ class EnvListReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -718,6 +828,16 @@ class EnvObserveReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -761,6 +881,16 @@ class EnvRenderReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -810,6 +940,16 @@ class EnvResetReqMessage(Model):
     #: Seeds the episode's random state: any int64; 7.0 is the integer 7
     #: (JSON Schema's integers).
     seed: Optional[int] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -855,6 +995,16 @@ class EnvSpacesReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -904,6 +1054,16 @@ class EnvStepBatchReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -945,6 +1105,16 @@ class EnvStepReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1110,6 +1280,16 @@ class HandshakeReqMessage(Model):
     record_trajectory: Optional[bool] = None
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1172,6 +1352,16 @@ class LearnAdaptReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1242,6 +1432,16 @@ class LearnExperienceReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1291,6 +1491,16 @@ class LearnExportReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     to_file: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1340,6 +1550,16 @@ class LearnFeedbackReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1396,6 +1616,16 @@ class LearnRankReqMessage(Model):
     #: Seeds Thompson sampling, for a reproducible ranking.
     seed: Optional[int] = None
     strategy: Literal["ucb1", "thompson", "greedy"] = "ucb1"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1437,6 +1667,16 @@ class LearnStatsReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1579,6 +1819,16 @@ class McpPromptGetReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1620,6 +1870,16 @@ class McpPromptListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1662,6 +1922,16 @@ class McpResourceListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1703,6 +1973,16 @@ class McpResourceReadReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1744,6 +2024,16 @@ class McpServerListReqMessage(Model):
     req_id: Optional[str] = None
     #: Only servers with this status.
     status_filter: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1796,6 +2086,16 @@ class McpServerRegisterReqMessage(Model):
     #: Patterns (path.Match) of the MCP tool names to proxy; absent or empty:
     #: all.
     tool_allow_list: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1840,6 +2140,16 @@ class McpServerUnregisterReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1947,6 +2257,16 @@ class MemoryForgetReqMessage(Model):
     req_id: Optional[str] = None
     tags: Optional[list[str]] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2006,6 +2326,16 @@ class MemoryInitReqMessage(Model):
     #: Scope keys. `agent` narrows the persistent tiers to one agent within
     #: the namespace; other keys are kept and echoed.
     scope: Optional[dict[str, str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2064,6 +2394,16 @@ class MemoryRecallReqMessage(Model):
     since: Optional[float] = None
     tags: Optional[list[str]] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2106,6 +2446,16 @@ class MemoryRetrieveReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2143,6 +2493,16 @@ class MemoryStatsReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2186,6 +2546,16 @@ class MemoryStoreReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2248,6 +2618,16 @@ class PingMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2315,6 +2695,16 @@ class ProcKillReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2354,6 +2744,16 @@ class ProcListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     running_only: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2405,6 +2805,16 @@ class ProcReadReqMessage(Model):
     req_id: Optional[str] = None
     stderr_cursor: int = 0
     stdout_cursor: int = 0
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2485,6 +2895,16 @@ class ProcSignalReqMessage(Model):
     #: HUP, INT, QUIT, ABRT, KILL, USR1, SEGV, USR2, PIPE, ALRM, TERM, CONT,
     #: STOP, TSTP, XCPU, WINCH.
     signal: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2537,6 +2957,16 @@ class ProcSpawnReqMessage(Model):
     #: Wall-clock seconds after which the process group is killed (state
     #: timeout); 0 or absent: the plugin's default.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2575,6 +3005,16 @@ class ProcStatusReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2636,6 +3076,16 @@ class ProcWaitReqMessage(Model):
     #: Seconds to wait at most; absent: until the request is cancelled. When
     #: it passes, the reply has the running record and timed_out true.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2679,6 +3129,16 @@ class ProcWriteReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2775,6 +3235,16 @@ class SessionForkReqMessage(Model):
     #: from it does too) instead of the current state; the files are those of
     #: the snapshot's session directory as they are now.
     snapshot_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2821,6 +3291,16 @@ class SessionInfoReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2882,6 +3362,16 @@ class SessionRestoreReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     snapshot_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2927,6 +3417,16 @@ class SessionSnapshotDeleteReqMessage(Model):
     #: are the sender's.
     session_ids: Optional[list[str]] = None
     snapshot_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2975,6 +3475,16 @@ class SessionSnapshotListReqMessage(Model):
     session_ids: Optional[list[str]] = None
     #: Only snapshots of this target; absent: both.
     target: Optional[Literal["file", "sql"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3016,6 +3526,16 @@ class SessionSnapshotReqMessage(Model):
     #: Where the snapshot is stored: a file under the data directory or the
     #: embedded SQL store.
     target: Literal["file", "sql"] = "file"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3073,6 +3593,16 @@ class SessionTrajectoryExportReqMessage(Model):
     #: Ids of earlier sessions of the sender whose records to export, instead
     #: of this session's own.
     session_ids: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3121,6 +3651,16 @@ class ShutdownMessage(Model):
     #: Seconds to wait for requests in flight before cancelling them; absent
     #: means 10. Zero cancels at once.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3151,6 +3691,16 @@ class SkillCallReqMessage(Model):
     streaming: Optional[bool] = None
     #: Seconds; lowers the skill's own timeout, never raises it.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3216,6 +3766,16 @@ class SkillDiscoverReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3304,6 +3864,16 @@ class SkillGetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3367,6 +3937,16 @@ class SkillRegisterReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     scope: Literal["session", "subagents"] = "session"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3499,6 +4079,16 @@ class SubagentListReqMessage(Model):
     req_id: Optional[str] = None
     #: Only subagents whose session has not ended.
     running_only: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3597,6 +4187,16 @@ class SubagentSpawnReqMessage(Model):
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3649,6 +4249,16 @@ class SubagentStatusReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     subagent_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3693,6 +4303,16 @@ class SubagentTerminateReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     subagent_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3746,6 +4366,16 @@ class ToolCallReqMessage(Model):
     #: (spec §8). 0 or absent: no per-call limit beyond the request deadline.
     timeout: Optional[float] = None
     tool_name: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3863,6 +4493,16 @@ class ToolListReqMessage(Model):
     req_id: Optional[str] = None
     #: Matches tools having any of these tags.
     tags: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3953,6 +4593,16 @@ class ToolkitConfigureReqMessage(Model):
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
     toolkit_name: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -4049,6 +4699,16 @@ class ToolkitListReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
