@@ -29,7 +29,7 @@ const (
 
 // storeBuckets resolve a cached SQLite read (tens of microseconds) as well
 // as a PostgreSQL round trip across a network and a slow commit.
-var storeBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+var storeBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .1, .5, 2.5}
 
 // metrics are one store's collectors; every label value is pre-resolved,
 // so timing a statement costs two atomic adds and a clock reading.
