@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/configcheck"
 	"github.com/aephost/aep/internal/version"
@@ -125,6 +127,9 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			defer cancel()
 			_ = tp.Shutdown(sctx) // flushes the spans still batched
 		}()
+		// The exporter's failures (a collector down) go to the host's log,
+		// in its format, not to the standard library's logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export failed", "err", err) }))
 		opts = append(opts, server.WithTracerProvider(tp))
 		log.Info("traces exported over OTLP/HTTP", "endpoint", ep, "instance_id", instanceID, "host_id", hostID)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -51,6 +52,12 @@ func traceResource(hostID, instanceID string) *resource.Resource {
 func newTracerProvider(ctx context.Context, endpoint string, res *resource.Resource) (*sdktrace.TracerProvider, error) {
 	var opt otlptracehttp.Option
 	if strings.Contains(endpoint, "://") {
+		// A collector's base URL, as operators write it, gets the OTLP/HTTP
+		// path of traces; a URL with a path of its own is used as it is.
+		if u, err := url.Parse(endpoint); err == nil && (u.Path == "" || u.Path == "/") {
+			u.Path = "/v1/traces"
+			endpoint = u.String()
+		}
 		opt = otlptracehttp.WithEndpointURL(endpoint)
 	} else {
 		opt = otlptracehttp.WithEndpoint(endpoint)
