@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -115,7 +116,29 @@ const auditFlushEvery = 20 * time.Millisecond
 
 // NewFileAuditor starts an auditor writing to path.
 func NewFileAuditor(path string, maxSizeMB, maxBackups int, log *slog.Logger) *FileAuditor {
-	return NewAuditor(&lumberjack.Logger{Filename: path, MaxSize: maxSizeMB, MaxBackups: maxBackups}, log)
+	return NewAuditor(&wholeLines{Logger: &lumberjack.Logger{Filename: path, MaxSize: maxSizeMB, MaxBackups: maxBackups}, path: path}, log)
+}
+
+// wholeLines writes a batch of lines whole or not at all: a write cut
+// short (a full disk) leaves part of a line at the end of the file, which
+// is taken back, so a reader never meets a torn line. The bytes a write
+// added are at the file's end whatever lumberjack did before it (a
+// rotation starts the new file empty), so the file is cut by that many.
+type wholeLines struct {
+	*lumberjack.Logger
+	path string
+}
+
+func (w *wholeLines) Write(b []byte) (int, error) {
+	n, err := w.Logger.Write(b)
+	if err != nil && n > 0 && n < len(b) {
+		if fi, serr := os.Stat(w.path); serr == nil && fi.Size() >= int64(n) {
+			if terr := os.Truncate(w.path, fi.Size()-int64(n)); terr == nil {
+				return 0, err
+			}
+		}
+	}
+	return n, err
 }
 
 // NewAuditor starts an auditor writing JSON lines to w.

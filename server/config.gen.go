@@ -46,6 +46,41 @@ type AuditConfig struct {
 	MaxBackups int `yaml:"max_backups"`
 }
 
+// BudgetConfig is the server.budgets section: one budget per session, shared
+// by its subagents.
+type BudgetConfig struct {
+	// Files: The most files and directories a session's directories may hold (its
+	// own and its subagents'); past it the session's running processes are ended
+	// and no new process starts until it holds fewer. The bytes are
+	// server.isolation.session_quota_bytes. Default: 50000.
+	Files int `yaml:"files"`
+	// LeafWork: The most units of work a session and its subagents run at once:
+	// tool calls in flight, sandboxed processes (proc, run_command, skills,
+	// environment processes, graders, SQLite workers), at any nesting depth of
+	// chains. Default: 16.
+	LeafWork int `yaml:"leaf_work"`
+	// LeafWait: How long a unit of work waits for a free place in leaf_work before
+	// it is refused. Default: "30s".
+	LeafWait Duration `yaml:"leaf_wait"`
+	// SandboxMemoryBytes: The memory limits of a session's running sandboxed
+	// processes, summed: a process starts only while its limit fits. Default:
+	// 2147483648.
+	SandboxMemoryBytes int64 `yaml:"sandbox_memory_bytes"`
+	// ProcessMemoryBytes: The memory limit of a sandboxed process whose capability
+	// sets none (run_command, proc without memory_mb). Default: 536870912.
+	ProcessMemoryBytes int64 `yaml:"process_memory_bytes"`
+	// WorkingMemoryBytes: The bytes (keys plus content) of a session's working
+	// memory, unless the memory plugin's working_max_bytes is smaller. Default:
+	// 67108864.
+	WorkingMemoryBytes int64 `yaml:"working_memory_bytes"`
+	// PersistentMemoryBytes: The bytes a session and its subagents may write to
+	// episodic and semantic memory. Default: 134217728.
+	PersistentMemoryBytes int64 `yaml:"persistent_memory_bytes"`
+	// HostPersistentMemoryBytes: The bytes of episodic and semantic memory this
+	// host lets all sessions write, summed. Default: 4294967296.
+	HostPersistentMemoryBytes int64 `yaml:"host_persistent_memory_bytes"`
+}
+
 // HTTPConfig is the transport.http section: the HTTP transport's deadlines and
 // header limit. They apply per route: a stream is never cut by a server-wide
 // write timeout, each of its writes has write_timeout instead
@@ -239,6 +274,9 @@ type ServerConfig struct {
 	// Isolation: Session directories and contained processes (server/sessionfs.go,
 	// docs/SECURITY.md).
 	Isolation IsolationConfig `yaml:"isolation"`
+	// Budgets: One budget per session (docs/SECURITY.md, Budgets): what a session
+	// and its subagents may use together, whatever path uses it.
+	Budgets BudgetConfig `yaml:"budgets"`
 	// TrustedProxies: CIDRs or addresses of the proxies whose word on the client's
 	// address is taken: the PROXY protocol header of a connection from one, or
 	// else the X-Forwarded-For header of its requests. Empty: the peer's own

@@ -149,6 +149,15 @@ func (c Config) withDefaults() Config {
 		s.Isolation.SessionQuotaBytes = DefaultSessionQuota
 	}
 	orInt(&s.Snapshots.FilesMaxEntries, DefaultFilesMaxEntries)
+	b, db := &s.Budgets, DefaultBudgets
+	orInt(&b.Files, db.Files)
+	orInt(&b.LeafWork, db.LeafWork)
+	orDur(&b.LeafWait, db.LeafWait)
+	orInt64(&b.SandboxMemoryBytes, db.SandboxMemoryBytes)
+	orInt64(&b.ProcessMemoryBytes, db.ProcessMemoryBytes)
+	orInt64(&b.WorkingMemoryBytes, db.WorkingMemoryBytes)
+	orInt64(&b.PersistentMemoryBytes, db.PersistentMemoryBytes)
+	orInt64(&b.HostPersistentMemoryBytes, db.HostPersistentMemoryBytes)
 	if s.Trajectories.Record == "" {
 		s.Trajectories.Record = "opt_in"
 	}
@@ -184,6 +193,12 @@ func defaultHostID() string {
 }
 
 func orInt(v *int, d int) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+func orInt64(v *int64, d int64) {
 	if *v <= 0 {
 		*v = d
 	}

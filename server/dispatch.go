@@ -35,6 +35,15 @@ func (h *Host) dispatch(ctx context.Context, c *call, e *wire.Entry, req wire.Me
 		}
 		plugins = []*plugin{owner}
 	}
+	if e.Owner == toolOwner {
+		// A tool call is a unit of the session's leaf work (budget.go).
+		leaf := &Leaf{h: h, s: c.s, b: c.s.budget}
+		if err := leaf.take(ctx); err != nil {
+			return nil, err
+		}
+		defer leaf.Release()
+		ctx = context.WithValue(ctx, leafKey{}, leaf)
+	}
 	var answer wire.Message
 	for _, p := range plugins {
 		resp, err := h.invoke(ctx, c, p, e, req)

@@ -113,12 +113,13 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 		}
 	}
 	if srcDir != "" {
-		used, err := SessionUsage(srcDir)
-		if err != nil {
-			return nil, fmt.Errorf("fork: measuring the session directory: %w", err)
-		}
+		files := h.cfg.Server.Budgets.Files
+		used, entries := usage(srcDir, files)
 		if used > h.SessionQuota() {
 			return nil, fmt.Errorf("the files to fork (%d bytes) are beyond the session quota %d: %w", used, h.SessionQuota(), ErrQuota)
+		}
+		if entries > files {
+			return nil, errFiles(int64(files), "the session directory to fork holds %d files, over the budget of %d (server.budgets.files)", entries, files)
 		}
 	}
 

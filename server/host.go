@@ -80,11 +80,12 @@ type Host struct {
 	served  map[string]bool // capabilities some plugin serves
 
 	// The optional interfaces of the loaded plugins, found once at start.
-	observers      []pluginAs[SessionObserver]
-	childObservers []pluginAs[ChildObserver]
-	snapshotters   []pluginAs[Snapshotter]
-	fileHolders    []pluginAs[FileHolder]
-	secretHolders  []pluginAs[SecretHolder]
+	observers       []pluginAs[SessionObserver]
+	childObservers  []pluginAs[ChildObserver]
+	snapshotters    []pluginAs[Snapshotter]
+	fileHolders     []pluginAs[FileHolder]
+	budgetReporters []pluginAs[BudgetReporter]
+	secretHolders   []pluginAs[SecretHolder]
 
 	hooksMu    sync.Mutex
 	stateHooks map[string][]func(sessionID string) // plugin name → SessionState drops
@@ -110,6 +111,11 @@ type Host struct {
 
 	// declared holds the secrets plugins declared (secrets.go).
 	declared secretStore
+	// dirs are the session directories with running processes, watched
+	// for their disk budget; persistentTotal the bytes of persistent
+	// memory the store holds (budget.go).
+	dirs            dirWatches
+	persistentTotal atomic.Int64
 
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)
@@ -190,6 +196,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	h.childObservers = implementing[ChildObserver](h.plugins)
 	h.snapshotters = implementing[Snapshotter](h.plugins)
 	h.fileHolders = implementing[FileHolder](h.plugins)
+	h.budgetReporters = implementing[BudgetReporter](h.plugins)
 	h.secretHolders = implementing[SecretHolder](h.plugins)
 	h.routes = buildRoutes(h.reg, h.plugins)
 	h.met = newMetrics(h, cfg.Operator.MaxToolLabels)

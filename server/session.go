@@ -44,6 +44,8 @@ type Session struct {
 	// lastSnapshot is when this host last wrote a snapshot of the session
 	// (unix nanos, 0: never), for aep_snapshot_age_seconds (observe.go).
 	lastSnapshot atomic.Int64
+	// budget is the session tree's one budget (budget.go).
+	budget *budget
 	// handle is the session's public name (handle.go): what plugins, audit,
 	// logs and other sessions know it by.
 	handle string
@@ -94,6 +96,13 @@ func newSession(h *Host, sink Sink, parent *Session, token *[32]byte) *Session {
 		sink: sink, inflight: map[string]*call{},
 		queue: make(chan *call, h.cfg.Server.Limits.QueueSize),
 		ctx:   ctx, cancel: cancel, done: make(chan struct{}),
+	}
+	// One budget per session tree: a subagent spends its root's
+	// (budget.go).
+	if parent != nil {
+		s.budget = parent.budget
+	} else {
+		s.budget = newBudget(h.cfg.Server.Budgets)
 	}
 	s.touch()
 	return s
@@ -759,6 +768,11 @@ func (c *call) Dispatch(ctx context.Context, req wire.Message) (wire.Message, er
 	}
 	if e.Capability != "" && !c.s.Enabled(e.Capability) {
 		return nil, &wire.Error{Code: wire.CodeCapabilityMissing, Capability: e.Capability, Message: fmt.Sprintf("capability %q is not enabled for this session", e.Capability)}
+	}
+	// A subagent's steps count every request its session causes, its
+	// chains' internal ones included (budget.go).
+	if err := c.s.takeStep(); err != nil {
+		return nil, err
 	}
 	inner := &call{s: c.s, id: env.ID, entry: e, msg: req, parent: c, depth: c.depth + 1}
 	sctx, span := c.s.h.startRequestSpan(ctx, inner, true)

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +67,7 @@ type Plugin struct {
 	log     *slog.Logger
 	backend Backend
 	host    *server.Host
+	db      *sql.DB // the store's, to count the persistent tiers' bytes (budget.go)
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -109,6 +111,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		p.Clock = time.Now
 	}
 	p.host = env.Host
+	p.applyBudget()
 	p.sessions = server.NewSessionState(env, func(string) *sessionMem {
 		return &sessionMem{handles: map[string]handle{}, working: newWorkingStore()}
 	}, nil)
@@ -130,6 +133,10 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		p.backend = b
 	default:
 		return fmt.Errorf("memory: the episodic and semantic tiers have no backend for a %s store", env.Store.Dialect())
+	}
+	if env.Store != nil {
+		p.db = env.Store.DB()
+		p.countPersistent(ctx, p.db)
 	}
 	p.stop, p.done = make(chan struct{}), make(chan struct{})
 	go p.collector()
@@ -172,6 +179,7 @@ func (p *Plugin) collector() {
 			if _, err := p.Collect(ctx); err != nil {
 				p.log.Warn("memory: collecting expired entries", "error", err)
 			}
+			p.countPersistent(ctx, p.db)
 			cancel()
 		}
 	}
@@ -284,6 +292,9 @@ func (p *Plugin) MemoryStore(ctx context.Context, s wire.Scope, req *msg.MemoryS
 		}
 	}
 	if len(persistent) > 0 {
+		if err := p.chargePersistent(s.SessionID(), persistent); err != nil {
+			return nil, err
+		}
 		if err := p.backend.Put(ctx, h.key(), persistent); err != nil {
 			return nil, err
 		}
@@ -428,10 +439,6 @@ func nanos(sec *float64) int64 {
 	return wire.FromEpoch(*sec).UnixNano()
 }
 
-// recallCandidates is the least number of candidates a persistent tier
-// returns for a recall with a query, to be scored and re-ordered.
-const recallCandidates = 256
-
 // MemoryRecall answers memory/recall/req: each tier returns its best
 // `limit` hits, which are merged by score (or time) and cut to `limit`.
 func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.MemoryRecallReq) (*msg.MemoryRecallResp, error) {
@@ -447,62 +454,49 @@ func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.Memory
 	if limit <= 0 {
 		limit = 10
 	}
-	var words []string
+	newest := req.Order != msg.MemoryRecallReqOrderOldest
+	var q *query
 	if req.Query != nil {
-		words = queryTerms(*req.Query)
+		words := queryTerms(*req.Query)
 		if len(words) == 0 && len(*req.Query) > 0 {
 			// A query with no words (only punctuation) matches nothing.
 			return &msg.MemoryRecallResp{Hits: []msg.MemoryHit{}}, nil
+		}
+		if len(words) > 0 {
+			q = &query{words: words, m: newMatcher(words), minScore: req.MinScore, byTime: req.Order != msg.MemoryRecallReqOrderRelevance}
 		}
 	}
 	f := filter{tags: req.Tags, since: nanos(req.Since), until: nanos(req.Until)}
 	if f.since != 0 && f.until != 0 && f.until < f.since {
 		return nil, &wire.FieldError{Field: "until", Reason: "is before since"}
 	}
-	qstems := queryStems(words)
-	// Each hit is scored from its own text (text.go, score); a store
-	// returns its best candidates by the engine's rank, more than limit so
-	// that the re-ordering by score rarely misses a hit.
-	candidates := limit
-	if len(words) > 0 {
-		candidates = max(4*limit, recallCandidates)
-	}
-	keep := func(sc *scored) bool {
-		if len(words) == 0 {
-			sc.raw = 1 // listing without a query scores 1
-			return true
-		}
-		sc.raw = score(qstems, sc.rec.Key, bodyText(sc.rec.Content), sc.rec.Tags)
-		return sc.raw > 0 && sc.raw >= req.MinScore
-	}
-	newest := req.Order != msg.MemoryRecallReqOrderOldest
-	byTime := len(words) == 0 || req.Order != msg.MemoryRecallReqOrderRelevance
 	now := p.now()
 	var all []scored
 	for _, tier := range tiers {
-		var got []scored
 		if tier == TierWorking {
 			ws, _, err := p.working(s.SessionID())
 			if err != nil {
 				return nil, err
 			}
-			got = ws.search(h.Namespace, qstems, f, now)
-			for i := range got {
-				got[i].rec.Tier = TierWorking
+			for _, sc := range ws.search(h.Namespace, q, f, now) {
+				sc.rec.Tier = TierWorking
+				all = append(all, sc)
 			}
-		} else {
-			var err error
-			if got, err = p.backend.Search(ctx, tier, h.key(), words, f, newest, candidates, now); err != nil {
-				return nil, err
-			}
+			continue
 		}
-		for i := range got {
-			if keep(&got[i]) {
-				all = append(all, got[i])
-			}
+		// Each hit comes scored from its own text (text.go, matcher).
+		got, err := p.backend.Search(ctx, tier, h.key(), q, f, newest, limit, now)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, got...)
+	}
+	if q == nil {
+		for i := range all {
+			all[i].raw = 1 // listing without a query scores 1
 		}
 	}
-	if byTime {
+	if q == nil || q.byTime {
 		sortByTime(all, newest)
 	} else {
 		sort.SliceStable(all, func(i, j int) bool { return all[i].raw > all[j].raw })

@@ -49,6 +49,13 @@ class BatchStep(Model):
     truncated: bool
 
 
+class BudgetUse(Model):
+    """A budget's limit and what is used of it."""
+
+    limit: int
+    used: int
+
+
 class CancelMessage(Model):
     """`cancel` (notification). Stops the request whose id is req_id; that
     request is answered with `cancelled` (docs/DECISIONS.md, Wire). No reply
@@ -3180,6 +3187,18 @@ class RankedComponent(Model):
     untried: bool
 
 
+class SessionBudgets(Model):
+    """A session's budgets."""
+
+    disk_bytes: BudgetUse
+    files: BudgetUse
+    leaf_work: BudgetUse
+    persistent_memory_bytes: BudgetUse
+    sandbox_memory_bytes: BudgetUse
+    steps: Optional[BudgetUse] = None
+    working_memory_bytes: BudgetUse
+
+
 class SessionEventMessage(Model):
     """`session/event`: an event of a session request. The body of every
     `<namespace>/event` (spec §6, docs/DECISIONS.md, Wire): sent only while
@@ -3313,6 +3332,7 @@ class SessionInfoRespMessage(Model):
     type: Literal["session/info/resp"] = "session/info/resp"
     accepted_caps: list[CapabilityEntry]
     agent_id: str
+    budgets: Optional[SessionBudgets] = None
     #: The session's public handle: random, fixed for the session's life,
     #: kept across a restore into it, and what audit lines, logs, learn
     #: records and subagent records name the session by. It opens nothing on
