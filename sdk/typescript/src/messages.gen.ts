@@ -141,12 +141,12 @@ export interface ChainDefineReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   chain: ChainDefinition;
   name: string;
   /** Must be the sender's session when present (docs/DECISIONS.md, Wire). */
   session_id?: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `chain/define/resp` (reply). */
@@ -258,6 +258,8 @@ export interface ChainRunReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   chain?: ChainDefinition;
   correlation_id?: string;
   /** The chain input, {{input…}} in templates and input in expressions. */
@@ -270,8 +272,6 @@ export interface ChainRunReqMessage {
   session_id?: string;
   /** Seconds for the whole chain. */
   timeout?: number;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `chain/run/resp` (reply). */
@@ -409,9 +409,9 @@ export interface EnvCloseReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  episode_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  episode_id: string;
 }
 
 /** `env/close/resp` (reply). */
@@ -442,9 +442,9 @@ export interface EnvDataAddMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  parts: DataPart[];
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  parts: DataPart[];
 }
 
 /** `env/data/add/req` (request). Stages `parts` into the session's data root (spec §4.2 Env data plane). All parts are copied and verified in a temporary directory first; if any fails (missing source, size or checksum mismatch, a path outside its root) the data root is left as it was. */
@@ -459,9 +459,9 @@ export interface EnvDataAddReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  parts: DataPart[];
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  parts: DataPart[];
 }
 
 /** `env/data/add/resp` (reply). */
@@ -491,14 +491,14 @@ export interface EnvDataGetMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   glob?: string;
   /** Include the text of small UTF-8 files in `content`. */
   inline?: boolean;
   /** Largest file inlined; capped by the host's own limit. */
   max_inline_bytes?: number;
   path?: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `env/data/get/req` (request). Reads artifacts back out of the session's data root (spec §4.2): the file at `path`, every file matching `glob` (path.Match syntax per segment, relative to the root), or every file when neither is given. */
@@ -513,14 +513,14 @@ export interface EnvDataGetReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   glob?: string;
   /** Include the text of small UTF-8 files in `content`. */
   inline?: boolean;
   /** Largest file inlined; capped by the host's own limit. */
   max_inline_bytes?: number;
   path?: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `env/data/get/resp` (reply). */
@@ -677,9 +677,9 @@ export interface EnvObserveReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  episode_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  episode_id: string;
 }
 
 /** `env/observe/resp` (reply). */
@@ -715,9 +715,9 @@ export interface EnvRenderReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  episode_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  episode_id: string;
 }
 
 /** `env/render/resp` (reply). */
@@ -748,6 +748,8 @@ export interface EnvResetReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   env_name: string;
   /** Restart this open episode instead of starting a new one. */
   episode_id?: string;
@@ -755,8 +757,6 @@ export interface EnvResetReqMessage {
   options?: JsonObject;
   /** Seeds the episode's random state: any int64; 7.0 is the integer 7 (JSON Schema's integers). */
   seed?: number;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `env/reset/resp` (reply). */
@@ -790,10 +790,10 @@ export interface EnvSpacesReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  env_name?: string;
-  episode_id?: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  env_name?: string;
+  episode_id?: string;
 }
 
 /** `env/spaces/resp` (reply). */
@@ -825,11 +825,11 @@ export interface EnvStepBatchReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   actions: JsonValue[];
   autoreset_mode?: "next_step" | "same_step" | "disabled";
   episode_ids: string[];
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `env/step_batch/resp` (reply). */
@@ -859,11 +859,11 @@ export interface EnvStepReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** An action of the environment's action space. */
   action: JsonValue;
   episode_id: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `env/step/resp` (reply). */
@@ -986,6 +986,8 @@ export interface HandshakeReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** Requested capability names (spec §2.4). */
   agent_caps: string[];
   /** Identifier of the agent. */
@@ -994,8 +996,6 @@ export interface HandshakeReqMessage {
   auth_token: string;
   /** Asks the host to record this session's trajectory: every request and reply with bodies, events and timing, secrets redacted, kept in the host's store (docs/DECISIONS.md, Trajectories). handshake/resp's record_trajectory says whether it does. */
   record_trajectory?: boolean;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `handshake/resp` (reply). Answers every handshake/req (docs/DECISIONS.md, Wire). On failure ok is false, reason says why and error carries the code; no session is created. */
@@ -1114,12 +1114,12 @@ export interface LearnAdaptReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** Rebuild this context only; absent: every context. */
   context?: string;
   /** A feedback of age a counts 2^(-a/half_life_s); 0 or absent: every feedback counts fully. */
   half_life_s?: number;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `learn/adapt/resp` (reply). */
@@ -1180,11 +1180,11 @@ export interface LearnExperienceReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** The environment the transitions come from, kept with each. */
   env_name?: string;
   experiences: Experience[];
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `learn/experience/resp` (reply). */
@@ -1215,14 +1215,14 @@ export interface LearnExportReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   cursor?: string;
   /** Only records of this episode. */
   episode_id?: string;
   /** Records per page; default 1000. */
   limit?: number;
   to_file?: boolean;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
   what: "feedback" | "experience";
 }
 
@@ -1261,9 +1261,9 @@ export interface LearnFeedbackReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  feedbacks: Feedback[];
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  feedbacks: Feedback[];
 }
 
 /** `learn/feedback/resp` (reply). */
@@ -1309,6 +1309,8 @@ export interface LearnRankReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   candidates?: Component[];
   context?: string;
   /** UCB1's exploration constant c in mean + c·sqrt(ln N / n); default sqrt(2). */
@@ -1318,8 +1320,6 @@ export interface LearnRankReqMessage {
   /** Seeds Thompson sampling, for a reproducible ranking. */
   seed?: number;
   strategy?: "ucb1" | "thompson" | "greedy";
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `learn/rank/resp` (reply). */
@@ -1351,10 +1351,10 @@ export interface LearnStatsReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  kind?: string;
-  name?: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  kind?: string;
+  name?: string;
 }
 
 /** `learn/stats/resp` (reply). */
@@ -1490,12 +1490,12 @@ export interface McpPromptGetReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** Prompt arguments; MCP prompt arguments are strings. */
   arguments?: { [key: string]: string };
   name: string;
   server_id: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `mcp/prompt/get/resp` (reply). */
@@ -1527,10 +1527,10 @@ export interface McpPromptListReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  cursor?: string;
-  server_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  cursor?: string;
+  server_id: string;
 }
 
 /** `mcp/prompt/list/resp` (reply). */
@@ -1562,11 +1562,11 @@ export interface McpResourceListReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** The server's opaque cursor from the previous page. */
   cursor?: string;
   server_id: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `mcp/resource/list/resp` (reply). */
@@ -1599,9 +1599,9 @@ export interface McpResourceReadReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  server_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  server_id: string;
   uri: string;
 }
 
@@ -1633,10 +1633,10 @@ export interface McpServerListReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  /** Only servers with this status. */
-  status_filter?: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  /** Only servers with this status. */
+  status_filter?: string;
 }
 
 /** `mcp/server/list/resp` (reply). */
@@ -1666,6 +1666,8 @@ export interface McpServerRegisterReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** HTTP headers sent to the server, added to the allowlist entry's own. Secret: never reported, logged or saved in snapshots (so a restored registration reconnects with the configured headers only). */
   headers?: { [key: string]: string };
   /** Lower-case letters, digits and '-', starting with a letter or digit; unique among the session's servers and the configured ones. */
@@ -1674,8 +1676,6 @@ export interface McpServerRegisterReqMessage {
   timeout?: number;
   /** Patterns (path.Match) of the MCP tool names to proxy; absent or empty: all. */
   tool_allow_list?: string[];
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
   /** http or https URL of the server's streamable-HTTP endpoint; must be on allow_urls. */
   url: string;
 }
@@ -1710,9 +1710,9 @@ export interface McpServerUnregisterReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  server_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  server_id: string;
 }
 
 /** `mcp/server/unregister/resp` (reply). */
@@ -1798,13 +1798,13 @@ export interface MemoryForgetReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   keys?: string[];
   memory_id: string;
   older_than?: number;
   tags?: string[];
   tier?: "working" | "episodic" | "semantic";
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `memory/forget/resp` (reply). */
@@ -1851,12 +1851,12 @@ export interface MemoryInitReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   metadata?: JsonObject;
   namespace?: string;
   /** Scope keys. `agent` narrows the persistent tiers to one agent within the namespace; other keys are kept and echoed. */
   scope?: { [key: string]: string };
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `memory/init/resp` (reply). */
@@ -1890,6 +1890,8 @@ export interface MemoryRecallReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   limit?: number;
   memory_id: string;
   /** Hits scoring below it are left out (see `score`). */
@@ -1900,8 +1902,6 @@ export interface MemoryRecallReqMessage {
   since?: number;
   tags?: string[];
   tier?: "working" | "episodic" | "semantic";
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
   until?: number;
 }
 
@@ -1932,11 +1932,11 @@ export interface MemoryRetrieveReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   keys: string[];
   memory_id: string;
   tier?: "working" | "episodic" | "semantic";
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `memory/retrieve/resp` (reply). */
@@ -1967,9 +1967,9 @@ export interface MemoryStatsReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  memory_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  memory_id: string;
 }
 
 /** `memory/stats/resp` (reply). */
@@ -2001,10 +2001,10 @@ export interface MemoryStoreReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  entries: MemoryEntry[];
-  memory_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  entries: MemoryEntry[];
+  memory_id: string;
 }
 
 /** `memory/store/resp` (reply). */
@@ -2135,9 +2135,9 @@ export interface ProcKillReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  proc_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  proc_id: string;
 }
 
 /** `proc/kill/resp` (reply). */
@@ -2167,9 +2167,9 @@ export interface ProcListReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  running_only?: boolean;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  running_only?: boolean;
 }
 
 /** `proc/list/resp` (reply). */
@@ -2199,6 +2199,8 @@ export interface ProcReadReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   follow?: boolean;
   /** Seconds to follow at most; default 30. */
   follow_timeout?: number;
@@ -2207,8 +2209,6 @@ export interface ProcReadReqMessage {
   proc_id: string;
   stderr_cursor?: number;
   stdout_cursor?: number;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `proc/read/resp` (reply). */
@@ -2266,11 +2266,11 @@ export interface ProcSignalReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   proc_id: string;
   /** HUP, INT, QUIT, ABRT, KILL, USR1, SEGV, USR2, PIPE, ALRM, TERM, CONT, STOP, TSTP, XCPU, WINCH. */
   signal: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `proc/signal/resp` (reply). */
@@ -2300,6 +2300,8 @@ export interface ProcSpawnReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   argv: string[];
   /** Relative to the session's workspace (default its root); must stay inside it. */
   cwd?: string;
@@ -2309,8 +2311,6 @@ export interface ProcSpawnReqMessage {
   session_id?: string;
   /** Wall-clock seconds after which the process group is killed (state timeout); 0 or absent: the plugin's default. */
   timeout?: number;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `proc/spawn/resp` (reply). */
@@ -2342,9 +2342,9 @@ export interface ProcStatusReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  proc_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  proc_id: string;
 }
 
 /** `proc/status/resp` (reply). */
@@ -2387,11 +2387,11 @@ export interface ProcWaitReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   proc_id: string;
   /** Seconds to wait at most; absent: until the request is cancelled. When it passes, the reply has the running record and timed_out true. */
   timeout?: number;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `proc/wait/resp` (reply). */
@@ -2423,11 +2423,11 @@ export interface ProcWriteReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   data?: string;
   eof?: boolean;
   proc_id: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `proc/write/resp` (reply). */
@@ -2515,12 +2515,12 @@ export interface SessionForkReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** How many forks to make. */
   count: number;
   /** Fork from this snapshot (restoring it needs only its id, so forking from it does too) instead of the current state; the files are those of the snapshot's session directory as they are now. */
   snapshot_id?: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `session/fork/resp` (reply). */
@@ -2609,11 +2609,11 @@ export interface SessionRestoreReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** The id of an earlier session of the sender (a bearer secret, so holding it proves the session was the sender's): its newest snapshot, from a drain or an automatic snapshot, is restored, and the reply names it. */
   from_session?: string;
   snapshot_id?: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `session/restore/resp` (reply). */
@@ -2646,11 +2646,11 @@ export interface SessionSnapshotDeleteReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** Ids of earlier sessions of the sender, as proof that their snapshots are the sender's. */
   session_ids?: string[];
   snapshot_id: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `session/snapshot/delete/resp` (reply). */
@@ -2681,12 +2681,12 @@ export interface SessionSnapshotListReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** Ids of earlier sessions of the sender, as proof that their snapshots are the sender's. */
   session_ids?: string[];
   /** Only snapshots of this target; absent: both. */
   target?: "file" | "sql";
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `session/snapshot/list/resp` (reply). */
@@ -2716,10 +2716,10 @@ export interface SessionSnapshotReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  /** Where the snapshot is stored: a file under the data directory or the embedded SQL store. */
-  target?: "file" | "sql";
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  /** Where the snapshot is stored: a file under the data directory or the embedded SQL store. */
+  target?: "file" | "sql";
 }
 
 /** `session/snapshot/resp` (reply). */
@@ -2753,6 +2753,8 @@ export interface SessionTrajectoryExportReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** Export records after this cursor (the `next` of the previous page); 0: from the start. */
   after?: number;
   /** jsonl: the records themselves; chat: each session's records of the page converted to one chat sample (messages with tool calls, as TRL and verl read multi-turn rollouts). */
@@ -2761,8 +2763,6 @@ export interface SessionTrajectoryExportReqMessage {
   limit?: number;
   /** Ids of earlier sessions of the sender whose records to export, instead of this session's own. */
   session_ids?: string[];
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `session/trajectory/export/resp` (reply). */
@@ -2798,10 +2798,10 @@ export interface ShutdownMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  /** Seconds to wait for requests in flight before cancelling them; absent means 10. Zero cancels at once. */
-  timeout?: number;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  /** Seconds to wait for requests in flight before cancelling them; absent means 10. Zero cancels at once. */
+  timeout?: number;
 }
 
 /** The messages of namespace skill an agent sends. */
@@ -2823,6 +2823,8 @@ export interface SkillCallReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** Validated against the skill's input_schema; absent means {}. */
   arguments?: JsonValue;
   correlation_id?: string;
@@ -2831,8 +2833,6 @@ export interface SkillCallReqMessage {
   streaming?: boolean;
   /** Seconds; lowers the skill's own timeout, never raises it. */
   timeout?: number;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
   version?: string;
 }
 
@@ -2881,11 +2881,11 @@ export interface SkillDiscoverReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   all_versions?: boolean;
   filter_tags?: string[];
   name?: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
   version?: string;
 }
 
@@ -2953,9 +2953,9 @@ export interface SkillGetReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  name: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  name: string;
   version?: string;
 }
 
@@ -3005,12 +3005,12 @@ export interface SkillRegisterReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   files?: SkillFile[];
   /** The skill's manifest, as in a skill folder's skill.json. */
   manifest: JsonObject;
   scope?: "session" | "subagents";
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `skill/register/resp` (reply). */
@@ -3123,10 +3123,10 @@ export interface SubagentListReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  /** Only subagents whose session has not ended. */
-  running_only?: boolean;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  /** Only subagents whose session has not ended. */
+  running_only?: boolean;
 }
 
 /** `subagent/list/resp` (reply). */
@@ -3183,6 +3183,8 @@ export interface SubagentSpawnReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** The capabilities the child may enable, a subset of the sender's enabled ones (aliases accepted). Absent: all of the sender's. */
   capabilities?: string[];
   /** How many levels of subagents the child may have below itself; 0: it may spawn none. Absent: as many as the sender's limit and the plugin's max_depth allow. Never more than those. */
@@ -3194,8 +3196,6 @@ export interface SubagentSpawnReqMessage {
   name: string;
   /** Must be the sender's session when present (docs/DECISIONS.md, Wire). */
   session_id?: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `subagent/spawn/resp` (reply). */
@@ -3233,9 +3233,9 @@ export interface SubagentStatusReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  subagent_id: string;
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  subagent_id: string;
 }
 
 /** `subagent/status/resp` (reply). */
@@ -3267,11 +3267,11 @@ export interface SubagentTerminateReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** Kept in the records. */
   reason?: string;
   subagent_id: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `subagent/terminate/resp` (reply). */
@@ -3308,6 +3308,8 @@ export interface ToolCallReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** An object matching the tool's input parameters; null or absent: no arguments. */
   arguments?: null | JsonObject;
   /** Reaches the audit line (spec §4.2). */
@@ -3317,8 +3319,6 @@ export interface ToolCallReqMessage {
   /** Seconds; the tool's context is cancelled and the result is TOOL_ERROR (spec §8). 0 or absent: no per-call limit beyond the request deadline. */
   timeout?: number;
   tool_name: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `tool/call/resp` (reply). */
@@ -3405,6 +3405,8 @@ export interface ToolListReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** next_cursor of the previous page: the last tool name it held. */
   cursor?: string;
   /** Also search tools with defer_loading true (spec §2.5). */
@@ -3415,8 +3417,6 @@ export interface ToolListReqMessage {
   query?: string;
   /** Matches tools having any of these tags. */
   tags?: string[];
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `tool/list/resp` (reply). */
@@ -3489,13 +3489,13 @@ export interface ToolkitConfigureReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
+  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
+  traceparent?: string;
   /** Validated against the toolkit's schema (spec §2.9); secrets in it are never persisted, logged or audited (spec §2.9 rule 6, spec §5 rule 5). */
   config: JsonObject;
   /** Must be the sender's session when present (docs/DECISIONS.md, Wire). */
   session_id?: string;
   toolkit_name: string;
-  /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
-  traceparent?: string;
 }
 
 /** `toolkit/configure/resp` (reply). */
@@ -3573,10 +3573,10 @@ export interface ToolkitListReqMessage {
   ts: number;
   /** On replies and events: the id of the request answered (spec §2.1). */
   req_id?: string;
-  /** Matches toolkits having any of these tags. */
-  filter_tags?: string[];
   /** Optional. The agent's W3C Trace Context `traceparent` (version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's spans of this message join that trace as children of that span (docs/operating.md, Traces). A host ignores a value it cannot parse and starts a trace of its own, as W3C Trace Context asks; a host that does not know the field ignores it as any unknown field (docs/DECISIONS.md, Trace context in the envelope). Only agents' messages carry it. */
   traceparent?: string;
+  /** Matches toolkits having any of these tags. */
+  filter_tags?: string[];
 }
 
 /** `toolkit/list/resp` (reply). */
@@ -3621,7 +3621,7 @@ export const errorRetryable: { readonly [C in ErrorCode]: boolean } = {
 };
 
 /** The envelope fields; the client sets them on every message it sends. */
-export type EnvelopeField = "type" | "id" | "proto" | "ts" | "req_id";
+export type EnvelopeField = "type" | "id" | "proto" | "ts" | "req_id" | "traceparent";
 /** A message without its envelope: what a caller passes to send it. */
 export type Body<M> = Omit<M, EnvelopeField>;
 
