@@ -81,10 +81,9 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 	if s.token != nil {
 		h.childTokens.Store(s.id, req.AuthToken) // for the snapshot secret check
 	}
-	var allowed map[string]bool
-	if s.parent != nil {
-		allowed = s.childCaps
-	}
+	// A child's capabilities are a subset of its parent's; an operator's
+	// session may be narrowed when it is opened (admin.go).
+	allowed := s.childCaps
 	enabled := map[string]bool{}
 	accepted := make([]msg.CapabilityEntry, 0, len(req.AgentCaps))
 	for _, name := range req.AgentCaps {

@@ -330,8 +330,9 @@ func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *child
 	for _, o := range opts {
 		o(s)
 	}
-	if parent != nil || s.forked {
-		// A child or a fork is made by a live agent: it counts from the start.
+	if parent != nil || s.forked || s.operatorOpened {
+		// A child or a fork is made by a live agent, and an operator's
+		// session by the operator: it counts from the start.
 		if err := h.countLocked(s); err != nil {
 			return nil, err
 		}

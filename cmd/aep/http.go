@@ -14,7 +14,9 @@ import (
 // is false (docs/mcp.md).
 func init() {
 	serveHTTP = serveHTTPWithMCP
-	serveOperator = httpapi.ServeOperator
+	serveOperator = func(ctx context.Context, h *server.Host, listen string, o operatorOptions) error {
+		return httpapi.ServeOperator(ctx, h, listen, httpapi.OperatorOptions{Token: o.token, Reload: o.reload, Stopping: o.stopping, Logger: o.log})
+	}
 }
 
 func serveHTTPWithMCP(ctx context.Context, h *server.Host, listen string) error {

@@ -328,6 +328,13 @@ func (ws *wsSession) wake() {
 // Transport names the sink for the by-transport session gauge.
 func (*wsSession) Transport() string { return "websocket" }
 
+// HoldsConnection implements [server.ConnectionSink]: a terminated
+// session's connection stays a while, so the client's next request is
+// answered why its session is gone.
+func (*wsSession) HoldsConnection() bool { return true }
+
+var _ server.ConnectionSink = (*wsSession)(nil)
+
 func (ws *wsSession) Send(p *wire.Packet) (int, error) {
 	line, err := wire.Encode(&p.Envelope, p.Msg)
 	if err != nil {
@@ -739,7 +746,11 @@ func (conn *wsConn) writeLoop() {
 			continue
 		} else if !ws.writing && ws.closed {
 			ws.mu.Unlock()
-			conn.closeWith(websocket.StatusNormalClosure, "session ended")
+			reason := "session ended"
+			if ws.sess.Terminated() {
+				reason = "session terminated by the operator"
+			}
+			conn.closeWith(websocket.StatusNormalClosure, reason)
 			return
 		}
 		if ws.notify == nil {
