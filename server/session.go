@@ -72,7 +72,7 @@ type Session struct {
 	// errTerminated.
 	terminated atomic.Bool
 	// newest is the newest snapshot this host wrote of the session.
-	newest atomic.Pointer[SnapshotNote]
+	newest  atomic.Pointer[SnapshotNote]
 	steps   atomic.Int64 // requests a child session has made (child.go)
 	created time.Time
 	remote  netip.Addr // the client's address, when the transport knows it
