@@ -49,7 +49,29 @@ type adminCmd struct {
 	asJSON  *bool
 	timeout *time.Duration
 	fs      *flag.FlagSet
+	args    []string // the arguments that are not flags
 	stdout  io.Writer
+}
+
+// parseInterleaved parses flags wherever they stand among the arguments
+// (aep admin inspect h-… --json), returning the other arguments in order;
+// "--" ends the flags.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
 }
 
 func cmdAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -95,14 +117,16 @@ func cmdAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "aep admin: unknown command %q\n\n%s", name, adminUsage)
 		return errUsage
 	}
-	if err := parse(c.fs, args[1:]); err != nil {
+	pos, err := parseInterleaved(c.fs, args[1:])
+	if err != nil {
 		return err
 	}
 	wantArgs := 0
 	if name == "inspect" || name == "terminate" || name == "snapshot" {
 		wantArgs = 1
 	}
-	if c.fs.NArg() != wantArgs {
+	c.args = pos
+	if len(pos) != wantArgs {
 		if wantArgs == 1 {
 			fmt.Fprintf(stderr, "aep admin %s: give one session handle (h-…, as aep admin list shows)\n", name)
 		} else {
@@ -216,7 +240,7 @@ func (c *adminCmd) list(ctx context.Context, cl *admin.ClientWithResponses, limi
 }
 
 func (c *adminCmd) oneSession(ctx context.Context, cl *admin.ClientWithResponses) error {
-	handle := c.fs.Arg(0)
+	handle := c.args[0]
 	if c.name == "terminate" {
 		res, err := cl.AdminTerminateSessionWithResponse(ctx, handle)
 		if err := check(res, http.StatusOK, err); err != nil {
@@ -290,7 +314,7 @@ func (c *adminCmd) snapshot(ctx context.Context, cl *admin.ClientWithResponses, 
 		t := admin.AdminSnapshotRequestTarget(target)
 		body.Target = &t
 	}
-	res, err := cl.AdminSnapshotSessionWithResponse(ctx, c.fs.Arg(0), body)
+	res, err := cl.AdminSnapshotSessionWithResponse(ctx, c.args[0], body)
 	if err := check(res, http.StatusOK, err); err != nil {
 		return err
 	}
