@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
@@ -211,9 +212,60 @@ func (h *Host) TerminateSession(handle string) (SessionReport, error) {
 	}
 	r := h.report(s, false)
 	s.terminated.Store(true)
+	h.tombstones.add(s.id)
 	s.Close()
 	h.log.Info("session terminated by the operator", "session", s.handle, "tenant", r.Tenant, "agent_id", r.AgentID)
 	return r, nil
+}
+
+// tombstoneTTL and maxTombstones bound how long, and how many, terminated
+// sessions' ids are remembered: long enough for a client to come back and
+// learn its session was terminated rather than lost.
+const (
+	tombstoneTTL  = 10 * time.Minute
+	maxTombstones = 10000
+)
+
+// tombstones are the transport ids of sessions the operator terminated,
+// oldest first, each until tombstoneTTL.
+type tombstones struct {
+	mu    sync.Mutex
+	at    map[string]time.Time
+	order []string
+}
+
+func (t *tombstones) add(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.at == nil {
+		t.at = map[string]time.Time{}
+	}
+	t.expireLocked(time.Now())
+	for len(t.order) >= maxTombstones {
+		delete(t.at, t.order[0])
+		t.order = t.order[1:]
+	}
+	t.at[id] = time.Now()
+	t.order = append(t.order, id)
+}
+
+func (t *tombstones) expireLocked(now time.Time) {
+	n := 0
+	for n < len(t.order) && now.Sub(t.at[t.order[n]]) > tombstoneTTL {
+		delete(t.at, t.order[n])
+		n++
+	}
+	t.order = t.order[n:]
+}
+
+// WasTerminated reports whether the session with transport id id was
+// terminated by the operator in the last tombstoneTTL: transports answer
+// its id with a 404 that says so (a client must not move it).
+func (h *Host) WasTerminated(id string) bool {
+	h.tombstones.mu.Lock()
+	defer h.tombstones.mu.Unlock()
+	at, ok := h.tombstones.at[id]
+	return ok && time.Since(at) <= tombstoneTTL
 }
 
 // SnapshotTaken says what an operator's snapshot wrote.

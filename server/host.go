@@ -118,6 +118,8 @@ type Host struct {
 	persistentTotal atomic.Int64
 	// tenants are the host's named secrets (tenant.go).
 	tenants tenants
+	// tombstones remember the sessions the operator terminated (admin.go).
+	tombstones tombstones
 
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)

@@ -198,8 +198,12 @@ func TestTerminatedWebSocket(t *testing.T) {
 	if m.Type != "error" || m.ReqID != "p1" || m.Code != "runtime_error" || m.Detail["reason"] != "terminated" {
 		t.Fatalf("the terminated session's next request over WebSocket: %+v", m)
 	}
-	if status, body := exchange(pingLine("p2")); status != http.StatusNotFound {
+	if status, body := exchange(pingLine("p2")); status != http.StatusNotFound || !strings.Contains(string(body), `"error":"terminated"`) {
 		t.Fatalf("the terminated session's next request over HTTP: %d %s", status, body)
+	}
+	// A session id that never was is not_found, as before.
+	if status, body := do(t, "POST", base+"/send", strings.NewReader(pingLine("p3")), header("X-Session-Id", "s-vm-00000000000000000000000000000000")); status != http.StatusNotFound || !strings.Contains(string(body), `"error":"not_found"`) {
+		t.Fatalf("an unknown id: %d %s", status, body)
 	}
 	// The same handle is no session any more.
 	if status, _ := do(t, "GET", ops+"/admin/sessions/"+info.Handle, nil, bearer(opToken)); status != http.StatusNotFound {

@@ -60,6 +60,9 @@ const (
 	closeTooSlow  = websocket.StatusPolicyViolation
 	closeNoReplay = websocket.StatusCode(4409) // re-attach asked for messages no longer held
 	closeNotFound = websocket.StatusCode(4404) // attach frame names no session
+	// closeTerminated ends the connection of a session the operator
+	// terminated (server/admin.go), so a client that moves knows not to.
+	closeTerminated = websocket.StatusCode(4410)
 )
 
 // addWebSocket serves GET /ws beside the generated routes.
@@ -113,7 +116,8 @@ func (hub *wsHub) serve(w http.ResponseWriter, r *http.Request) {
 			// Refused before the upgrade, like an unknown X-Session-Id on
 			// /send; the id stays out of the URL (docs/DECISIONS.md,
 			// WebSocket transport).
-			a.fail(w, r, &statusError{http.StatusNotFound, "not_found", "no session " + strconv.Quote(id)})
+			nf := a.notFound(id)
+			a.fail(w, r, &statusError{http.StatusNotFound, nf.Error, nf.Message})
 			return
 		}
 	}
@@ -746,11 +750,11 @@ func (conn *wsConn) writeLoop() {
 			continue
 		} else if !ws.writing && ws.closed {
 			ws.mu.Unlock()
-			reason := "session ended"
 			if ws.sess.Terminated() {
-				reason = "session terminated by the operator"
+				conn.closeWith(closeTerminated, "session terminated by the operator")
+			} else {
+				conn.closeWith(websocket.StatusNormalClosure, "session ended")
 			}
-			conn.closeWith(websocket.StatusNormalClosure, reason)
 			return
 		}
 		if ws.notify == nil {
