@@ -45,6 +45,7 @@ const (
 	RuleValidExamples     = "examples.valid"
 	RuleDirection         = "direction"
 	RuleHostStrict        = "host.strict"
+	RuleOperatorSession   = "session.operator"
 )
 
 var rules = []struct{ id, section, title string }{
@@ -58,6 +59,7 @@ var rules = []struct{ id, section, title string }{
 	{RuleValidExamples, "spec §7 condition 1", "no valid example is answered with parse_error or schema_violation"},
 	{RuleDirection, "spec §2.1, docs/DECISIONS.md Wire", "a host sends only replies and events; a type only a host sends, sent by an agent, is parse_error"},
 	{RuleHostStrict, "spec §2.1, docs/DECISIONS.md Wire", "every line a host sends is one JSON object on one line that validates against the contract's HostMessage (closed: no field the contract does not name)"},
+	{RuleOperatorSession, "spec §5, docs/operating.md Admin API", "a session the operator opened handshakes with the token issued for it, not with a tenant's secret, and session/info says operator_opened; that token opens no other session, and an agent's own session is not marked (skipped unless the kit is given the operator's way to open one)"},
 }
 
 // Result is the outcome of one rule.
@@ -136,6 +138,11 @@ type Options struct {
 	Examples []Example
 	// Timeout bounds the wait for one reply; default 10 s.
 	Timeout time.Duration
+	// OperatorSession, when set, opens a session through the host's admin
+	// API (POST /admin/sessions) and returns a connection attached to it
+	// and the token its handshake takes, for the session.operator rule;
+	// without it that rule is skipped.
+	OperatorSession func(ctx context.Context) (conn Conn, token string, err error)
 	// Record, when set, gets every line of every session as one JSON object
 	// per line: {"from": "agent"|"host", "line": "...", "example":
 	// "valid"|"invalid" (the examples), "beyond": true (an invalid example
@@ -294,7 +301,7 @@ func Run(ctx context.Context, dial Dialer, opts Options) (*Report, error) {
 
 	for _, step := range []func(context.Context) error{
 		k.handshake, k.handshakeFailures, k.replyOnce, k.events, k.capabilityGating,
-		k.invalidExamples, k.validExamples, k.direction,
+		k.invalidExamples, k.validExamples, k.direction, k.operatorSession,
 	} {
 		if err := step(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -429,6 +436,8 @@ type msg struct {
 	CapName   string          `json:"capability_name"`
 	MaxPar    *int            `json:"max_parallel"`
 	Detail    json.RawMessage `json:"detail"`
+	// OperatorOpened is session/info's operator_opened.
+	OperatorOpened *bool `json:"operator_opened"`
 }
 
 type errBody struct {
@@ -815,6 +824,82 @@ func (k *kit) handshakeFailures(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// operatorSession checks a session the operator opened (Options.OperatorSession).
+func (k *kit) operatorSession(ctx context.Context) error {
+	if k.opts.OperatorSession == nil {
+		k.notes[RuleOperatorSession] = "no way to open an operator's session was given (aep conformance --operator)"
+		return nil
+	}
+	conn, token, err := k.opts.OperatorSession(ctx)
+	if err != nil {
+		k.count(RuleOperatorSession)
+		k.fail(RuleOperatorSession, "opening a session as the operator: %v", err)
+		return nil
+	}
+	s := &session{k: k, conn: conn, inflight: map[string]string{}, events: map[string]int{}, replies: map[string]int{}}
+	defer s.close(ctx)
+	caps := []string{"session"}
+	// A tenant's secret (the kit's token) does not open it.
+	k.count(RuleOperatorSession)
+	if m, err := s.handshake(ctx, caps, k.opts.Token); err != nil {
+		k.fail(RuleOperatorSession, "a handshake with the tenant's secret: %v", err)
+	} else if m.OK == nil || *m.OK || m.Error == nil || m.Error.Code != "unauthorized" {
+		k.fail(RuleOperatorSession, "%s: the tenant's secret opened the operator's session, want handshake/resp ok false unauthorized", clip(m.raw))
+	}
+	k.count(RuleOperatorSession)
+	m, err := s.handshake(ctx, caps, token)
+	if err != nil || m.OK == nil || !*m.OK {
+		k.fail(RuleOperatorSession, "the handshake with the issued token: %v %s", err, clipMsg(m))
+		return nil
+	}
+	k.count(RuleOperatorSession)
+	id, err := s.request(ctx, "session/info/req", nil)
+	if err != nil {
+		return err
+	}
+	if m, err := s.await(ctx, id); err != nil {
+		k.fail(RuleOperatorSession, "session/info: %v", err)
+	} else if m.Type != "session/info/resp" || m.OperatorOpened == nil || !*m.OperatorOpened {
+		k.fail(RuleOperatorSession, "%s: session/info of the operator's session does not say operator_opened: true", clip(m.raw))
+	}
+	// The issued token opens no other session.
+	k.count(RuleOperatorSession)
+	other, err := k.open(ctx)
+	if err != nil {
+		return err
+	}
+	if m, err := other.handshake(ctx, caps, token); err != nil {
+		k.fail(RuleOperatorSession, "a handshake of a new session with the issued token: %v", err)
+	} else if m.OK == nil || *m.OK || m.Error == nil || m.Error.Code != "unauthorized" {
+		k.fail(RuleOperatorSession, "%s: the operator's session token opened another session, want ok false unauthorized", clip(m.raw))
+	}
+	other.close(ctx)
+	// An agent's own session is not marked.
+	k.count(RuleOperatorSession)
+	own, err := k.working(ctx, caps)
+	if err != nil {
+		return err
+	}
+	defer own.close(ctx)
+	id, err = own.request(ctx, "session/info/req", nil)
+	if err != nil {
+		return err
+	}
+	if m, err := own.await(ctx, id); err != nil {
+		k.fail(RuleOperatorSession, "session/info of an agent's session: %v", err)
+	} else if m.OperatorOpened != nil && *m.OperatorOpened {
+		k.fail(RuleOperatorSession, "%s: an agent's own session says operator_opened: true", clip(m.raw))
+	}
+	return nil
+}
+
+func clipMsg(m *msg) string {
+	if m == nil {
+		return ""
+	}
+	return clip(m.raw)
 }
 
 func (k *kit) working(ctx context.Context, caps []string) (*session, error) {

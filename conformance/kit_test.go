@@ -79,10 +79,16 @@ func stdioCommand(t *testing.T) string {
 }
 
 func run(t *testing.T, dial conformance.Dialer) *conformance.Report {
+	return runWith(t, dial, nil)
+}
+
+// runWith is run with the operator's way to open a session
+// (conformance.Options.OperatorSession).
+func runWith(t *testing.T, dial conformance.Dialer, operator func(context.Context) (conformance.Conn, string, error)) *conformance.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rep, err := conformance.Run(ctx, dial, conformance.Options{Token: token, EventsRequest: eventsRequest, Timeout: 20 * time.Second})
+	rep, err := conformance.Run(ctx, dial, conformance.Options{Token: token, EventsRequest: eventsRequest, Timeout: 20 * time.Second, OperatorSession: operator})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +151,7 @@ func TestAEPConforms(t *testing.T) {
 	}
 	check := func(t *testing.T, rep *conformance.Report) {
 		for _, r := range rep.Results {
-			if r.Status != conformance.Pass {
+			if r.Status != conformance.Pass && !(r.Rule == conformance.RuleOperatorSession && r.Status == conformance.Skip && t.Name() == "TestAEPConforms/stdio") {
 				logReport(t, rep)
 				t.Fatalf("rule %s: %s", r.Rule, r.Status)
 			}
@@ -157,28 +163,84 @@ func TestAEPConforms(t *testing.T) {
 	t.Run("stdio", func(t *testing.T) {
 		check(t, run(t, conformance.StdioDialer(stdioCommand(t), io.Discard)))
 	})
-	base := serveHTTP(t)
+	base, ops := serveHTTP(t)
+	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/ws"
 	t.Run("http", func(t *testing.T) {
-		check(t, run(t, conformance.HTTPDialer(base, nil)))
+		check(t, runWith(t, conformance.HTTPDialer(base, nil), operatorSession(ops, func(ctx context.Context, sid string) (conformance.Conn, error) {
+			return conformance.HTTPAttach(ctx, base, nil, sid)
+		})))
 	})
 	t.Run("single exchange", func(t *testing.T) {
-		check(t, run(t, conformance.ExchangeDialer(base, nil)))
+		check(t, runWith(t, conformance.ExchangeDialer(base, nil), operatorSession(ops, func(_ context.Context, sid string) (conformance.Conn, error) {
+			return conformance.ExchangeAttach(base, nil, sid), nil
+		})))
 	})
 	t.Run("websocket", func(t *testing.T) {
-		check(t, run(t, conformance.WebSocketDialer("ws"+strings.TrimPrefix(base, "http")+"/ws", nil)))
+		check(t, runWith(t, conformance.WebSocketDialer(wsURL, nil), operatorSession(ops, func(ctx context.Context, sid string) (conformance.Conn, error) {
+			return conformance.WebSocketDialer(wsURL, http.Header{"X-Session-Id": {sid}})(ctx)
+		})))
+	})
+	// A host whose "operator's session" is an agent's own, opened with the
+	// tenant's secret, breaks the rule.
+	t.Run("not the operator's", func(t *testing.T) {
+		rep := runWith(t, conformance.HTTPDialer(base, nil), func(ctx context.Context) (conformance.Conn, string, error) {
+			c, err := conformance.HTTPDialer(base, nil)(ctx)
+			return c, token, err
+		})
+		if got := rep.Failed(); !slices.Equal(got, []string{conformance.RuleOperatorSession}) {
+			logReport(t, rep)
+			t.Fatalf("failed rules %v, want only %s", got, conformance.RuleOperatorSession)
+		}
 	})
 }
 
-// serveHTTP runs `aep serve` on a free loopback port until the test ends.
-func serveHTTP(t *testing.T) string {
+const operatorToken = "conformance-operator-token-a1b2"
+
+// operatorSession opens a session through the admin API at ops and
+// attaches to it with attach.
+func operatorSession(ops string, attach func(context.Context, string) (conformance.Conn, error)) func(context.Context) (conformance.Conn, string, error) {
+	return func(ctx context.Context) (conformance.Conn, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ops+"/admin/sessions", strings.NewReader(`{"tenant":"default"}`))
+		if err != nil {
+			return nil, "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+operatorToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, "", err
+		}
+		defer resp.Body.Close()
+		var o struct {
+			SessionID string `json:"session_id"`
+			Token     string `json:"token"`
+		}
+		if resp.StatusCode != http.StatusCreated || json.NewDecoder(resp.Body).Decode(&o) != nil {
+			return nil, "", fmt.Errorf("POST /admin/sessions: %d", resp.StatusCode)
+		}
+		c, err := attach(ctx, o.SessionID)
+		return c, o.Token, err
+	}
+}
+
+// serveHTTP runs `aep serve` on a free loopback port until the test ends,
+// with its operator listener on another; it returns both base URLs.
+func serveHTTP(t *testing.T) (string, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
+	addr, opAddr := free(), free()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "aep.yaml")
+	if err := os.WriteFile(cfg, []byte("operator:\n  listen: "+opAddr+"\n  token: "+operatorToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(aepBinary(t), "serve", "--listen", addr, "--data-dir", t.TempDir())
+	cmd := exec.Command(aepBinary(t), "serve", "--listen", addr, "--data-dir", dir, "--config", cfg)
 	cmd.Env = append(os.Environ(), "AEP_AUTH_TOKEN="+token)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -200,7 +262,7 @@ func serveHTTP(t *testing.T) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base
+				return base, "http://" + opAddr
 			}
 		}
 		if time.Now().After(deadline) {

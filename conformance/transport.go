@@ -150,27 +150,41 @@ func HTTPDialer(base string, client *http.Client) Dialer {
 		if err != nil {
 			return nil, err
 		}
-		sctx, cancel := context.WithCancel(context.Background())
-		sreq, err := http.NewRequestWithContext(sctx, http.MethodGet, base+"/stream", nil)
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		sreq.Header.Set("X-Session-Id", sid)
-		sreq.Header.Set("Accept", "text/event-stream")
-		sresp, err := client.Do(sreq)
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("conformance: GET /stream: %w", err)
-		}
-		if sresp.StatusCode != http.StatusOK {
-			sresp.Body.Close()
-			cancel()
-			return nil, fmt.Errorf("conformance: GET /stream: status %d", sresp.StatusCode)
-		}
-		return &httpConn{base: base, client: client, session: sid, cancel: cancel,
-			body: sresp.Body, lines: newLines(sresp.Body, sse)}, nil
+		return httpAttach(ctx, base, client, sid)
 	}
+}
+
+// HTTPAttach attaches to the existing session sessionID over HTTP+SSE, as
+// HTTPDialer does to the session it creates: a session the host made for
+// an agent to attach to (a subagent's, a fork, one the operator opened).
+func HTTPAttach(ctx context.Context, base string, client *http.Client, sessionID string) (Conn, error) {
+	if client == nil {
+		client = &http.Client{}
+	}
+	return httpAttach(ctx, strings.TrimSuffix(base, "/"), client, sessionID)
+}
+
+func httpAttach(ctx context.Context, base string, client *http.Client, sid string) (Conn, error) {
+	sctx, cancel := context.WithCancel(context.Background())
+	sreq, err := http.NewRequestWithContext(sctx, http.MethodGet, base+"/stream", nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	sreq.Header.Set("X-Session-Id", sid)
+	sreq.Header.Set("Accept", "text/event-stream")
+	sresp, err := client.Do(sreq)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("conformance: GET /stream: %w", err)
+	}
+	if sresp.StatusCode != http.StatusOK {
+		sresp.Body.Close()
+		cancel()
+		return nil, fmt.Errorf("conformance: GET /stream: status %d", sresp.StatusCode)
+	}
+	return &httpConn{base: base, client: client, session: sid, cancel: cancel,
+		body: sresp.Body, lines: newLines(sresp.Body, sse)}, nil
 }
 
 // sse yields the data of each server-sent event; comments (heartbeats),
@@ -241,11 +255,21 @@ func ExchangeDialer(base string, client *http.Client) Dialer {
 		if err != nil {
 			return nil, err
 		}
-		sctx, cancel := context.WithCancel(context.Background())
-		l := &lines{ch: make(chan []byte, 1024), done: make(chan struct{})}
-		return &exchangeConn{httpConn: &httpConn{base: base, client: client, session: sid, cancel: cancel, body: io.NopCloser(nil), lines: l},
-			client: client, ctx: sctx}, nil
+		return ExchangeAttach(base, client, sid), nil
 	}
+}
+
+// ExchangeAttach attaches to the existing session sessionID in
+// single-exchange mode, as ExchangeDialer does to the session it creates.
+func ExchangeAttach(base string, client *http.Client, sessionID string) Conn {
+	base = strings.TrimSuffix(base, "/")
+	if client == nil {
+		client = &http.Client{}
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	l := &lines{ch: make(chan []byte, 1024), done: make(chan struct{})}
+	return &exchangeConn{httpConn: &httpConn{base: base, client: client, session: sessionID, cancel: cancel, body: io.NopCloser(nil), lines: l},
+		client: client, ctx: sctx}
 }
 
 // createSession is POST {base}/session.

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/aephost/aep/conformance"
+	admin "github.com/aephost/aep/gen/adminapi"
 )
 
 // errNotConformant is the exit status of a host that breaks a rule: the
@@ -34,6 +36,8 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	timeout := f.Duration("timeout", 10*time.Second, "how long to wait for one reply")
 	recordPath := f.String("record", "", "write every line of every session to `FILE` (NDJSON records: from, line, example)")
 	hostLog := f.Bool("host-log", false, "with --stdio: pass the host's stderr through (default: discarded)")
+	operator := f.String("operator", "", "the host's operator listener `ADDR` (operator.listen): the session.operator rule opens a session there through the admin API, with the token of $AEP_OPERATOR_TOKEN, and attaches to it over --url")
+	operatorTenant := f.String("operator-tenant", "default", "the `TENANT` the operator's session is opened for")
 	f.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: aep conformance (--url URL [--exchange] | --stdio CMD) [--token TOKEN] [--json] [flags]\n\nChecks a running host against the protocol's contract, one result per rule with its spec section.\nExits 1 when a rule fails.\n\n")
 		f.PrintDefaults()
@@ -104,6 +108,32 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			logs = stderr
 		}
 		dial = conformance.StdioDialer(*stdio, logs)
+	}
+	if *operator != "" {
+		if *url == "" {
+			return fmt.Errorf("--operator needs --url: a stdio host serves one session, which nobody opens for it")
+		}
+		cl, err := newAdminClient(*operator)
+		if err != nil {
+			return err
+		}
+		opts.OperatorSession = func(ctx context.Context) (conformance.Conn, string, error) {
+			res, err := cl.AdminOpenSessionWithResponse(ctx, admin.AdminOpenSessionRequest{Tenant: *operatorTenant})
+			if err := check(res, http.StatusCreated, err); err != nil {
+				return nil, "", err
+			}
+			o := res.JSON201
+			var conn conformance.Conn
+			switch {
+			case strings.HasPrefix(*url, "ws://") || strings.HasPrefix(*url, "wss://"):
+				conn, err = conformance.WebSocketDialer(*url, http.Header{"X-Session-Id": {o.SessionId}})(ctx)
+			case *exchange:
+				conn = conformance.ExchangeAttach(*url, nil, o.SessionId)
+			default:
+				conn, err = conformance.HTTPAttach(ctx, *url, nil, o.SessionId)
+			}
+			return conn, o.Token, err
+		}
 	}
 	rep, err := conformance.Run(ctx, dial, opts)
 	if err != nil {
