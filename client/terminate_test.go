@@ -95,6 +95,11 @@ func TestTerminatedCloseEndsMovingClient(t *testing.T) {
 		}
 		_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"handshake/resp","id":"x","proto":"1.0","ts":1,"req_id":"`+id+
 			`","ok":true,"session_id":"s-x-00000000000000000000000000000000","accepted_caps":[],"max_parallel":4}`))
+		// The next request is not answered: the session is terminated
+		// meanwhile and its connection closes as the host closes it.
+		if _, _, err := c.Read(ctx); err != nil {
+			return
+		}
 		_ = c.Close(client.CloseTerminated, "session terminated by the operator")
 	}))
 	defer srv.Close()
@@ -107,6 +112,9 @@ func TestTerminatedCloseEndsMovingClient(t *testing.T) {
 	defer c.Close()
 	if _, err := c.Handshake(ctx, "a", "t"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := c.Ping(ctx, &msg.Ping{}); !client.Terminated(err) {
+		t.Fatalf("the request in flight at the close: %v", err)
 	}
 	select {
 	case <-c.Done():

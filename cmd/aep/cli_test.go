@@ -210,7 +210,7 @@ func TestConformanceCommand(t *testing.T) {
 			OK      bool
 			Results []struct{ Rule, Section, Status string }
 		}
-		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || len(rep.Results) != 10 {
+		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || len(rep.Results) != 11 {
 			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 		}
 		for _, r := range rep.Results {

@@ -369,7 +369,8 @@ func (a *adminAPI) AdminDrain(ctx context.Context, req admin.AdminDrainRequestOb
 	a.log.Info("draining at the operator's request: no new sessions; waiting for requests in flight", "timeout", timeout, "snapshot", snapshot)
 	res, err := a.h.Drain(dctx, snapshot)
 	handles := make([]string, 0, len(res.Snapshots))
-	out := admin.AdminDrainResult{Draining: true, Snapshot: snapshot, Unfinished: res.Unfinished, NotSaved: res.NotSaved}
+	// Without a store a drain takes no snapshot, whatever it was asked.
+	out := admin.AdminDrainResult{Draining: true, Snapshot: snapshot && a.h.Store() != nil, Unfinished: res.Unfinished, NotSaved: res.NotSaved}
 	out.Snapshots = make([]struct {
 		Handle     string `json:"handle"`
 		SnapshotId string `json:"snapshot_id"`

@@ -137,11 +137,11 @@ func ServeOperator(ctx context.Context, h *server.Host, listenAddr string, o Ope
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	adminAPI := "/admin/"
 	if o.Token == "" {
-		log.Info("operator endpoint serving /metrics; the admin API is off (operator.token is not set)", "addr", ln.Addr().String())
-	} else {
-		log.Info("operator endpoint serving /metrics and the admin API", "addr", ln.Addr().String())
+		adminAPI = "off: operator.token is not set"
 	}
+	log.Info("operator endpoint serving /metrics", "addr", ln.Addr().String(), "admin_api", adminAPI)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("operator serve: %w", err)
