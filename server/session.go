@@ -679,9 +679,11 @@ type call struct {
 	mu        sync.Mutex
 	started   bool
 	cancelled bool
-	cancelErr *wire.Error // what a cancelled call was answered
-	replied   bool
-	seq       int
+	// byOperator says a cancelled call was answered errTerminated, not
+	// `cancelled` (a bool, beside the others: no larger call per request).
+	byOperator bool
+	replied    bool
+	seq        int
 }
 
 var _ wire.Scope = (*call)(nil)
@@ -721,29 +723,29 @@ func (c *call) cancelledWith() *wire.Error {
 	if !c.cancelled {
 		return nil
 	}
-	if c.cancelErr == nil {
-		return wire.AsError(wire.ErrCancelled)
+	if c.byOperator {
+		return errTerminated()
 	}
-	return c.cancelErr
+	return wire.AsError(wire.ErrCancelled)
 }
 
 func (c *call) cancelNow() {
-	if c.s.terminated.Load() {
-		c.cancelWith(errTerminated())
-		return
-	}
-	c.cancelWith(wire.AsError(wire.ErrCancelled))
+	c.cancelWith(c.s.terminated.Load())
 }
 
-// cancelWith stops the call, answering it e at once: `cancelled` for a
-// `cancel` or a drain, the operator's termination for a terminated
-// session.
-func (c *call) cancelWith(e *wire.Error) {
-	c.mu.Lock()
-	c.cancelled = true
-	if c.cancelErr == nil {
-		c.cancelErr = e
+// cancelWith stops the call, answering it at once: `cancelled` for a
+// `cancel` or a drain, errTerminated when the operator terminated the
+// session (byOperator).
+func (c *call) cancelWith(byOperator bool) {
+	e := wire.AsError(wire.ErrCancelled)
+	if byOperator {
+		e = errTerminated()
 	}
+	c.mu.Lock()
+	if !c.cancelled {
+		c.byOperator = byOperator
+	}
+	c.cancelled = true
 	running := c.started
 	c.mu.Unlock()
 	// Answer before the handler's context ends: a handler that returns
