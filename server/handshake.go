@@ -81,11 +81,14 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	if s.parent != nil {
 		allowed = s.childCaps
 	}
-	enabled := map[string]bool{}
+	// session/ is served to every session, asked for or not, a subagent's
+	// too: its entry says so rather than enabled false for a namespace
+	// whose requests are answered (spec §2.2, §7 condition 3).
+	enabled := map[string]bool{SessionCapability: true}
 	accepted := make([]msg.CapabilityEntry, 0, len(req.AgentCaps))
 	for _, name := range req.AgentCaps {
 		c := CanonicalCapability(name)
-		on := h.served[c] && (allowed == nil || allowed[c])
+		on := c == SessionCapability || h.served[c] && (allowed == nil || allowed[c])
 		if on {
 			enabled[c] = true
 		}

@@ -22,6 +22,13 @@ import (
 // capabilityAliases maps the prior SDK's spellings to ours (docs/DECISIONS.md, Wire).
 var capabilityAliases = map[string]string{"learning": "learn", "skill": "skills"}
 
+// SessionCapability names the kernel's own session/ namespace. It is always
+// on (docs/DECISIONS.md, Wire): every handshaken session, a subagent's
+// included, may send session/* whatever it requested, so a handshake that
+// requests it reports it enabled, and [Session.Enabled] says so for every
+// session (docs/DECISIONS.md, Capability gating: session is always on).
+const SessionCapability = "session"
+
 // CanonicalCapability returns the capability name an agent's spelling means.
 func CanonicalCapability(name string) string {
 	if c, ok := capabilityAliases[name]; ok {
