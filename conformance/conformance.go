@@ -65,12 +65,15 @@ type Checker struct {
 }
 
 type typeSchema struct {
+	typ        string // the def's x-aep-type (an alias maps to its def's)
 	loc        string // the def's absolute location, for messages
 	kind       string
 	schema     *jsonschema.Schema
 	namespace  string // the file's x-aep-namespace
 	capability string // x-aep-capability of the def, else of the file
+	kernel     bool   // the file's x-aep-kernel: answered by the kernel itself
 	reply      string // x-aep-reply of a request
+	def        map[string]any
 }
 
 // Violation is a line that does not conform. Err is the cause: a
@@ -240,7 +243,8 @@ func LoadFS(fsyss ...fs.FS) (*Checker, error) {
 				capName, _ = f.raw["x-aep-capability"].(string)
 			}
 			reply, _ := def["x-aep-reply"].(string)
-			ts := &typeSchema{loc: loc, kind: kind, schema: sch, namespace: ns, capability: capName, reply: reply}
+			kernel, _ := f.raw["x-aep-kernel"].(bool)
+			ts := &typeSchema{typ: typ, loc: loc, kind: kind, schema: sch, namespace: ns, capability: capName, kernel: kernel, reply: reply, def: def}
 			aliases, _ := def["x-aep-aliases"].([]any)
 			for _, t := range append([]any{typ}, aliases...) {
 				t, _ := t.(string)
