@@ -430,8 +430,8 @@ func Run(ctx context.Context, target Target, opts Options) (*Report, error) {
 		if i > 0 && !k.handshakeOK {
 			// Every other scenario needs a session: they would all fail
 			// the same way, each after a timeout.
-			k.skip("the handshake with the token failed (see handshake)", sc.checks...)
-			continue
+			k.skip("the handshake with the token failed (see handshake)", checkIDs()...)
+			break
 		}
 		if err := sc.run(ctx); err != nil {
 			if ctx.Err() != nil {

@@ -31,6 +31,10 @@ type session struct {
 	replies  map[string]int    // id → replies seen
 	hostIDs  map[string]bool
 	uptime   float64 // the last pong's uptime_seconds, -1 before any
+	// stalled counts the replies that never came: past two, the host has
+	// stopped answering this session and later calls fail at once rather
+	// than each after a timeout.
+	stalled int
 }
 
 // pending is a request in flight: what was asked and the events seen.
@@ -161,6 +165,9 @@ func (s *session) request(ctx context.Context, typ string, body map[string]any) 
 // call sends a request and waits for its reply. A reply that never came
 // is a msg whose err says why.
 func (s *session) call(ctx context.Context, typ string, body map[string]any) *msg {
+	if s.stalled >= 2 {
+		return &msg{err: fmt.Errorf("not sent: session %s stopped answering (%d replies never came)", s.label, s.stalled), Type: "(not sent)"}
+	}
 	id, err := s.request(ctx, typ, body)
 	if err != nil {
 		return &msg{err: err, Type: "(not sent)"}
@@ -192,6 +199,7 @@ func (s *session) awaitFor(ctx context.Context, id string, d time.Duration) (*ms
 	for {
 		m, err := s.next(ctx)
 		if err != nil {
+			s.stalled++
 			return nil, fmt.Errorf("waiting for the reply to %s: %w", id, err)
 		}
 		if m != nil && !strings.HasSuffix(m.Type, "/event") && m.reqID() == id {
@@ -445,6 +453,9 @@ func (s *session) close(ctx context.Context) {
 		return
 	}
 	defer s.conn.Close()
+	if s.stalled >= 2 {
+		return
+	}
 	id, err := s.request(ctx, "ping", nil)
 	if err != nil {
 		return

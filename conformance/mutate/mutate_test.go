@@ -1,3 +1,9 @@
+//go:build aepkit
+
+// The mutants against a real aep: a heavy end-to-end suite (a host,
+// proxies in front of it), run once by its own step of .ci/run with
+// -tags aepkit, not under -race.
+
 package mutate_test
 
 import (
@@ -75,13 +81,14 @@ func TestCatalogue(t *testing.T) {
 	base := kittest.Serve(t)
 	for _, mu := range mutate.Catalogue() {
 		t.Run(mu.Name, func(t *testing.T) {
+			t.Parallel()
 			caught(t, target(t, base, "http", mu), mu)
 		})
 	}
 }
 
 // TestMissed: the bugs an earlier kit let through are each caught by a
-// named check over every transport, stdio included.
+// named check over WebSocket too (TestCatalogue runs them over HTTP+SSE).
 func TestMissed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the aep binary")
@@ -94,17 +101,14 @@ func TestMissed(t *testing.T) {
 		t.Fatalf("%d missed bugs, want the 8 missed and the 2 never provoked", len(mutate.Missed))
 	}
 	base := kittest.Serve(t)
-	for _, transport := range []string{"stdio", "exchange", "websocket"} {
-		t.Run(transport, func(t *testing.T) {
-			for _, name := range mutate.Missed {
-				mu, ok := byName[name]
-				if !ok {
-					t.Fatalf("%s is not in the catalogue", name)
-				}
-				t.Run(name, func(t *testing.T) {
-					caught(t, target(t, base, transport, mu), mu)
-				})
-			}
+	for _, name := range mutate.Missed {
+		mu, ok := byName[name]
+		if !ok {
+			t.Fatalf("%s is not in the catalogue", name)
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			caught(t, target(t, base, "websocket", mu), mu)
 		})
 	}
 }
