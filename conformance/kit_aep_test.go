@@ -100,4 +100,3 @@ func TestWithoutFixture(t *testing.T) {
 		}
 	}
 }
-

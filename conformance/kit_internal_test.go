@@ -109,12 +109,12 @@ func TestCloseObjects(t *testing.T) {
 	}
 	closeObjects(doc)
 	for path, want := range map[string]any{
-		"$defs.M.additionalProperties":                        false,
-		"$defs.M.unevaluatedProperties":                       nil,
-		"$defs.R.unevaluatedProperties":                       false,
-		"$defs.M.properties.data.unevaluatedProperties":       nil,
-		"$defs.M.properties.env.unevaluatedProperties":        nil,
-		"$defs.M.properties.list.items.unevaluatedProperties": false,
+		"$defs.M.additionalProperties":                            false,
+		"$defs.M.unevaluatedProperties":                           nil,
+		"$defs.R.unevaluatedProperties":                           false,
+		"$defs.M.properties.data.unevaluatedProperties":           nil,
+		"$defs.M.properties.env.unevaluatedProperties":            nil,
+		"$defs.M.properties.list.items.unevaluatedProperties":     false,
 		"$defs.M.properties.either.oneOf.0.unevaluatedProperties": false,
 	} {
 		got, ok := get(doc, path)

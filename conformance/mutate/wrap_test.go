@@ -148,8 +148,10 @@ func TestWrapRewrites(t *testing.T) {
 func TestWrapAttach(t *testing.T) {
 	boom := errors.New("boom")
 	tg := Wrap(conformance.Target{
-		Dial:   func(context.Context) (conformance.Conn, error) { return nil, boom },
-		Attach: func(context.Context, string) (conformance.Conn, error) { return &pipe{reply: func([]byte) [][]byte { return nil }}, nil },
+		Dial: func(context.Context) (conformance.Conn, error) { return nil, boom },
+		Attach: func(context.Context, string) (conformance.Conn, error) {
+			return &pipe{reply: func([]byte) [][]byte { return nil }}, nil
+		},
 	}, Mutant{})
 	if _, err := tg.Dial(context.Background()); !errors.Is(err, boom) {
 		t.Fatalf("dial: %v", err)
