@@ -194,3 +194,18 @@ func TestGarbageHost(t *testing.T) {
 		t.Fatalf("host.strict %s", r.Status)
 	}
 }
+
+// TestContractDocListsChecks: docs/contract.md's table names every check
+// of the kit with its level, so the page another host's author reads
+// stays the kit's.
+func TestContractDocListsChecks(t *testing.T) {
+	doc, err := os.ReadFile("../docs/contract.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conformance.Checks() {
+		if row := "| `" + c.ID + "` | " + string(c.Level) + " | "; !bytes.Contains(doc, []byte(row)) {
+			t.Errorf("docs/contract.md lacks the row %q", row)
+		}
+	}
+}

@@ -273,10 +273,9 @@ func LoadExamples(fsys fs.FS) ([]Example, error) {
 	return out, nil
 }
 
-// kit is one run: the contract, the options, and what each check found.
-type kit struct {
-	opts    Options
-	target  Target
+// judge is the compiled schemas and bundle a run judges by; it never
+// changes, so runs in one process share it (compiledContract).
+type judge struct {
 	checker *Checker
 	host    *jsonschema.Schema // the bundle's HostMessage
 	closed  *jsonschema.Schema // the same with every described object closed
@@ -284,10 +283,34 @@ type kit struct {
 	// a line is judged by its own def, and its problems are its own.
 	hostDefs, closedDefs map[string]*jsonschema.Schema
 	codes                map[string]retryRow // the retryable table, from the bundle
-	// required lists each message type's required fields (bundle).
-	required map[string][]string
-	// conditional marks types whose def has rules beyond required fields.
-	conditional map[string]bool
+}
+
+var compiled struct {
+	once sync.Once
+	j    *judge
+	err  error
+}
+
+// compiledContract compiles the module's schemas and the bundle once per
+// process: a suite running the kit many times (mutants) pays it once.
+func compiledContract() (*judge, error) {
+	compiled.once.Do(func() {
+		j := &judge{}
+		if j.checker, compiled.err = Module(); compiled.err != nil {
+			return
+		}
+		if compiled.err = j.loadBundle(); compiled.err == nil {
+			compiled.j = j
+		}
+	})
+	return compiled.j, compiled.err
+}
+
+// kit is one run: the contract, the options, and what each check found.
+type kit struct {
+	*judge
+	opts   Options
+	target Target
 	// uniq makes the names this run creates (memory namespaces, chains,
 	// keys) its own, so runs against one host do not meet.
 	uniq string
@@ -403,13 +426,11 @@ func Run(ctx context.Context, target Target, opts Options) (*Report, error) {
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
 	k.uniq = hex.EncodeToString(rb[:])
-	var err error
-	if k.checker, err = Module(); err != nil {
+	j, err := compiledContract()
+	if err != nil {
 		return nil, err
 	}
-	if err := k.loadBundle(); err != nil {
-		return nil, err
-	}
+	k.judge = j
 	if len(k.opts.Caps) == 0 {
 		k.opts.Caps = append(k.capabilities(), k.alwaysOn()...)
 	}
@@ -487,7 +508,7 @@ func (k *kit) report() *Report {
 	return rep
 }
 
-func (k *kit) loadBundle() error {
+func (k *judge) loadBundle() error {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(contract.Bundle))
 	if err != nil {
 		return err
@@ -549,14 +570,7 @@ func (k *kit) loadBundle() error {
 	}
 	var b struct {
 		Defs map[string]struct {
-			Enum       []string `json:"enum"`
-			Properties map[string]struct {
-				Const any `json:"const"`
-			} `json:"properties"`
-			Required []string `json:"required"`
-			AnyOf    []any    `json:"anyOf"`
-			OneOf    []any    `json:"oneOf"`
-			AllOf    []struct {
+			AllOf []struct {
 				If struct {
 					Properties map[string]struct {
 						Const      any `json:"const"`
@@ -575,14 +589,6 @@ func (k *kit) loadBundle() error {
 	}
 	if err := json.Unmarshal(contract.Bundle, &b); err != nil {
 		return err
-	}
-	k.required = map[string][]string{}
-	k.conditional = map[string]bool{}
-	for _, d := range b.Defs {
-		if t, ok := d.Properties["type"].Const.(string); ok {
-			k.required[t] = d.Required
-			k.conditional[t] = len(d.AllOf)+len(d.AnyOf)+len(d.OneOf) > 0
-		}
 	}
 	// The retryable table, from ErrorMessage's if/then rules: one per code
 	// (any other reason or none) and one per listed detail.reason.

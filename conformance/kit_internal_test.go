@@ -166,7 +166,7 @@ func TestProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &kit{checker: c}
+	k := &kit{judge: &judge{checker: c}}
 	probes := k.probes()
 	for _, cp := range append(k.capabilities(), k.alwaysOn()...) {
 		p, ok := probes[cp]
