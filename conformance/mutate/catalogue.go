@@ -10,8 +10,13 @@ import (
 
 // Catalogue returns the mutants of the kit's own tests: the bugs a kit
 // without per-capability scenarios missed, the rules the kit always
-// checked, and bugs of the HTTP edge, each with the checks it must fail.
+// checked, bugs of the HTTP edge, and one bug for every other check
+// (capabilities.go), each with the checks it must fail.
 func Catalogue() []Mutant {
+	return append(missedAndRules(), capabilityMutants()...)
+}
+
+func missedAndRules() []Mutant {
 	return []Mutant{
 		// The bugs an earlier kit missed.
 		{

@@ -36,6 +36,10 @@ type Mutant struct {
 	// Run are the checks whose scenarios provoke the bug (the kit's
 	// Options.Only); empty: Catch.
 	Run []string
+	// Over names the transport the bug needs (websocket for a line over
+	// the size limit, which HTTP refuses before any session sees it);
+	// empty: any.
+	Over string
 	// Host rewrites one message the host sent; it returns the messages
 	// to pass on in its place (none drops it). Nil passes all on.
 	Host func(s *State, m Msg) []Msg

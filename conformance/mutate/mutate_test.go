@@ -82,7 +82,11 @@ func TestCatalogue(t *testing.T) {
 	for _, mu := range mutate.Catalogue() {
 		t.Run(mu.Name, func(t *testing.T) {
 			t.Parallel()
-			caught(t, target(t, base, "http", mu), mu)
+			over := mu.Over
+			if over == "" {
+				over = "http"
+			}
+			caught(t, target(t, base, over, mu), mu)
 		})
 	}
 }

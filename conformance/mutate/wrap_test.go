@@ -190,3 +190,19 @@ func TestCatalogueNames(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryCheckHasAMutant: the catalogue breaks every check of the kit at
+// least once, so TestCatalogue proves none of them is vacuous.
+func TestEveryCheckHasAMutant(t *testing.T) {
+	caught := map[string]bool{}
+	for _, mu := range Catalogue() {
+		for _, c := range mu.Catch {
+			caught[c] = true
+		}
+	}
+	for _, c := range conformance.Checks() {
+		if !caught[c.ID] {
+			t.Errorf("no mutant fails %s", c.ID)
+		}
+	}
+}
