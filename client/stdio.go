@@ -52,12 +52,13 @@ const authTokenEnv = "AEP_AUTH_TOKEN"
 // discards the host's logs).
 //
 // The process starts when the first line is written. When that line is the
-// handshake (spec §2.4), its auth_token is put in the process's environment
-// as AEP_AUTH_TOKEN, replacing any the environment had, so a spawned host
-// whose configuration names no token accepts the token given in code. The
-// token goes in the environment, never on the command line, where other
-// local users could read it (ps). A command that cannot be found is
-// reported here; any other failure to start, by the first WriteLine.
+// handshake (spec §2.4), its auth_token becomes the process's
+// AEP_AUTH_TOKEN, so a spawned host whose configuration names no token
+// accepts the token given in code: it replaces the one this process's
+// environment may hold, but not one the caller put in cmd.Env. The token
+// goes in the environment, never on the command line, where other local
+// users could read it (ps). A command that cannot be found is reported
+// here; any other failure to start, by the first WriteLine.
 func SpawnStdio(cmd *exec.Cmd) (*StdioConn, error) {
 	switch {
 	case cmd.Err != nil:
@@ -77,7 +78,7 @@ func (c *StdioConn) start(first []byte) error {
 		return c.startErr
 	}
 	c.started = true
-	if tok, ok := handshakeToken(first); ok {
+	if tok, ok := handshakeToken(first); ok && !setsEnv(c.cmd.Env, authTokenEnv) {
 		c.cmd.Env = withEnv(c.cmd.Env, authTokenEnv, tok)
 	}
 	stdin, err := c.cmd.StdinPipe()
@@ -116,6 +117,16 @@ func handshakeToken(line []byte) (string, bool) {
 		return "", false
 	}
 	return *hs.AuthToken, true
+}
+
+// setsEnv reports whether env has an entry for name.
+func setsEnv(env []string, name string) bool {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == name {
+			return true
+		}
+	}
+	return false
 }
 
 // withEnv returns env (the current process's environment when nil, as

@@ -387,9 +387,10 @@ func TestStdioEndOfInput(t *testing.T) {
 
 // TestGoClientOverStdio drives the real binary through client/stdio.go,
 // both with a command the caller builds and with the client.Stdio shortcut.
-// AEP_AUTH_TOKEN is unset, or names another token: the spawned host takes
-// the token the code handshakes with, from its environment, never from its
-// command line.
+// AEP_AUTH_TOKEN is unset, or this process's names another token: the
+// spawned host takes the token the code handshakes with, from its
+// environment, never from its command line. (A token the caller puts in
+// cmd.Env is the host's: sdk/scenario's TestHandshakeRefused.)
 func TestGoClientOverStdio(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -405,9 +406,9 @@ func TestGoClientOverStdio(t *testing.T) {
 			}
 			return client.New(client.Lines(conn, nil)), conn.Exited(), func() *os.Process { return cmd.Process }
 		}},
-		{"SpawnStdio, another token in its environment", func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}, func() *os.Process) {
+		{"SpawnStdio, another token in our environment", func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}, func() *os.Process) {
+			t.Setenv("AEP_AUTH_TOKEN", "not-the-one")
 			cmd := exec.Command(bin, "serve", "--stdio", "--data-dir", t.TempDir())
-			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "AEP_AUTH_TOKEN=not-the-one", "AEP_AUTH_TOKEN=nor-this"}
 			cmd.Stderr = stderr
 			conn, err := client.SpawnStdio(cmd)
 			if err != nil {
