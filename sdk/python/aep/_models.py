@@ -5,12 +5,18 @@ the contract bundle (docs/contract.md; field reference docs/protocol.md).
 Every model keeps unknown fields (extra="allow"): a newer host may add
 optional fields (docs/DECISIONS.md, Wire). A field whose wire name is a
 Python keyword or a pydantic attribute gets a trailing underscore and keeps
-the wire name as its alias (from_ for from).
+the wire name as its alias (from_ for from); either name builds a model.
+
+model_dump() and model_dump_json() give the wire form by default: wire
+names (from, not from_) and only the fields that were set, plus the
+message's type and proto, so a message dumped is what the host sent or
+reads (pass by_alias=False or exclude_unset=False for pydantic's usual
+output).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -19,6 +25,25 @@ class Model(BaseModel):
     """Base of every generated model."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    #: Fields with a single allowed value (a message's type and proto): part
+    #: of the wire form even when left to their default.
+    _wire_consts: ClassVar[tuple[str, ...]] = ()
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.__pydantic_fields_set__.update(self._wire_consts)
+
+    def model_dump(self, *, by_alias: Optional[bool] = None, exclude_unset: bool = True,
+                   **kw: Any) -> dict[str, Any]:
+        """The model as a dict of its wire form: wire names, set fields only."""
+        return super().model_dump(by_alias=True if by_alias is None else by_alias,
+                                  exclude_unset=exclude_unset, **kw)
+
+    def model_dump_json(self, *, by_alias: Optional[bool] = None, exclude_unset: bool = True,
+                        **kw: Any) -> str:
+        """The model as JSON in its wire form: wire names, set fields only."""
+        return super().model_dump_json(by_alias=True if by_alias is None else by_alias,
+                                       exclude_unset=exclude_unset, **kw)
 
 
 ErrorCode = Literal["cancelled", "capability_missing", "out_of_memory", "parse_error", "runtime_error", "sandbox_crash", "schema_violation", "timeout", "unauthorized", "version_mismatch"]
@@ -55,6 +80,7 @@ class CancelMessage(Model):
     of its own.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["cancel"] = "cancel"
     #: Unique id of the message (spec §2.1).
@@ -84,6 +110,7 @@ class ChainDefineReqMessage(Model):
     by name.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/define/req"] = "chain/define/req"
     chain: ChainDefinition
@@ -105,6 +132,7 @@ class ChainDefineReqMessage(Model):
 class ChainDefineRespMessage(Model):
     """`chain/define/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/define/resp"] = "chain/define/resp"
     #: Unique id of the message (spec §2.1).
@@ -153,6 +181,7 @@ class ChainEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/event"] = "chain/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -241,6 +270,7 @@ class ChainRunReqMessage(Model):
     and failure.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/run/req"] = "chain/run/req"
     chain: Optional[ChainDefinition] = None
@@ -272,6 +302,7 @@ class ChainRunReqMessage(Model):
 class ChainRunRespMessage(Model):
     """`chain/run/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/run/resp"] = "chain/run/resp"
     duration_ms: int
@@ -339,6 +370,7 @@ class CoreEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["core/event"] = "core/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -394,6 +426,7 @@ class EnvCloseReqMessage(Model):
     later use of its id is an error.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/close/req"] = "env/close/req"
     episode_id: str
@@ -412,6 +445,7 @@ class EnvCloseReqMessage(Model):
 class EnvCloseRespMessage(Model):
     """`env/close/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/close/resp"] = "env/close/resp"
     closed: bool
@@ -436,6 +470,7 @@ class EnvDataAddMessage(Model):
     left as it was.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/add"] = "env/data/add"
     #: Unique id of the message (spec §2.1).
@@ -459,6 +494,7 @@ class EnvDataAddReqMessage(Model):
     was.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/add/req"] = "env/data/add/req"
     #: Unique id of the message (spec §2.1).
@@ -477,6 +513,7 @@ class EnvDataAddReqMessage(Model):
 class EnvDataAddRespMessage(Model):
     """`env/data/add/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/add/resp"] = "env/data/add/resp"
     added: list[DataFile]
@@ -499,6 +536,7 @@ class EnvDataGetMessage(Model):
     or every file when neither is given.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/get"] = "env/data/get"
     glob: Optional[str] = None
@@ -526,6 +564,7 @@ class EnvDataGetReqMessage(Model):
     when neither is given.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/get/req"] = "env/data/get/req"
     glob: Optional[str] = None
@@ -549,6 +588,7 @@ class EnvDataGetReqMessage(Model):
 class EnvDataGetRespMessage(Model):
     """`env/data/get/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/get/resp"] = "env/data/get/resp"
     files: list[DataFile]
@@ -570,6 +610,7 @@ class EnvDataResetMessage(Model):
     baseline corpus (spec §4.2). Not an episode reset.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/reset"] = "env/data/reset"
     #: Unique id of the message (spec §2.1).
@@ -590,6 +631,7 @@ class EnvDataResetReqMessage(Model):
     §4.2). Not an episode reset.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/reset/req"] = "env/data/reset/req"
     #: Unique id of the message (spec §2.1).
@@ -607,6 +649,7 @@ class EnvDataResetReqMessage(Model):
 class EnvDataResetRespMessage(Model):
     """`env/data/reset/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/reset/resp"] = "env/data/reset/resp"
     #: Unique id of the message (spec §2.1).
@@ -630,6 +673,7 @@ class EnvEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/event"] = "env/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -671,6 +715,7 @@ class EnvListReqMessage(Model):
     fields.)
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/list/req"] = "env/list/req"
     #: Unique id of the message (spec §2.1).
@@ -688,6 +733,7 @@ class EnvListReqMessage(Model):
 class EnvListRespMessage(Model):
     """`env/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/list/resp"] = "env/list/resp"
     envs: list[EnvInfo]
@@ -708,6 +754,7 @@ class EnvObserveReqMessage(Model):
     observation and status without stepping it.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/observe/req"] = "env/observe/req"
     episode_id: str
@@ -726,6 +773,7 @@ class EnvObserveReqMessage(Model):
 class EnvObserveRespMessage(Model):
     """`env/observe/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/observe/resp"] = "env/observe/resp"
     env_name: str
@@ -751,6 +799,7 @@ class EnvObserveRespMessage(Model):
 class EnvRenderReqMessage(Model):
     """`env/render/req` (request). Renders an open episode as text."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/render/req"] = "env/render/req"
     episode_id: str
@@ -769,6 +818,7 @@ class EnvRenderReqMessage(Model):
 class EnvRenderRespMessage(Model):
     """`env/render/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/render/resp"] = "env/render/resp"
     episode_id: str
@@ -793,6 +843,7 @@ class EnvResetReqMessage(Model):
     the data root (spec §3).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/reset/req"] = "env/reset/req"
     env_name: str
@@ -818,6 +869,7 @@ class EnvResetReqMessage(Model):
 class EnvResetRespMessage(Model):
     """`env/reset/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/reset/resp"] = "env/reset/resp"
     env_name: str
@@ -844,6 +896,7 @@ class EnvSpacesReqMessage(Model):
     session's open episodes.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/spaces/req"] = "env/spaces/req"
     env_name: Optional[str] = None
@@ -863,6 +916,7 @@ class EnvSpacesReqMessage(Model):
 class EnvSpacesRespMessage(Model):
     """`env/spaces/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/spaces/resp"] = "env/spaces/resp"
     action_space: Any
@@ -892,6 +946,7 @@ class EnvStepBatchReqMessage(Model):
     episode steps, so a refused batch changes nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step_batch/req"] = "env/step_batch/req"
     actions: list[Any]
@@ -912,6 +967,7 @@ class EnvStepBatchReqMessage(Model):
 class EnvStepBatchRespMessage(Model):
     """`env/step_batch/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step_batch/resp"] = "env/step_batch/resp"
     #: Unique id of the message (spec §2.1).
@@ -933,6 +989,7 @@ class EnvStepReqMessage(Model):
     finished episode must be reset first.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step/req"] = "env/step/req"
     #: An action of the environment's action space.
@@ -953,6 +1010,7 @@ class EnvStepReqMessage(Model):
 class EnvStepRespMessage(Model):
     """`env/step/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step/resp"] = "env/step/resp"
     episode_id: str
@@ -1000,6 +1058,7 @@ class ErrorMessage(Model):
     request; it is empty when the line had no readable id.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["error"] = "error"
     #: Capability concerned.
@@ -1089,6 +1148,7 @@ class HandshakeReqMessage(Model):
     request needs a completed handshake (spec §4.2).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["handshake/req"] = "handshake/req"
     #: Requested capability names (spec §2.4).
@@ -1121,6 +1181,7 @@ class HandshakeRespMessage(Model):
     error carries the code; no session is created.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["handshake/resp"] = "handshake/resp"
     #: One entry per requested capability (spec §2.2).
@@ -1158,6 +1219,7 @@ class LearnAdaptReqMessage(Model):
     (docs/learn.md).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/adapt/req"] = "learn/adapt/req"
     #: Rebuild this context only; absent: every context.
@@ -1180,6 +1242,7 @@ class LearnAdaptReqMessage(Model):
 class LearnAdaptRespMessage(Model):
     """`learn/adapt/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/adapt/resp"] = "learn/adapt/resp"
     #: Feedbacks replayed.
@@ -1204,6 +1267,7 @@ class LearnEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/event"] = "learn/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -1230,6 +1294,7 @@ class LearnExperienceReqMessage(Model):
     transaction under a new batch id.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/experience/req"] = "learn/experience/req"
     #: The environment the transitions come from, kept with each.
@@ -1250,6 +1315,7 @@ class LearnExperienceReqMessage(Model):
 class LearnExperienceRespMessage(Model):
     """`learn/experience/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/experience/resp"] = "learn/experience/resp"
     batch_id: str
@@ -1276,6 +1342,7 @@ class LearnExportReqMessage(Model):
     plugin's data directory and the reply names it (docs/learn.md).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/export/req"] = "learn/export/req"
     cursor: Optional[str] = None
@@ -1300,6 +1367,7 @@ class LearnExportReqMessage(Model):
 class LearnExportRespMessage(Model):
     """`learn/export/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/export/resp"] = "learn/export/resp"
     #: Records in this page, or in the file.
@@ -1330,6 +1398,7 @@ class LearnFeedbackReqMessage(Model):
     refused batch records nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/feedback/req"] = "learn/feedback/req"
     feedbacks: list[Feedback]
@@ -1348,6 +1417,7 @@ class LearnFeedbackReqMessage(Model):
 class LearnFeedbackRespMessage(Model):
     """`learn/feedback/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/feedback/resp"] = "learn/feedback/resp"
     #: Unique id of the message (spec §2.1).
@@ -1377,6 +1447,7 @@ class LearnRankReqMessage(Model):
     `kind`, when given) is ranked.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/rank/req"] = "learn/rank/req"
     candidates: Optional[list[Component]] = None
@@ -1404,6 +1475,7 @@ class LearnRankReqMessage(Model):
 class LearnRankRespMessage(Model):
     """`learn/rank/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/rank/resp"] = "learn/rank/resp"
     context: str
@@ -1426,6 +1498,7 @@ class LearnStatsReqMessage(Model):
     kind then name; `kind` and `name` filter.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/stats/req"] = "learn/stats/req"
     #: Unique id of the message (spec §2.1).
@@ -1445,6 +1518,7 @@ class LearnStatsReqMessage(Model):
 class LearnStatsRespMessage(Model):
     """`learn/stats/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/stats/resp"] = "learn/stats/resp"
     components: list[ComponentStats]
@@ -1540,6 +1614,7 @@ class McpEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/event"] = "mcp/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -1566,6 +1641,7 @@ class McpPromptGetReqMessage(Model):
     prompts/get).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/get/req"] = "mcp/prompt/get/req"
     #: Prompt arguments; MCP prompt arguments are strings.
@@ -1587,6 +1663,7 @@ class McpPromptGetReqMessage(Model):
 class McpPromptGetRespMessage(Model):
     """`mcp/prompt/get/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/get/resp"] = "mcp/prompt/get/resp"
     description: Optional[str] = None
@@ -1609,6 +1686,7 @@ class McpPromptListReqMessage(Model):
     prompts/list); pass next_cursor back as cursor.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/list/req"] = "mcp/prompt/list/req"
     cursor: Optional[str] = None
@@ -1628,6 +1706,7 @@ class McpPromptListReqMessage(Model):
 class McpPromptListRespMessage(Model):
     """`mcp/prompt/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/list/resp"] = "mcp/prompt/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -1650,6 +1729,7 @@ class McpResourceListReqMessage(Model):
     resources/list); pass next_cursor back as cursor.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/list/req"] = "mcp/resource/list/req"
     #: The server's opaque cursor from the previous page.
@@ -1670,6 +1750,7 @@ class McpResourceListReqMessage(Model):
 class McpResourceListRespMessage(Model):
     """`mcp/resource/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/list/resp"] = "mcp/resource/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -1693,6 +1774,7 @@ class McpResourceReadReqMessage(Model):
     resources/read).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/read/req"] = "mcp/resource/read/req"
     #: Unique id of the message (spec §2.1).
@@ -1712,6 +1794,7 @@ class McpResourceReadReqMessage(Model):
 class McpResourceReadRespMessage(Model):
     """`mcp/resource/read/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/read/resp"] = "mcp/resource/read/resp"
     contents: list[MCPResourceContents]
@@ -1733,6 +1816,7 @@ class McpServerListReqMessage(Model):
     session's registered ones, sorted by server_id.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/list/req"] = "mcp/server/list/req"
     #: Unique id of the message (spec §2.1).
@@ -1752,6 +1836,7 @@ class McpServerListReqMessage(Model):
 class McpServerListRespMessage(Model):
     """`mcp/server/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/list/resp"] = "mcp/server/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -1775,6 +1860,7 @@ class McpServerRegisterReqMessage(Model):
     connect is a reply with ok false and error.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/register/req"] = "mcp/server/register/req"
     #: HTTP headers sent to the server, added to the allowlist entry's own.
@@ -1807,6 +1893,7 @@ class McpServerRegisterReqMessage(Model):
 class McpServerRegisterRespMessage(Model):
     """`mcp/server/register/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/register/resp"] = "mcp/server/register/resp"
     #: Why the registration was refused or failed.
@@ -1830,6 +1917,7 @@ class McpServerUnregisterReqMessage(Model):
     the session registered; configured servers cannot be unregistered.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/unregister/req"] = "mcp/server/unregister/req"
     #: Unique id of the message (spec §2.1).
@@ -1848,6 +1936,7 @@ class McpServerUnregisterReqMessage(Model):
 class McpServerUnregisterRespMessage(Model):
     """`mcp/server/unregister/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/unregister/resp"] = "mcp/server/unregister/resp"
     error: Optional[str] = None
@@ -1904,6 +1993,7 @@ class MemoryEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/event"] = "memory/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -1933,6 +2023,7 @@ class MemoryForgetReqMessage(Model):
     memory.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/forget/req"] = "memory/forget/req"
     #: Unique id of the message (spec §2.1).
@@ -1955,6 +2046,7 @@ class MemoryForgetReqMessage(Model):
 class MemoryForgetRespMessage(Model):
     """`memory/forget/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/forget/resp"] = "memory/forget/resp"
     deleted: int
@@ -1992,6 +2084,7 @@ class MemoryInitReqMessage(Model):
     belongs to this session only.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/init/req"] = "memory/init/req"
     #: Unique id of the message (spec §2.1).
@@ -2014,6 +2107,7 @@ class MemoryInitReqMessage(Model):
 class MemoryInitRespMessage(Model):
     """`memory/init/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/init/resp"] = "memory/init/resp"
     #: The agent scope of the persistent tiers; empty for the whole
@@ -2044,6 +2138,7 @@ class MemoryRecallReqMessage(Model):
     `since`/`until` (Unix seconds on created_at, inclusive), `min_score`.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/recall/req"] = "memory/recall/req"
     #: Unique id of the message (spec §2.1).
@@ -2073,6 +2168,7 @@ class MemoryRecallReqMessage(Model):
 class MemoryRecallRespMessage(Model):
     """`memory/recall/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/recall/resp"] = "memory/recall/resp"
     hits: list[MemoryHit]
@@ -2094,6 +2190,7 @@ class MemoryRetrieveReqMessage(Model):
     in append order). Keys found nowhere are listed in `missing`.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/retrieve/req"] = "memory/retrieve/req"
     #: Unique id of the message (spec §2.1).
@@ -2114,6 +2211,7 @@ class MemoryRetrieveReqMessage(Model):
 class MemoryRetrieveRespMessage(Model):
     """`memory/retrieve/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/retrieve/resp"] = "memory/retrieve/resp"
     entries: list[MemoryEntry]
@@ -2133,6 +2231,7 @@ class MemoryRetrieveRespMessage(Model):
 class MemoryStatsReqMessage(Model):
     """`memory/stats/req` (request). Counts per tier."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/stats/req"] = "memory/stats/req"
     #: Unique id of the message (spec §2.1).
@@ -2151,6 +2250,7 @@ class MemoryStatsReqMessage(Model):
 class MemoryStatsRespMessage(Model):
     """`memory/stats/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/stats/resp"] = "memory/stats/resp"
     #: Unique id of the message (spec §2.1).
@@ -2175,6 +2275,7 @@ class MemoryStoreReqMessage(Model):
     part of a batch is written in one transaction.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/store/req"] = "memory/store/req"
     entries: list[MemoryEntry]
@@ -2194,6 +2295,7 @@ class MemoryStoreReqMessage(Model):
 class MemoryStoreRespMessage(Model):
     """`memory/store/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/store/resp"] = "memory/store/resp"
     #: Working entries evicted (least recently used) to make room, under the
@@ -2239,6 +2341,7 @@ class NotForked(Model):
 class PingMessage(Model):
     """`ping` (request). Liveness check; answered by pong. (No fields.)"""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["ping"] = "ping"
     #: Unique id of the message (spec §2.1).
@@ -2256,6 +2359,7 @@ class PingMessage(Model):
 class PongMessage(Model):
     """`pong` (reply). Answer to ping."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["pong"] = "pong"
     #: Unique id of the message (spec §2.1).
@@ -2279,6 +2383,7 @@ class ProcEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/event"] = "proc/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -2305,6 +2410,7 @@ class ProcKillReqMessage(Model):
     sandbox's cgroup) with SIGKILL and answers once it has been reaped.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/kill/req"] = "proc/kill/req"
     #: Unique id of the message (spec §2.1).
@@ -2323,6 +2429,7 @@ class ProcKillReqMessage(Model):
 class ProcKillRespMessage(Model):
     """`proc/kill/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/kill/resp"] = "proc/kill/resp"
     #: Unique id of the message (spec §2.1).
@@ -2344,6 +2451,7 @@ class ProcListReqMessage(Model):
     plugin's max_records).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/list/req"] = "proc/list/req"
     #: Unique id of the message (spec §2.1).
@@ -2362,6 +2470,7 @@ class ProcListReqMessage(Model):
 class ProcListRespMessage(Model):
     """`proc/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/list/resp"] = "proc/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -2387,6 +2496,7 @@ class ProcReadReqMessage(Model):
     go on from (spec §6 rule 5: nothing is streamed after the reply).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/read/req"] = "proc/read/req"
     follow: bool = False
@@ -2413,6 +2523,7 @@ class ProcReadReqMessage(Model):
 class ProcReadRespMessage(Model):
     """`proc/read/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/read/resp"] = "proc/read/resp"
     #: Unique id of the message (spec §2.1).
@@ -2472,6 +2583,7 @@ class ProcSignalReqMessage(Model):
     crashed.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/signal/req"] = "proc/signal/req"
     #: Unique id of the message (spec §2.1).
@@ -2493,6 +2605,7 @@ class ProcSignalReqMessage(Model):
 class ProcSignalRespMessage(Model):
     """`proc/signal/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/signal/resp"] = "proc/signal/resp"
     #: Unique id of the message (spec §2.1).
@@ -2517,6 +2630,7 @@ class ProcSpawnReqMessage(Model):
     beyond the session's process cap is refused.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/spawn/req"] = "proc/spawn/req"
     argv: list[str]
@@ -2545,6 +2659,7 @@ class ProcSpawnReqMessage(Model):
 class ProcSpawnRespMessage(Model):
     """`proc/spawn/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/spawn/resp"] = "proc/spawn/resp"
     #: Names of env variables that were refused.
@@ -2565,6 +2680,7 @@ class ProcSpawnRespMessage(Model):
 class ProcStatusReqMessage(Model):
     """`proc/status/req` (request)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/status/req"] = "proc/status/req"
     #: Unique id of the message (spec §2.1).
@@ -2583,6 +2699,7 @@ class ProcStatusReqMessage(Model):
 class ProcStatusRespMessage(Model):
     """`proc/status/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/status/resp"] = "proc/status/resp"
     #: Unique id of the message (spec §2.1).
@@ -2623,6 +2740,7 @@ class ProcWaitReqMessage(Model):
     → out_of_memory, crashed → sandbox_crash, with the record in detail.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/wait/req"] = "proc/wait/req"
     #: Unique id of the message (spec §2.1).
@@ -2644,6 +2762,7 @@ class ProcWaitReqMessage(Model):
 class ProcWaitRespMessage(Model):
     """`proc/wait/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/wait/resp"] = "proc/wait/resp"
     #: Unique id of the message (spec §2.1).
@@ -2667,6 +2786,7 @@ class ProcWriteReqMessage(Model):
     timeout for a process that does not read.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/write/req"] = "proc/write/req"
     data: Optional[str] = None
@@ -2687,6 +2807,7 @@ class ProcWriteReqMessage(Model):
 class ProcWriteRespMessage(Model):
     """`proc/write/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/write/resp"] = "proc/write/resp"
     #: stdin is closed.
@@ -2727,6 +2848,7 @@ class SessionEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/event"] = "session/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -2760,6 +2882,7 @@ class SessionForkReqMessage(Model):
     processes are not forked: `not_forked` lists them.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/fork/req"] = "session/fork/req"
     #: How many forks to make.
@@ -2783,6 +2906,7 @@ class SessionForkReqMessage(Model):
 class SessionForkRespMessage(Model):
     """`session/fork/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/fork/resp"] = "session/fork/resp"
     #: How the session directory was copied: reflink (copy-on-write clones),
@@ -2812,6 +2936,7 @@ class SessionInfoReqMessage(Model):
     fields.)
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/info/req"] = "session/info/req"
     #: Unique id of the message (spec §2.1).
@@ -2829,6 +2954,7 @@ class SessionInfoReqMessage(Model):
 class SessionInfoRespMessage(Model):
     """`session/info/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/info/resp"] = "session/info/resp"
     accepted_caps: list[CapabilityEntry]
@@ -2867,6 +2993,7 @@ class SessionRestoreReqMessage(Model):
     corrupt snapshot changes nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/req"] = "session/restore/req"
     #: The id of an earlier session of the sender (a bearer secret, so
@@ -2890,6 +3017,7 @@ class SessionRestoreReqMessage(Model):
 class SessionRestoreRespMessage(Model):
     """`session/restore/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/resp"] = "session/restore/resp"
     files: Optional[SnapshotFiles] = None
@@ -2914,6 +3042,7 @@ class SessionSnapshotDeleteReqMessage(Model):
     as an unknown snapshot.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/delete/req"] = "session/snapshot/delete/req"
     #: Unique id of the message (spec §2.1).
@@ -2935,6 +3064,7 @@ class SessionSnapshotDeleteReqMessage(Model):
 class SessionSnapshotDeleteRespMessage(Model):
     """`session/snapshot/delete/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/delete/resp"] = "session/snapshot/delete/resp"
     deleted: bool
@@ -2961,6 +3091,7 @@ class SessionSnapshotListReqMessage(Model):
     gaps users hit).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/list/req"] = "session/snapshot/list/req"
     #: Unique id of the message (spec §2.1).
@@ -2983,6 +3114,7 @@ class SessionSnapshotListReqMessage(Model):
 class SessionSnapshotListRespMessage(Model):
     """`session/snapshot/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/list/resp"] = "session/snapshot/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -3004,6 +3136,7 @@ class SessionSnapshotReqMessage(Model):
     docs/DECISIONS.md, State).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/req"] = "session/snapshot/req"
     #: Unique id of the message (spec §2.1).
@@ -3024,6 +3157,7 @@ class SessionSnapshotReqMessage(Model):
 class SessionSnapshotRespMessage(Model):
     """`session/snapshot/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/resp"] = "session/snapshot/resp"
     #: Size of the stored snapshot.
@@ -3052,6 +3186,7 @@ class SessionTrajectoryExportReqMessage(Model):
     oldest first, a page at a time.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/trajectory/export/req"] = "session/trajectory/export/req"
     #: Export records after this cursor (the `next` of the previous page); 0:
@@ -3081,6 +3216,7 @@ class SessionTrajectoryExportReqMessage(Model):
 class SessionTrajectoryExportRespMessage(Model):
     """`session/trajectory/export/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/trajectory/export/resp"] = "session/trajectory/export/resp"
     format: Literal["jsonl", "chat"]
@@ -3109,6 +3245,7 @@ class ShutdownMessage(Model):
     in flight are answered, then the session closes. No reply.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["shutdown"] = "shutdown"
     #: Unique id of the message (spec §2.1).
@@ -3133,6 +3270,7 @@ class SkillCallReqMessage(Model):
     the session is an error before anything runs.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/call/req"] = "skill/call/req"
     #: Validated against the skill's input_schema; absent means {}.
@@ -3160,6 +3298,7 @@ class SkillCallReqMessage(Model):
 class SkillCallRespMessage(Model):
     """`skill/call/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/call/resp"] = "skill/call/resp"
     #: Unique id of the message (spec §2.1).
@@ -3204,6 +3343,7 @@ class SkillDiscoverReqMessage(Model):
     the tags.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/discover/req"] = "skill/discover/req"
     all_versions: bool = False
@@ -3225,6 +3365,7 @@ class SkillDiscoverReqMessage(Model):
 class SkillDiscoverRespMessage(Model):
     """`skill/discover/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/discover/resp"] = "skill/discover/resp"
     #: Unique id of the message (spec §2.1).
@@ -3253,6 +3394,7 @@ class SkillEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/event"] = "skill/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -3294,6 +3436,7 @@ class SkillGetReqMessage(Model):
     version, or the newest.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/get/req"] = "skill/get/req"
     #: Unique id of the message (spec §2.1).
@@ -3313,6 +3456,7 @@ class SkillGetReqMessage(Model):
 class SkillGetRespMessage(Model):
     """`skill/get/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/get/resp"] = "skill/get/resp"
     #: Unique id of the message (spec §2.1).
@@ -3354,6 +3498,7 @@ class SkillRegisterReqMessage(Model):
     hit).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/register/req"] = "skill/register/req"
     files: Optional[list[SkillFile]] = None
@@ -3375,6 +3520,7 @@ class SkillRegisterReqMessage(Model):
 class SkillRegisterRespMessage(Model):
     """`skill/register/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/register/resp"] = "skill/register/resp"
     #: Unique id of the message (spec §2.1).
@@ -3461,6 +3607,7 @@ class SubagentEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/event"] = "subagent/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -3488,6 +3635,7 @@ class SubagentListReqMessage(Model):
     running_only.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/list/req"] = "subagent/list/req"
     #: Unique id of the message (spec §2.1).
@@ -3507,6 +3655,7 @@ class SubagentListReqMessage(Model):
 class SubagentListRespMessage(Model):
     """`subagent/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/list/resp"] = "subagent/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -3569,6 +3718,7 @@ class SubagentSpawnReqMessage(Model):
     the sender already has the plugin's max_children live subagents.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/spawn/req"] = "subagent/spawn/req"
     #: The capabilities the child may enable, a subset of the sender's
@@ -3605,6 +3755,7 @@ class SubagentSpawnReqMessage(Model):
 class SubagentSpawnRespMessage(Model):
     """`subagent/spawn/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/spawn/resp"] = "subagent/spawn/resp"
     #: The child's own handshake token, accepted by this child only (spec
@@ -3639,6 +3790,7 @@ class SubagentStatusReqMessage(Model):
     descendants; any other id is unknown (schema_violation).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/status/req"] = "subagent/status/req"
     #: Unique id of the message (spec §2.1).
@@ -3657,6 +3809,7 @@ class SubagentStatusReqMessage(Model):
 class SubagentStatusRespMessage(Model):
     """`subagent/status/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/status/resp"] = "subagent/status/resp"
     #: Handles of its own subagents, oldest first.
@@ -3681,6 +3834,7 @@ class SubagentTerminateReqMessage(Model):
     already ended changes nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/terminate/req"] = "subagent/terminate/req"
     #: Unique id of the message (spec §2.1).
@@ -3701,6 +3855,7 @@ class SubagentTerminateReqMessage(Model):
 class SubagentTerminateRespMessage(Model):
     """`subagent/terminate/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/terminate/resp"] = "subagent/terminate/resp"
     #: Unique id of the message (spec §2.1).
@@ -3725,6 +3880,7 @@ class ToolCallReqMessage(Model):
     UNKNOWN_TOOL (docs/DECISIONS.md, Dispatch).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/call/req"] = "tool/call/req"
     #: An object matching the tool's input parameters; null or absent: no
@@ -3754,6 +3910,7 @@ class ToolCallReqMessage(Model):
 class ToolCallRespMessage(Model):
     """`tool/call/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/call/resp"] = "tool/call/resp"
     #: Unique id of the message (spec §2.1).
@@ -3815,6 +3972,7 @@ class ToolEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/event"] = "tool/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -3844,6 +4002,7 @@ class ToolListReqMessage(Model):
     into one exact page of the whole host (x-aep-merge).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/list/req"] = "tool/list/req"
     #: next_cursor of the previous page: the last tool name it held.
@@ -3871,6 +4030,7 @@ class ToolListReqMessage(Model):
 class ToolListRespMessage(Model):
     """`tool/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/list/resp"] = "tool/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -3938,6 +4098,7 @@ class ToolkitConfigureReqMessage(Model):
     rule 1).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/configure/req"] = "toolkit/configure/req"
     #: Validated against the toolkit's schema (spec §2.9); secrets in it are
@@ -3961,6 +4122,7 @@ class ToolkitConfigureReqMessage(Model):
 class ToolkitConfigureRespMessage(Model):
     """`toolkit/configure/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/configure/resp"] = "toolkit/configure/resp"
     #: Unique id of the message (spec §2.1).
@@ -4012,6 +4174,7 @@ class ToolkitEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/event"] = "toolkit/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -4038,6 +4201,7 @@ class ToolkitListReqMessage(Model):
     configured flag (spec §4.2 Toolkit list).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/list/req"] = "toolkit/list/req"
     #: Matches toolkits having any of these tags.
@@ -4057,6 +4221,7 @@ class ToolkitListReqMessage(Model):
 class ToolkitListRespMessage(Model):
     """`toolkit/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/list/resp"] = "toolkit/list/resp"
     #: Unique id of the message (spec §2.1).
