@@ -532,8 +532,11 @@ class EnvDataAddRespMessage(Model):
 class EnvDataGetMessage(Model):
     """`env/data/get`, accepted as `env/data/get/req`. Reads artifacts back out
     of the session's data root (spec §4.2): the file at `path`, every file
-    matching `glob` (path.Match syntax per segment, relative to the root),
-    or every file when neither is given.
+    matching `glob` (relative to the root: path.Match syntax per segment, a
+    `**` segment matching zero or more segments, so `**` is every file,
+    `in/**` every file under in/ and `**/*.txt` every .txt at any depth;
+    `{a,b}` alternatives), or every file when neither is given. Symbolic
+    links are neither followed nor listed.
     """
 
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
@@ -560,8 +563,11 @@ class EnvDataGetMessage(Model):
 class EnvDataGetReqMessage(Model):
     """`env/data/get/req` (request). Reads artifacts back out of the session's
     data root (spec §4.2): the file at `path`, every file matching `glob`
-    (path.Match syntax per segment, relative to the root), or every file
-    when neither is given.
+    (relative to the root: path.Match syntax per segment, a `**` segment
+    matching zero or more segments, so `**` is every file, `in/**` every
+    file under in/ and `**/*.txt` every .txt at any depth; `{a,b}`
+    alternatives), or every file when neither is given. Symbolic links are
+    neither followed nor listed.
     """
 
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
