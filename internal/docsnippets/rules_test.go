@@ -18,7 +18,8 @@ const (
 	// kindShell runs the block with bash (-e -o pipefail).
 	kindShell kind = "shell"
 	// kindBench runs a block of benchmark commands once each: every
-	// -benchtime set to 1x and every -count to 1 (and their -test. forms).
+	// -benchtime set to 1x and every -count to 1 (and their -test. forms),
+	// with PostgreSQL only when the block says to set AEP_TEST_PG_PASSWORD.
 	kindBench kind = "bench"
 	// kindPip runs pip install lines in their offline form: Debian's
 	// python3 -m pip with --no-build-isolation --no-index --no-deps, into

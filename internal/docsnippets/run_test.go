@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -45,15 +44,23 @@ type runner struct {
 // TestSnippets runs every snippet of the README, the SDK READMEs and
 // docs/*.md exactly as written (rules_test.go says how each runs), in the
 // order a reader meets them; not-run snippets are listed with their
-// reasons. Needs what .ci/run installs: bash, curl, jq, Node and the npm
-// packages of .ci and sdk/typescript, python3 with pydantic 2 and Debian's
-// python3-pip, -setuptools and -wheel, nginx, and 127.0.0.1:8765 free.
+// reasons. The benchmark commands (kindBench), which need nothing the
+// others start, run in a second sequence beside the first, so CI waits for
+// the longer of the two. Needs what .ci/run installs: bash, curl, jq, Node
+// and the npm packages of .ci and sdk/typescript, python3 with pydantic 2
+// and Debian's python3-pip, -setuptools and -wheel, nginx, and
+// 127.0.0.1:8765 free.
 func TestSnippets(t *testing.T) {
 	r := newRunner(t)
 	all, err := All(r.root)
 	if err != nil {
 		t.Fatal(err)
 	}
+	type job struct {
+		s  Snippet
+		rl rule
+	}
+	var reader, bench []job
 	for _, s := range all {
 		if s.NotRun != "" {
 			t.Logf("not run: %s: %s", s, s.NotRun)
@@ -63,17 +70,29 @@ func TestSnippets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A slash would split the name into levels for -run.
-		name := fmt.Sprintf("%s:%d", strings.ReplaceAll(s.File, "/", "_"), s.Line)
-		ok := t.Run(name, func(t *testing.T) {
-			start := time.Now()
-			r.run(t, s, rl)
-			t.Logf("%s ran in %v", s, time.Since(start).Round(time.Millisecond))
-		})
-		if !ok && rl.kind == kindServer {
-			t.Fatal("the README's host did not start; the snippets after it need it")
+		if rl.kind == kindBench {
+			bench = append(bench, job{s, rl})
+		} else {
+			reader = append(reader, job{s, rl})
 		}
 	}
+	sequence := func(t *testing.T, jobs []job) {
+		t.Parallel()
+		for _, j := range jobs {
+			// A slash would split the name into levels for -run.
+			name := fmt.Sprintf("%s:%d", strings.ReplaceAll(j.s.File, "/", "_"), j.s.Line)
+			ok := t.Run(name, func(t *testing.T) {
+				start := time.Now()
+				r.run(t, j.s, j.rl)
+				t.Logf("%s ran in %v", j.s, time.Since(start).Round(time.Millisecond))
+			})
+			if !ok && j.rl.kind == kindServer {
+				t.Fatal("the README's host did not start; the snippets after it need it")
+			}
+		}
+	}
+	t.Run("reader", func(t *testing.T) { sequence(t, reader) })
+	t.Run("benchmarks", func(t *testing.T) { sequence(t, bench) })
 }
 
 func newRunner(t *testing.T) *runner {
@@ -124,8 +143,11 @@ func newRunner(t *testing.T) *runner {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/aep: %v\n%s", err, out)
 	}
-	r.before(t)
-	t.Cleanup(r.stopHost)
+	before := untracked(t, r.root)
+	t.Cleanup(func() {
+		r.stopHost()
+		r.removeLeftovers(t, before)
+	})
 	return r
 }
 
@@ -154,6 +176,15 @@ func (r *runner) run(t *testing.T, s Snippet, rl rule) {
 			}
 		}
 	case kindBench:
+		// A reader's shell: PostgreSQL only for the blocks that say to
+		// set AEP_TEST_PG_PASSWORD (the others measure SQLite), and no CI,
+		// under which a benchmark without its PostgreSQL would fail.
+		if !strings.Contains(s.Text, "AEP_TEST_PG_PASSWORD") {
+			env = slices.DeleteFunc(env, func(kv string) bool {
+				k, _, _ := strings.Cut(kv, "=")
+				return k == "CI" || k == "AEP_TEST_PG_PASSWORD" || k == "AEP_TEST_POSTGRES_DSN"
+			})
+		}
 		out := r.shell(t, benchtime1x(s.Text), r.root, env, 5*time.Minute, nil)
 		r.check(t, out, rl.want)
 	case kindPip:
@@ -188,14 +219,13 @@ func (r *runner) run(t *testing.T, s Snippet, rl rule) {
 	default:
 		t.Fatalf("unknown kind %q", rl.kind)
 	}
-	r.removeLeftovers(t)
 }
 
 // startHost runs the README's quick start in the repository's root and
 // waits until the host serves, taking its token from the line it printed.
 func (r *runner) startHost(t *testing.T, s Snippet) {
-	_, err := os.Stat(filepath.Join(r.root, "aep-data"))
-	created := errors.Is(err, os.ErrNotExist)
+	// ./aep-data, when the host makes it, goes with the run's other
+	// leftovers (removeLeftovers), after the host has stopped.
 	cmd := exec.Command("bash", "-c", s.Text)
 	cmd.Dir, cmd.Env = r.root, r.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -205,9 +235,6 @@ func (r *runner) startHost(t *testing.T, s Snippet) {
 		t.Fatal(err)
 	}
 	r.host = cmd
-	if created {
-		t.Cleanup(func() { os.RemoveAll(filepath.Join(r.root, "aep-data")) })
-	}
 	token := regexp.MustCompile(`(?m)^\s*AEP_AUTH_TOKEN=(\S+)\s*$`)
 	deadline := time.Now().Add(10 * time.Minute) // the first build may be slow
 	for time.Now().Before(deadline) {
@@ -577,36 +604,27 @@ http {
 	r.check(t, out, rl.want)
 }
 
-// removeLeftovers removes what a snippet left in the checkout that git
-// does not track and did not hold before the run (base.test, ./aep,
-// build/ of a pip build), so a local run leaves the tree as it was.
-func (r *runner) removeLeftovers(t *testing.T) {
-	now := untracked(t, r.root)
-	for _, p := range now {
-		if !slices.Contains(r.before(t), p) && !keep(p) {
-			os.RemoveAll(filepath.Join(r.root, p))
+// removeLeftovers removes what the snippets left in the checkout that
+// git does not track and was not there before (base.test, base.txt, a pip
+// build's build/), so a local run leaves the tree as it was; it keeps the
+// caches whose refill costs minutes (the TypeScript SDK's node_modules and
+// dist, .ci's packages).
+func (r *runner) removeLeftovers(t *testing.T, before []string) {
+	for _, p := range untracked(t, r.root) {
+		if slices.Contains(before, p) || keep(p) {
+			continue
 		}
+		os.RemoveAll(filepath.Join(r.root, p))
 	}
 }
 
-// keep: what later snippets use, and caches that cost minutes to refill.
 func keep(p string) bool {
-	for _, k := range []string{"aep-data/", "sdk/typescript/node_modules/", "sdk/typescript/dist/", ".ci/"} {
+	for _, k := range []string{"sdk/typescript/node_modules/", "sdk/typescript/dist/", ".ci/"} {
 		if strings.HasPrefix(p, k) {
 			return true
 		}
 	}
 	return false
-}
-
-var (
-	beforeOnce sync.Once
-	beforeList []string
-)
-
-func (r *runner) before(t *testing.T) []string {
-	beforeOnce.Do(func() { beforeList = untracked(t, r.root) })
-	return beforeList
 }
 
 // untracked lists the paths git does not track under root, ignored ones
