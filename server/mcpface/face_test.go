@@ -470,6 +470,16 @@ func TestAuth(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || id == "" {
 		t.Fatalf("initialize: %d %q", resp.StatusCode, id)
 	}
+	// No standalone GET stream: a call's notifications go on its own POST.
+	get, _ := http.NewRequest(http.MethodGet, r.url, nil)
+	get.Header.Set("Authorization", "Bearer "+aeptest.Token)
+	get.Header.Set("Accept", "text/event-stream")
+	get.Header.Set("Mcp-Session-Id", id)
+	if resp, err := http.DefaultClient.Do(get); err != nil || resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST, DELETE" {
+		t.Fatalf("GET stream: %v %+v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
 	const list = `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
 	if resp := post("wrong", id, list); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("session with another token: %d", resp.StatusCode)

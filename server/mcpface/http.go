@@ -62,6 +62,17 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		unauthorized(w, "no token: send the host's shared token (server.auth_token or AEP_AUTH_TOKEN) as Authorization: Bearer <token>; this server does not use OAuth")
 		return
 	}
+	if r.Method == http.MethodGet {
+		// No standalone stream: mcp-go hands a session's notifications to
+		// whichever of its open streams reads them first, so with a GET
+		// stream open a call's progress could travel beside its POST and
+		// arrive after the result, when clients drop it. aep sends nothing
+		// outside a request (spec §6), so every notification has a POST
+		// stream to go on. MCP allows a server to answer 405 here.
+		w.Header().Set("Allow", "POST, DELETE")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "no standalone event stream: notifications come on each request's own stream")
+		return
+	}
 	if id := r.Header.Get(mcpserver.HeaderKeySessionID); id != "" {
 		f.mu.Lock()
 		s := f.sessions[id]
