@@ -42,10 +42,13 @@ func TestOutputCapBoundsWholeReply(t *testing.T) {
 		t.Logf("%d bytes of output: reply %d bytes, host peak RSS +%.1f MiB", size, n, float64(growth[size])/mib)
 
 		if size == 20_000_000 {
-			// Streamed, every event is within the cap too.
+			// Streamed, every event is within the cap too, and all of
+			// them together within max_stream_bytes (16 MiB by default)
+			// and one event: the last says the stream was truncated.
 			id := "stream-run"
 			h.send(t, c, sid, toolCall(id, true, "run_command", outputCommand(size)))
-			events := 0
+			events, streamed := 0, 0
+			var last []byte
 			for {
 				f := st.next(t, 3*time.Minute)
 				if f.data == nil {
@@ -56,6 +59,8 @@ func TestOutputCapBoundsWholeReply(t *testing.T) {
 				}
 				if contains(f.data, `"type":"tool/event"`) {
 					events++
+					streamed += len(f.data)
+					last = f.data
 				}
 				if contains(f.data, `"req_id":"`+id+`"`) && contains(f.data, `"type":"tool/call/resp"`) {
 					break
@@ -64,6 +69,14 @@ func TestOutputCapBoundsWholeReply(t *testing.T) {
 			if events == 0 {
 				t.Fatal("no tool/event streamed")
 			}
+			const maxStream = 16 << 20
+			if streamed > maxStream+defaultCap {
+				t.Fatalf("%d bytes of events streamed, over max_stream_bytes %d and one event", streamed, maxStream)
+			}
+			if !contains(last, `"kind":"status"`) || !contains(last, `"truncated":true`) || !contains(last, "stream truncated") {
+				t.Fatalf("the last streamed event does not say the stream was truncated: %.300s", last)
+			}
+			t.Logf("streamed %d events, %d bytes; last %.200s", events, streamed, last)
 		}
 	}
 	// Five times the output may not cost five times the memory: what the

@@ -10,171 +10,14 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/aephost/aep/internal/configcheck"
+	"github.com/aephost/aep/server/sandbox"
+	"github.com/aephost/aep/server/store"
 )
-
-// Config is the host configuration (spec §2.10, docs/DECISIONS.md, Plugins and configuration).
-type Config struct {
-	Server    ServerConfig    `yaml:"server"`
-	Transport TransportConfig `yaml:"transport"`
-	Store     StoreConfig     `yaml:"store"`
-	Audit     AuditConfig     `yaml:"audit"`
-	Plugins   []PluginConfig  `yaml:"plugins"`
-	// Operator is the operator's surface: metrics, traces, drain (server/observe.go).
-	Operator OperatorConfig `yaml:"operator"`
-	// MCPFace configures aep as an MCP server (server/mcpface, docs/mcp.md).
-	MCPFace MCPFaceConfig `yaml:"mcp_face"`
-}
-
-// MCPFaceConfig is the mcp_face block: what an MCP client reaches through
-// `/mcp` and `aep mcp --stdio`. Every MCP session is backed by one aep
-// session that handshakes with Capabilities; the client never sees more.
-type MCPFaceConfig struct {
-	// Enabled mounts /mcp on `aep serve` (default true).
-	Enabled *bool `yaml:"enabled"`
-	// AgentID is the agent_id of the aep sessions (default "mcp").
-	AgentID string `yaml:"agent_id"`
-	// Capabilities are requested in each session's handshake (default
-	// tools, memory, env, skills, toolkits, mcp).
-	Capabilities []string `yaml:"capabilities"`
-	// Tools lists path.Match patterns of the tool names exposed; empty
-	// exposes every tool of the session. server.tool_policy still applies.
-	Tools []string `yaml:"tools"`
-	// TokenEnv names the environment variable `aep mcp --stdio` reads the
-	// shared token from (default AEP_AUTH_TOKEN); over HTTP the token is
-	// always an Authorization: Bearer header.
-	TokenEnv string `yaml:"token_env"`
-}
 
 // IsEnabled reports enabled, which defaults to true.
 func (c MCPFaceConfig) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
-
-// ServerConfig holds the kernel's own settings.
-type ServerConfig struct {
-	Listen string `yaml:"listen"`
-	// AuthToken is the shared secret of spec §5 rule 1.
-	AuthToken      string     `yaml:"auth_token"`
-	MaxParallel    int        `yaml:"max_parallel"`
-	AllowedOrigins []string   `yaml:"allowed_origins"`
-	Limits         Limits     `yaml:"limits"`
-	ToolPolicy     ToolPolicy `yaml:"tool_policy"`
-	// Isolation configures session directories and contained processes
-	// (server/sessionfs.go, docs/SECURITY.md).
-	Isolation IsolationConfig `yaml:"isolation"`
-	// TrustedProxies lists the CIDRs of proxies whose word on the client's
-	// address is taken: the PROXY protocol header of a connection from
-	// one, or else the X-Forwarded-For header of its requests. Empty: the
-	// peer's own address counts (docs/SECURITY.md, The edge).
-	TrustedProxies []string `yaml:"trusted_proxies"`
-	// ProxyProtocol requires a PROXY protocol header (v1 or v2) on every
-	// connection from a trusted proxy and takes the client's address from
-	// it; without it, X-Forwarded-For of a trusted proxy's requests is used.
-	ProxyProtocol bool `yaml:"proxy_protocol"`
-	// Snapshots sets how long snapshots are kept (server/snapshotlist.go).
-	Snapshots SnapshotConfig `yaml:"snapshots"`
-	// Trajectories sets which sessions' trajectories are recorded and how
-	// long they are kept (server/trajectory.go).
-	Trajectories TrajectoryConfig `yaml:"trajectories"`
-	// HostID names this host inside every transport session id it issues,
-	// "s-<host_id>-<32 hex>", so a standard proxy in front of several hosts
-	// routes a session's requests to its host by configuration alone
-	// (docs/deploy.md, deploy/). Default: the machine's host name.
-	HostID string `yaml:"host_id"`
-}
-
-// Limits bound what one session and the whole host may use (docs/DECISIONS.md, Dispatch defaults).
-type Limits struct {
-	// QueueSize is how many admitted requests may wait beyond max_parallel
-	// before further ones are refused as overloaded.
-	QueueSize int `yaml:"queue_size"`
-	// IdleTimeout closes a handshaken session with nothing in flight.
-	IdleTimeout Duration `yaml:"idle_timeout"`
-	// HandshakeTimeout closes a session that has not handshaken.
-	HandshakeTimeout Duration `yaml:"handshake_timeout"`
-	MaxSessions      int      `yaml:"max_sessions"`
-	MaxMessageBytes  int      `yaml:"max_message_bytes"`
-	// RequestTimeout is the deadline of every request's context.
-	RequestTimeout Duration `yaml:"request_timeout"`
-	// MaxDepth bounds nested internal dispatch (chains in chains, subagents).
-	MaxDepth int `yaml:"max_depth"`
-	// MaxPendingSessions bounds the sessions that wait for their handshake;
-	// a new one evicts the oldest when it is full. They do not count
-	// against max_sessions, so they cannot lock agents out.
-	MaxPendingSessions int `yaml:"max_pending_sessions"`
-	// SessionBufferBytes bounds what the host holds for one session's
-	// reader (the HTTP replay buffer).
-	SessionBufferBytes int `yaml:"session_buffer_bytes"`
-	// PendingBufferBytes is that bound for a session that has not
-	// handshaken: it only ever gets errors and the handshake's reply.
-	PendingBufferBytes int `yaml:"pending_buffer_bytes"`
-	// FailedHandshakeBurst failed handshakes are allowed per client address
-	// (and 5 per session) before further attempts are refused unchecked;
-	// one more is allowed every FailedHandshakeInterval.
-	FailedHandshakeBurst    int      `yaml:"failed_handshake_burst"`
-	FailedHandshakeInterval Duration `yaml:"failed_handshake_interval"`
-}
-
-// ToolPolicy allows or denies tools by name or tag pattern (path.Match
-// syntax); deny wins, and an empty allow list allows everything (spec §5 rule 6).
-// Defer marks the tools it matches `defer_loading: true` (spec §2.5): they
-// leave the default tool list and are found by a search with
-// include_deferred, and stay callable by name.
-type ToolPolicy struct {
-	Allow []string `yaml:"allow"`
-	Deny  []string `yaml:"deny"`
-	Defer []string `yaml:"defer"`
-}
-
-// TransportConfig selects the transport: "http" (default), "stdio" or "inprocess".
-type TransportConfig struct {
-	Type string     `yaml:"type"`
-	HTTP HTTPConfig `yaml:"http"`
-}
-
-// HTTPConfig holds the HTTP transport's deadlines and header limit. They
-// apply per route: a stream is never cut by a server-wide write timeout,
-// each of its writes has WriteTimeout instead (docs/SECURITY.md).
-type HTTPConfig struct {
-	// ReadHeaderTimeout bounds reading a request's headers.
-	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
-	// ReadBodyTimeout bounds reading a request's body once its headers are in.
-	ReadBodyTimeout Duration `yaml:"read_body_timeout"`
-	// IdleTimeout closes a keep-alive connection with no request.
-	IdleTimeout Duration `yaml:"idle_timeout"`
-	// WriteTimeout bounds writing a whole response, and each write of a stream.
-	WriteTimeout Duration `yaml:"write_timeout"`
-	// MaxHeaderBytes bounds a request's header block.
-	MaxHeaderBytes int `yaml:"max_header_bytes"`
-}
-
-// StoreConfig selects the persistent store; an empty DSN means SQLite under the data directory.
-type StoreConfig struct {
-	DSN string `yaml:"dsn"`
-}
-
-// AuditConfig configures the audit log (spec §8: rotation at 10 MB, 5 backups).
-type AuditConfig struct {
-	Enabled    *bool  `yaml:"enabled"`
-	Path       string `yaml:"path"`
-	MaxSizeMB  int    `yaml:"max_size_mb"`
-	MaxBackups int    `yaml:"max_backups"`
-}
-
-// PluginConfig is one entry of plugins[] (spec §2.10).
-type PluginConfig struct {
-	Name     string         `yaml:"name"`
-	Type     string         `yaml:"type"`
-	Cls      string         `yaml:"cls"`
-	Metadata PluginMetadata `yaml:"metadata"`
-	// Config holds the plugin's own settings, decoded strictly into the plugin.
-	Config yaml.Node `yaml:"config"`
-}
-
-// PluginMetadata holds the dispatch settings of a plugin (spec §1 dispatch rules 2–4).
-type PluginMetadata struct {
-	Enabled   *bool `yaml:"enabled"`
-	Priority  int   `yaml:"priority"`
-	Exclusive bool  `yaml:"exclusive"`
-}
 
 // IsEnabled reports metadata.enabled, which defaults to true.
 func (m PluginMetadata) IsEnabled() bool { return m.Enabled == nil || *m.Enabled }
@@ -229,8 +72,12 @@ func Defaults() Config {
 			MaxHeaderBytes:    16 << 10,
 		}},
 		Audit: AuditConfig{MaxSizeMB: 10, MaxBackups: 5},
+		Log:   LogConfig{Format: "text", Level: "info"},
 	}
 }
+
+// defaultDrainTimeout is operator.drain_timeout when unset.
+const defaultDrainTimeout = 30 * time.Second
 
 // withDefaults fills zero values of c from Defaults.
 func (c Config) withDefaults() Config {
@@ -274,6 +121,12 @@ func (c Config) withDefaults() Config {
 	if c.Transport.Type == "" {
 		c.Transport.Type = d.Transport.Type
 	}
+	if c.Log.Format == "" {
+		c.Log.Format = d.Log.Format
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = d.Log.Level
+	}
 	th, dh := &c.Transport.HTTP, d.Transport.HTTP
 	orDur(&th.ReadHeaderTimeout, dh.ReadHeaderTimeout)
 	orDur(&th.ReadBodyTimeout, dh.ReadBodyTimeout)
@@ -286,6 +139,37 @@ func (c Config) withDefaults() Config {
 	if c.Audit.MaxBackups <= 0 {
 		c.Audit.MaxBackups = d.Audit.MaxBackups
 	}
+	// The defaults the code applies where these are used, filled here too
+	// so a configuration written back (yaml.Marshal) is one its schema
+	// accepts, and Host.Config shows what is in force.
+	if s.Isolation.Sandbox == "" {
+		s.Isolation.Sandbox = sandbox.ModeAuto
+	}
+	if s.Isolation.SessionQuotaBytes <= 0 {
+		s.Isolation.SessionQuotaBytes = DefaultSessionQuota
+	}
+	orInt(&s.Snapshots.FilesMaxEntries, DefaultFilesMaxEntries)
+	b, db := &s.Budgets, DefaultBudgets
+	orInt(&b.Files, db.Files)
+	orInt(&b.LeafWork, db.LeafWork)
+	orDur(&b.LeafWait, db.LeafWait)
+	orInt64(&b.SandboxMemoryBytes, db.SandboxMemoryBytes)
+	orInt64(&b.ProcessMemoryBytes, db.ProcessMemoryBytes)
+	orInt64(&b.WorkingMemoryBytes, db.WorkingMemoryBytes)
+	orInt64(&b.PersistentMemoryBytes, db.PersistentMemoryBytes)
+	orInt64(&b.HostPersistentMemoryBytes, db.HostPersistentMemoryBytes)
+	if s.Trajectories.Record == "" {
+		s.Trajectories.Record = "opt_in"
+	}
+	orInt(&s.Trajectories.MaxRecordsPerSession, DefaultMaxTrajectoryRecords)
+	orInt(&c.Operator.MaxToolLabels, defaultMaxToolLabels)
+	orDur(&c.Operator.DrainTimeout, Duration(defaultDrainTimeout))
+	if c.MCPFace.AgentID == "" {
+		c.MCPFace.AgentID = "mcp"
+	}
+	if c.MCPFace.TokenEnv == "" {
+		c.MCPFace.TokenEnv = "AEP_AUTH_TOKEN"
+	}
 	return c
 }
 
@@ -297,6 +181,10 @@ var hostIDPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0
 // defaultHostID is the machine's host name when it is a valid host id,
 // else "aep": each host of a deployment should have its own, which a
 // container's or pod's host name is.
+// DefaultHostID is server.host_id when the file sets none: the machine's
+// host name when it fits the pattern, else aep.
+func DefaultHostID() string { return defaultHostID() }
+
 func defaultHostID() string {
 	if name, err := os.Hostname(); err == nil && hostIDPattern.MatchString(name) {
 		return name
@@ -310,88 +198,137 @@ func orInt(v *int, d int) {
 	}
 }
 
+func orInt64(v *int64, d int64) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
 func orDur(v *Duration, d Duration) {
 	if *v <= 0 {
 		*v = d
 	}
 }
 
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
-
-// ExpandEnv replaces ${NAME} and ${NAME:-default} with environment values.
-// A bare $ is left alone so values such as passwords may contain it.
-func ExpandEnv(b []byte) []byte {
-	return envRef.ReplaceAllFunc(b, func(m []byte) []byte {
-		sub := envRef.FindSubmatch(m)
-		if v, ok := os.LookupEnv(string(sub[1])); ok {
-			return []byte(v)
-		}
-		return sub[3]
-	})
-}
-
-// ParseConfig decodes YAML strictly: unknown keys are errors that name the line.
+// ParseConfig checks and decodes a configuration given as text; see
+// [LoadConfig].
 func ParseConfig(data []byte) (Config, error) {
-	cfg := Defaults()
-	dec := yaml.NewDecoder(bytes.NewReader(ExpandEnv(data)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("config: %w", err)
-	}
-	if err := cfg.check(); err != nil {
-		return Config{}, err
-	}
-	return cfg.withDefaults(), nil
+	cfg, _, err := ParseConfigFile("", data)
+	return cfg, err
 }
 
-// LoadConfig reads and parses a YAML configuration file.
+// LoadConfig reads a YAML configuration file, checks it and decodes it;
+// see [ParseConfigFile].
 func LoadConfig(path string) (Config, error) {
+	cfg, _, err := LoadConfigFile(path)
+	return cfg, err
+}
+
+// LoadConfigFile is [LoadConfig] that also returns the parsed document, so
+// a later check ([CheckConfig]) can name the lines of its problems
+// ([configcheck.Document.Place]).
+func LoadConfigFile(path string) (Config, *configcheck.Document, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		return Config{}, nil, fmt.Errorf("config: %w", err)
 	}
-	cfg, err := ParseConfig(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
+	return ParseConfigFile(path, data)
 }
 
+// ParseConfigFile checks a configuration file (named file in messages)
+// and decodes it. The checks, in order, each reporting every problem it
+// finds with file, line and dotted key ([configcheck.Problems]): YAML
+// syntax and ${NAME} references (an unset variable is an error unless
+// written ${NAME:-default}); the file's sections against
+// schemas/config/kernel.json and each plugin's settings against its
+// module's schema (types, ranges, allowed values, durations, unknown
+// keys); then what a schema cannot say (the checks of [Config.check]).
+// The document is then decoded strictly into a Config whose absent
+// settings take their defaults.
+func ParseConfigFile(file string, data []byte) (Config, *configcheck.Document, error) {
+	doc, err := configcheck.Parse(file, data)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	if err := doc.Check(); err != nil {
+		return Config{}, nil, err
+	}
+	cfg := Defaults()
+	if doc.Root != nil {
+		// Strict decoding after the schema passed: a key the schema
+		// knows but Config lacks is a generator bug, still refused.
+		raw, err := yaml.Marshal(doc.Root)
+		if err != nil {
+			return Config{}, nil, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return Config{}, nil, configcheck.Problems{{File: file, Message: err.Error()}}
+		}
+	}
+	if err := cfg.check(); err != nil {
+		return Config{}, nil, doc.Place(err)
+	}
+	return cfg.withDefaults(), doc, nil
+}
+
+// check makes the checks of a configuration that its schema cannot say:
+// relations between keys, and for a Config built in Go rather than read
+// from a file, the formats its schema would have checked. Each problem
+// names its dotted key ([configcheck.At]); all are returned, joined.
 func (c Config) check() error {
-	names := map[string]bool{}
+	var probs []error
+	add := func(key, format string, args ...any) {
+		probs = append(probs, configcheck.At(key, format, args...))
+	}
+	names := map[string]int{}
 	for i, p := range c.Plugins {
-		if p.Name == "" {
-			return fmt.Errorf("config: plugins[%d]: name is required", i)
+		at := fmt.Sprintf("plugins[%d]", i)
+		switch {
+		case p.Name == "":
+			add(at+".name", "missing: every plugin needs a name")
+		default:
+			if j, dup := names[p.Name]; dup {
+				add(at+".name", "duplicate plugin name %q (plugins[%d] has it); each plugin needs its own", p.Name, j)
+			} else {
+				names[p.Name] = i
+			}
 		}
-		if names[p.Name] {
-			return fmt.Errorf("config: plugins[%d]: duplicate plugin name %q", i, p.Name)
-		}
-		names[p.Name] = true
 		if p.Cls == "" {
-			return fmt.Errorf("config: plugin %q: cls is required", p.Name)
+			add(at+".cls", "missing: every plugin needs a cls, the module it is")
 		}
 		if p.Type == "" {
-			return fmt.Errorf("config: plugin %q: type is required", p.Name)
+			add(at+".type", "missing: every plugin needs a type, the capability it serves")
 		}
 	}
 	if id := c.Server.HostID; id != "" && !hostIDPattern.MatchString(id) {
-		return fmt.Errorf("config: server.host_id %q: want 1 to 63 letters, digits, dots and dashes, beginning and ending with a letter or digit", id)
+		add("server.host_id", "%q: want 1 to 63 letters, digits, dots and dashes, beginning and ending with a letter or digit", id)
 	}
 	if c.Server.ProxyProtocol && len(c.Server.TrustedProxies) == 0 {
-		return fmt.Errorf("config: server.proxy_protocol needs server.trusted_proxies: the proxies whose header is read")
+		add("server.proxy_protocol", "needs server.trusted_proxies: the proxies whose header is read")
 	}
 	for i, p := range c.Server.TrustedProxies {
 		if _, err := ParseTrustedProxy(p); err != nil {
-			return fmt.Errorf("config: server.trusted_proxies[%d]: %w", i, err)
+			add(fmt.Sprintf("server.trusted_proxies[%d]", i), "%v", err)
 		}
 	}
 	switch c.Transport.Type {
 	case "", "http", "stdio", "inprocess":
 	default:
-		return fmt.Errorf("config: transport.type %q: want http, stdio or inprocess", c.Transport.Type)
+		add("transport.type", "%q: want http, stdio or inprocess", c.Transport.Type)
 	}
-	if err := c.Server.Trajectories.check(); err != nil {
-		return err
+	if c.Store.DSN != "" {
+		if _, err := store.ParseDSN(c.Store.DSN); err != nil {
+			add("store.dsn", "%v", err)
+		}
 	}
-	return c.Server.Snapshots.check()
+	// /metrics tells whoever reaches it how busy the host is and which
+	// tools it runs: beyond loopback it needs a token (docs/operating.md).
+	if l := c.Operator.Listen; l != "" && c.Operator.Token == "" && !configcheck.Loopback(l) {
+		add("operator.token", "required: operator.listen %s is not a loopback address, and /metrics there would be open to anyone who reaches it; set operator.token (e.g. ${AEP_OPERATOR_TOKEN}) or listen on 127.0.0.1", l)
+	}
+	probs = append(probs, c.Server.Trajectories.check()...)
+	probs = append(probs, c.Server.Snapshots.check()...)
+	return errors.Join(probs...)
 }

@@ -35,6 +35,15 @@ func (h *Host) dispatch(ctx context.Context, c *call, e *wire.Entry, req wire.Me
 		}
 		plugins = []*plugin{owner}
 	}
+	if e.Owner == toolOwner {
+		// A tool call is a unit of the session's leaf work (budget.go).
+		leaf := &Leaf{h: h, s: c.s, b: c.s.budget}
+		if err := leaf.take(ctx); err != nil {
+			return nil, err
+		}
+		defer leaf.Release()
+		ctx = context.WithValue(ctx, leafKey{}, leaf)
+	}
 	var answer wire.Message
 	for _, p := range plugins {
 		resp, err := h.invoke(ctx, c, p, e, req)
@@ -98,7 +107,10 @@ func (h *Host) fallback(c *call, e *wire.Entry, req wire.Message) wire.Message {
 	resp := e.Fallback(req)
 	rec := h.auditRecord(c, nil, e, req, resp, t0, nil)
 	if e.Owner == toolOwner {
-		h.met.tool(rec.Target, rec.ErrorCode)
+		// No plugin serves the name: it is the agent's invention, counted
+		// under one label (it could hold anything, and would take the
+		// label budget of real tools).
+		h.met.tool(unknownTool, rec.ErrorCode)
 	}
 	c.answerRec = rec
 	h.notify(*rec)
@@ -145,8 +157,11 @@ func (h *Host) call(ctx context.Context, c *call, p *plugin, e *wire.Entry, req 
 // for the agent: a tool result with success false, a cancelled call or an
 // error are failures, each with its code.
 func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req, resp wire.Message, t0 time.Time, err error) *AuditRecord {
+	// What the agent chose (ids, a tool's name) is scrubbed of every
+	// secret the session may know: an agent may put one anywhere.
+	secrets := h.knownSecrets(c.s)
 	rec := &AuditRecord{
-		TS: t0, SessionID: c.s.handle, ReqID: c.id, Type: e.Type, Capability: e.Capability,
+		TS: t0, SessionID: c.s.handle, Tenant: c.s.Tenant(), ReqID: scrub(c.id, secrets), Type: e.Type, Capability: e.Capability,
 		Success: err == nil, InputBytes: c.inBytes,
 		DurationMS: float64(time.Since(t0).Microseconds()) / 1000,
 	}
@@ -154,10 +169,10 @@ func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req, resp wire.Mes
 		rec.Plugin = p.Name
 	}
 	if cr, ok := req.(interface{ GetCorrelationID() string }); ok {
-		rec.CorrelationID = cr.GetCorrelationID()
+		rec.CorrelationID = scrub(cr.GetCorrelationID(), secrets)
 	}
 	if at, ok := req.(interface{ AuditTarget() string }); ok {
-		rec.Target = at.AuditTarget()
+		rec.Target = scrub(at.AuditTarget(), secrets)
 	}
 	switch {
 	case errors.Is(err, wire.ErrDecline):
@@ -202,11 +217,11 @@ func (h *Host) wireError(c *call, err error) *wire.Error {
 		corr = pe.Correlation // the panic and its stack are logged already
 	} else {
 		corr = newCorrelation()
-		h.log.Error("handler error", "correlation", corr, "session", c.s.handle, "type", c.entry.Type, "err", err)
+		h.log.Error("handler error", "correlation", corr, "session", c.s.handle, "request_id", wire.ClipID(c.id), "type", c.entry.Type, "err", err)
 	}
 	return &wire.Error{
 		Code: e.Code, Capability: e.Capability, Err: e.Err,
-		Message: "internal error; the host's log has it under correlation " + corr,
+		Message: e.Message + "; the host's log has it under correlation " + corr,
 		Detail:  map[string]any{"correlation_id": corr},
 	}
 }

@@ -370,7 +370,7 @@ plugins:
 		}
 		reg := msg.Registry().Union(testproto.Registry())
 		err = server.CheckConfig(cfg, reg)
-		if err == nil || !strings.Contains(err.Error(), `plugin "p": type "procs" is not served by module test.echo (it serves: echo)`) {
+		if err == nil || !strings.Contains(err.Error(), `plugins[0].type: type "procs" is not served by module test.echo (it serves: echo)`) {
 			t.Fatalf("CheckConfig: %v", err)
 		}
 		_, err = server.New(context.Background(), cfg, server.WithRegistry(reg))

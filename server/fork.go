@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/wire"
 )
 
@@ -112,12 +113,13 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 		}
 	}
 	if srcDir != "" {
-		used, err := SessionUsage(srcDir)
-		if err != nil {
-			return nil, fmt.Errorf("fork: measuring the session directory: %w", err)
-		}
+		files := h.cfg.Server.Budgets.Files
+		used, entries := usage(srcDir, files)
 		if used > h.SessionQuota() {
 			return nil, fmt.Errorf("the files to fork (%d bytes) are beyond the session quota %d: %w", used, h.SessionQuota(), ErrQuota)
+		}
+		if entries > files {
+			return nil, errFiles(int64(files), "the session directory to fork holds %d files, over the budget of %d (server.budgets.files)", entries, files)
 		}
 	}
 
@@ -131,9 +133,28 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 		}
 		return nil, err
 	}
+	if srcDir != "" {
+		// Every fork gets the same files, whole: plugins writing the
+		// directory from their own processes hold them until the copies
+		// are made (sessionfs.go, FileHolder).
+		release, err := h.holdFiles(ctx, srcDir)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	for i := 0; i < count; i++ {
-		f, err := h.newSession(nil, nil, nil, nil, func(x *Session) { x.forked = true })
+		f, err := h.newSession(nil, nil, nil, nil, func(x *Session) {
+			// A fork is its source's tenant's, with that tenant's budgets.
+			x.forked, x.tenant = true, s.tenant
+			if s.tenant != nil {
+				x.budget = newBudget(s.tenant.limits())
+			}
+		})
 		switch {
+		case errors.Is(err, ErrTenantSessions):
+			return fail(&wire.Error{Code: wire.CodeRuntimeError, Message: fmt.Sprintf("fork %d of %d: your tenant is at its total of sessions on this host; no fork was kept", i+1, count),
+				Detail: map[string]any{"reason": "tenant_sessions", "limit": s.tenant.total().Sessions}})
 		case errors.Is(err, ErrTooManySessions):
 			return fail(wire.Reason("too_many_sessions", fmt.Errorf("fork %d of %d: the host is at server.limits.max_sessions; no fork was kept", i+1, count)))
 		case errors.Is(err, ErrDraining):
@@ -227,6 +248,9 @@ func cloneTree(src, dst string) (msg.SessionForkRespCopy, error) {
 		case e.Type().IsRegular():
 			files++
 			cloned, err := cloneFile(root, p, target)
+			if errors.Is(err, confine.ErrNotRegular) {
+				return nil // a FIFO by now: not copied, as one found by the walk
+			}
 			if err != nil {
 				return err
 			}
@@ -248,7 +272,7 @@ func cloneTree(src, dst string) (msg.SessionForkRespCopy, error) {
 // cloneFile makes target a clone of root's file p, or a copy when the file
 // system cannot clone (no reflinks, another device); it reports which.
 func cloneFile(root *os.Root, p, target string) (bool, error) {
-	in, err := root.Open(p)
+	in, err := confine.Open(root, p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return false, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -256,6 +257,10 @@ func FuzzParseConfig(f *testing.F) {
 		"server:\n  limits:\n    request_timeout: -5s\n    handshake_timeout: 1ns\n    max_depth: 0\n", "[1, 2]", "server: [1]", "--- \n...\n", "\t",
 	} {
 		f.Add([]byte(s))
+	}
+	// The annotated example sets every section of the file.
+	if example, err := os.ReadFile("../aep.example.yaml"); err == nil {
+		f.Add(example)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := server.ParseConfig(data)

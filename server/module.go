@@ -133,7 +133,7 @@ func checkType(reg *wire.Registry, spec PluginSpec) error {
 	if list == "" {
 		list = "none"
 	}
-	return fmt.Errorf("plugin %q: type %q is not served by module %s (it serves: %s)", spec.Name, spec.Type, spec.Impl.Module().ID, list)
+	return fmt.Errorf("type %q is not served by module %s (it serves: %s)", spec.Type, spec.Impl.Module().ID, list)
 }
 
 // implementing returns the plugins whose implementation is a T, in start

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/aephost/aep/internal/configcheck"
 	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
@@ -109,47 +111,86 @@ func decodeSettings(node *yaml.Node, impl any) error {
 	return nil
 }
 
-// instantiate builds the plugins of cfg from registered modules.
-func instantiate(cfg Config) ([]PluginSpec, error) {
+// instantiate builds the plugins of cfg from registered modules, and
+// says where in cfg.Plugins each came from. Every plugin is tried, so one
+// call reports each unknown cls and each plugin's settings that do not
+// decode, as problems at their keys.
+func instantiate(cfg Config) ([]PluginSpec, []int, error) {
 	var out []PluginSpec
-	for _, pc := range cfg.Plugins {
+	var at []int
+	var probs []error
+	for i, pc := range cfg.Plugins {
 		if !pc.Metadata.IsEnabled() {
 			continue
 		}
 		m, ok := lookupModule(pc.Cls)
 		if !ok {
-			return nil, fmt.Errorf("plugin %q: unknown cls %q; registered: %s", pc.Name, pc.Cls, strings.Join(ModuleIDs(), ", "))
+			msg := fmt.Sprintf("unknown cls %q", pc.Cls)
+			if near := configcheck.Suggest(pc.Cls, ModuleIDs()); near != "" {
+				msg += " (did you mean " + near + "?)"
+			}
+			probs = append(probs, configcheck.At(fmt.Sprintf("plugins[%d].cls", i), "plugin %q: %s; registered: %s", pc.Name, msg, strings.Join(ModuleIDs(), ", ")))
+			continue
 		}
 		impl := m.New()
 		if err := decodeSettings(&pc.Config, impl); err != nil {
-			return nil, fmt.Errorf("plugin %q: config: %w", pc.Name, err)
+			probs = append(probs, configcheck.At(fmt.Sprintf("plugins[%d].config", i), "plugin %q: config: %s", pc.Name, decodeReason(err)))
+			continue
 		}
 		out = append(out, PluginSpec{Name: pc.Name, Type: pc.Type, Priority: pc.Metadata.Priority, Exclusive: pc.Metadata.Exclusive, Impl: impl})
+		at = append(at, i)
 	}
-	return out, nil
+	return out, at, errors.Join(probs...)
+}
+
+// decodeReason words a strict decoding error of a plugin's settings
+// without yaml.v3's line numbers, which count lines of the settings
+// re-encoded (decodeSettings), not of the file.
+func decodeReason(err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return strings.TrimPrefix(err.Error(), "yaml: ")
+	}
+	reasons := make([]string, len(te.Errors))
+	for i, e := range te.Errors {
+		if _, rest, ok := strings.Cut(e, ": "); ok && strings.HasPrefix(e, "line ") {
+			e = rest
+		}
+		reasons[i] = e
+	}
+	return strings.Join(reasons, "; ")
 }
 
 // CheckConfig checks everything about cfg that [New] checks before it
 // provisions anything: the kernel settings, that every `cls` is a
-// registered module, that each plugin's settings decode strictly, and that
-// each plugin's handlers serve its configured `type`. `aep config validate`
-// runs it, so a file it accepts is one `aep serve` starts with.
+// registered module, that each plugin's settings decode strictly, that
+// each plugin's handlers serve its configured `type`, and that
+// mcp_face.capabilities are capabilities of reg. `aep config validate`
+// runs it, so a file it accepts is one `aep serve` starts with. Problems
+// name their dotted keys ([configcheck.At]); every one found is returned.
 func CheckConfig(cfg Config, reg *wire.Registry) error {
 	if err := cfg.check(); err != nil {
 		return err
 	}
-	specs, err := instantiate(cfg)
+	specs, at, err := instantiate(cfg)
+	var probs []error
 	if err != nil {
-		return err
+		probs = append(probs, err)
 	}
 	// As in New: a module's own namespaces count towards what it serves.
 	reg = withModuleNamespaces(reg, specs)
-	for _, spec := range specs {
+	for i, spec := range specs {
 		if err := checkType(reg, spec); err != nil {
-			return err
+			probs = append(probs, configcheck.At(fmt.Sprintf("plugins[%d].type", at[i]), "%v", err))
 		}
 	}
-	return nil
+	known := reg.Capabilities()
+	for i, c := range cfg.MCPFace.Capabilities {
+		if !slices.Contains(known, CanonicalCapability(c)) {
+			probs = append(probs, configcheck.At(fmt.Sprintf("mcp_face.capabilities[%d]", i), "unknown capability %q; known: %s", c, strings.Join(known, ", ")))
+		}
+	}
+	return errors.Join(probs...)
 }
 
 // start provisions and validates plugins in order. On failure every plugin
@@ -160,7 +201,7 @@ func start(ctx context.Context, reg *wire.Registry, specs []PluginSpec, env func
 			return nil, fmt.Errorf("plugin %q: no implementation", spec.Name)
 		}
 		if err := checkType(reg, spec); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("plugin %q: %w", spec.Name, err)
 		}
 	}
 	var started []*plugin

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
 )
@@ -28,17 +31,6 @@ import (
 
 // DefaultSessionQuota bounds the bytes of one session directory.
 const DefaultSessionQuota int64 = 256 << 20
-
-// IsolationConfig is server.isolation.
-type IsolationConfig struct {
-	// Sandbox is the mode every process a session starts runs in: auto
-	// (default: the best tier this host provides), bwrap or namespaces
-	// (tier a), supervised (tier b). A host that cannot provide it refuses
-	// to start the capabilities that run processes.
-	Sandbox sandbox.Mode `yaml:"sandbox"`
-	// SessionQuotaBytes bounds each session directory (default 256 MiB).
-	SessionQuotaBytes int64 `yaml:"session_quota_bytes"`
-}
 
 // SessionDir is a session's file system.
 type SessionDir struct {
@@ -124,6 +116,35 @@ func (h *Host) sessionDirOf(s *Session) SessionDir {
 	return d
 }
 
+// FileHolder is implemented by plugins whose own processes write session
+// directories (the sql toolkit's SQLite workers). Before the kernel copies
+// a directory — a sql snapshot's files, a fork, a snapshot-scoped
+// subagent's copy — it asks each to bring what it keeps under dir to a
+// consistent state (a database checkpointed into its main file) and to
+// change nothing there until release is called.
+type FileHolder interface {
+	HoldFiles(ctx context.Context, dir string) (release func(), err error)
+}
+
+// holdFiles holds dir for a copy (see [FileHolder]); release undoes it.
+func (h *Host) holdFiles(ctx context.Context, dir string) (release func(), err error) {
+	var releases []func()
+	release = func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}
+	for _, fh := range h.fileHolders {
+		r, err := fh.v.HoldFiles(ctx, dir)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("plugin %q: holding the session's files for a copy: %w", fh.p.Name, err)
+		}
+		releases = append(releases, r)
+	}
+	return release, nil
+}
+
 // SessionUsage is the bytes held in a session directory.
 func SessionUsage(dir string) (int64, error) {
 	var n int64
@@ -142,7 +163,10 @@ func SessionUsage(dir string) (int64, error) {
 }
 
 // CheckWrite says whether a session may add n bytes to its directory:
-// [ErrReadOnly] for a restricted subagent, [ErrQuota] past the quota.
+// [ErrReadOnly] for a restricted subagent, [ErrQuota] past the quota, the
+// files budget's refusal when the directory holds as many files as it may
+// (a write may add one). A write of no bytes (truncating a file) is let
+// through over the byte quota: it is how an agent makes room.
 func (h *Host) CheckWrite(sessionID string, n int64) error {
 	d, err := h.SessionDir(sessionID)
 	if err != nil {
@@ -151,12 +175,23 @@ func (h *Host) CheckWrite(sessionID string, n int64) error {
 	if d.ReadOnly {
 		return ErrReadOnly
 	}
-	used, err := SessionUsage(d.Path)
-	if err != nil {
-		return err
+	lim := h.defaultLimits()
+	var t *tenant
+	if s, ok := h.SessionByHandle(sessionID); ok {
+		lim, t = s.budget.lim, s.tenant
 	}
-	if used+n > h.SessionQuota() {
-		return fmt.Errorf("%d bytes used, %d more asked, quota %d: %w", used, n, h.SessionQuota(), ErrQuota)
+	files := lim.Files
+	used, entries := usage(d.Path, files)
+	if n > 0 && used+n > lim.DiskBytes {
+		return fmt.Errorf("%d bytes used, %d more asked, quota %d: %w", used, n, lim.DiskBytes, ErrQuota)
+	}
+	if n > 0 {
+		if err := h.checkTenantDisk(t); err != nil {
+			return err
+		}
+	}
+	if entries >= files {
+		return errFiles(int64(files), "the session directory holds %d files, its budget (server.budgets.files); delete files to go on", entries)
 	}
 	return nil
 }
@@ -171,17 +206,23 @@ func (h *Host) prepareChildDir(child, parent *Session, scope string) error {
 	if err != nil {
 		return err
 	}
-	used, err := SessionUsage(src.Path)
-	if err != nil {
-		return err
-	}
+	files := h.cfg.Server.Budgets.Files
+	used, entries := usage(src.Path, files)
 	if used > h.SessionQuota() {
 		return fmt.Errorf("snapshot of the parent's files (%d bytes) beyond the quota %d: %w", used, h.SessionQuota(), ErrQuota)
+	}
+	if entries > files {
+		return errFiles(int64(files), "the parent's directory holds %d files, over the budget of %d (server.budgets.files)", entries, files)
 	}
 	dst, err := h.SessionDir(child.handle)
 	if err != nil {
 		return err
 	}
+	release, err := h.holdFiles(context.Background(), src.Path)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return copyTree(src.Path, dst.Path)
 }
 
@@ -202,7 +243,10 @@ func copyTree(src, dst string) error {
 		case e.IsDir():
 			return os.MkdirAll(target, 0o700)
 		case e.Type().IsRegular():
-			in, err := root.Open(p)
+			in, err := confine.Open(root, p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+			if errors.Is(err, confine.ErrNotRegular) {
+				return nil // a FIFO by now: not copied, as one found by the walk
+			}
 			if err != nil {
 				return err
 			}
@@ -254,6 +298,11 @@ func (h *Host) logIsolation() {
 		h.log.Warn("isolation: the configured sandbox cannot be provided; capabilities that run processes will refuse to start", "mode", h.SandboxMode(), "err", err)
 		return
 	}
+	sandbox.AllowUserNamespaces(h.cfg.Server.Isolation.AllowUserNamespaces)
+	// What the host inherited from its parent reaches no child of its own.
+	sandbox.SealInheritedFDs()
 	sandbox.Prewarm(h.SandboxMode())
-	h.log.Info("isolation", "tier", tier, "mechanism", what, "session_quota_bytes", h.SessionQuota(), "sessions_dir", h.sessionsRoot())
+	h.log.Info("isolation", "tier", tier, "mechanism", what, "network", sandbox.DescribeNetwork(h.SandboxMode()),
+		"user_namespaces", h.cfg.Server.Isolation.AllowUserNamespaces,
+		"session_quota_bytes", h.SessionQuota(), "sessions_dir", h.sessionsRoot())
 }

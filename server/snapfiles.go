@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/wire"
 )
 
@@ -277,9 +278,10 @@ var (
 // (errTooLarge past them), with its archive mode (0700 when any execute
 // bit is set, else 0600) and its modification time.
 func readRegular(root *os.Root, p string, max int64) ([]byte, int64, time.Time, error) {
-	f, err := root.OpenFile(p, os.O_RDONLY|syscallNoFollow, 0)
+	// Never blocking: the walk's regular file may be a FIFO by now.
+	f, err := confine.Open(root, p, os.O_RDONLY|syscallNoFollow, 0)
 	if err != nil {
-		return nil, 0, time.Time{}, errNotRegular // replaced by a link, or gone
+		return nil, 0, time.Time{}, errNotRegular // replaced by a link or a FIFO, or gone
 	}
 	defer f.Close()
 	fi, err := f.Stat()

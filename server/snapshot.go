@@ -141,7 +141,14 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 // server.snapshots.files_max_bytes (snapfiles.go); a file snapshot keeps
 // referring to the directory on this host's disk, which stays (pinned)
 // after the session ends.
-func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string) (snapshotTaken, error) {
+func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string) (t snapshotTaken, err error) {
+	t0 := time.Now()
+	defer func() { h.met.snapshotDone(s, kind, t0, t.bytes, err) }()
+	return h.writeSnapshot(ctx, s, target, kind)
+}
+
+// writeSnapshot is takeSnapshot without its metrics.
+func (h *Host) writeSnapshot(ctx context.Context, s *Session, target, kind string) (snapshotTaken, error) {
 	switch target {
 	case "file":
 		if h.dataDir == "" {
@@ -166,7 +173,13 @@ func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string
 	if target == "sql" {
 		lim := h.filesLimits(h.cfg.Server.Snapshots.filesMaxBytes())
 		var fi filesInfo
-		archive, fi = archiveDir(h.sessionDirOf(s).Path, lim, secrets)
+		dir := h.sessionDirOf(s).Path
+		release, err := h.holdFiles(ctx, dir)
+		if err != nil {
+			return snapshotTaken{}, err
+		}
+		archive, fi = archiveDir(dir, lim, secrets)
+		release()
 		p.Files = &fi
 		if fi.State == filesOmitted {
 			h.log.Warn("snapshot taken without the session's files", "session", s.handle, "snapshot_id", p.SnapshotID,

@@ -24,31 +24,9 @@ import (
 	"github.com/aephost/aep/ent"
 	"github.com/aephost/aep/ent/snapshot"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/configcheck"
 	"github.com/aephost/aep/wire"
 )
-
-// SnapshotConfig is server.snapshots: how long snapshots are kept.
-type SnapshotConfig struct {
-	// KeepPerSession keeps this many newest snapshots of each session (of
-	// each target) when it takes another; 0 keeps all.
-	KeepPerSession int `yaml:"keep_per_session"`
-	// MaxAge deletes snapshots older than this whenever a snapshot is
-	// taken; 0 keeps them forever.
-	MaxAge Duration `yaml:"max_age"`
-	// FilesMaxBytes bounds the session directory a sql snapshot carries
-	// (server/snapfiles.go): a directory holding more bytes of regular
-	// files is not stored, and the snapshot says so (files: omitted).
-	// Unset: [DefaultFilesMaxBytes]; 0: sql snapshots carry no files.
-	FilesMaxBytes *int64 `yaml:"files_max_bytes"`
-	// FilesMaxEntries bounds the files and directories a snapshot carries
-	// and a restore extracts (default [DefaultFilesMaxEntries]).
-	FilesMaxEntries int `yaml:"files_max_entries"`
-	// AutoInterval snapshots every live top-level session to the store
-	// (target sql, with its files) this often, keeping the newest
-	// automatic snapshot of each (server/autosnap.go); 0 (the default)
-	// takes none.
-	AutoInterval Duration `yaml:"auto_interval"`
-}
 
 const (
 	// DefaultFilesMaxBytes is server.snapshots.files_max_bytes when unset.
@@ -79,18 +57,27 @@ func (c SnapshotConfig) filesMaxEntries() int {
 }
 
 // check rejects settings that make no sense.
-func (c SnapshotConfig) check() error {
-	switch {
-	case c.KeepPerSession < 0 || c.MaxAge < 0:
-		return errors.New("config: server.snapshots: keep_per_session and max_age must not be negative")
-	case c.FilesMaxBytes != nil && (*c.FilesMaxBytes < 0 || *c.FilesMaxBytes > maxFilesMaxBytes):
-		return fmt.Errorf("config: server.snapshots.files_max_bytes %d: want 0 (no files) to %d (1 GiB): the archive is held in memory", *c.FilesMaxBytes, maxFilesMaxBytes)
-	case c.FilesMaxEntries < 0:
-		return errors.New("config: server.snapshots.files_max_entries must not be negative")
-	case c.AutoInterval < 0 || (c.AutoInterval > 0 && time.Duration(c.AutoInterval) < minAutoInterval):
-		return fmt.Errorf("config: server.snapshots.auto_interval %s: want 0 (off) or at least %s", time.Duration(c.AutoInterval), minAutoInterval)
+func (c SnapshotConfig) check() []error {
+	var probs []error
+	add := func(key, format string, args ...any) {
+		probs = append(probs, configcheck.At("server.snapshots."+key, format, args...))
 	}
-	return nil
+	if c.KeepPerSession < 0 {
+		add("keep_per_session", "must not be negative")
+	}
+	if c.MaxAge < 0 {
+		add("max_age", "must not be negative")
+	}
+	if c.FilesMaxBytes != nil && (*c.FilesMaxBytes < 0 || *c.FilesMaxBytes > maxFilesMaxBytes) {
+		add("files_max_bytes", "%d: want 0 (no files) to %d (1 GiB): the archive is held in memory", *c.FilesMaxBytes, maxFilesMaxBytes)
+	}
+	if c.FilesMaxEntries < 0 {
+		add("files_max_entries", "must not be negative")
+	}
+	if c.AutoInterval < 0 || (c.AutoInterval > 0 && time.Duration(c.AutoInterval) < minAutoInterval) {
+		add("auto_interval", "%s: want 0s (off) or at least %s", time.Duration(c.AutoInterval), minAutoInterval)
+	}
+	return probs
 }
 
 // instanceKeys gives each plugin its instance key (see the file comment).

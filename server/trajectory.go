@@ -33,36 +33,28 @@ import (
 	"github.com/aephost/aep/ent"
 	"github.com/aephost/aep/ent/trajectoryrecord"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/configcheck"
 	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
 
-// TrajectoryConfig is server.trajectories.
-type TrajectoryConfig struct {
-	// Record says whose trajectories are recorded: opt_in (default: the
-	// sessions whose handshake sets record_trajectory), all, or off.
-	Record string `yaml:"record"`
-	// MaxAge drops records older than this, checked at start-up and every
-	// hour (0: kept until deleted by the operator).
-	MaxAge Duration `yaml:"max_age"`
-	// MaxRecordsPerSession bounds one session's records (default 100000);
-	// later ones are dropped and the drop is logged once.
-	MaxRecordsPerSession int `yaml:"max_records_per_session"`
-}
-
 // DefaultMaxTrajectoryRecords is server.trajectories.max_records_per_session's default.
 const DefaultMaxTrajectoryRecords = 100000
 
-func (c TrajectoryConfig) check() error {
+func (c TrajectoryConfig) check() []error {
+	var probs []error
 	switch c.Record {
 	case "", "opt_in", "all", "off":
 	default:
-		return fmt.Errorf("config: server.trajectories.record %q: want opt_in, all or off", c.Record)
+		probs = append(probs, configcheck.At("server.trajectories.record", "%q: want opt_in, all or off", c.Record))
 	}
-	if c.MaxAge < 0 || c.MaxRecordsPerSession < 0 {
-		return errors.New("config: server.trajectories: max_age and max_records_per_session must not be negative")
+	if c.MaxAge < 0 {
+		probs = append(probs, configcheck.At("server.trajectories.max_age", "must not be negative"))
 	}
-	return nil
+	if c.MaxRecordsPerSession < 0 {
+		probs = append(probs, configcheck.At("server.trajectories.max_records_per_session", "must not be negative"))
+	}
+	return probs
 }
 
 // redactedValue replaces a secret in a recorded message.

@@ -132,11 +132,11 @@ func AsError(err error) *Error {
 	case errors.Is(err, ErrCancelled):
 		return &Error{Code: CodeCancelled, Message: "request cancelled", Err: err}
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		return &Error{Code: CodeTimeout, Message: err.Error(), Err: err}
+		return limitError(CodeTimeout, err)
 	case errors.Is(err, ErrOutOfMemory):
-		return &Error{Code: CodeOutOfMemory, Message: err.Error(), Err: err}
+		return limitError(CodeOutOfMemory, err)
 	case errors.Is(err, ErrSandboxCrash):
-		return &Error{Code: CodeSandboxCrash, Message: err.Error(), Err: err}
+		return limitError(CodeSandboxCrash, err)
 	case errors.Is(err, ErrInvalid):
 		return &Error{Code: CodeSchemaViolation, Message: Text(err), Err: err}
 	case errors.Is(err, ErrOverloaded):
@@ -153,6 +153,32 @@ func AsError(err error) *Error {
 		return e
 	}
 	return &Error{Code: CodeRuntimeError, Message: "internal error", Err: err, Internal: true}
+}
+
+// limitTexts are the fixed messages of the limit codes, for an error whose
+// own text was not meant for the agent.
+var limitTexts = map[Code]string{
+	CodeTimeout:      "timed out",
+	CodeOutOfMemory:  "out of memory",
+	CodeSandboxCrash: "the sandbox crashed",
+}
+
+// limitError answers an error of a limit (timeout, out of memory, a
+// crash) with its code. Its text reaches the agent only when a plugin
+// marked it [Public] (the sandbox's outcomes, the kernel's own deadlines):
+// a backend's text, which may quote a DSN or a host path, is Internal — the
+// agent gets the code's fixed message and the log gets the text under a
+// correlation id.
+func limitError(code Code, err error) *Error {
+	var pe *publicError
+	if errors.As(err, &pe) {
+		e := &Error{Code: code, Message: err.Error(), Err: err}
+		if pe.reason != "" {
+			e.Detail = map[string]any{"reason": pe.reason}
+		}
+		return e
+	}
+	return &Error{Code: code, Message: limitTexts[code], Err: err, Internal: true}
 }
 
 // Text is err's message for a reader: without the words of the ErrInvalid

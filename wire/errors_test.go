@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/aephost/aep/wire"
@@ -26,11 +27,17 @@ func TestAsError(t *testing.T) {
 		{"invalid, prefix", fmt.Errorf("%w: no chain named %q", wire.ErrInvalid, "c"), wire.CodeSchemaViolation, `no chain named "c"`},
 		{"invalid, middle", fmt.Errorf("spawn: scope %q: %w: want one of a, b", "z", wire.ErrInvalid), wire.CodeSchemaViolation, `spawn: scope "z": want one of a, b`},
 		{"invalid alone", wire.ErrInvalid, wire.CodeSchemaViolation, "invalid input"},
-		{"timeout", fmt.Errorf("step: %w", wire.ErrTimeout), wire.CodeTimeout, "step: timed out"},
-		{"deadline", context.DeadlineExceeded, wire.CodeTimeout, "context deadline exceeded"},
+		// A limit's text reaches the agent only when a plugin made it
+		// public; a backend's words (a DSN, a path) get the code's fixed
+		// text, and the kernel logs them under a correlation id.
+		{"timeout, public", wire.Public(fmt.Errorf("step: %w", wire.ErrTimeout)), wire.CodeTimeout, "step: timed out"},
+		{"out of memory, public", wire.Public(fmt.Errorf("run: %w", wire.ErrOutOfMemory)), wire.CodeOutOfMemory, "run: out of memory"},
+		{"sandbox crash, public", wire.Public(fmt.Errorf("crashed: %w", wire.ErrSandboxCrash)), wire.CodeSandboxCrash, "crashed: sandbox crashed"},
+		{"timeout, internal", fmt.Errorf("dial postgres://u:pw@db/x: %w", wire.ErrTimeout), wire.CodeTimeout, "timed out"},
+		{"deadline, internal", fmt.Errorf("read /srv/aep/x: %w", context.DeadlineExceeded), wire.CodeTimeout, "timed out"},
+		{"out of memory, internal", fmt.Errorf("mmap /srv/aep/x: %w", wire.ErrOutOfMemory), wire.CodeOutOfMemory, "out of memory"},
+		{"sandbox crash, internal", fmt.Errorf("init /usr/local/bin/aep: %w", wire.ErrSandboxCrash), wire.CodeSandboxCrash, "the sandbox crashed"},
 		{"cancelled", wire.ErrCancelled, wire.CodeCancelled, "request cancelled"},
-		{"out of memory", fmt.Errorf("run: %w", wire.ErrOutOfMemory), wire.CodeOutOfMemory, "run: out of memory"},
-		{"sandbox crash", wire.ErrSandboxCrash, wire.CodeSandboxCrash, "sandbox crashed"},
 		{"overloaded", wire.ErrOverloaded, wire.CodeRuntimeError, "session overloaded"},
 		{"not found", fmt.Errorf("proc %q: %w", "p1", wire.ErrNotFound), wire.CodeSchemaViolation, `proc "p1"`},
 		{"denied", fmt.Errorf("episode limit reached: %w", wire.ErrDenied), wire.CodeRuntimeError, "episode limit reached"},
@@ -49,7 +56,7 @@ func TestAsError(t *testing.T) {
 			if got != own && !errors.Is(got, tc.err) && got.Err != tc.err {
 				t.Fatalf("the cause is lost: %#v", got)
 			}
-			if got.Internal != (tc.name == "anything else") {
+			if got.Internal != (tc.name == "anything else" || strings.HasSuffix(tc.name, ", internal")) {
 				t.Fatalf("Internal = %v", got.Internal)
 			}
 		})

@@ -294,9 +294,7 @@ func TestForkIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(r.dataDir, "aep.toolkits.builtin", "sql", "app.db"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	emptySessionFile(t, r.dataDir, parent, "app.db")
 	res, err := parent.ToolkitConfigure(ctx, &msg.ToolkitConfigureReq{ToolkitName: "sql",
 		Config: msg.ToolkitConfigureReqConfig{"driver": "sqlite", "database": "app.db", "mode": "read_only"}})
 	if err != nil || res.Status != msg.ToolkitConfigureRespStatusOk {
@@ -379,9 +377,7 @@ func TestForkToolkitWithSecret(t *testing.T) {
 	ctx := aeptest.Context(t)
 	r := newForkRig(t, nil)
 	parent := aeptest.Connect(t, r.h, forkCaps...)
-	if err := os.WriteFile(filepath.Join(r.dataDir, "aep.toolkits.builtin", "sql", "app.db"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	emptySessionFile(t, r.dataDir, parent, "app.db")
 	const password = "pw-fork-canary-91b2"
 	res, err := parent.ToolkitConfigure(ctx, &msg.ToolkitConfigureReq{ToolkitName: "sql",
 		Config: msg.ToolkitConfigureReqConfig{"driver": "sqlite", "database": "app.db", "mode": "read_only", "password": password}})
@@ -561,5 +557,18 @@ func TestForkLimitsAndSnapshots(t *testing.T) {
 			t.Fatal("unattached forks were not closed")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// emptySessionFile makes an empty file in the directory of c's session,
+// where the sql toolkit's databases live.
+func emptySessionFile(t *testing.T, dataDir string, c *client.Client, name string) {
+	t.Helper()
+	dir := filepath.Join(dataDir, "sessions", aeptest.Handle(t, c))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -72,9 +72,7 @@ func TestToolkitPasswordNeverInSnapshot(t *testing.T) {
 		}
 	}()
 	a := aeptest.Connect(t, h, "toolkits", "tools", "memory", "subagents")
-	if err := os.WriteFile(filepath.Join(dataDir, "aep.toolkits.builtin", "sql", "app.db"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	emptySessionFile(t, dataDir, a, "app.db")
 	res, err := a.ToolkitConfigure(ctx, &msg.ToolkitConfigureReq{ToolkitName: "sql",
 		Config: msg.ToolkitConfigureReqConfig{"driver": "sqlite", "database": "app.db", "mode": "read_only", "password": password}})
 	if err != nil || res.Status != msg.ToolkitConfigureRespStatusOk {

@@ -55,11 +55,23 @@ func everythingServer(t *testing.T) string {
 func TestOneAuditLinePerToolCall(t *testing.T) {
 	script := everythingServer(t)
 	data := t.TempDir()
-	sqlDir := filepath.Join(data, "sql")
-	if err := os.MkdirAll(sqlDir, 0o700); err != nil {
+	audit := &auditLog{}
+	cfg := aeptest.Config(func(c *server.Config) { c.Server.ToolPolicy.Deny = []string{"grep"} })
+	h := aeptest.NewHost(t, cfg, []server.PluginSpec{
+		aeptest.Plugin("tools", &tools.Plugin{Settings: tools.Settings{Root: filepath.Join(data, "ws")}}),
+		aeptest.Plugin("toolkits", &toolkits.Plugin{}),
+		aeptest.Plugin("mcp", &mcp.Plugin{Settings: mcp.Settings{ConnectTimeout: 30, Servers: []mcp.ServerConfig{
+			{ID: "everything", Command: "node", Args: []string{script, "stdio"}},
+		}}}),
+	}, server.WithAuditor(audit), server.WithDataDir(data))
+	c := aeptest.Connect(t, h, "tools", "toolkits", "mcp")
+	ctx := aeptest.Context(t)
+	// The toolkit's databases are files of the session's own directory.
+	sessionDir := filepath.Join(data, "sessions", aeptest.Handle(t, c))
+	if err := os.MkdirAll(sessionDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", filepath.Join(sqlDir, "notes.db"))
+	db, err := sql.Open("sqlite", filepath.Join(sessionDir, "notes.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,18 +79,6 @@ func TestOneAuditLinePerToolCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-
-	audit := &auditLog{}
-	cfg := aeptest.Config(func(c *server.Config) { c.Server.ToolPolicy.Deny = []string{"grep"} })
-	h := aeptest.NewHost(t, cfg, []server.PluginSpec{
-		aeptest.Plugin("tools", &tools.Plugin{Settings: tools.Settings{Root: filepath.Join(data, "ws")}}),
-		aeptest.Plugin("toolkits", &toolkits.Plugin{Settings: toolkits.Settings{SQLiteDir: sqlDir}}),
-		aeptest.Plugin("mcp", &mcp.Plugin{Settings: mcp.Settings{ConnectTimeout: 30, Servers: []mcp.ServerConfig{
-			{ID: "everything", Command: "node", Args: []string{script, "stdio"}},
-		}}}),
-	}, server.WithAuditor(audit), server.WithDataDir(data))
-	c := aeptest.Connect(t, h, "tools", "toolkits", "mcp")
-	ctx := aeptest.Context(t)
 	if r, err := c.ToolkitConfigure(ctx, &msg.ToolkitConfigureReq{ToolkitName: "sql", Config: map[string]any{"driver": "sqlite", "database": "notes.db", "mode": "read_only"}}); err != nil || r.Status != msg.ToolkitConfigureRespStatusOk {
 		t.Fatalf("configure: %+v %v", r, err)
 	}

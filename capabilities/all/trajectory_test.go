@@ -89,9 +89,7 @@ func TestTrajectoryRoundTrip(t *testing.T) {
 	}
 	oldID, handle := *hs.SessionID, aeptest.Handle(t, a)
 	unrecorded, _ := connectRecorded(t, ctx, h, false)
-	if err := os.WriteFile(filepath.Join(dataDir, "aep.toolkits.builtin", "sql", "app.db"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	emptySessionFile(t, dataDir, a, "app.db")
 	res, err := a.ToolkitConfigure(ctx, &msg.ToolkitConfigureReq{ToolkitName: "sql",
 		Config: msg.ToolkitConfigureReqConfig{"driver": "sqlite", "database": "app.db", "mode": "read_only", "password": password}})
 	if err != nil || res.Status != msg.ToolkitConfigureRespStatusOk {

@@ -17,6 +17,7 @@ import (
 	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/wire"
 )
 
@@ -409,7 +410,9 @@ func checkGlob(glob string) (string, error) {
 
 // describe returns the metadata of one regular file.
 func describe(root *os.Root, rel string, inline bool, limit int) (msg.DataFile, error) {
-	f, err := root.Open(rel)
+	// A regular file found by the walk may be a FIFO by now: the open
+	// never blocks on it (internal/confine).
+	f, err := confine.Open(root, rel, os.O_RDONLY, 0)
 	if err != nil {
 		return msg.DataFile{}, rootErr("path", rel, err)
 	}
@@ -499,7 +502,9 @@ func copyTree(ctx context.Context, src string, root *os.Root, dst string) (int, 
 			}
 			return root.Mkdir(target, 0o755)
 		case d.Type().IsRegular():
-			in, err := os.Open(p)
+			// A submission's files are the agent's: opened as files only,
+			// never blocking (internal/confine).
+			in, err := confine.OpenPath(p, os.O_RDONLY, 0)
 			if err != nil {
 				return err
 			}

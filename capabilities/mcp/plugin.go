@@ -24,6 +24,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/egress"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/toolrun"
 	"github.com/aephost/aep/wire"
@@ -193,8 +194,7 @@ func checkURL(raw string) (*url.URL, error) {
 func (p *Plugin) allowed(raw string) (*AllowURL, bool) {
 	for i := range p.AllowURLs {
 		a := &p.AllowURLs[i]
-		pre := strings.TrimSuffix(a.Prefix, "/")
-		if raw == a.Prefix || raw == pre || strings.HasPrefix(raw, pre+"/") || strings.HasPrefix(raw, pre+"?") {
+		if egress.URLPrefixMatch(a.Prefix, raw) {
 			return a, true
 		}
 	}

@@ -171,6 +171,10 @@ func (p *Plugin) SkillRegister(ctx context.Context, s wire.Scope, req *msg.Skill
 		os.RemoveAll(dir)
 		return nil, &wire.FieldError{Field: "manifest", Reason: err.Error()}
 	}
+	if err := p.capLimits(sk); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	for _, o := range p.catalogFor(sid).byName[sk.Name] {
 		if semver.Compare("v"+o.Version, "v"+sk.Version) == 0 {
 			os.RemoveAll(dir)
@@ -194,6 +198,40 @@ func (p *Plugin) SkillRegister(ctx context.Context, s wire.Scope, req *msg.Skill
 	r.mu.Unlock()
 	p.log.Info("skill registered", "session", sid, "skill", sk.Name, "version", sk.Version, "scope", scope)
 	return &msg.SkillRegisterResp{Skill: sk.definition(true)}, nil
+}
+
+// ErrOverRegisterLimits is the cause of a registered skill whose manifest
+// asks for more than the operator's register_limits.
+var ErrOverRegisterLimits = errors.New("the skill asks for more than this host lets a registered skill have (the skills plugin's register_limits)")
+
+// capLimits holds a registered skill to the operator's register_limits:
+// a limit its manifest asks for above the cap refuses the registration
+// (naming each), one it leaves out is lowered to the cap.
+func (p *Plugin) capLimits(sk *skill) error {
+	c := p.RegisterLimits
+	asked := Limits{}
+	if sk.Limits != nil {
+		asked = *sk.Limits
+	}
+	var over []string
+	check := func(name string, asked, eff, cap float64) float64 {
+		if asked > cap {
+			over = append(over, fmt.Sprintf("limits.%s %g (at most %g)", name, asked, cap))
+		}
+		return min(eff, cap)
+	}
+	sk.limits.TimeoutSeconds = check("timeout_seconds", asked.TimeoutSeconds, sk.limits.TimeoutSeconds, c.TimeoutSeconds)
+	sk.limits.CPUSeconds = check("cpu_seconds", asked.CPUSeconds, sk.limits.CPUSeconds, c.CPUSeconds)
+	sk.limits.MemoryMB = int64(check("memory_mb", float64(asked.MemoryMB), float64(sk.limits.MemoryMB), float64(c.MemoryMB)))
+	sk.limits.MaxProcs = int(check("max_procs", float64(asked.MaxProcs), float64(sk.limits.MaxProcs), float64(c.MaxProcs)))
+	sk.limits.OutputBytes = int(check("output_bytes", float64(asked.OutputBytes), float64(sk.limits.OutputBytes), float64(c.OutputBytes)))
+	if asked.Network && !c.Network {
+		over = append(over, "limits.network (not allowed)")
+	}
+	if len(over) > 0 {
+		return wire.Reason("register_limits", fmt.Errorf("%w: %s", ErrOverRegisterLimits, strings.Join(over, ", ")))
+	}
+	return nil
 }
 
 // checkFilePath refuses a path that could leave the skill's folder.

@@ -254,3 +254,46 @@ func TestRegisteredSkillSubagentScope(t *testing.T) {
 		}
 	}
 }
+
+// TestRegisterLimitsCap: a registered skill's manifest may ask for no more
+// than the operator's register_limits — the network above all, off unless
+// the operator grants it — and one that leaves a limit out gets the cap.
+func TestRegisterLimitsCap(t *testing.T) {
+	h, _ := newHostWithStore(t, &skills.Plugin{Settings: skills.Settings{AllowRegister: true,
+		RegisterLimits: skills.RegisterLimits{MemoryMB: 64, TimeoutSeconds: 10}}})
+	c := connect(t, h)
+	ctx := aeptest.Context(t)
+	withLimits := func(version string, limits map[string]any) *msg.SkillRegisterReq {
+		r := greet(version)
+		r.Manifest["limits"] = limits
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		limits map[string]any
+		want   string
+	}{
+		{"network", map[string]any{"network": true}, "limits.network"},
+		{"memory over the cap", map[string]any{"memory_mb": 65}, "limits.memory_mb 65 (at most 64)"},
+		{"time over the cap", map[string]any{"timeout_seconds": 11}, "limits.timeout_seconds 11 (at most 10)"},
+		{"processes over the default cap", map[string]any{"max_procs": 1000}, "limits.max_procs 1000 (at most 64)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.SkillRegister(ctx, withLimits("1.0.0", tc.limits))
+			aeptest.WantReason(t, err, wire.CodeRuntimeError, "register_limits")
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v lacks %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := c.SkillGet(ctx, &msg.SkillGetReq{Name: "greet"}); err == nil {
+		t.Fatal("a refused registration left a skill")
+	}
+	r, err := c.SkillRegister(ctx, withLimits("1.0.0", map[string]any{"memory_mb": 32}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := r.Skill.Limits; l == nil || l.MemoryMb != 32 || l.TimeoutSeconds != 10 || l.Network {
+		t.Fatalf("limits of a registered skill: %+v", r.Skill.Limits)
+	}
+}

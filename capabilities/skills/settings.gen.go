@@ -24,13 +24,35 @@ type Settings struct {
 	// registered skill runs code the agent sent, in the same sandbox as the
 	// operator's skills). Default: false.
 	AllowRegister bool `yaml:"allow_register"`
-	// MaxRegisterBytes: Bounds one registered skill's manifest and files together;
-	// 0 or less takes the default. Default: 4194304.
+	// MaxRegisterBytes: Bounds one registered skill's manifest and files together.
+	// Default: 4194304.
 	MaxRegisterBytes int `yaml:"max_register_bytes"`
-	// MaxRegistered: Bounds the skills one session registers; 0 or less takes the
-	// default. Default: 32.
+	// MaxRegistered: Bounds the skills one session registers. Default: 32.
 	MaxRegistered int `yaml:"max_registered"`
 	// ReloadSeconds: How often dir is checked for changes and reloaded; a negative
 	// value turns reloading off. Default: 2.
 	ReloadSeconds float64 `yaml:"reload_seconds"`
+	// RegisterLimits: The most a skill registered at run time (skill/register) may
+	// ask for in its manifest's limits: a registration asking for more is refused;
+	// a limit the manifest leaves out is the smaller of the default and this.
+	// Skills of the operator's dir are not capped.
+	RegisterLimits RegisterLimits `yaml:"register_limits"`
+}
+
+// RegisterLimits is caps of a registered skill's limits.
+type RegisterLimits struct {
+	// Network: Whether a registered skill may ask for the network. Default: false.
+	Network bool `yaml:"network"`
+	// TimeoutSeconds: Most wall-clock seconds a registered skill may ask for.
+	// Default: 60.
+	TimeoutSeconds float64 `yaml:"timeout_seconds"`
+	// CPUSeconds: Most CPU seconds a registered skill may ask for. Default: 30.
+	CPUSeconds float64 `yaml:"cpu_seconds"`
+	// MemoryMB: Most memory (MiB) a registered skill may ask for. Default: 256.
+	MemoryMB int64 `yaml:"memory_mb"`
+	// MaxProcs: Most processes a registered skill may ask for. Default: 64.
+	MaxProcs int `yaml:"max_procs"`
+	// OutputBytes: Most output bytes a registered skill may ask for. Default:
+	// 1048576.
+	OutputBytes int `yaml:"output_bytes"`
 }

@@ -3,6 +3,7 @@ package toolkits
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 	"sync"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/internal/egress"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/server/toolrun"
 	"github.com/aephost/aep/wire"
 )
@@ -36,10 +39,14 @@ type Plugin struct {
 	// Settings are the plugin's `config` (schemas/config/toolkits.json, docs/config.md).
 	Settings `yaml:",inline"`
 
-	kits  map[string]*Toolkit
-	owner map[string]*Toolkit // tool name → toolkit
-	opts  toolrun.Options
-	env   server.PluginEnv
+	kits       map[string]*Toolkit
+	owner      map[string]*Toolkit // tool name → toolkit
+	opts       toolrun.Options
+	env        server.PluginEnv
+	mode       sandbox.Mode      // the sandbox SQLite workers run in
+	quota      int64             // RLIMIT_FSIZE of a worker: the session directory's quota
+	endpoints  *egress.Endpoints // settings postgres_endpoints
+	references map[string]string // settings reference_databases: name → host path
 	// sessions holds each session's configured toolkits; the kernel closes
 	// their backends when the session ends and before a restore.
 	sessions *server.SessionState[session]
@@ -62,28 +69,58 @@ type instance struct {
 	withSecrets bool
 }
 
+// Defaults of the settings (schemas/config/toolkits.json).
+const (
+	defaultSQLiteMemory  = 128 << 20
+	defaultQueryTimeout  = 30 // seconds
+	defaultMaxValueBytes = 16 << 20
+)
+
 // Provision prepares the built-in toolkits.
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	p.env = env
-	p.opts = toolrun.Options{MaxOutputBytes: p.MaxOutputBytes, Logger: env.Logger}
-	if env.Host != nil {
-		p.opts.Policy = env.Host.Config().Server.ToolPolicy
+	if env.Host == nil {
+		return errors.New("the toolkits need a host: their files live in each session's directory")
 	}
-	if p.SQLiteDir == "" {
-		base := env.DataDir
-		if base == "" {
-			base = "aep-data"
+	p.opts = toolrun.Options{MaxOutputBytes: p.MaxOutputBytes, Logger: env.Logger, Policy: env.Host.Config().Server.ToolPolicy}
+	p.mode, p.quota = env.Host.SandboxMode(), env.Host.SessionQuota()
+	if p.SQLiteDir != "" {
+		env.Logger.Warn("toolkits: sqlite_dir is no longer used; SQLite databases live in each session's directory (docs/UPGRADING.md)", "sqlite_dir", p.SQLiteDir)
+	}
+	if p.SQLiteMemoryBytes == 0 {
+		p.SQLiteMemoryBytes = defaultSQLiteMemory
+	}
+	if p.QueryTimeout == 0 {
+		p.QueryTimeout = defaultQueryTimeout
+	}
+	if p.MaxValueBytes == 0 {
+		p.MaxValueBytes = defaultMaxValueBytes
+	}
+	if p.MaxOutputBytes == 0 {
+		p.MaxOutputBytes = toolrun.DefaultMaxOutputBytes
+	}
+	var err error
+	if p.endpoints, err = egress.ParseEndpoints(p.PostgresEndpoints); err != nil {
+		return fmt.Errorf("postgres_endpoints: %w", err)
+	}
+	p.references = map[string]string{}
+	for _, r := range p.ReferenceDatabases {
+		if !filepath.IsAbs(r.Path) {
+			return fmt.Errorf("reference_databases %q: path %q must be absolute", r.Name, r.Path)
 		}
-		p.SQLiteDir = filepath.Join(base, "sql")
-	}
-	if err := os.MkdirAll(p.SQLiteDir, 0o700); err != nil {
-		return fmt.Errorf("sqlite_dir: %w", err)
+		if _, dup := p.references[r.Name]; dup {
+			return fmt.Errorf("reference_databases: %q is listed twice", r.Name)
+		}
+		if fi, err := os.Stat(r.Path); err != nil || !fi.Mode().IsRegular() {
+			return fmt.Errorf("reference_databases %q: %s is not a regular file", r.Name, r.Path)
+		}
+		p.references[r.Name] = filepath.Clean(r.Path)
 	}
 	p.sessions = server.NewSessionState(env, func(string) *session {
 		return &session{running: map[string]*instance{}}
 	}, func(_ string, s *session) { s.closeAll() })
 	p.kits, p.owner = map[string]*Toolkit{}, map[string]*Toolkit{}
-	for _, k := range []*Toolkit{sqlToolkit(p.SQLiteDir)} {
+	for _, k := range []*Toolkit{p.sqlToolkit()} {
 		if err := k.compile(); err != nil {
 			return err
 		}
@@ -162,6 +199,14 @@ func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.To
 	fail := func(text string) (*msg.ToolkitConfigureResp, error) {
 		return &msg.ToolkitConfigureResp{ToolkitName: k.Name, Status: msg.ToolkitConfigureRespStatusError, Message: text}, nil
 	}
+	// A secret shorter than the kernel's shortest is refused: it could
+	// be neither found in a snapshot nor scrubbed from a log without
+	// mangling ordinary words (server.MinSecretBytes).
+	for _, name := range k.Secrets() {
+		if v, ok := req.Config[name].(string); ok && v != "" && len(v) < server.MinSecretBytes {
+			return fail(fmt.Sprintf("field %q: a secret setting must be at least %d bytes", name, server.MinSecretBytes))
+		}
+	}
 	// Declare the secret settings before anything else: the agent holds
 	// them whatever configure answers, and may copy them into state that
 	// a snapshot would save (server/secrets.go).
@@ -187,7 +232,16 @@ func (p *Plugin) ToolkitConfigure(ctx context.Context, s wire.Scope, req *msg.To
 // session's configuration of k. A refusal the agent may read comes back as
 // text (secrets scrubbed); err is a failure of the session itself.
 func (p *Plugin) configure(ctx context.Context, sessionID string, k *Toolkit, cfg map[string]any) (string, error) {
-	backend, err := k.Open(ctx, cfg)
+	d, err := p.env.Host.SessionDir(sessionID)
+	if err != nil {
+		return "", err
+	}
+	// Absolute: a sandbox binds it, and the default data dir is relative.
+	dir, err := filepath.Abs(d.Path)
+	if err != nil {
+		return "", err
+	}
+	backend, err := k.Open(ctx, Place{Dir: dir, ReadOnly: d.ReadOnly, Session: sessionID}, cfg)
 	if err != nil {
 		return scrub("backend: "+err.Error(), cfg, k.Secrets()), nil
 	}
@@ -265,6 +319,13 @@ func (p *Plugin) ToolCall(ctx context.Context, s wire.Scope, req *msg.ToolCallRe
 	if t == nil {
 		return &msg.ToolCallResp{Result: *toolrun.Failure(req.ToolName, msg.ToolResultErrorCodeTOOLERROR,
 			fmt.Sprintf("toolkit %q is not configured in this session; send toolkit/configure first", k.Name))}, nil
+	}
+	if req.Timeout == nil || *req.Timeout <= 0 {
+		// A statement is bounded even when the agent gives no timeout
+		// (settings query_timeout).
+		withDefault := *req
+		withDefault.Timeout = &p.QueryTimeout
+		req = &withDefault
 	}
 	res := toolrun.Run(ctx, s, req, t.Subject(), p.opts, func(ctx context.Context) (toolrun.Output, error) {
 		return t.Run(ctx, req.Arguments)
@@ -363,6 +424,42 @@ func (p *Plugin) RestoreFork(ctx context.Context, id string, state []byte) ([]ms
 	return out, nil
 }
 
+// HoldFiles brings every SQLite database under dir to a consistent state
+// and holds its worker until release, while the kernel copies the
+// directory (a sql snapshot's files, a fork, a snapshot-scoped child).
+func (p *Plugin) HoldFiles(ctx context.Context, dir string) (release func(), err error) {
+	var holders []holder
+	p.sessions.Each(func(_ string, s *session) {
+		s.mu.Lock()
+		for _, inst := range s.running {
+			if h, ok := inst.backend.(holder); ok {
+				holders = append(holders, h)
+			}
+		}
+		s.mu.Unlock()
+	})
+	var releases []func()
+	release = func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for _, h := range holders {
+		r, err := h.Hold(ctx, dir)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		releases = append(releases, r)
+	}
+	return release, nil
+}
+
+// holder is a backend whose files the kernel may copy only held.
+type holder interface {
+	Hold(ctx context.Context, dir string) (release func(), err error)
+}
+
 // Cleanup closes every session's backends.
 func (p *Plugin) Cleanup() error {
 	if p.sessions != nil {
@@ -379,4 +476,5 @@ var (
 	_ server.Snapshotter  = (*Plugin)(nil)
 	_ server.Forker       = (*Plugin)(nil)
 	_ server.CleanerUpper = (*Plugin)(nil)
+	_ server.FileHolder   = (*Plugin)(nil)
 )

@@ -4,11 +4,42 @@ package toolkits
 
 // Settings is the `config` of a plugin of module aep.toolkits.builtin
 // (schemas/config/toolkits.json): Toolkits a session configures at run time
-// (the sql toolkit…).
+// (the sql toolkit). SQLite databases are files of the session's own
+// directory, opened by a worker inside the session's sandbox; PostgreSQL
+// connections go only to the endpoints listed here.
 type Settings struct {
-	// SQLiteDir: Holds the SQLite files of the sql toolkit. Default:
-	// "<data-dir>/sql".
+	// SQLiteDir: No longer used: a session's SQLite databases live in its own
+	// directory. A value is accepted and logged as ignored; files already there
+	// are no longer reachable by agents (list them in reference_databases to share
+	// them read-only).
 	SQLiteDir string `yaml:"sqlite_dir"`
+	// ReferenceDatabases: Read-only SQLite databases every session may open as
+	// database `reference/<name>` (mode read_only).
+	ReferenceDatabases []ReferenceDatabase `yaml:"reference_databases"`
+	// PostgresEndpoints: The PostgreSQL endpoints (host:port patterns: a name,
+	// *.suffix, an address or a network, and a port or *) the postgres driver may
+	// connect to; empty (the default): the postgres driver is refused. A name
+	// admits whatever it resolves to; an address or network admits the addresses
+	// in it. The connection goes to the address that was checked.
+	PostgresEndpoints []string `yaml:"postgres_endpoints"`
+	// SQLiteMemoryBytes: Memory bound of one SQLite worker (its sandbox's memory
+	// cgroup, else RLIMIT_DATA). Default: 134217728.
+	SQLiteMemoryBytes int64 `yaml:"sqlite_memory_bytes"`
+	// QueryTimeout: Bound, in seconds, of a toolkit tool call that gives no
+	// timeout of its own; a statement past its timeout is interrupted. Default:
+	// 30.
+	QueryTimeout float64 `yaml:"query_timeout"`
+	// MaxValueBytes: Largest string or blob a statement may make (SQLite) or a
+	// message a PostgreSQL server may send; larger is an error. Default: 16777216.
+	MaxValueBytes int `yaml:"max_value_bytes"`
 	// MaxOutputBytes: Caps result.data of toolkit tools. Default: 1048576.
 	MaxOutputBytes int `yaml:"max_output_bytes"`
+}
+
+// ReferenceDatabase is a read-only reference database.
+type ReferenceDatabase struct {
+	// Name: The name sessions open it by: database reference/<name>.
+	Name string `yaml:"name"`
+	// Path: The host path of the SQLite file (absolute).
+	Path string `yaml:"path"`
 }

@@ -10,13 +10,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/aephost/aep/server/toolrun"
 	"sort"
 	"strings"
 
 	"github.com/kaptinlin/jsonschema"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server/toolrun"
 )
 
 // Toolkit describes one toolkit and how to start it.
@@ -29,9 +29,21 @@ type Toolkit struct {
 	// Tools names the bundled tools; Open must return exactly these.
 	Tools []string
 	// Open connects the backend for one session with a validated config.
-	Open func(ctx context.Context, cfg map[string]any) (Backend, error)
+	Open func(ctx context.Context, place Place, cfg map[string]any) (Backend, error)
 
 	compiled *jsonschema.Schema
+}
+
+// Place is where a session's toolkit keeps its files: the session's own
+// directory (docs/SECURITY.md, Session directories and subagents).
+type Place struct {
+	// Dir is the session directory's host path.
+	Dir string
+	// ReadOnly is set for a restricted subagent, which may not write there.
+	ReadOnly bool
+	// Session is the session's handle, whose budget the toolkit's work
+	// spends.
+	Session string
 }
 
 // Backend is one session's running toolkit.

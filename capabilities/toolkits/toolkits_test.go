@@ -24,6 +24,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
 )
 
@@ -41,21 +42,19 @@ type env struct {
 	h        *server.Host
 	c        *client.Client
 	data     string
-	sqlDir   string
 	logs     *syncBuf
 	auditLog string
 	audit    *server.FileAuditor
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{data: t.TempDir(), logs: &syncBuf{}}
-	e.sqlDir = filepath.Join(e.data, toolkits.ModuleID, "sql") // named by module (docs/DECISIONS.md)
 	e.auditLog = filepath.Join(e.data, "audit.jsonl")
 	e.audit = server.NewFileAuditor(e.auditLog, 10, 5, nil)
 	logger := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.h = aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
-		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
+		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{Settings: toolkits.Settings{PostgresEndpoints: []string{"127.0.0.1:*"}}}},
 		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: t.TempDir()}}},
 	}, server.WithDataDir(e.data), server.WithLogger(logger), server.WithAuditor(e.audit))
 	e.c = connect(t, e.h)
@@ -63,14 +62,35 @@ func newEnv(t *testing.T) *env {
 }
 
 // connect handshakes an agent that enables the built-in tools and the toolkits.
-func connect(t *testing.T, h *server.Host) *client.Client {
+func connect(t testing.TB, h *server.Host) *client.Client {
 	t.Helper()
 	return aeptest.Connect(t, h, "tools", "toolkits")
 }
 
-// sqliteFile creates a real SQLite database in the toolkit's directory.
-func (e *env) sqliteFile(t *testing.T, name string, rows int) {
-	db, err := sql.Open("sqlite", filepath.Join(e.sqlDir, name))
+// sessionDir is the host path of the directory of c's session.
+func sessionDir(t testing.TB, h *server.Host, c *client.Client) string {
+	t.Helper()
+	s, ok := h.Session(c.SessionID())
+	if !ok {
+		t.Fatal("no such session")
+	}
+	d, err := h.SessionDir(s.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Path
+}
+
+// sqliteFile creates a real SQLite database in the directory of c's
+// session, where the toolkit's databases live.
+func (e *env) sqliteFile(t testing.TB, c *client.Client, name string, rows int) {
+	t.Helper()
+	sqliteFileAt(t, filepath.Join(sessionDir(t, e.h, c), name), rows)
+}
+
+func sqliteFileAt(t testing.TB, path string, rows int) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +105,7 @@ func (e *env) sqliteFile(t *testing.T, name string, rows int) {
 	}
 }
 
-func (e *env) configure(t *testing.T, c *client.Client, cfg map[string]any) *msg.ToolkitConfigureResp {
+func (e *env) configure(t testing.TB, c *client.Client, cfg map[string]any) *msg.ToolkitConfigureResp {
 	t.Helper()
 	r, err := c.ToolkitConfigure(context.Background(), &msg.ToolkitConfigureReq{ToolkitName: "sql", Config: cfg})
 	if err != nil {
@@ -111,7 +131,7 @@ func toolNames(t *testing.T, c *client.Client) string {
 
 func TestConfigureRules(t *testing.T) {
 	e := newEnv(t)
-	e.sqliteFile(t, "ok.db", 1)
+	e.sqliteFile(t, e.c, "ok.db", 1)
 	ctx := context.Background()
 	cases := []struct {
 		name, toolkit string
@@ -127,8 +147,11 @@ func TestConfigureRules(t *testing.T) {
 		{"schema type", "sql", map[string]any{"driver": "sqlite", "database": "ok.db", "mode": "read_only", "max_rows": "many"}, "error", []string{"/max_rows"}},
 		{"unknown field", "sql", map[string]any{"driver": "sqlite", "database": "ok.db", "mode": "read_only", "colour": 1}, "error", []string{"schema"}},
 		{"backend unreachable", "sql", map[string]any{"driver": "postgres", "database": "x", "mode": "read_only", "host": "127.0.0.1", "port": freePort(t), "password": canary}, "error", []string{"backend", "cannot connect"}},
-		{"missing sqlite file in read_only", "sql", map[string]any{"driver": "sqlite", "database": "absent.db", "mode": "read_only"}, "error", []string{"backend", `SQLite file "absent.db"`, "sqlite_dir"}},
-		{"path escape", "sql", map[string]any{"driver": "sqlite", "database": "../x.db", "mode": "read_write"}, "error", []string{"plain file name", "sqlite_dir"}},
+		{"missing sqlite file in read_only", "sql", map[string]any{"driver": "sqlite", "database": "absent.db", "mode": "read_only"}, "error", []string{"backend", "cannot open the database"}},
+		{"path escape", "sql", map[string]any{"driver": "sqlite", "database": "../x.db", "mode": "read_write"}, "error", []string{"relative path of a file in the session's directory"}},
+		{"absolute path", "sql", map[string]any{"driver": "sqlite", "database": "/etc/passwd", "mode": "read_only"}, "error", []string{"relative path of a file in the session's directory"}},
+		{"unknown reference", "sql", map[string]any{"driver": "sqlite", "database": "reference/geo", "mode": "read_only"}, "error", []string{`no reference database "geo"`}},
+		{"postgres endpoint not allowed", "sql", map[string]any{"driver": "postgres", "database": "x", "mode": "read_only", "host": "10.1.2.3", "port": 5432}, "error", []string{"endpoint not allowed"}},
 		{"success", "sql", map[string]any{"driver": "sqlite", "database": "ok.db", "mode": "read_only"}, "ok", []string{"configured"}},
 	}
 	for _, tc := range cases {
@@ -161,9 +184,9 @@ func TestSQLiteRelativeDataDir(t *testing.T) {
 		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{}},
 		{Name: "builtin", Type: "tools", Impl: &tools.Plugin{Settings: tools.Settings{Root: t.TempDir()}}},
 	}, server.WithDataDir("aep-data"))
-	e := &env{h: h, sqlDir: filepath.Join("aep-data", "aep.toolkits.builtin", "sql")} // named by module
-	e.sqliteFile(t, "rel.db", 3)
+	e := &env{h: h}
 	c := connect(t, h)
+	e.sqliteFile(t, c, "rel.db", 3)
 	for _, mode := range []string{"read_only", "read_write"} {
 		if r := e.configure(t, c, map[string]any{"driver": "sqlite", "database": "rel.db", "mode": mode}); r.Status != "ok" {
 			t.Fatalf("%s: %s", mode, r.Message)
@@ -185,7 +208,7 @@ func freePort(t *testing.T) int {
 
 func TestToolsAppearOnlyAfterConfigure(t *testing.T) {
 	e := newEnv(t)
-	e.sqliteFile(t, "shop.db", 3)
+	e.sqliteFile(t, e.c, "shop.db", 3)
 	ctx := context.Background()
 	def, err := e.c.GetToolkit(ctx, "sql")
 	if err != nil || def.Configured || def.State != "installed" || len(def.Tools) != 3 {
@@ -301,13 +324,14 @@ func sqlSuite(t *testing.T, c *client.Client, placeholder string) {
 
 func TestSQLiteRealFile(t *testing.T) {
 	e := newEnv(t)
-	e.sqliteFile(t, "shop.db", 5)
+	e.sqliteFile(t, e.c, "shop.db", 5)
 	if r := e.configure(t, e.c, map[string]any{"driver": "sqlite", "database": "shop.db", "mode": "read_only"}); r.Status != "ok" {
 		t.Fatal(r.Message)
 	}
 	sqlSuite(t, e.c, "?")
-	// read_write in another session may write.
+	// read_write in another session may write, its own copy.
 	rw := connect(t, e.h)
+	e.sqliteFile(t, rw, "shop.db", 5)
 	if r := e.configure(t, rw, map[string]any{"driver": "sqlite", "database": "shop.db", "mode": "read_write"}); r.Status != "ok" {
 		t.Fatal(r.Message)
 	}
@@ -396,11 +420,19 @@ func TestPostgres(t *testing.T) {
 		t.Fatal(r.Message)
 	}
 	sqlSuite(t, e.c, "$1")
+	// A row larger than max_value_bytes (16 MiB by default) is an error,
+	// not an allocation of its size in the host; the connection goes on.
+	if res := call(t, e.c, "sql_query", map[string]any{"sql": "SELECT repeat('x', 20000000)"}); res.Success {
+		t.Fatal("a 20 MB value was read into the host")
+	}
+	if res := call(t, e.c, "sql_query", map[string]any{"sql": "SELECT 1"}); !res.Success {
+		t.Fatalf("after the large value: %s", *res.Error)
+	}
 }
 
 func TestSecretsNeverLeak(t *testing.T) {
 	e := newEnv(t)
-	e.sqliteFile(t, "s.db", 1)
+	e.sqliteFile(t, e.c, "s.db", 1)
 	ctx := context.Background()
 	// A configure that fails on the backend and one that succeeds, both with the canary.
 	e.configure(t, e.c, map[string]any{"driver": "postgres", "database": "x", "mode": "read_only", "port": freePort(t), "password": canary})
@@ -565,5 +597,58 @@ func TestPostgresLostConnection(t *testing.T) {
 	}
 	if res := query(); !res.Success {
 		t.Fatalf("query with the backend back: %s", *res.Error)
+	}
+}
+
+// TestSQLiteRefusedWithoutPathConfinement: on a host whose sandbox cannot
+// keep a process from the host's files (the supervised tier without
+// Landlock), the sqlite driver is refused at configure, saying why, and
+// no worker starts (fail closed).
+func TestSQLiteRefusedWithoutPathConfinement(t *testing.T) {
+	e := newEnv(t)
+	restore := toolkits.SetPathsConfined(func(sandbox.Mode) (bool, error) { return false, nil })
+	defer restore()
+	r := e.configure(t, e.c, map[string]any{"driver": "sqlite", "database": "x.db", "mode": "read_write"})
+	if r.Status != "error" || !strings.Contains(r.Message, "sqlite driver is refused on this host") || !strings.Contains(r.Message, "Landlock") {
+		t.Fatalf("configure: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(sessionDir(t, e.h, e.c), "x.db")); !os.IsNotExist(err) {
+		t.Fatalf("the database file was made: %v", err)
+	}
+}
+
+// TestReferenceDatabases: a database the operator lists is open to every
+// session, read-only, as reference/<name>; writing it is refused, and a
+// name the operator did not list is not found.
+func TestReferenceDatabases(t *testing.T) {
+	ref := filepath.Join(t.TempDir(), "geo.db")
+	sqliteFileAt(t, ref, 4)
+	os.Chmod(filepath.Dir(ref), 0o755)
+	os.Chmod(ref, 0o644)
+	h := aeptest.NewHost(t, aeptest.Config(nil), []server.PluginSpec{
+		{Name: "tk", Type: "toolkits", Impl: &toolkits.Plugin{Settings: toolkits.Settings{
+			ReferenceDatabases: []toolkits.ReferenceDatabase{{Name: "geo", Path: ref}}}}},
+	}, server.WithDataDir(t.TempDir()))
+	e := &env{h: h}
+	for i := 0; i < 2; i++ {
+		c := connect(t, h)
+		if r := e.configure(t, c, map[string]any{"driver": "sqlite", "database": "reference/geo", "mode": "read_write"}); r.Status != "error" || !strings.Contains(r.Message, "read_only") {
+			t.Fatalf("read_write: %+v", r)
+		}
+		if r := e.configure(t, c, map[string]any{"driver": "sqlite", "database": "reference/geo", "mode": "read_only"}); r.Status != "ok" {
+			t.Fatalf("session %d: %s", i, r.Message)
+		}
+		if res := call(t, c, "sql_query", map[string]any{"sql": "SELECT count(*) FROM items"}); !res.Success || !strings.Contains(encode(res.Data), "[[4]]") {
+			t.Fatalf("session %d: %+v", i, res)
+		}
+		for _, q := range []string{"DELETE FROM items", "PRAGMA query_only=0"} {
+			call(t, c, "sql_query", map[string]any{"sql": q})
+		}
+		if res := call(t, c, "sql_query", map[string]any{"sql": "SELECT count(*) FROM items"}); !strings.Contains(encode(res.Data), "[[4]]") {
+			t.Fatalf("the reference database changed: %+v", res)
+		}
+		if r := e.configure(t, c, map[string]any{"driver": "sqlite", "database": "reference/other", "mode": "read_only"}); r.Status != "error" {
+			t.Fatalf("an unlisted reference: %+v", r)
+		}
 	}
 }

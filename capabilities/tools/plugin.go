@@ -48,7 +48,7 @@ func (p *Plugin) Registry() *toolrun.Registry { return p.reg }
 
 // Provision opens the workspace and registers the built-in tools.
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
-	p.opts = toolrun.Options{MaxOutputBytes: p.MaxOutputBytes, Logger: env.Logger}
+	p.opts = toolrun.Options{MaxOutputBytes: p.MaxOutputBytes, MaxStreamBytes: p.MaxStreamBytes, Logger: env.Logger}
 	if env.Host != nil {
 		p.opts.Policy = env.Host.Config().Server.ToolPolicy
 	}

@@ -13,6 +13,11 @@ type Settings struct {
 	// MaxOutputBytes: Caps result.data of a tool call; longer output is truncated.
 	// Default: 1048576.
 	MaxOutputBytes int `yaml:"max_output_bytes"`
+	// MaxStreamBytes: Bounds the events one streaming tool call sends on the wire,
+	// summed; past it a last status event says the stream was truncated and at how
+	// many bytes, and later events are not streamed (the result still collects
+	// them within max_output_bytes). Default: 16777216.
+	MaxStreamBytes int `yaml:"max_stream_bytes"`
 	// Exec: Enables the run_command tool. Default: true.
 	Exec *bool `yaml:"exec"`
 }

@@ -49,14 +49,14 @@ func TestConfigValidate(t *testing.T) {
 		{"explicitly no plugins", []string{write("none.yaml", "plugins: []\n")}, 0, "ok (0 plugins)", ""},
 		{"one plugin", []string{write("one.yaml", "plugins:\n  - name: t\n    type: tools\n    cls: aep.tools.builtin\n")}, 0, "ok (1 plugins)", ""},
 		{"empty file", []string{write("empty.yaml", "")}, 0, "ok", ""},
-		{"unknown key names its line", []string{write("bad.yaml", "server:\n  max_parallel: 8\n  bogus: 1\n")}, 1, "", "line 3"},
-		{"bad duration", []string{write("dur.yaml", "server:\n  limits:\n    idle_timeout: soon\n")}, 1, "", "line 3"},
+		{"unknown key names its line", []string{write("bad.yaml", "server:\n  max_parallel: 8\n  bogus: 1\n")}, 1, "", `bad.yaml:3: server.bogus: unknown key "bogus"`},
+		{"bad duration", []string{write("dur.yaml", "server:\n  limits:\n    idle_timeout: soon\n")}, 1, "", `dur.yaml:3: server.limits.idle_timeout: "soon" is not a duration`},
 		{"unknown cls", []string{write("cls.yaml", "plugins:\n  - name: t\n    type: tools\n    cls: aep.nope.nothing\n")}, 1, "", `unknown cls "aep.nope.nothing"`},
-		{"missing cls", []string{write("nocls.yaml", "plugins:\n  - name: t\n    type: tools\n")}, 1, "", "cls is required"},
+		{"missing cls", []string{write("nocls.yaml", "plugins:\n  - name: t\n    type: tools\n")}, 1, "", "nocls.yaml:2: plugins[0].cls: missing"},
 		{"bad transport", []string{write("tr.yaml", "transport:\n  type: carrier-pigeon\n")}, 1, "", "transport.type"},
 		{"missing file", []string{filepath.Join(dir, "absent.yaml")}, 1, "", "no such file"},
 		// What serve would refuse before provisioning, validate refuses too.
-		{"type the plugin does not serve", []string{write("procs.yaml", "plugins:\n  - name: procs\n    type: procs\n    cls: aep.proc.builtin\n")}, 1, "", `plugin "procs": type "procs" is not served by module aep.proc.builtin (it serves: proc)`},
+		{"type the plugin does not serve", []string{write("procs.yaml", "plugins:\n  - name: procs\n    type: procs\n    cls: aep.proc.builtin\n")}, 1, "", `procs.yaml:3: plugins[0].type: type "procs" is not served by module aep.proc.builtin (it serves: proc)`},
 		{"setting the plugin does not have", []string{write("typo.yaml", "plugins:\n  - name: t\n    type: tools\n    cls: aep.tools.builtin\n    config:\n      exec: true\n      rooot: /tmp\n")}, 1, "", "rooot"},
 		// A typo inside a plugin's settings is found by its schema
 		// (schemas/config/mcp.json) and reported at its own line and key.
@@ -182,7 +182,7 @@ func TestServeRefusesBadConfig(t *testing.T) {
 	tests := []struct {
 		name, body, wantErr string
 	}{
-		{"unknown key", "server:\n  listen: 127.0.0.1:0\n  colour: blue\n", "line 3"},
+		{"unknown key", "server:\n  listen: 127.0.0.1:0\n  colour: blue\n", `:3: server.colour: unknown key "colour"`},
 		{"unknown cls", "plugins:\n  - name: x\n    type: tools\n    cls: aep.tools.nope\n", `unknown cls "aep.tools.nope"`},
 	}
 	for _, tc := range tests {

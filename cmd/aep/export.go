@@ -39,7 +39,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *format != "jsonl" && *format != "chat" {
 		return fmt.Errorf("--format %q: want jsonl or chat", *format)
 	}
-	cfg, err := loadServeConfig(*configPath)
+	cfg, _, err := loadServeConfig(*configPath)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ const usage = `aep — a host for the Agent-Environment Protocol
 Usage:
   aep serve [--config FILE] [--listen ADDR] [--data-dir DIR] [--stdio]
   aep mcp --stdio [--config FILE] [--data-dir DIR]
-  aep config validate FILE
+  aep config validate [--data-dir DIR] FILE
   aep schema [--sources | --asyncapi | --out DIR] [NAME...]
   aep conformance (--url URL | --stdio CMD) [--token TOKEN] [--json]
   aep export trajectories --session HANDLE [--format jsonl|chat] [--data-dir DIR]
@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "mcp":
 		err = cmdMCP(ctx, args[1:], stdin, stdout, stderr)
 	case "config":
-		err = cmdConfig(args[1:], stdout, stderr)
+		err = cmdConfig(ctx, args[1:], stdout, stderr)
 	case "schema":
 		err = cmdSchema(args[1:], stdout, stderr)
 	case "conformance":

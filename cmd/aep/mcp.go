@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 
-	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/mcpface"
 	"github.com/aephost/aep/server/store"
@@ -35,17 +33,15 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fmt.Fprintln(stderr, "Usage: aep mcp --stdio [--config FILE] [--data-dir DIR]")
 		return errUsage
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg, err := loadServeConfig(*configPath)
+	cfg, _, err := loadServeConfig(*configPath)
 	if err != nil {
 		return err
 	}
-	if err := server.CheckConfig(cfg, msg.Registry()); err != nil {
-		return err
+	// The level is the flag's (warn: MCP clients show a server's stderr),
+	// the format the file's.
+	log, err := newLogger(stderr, cfg.Log, *logLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
 	}
 	tokenEnv := cfg.MCPFace.TokenEnv
 	if tokenEnv == "" {

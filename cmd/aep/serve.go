@@ -14,8 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/configcheck"
+	"github.com/aephost/aep/internal/version"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
 )
@@ -42,7 +45,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	listen := f.String("listen", "127.0.0.1:8765", "HTTP listen `ADDR` (overrides server.listen)")
 	dataDir := f.String("data-dir", "./aep-data", "`DIR` for the store, the audit log and plugin files")
 	stdio := f.Bool("stdio", false, "serve one session as NDJSON on stdin/stdout instead of HTTP")
-	logLevel := f.String("log-level", "info", "log `LEVEL`: debug, info, warn or error (logs go to stderr)")
+	logLevel := f.String("log-level", "info", "log `LEVEL`: debug, info, warn or error (logs go to stderr); overrides log.level")
 	f.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: aep serve [flags]\n\nRuns the host. The auth token is server.auth_token, else $AEP_AUTH_TOKEN, else generated and printed once to stderr.\n\n")
 		f.PrintDefaults()
@@ -54,15 +57,20 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		f.Usage()
 		return errUsage
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	cfg, doc, err := loadServeConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	level := cfg.Log.Level
+	if flagSet(f, "log-level") {
+		level = *logLevel
 	}
 	// Logs go to stderr only: in --stdio mode stdout carries the protocol.
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-
-	cfg, err := loadServeConfig(*configPath)
+	log, err := newLogger(stderr, cfg.Log, level)
 	if err != nil {
+		if flagSet(f, "log-level") {
+			return fmt.Errorf("--log-level: %w", err)
+		}
 		return err
 	}
 	if flagSet(f, "listen") || cfg.Server.Listen == "" {
@@ -72,9 +80,6 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if !useStdio && serveHTTP == nil {
 		return errors.New("HTTP transport not built yet; use --stdio")
 	}
-	if err := server.CheckConfig(cfg, msg.Registry()); err != nil {
-		return err
-	}
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -82,6 +87,8 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case cfg.Server.AuthToken != "":
 	case os.Getenv("AEP_AUTH_TOKEN") != "":
 		cfg.Server.AuthToken = os.Getenv("AEP_AUTH_TOKEN")
+	case len(cfg.Server.Tenants) > 0:
+		// Tenants alone: no implicit default tenant.
 	default:
 		// Printed once, to stderr and never to the log handler, so the
 		// secret is not repeated in structured logs (docs/DECISIONS.md, Plugins and
@@ -104,11 +111,16 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		log.Warn("audit off (audit.enabled: false)")
 	}
 
+	instanceID := newInstanceID()
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = sigCtx
 	if ep := cfg.Operator.OTLPEndpoint; ep != "" {
-		tp, err := newTracerProvider(ctx, ep)
+		hostID := cfg.Server.HostID
+		if hostID == "" {
+			hostID = server.DefaultHostID()
+		}
+		tp, err := newTracerProvider(ctx, ep, traceResource(hostID, instanceID))
 		if err != nil {
 			return err
 		}
@@ -117,15 +129,19 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			defer cancel()
 			_ = tp.Shutdown(sctx) // flushes the spans still batched
 		}()
+		// The exporter's failures (a collector down) go to the host's log,
+		// in its format, not to the standard library's logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export failed", "err", err) }))
 		opts = append(opts, server.WithTracerProvider(tp))
-		log.Info("traces exported over OTLP/HTTP", "endpoint", ep)
+		log.Info("traces exported over OTLP/HTTP", "endpoint", ep, "instance_id", instanceID, "host_id", hostID)
 	}
 	// The shared store: SQLite at <data-dir>/aep.db unless store.dsn says
 	// otherwise (docs/DECISIONS.md, State). It outlives the host, which may use it while
 	// closing.
 	st, err := store.Open(ctx, cfg.Store.DSN, *dataDir)
 	if err != nil {
-		return err
+		// What `aep config validate` warns of (store.Reach), an error here.
+		return doc.Place(configcheck.At("store.dsn", "cannot open the store: %v", err))
 	}
 	defer st.Close()
 	log.Info("store open", "path", st.Path())
@@ -140,7 +156,31 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		return err
 	}
-	log.Info("host started", "plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir)
+	v := version.Get()
+	log.Info("host started", "version", v.Version, "commit", v.Commit, "host_id", h.Config().Server.HostID, "instance_id", instanceID,
+		"plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir,
+		"tenants", strings.Join(h.TenantNames(), ","))
+	// SIGHUP reloads the tenants of the configuration file (its other
+	// settings need a restart): a secret added is accepted and one removed
+	// refused at once, with no restart.
+	if *configPath != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		token := cfg.Server.AuthToken
+		go func() {
+			for range hup {
+				next, _, err := loadServeConfig(*configPath)
+				if err == nil {
+					next.Server.AuthToken = token // the default tenant's, as started
+					err = h.ReloadTenants(next)
+				}
+				if err != nil {
+					log.Error("SIGHUP: tenants not reloaded; the running ones stay", "err", err)
+				}
+			}
+		}()
+	}
 
 	// The transports outlive the signal: on SIGTERM the host drains first
 	// (no new sessions, requests in flight finish, live sessions are
@@ -155,15 +195,25 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		drain(h, cfg.Operator, log)
 		endServe()
 	}()
+	// An operator endpoint that cannot serve (its address taken, say)
+	// stops the host: the operator asked for /metrics and would otherwise
+	// watch a host that reports nothing.
+	var opErr error
+	opDone := make(chan struct{})
 	if cfg.Operator.Listen != "" {
 		if serveOperator == nil {
 			return errors.New("operator endpoint not built; unset operator.listen")
 		}
 		go func() {
-			if err := serveOperator(serveCtx, h, cfg.Operator.Listen, cfg.Operator.Token, log); err != nil {
-				log.Error("operator endpoint stopped", "err", err)
+			defer close(opDone)
+			if err := serveOperator(serveCtx, h, cfg.Operator.Listen, cfg.Operator.Token, log); err != nil && serveCtx.Err() == nil {
+				log.Error("operator endpoint stopped; stopping the host", "err", err)
+				opErr = err
+				endServe()
 			}
 		}()
+	} else {
+		close(opDone)
 	}
 	var serveErr error
 	if useStdio {
@@ -186,35 +236,36 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if errors.Is(serveErr, context.Canceled) {
 		serveErr = nil
 	}
-	return errors.Join(serveErr, closeErr)
+	endServe()
+	<-opDone
+	return errors.Join(opErr, serveErr, closeErr)
 }
 
-// loadServeConfig reads path, or builds the default configuration when path
-// is empty. A file without a `plugins` list gets the default plugins, so a
-// config that only sets, say, the store keeps every capability; an explicit
-// `plugins: []` loads none.
-func loadServeConfig(path string) (server.Config, error) {
+// loadServeConfig reads path, or builds the default configuration when
+// path is empty, and makes every check `aep serve` makes before it starts
+// anything (server.ParseConfigFile, then server.CheckConfig), each
+// problem with its file, line and dotted key. `aep config validate`,
+// `aep serve` and `aep mcp` all load their configuration here, so they
+// refuse the same files with the same messages. A file without a
+// `plugins` list gets the default plugins, so a config that only sets,
+// say, the store keeps every capability; an explicit `plugins: []` loads
+// none. The document is nil without a file.
+func loadServeConfig(path string) (server.Config, *configcheck.Document, error) {
 	if path == "" {
-		return defaultConfig(), nil
+		cfg := defaultConfig()
+		return cfg, nil, server.CheckConfig(cfg, msg.Registry())
 	}
-	cfg, err := server.LoadConfig(path)
+	cfg, doc, err := server.LoadConfigFile(path)
 	if err != nil {
-		return server.Config{}, err
-	}
-	// Each plugin's settings against its schema (schemas/config/), which
-	// names the line and key of a mistake; strict decoding still follows
-	// in CheckConfig and New.
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return server.Config{}, fmt.Errorf("config: %w", err)
-	}
-	if err := configcheck.Check(path, data); err != nil {
-		return server.Config{}, err
+		return server.Config{}, nil, err
 	}
 	if cfg.Plugins == nil {
 		cfg.Plugins = defaultPlugins()
 	}
-	return cfg, nil
+	if err := server.CheckConfig(cfg, msg.Registry()); err != nil {
+		return server.Config{}, nil, doc.Place(err)
+	}
+	return cfg, doc, nil
 }
 
 // defaultConfig is the configuration for `aep serve` without --config:
@@ -262,6 +313,6 @@ func drain(h *server.Host, op server.OperatorConfig, log *slog.Logger) {
 	if res.Unfinished > 0 {
 		log.Warn("drain timed out; requests still in flight are cut off", "unfinished", res.Unfinished)
 	}
-	log.Info("drained", "snapshots", len(res.Snapshots))
+	log.Info("drained", "snapshots", len(res.Snapshots), "sessions_not_saved", res.NotSaved, "took", res.Took)
 	time.Sleep(drainLinger)
 }

@@ -85,6 +85,9 @@ type Options struct {
 	// HTTP serves on a loopback port instead of stdio: Client is then a
 	// WebSocket session, and Connect opens more sessions.
 	HTTP bool
+	// Inherit are descriptors the host inherits from its parent without
+	// close-on-exec (fds 3, 4, …), as a careless parent would leave them.
+	Inherit []*os.File
 }
 
 // Host is a running `aep serve`.
@@ -160,6 +163,7 @@ func Start(tb testing.TB, o Options) *Host {
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: NobodyUID, Gid: NobodyUID, Groups: []uint32{}}}
 	}
+	cmd.ExtraFiles = o.Inherit
 	h := &Host{Cmd: cmd, DataDir: data, stderr: &syncBuffer{}}
 	cmd.Stderr = h.stderr
 	caps := o.Caps

@@ -1,43 +1,66 @@
-// Package configcheck validates the `config` of every plugin in a host
-// configuration file against its module's JSON Schema (schemas/config/)
-// and reports each mistake with the file, line and key it is at, which
-// strict YAML decoding alone cannot do once a plugin's settings are
-// re-encoded for it (server/plugin.go, decodeSettings).
+// Package configcheck checks a host configuration file against the JSON
+// Schemas of schemas/config/: the file's own sections against kernel.json
+// and each plugin's `config` against its module's schema. It reports
+// every mistake with the file, line and dotted key it is at, which strict
+// YAML decoding alone cannot do, and expands ${NAME} references in the
+// file's values first. The kernel (server.ParseConfig) runs it before it
+// decodes a file, so `aep config validate` and `aep serve` refuse the same
+// files with the same messages.
 package configcheck
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
 
-	"github.com/kaptinlin/jsonschema"
 	"gopkg.in/yaml.v3"
-
-	configschemas "github.com/aephost/aep/schemas/config"
-	"github.com/aephost/aep/server"
 )
 
-// Problem is one place where a file breaks a plugin's settings schema.
+// Problem is one mistake in a configuration file.
 type Problem struct {
 	File string
+	// Line is the line of the key (or list element) at fault; 0 when the
+	// key is not in the file (a default it leads to is at fault).
 	Line int
 	// Key is the dotted path of the offending key from the top of the
-	// file, e.g. plugins[0].config.servers[1].comand.
+	// file, e.g. plugins[0].config.servers[1].comand; empty for the file
+	// as a whole.
 	Key     string
 	Message string
 }
 
-func (p Problem) Error() string {
-	return fmt.Sprintf("%s:%d: %s: %s", p.File, p.Line, p.Key, p.Message)
+// At is a problem at the dotted key, not yet placed in a file: checks
+// outside this package return it and [Document.Place] adds file and line.
+func At(key, format string, args ...any) Problem {
+	return Problem{Key: key, Message: fmt.Sprintf(format, args...)}
 }
 
-// Problems is every problem found in one file; it is an error.
+func (p Problem) Error() string {
+	var b strings.Builder
+	switch {
+	case p.File != "" && p.Line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", p.File, p.Line)
+	case p.File != "":
+		b.WriteString(p.File + ": ")
+	case p.Line > 0:
+		fmt.Fprintf(&b, "config:%d: ", p.Line)
+	default:
+		b.WriteString("config: ")
+	}
+	if p.Key != "" {
+		b.WriteString(p.Key + ": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// Is lets callers test for configuration problems with errors.Is.
+func (p Problem) Is(target error) bool { return target == ErrProblems }
+
+// Problems is every problem found in one file, in line order; it is an error.
 type Problems []Problem
 
 func (ps Problems) Error() string {
@@ -51,257 +74,157 @@ func (ps Problems) Error() string {
 	return b.String()
 }
 
-var (
-	loadOnce sync.Once
-	bySchema map[string]*jsonschema.Schema // module ID → compiled schema
-	loadErr  error
-)
-
-// Schemas returns the compiled settings schema of every built-in module
-// by module ID (cls).
-func Schemas() (map[string]*jsonschema.Schema, error) {
-	loadOnce.Do(func() { bySchema, loadErr = compile(configschemas.FS) })
-	return bySchema, loadErr
-}
-
-func compile(fsys fs.FS) (map[string]*jsonschema.Schema, error) {
-	names, err := fs.Glob(fsys, "*.json")
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]*jsonschema.Schema{}
-	for _, n := range names {
-		data, err := fs.ReadFile(fsys, n)
-		if err != nil {
-			return nil, err
-		}
-		var head struct {
-			Module string `json:"x-aep-module"`
-		}
-		if err := json.Unmarshal(data, &head); err != nil || head.Module == "" {
-			return nil, fmt.Errorf("schemas/config/%s: no x-aep-module", n)
-		}
-		// A fresh compiler per file: the schemas are self-contained and
-		// nothing is ever loaded over the network.
-		s, err := jsonschema.NewCompiler().Compile(data)
-		if err != nil {
-			return nil, fmt.Errorf("schemas/config/%s: %w", n, err)
-		}
-		out[head.Module] = s
-	}
-	return out, nil
-}
-
-// Check validates the settings of every plugin in data (a host
-// configuration file named file) against its module's schema. Plugins of
-// modules without a schema (third-party or test modules) are left to their
-// strict decoding. ${ENV} references are expanded first, as at start-up.
-func Check(file string, data []byte) error {
-	schemas, err := Schemas()
-	if err != nil {
-		return err
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(server.ExpandEnv(data), &doc); err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
-	if len(doc.Content) == 0 {
-		return nil
-	}
-	plugins := mapValue(doc.Content[0], "plugins")
-	if plugins == nil || plugins.Kind != yaml.SequenceNode {
-		return nil
-	}
-	var probs Problems
-	for i, pl := range plugins.Content {
-		cls := mapValue(pl, "cls")
-		cfg := mapValue(pl, "config")
-		if cls == nil || cfg == nil {
-			continue
-		}
-		s, ok := schemas[cls.Value]
-		if !ok {
-			continue
-		}
-		base := fmt.Sprintf("plugins[%d].config", i)
-		var v any
-		if err := cfg.Decode(&v); err != nil {
-			probs = append(probs, Problem{File: file, Line: cfg.Line, Key: base, Message: err.Error()})
-			continue
-		}
-		if v == nil { // `config:` with nothing is no settings
-			continue
-		}
-		inst, err := jsonValue(v)
-		if err != nil {
-			probs = append(probs, Problem{File: file, Line: cfg.Line, Key: base, Message: err.Error()})
-			continue
-		}
-		res := s.Validate(inst)
-		if res.IsValid() {
-			continue
-		}
-		for _, f := range failures(res, "") {
-			line, key := locate(cfg, f.pointer)
-			probs = append(probs, Problem{File: file, Line: line, Key: base + key, Message: f.message})
-		}
-	}
-	if len(probs) == 0 {
-		return nil
-	}
-	sort.SliceStable(probs, func(i, j int) bool { return probs[i].Line < probs[j].Line })
-	return probs
-}
-
-// jsonValue turns decoded YAML into the JSON data model (map keys are
-// strings, numbers are float64 or int as JSON would give them).
-func jsonValue(v any) (any, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("settings are not JSON-representable: %w", err)
-	}
-	var out any
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	if err := d.Decode(&out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-type failure struct {
-	pointer string // JSON pointer into the plugin's settings
-	message string
-}
-
-// failures flattens an evaluation into its leaf errors. Aggregating
-// keywords ("properties", "items", "$ref") only repeat what their details
-// say, and an unknown key is reported at the key itself.
-func failures(r *jsonschema.EvaluationResult, base string) []failure {
-	at := base + r.InstanceLocation
-	var out []failure
-	for _, d := range r.Details {
-		if !d.IsValid() {
-			out = append(out, failures(d, at)...)
-		}
-	}
-	keys := make([]string, 0, len(r.Errors))
-	for k := range r.Errors {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		e := r.Errors[k]
-		switch e.Keyword {
-		case "properties", "items", "$ref", "prefixItems":
-			if len(out) > 0 {
-				continue
-			}
-		case "additionalProperties":
-			// The details already name each key (as a failed false
-			// schema); report them as unknown keys instead.
-			out = dropUnder(out, at)
-			for _, name := range unknownKeys(e) {
-				out = append(out, failure{pointer: at + "/" + escape(name), message: "unknown key " + strconv.Quote(name)})
-			}
-			continue
-		case "false":
-			continue
-		}
-		out = append(out, failure{pointer: at, message: e.Error()})
-	}
-	return out
-}
-
-func dropUnder(fs []failure, at string) []failure {
-	var out []failure
-	for _, f := range fs {
-		if !strings.HasPrefix(f.pointer, at+"/") || strings.Count(f.pointer[len(at)+1:], "/") > 0 {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-func unknownKeys(e *jsonschema.EvaluationError) []string {
-	var raw string
-	if v, ok := e.Params["property"].(string); ok {
-		raw = v
-	} else if v, ok := e.Params["properties"].(string); ok {
-		raw = v
-	}
-	var out []string
-	for _, p := range strings.Split(raw, ", ") {
-		if p = strings.Trim(p, "'"); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func escape(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
-
-// locate follows a JSON pointer through the YAML node n and returns the
-// line of the key (or element) it ends at and the dotted key path.
-func locate(n *yaml.Node, pointer string) (int, string) {
-	line, key := n.Line, ""
-	if pointer == "" {
-		return line, key
-	}
-	for _, tok := range strings.Split(strings.TrimPrefix(pointer, "/"), "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		for n != nil && n.Kind == yaml.AliasNode {
-			n = n.Alias
-		}
-		if n == nil {
-			break
-		}
-		switch n.Kind {
-		case yaml.MappingNode:
-			key += "." + tok
-			var next *yaml.Node
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == tok {
-					line, next = n.Content[i].Line, n.Content[i+1]
-					break
-				}
-			}
-			n = next
-		case yaml.SequenceNode:
-			key += "[" + tok + "]"
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(n.Content) {
-				return line, key
-			}
-			n = n.Content[i]
-			line = n.Line
-		default:
-			return line, key
-		}
-	}
-	return line, key
-}
-
-// mapValue returns the value of key in the mapping n, or nil.
-func mapValue(n *yaml.Node, key string) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
-// ErrProblems is matched by errors.Is on a [Problems] value.
+// ErrProblems is matched by errors.Is on a [Problem] or [Problems] value.
 var ErrProblems = errors.New("config does not match its schema")
 
 // Is lets callers test for schema problems with errors.Is.
 func (ps Problems) Is(target error) bool { return target == ErrProblems }
+
+// Document is a parsed configuration file, its ${NAME} references expanded.
+type Document struct {
+	// File names the file in messages ("" for text without a file).
+	File string
+	// Root is the document's top node (a mapping in a valid file); nil
+	// for a file without content.
+	Root *yaml.Node
+}
+
+// Parse reads one YAML document and expands the ${NAME} references of its
+// values (expand.go). A syntax error, a second document or a reference to
+// an unset variable is a [Problems] error.
+func Parse(file string, data []byte) (*Document, error) {
+	d := &Document{File: file}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return d, nil
+		}
+		return nil, Problems{syntaxProblem(file, err)}
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err == nil {
+		return nil, Problems{{File: file, Line: next.Line, Message: "a second YAML document; a configuration file is one document"}}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, Problems{syntaxProblem(file, err)}
+	}
+	if len(doc.Content) > 0 {
+		d.Root = doc.Content[0]
+	}
+	if probs := expand(d); len(probs) > 0 {
+		return nil, sortProblems(probs)
+	}
+	return d, nil
+}
+
+// syntaxProblem turns yaml.v3's "yaml: line N: …" into a problem at line N.
+func syntaxProblem(file string, err error) Problem {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if n, rest, ok := strings.Cut(msg, ": "); ok {
+		if _, e := fmt.Sscanf(n, "line %d", &line); e == nil {
+			msg = rest
+		}
+	}
+	return Problem{File: file, Line: line, Message: "YAML: " + msg}
+}
+
+// Place gives every [Problem] in err (alone, in [Problems], or joined
+// with errors.Join) this document's file and the line of its key, and
+// returns them as one [Problems] in line order. Errors that are not
+// problems are kept as they are, after the problems.
+func (d *Document) Place(err error) error {
+	if err == nil {
+		return nil
+	}
+	if d == nil {
+		d = &Document{} // no file: keys without lines
+	}
+	var probs Problems
+	var others []error
+	var walk func(error)
+	walk = func(e error) {
+		switch v := e.(type) {
+		case Problem:
+			probs = append(probs, d.place(v))
+		case *Problem:
+			probs = append(probs, d.place(*v))
+		case Problems:
+			for _, p := range v {
+				probs = append(probs, d.place(p))
+			}
+		case interface{ Unwrap() []error }:
+			for _, inner := range v.Unwrap() {
+				walk(inner)
+			}
+		default:
+			others = append(others, e)
+		}
+	}
+	walk(err)
+	if len(probs) == 0 {
+		return err
+	}
+	probs = sortProblems(probs)
+	if len(others) == 0 {
+		return probs
+	}
+	return errors.Join(append([]error{probs}, others...)...)
+}
+
+func (d *Document) place(p Problem) Problem {
+	if p.File == "" {
+		p.File = d.File
+	}
+	if p.Line == 0 {
+		p.Line = d.Line(p.Key)
+	}
+	return p
+}
+
+// Line is the line of the dotted key in the document (its nearest
+// ancestor's when the key is not written), or 0.
+func (d *Document) Line(key string) int {
+	if d == nil || d.Root == nil {
+		return 0
+	}
+	line, _ := locate(d.Root, pointer(key))
+	return line
+}
+
+// pointer turns a dotted key (plugins[0].config.servers[1].id) into a
+// JSON pointer (/plugins/0/config/servers/1/id).
+func pointer(key string) string {
+	var b strings.Builder
+	for _, part := range strings.Split(key, ".") {
+		if part == "" {
+			continue
+		}
+		name, idx, _ := strings.Cut(part, "[")
+		if name != "" {
+			b.WriteString("/" + escape(name))
+		}
+		for idx != "" {
+			n, rest, _ := strings.Cut(idx, "]")
+			b.WriteString("/" + n)
+			idx = strings.TrimPrefix(rest, "[")
+		}
+	}
+	return b.String()
+}
+
+func sortProblems(ps Problems) Problems {
+	// Stable: problems of one line keep the order they were found in.
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Line < ps[j].Line })
+	return ps
+}
+
+// Check parses a configuration file and checks it against its schemas:
+// [Parse], then [Document.Check].
+func Check(file string, data []byte) error {
+	d, err := Parse(file, data)
+	if err != nil {
+		return err
+	}
+	return d.Check()
+}

@@ -2,11 +2,14 @@ package configcheck_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -61,6 +64,8 @@ func elem(t reflect.Type) reflect.Type {
 
 type jschema struct {
 	Module     string              `json:"x-aep-module"`
+	Kernel     bool                `json:"x-aep-kernel"`
+	Type       string              `json:"type"`
 	Properties map[string]*jschema `json:"properties"`
 	Items      *jschema            `json:"items"`
 	Ref        string              `json:"$ref"`
@@ -103,6 +108,9 @@ func TestEveryKeyInSchemaAndDocs(t *testing.T) {
 		var s jschema
 		if err := json.Unmarshal(data, &s); err != nil {
 			t.Fatalf("%s: %v", n, err)
+		}
+		if s.Kernel {
+			continue // TestKernelKeysInSchemaDocsAndExample
 		}
 		byModule[s.Module] = &s
 	}
@@ -193,4 +201,194 @@ func TestExampleValid(t *testing.T) {
 			t.Errorf("aep.example.yaml has no plugin of module %s", m.ID)
 		}
 	}
+}
+
+func kernelSchema(t *testing.T) *jschema {
+	t.Helper()
+	data, err := configschemas.FS.ReadFile("kernel.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s jschema
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	return &s
+}
+
+// TestKernelKeysInSchemaDocsAndExample checks that the Go type of the
+// host configuration (server.Config) has exactly the keys of
+// schemas/config/kernel.json, that docs/config.md has a row (or, for a
+// top-level section, a heading) for each, and that aep.example.yaml sets
+// every section and shows every key, set or in a comment: a kernel
+// setting added anywhere but the schema fails here.
+func TestKernelKeysInSchemaDocsAndExample(t *testing.T) {
+	s := kernelSchema(t)
+	gk := goKeys(reflect.TypeOf(server.Config{}), "")
+	sk := schemaKeys(s, s, "")
+	sort.Strings(gk)
+	sort.Strings(sk)
+	if !reflect.DeepEqual(gk, sk) {
+		t.Errorf("server.Config keys %v\nkernel.json keys %v", gk, sk)
+	}
+	docs, err := os.ReadFile("../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("../../aep.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(example, &doc); err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]bool{}
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, prefix)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := prefix + n.Content[i].Value
+				set[k] = true
+				if k != "plugins[].config" {
+					walk(n.Content[i+1], k+".")
+				}
+			}
+		case yaml.SequenceNode:
+			for _, c := range n.Content {
+				walk(c, strings.TrimSuffix(prefix, ".")+"[].")
+			}
+		}
+	}
+	walk(&doc, "")
+	sections := map[string]bool{}
+	var collect func(sc *jschema, prefix string)
+	collect = func(sc *jschema, prefix string) {
+		for k, p := range sc.Properties {
+			sub, sep := p, "."
+			if p.Items != nil {
+				sub, sep = p.Items, "[]."
+			}
+			if sub.Ref != "" {
+				sections[prefix+k] = true
+				collect(s.Defs[strings.TrimPrefix(sub.Ref, "#/$defs/")], prefix+k+sep)
+			}
+		}
+	}
+	collect(s, "")
+	for _, k := range sk {
+		top := !strings.ContainsAny(k, ".[")
+		if top {
+			if !strings.Contains(string(docs), "## `"+k+"`") && !strings.Contains(string(docs), "## `"+k+"[]`") {
+				t.Errorf("docs/config.md: no section for %s", k)
+			}
+		} else if !strings.Contains(string(docs), "| `"+k+"` |") {
+			t.Errorf("docs/config.md: no row for %s", k)
+		}
+		if sections[k] && !set[k] {
+			t.Errorf("aep.example.yaml does not set the section %s", k)
+			continue
+		}
+		leaf := k[strings.LastIndexAny(k, ".]")+1:]
+		commented := regexp.MustCompile(`(?m)^\s*#\s*(- )?` + regexp.QuoteMeta(leaf) + `:`)
+		if !set[k] && !commented.Match(example) {
+			t.Errorf("aep.example.yaml shows no %s, set or in a comment", k)
+		}
+	}
+}
+
+// TestKernelDefaultsAreTheCodes: every default kernel.json documents is
+// the value a file without the key gets (server.ParseConfig), so
+// docs/config.md never promises a default the code does not apply. A
+// default in <angle brackets> names a place ("<data-dir>/…") and is
+// skipped, as is a pointer left nil (its default applies where it is used).
+func TestKernelDefaultsAreTheCodes(t *testing.T) {
+	cfg, err := server.ParseConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := yaml.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	data, err := configschemas.FS.ReadFile("kernel.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Defs map[string]struct {
+			Properties map[string]struct {
+				Ref     string          `json:"$ref"`
+				Default json.RawMessage `json:"default"`
+				GoType  string          `json:"x-go-type"`
+			} `json:"properties"`
+		} `json:"$defs"`
+		Properties map[string]struct {
+			Ref string `json:"$ref"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	var walk func(def string, prefix string, val map[string]any)
+	walk = func(def, prefix string, val map[string]any) {
+		for k, p := range s.Defs[def].Properties {
+			key := prefix + k
+			if p.Ref != "" {
+				sub, _ := val[k].(map[string]any)
+				walk(strings.TrimPrefix(p.Ref, "#/$defs/"), key+".", sub)
+				continue
+			}
+			if len(p.Default) == 0 || strings.Contains(string(p.Default), "<") || val[k] == nil {
+				continue
+			}
+			var want any
+			if err := json.Unmarshal(p.Default, &want); err != nil {
+				t.Fatal(err)
+			}
+			have := val[k]
+			if strings.HasSuffix(p.GoType, "Duration") {
+				w, _ := time.ParseDuration(want.(string))
+				h, _ := time.ParseDuration(fmt.Sprint(have))
+				want, have = w, h
+			} else if n, ok := want.(float64); ok {
+				want, have = n, toFloat(have)
+			}
+			if !reflect.DeepEqual(want, have) {
+				t.Errorf("%s: kernel.json says the default is %v, a file without it gets %v", key, want, have)
+			}
+			checked++
+		}
+	}
+	for k, p := range s.Properties {
+		if p.Ref != "" {
+			sub, _ := got[k].(map[string]any)
+			walk(strings.TrimPrefix(p.Ref, "#/$defs/"), k+".", sub)
+		}
+	}
+	if checked < 30 {
+		t.Errorf("only %d defaults compared", checked)
+	}
+}
+
+func toFloat(v any) any {
+	switch n := v.(type) {
+	case int:
+		return float64(n)
+	case int64:
+		return float64(n)
+	case uint64:
+		return float64(n)
+	}
+	return v
 }

@@ -1,13 +1,16 @@
-// Package config embeds the JSON Schemas of the built-in plugins' settings
-// (schemas/config/*.json): the source of the generated Go settings types
-// and docs/config.md, and what `aep config validate` checks each plugin's
-// `config` against.
+// Package config embeds the JSON Schemas of a host configuration file
+// (schemas/config/*.json): kernel.json for the file's own sections and one
+// schema per built-in plugin module for its settings. They are the source
+// of the generated Go configuration types and docs/config.md, and what
+// `aep config validate` and `aep serve` check a file against
+// (internal/configcheck).
 package config
 
 import "embed"
 
-// FS holds one schema file per plugin module, named after its capability;
-// each file's x-aep-module keyword names the module (cls) it describes.
+// FS holds kernel.json (x-aep-kernel) and one schema file per plugin
+// module, named after its capability; each such file's x-aep-module
+// keyword names the module (cls) it describes.
 //
 //go:embed *.json
 var FS embed.FS

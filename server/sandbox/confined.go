@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,6 +66,12 @@ func BwrapPath() string {
 	bwrapOnce.Do(func() { bwrapPath, _ = exec.LookPath("bwrap") })
 	return bwrapPath
 }
+
+// Executable is the host binary's path with its links resolved: what a
+// run that executes the host binary itself (a worker of the host's, such
+// as the sql toolkit's SQLite worker) names as argv[0] and lists in
+// [Spec.ReadOnly], so every tier shows it at that path.
+func Executable() (string, error) { return self() }
 
 func self() (string, error) {
 	exeOnce.Do(func() {
@@ -201,11 +209,22 @@ func (p *Process) startConfined() (err error) {
 	}()
 	if p.cg == nil || p.cg.mem == "" {
 		cfg.MemBytes = lim.MemoryBytes
+		if cfg.MemBytes > 0 {
+			cfg.MemBytes += lim.AddressReserve
+		}
 	}
 	if p.cg == nil || p.cg.pids == "" {
 		cfg.NProc = lim.MaxProcs
 	}
 	p.rlimitMem = cfg.MemBytes > 0
+	filter, err := p.filter()
+	if err != nil {
+		return err
+	}
+	if mech != "bwrap" {
+		cfg.Seccomp = filter
+	}
+	cfg.NoNetwork = !p.spec.Network
 	if mech == "namespaces" && !p.spec.Network {
 		// A spare init already in its namespaces, its root made, takes
 		// the run if one is ready (spare.go); else a cold start below.
@@ -242,8 +261,20 @@ func (p *Process) startConfined() (err error) {
 	}
 
 	var cmd *exec.Cmd
+	var seccompFile *os.File
 	if mech == "bwrap" {
-		cmd = exec.Command(BwrapPath(), bwrapArgs(p.spec, exe, work, cfg.Dir, cfg.UID > 0)...)
+		// bubblewrap installs the filter before it starts the init, from
+		// a descriptor after the init's own (--seccomp).
+		args := bwrapArgs(p.spec, exe, work, cfg.Dir, cfg.UID > 0)
+		if len(filter) > 0 {
+			if seccompFile, err = filterFile(filter); err != nil {
+				return fmt.Errorf("the run's seccomp filter: %v: %w", err, ErrSetup)
+			}
+			defer seccompFile.Close()
+			fd := 3 + 2 + len(cgFiles)
+			args = append(args[:len(args)-2], "--seccomp", strconv.Itoa(fd), "--", initPath)
+		}
+		cmd = exec.Command(BwrapPath(), args...)
 	} else if mech == "namespaces" {
 		cmd = exec.Command(exe)
 		// The init is pid 1 of the namespace: its death, here with the
@@ -278,6 +309,9 @@ func (p *Process) startConfined() (err error) {
 		return err
 	}
 	cmd.ExtraFiles = append([]*os.File{statusW, controlR}, cgFiles...)
+	if seccompFile != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, seccompFile)
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return err
@@ -296,7 +330,7 @@ func (p *Process) startConfined() (err error) {
 		if p.output != nil {
 			p.output.closeAll()
 		}
-		return fmt.Errorf("starting the sandbox (%s): %v: %w", mech, err, ErrSetup)
+		return fmt.Errorf("starting the sandbox (%s): %s: %w", mech, execReason(err), ErrSetup)
 	}
 	statusW.Close()
 	controlR.Close()
@@ -320,6 +354,49 @@ func (p *Process) startConfined() (err error) {
 	}
 	p.status = &statusFile{File: statusR, br: br}
 	return nil
+}
+
+// execReason says why an exec failed without the path of what was
+// executed (the host binary: no host path reaches an agent); an argument
+// list too long is the agent's, and said so.
+func execReason(err error) string {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, syscall.E2BIG):
+		return "the command's arguments and environment are too long for the system (E2BIG)"
+	case errors.As(err, &errno):
+		return errno.Error()
+	}
+	return "it could not be executed"
+}
+
+// filter is the run's system-call filter (seccomp.go). Without seccomp in
+// the kernel, a run not granted network is refused: in the supervised
+// tier nothing else would keep it off the network.
+func (p *Process) filter() ([]byte, error) {
+	if !SeccompAvailable() {
+		if !p.spec.Network {
+			return nil, fmt.Errorf("the kernel does not install seccomp filters, which keep a command off the network: %w", ErrSetup)
+		}
+		return nil, nil
+	}
+	noPtrace := p.tier == TierSupervised && initproc.LandlockABI() == 0
+	return filterFor(filterKey{network: p.spec.Network, userNS: userNamespaces.Load(), noPtrace: noPtrace})
+}
+
+// filterFile is a pipe holding filter, for bubblewrap's --seccomp.
+func filterFile(filter []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.Write(filter) // a few hundred bytes: the pipe holds them
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
 }
 
 // namespaceFlags are the namespaces of a run in the namespaces mode.

@@ -52,3 +52,11 @@ func Spares() (ready int, making bool) {
 // EndedOnReport is how many runs so far had their result on the init's
 // report that its PID namespace is empty, before the init's exit.
 func EndedOnReport() int64 { return endedOnReport.Load() }
+
+// WithoutSeccomp makes confined runs of the test behave as on a kernel
+// that installs no seccomp filter.
+func WithoutSeccomp(t testing.TB) {
+	SeccompAvailable()
+	seccompOK = false
+	t.Cleanup(func() { seccompOK = true })
+}

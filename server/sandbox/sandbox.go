@@ -60,6 +60,12 @@ type Limits struct {
 	// MemoryBytes is the cgroup memory limit (v1 memory.limit_in_bytes, v2
 	// memory.max) when a cgroup can be made, else RLIMIT_DATA of the command.
 	MemoryBytes int64
+	// AddressReserve is added to MemoryBytes where it is enforced as
+	// RLIMIT_DATA, which counts address space a runtime reserves and
+	// never touches: a Go program (the sql toolkit's worker) maps some
+	// 80-112 MiB of heap bookkeeping before it allocates anything. A
+	// cgroup counts only what is used, and gets MemoryBytes alone.
+	AddressReserve int64
 	// MaxProcs is the pids cgroup limit when one can be made, else RLIMIT_NPROC
 	// (which the kernel does not enforce for root).
 	MaxProcs int
@@ -129,11 +135,11 @@ type Result struct {
 func (r Result) Err() error {
 	switch r.Outcome {
 	case Timeout:
-		return fmt.Errorf("%s: %w", r.Reason, wire.ErrTimeout)
+		return wire.Public(fmt.Errorf("%s: %w", r.Reason, wire.ErrTimeout))
 	case OutOfMemory:
-		return fmt.Errorf("%s: %w", r.Reason, wire.ErrOutOfMemory)
+		return wire.Public(fmt.Errorf("%s: %w", r.Reason, wire.ErrOutOfMemory))
 	case Crashed:
-		return fmt.Errorf("%s: %w", r.Reason, wire.ErrSandboxCrash)
+		return wire.Public(fmt.Errorf("%s: %w", r.Reason, wire.ErrSandboxCrash))
 	}
 	return nil
 }
@@ -222,6 +228,9 @@ func (p *Process) startPlain() error {
 		return err
 	}
 	if err := cmd.Start(); err != nil {
+		if errors.Is(err, syscall.E2BIG) {
+			return fmt.Errorf("starting %q: %s: %w", p.spec.Argv[0], execReason(err), syscall.E2BIG)
+		}
 		return fmt.Errorf("starting %q: %w", p.spec.Argv[0], err)
 	}
 	p.cmd, p.Stdin, p.Pid = cmd, in, cmd.Process.Pid

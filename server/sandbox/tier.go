@@ -117,6 +117,18 @@ func Describe(m Mode) (Tier, string, error) {
 	return t, what, nil
 }
 
+// PathsConfined reports whether a run of mode m can open only the paths
+// it is shown: always in tier (a), and in tier (b) only where the kernel
+// has Landlock. Work that must never reach the host's own files (the sql
+// toolkit's SQLite worker) is refused where it is false.
+func PathsConfined(m Mode) (bool, error) {
+	mech, err := Mechanism(m)
+	if err != nil {
+		return false, err
+	}
+	return TierOf(mech) == TierNamespaces || initproc.LandlockABI() > 0, nil
+}
+
 // handOver gives the session directory to the uid contained commands run
 // as, when the host is root: files the host wrote (write_file, env/data)
 // must stay writable for them. It walks through an os.Root, so a symlink a

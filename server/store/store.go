@@ -20,7 +20,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +45,7 @@ type Store struct {
 	db      *sql.DB
 	path    string
 	dialect string
+	met     *metrics // observe.go
 }
 
 // pragmas are applied to every SQLite connection of the pool (modernc's
@@ -65,16 +65,21 @@ var pragmas = []string{"foreign_keys(1)", "journal_mode(WAL)", "busy_timeout(100
 //   - "" opens SQLite at <dataDir>/aep.db (docs/DECISIONS.md, State default);
 //   - "sqlite://PATH", "file:PATH" or a plain PATH opens that SQLite file;
 //     a relative PATH is taken relative to dataDir when one is given;
-//   - "postgres://…" and "postgresql://…" open PostgreSQL through pgx;
-//   - any other scheme is refused with [ErrUnsupported].
+//   - "postgres://…" and "postgresql://…" URLs, and libpq's key/value
+//     form ("host=db dbname=aep"), open PostgreSQL through pgx;
+//   - anything else is refused with [ErrUnsupported] ([ParseDSN]).
 //
 // The SQLite file is created with mode 0600: snapshots and memories are the
 // user's data.
 func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		return openPostgres(ctx, dsn)
+	d, err := ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	path, query, err := sqlitePath(dsn, dataDir)
+	if d.Postgres {
+		return openPostgres(ctx, dsn, d.Where)
+	}
+	path, query, err := sqlitePath(d.Path, d.Query, dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +98,8 @@ func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
 	if query.Get("_txlock") == "" {
 		query.Set("_txlock", "immediate")
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?"+query.Encode())
+	m := newMetrics()
+	db, err := openTimed("sqlite", "file:"+path+"?"+query.Encode(), m)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -101,18 +107,14 @@ func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	return migrate(ctx, db, dialect.SQLite, path)
+	return migrate(ctx, db, dialect.SQLite, path, m)
 }
 
 // openPostgres opens PostgreSQL. Its DSN may hold a password, so errors
-// name the database by host and name only.
-func openPostgres(ctx context.Context, dsn string) (*Store, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return nil, errors.New("store: postgres dsn is not a valid URL")
-	}
-	where := u.Host + u.Path
-	db, err := sql.Open("pgx", dsn)
+// name the database by where only (host and database name).
+func openPostgres(ctx context.Context, dsn, where string) (*Store, error) {
+	m := newMetrics()
+	db, err := openTimed("pgx", dsn, m)
 	if err != nil {
 		return nil, fmt.Errorf("store: open postgres %s: %w", where, err)
 	}
@@ -120,7 +122,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open postgres %s: %w", where, err)
 	}
-	return migrate(ctx, db, dialect.Postgres, where)
+	return migrate(ctx, db, dialect.Postgres, where, m)
 }
 
 // pgMigrateLock is the PostgreSQL advisory lock key ("aep.migr" in ASCII)
@@ -131,7 +133,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 const pgMigrateLock = 0x6165702e6d696772
 
 // migrate wraps db in an ent client and creates or updates every entity's tables.
-func migrate(ctx context.Context, db *sql.DB, dia, where string) (*Store, error) {
+func migrate(ctx context.Context, db *sql.DB, dia, where string, m *metrics) (*Store, error) {
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dia, db)))
 	if dia == dialect.Postgres {
 		// The lock belongs to one connection, held apart from the pool
@@ -152,7 +154,7 @@ func migrate(ctx context.Context, db *sql.DB, dia, where string) (*Store, error)
 		client.Close()
 		return nil, fmt.Errorf("store: migrate %s: %w", where, err)
 	}
-	st := &Store{Client: client, db: db, dialect: dia}
+	st := &Store{Client: client, db: db, dialect: dia, met: m}
 	if dia == dialect.SQLite {
 		st.path = where
 	}
@@ -189,34 +191,19 @@ func createSchema(ctx context.Context, client *ent.Client, dia string) error {
 	return err
 }
 
-// sqlitePath resolves dsn to a SQLite file path and its extra DSN parameters.
-func sqlitePath(dsn, dataDir string) (string, url.Values, error) {
-	query := url.Values{}
-	switch {
-	case dsn == "":
+// sqlitePath resolves a parsed SQLite path to a file path and its DSN
+// parameters.
+func sqlitePath(path string, query url.Values, dataDir string) (string, url.Values, error) {
+	if path == "" {
 		if dataDir == "" {
 			return "", nil, errors.New("store: no data directory and no store.dsn; one of them is needed to place the database")
 		}
 		return filepath.Join(dataDir, DefaultFile), query, nil
 	}
-	rest := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "file:")
-	if i := strings.IndexByte(rest, '?'); i >= 0 {
-		q, err := url.ParseQuery(rest[i+1:])
-		if err != nil {
-			return "", nil, fmt.Errorf("store: dsn parameters: %w", err)
-		}
-		query, rest = q, rest[:i]
+	if !filepath.IsAbs(path) && dataDir != "" {
+		path = filepath.Join(dataDir, path)
 	}
-	if scheme, _, ok := strings.Cut(rest, "://"); ok {
-		return "", nil, fmt.Errorf("store: %w: scheme %q; use a SQLite path or a postgres:// URL", ErrUnsupported, scheme)
-	}
-	if rest == "" || rest == ":memory:" || strings.HasPrefix(rest, ":") {
-		return "", nil, fmt.Errorf("store: dsn %q names no database file", dsn)
-	}
-	if !filepath.IsAbs(rest) && dataDir != "" {
-		rest = filepath.Join(dataDir, rest)
-	}
-	return rest, query, nil
+	return path, query, nil
 }
 
 // Path returns the SQLite file of the store ("" on PostgreSQL).

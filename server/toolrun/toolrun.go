@@ -24,6 +24,10 @@ import (
 // DefaultMaxOutputBytes is the output cap when none is configured ( 1 MiB).
 const DefaultMaxOutputBytes = 1 << 20
 
+// DefaultMaxStreamBytes bounds what one streaming call sends in events when
+// none is configured: 16 MiB, so a long build's live output still streams.
+const DefaultMaxStreamBytes = 16 << 20
+
 // maxEvents bounds the events one call collects, so a chatty tool cannot
 // grow a result without limit; later events are still streamed but not kept.
 // Their encoded size is bounded too, by the output cap (fitResult).
@@ -64,6 +68,11 @@ type Options struct {
 	// MaxOutputBytes caps the encoded reply, its collected events included,
 	// and every event; 0 means the default (docs/DECISIONS.md, Output cap).
 	MaxOutputBytes int
+	// MaxStreamBytes bounds the events one streaming call sends on the
+	// wire, summed; past it one status event says the stream was cut and
+	// later events are not streamed (still collected within the output
+	// cap). 0 means [DefaultMaxStreamBytes].
+	MaxStreamBytes int
 	// Policy is server.tool_policy (spec §5 rule 6).
 	Policy server.ToolPolicy
 	// Logger receives the stack of a panicking tool; nil discards it.
@@ -139,6 +148,9 @@ type collector struct {
 	dropped   bool // an event was not kept
 	done      bool
 	maxOutput int
+	maxStream int
+	streamed  int  // approximate encoded bytes of the events streamed
+	cut       bool // the stream reached maxStream; nothing more goes out
 }
 
 // keptEvent is a collected event with the size of its encoding.
@@ -168,10 +180,37 @@ func (c *collector) emit(kind wire.EventKind, data map[string]any) error {
 	} else {
 		c.dropped = true
 	}
-	if c.streaming && c.scope != nil {
-		return c.scope.Emit(kind, data)
+	if !c.streaming || c.scope == nil || c.cut {
+		return nil
 	}
-	return nil
+	size := approxSize(data)
+	if c.streamed+size > c.maxStream {
+		// The stream is cut: one last event says so and at how many bytes.
+		c.cut = true
+		return c.scope.Emit(wire.EventStatus, map[string]any{"message": fmt.Sprintf(
+			"stream truncated after %d bytes of events (max_stream_bytes %d); later events are not streamed", c.streamed, c.maxStream),
+			"truncated": true, "stream_bytes": c.streamed})
+	}
+	c.streamed += size
+	return c.scope.Emit(kind, data)
+}
+
+// approxSize is an event's size on the wire, near enough to bound a stream
+// by: its strings' bytes and a little for everything else and the envelope.
+func approxSize(data map[string]any) int {
+	n := 96
+	for k, v := range data {
+		n += len(k) + 4
+		switch x := v.(type) {
+		case string:
+			n += len(x)
+		case map[string]any:
+			n += approxSize(x)
+		default:
+			n += 16
+		}
+	}
+	return n
 }
 
 func (c *collector) finish() ([]keptEvent, bool) {
@@ -235,7 +274,11 @@ func Run(ctx context.Context, s wire.Scope, req *msg.ToolCallReq, t Subject, opt
 	if maxOut <= 0 {
 		maxOut = DefaultMaxOutputBytes
 	}
-	col := &collector{scope: s, streaming: req.Streaming, maxOutput: maxOut}
+	maxStream := opt.MaxStreamBytes
+	if maxStream <= 0 {
+		maxStream = DefaultMaxStreamBytes
+	}
+	col := &collector{scope: s, streaming: req.Streaming, maxOutput: maxOut, maxStream: maxStream}
 	ctx = context.WithValue(ctx, collectorKey{}, col)
 	t0 := time.Now()
 	var (

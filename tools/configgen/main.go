@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -45,12 +46,19 @@ type Schema struct {
 	Examples             []json.RawMessage  `json:"examples"`
 	Enum                 []string           `json:"enum"`
 	Pattern              string             `json:"pattern"`
+	Minimum              *float64           `json:"minimum"`
+	Maximum              *float64           `json:"maximum"`
+	ExclusiveMinimum     *float64           `json:"exclusiveMinimum"`
+	WriteOnly            bool               `json:"writeOnly"`
 
-	Module    string `json:"x-aep-module"`
-	GoPackage string `json:"x-go-package"`
-	GoName    string `json:"x-go-name"`
-	GoType    string `json:"x-go-type"`
-	GoPointer bool   `json:"x-go-pointer"`
+	Module      string `json:"x-aep-module"`
+	Kernel      bool   `json:"x-aep-kernel"`
+	MinDuration string `json:"x-aep-min-duration"`
+	GoPackage   string `json:"x-go-package"`
+	GoName      string `json:"x-go-name"`
+	GoType      string `json:"x-go-type"`
+	GoPointer   bool   `json:"x-go-pointer"`
+	GoFile      string `json:"x-go-file"`
 
 	order []string // property names in file order
 }
@@ -77,8 +85,13 @@ func run(dir, root, docsPath string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
-		if s.Module == "" || s.GoPackage == "" || s.Type != "object" {
-			return fmt.Errorf("%s: a settings schema is an object with x-aep-module and x-go-package", p)
+		if (s.Module == "") == !s.Kernel || s.GoPackage == "" || s.Type != "object" {
+			return fmt.Errorf("%s: a settings schema is an object with x-go-package and either x-aep-module or x-aep-kernel", p)
+		}
+		for _, e := range enums(s) {
+			if e == "" {
+				return fmt.Errorf("%s: an enum has an empty member; leave the key out instead (README.md)", p)
+			}
 		}
 		files = append(files, file{name: strings.TrimSuffix(filepath.Base(p), ".json"), path: filepath.ToSlash(p), s: s})
 	}
@@ -87,7 +100,11 @@ func run(dir, root, docsPath string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.path, err)
 		}
-		out := filepath.Join(root, filepath.FromSlash(f.s.GoPackage), "settings.gen.go")
+		name := f.s.GoFile
+		if name == "" {
+			name = "settings.gen.go"
+		}
+		out := filepath.Join(root, filepath.FromSlash(f.s.GoPackage), name)
 		if err := os.WriteFile(out, src, 0o644); err != nil {
 			return err
 		}
@@ -176,7 +193,22 @@ func objectKeys(data []byte) ([]string, error) {
 }
 
 // initialisms are the words Go spells in capitals (Effective Go, names).
-var initialisms = map[string]string{"id": "ID", "url": "URL", "urls": "URLs", "mb": "MB", "cpu": "CPU", "sqlite": "SQLite", "lru": "LRU"}
+var initialisms = map[string]string{"id": "ID", "url": "URL", "urls": "URLs", "mb": "MB", "cpu": "CPU", "sqlite": "SQLite", "lru": "LRU", "dsn": "DSN", "http": "HTTP", "otlp": "OTLP", "mcp": "MCP"}
+
+// enums returns every enum member of s and the schemas below it.
+func enums(s *Schema) []string {
+	if s == nil {
+		return nil
+	}
+	out := append([]string(nil), s.Enum...)
+	for _, p := range s.Properties {
+		out = append(out, enums(p)...)
+	}
+	for _, d := range s.Defs {
+		out = append(out, enums(d)...)
+	}
+	return append(out, enums(s.Items)...)
+}
 
 // goName is x-go-name, else the key in CamelCase with initialisms.
 func goName(key string, s *Schema) string {
@@ -213,7 +245,10 @@ func baseType(s *Schema, imports map[string]bool) (string, error) {
 		if i := strings.LastIndex(s.GoType, "."); i > 0 && strings.Contains(s.GoType, "/") {
 			imp := s.GoType[:i]
 			imports[imp] = true
-			return path.Base(imp) + "." + s.GoType[i+1:], nil
+			// gopkg.in/yaml.v3 is package yaml: a version suffix is
+			// not part of the package name.
+			pkg, _, _ := strings.Cut(path.Base(imp), ".")
+			return pkg + "." + s.GoType[i+1:], nil
 		}
 		return s.GoType, nil
 	}
@@ -253,8 +288,15 @@ func baseType(s *Schema, imports map[string]bool) (string, error) {
 func goFile(f file) ([]byte, error) {
 	imports := map[string]bool{}
 	var body bytes.Buffer
-	doc := fmt.Sprintf("Settings is the `config` of a plugin of module %s (%s): %s", f.s.Module, f.path, f.s.Description)
-	if err := writeStruct(&body, "Settings", doc, f.s, imports); err != nil {
+	root := "Settings"
+	if f.s.GoName != "" {
+		root = f.s.GoName
+	}
+	doc := fmt.Sprintf("%s is the `config` of a plugin of module %s (%s): %s", root, f.s.Module, f.path, f.s.Description)
+	if f.s.Kernel {
+		doc = fmt.Sprintf("%s is the %s (%s): %s", root, lowerFirst(f.s.Title), f.path, f.s.Description)
+	}
+	if err := writeStruct(&body, root, doc, f.s, imports); err != nil {
 		return nil, err
 	}
 	defs := make([]string, 0, len(f.s.Defs))
@@ -333,20 +375,52 @@ func lowerFirst(s string) string {
 	return strings.ToLower(s[:1]) + s[1:]
 }
 
-// docsFile renders docs/config.md: one section per plugin module, one row
-// per key (nested objects as dotted keys), with type, default and example.
+// docsFile renders docs/config.md: the kernel's sections first, one per
+// top-level key of the kernel schema, then one section per plugin module;
+// one row per key (nested objects as dotted keys), with type, default,
+// example and meaning.
 func docsFile(files []file) []byte {
 	var b bytes.Buffer
 	b.WriteString("<!-- Code generated by configgen from schemas/config/. DO NOT EDIT. -->\n\n")
-	b.WriteString("# Plugin configuration\n\n")
-	b.WriteString("Each entry of `plugins[]` names a module (`cls`) and holds its settings under `config`. ")
-	b.WriteString("The settings of every built-in module are a JSON Schema in `schemas/config/`; this page and the Go settings types are generated from them (`go generate ./...`). ")
-	b.WriteString("Unknown keys are errors. `aep config validate FILE` checks every plugin's settings against its schema and names the file, line and key of each mistake. ")
-	b.WriteString("`aep.example.yaml` at the repository root configures every built-in plugin, annotated. ")
-	b.WriteString("The kernel's own settings (`server`, `transport`, `store`, `audit`) and the operator surface (metrics, traces, health, drain) are described in docs/operating.md.\n\n")
-	b.WriteString("Durations are Go duration strings (`30s`, `5m`, `1h`). Paths shown as `<data-dir>` are below `aep serve --data-dir`; `<plugin>` is the plugin's name.\n\n")
-	sort.Slice(files, func(i, j int) bool { return files[i].s.Module < files[j].s.Module })
+	b.WriteString("# Configuration\n\n")
+	b.WriteString("`aep serve --config FILE` reads one YAML file. Its own sections (`server`, `transport`, `store`, `audit`, `plugins`, `operator`, `mcp_face`) are described by `schemas/config/kernel.json`, and each plugin's `config` by its module's schema in `schemas/config/`; this page and the Go types that hold the settings are generated from them (`go generate ./...`, tools/configgen). ")
+	b.WriteString("`aep.example.yaml` at the repository root sets every section and configures every built-in plugin, annotated.\n\n")
+	b.WriteString("## Rules\n\n")
+	b.WriteString("- `aep config validate FILE` makes every check `aep serve` makes before it starts anything and reports each mistake as `FILE:LINE: dotted.key: message`; `aep serve` refuses the same files with the same messages. The one difference: a store that cannot be reached is a warning from `validate` and an error at `serve`.\n")
+	b.WriteString("- Unknown keys are errors, with a suggestion when a known key is close. A value of the wrong type, outside its range or not one of its allowed values is an error.\n")
+	b.WriteString("- A default is taken only when the key is absent; a key with no value (`key:` or `key: null`) is absent. Where 0 would mean nothing sensible the range starts at 1, so 0 is refused rather than silently replaced.\n")
+	b.WriteString("- Durations are Go duration strings: numbers with units (`ns`, `us`, `ms`, `s`, `m`, `h`), such as `30s`, `5m` or `1h30m`; never negative, and `0s` only where the meaning says what it does.\n")
+	b.WriteString("- `${NAME}` in a value is replaced by the environment variable `NAME`; when it is unset or empty the file is refused. `${NAME:-default}` gives `default` instead (`${NAME:-}`: empty). `$${` writes a literal `${`. Only values are expanded, never keys or comments, and an expanded value stays within its key.\n")
+	b.WriteString("- Paths shown as `<data-dir>` are below `aep serve --data-dir`; `<plugin>` is the plugin's name. Secrets (marked below) are never logged or repeated in an error.\n\n")
+	sort.Slice(files, func(i, j int) bool {
+		if files[i].s.Kernel != files[j].s.Kernel {
+			return files[i].s.Kernel
+		}
+		return files[i].s.Module < files[j].s.Module
+	})
+	plugins := false
 	for _, f := range files {
+		if f.s.Kernel {
+			for _, k := range f.s.order {
+				p := f.s.Properties[k]
+				sec, key := p, k
+				if p.Items != nil {
+					sec, key = p.Items, k+"[]"
+				}
+				def := resolve(f.s, sec)
+				fmt.Fprintf(&b, "## `%s`\n\n%s\n\nSchema: `%s`.\n\n", key, p.Description, f.path)
+				b.WriteString("| key | type | default | example | meaning |\n|---|---|---|---|---|\n")
+				rows(&b, f.s, def, key+".")
+				b.WriteString("\n")
+			}
+			continue
+		}
+		if !plugins {
+			plugins = true
+			b.WriteString("# Plugin settings\n\n")
+			b.WriteString("Each entry of `plugins[]` names a module (`cls`) and holds its settings under `config`, checked against the module's schema. ")
+			b.WriteString("Modules without a schema (third-party or test modules) are checked by decoding their settings strictly.\n\n")
+		}
 		fmt.Fprintf(&b, "## `%s`\n\n%s\n\nSchema: `%s`.\n\n", f.s.Module, f.s.Description, f.path)
 		b.WriteString("| key | type | default | example | meaning |\n|---|---|---|---|---|\n")
 		rows(&b, f.s, f.s, "")
@@ -355,11 +429,19 @@ func docsFile(files []file) []byte {
 	return b.Bytes()
 }
 
+// resolve follows a local $ref.
+func resolve(root, s *Schema) *Schema {
+	if s != nil && s.Ref != "" {
+		return root.Defs[strings.TrimPrefix(s.Ref, "#/$defs/")]
+	}
+	return s
+}
+
 func rows(b *bytes.Buffer, root, s *Schema, prefix string) {
 	for _, k := range s.order {
 		p := s.Properties[k]
 		key := prefix + k
-		typ, sub := docType(root, p)
+		typ, sub, sep := docType(root, p)
 		def := "—"
 		if len(p.Default) > 0 {
 			var c bytes.Buffer
@@ -378,28 +460,51 @@ func rows(b *bytes.Buffer, root, s *Schema, prefix string) {
 		if len(p.Enum) > 0 {
 			desc += " One of: " + strings.Join(quoteAll(p.Enum), ", ") + "."
 		}
+		desc += rangeText(p)
+		if p.WriteOnly {
+			desc += " A secret: never logged or repeated in an error."
+		}
 		fmt.Fprintf(b, "| `%s` | %s | %s | %s | %s |\n", key, typ, cell(def), cell(ex), cell(desc))
 		if sub != nil {
-			rows(b, root, sub, key+"[]."+"")
+			rows(b, root, sub, key+sep)
 		}
 	}
 }
 
+// rangeText says a property's bounds in words.
+func rangeText(p *Schema) string {
+	num := func(f *float64) string { return strconv.FormatFloat(*f, 'f', -1, 64) }
+	switch {
+	case p.MinDuration != "":
+		return " At least " + p.MinDuration + "."
+	case p.ExclusiveMinimum != nil:
+		return " More than " + num(p.ExclusiveMinimum) + "."
+	case p.Minimum != nil && p.Maximum != nil:
+		return " From " + num(p.Minimum) + " to " + num(p.Maximum) + "."
+	case p.Minimum != nil:
+		return " At least " + num(p.Minimum) + "."
+	case p.Maximum != nil:
+		return " At most " + num(p.Maximum) + "."
+	}
+	return ""
+}
+
 // docType names a property's type for readers, and returns the object
-// schema of array items whose keys get rows of their own.
-func docType(root, p *Schema) (string, *Schema) {
+// schema whose keys get rows of their own and the separator of their keys.
+func docType(root, p *Schema) (string, *Schema, string) {
 	switch {
 	case p.GoType != "" && strings.HasSuffix(p.GoType, "Duration"):
-		return "duration", nil
+		return "duration", nil, ""
+	case p.Ref != "":
+		return "object", resolve(root, p), "."
 	case p.Type == "array" && p.Items != nil && p.Items.Ref != "":
-		d := root.Defs[strings.TrimPrefix(p.Items.Ref, "#/$defs/")]
-		return "list of objects", d
+		return "list of objects", resolve(root, p.Items), "[]."
 	case p.Type == "array" && p.Items != nil:
-		return "list of " + p.Items.Type, nil
-	case p.Type == "object":
-		return "map of string", nil
+		return "list of " + p.Items.Type, nil, ""
+	case p.Type == "object" && len(p.AdditionalProperties) > 0 && string(p.AdditionalProperties) != "false":
+		return "map of string", nil, ""
 	}
-	return p.Type, nil
+	return p.Type, nil, ""
 }
 
 func quoteAll(ss []string) []string {

@@ -74,6 +74,13 @@ class BatchStep(Model):
     truncated: bool
 
 
+class BudgetUse(Model):
+    """A budget's limit and what is used of it."""
+
+    limit: int
+    used: int
+
+
 class CancelMessage(Model):
     """`cancel` (notification). Stops the request whose id is req_id; that
     request is answered with `cancelled` (docs/DECISIONS.md, Wire). No reply
@@ -90,6 +97,16 @@ class CancelMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -124,6 +141,16 @@ class ChainDefineReqMessage(Model):
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -294,6 +321,16 @@ class ChainRunReqMessage(Model):
     session_id: Optional[str] = None
     #: Seconds for the whole chain.
     timeout: float = 300
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -437,6 +474,16 @@ class EnvCloseReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -481,6 +528,16 @@ class EnvDataAddMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -505,6 +562,16 @@ class EnvDataAddReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -555,6 +622,16 @@ class EnvDataGetMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -586,6 +663,16 @@ class EnvDataGetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -626,6 +713,16 @@ class EnvDataResetMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -647,6 +744,16 @@ class EnvDataResetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -731,6 +838,16 @@ class EnvListReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -771,6 +888,16 @@ class EnvObserveReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -816,6 +943,16 @@ class EnvRenderReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -867,6 +1004,16 @@ class EnvResetReqMessage(Model):
     #: Seeds the episode's random state: any int64; 7.0 is the integer 7
     #: (JSON Schema's integers).
     seed: Optional[int] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -914,6 +1061,16 @@ class EnvSpacesReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -965,6 +1122,16 @@ class EnvStepBatchReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1008,6 +1175,16 @@ class EnvStepReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1176,6 +1353,16 @@ class HandshakeReqMessage(Model):
     record_trajectory: Optional[bool] = None
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1240,6 +1427,16 @@ class LearnAdaptReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1313,6 +1510,16 @@ class LearnExperienceReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1364,6 +1571,16 @@ class LearnExportReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     to_file: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1415,6 +1632,16 @@ class LearnFeedbackReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1473,6 +1700,16 @@ class LearnRankReqMessage(Model):
     #: Seeds Thompson sampling, for a reproducible ranking.
     seed: Optional[int] = None
     strategy: Literal["ucb1", "thompson", "greedy"] = "ucb1"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1516,6 +1753,16 @@ class LearnStatsReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1661,6 +1908,16 @@ class McpPromptGetReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1704,6 +1961,16 @@ class McpPromptListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1748,6 +2015,16 @@ class McpResourceListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1791,6 +2068,16 @@ class McpResourceReadReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1834,6 +2121,16 @@ class McpServerListReqMessage(Model):
     req_id: Optional[str] = None
     #: Only servers with this status.
     status_filter: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1888,6 +2185,16 @@ class McpServerRegisterReqMessage(Model):
     #: Patterns (path.Match) of the MCP tool names to proxy; absent or empty:
     #: all.
     tool_allow_list: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1934,6 +2241,16 @@ class McpServerUnregisterReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2044,6 +2361,16 @@ class MemoryForgetReqMessage(Model):
     req_id: Optional[str] = None
     tags: Optional[list[str]] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2105,6 +2432,16 @@ class MemoryInitReqMessage(Model):
     #: Scope keys. `agent` narrows the persistent tiers to one agent within
     #: the namespace; other keys are kept and echoed.
     scope: Optional[dict[str, str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2165,6 +2502,16 @@ class MemoryRecallReqMessage(Model):
     since: Optional[float] = None
     tags: Optional[list[str]] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2209,6 +2556,16 @@ class MemoryRetrieveReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2248,6 +2605,16 @@ class MemoryStatsReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2293,6 +2660,16 @@ class MemoryStoreReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2357,6 +2734,16 @@ class PingMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2427,6 +2814,16 @@ class ProcKillReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2468,6 +2865,16 @@ class ProcListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     running_only: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2521,6 +2928,16 @@ class ProcReadReqMessage(Model):
     req_id: Optional[str] = None
     stderr_cursor: int = 0
     stdout_cursor: int = 0
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2603,6 +3020,16 @@ class ProcSignalReqMessage(Model):
     #: HUP, INT, QUIT, ABRT, KILL, USR1, SEGV, USR2, PIPE, ALRM, TERM, CONT,
     #: STOP, TSTP, XCPU, WINCH.
     signal: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2657,6 +3084,16 @@ class ProcSpawnReqMessage(Model):
     #: Wall-clock seconds after which the process group is killed (state
     #: timeout); 0 or absent: the plugin's default.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2697,6 +3134,16 @@ class ProcStatusReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2760,6 +3207,16 @@ class ProcWaitReqMessage(Model):
     #: Seconds to wait at most; absent: until the request is cancelled. When
     #: it passes, the reply has the running record and timed_out true.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2805,6 +3262,16 @@ class ProcWriteReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2845,6 +3312,18 @@ class RankedComponent(Model):
     score: Optional[float] = None
     #: No feedback rated this component in this context.
     untried: bool
+
+
+class SessionBudgets(Model):
+    """A session's budgets."""
+
+    disk_bytes: BudgetUse
+    files: BudgetUse
+    leaf_work: BudgetUse
+    persistent_memory_bytes: BudgetUse
+    sandbox_memory_bytes: BudgetUse
+    steps: Optional[BudgetUse] = None
+    working_memory_bytes: BudgetUse
 
 
 class SessionEventMessage(Model):
@@ -2904,6 +3383,16 @@ class SessionForkReqMessage(Model):
     #: from it does too) instead of the current state; the files are those of
     #: the snapshot's session directory as they are now.
     snapshot_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2952,6 +3441,16 @@ class SessionInfoReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2965,6 +3464,7 @@ class SessionInfoRespMessage(Model):
     type: Literal["session/info/resp"] = "session/info/resp"
     accepted_caps: list[CapabilityEntry]
     agent_id: str
+    budgets: Optional[SessionBudgets] = None
     #: The session's public handle: random, fixed for the session's life,
     #: kept across a restore into it, and what audit lines, logs, learn
     #: records and subagent records name the session by. It opens nothing on
@@ -3015,6 +3515,16 @@ class SessionRestoreReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     snapshot_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3062,6 +3572,16 @@ class SessionSnapshotDeleteReqMessage(Model):
     #: are the sender's.
     session_ids: Optional[list[str]] = None
     snapshot_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3112,6 +3632,16 @@ class SessionSnapshotListReqMessage(Model):
     session_ids: Optional[list[str]] = None
     #: Only snapshots of this target; absent: both.
     target: Optional[Literal["file", "sql"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3155,6 +3685,16 @@ class SessionSnapshotReqMessage(Model):
     #: Where the snapshot is stored: a file under the data directory or the
     #: embedded SQL store.
     target: Literal["file", "sql"] = "file"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3214,6 +3754,16 @@ class SessionTrajectoryExportReqMessage(Model):
     #: Ids of earlier sessions of the sender whose records to export, instead
     #: of this session's own.
     session_ids: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3264,6 +3814,16 @@ class ShutdownMessage(Model):
     #: Seconds to wait for requests in flight before cancelling them; absent
     #: means 10. Zero cancels at once.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3295,6 +3855,16 @@ class SkillCallReqMessage(Model):
     streaming: Optional[bool] = None
     #: Seconds; lowers the skill's own timeout, never raises it.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3362,6 +3932,16 @@ class SkillDiscoverReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3453,6 +4033,16 @@ class SkillGetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3518,6 +4108,16 @@ class SkillRegisterReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     scope: Literal["session", "subagents"] = "session"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3653,6 +4253,16 @@ class SubagentListReqMessage(Model):
     req_id: Optional[str] = None
     #: Only subagents whose session has not ended.
     running_only: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3753,6 +4363,16 @@ class SubagentSpawnReqMessage(Model):
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3807,6 +4427,16 @@ class SubagentStatusReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     subagent_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3853,6 +4483,16 @@ class SubagentTerminateReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     subagent_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3908,6 +4548,16 @@ class ToolCallReqMessage(Model):
     #: (spec §8). 0 or absent: no per-call limit beyond the request deadline.
     timeout: Optional[float] = None
     tool_name: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -4028,6 +4678,16 @@ class ToolListReqMessage(Model):
     req_id: Optional[str] = None
     #: Matches tools having any of these tags.
     tags: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -4120,6 +4780,16 @@ class ToolkitConfigureReqMessage(Model):
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
     toolkit_name: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -4219,6 +4889,16 @@ class ToolkitListReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float

@@ -28,6 +28,8 @@ const (
 	llTruncate   = 1 << 14
 	llIoctlDev   = 1 << 15
 	llScopeAll   = 1<<0 | 1<<1
+	llBindTCP    = 1 << 0
+	llConnectTCP = 1 << 1
 	llRuleBelow  = 1
 	llVersionFlg = 1
 	oPath        = 0x200000 // O_PATH
@@ -67,7 +69,7 @@ func handledFS(abi int) uint64 {
 // landlock restricts the calling thread (and what it forks afterwards):
 // ro paths readable and executable, rw paths fully usable. Paths that do
 // not exist are skipped. It needs no_new_privs, which it sets.
-func landlock(ro, rw []string) error {
+func landlock(ro, rw []string, noNetwork bool) error {
 	abi := LandlockABI()
 	if abi == 0 {
 		return nil
@@ -77,6 +79,10 @@ func landlock(ro, rw []string) error {
 	size := uintptr(8)
 	if abi >= 4 {
 		size = 16
+		if noNetwork {
+			// TCP bind and connect handled, with no rule allowing any.
+			attr.net = llBindTCP | llConnectTCP
+		}
 	}
 	if abi >= 6 {
 		attr.scoped, size = llScopeAll, 24

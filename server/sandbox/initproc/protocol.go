@@ -57,6 +57,13 @@ type Config struct {
 	// Rlimit fallbacks when no cgroup enforces these.
 	MemBytes int64 `json:"mem_bytes,omitempty"`
 	NProc    int   `json:"nproc,omitempty"`
+	// Seccomp is the raw system-call filter (struct sock_filter[]) the init
+	// installs on the thread it forks the command from; empty in the bwrap
+	// tier, where bubblewrap installs it.
+	Seccomp []byte `json:"seccomp,omitempty"`
+	// NoNetwork also closes TCP with Landlock (ABI 4 and later) in the
+	// supervised tier, beside the filter.
+	NoNetwork bool `json:"no_network,omitempty"`
 
 	// A spare (server/sandbox/spare.go) is started with only Spare,
 	// Namespaces and NewRoot; the rest comes on the control pipe when it

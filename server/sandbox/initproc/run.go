@@ -230,10 +230,20 @@ func runInit(raw string) int {
 		if cfg.WorkRO {
 			ro, rw = append(ro, cfg.WorkDir), nil
 		}
-		if err := landlock(ro, rw); err != nil {
+		if err := landlock(ro, rw, cfg.NoNetwork); err != nil {
 			return fail("landlock: %v", err)
 		}
 	}
+	if len(cfg.Seccomp) > 0 {
+		// Last: every step above may use what the filter refuses.
+		if err := installSeccomp(cfg.Seccomp); err != nil {
+			return fail("seccomp: %v", err)
+		}
+	}
+	// The command inherits its standard streams and what the run passes
+	// on purpose, nothing else: a descriptor the host inherited from its
+	// own parent without close-on-exec must not reach it.
+	CloseOthersOnExec()
 	path, lookErr := lookPath(cfg.Argv[0])
 	argv0, argv := path, cfg.Argv
 	files := []uintptr{0, 1, 2}
