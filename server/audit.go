@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,19 +20,22 @@ import (
 // cannot reach the audit log through it. Every field but declined is written
 // on every line, empty or not, so each line has the same documented shape.
 type AuditRecord struct {
-	TS            time.Time `json:"ts"`
-	SessionID     string    `json:"session_id"`
-	ReqID         string    `json:"req_id"`
-	CorrelationID string    `json:"correlation_id"`
-	Type          string    `json:"type"`
-	Capability    string    `json:"capability"`
-	Plugin        string    `json:"plugin"`
-	Success       bool      `json:"success"`
-	Declined      bool      `json:"declined,omitempty"`
-	ErrorCode     string    `json:"error_code"`
-	DurationMS    float64   `json:"duration_ms"`
-	InputBytes    int       `json:"input_bytes"`
-	OutputBytes   int       `json:"output_bytes"`
+	TS        time.Time `json:"ts"`
+	SessionID string    `json:"session_id"`
+	// Tenant is the session's tenant (server.tenants; "default" for
+	// server.auth_token's), never its secret.
+	Tenant        string  `json:"tenant"`
+	ReqID         string  `json:"req_id"`
+	CorrelationID string  `json:"correlation_id"`
+	Type          string  `json:"type"`
+	Capability    string  `json:"capability"`
+	Plugin        string  `json:"plugin"`
+	Success       bool    `json:"success"`
+	Declined      bool    `json:"declined,omitempty"`
+	ErrorCode     string  `json:"error_code"`
+	DurationMS    float64 `json:"duration_ms"`
+	InputBytes    int     `json:"input_bytes"`
+	OutputBytes   int     `json:"output_bytes"`
 
 	// Target is what the request acts on, for types whose schema names it
 	// (x-aep-audit-target: tool/call's tool_name); written only when set.
@@ -115,7 +119,29 @@ const auditFlushEvery = 20 * time.Millisecond
 
 // NewFileAuditor starts an auditor writing to path.
 func NewFileAuditor(path string, maxSizeMB, maxBackups int, log *slog.Logger) *FileAuditor {
-	return NewAuditor(&lumberjack.Logger{Filename: path, MaxSize: maxSizeMB, MaxBackups: maxBackups}, log)
+	return NewAuditor(&wholeLines{Logger: &lumberjack.Logger{Filename: path, MaxSize: maxSizeMB, MaxBackups: maxBackups}, path: path}, log)
+}
+
+// wholeLines writes a batch of lines whole or not at all: a write cut
+// short (a full disk) leaves part of a line at the end of the file, which
+// is taken back, so a reader never meets a torn line. The bytes a write
+// added are at the file's end whatever lumberjack did before it (a
+// rotation starts the new file empty), so the file is cut by that many.
+type wholeLines struct {
+	*lumberjack.Logger
+	path string
+}
+
+func (w *wholeLines) Write(b []byte) (int, error) {
+	n, err := w.Logger.Write(b)
+	if err != nil && n > 0 && n < len(b) {
+		if fi, serr := os.Stat(w.path); serr == nil && fi.Size() >= int64(n) {
+			if terr := os.Truncate(w.path, fi.Size()-int64(n)); terr == nil {
+				return 0, err
+			}
+		}
+	}
+	return n, err
 }
 
 // NewAuditor starts an auditor writing JSON lines to w.
@@ -219,6 +245,8 @@ func appendRecord(buf []byte, r AuditRecord) []byte {
 	buf = r.TS.AppendFormat(buf, time.RFC3339Nano)
 	buf = append(buf, `","session_id":`...)
 	buf = wire.AppendString(buf, r.SessionID)
+	buf = append(buf, `,"tenant":`...)
+	buf = wire.AppendString(buf, r.Tenant)
 	buf = append(buf, `,"req_id":`...)
 	buf = wire.AppendString(buf, r.ReqID)
 	buf = append(buf, `,"correlation_id":`...)

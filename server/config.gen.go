@@ -25,6 +25,9 @@ type Config struct {
 	// Operator: The operator's surface: metrics, traces, drain
 	// (docs/operating.md).
 	Operator OperatorConfig `yaml:"operator"`
+	// Log: The host's log on stderr: its format and level (docs/operating.md,
+	// Logs).
+	Log LogConfig `yaml:"log"`
 	// MCPFace: aep as an MCP server (server/mcpface, docs/mcp.md).
 	MCPFace MCPFaceConfig `yaml:"mcp_face"`
 }
@@ -41,6 +44,41 @@ type AuditConfig struct {
 	MaxSizeMB int `yaml:"max_size_mb"`
 	// MaxBackups: Keeps this many rotated files. Default: 5.
 	MaxBackups int `yaml:"max_backups"`
+}
+
+// BudgetConfig is the server.budgets section: one budget per session, shared
+// by its subagents.
+type BudgetConfig struct {
+	// Files: The most files and directories a session's directories may hold (its
+	// own and its subagents'); past it the session's running processes are ended
+	// and no new process starts until it holds fewer. The bytes are
+	// server.isolation.session_quota_bytes. Default: 50000.
+	Files int `yaml:"files"`
+	// LeafWork: The most units of work a session and its subagents run at once:
+	// tool calls in flight, sandboxed processes (proc, run_command, skills,
+	// environment processes, graders, SQLite workers), at any nesting depth of
+	// chains. Default: 16.
+	LeafWork int `yaml:"leaf_work"`
+	// LeafWait: How long a unit of work waits for a free place in leaf_work before
+	// it is refused. Default: "30s".
+	LeafWait Duration `yaml:"leaf_wait"`
+	// SandboxMemoryBytes: The memory limits of a session's running sandboxed
+	// processes, summed: a process starts only while its limit fits. Default:
+	// 2147483648.
+	SandboxMemoryBytes int64 `yaml:"sandbox_memory_bytes"`
+	// ProcessMemoryBytes: The memory limit of a sandboxed process whose capability
+	// sets none (run_command, proc without memory_mb). Default: 536870912.
+	ProcessMemoryBytes int64 `yaml:"process_memory_bytes"`
+	// WorkingMemoryBytes: The bytes (keys plus content) of a session's working
+	// memory, unless the memory plugin's working_max_bytes is smaller. Default:
+	// 67108864.
+	WorkingMemoryBytes int64 `yaml:"working_memory_bytes"`
+	// PersistentMemoryBytes: The bytes a session and its subagents may write to
+	// episodic and semantic memory. Default: 134217728.
+	PersistentMemoryBytes int64 `yaml:"persistent_memory_bytes"`
+	// HostPersistentMemoryBytes: The bytes of episodic and semantic memory this
+	// host lets all sessions write, summed. Default: 4294967296.
+	HostPersistentMemoryBytes int64 `yaml:"host_persistent_memory_bytes"`
 }
 
 // HTTPConfig is the transport.http section: the HTTP transport's deadlines and
@@ -118,6 +156,20 @@ type Limits struct {
 	// FailedHandshakeInterval: One more failed handshake is allowed per client
 	// address every this long. Default: "1s".
 	FailedHandshakeInterval Duration `yaml:"failed_handshake_interval"`
+}
+
+// LogConfig is the log section: the host's log, written to stderr
+// (docs/operating.md, Logs).
+type LogConfig struct {
+	// Format: text: slog's key=value lines; json: one JSON object per line, for a
+	// log collector. Lines logged while a request runs carry its request_id and
+	// the session's public handle (session), and trace_id and span_id when it is
+	// traced. Default: "text".
+	Format string `yaml:"format"`
+	// Level: The lowest level written; debug adds one line per answered request
+	// (type, request_id, session, code, duration_ms). `--log-level` overrides it.
+	// Default: "info".
+	Level string `yaml:"level"`
 }
 
 // MCPFaceConfig is the mcp_face section: what an MCP client reaches through
@@ -207,6 +259,12 @@ type ServerConfig struct {
 	// AuthToken: The shared secret of the handshake (spec §5 rule 1). Unset here,
 	// $AEP_AUTH_TOKEN is used, else one is generated and printed once to stderr.
 	AuthToken string `yaml:"auth_token"`
+	// Tenants: Named shared secrets (spec §5 read as several secrets,
+	// docs/DECISIONS.md, Tenants), each with the capabilities it may request and
+	// its budgets. A handshake's auth_token picks its tenant. server.auth_token,
+	// when set, is the implicit tenant "default" with every capability. Reloaded
+	// on SIGHUP without a restart.
+	Tenants []TenantConfig `yaml:"tenants"`
 	// MaxParallel: How many requests of one session run at once; more wait in the
 	// admission queue. Default: 4.
 	MaxParallel int `yaml:"max_parallel"`
@@ -222,6 +280,9 @@ type ServerConfig struct {
 	// Isolation: Session directories and contained processes (server/sessionfs.go,
 	// docs/SECURITY.md).
 	Isolation IsolationConfig `yaml:"isolation"`
+	// Budgets: One budget per session (docs/SECURITY.md, Budgets): what a session
+	// and its subagents may use together, whatever path uses it.
+	Budgets BudgetConfig `yaml:"budgets"`
 	// TrustedProxies: CIDRs or addresses of the proxies whose word on the client's
 	// address is taken: the PROXY protocol header of a connection from one, or
 	// else the X-Forwarded-For header of its requests. Empty: the peer's own
@@ -280,6 +341,64 @@ type StoreConfig struct {
 	// dbname=aep). Anything else is refused. `aep config validate` warns when the
 	// database cannot be reached; `aep serve` refuses to start. Default: "".
 	DSN string `yaml:"dsn"`
+}
+
+// TenantBudgets is a tenant's per-session budgets.
+type TenantBudgets struct {
+	// DiskBytes: Bytes of each session directory
+	// (server.isolation.session_quota_bytes).
+	DiskBytes int64 `yaml:"disk_bytes"`
+	// Files: Files of each session directory (server.budgets.files).
+	Files int `yaml:"files"`
+	// LeafWork: Leaf work of each session tree (server.budgets.leaf_work).
+	LeafWork int `yaml:"leaf_work"`
+	// SandboxMemoryBytes: Sandbox memory of each session tree
+	// (server.budgets.sandbox_memory_bytes).
+	SandboxMemoryBytes int64 `yaml:"sandbox_memory_bytes"`
+	// ProcessMemoryBytes: A process's memory limit when its capability sets none
+	// (server.budgets.process_memory_bytes).
+	ProcessMemoryBytes int64 `yaml:"process_memory_bytes"`
+	// WorkingMemoryBytes: Working memory of each session
+	// (server.budgets.working_memory_bytes).
+	WorkingMemoryBytes int64 `yaml:"working_memory_bytes"`
+	// PersistentMemoryBytes: Persistent memory written by each session tree
+	// (server.budgets.persistent_memory_bytes).
+	PersistentMemoryBytes int64 `yaml:"persistent_memory_bytes"`
+}
+
+// TenantConfig is a tenant: a name, its secrets, what it may use.
+type TenantConfig struct {
+	// Name: The tenant's name, in audit lines, metrics and spans (never its
+	// secret).
+	Name string `yaml:"name"`
+	// SecretSHA256: SHA-256 (hex) of each secret the tenant's agents may present
+	// as auth_token; two during a rotation. The secrets themselves are never in
+	// the file.
+	SecretSHA256 []string `yaml:"secret_sha256"`
+	// Capabilities: The capabilities the tenant's sessions may have; a requested
+	// one outside it is enabled: false. Empty: every capability the host serves.
+	Capabilities []string `yaml:"capabilities"`
+	// Budgets: Per-session budgets of the tenant's sessions, in place of
+	// server.budgets (a key left out keeps the server's).
+	Budgets TenantBudgets `yaml:"budgets"`
+	// Totals: What all the tenant's sessions on this host may hold together (a key
+	// left out: no total beyond the host's own).
+	Totals TenantTotals `yaml:"totals"`
+}
+
+// TenantTotals is what a tenant's sessions on this host may hold together.
+type TenantTotals struct {
+	// Sessions: Live sessions (subagents' and forks' included).
+	Sessions int `yaml:"sessions"`
+	// DiskBytes: Bytes of the tenant's session directories, summed (measured at
+	// most once a second).
+	DiskBytes int64 `yaml:"disk_bytes"`
+	// SandboxMemoryBytes: Memory limits of the tenant's running sandboxed
+	// processes, summed.
+	SandboxMemoryBytes int64 `yaml:"sandbox_memory_bytes"`
+	// PersistentMemoryBytes: Persistent memory the tenant's sessions write,
+	// summed.
+	PersistentMemoryBytes int64 `yaml:"persistent_memory_bytes"`
 }
 
 // ToolPolicy is the server.tool_policy section: tools allowed, denied or

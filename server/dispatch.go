@@ -35,6 +35,15 @@ func (h *Host) dispatch(ctx context.Context, c *call, e *wire.Entry, req wire.Me
 		}
 		plugins = []*plugin{owner}
 	}
+	if e.Owner == toolOwner {
+		// A tool call is a unit of the session's leaf work (budget.go).
+		leaf := &Leaf{h: h, s: c.s, b: c.s.budget}
+		if err := leaf.take(ctx); err != nil {
+			return nil, err
+		}
+		defer leaf.Release()
+		ctx = context.WithValue(ctx, leafKey{}, leaf)
+	}
 	var answer wire.Message
 	for _, p := range plugins {
 		resp, err := h.invoke(ctx, c, p, e, req)
@@ -152,7 +161,7 @@ func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req, resp wire.Mes
 	// secret the session may know: an agent may put one anywhere.
 	secrets := h.knownSecrets(c.s)
 	rec := &AuditRecord{
-		TS: t0, SessionID: c.s.handle, ReqID: scrub(c.id, secrets), Type: e.Type, Capability: e.Capability,
+		TS: t0, SessionID: c.s.handle, Tenant: c.s.Tenant(), ReqID: scrub(c.id, secrets), Type: e.Type, Capability: e.Capability,
 		Success: err == nil, InputBytes: c.inBytes,
 		DurationMS: float64(time.Since(t0).Microseconds()) / 1000,
 	}
@@ -208,7 +217,7 @@ func (h *Host) wireError(c *call, err error) *wire.Error {
 		corr = pe.Correlation // the panic and its stack are logged already
 	} else {
 		corr = newCorrelation()
-		h.log.Error("handler error", "correlation", corr, "session", c.s.handle, "type", c.entry.Type, "err", err)
+		h.log.Error("handler error", "correlation", corr, "session", c.s.handle, "request_id", wire.ClipID(c.id), "type", c.entry.Type, "err", err)
 	}
 	return &wire.Error{
 		Code: e.Code, Capability: e.Capability, Err: e.Err,

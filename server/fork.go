@@ -113,12 +113,13 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 		}
 	}
 	if srcDir != "" {
-		used, err := SessionUsage(srcDir)
-		if err != nil {
-			return nil, fmt.Errorf("fork: measuring the session directory: %w", err)
-		}
+		files := h.cfg.Server.Budgets.Files
+		used, entries := usage(srcDir, files)
 		if used > h.SessionQuota() {
 			return nil, fmt.Errorf("the files to fork (%d bytes) are beyond the session quota %d: %w", used, h.SessionQuota(), ErrQuota)
+		}
+		if entries > files {
+			return nil, errFiles(int64(files), "the session directory to fork holds %d files, over the budget of %d (server.budgets.files)", entries, files)
 		}
 	}
 
@@ -143,8 +144,17 @@ func (h *Host) forkSession(ctx context.Context, s *Session, count int, snapshotI
 		defer release()
 	}
 	for i := 0; i < count; i++ {
-		f, err := h.newSession(nil, nil, nil, nil, func(x *Session) { x.forked = true })
+		f, err := h.newSession(nil, nil, nil, nil, func(x *Session) {
+			// A fork is its source's tenant's, with that tenant's budgets.
+			x.forked, x.tenant = true, s.tenant
+			if s.tenant != nil {
+				x.budget = newBudget(s.tenant.limits())
+			}
+		})
 		switch {
+		case errors.Is(err, ErrTenantSessions):
+			return fail(&wire.Error{Code: wire.CodeRuntimeError, Message: fmt.Sprintf("fork %d of %d: your tenant is at its total of sessions on this host; no fork was kept", i+1, count),
+				Detail: map[string]any{"reason": "tenant_sessions", "limit": s.tenant.total().Sessions}})
 		case errors.Is(err, ErrTooManySessions):
 			return fail(wire.Reason("too_many_sessions", fmt.Errorf("fork %d of %d: the host is at server.limits.max_sessions; no fork was kept", i+1, count)))
 		case errors.Is(err, ErrDraining):

@@ -87,11 +87,12 @@ type Host struct {
 	served  map[string]bool // capabilities some plugin serves
 
 	// The optional interfaces of the loaded plugins, found once at start.
-	observers      []pluginAs[SessionObserver]
-	childObservers []pluginAs[ChildObserver]
-	snapshotters   []pluginAs[Snapshotter]
-	fileHolders    []pluginAs[FileHolder]
-	secretHolders  []pluginAs[SecretHolder]
+	observers       []pluginAs[SessionObserver]
+	childObservers  []pluginAs[ChildObserver]
+	snapshotters    []pluginAs[Snapshotter]
+	fileHolders     []pluginAs[FileHolder]
+	budgetReporters []pluginAs[BudgetReporter]
+	secretHolders   []pluginAs[SecretHolder]
 
 	hooksMu    sync.Mutex
 	stateHooks map[string][]func(sessionID string) // plugin name → SessionState drops
@@ -117,6 +118,13 @@ type Host struct {
 
 	// declared holds the secrets plugins declared (secrets.go).
 	declared secretStore
+	// dirs are the session directories with running processes, watched
+	// for their disk budget; persistentTotal the bytes of persistent
+	// memory the store holds (budget.go).
+	dirs            dirWatches
+	persistentTotal atomic.Int64
+	// tenants are the host's named secrets (tenant.go).
+	tenants tenants
 
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)
@@ -155,8 +163,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if cfg.Server.AuthToken == "" {
-		return nil, errors.New("server.auth_token is empty")
+	if cfg.Server.AuthToken == "" && len(cfg.Server.Tenants) == 0 {
+		return nil, errors.New("server.auth_token is empty and no server.tenants are configured")
 	}
 	h := &Host{
 		cfg: cfg, reg: o.registry, log: o.logger, auditor: o.auditor, claims: NewClaims(),
@@ -164,6 +172,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 		sessions: map[string]*Session{}, handles: map[string]*Session{}, stop: make(chan struct{}), subs: map[int]func(AuditRecord){},
 	}
 	h.tracer = o.tracer
+	if _, err := h.configureTenants(cfg); err != nil {
+		return nil, err
+	}
 	// Whatever field of a request a secret arrives in, no log line holds it.
 	h.log = slog.New(&scrubHandler{inner: o.logger.Handler(), h: h})
 	h.logIsolation()
@@ -197,6 +208,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	h.childObservers = implementing[ChildObserver](h.plugins)
 	h.snapshotters = implementing[Snapshotter](h.plugins)
 	h.fileHolders = implementing[FileHolder](h.plugins)
+	h.budgetReporters = implementing[BudgetReporter](h.plugins)
 	h.secretHolders = implementing[SecretHolder](h.plugins)
 	h.routes = buildRoutes(h.reg, h.plugins)
 	h.met = newMetrics(h, cfg.Operator.MaxToolLabels)

@@ -58,6 +58,9 @@ func (h *Host) countLocked(s *Session) error {
 	if h.counted >= h.cfg.Server.Limits.MaxSessions {
 		return ErrTooManySessions
 	}
+	if err := countTenant(s); err != nil {
+		return err
+	}
 	h.counted++
 	s.counted = true
 	return nil
@@ -94,6 +97,7 @@ func (h *Host) releaseLocked(s *Session) {
 		s.counted = false
 		h.counted--
 	}
+	releaseTenant(s)
 }
 
 // PendingSessions returns the number of sessions waiting for their handshake.

@@ -163,7 +163,10 @@ func SessionUsage(dir string) (int64, error) {
 }
 
 // CheckWrite says whether a session may add n bytes to its directory:
-// [ErrReadOnly] for a restricted subagent, [ErrQuota] past the quota.
+// [ErrReadOnly] for a restricted subagent, [ErrQuota] past the quota, the
+// files budget's refusal when the directory holds as many files as it may
+// (a write may add one). A write of no bytes (truncating a file) is let
+// through over the byte quota: it is how an agent makes room.
 func (h *Host) CheckWrite(sessionID string, n int64) error {
 	d, err := h.SessionDir(sessionID)
 	if err != nil {
@@ -172,12 +175,23 @@ func (h *Host) CheckWrite(sessionID string, n int64) error {
 	if d.ReadOnly {
 		return ErrReadOnly
 	}
-	used, err := SessionUsage(d.Path)
-	if err != nil {
-		return err
+	lim := h.defaultLimits()
+	var t *tenant
+	if s, ok := h.SessionByHandle(sessionID); ok {
+		lim, t = s.budget.lim, s.tenant
 	}
-	if used+n > h.SessionQuota() {
-		return fmt.Errorf("%d bytes used, %d more asked, quota %d: %w", used, n, h.SessionQuota(), ErrQuota)
+	files := lim.Files
+	used, entries := usage(d.Path, files)
+	if n > 0 && used+n > lim.DiskBytes {
+		return fmt.Errorf("%d bytes used, %d more asked, quota %d: %w", used, n, lim.DiskBytes, ErrQuota)
+	}
+	if n > 0 {
+		if err := h.checkTenantDisk(t); err != nil {
+			return err
+		}
+	}
+	if entries >= files {
+		return errFiles(int64(files), "the session directory holds %d files, its budget (server.budgets.files); delete files to go on", entries)
 	}
 	return nil
 }
@@ -192,12 +206,13 @@ func (h *Host) prepareChildDir(child, parent *Session, scope string) error {
 	if err != nil {
 		return err
 	}
-	used, err := SessionUsage(src.Path)
-	if err != nil {
-		return err
-	}
+	files := h.cfg.Server.Budgets.Files
+	used, entries := usage(src.Path, files)
 	if used > h.SessionQuota() {
 		return fmt.Errorf("snapshot of the parent's files (%d bytes) beyond the quota %d: %w", used, h.SessionQuota(), ErrQuota)
+	}
+	if entries > files {
+		return errFiles(int64(files), "the parent's directory holds %d files, over the budget of %d (server.budgets.files)", entries, files)
 	}
 	dst, err := h.SessionDir(child.handle)
 	if err != nil {

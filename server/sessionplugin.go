@@ -33,6 +33,7 @@ func (p *sessionPlugin) SessionInfo(ctx context.Context, sc wire.Scope, req *msg
 		ph := s.parent.handle
 		resp.ParentHandle = &ph
 	}
+	resp.Budgets = p.h.budgetUse(s)
 	return resp, nil
 }
 

@@ -141,7 +141,14 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 // server.snapshots.files_max_bytes (snapfiles.go); a file snapshot keeps
 // referring to the directory on this host's disk, which stays (pinned)
 // after the session ends.
-func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string) (snapshotTaken, error) {
+func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string) (t snapshotTaken, err error) {
+	t0 := time.Now()
+	defer func() { h.met.snapshotDone(s, kind, t0, t.bytes, err) }()
+	return h.writeSnapshot(ctx, s, target, kind)
+}
+
+// writeSnapshot is takeSnapshot without its metrics.
+func (h *Host) writeSnapshot(ctx context.Context, s *Session, target, kind string) (snapshotTaken, error) {
 	switch target {
 	case "file":
 		if h.dataDir == "" {

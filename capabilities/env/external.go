@@ -188,21 +188,48 @@ func (d *extDef) start(ctx context.Context, work string) (*extConn, *envproto.Sp
 	pr, pw := io.Pipe()
 	spec := sandbox.Spec{Argv: append([]string{d.cfg.Command}, d.cfg.Args...), Dir: dir, Env: envv,
 		Stdout: pw, Stderr: c.stderr}
+	// An episode's process is a unit of the session's leaf work for as
+	// long as it runs (server/budget.go); the probe at start-up is no
+	// session's.
+	leaf, err := server.AcquireLeafFrom(ctx)
+	if err != nil {
+		pw.Close()
+		return nil, nil, err
+	}
 	if d.contained() {
 		spec.Sandboxed, spec.Mode, spec.WorkDir, spec.ReadOnly, spec.Network = true, d.mode, work, d.cfg.ReadOnly, d.cfg.Network
 		spec.Limits = sandbox.Limits{CPUTime: time.Duration(d.cfg.CPUTime), MemoryBytes: int64(d.cfg.MemoryMB) << 20, MaxProcs: d.cfg.ProcLimit}
 		if d.host != nil {
 			spec.Limits.FileBytes = d.host.SessionQuota()
 		}
+		if leaf != nil {
+			if spec.Limits.MemoryBytes, spec.Limits.FileBytes, err = leaf.ReserveProcess(ctx, spec.Limits.MemoryBytes); err != nil {
+				leaf.Release()
+				pw.Close()
+				return nil, nil, err
+			}
+		}
 	}
 	proc, err := sandbox.Start(spec)
 	if err != nil {
 		pw.Close()
+		if leaf != nil {
+			leaf.Release()
+		}
 		return nil, nil, hostFault{fmt.Errorf("starting %q: %w", d.cfg.Command, err)}
 	}
 	c.proc, c.stdin = proc, proc.Stdin
 	go func() {
 		// The sandbox has copied all of stdout when Done is closed.
+		if leaf != nil {
+			select {
+			case <-proc.Done():
+			case <-leaf.Context().Done():
+				proc.Kill() // the session passed its disk budget
+				<-proc.Done()
+			}
+			leaf.Release()
+		}
 		<-proc.Done()
 		pw.Close()
 	}()

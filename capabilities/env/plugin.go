@@ -273,6 +273,10 @@ func (ep *episode) alive() error {
 // ep.mu held, and closing the session would then hang (spec §7 condition 4:
 // an uncaught exception in a handler becomes an error message).
 func (p *Plugin) run(ctx context.Context, sessionID string, ep *episode, fn func(ctx context.Context) error) error {
+	if p.host != nil {
+		// Processes the environment starts spend the session's budget.
+		ctx = p.host.WithBudget(ctx, sessionID)
+	}
 	if ep.f.spec.Inline {
 		return p.afterPanic(sessionID, ep, p.runInline(ctx, ep, fn))
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/internal/confine"
+	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/sandbox"
 )
 
@@ -359,9 +360,25 @@ func (t *taskEnv) exec(ctx context.Context, d time.Duration, work, dir string, e
 	env, _ := sandbox.Environ(nil, t.inside(work, work), extra)
 	var buf capped
 	w := &lockedWriter{w: &buf}
+	lim := sandbox.Limits{Timeout: d, MaxProcs: sandbox.DefaultMaxProcs}
+	// The command or grader is a unit of the session's leaf work
+	// (server/budget.go).
+	leaf, err := server.AcquireLeafFrom(ctx)
+	if err != nil {
+		return "", -1, err
+	}
+	if leaf != nil {
+		defer leaf.Release()
+		if lim.MemoryBytes, lim.FileBytes, err = leaf.ReserveProcess(ctx, 0); err != nil {
+			return "", -1, err
+		}
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		defer context.AfterFunc(leaf.Context(), func() { cancel(leaf.Err()) })()
+	}
 	p, err := sandbox.Start(sandbox.Spec{Argv: append([]string{name}, args...), Dir: dir, WorkDir: work, Env: env,
-		Sandboxed: true, Mode: t.def.mode, Stdout: w, Stderr: w,
-		Limits: sandbox.Limits{Timeout: d, MaxProcs: sandbox.DefaultMaxProcs}})
+		Sandboxed: true, Mode: t.def.mode, Stdout: w, Stderr: w, Limits: lim})
 	if err != nil {
 		return "", -1, err
 	}
@@ -375,6 +392,8 @@ func (t *taskEnv) exec(ctx context.Context, d time.Duration, work, dir string, e
 	switch {
 	case ctx.Err() == context.DeadlineExceeded, res.Outcome == sandbox.Timeout:
 		return w.String(), code, fmt.Errorf("timed out after %s", d)
+	case leaf != nil && leaf.Err() != nil:
+		return w.String(), code, leaf.Err()
 	case werr != nil:
 		return w.String(), code, werr
 	}

@@ -18,8 +18,9 @@
 // `scope.agent`, and sit behind [Backend], implemented for both stores
 // server/store opens (SQLite and PostgreSQL). Both split text into words
 // the same way ([terms]) and stem them, so an entry matches the same queries
-// on either; the engine only picks candidates, and every hit is scored from
-// its own text ([score]), the same on every tier and store. TTLs use
+// on either; the engine only finds the matches, and every match is scored
+// from its own text ([matcher]), the same on every tier and store, and
+// ranked by that score (search.go). TTLs use
 // [Plugin.Clock]: an expired entry is hidden from every read at once and a
 // background collector ([Plugin.Collect], every collect_interval) deletes it.
 //

@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 )
 
 // Backend keeps the persistent tiers (episodic and semantic): sqliteBackend
-// (FTS5, bm25) on a SQLite store, postgresBackend (tsvector, ts_rank) on a
+// (FTS5) on a SQLite store, postgresBackend (tsvector with a GIN index) on a
 // PostgreSQL one. Every read takes `now` and hides
 // entries that expired by then, so expiry is immediate whatever the
 // collector's schedule (TTL).
@@ -21,12 +22,11 @@ type Backend interface {
 	// Get returns the live records of keys in one tier; episodic events in
 	// append order.
 	Get(ctx context.Context, tier string, sc scopeKey, keys []string, now int64) ([]record, error)
-	// Search returns up to limit live records of a tier passing f: with
-	// words, those matching one (stemmed), in the engine's rank order
-	// (bm25, ts_rank; ties newest first) — the caller scores them
-	// (docs/DECISIONS.md, Capability gaps users hit); without words, by
-	// time.
-	Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, newest bool, limit int, now int64) ([]scored, error)
+	// Search returns up to limit live records of a tier passing f, in
+	// reply order. With q, those the engine matches by one of q's words
+	// (stemmed), scored by q and ranked over every match ([rankText]);
+	// without, all of them by time, newest or oldest first.
+	Search(ctx context.Context, tier string, sc scopeKey, q *query, f filter, newest bool, limit int, now int64) ([]scored, error)
 	// Forget deletes a tier's records matching sel and returns how many.
 	Forget(ctx context.Context, tier string, sc scopeKey, sel selector) (int, error)
 	// Stats counts a tier's live records and their bytes.
@@ -45,7 +45,7 @@ func (u unsupported) Put(context.Context, scopeKey, []record) error { return u.e
 func (u unsupported) Get(context.Context, string, scopeKey, []string, int64) ([]record, error) {
 	return nil, u.err
 }
-func (u unsupported) Search(context.Context, string, scopeKey, []string, filter, bool, int, int64) ([]scored, error) {
+func (u unsupported) Search(context.Context, string, scopeKey, *query, filter, bool, int, int64) ([]scored, error) {
 	return nil, u.err
 }
 func (u unsupported) Forget(context.Context, string, scopeKey, selector) (int, error) {
@@ -59,9 +59,47 @@ func (u unsupported) Collect(context.Context, int64) (int, error) { return 0, ni
 // sqliteBackend keeps the tiers in the ent tables memory_semantic and
 // memory_episodic (ent/schema/memory.go), each with an external-content
 // FTS5 table kept in step by triggers. Statements are raw SQL on the store's
-// *sql.DB: ent cannot express FTS5 MATCH or bm25, and the batched upsert is
-// the hot path.
-type sqliteBackend struct{ db *sql.DB }
+// *sql.DB: ent cannot express FTS5 MATCH, and the batched upsert is the hot
+// path.
+type sqliteBackend struct {
+	db *sql.DB
+
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt // recall's statements, prepared once (query)
+}
+
+// maxStmts bounds the statements a sqliteBackend keeps prepared: the shapes
+// recall's statements take (tier, tag count, time filters, order) are few
+// in use, but a tag count is the client's to choose.
+const maxStmts = 32
+
+// query runs q in tx through a statement prepared once per connection:
+// parsing it anew each time was a tenth of a recall's own work.
+func (b *sqliteBackend) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	st, err := b.prepared(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return tx.QueryContext(ctx, q, args...)
+	}
+	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+}
+
+// prepared returns q prepared, or nil once maxStmts statements are.
+func (b *sqliteBackend) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if st := b.stmts[q]; st != nil || len(b.stmts) >= maxStmts {
+		return st, nil
+	}
+	st, err := b.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	b.stmts[q] = st
+	return st, nil
+}
 
 func tableOf(tier string) string {
 	if tier == TierSemantic {
@@ -113,7 +151,7 @@ func newSQLiteBackend(ctx context.Context, db *sql.DB) (*sqliteBackend, error) {
 			}
 		}
 	}
-	return &sqliteBackend{db: db}, nil
+	return &sqliteBackend{db: db, stmts: map[string]*sql.Stmt{}}, nil
 }
 
 const insertCols = `namespace, agent, "key", content, body, tags, tag_set, source, metadata, created_at, updated_at, expires_at, size`
@@ -209,19 +247,14 @@ func nonNil(s []string) []string {
 
 const selectCols = `t.id, t."key", t.content, t.tags, t.source, t.metadata, t.created_at, t.updated_at, t.expires_at`
 
-func scanRecords(rows *sql.Rows, tier string, withRank bool) ([]scored, error) {
+func scanRecords(rows *sql.Rows, tier string) ([]scored, error) {
 	defer rows.Close()
 	var out []scored
 	for rows.Next() {
 		var s scored
 		var tags string
 		var meta []byte
-		dest := []any{&s.rec.Seq, &s.rec.Key, &s.rec.Content, &tags, &s.rec.Source, &meta, &s.rec.Created, &s.rec.Updated, &s.rec.Expires}
-		var rank float64
-		if withRank {
-			dest = append(dest, &rank)
-		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(&s.rec.Seq, &s.rec.Key, &s.rec.Content, &tags, &s.rec.Source, &meta, &s.rec.Created, &s.rec.Updated, &s.rec.Expires); err != nil {
 			return nil, err
 		}
 		s.rec.Tier = tier
@@ -231,7 +264,6 @@ func scanRecords(rows *sql.Rows, tier string, withRank bool) ([]scored, error) {
 		if tags != "" && tags != "[]" {
 			_ = json.Unmarshal([]byte(tags), &s.rec.Tags)
 		}
-		s.raw = rank
 		out = append(out, s)
 	}
 	return out, rows.Err()
@@ -250,7 +282,7 @@ func (b *sqliteBackend) Get(ctx context.Context, tier string, sc scopeKey, keys 
 	if err != nil {
 		return nil, err
 	}
-	s, err := scanRecords(rows, tier, false)
+	s, err := scanRecords(rows, tier)
 	if err != nil {
 		return nil, err
 	}
@@ -286,52 +318,50 @@ func filterSQL(f filter, where *strings.Builder, args *[]any) {
 	}
 }
 
-func (b *sqliteBackend) Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, newest bool, limit int, now int64) ([]scored, error) {
+func (b *sqliteBackend) Search(ctx context.Context, tier string, sc scopeKey, q *query, f filter, newest bool, limit int, now int64) ([]scored, error) {
 	t := tableOf(tier)
 	var where strings.Builder
-	var args []any
-	var q string
-	if len(words) > 0 {
-		return b.searchText(ctx, tier, sc, words, f, limit, now)
+	if q != nil {
+		return b.searchText(ctx, tier, sc, q, f, newest, limit, now)
 	}
-	{
-		args = append(args, sc.ns, sc.agent, now)
-		where.WriteString(scopeWhere)
-		filterSQL(f, &where, &args)
-		order := `t.created_at, t.id`
-		if newest {
-			order = `t.created_at DESC, t.id DESC`
-		}
-		q = `SELECT ` + selectCols + ` FROM ` + t + ` t WHERE ` + where.String() + ` ORDER BY ` + order + ` LIMIT ?`
+	args := []any{sc.ns, sc.agent, now}
+	where.WriteString(scopeWhere)
+	filterSQL(f, &where, &args)
+	order := `t.created_at, t.id`
+	if newest {
+		order = `t.created_at DESC, t.id DESC`
 	}
 	args = append(args, limit)
-	rows, err := b.db.QueryContext(ctx, q, args...)
+	rows, err := b.db.QueryContext(ctx, `SELECT `+selectCols+` FROM `+t+` t WHERE `+where.String()+` ORDER BY `+order+` LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("memory: recall in %s: %w", tier, err)
 	}
-	return scanRecords(rows, tier, false)
+	return scanRecords(rows, tier)
 }
 
-// searchText ranks in the database: bm25 runs inside FTS5 over the
-// matching rows only; the scope and filters are checked on the joined row.
-// (FTS5's own `ORDER BY rank` fast path, followed by a lookup of only the
-// best rows, measured ~5x slower here on an external-content table: its
-// sorter reads every match's content row.)
-func (b *sqliteBackend) searchText(ctx context.Context, tier string, sc scopeKey, words []string, f filter, limit int, now int64) ([]scored, error) {
+// searchText lists every match of FTS5 in the scope and filters, checked on
+// the joined row, for rankText to score. FTS5's bm25 is not asked for: it
+// cost more than reading and scoring the matches' text (docs/PERFORMANCE.md,
+// memory).
+func (b *sqliteBackend) searchText(ctx context.Context, tier string, sc scopeKey, q *query, f filter, newest bool, limit int, now int64) ([]scored, error) {
 	t := tableOf(tier)
 	var where strings.Builder
-	args := []any{ftsQuery(words), sc.ns, sc.agent, now}
+	args := []any{ftsQuery(q.words), sc.ns, sc.agent, now}
 	where.WriteString(t + `_fts MATCH ? AND ` + scopeWhere)
 	filterSQL(f, &where, &args)
-	args = append(args, limit)
-	q := `SELECT ` + selectCols + `, bm25(` + t + `_fts) AS score FROM ` + t + `_fts JOIN ` + t + ` t ON t.id = ` + t + `_fts.rowid WHERE ` +
-		where.String() + ` ORDER BY score, t.id DESC LIMIT ?`
-	rows, err := b.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("memory: recall in %s: %w", tier, err)
-	}
-	return scanRecords(rows, tier, true)
+	cands := `SELECT ` + candidateCols(q) + ` FROM ` + t + `_fts JOIN ` + t + ` t ON t.id = ` + t + `_fts.rowid WHERE ` + where.String()
+	// FTS5 walks its matches newest first by itself (no sort), so a
+	// candidate that only ties those kept is refused at once.
+	cands += ` ORDER BY ` + t + `_fts.rowid DESC`
+	return rankText(ctx, b.db, &sql.TxOptions{ReadOnly: true}, tier, q, newest, limit,
+		func(tx *sql.Tx) (*sql.Rows, error) { return b.query(ctx, tx, cands, args...) },
+		func(tx *sql.Tx, ids []int64) (*sql.Rows, error) {
+			// One statement for any number of ids: a JSON array of them.
+			list, _ := json.Marshal(ids)
+			return b.query(ctx, tx, `SELECT `+selectCols+` FROM `+t+` t WHERE t.id IN (SELECT value FROM json_each(?))`, string(list))
+		})
 }
+
 func (b *sqliteBackend) Forget(ctx context.Context, tier string, sc scopeKey, sel selector) (int, error) {
 	var where strings.Builder
 	args := []any{sc.ns, sc.agent}

@@ -26,15 +26,10 @@ import (
 // make "bar" miss "foo.bar.com". The english configuration stems (Snowball)
 // and drops stop words, which SQLite's porter tokenizer keeps.
 //
-// ts_rank (every weight 1, no length normalisation) only orders the
-// candidates; the score a hit gets is computed from its text (text.go,
-// score), the same on every backend. See docs/DECISIONS.md "Memory".
+// The GIN index finds the matches; each is scored from its own text
+// (text.go, matcher) and ranked by that score, as on SQLite (search.go,
+// rankText). See docs/DECISIONS.md "Memory".
 type postgresBackend struct{ db *sql.DB }
-
-// pgWeights are ts_rank's weights of the labels D, C, B and A: fts is
-// unlabelled (D), and the default D weight of 0.1 would only scale every
-// score down.
-const pgWeights = `'{1,1,1,1}'::float4[]`
 
 // pgDDL adds the full-text column and index of one table; idempotent.
 // Nothing can have written rows before it: the persistent tiers refused
@@ -47,7 +42,7 @@ func pgDDL(t string) []string {
 		`CREATE INDEX IF NOT EXISTS ` + t + `_fts ON ` + t + ` USING gin (fts)`,
 		// Rows indexed before stemming hold 'simple' lexemes (the words
 		// themselves): stem them. Matching needs only the lexemes; the
-		// score is computed from the row's text (text.go, score).
+		// score is computed from the row's text (text.go, matcher).
 		`UPDATE ` + t + ` SET fts = to_tsvector('` + pgFTSConfig + `', array_to_string(tsvector_to_array(fts), ' ')) WHERE fts <> ''`,
 		`COMMENT ON COLUMN ` + t + `.fts IS '` + pgFTSConfig + `'`,
 	}
@@ -277,7 +272,7 @@ func (b *postgresBackend) Get(ctx context.Context, tier string, sc scopeKey, key
 	if err != nil {
 		return nil, fmt.Errorf("memory: retrieve in %s: %w", tier, err)
 	}
-	s, err := scanRecords(rows, tier, false)
+	s, err := scanRecords(rows, tier)
 	if err != nil {
 		return nil, err
 	}
@@ -321,35 +316,35 @@ func pgQuery(words []string) string {
 	return b.String()
 }
 
-func (b *postgresBackend) Search(ctx context.Context, tier string, sc scopeKey, words []string, f filter, newest bool, limit int, now int64) ([]scored, error) {
+func (b *postgresBackend) Search(ctx context.Context, tier string, sc scopeKey, q *query, f filter, newest bool, limit int, now int64) ([]scored, error) {
 	var a pgArgs
 	var where strings.Builder
-	var q string
-	if len(words) > 0 {
-		tsq := a.add(pgQuery(words))
-		rank := `ts_rank(` + pgWeights + `, t.fts, q)::float8 * ` + a.add(float64(len(words))) + `::float8`
-		where.WriteString(`t.fts @@ q AND ` + pgScope(&a, sc, now))
+	t := tableOf(tier)
+	if q != nil {
+		where.WriteString(`t.fts @@ to_tsquery('` + pgFTSConfig + `', ` + a.add(pgQuery(q.words)) + `) AND ` + pgScope(&a, sc, now))
 		if !pgFilter(f, &where, &a) {
 			return nil, nil
 		}
-		q = `SELECT ` + selectCols + `, ` + rank + ` AS score FROM ` + tableOf(tier) + ` t, to_tsquery('` + pgFTSConfig + `', ` + tsq + `) q WHERE ` +
-			where.String() + ` ORDER BY score DESC, t.id DESC LIMIT ` + a.add(limit)
-	} else {
-		where.WriteString(pgScope(&a, sc, now))
-		if !pgFilter(f, &where, &a) {
-			return nil, nil
-		}
-		order := `t.created_at, t.id`
-		if newest {
-			order = `t.created_at DESC, t.id DESC`
-		}
-		q = `SELECT ` + selectCols + ` FROM ` + tableOf(tier) + ` t WHERE ` + where.String() + ` ORDER BY ` + order + ` LIMIT ` + a.add(limit)
+		cands := `SELECT ` + candidateCols(q) + ` FROM ` + t + ` t WHERE ` + where.String()
+		return rankText(ctx, b.db, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, tier, q, newest, limit,
+			func(tx *sql.Tx) (*sql.Rows, error) { return tx.QueryContext(ctx, cands, a...) },
+			func(tx *sql.Tx, ids []int64) (*sql.Rows, error) {
+				return tx.QueryContext(ctx, `SELECT `+selectCols+` FROM `+t+` t WHERE t.id = ANY($1::int8[])`, ids)
+			})
 	}
-	rows, err := b.db.QueryContext(ctx, q, a...)
+	where.WriteString(pgScope(&a, sc, now))
+	if !pgFilter(f, &where, &a) {
+		return nil, nil
+	}
+	order := `t.created_at, t.id`
+	if newest {
+		order = `t.created_at DESC, t.id DESC`
+	}
+	rows, err := b.db.QueryContext(ctx, `SELECT `+selectCols+` FROM `+t+` t WHERE `+where.String()+` ORDER BY `+order+` LIMIT `+a.add(limit), a...)
 	if err != nil {
 		return nil, fmt.Errorf("memory: recall in %s: %w", tier, err)
 	}
-	return scanRecords(rows, tier, len(words) > 0)
+	return scanRecords(rows, tier)
 }
 
 func (b *postgresBackend) Forget(ctx context.Context, tier string, sc scopeKey, sel selector) (int, error) {

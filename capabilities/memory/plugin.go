@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +67,7 @@ type Plugin struct {
 	log     *slog.Logger
 	backend Backend
 	host    *server.Host
+	db      *sql.DB // the store's, to count the persistent tiers' bytes (budget.go)
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -89,9 +91,26 @@ type handle struct {
 	Namespace string            `json:"namespace"`
 	Agent     string            `json:"agent,omitempty"`
 	Scope     map[string]string `json:"scope,omitempty"`
+	// Tenant is the storage key of the tenant of the session that opened it
+	// (server.StorageTenant): persistent namespaces are the tenant's, never
+	// shared across tenants.
+	Tenant string `json:"tenant,omitempty"`
 }
 
-func (h handle) key() scopeKey { return scopeKey{h.Namespace, h.Agent} }
+// key is the handle's place in the persistent tiers: the namespace, and
+// for any tenant but the default one the tenant too (tenantNamespace).
+func (h handle) key() scopeKey { return scopeKey{tenantNamespace(h.Tenant, h.Namespace), h.Agent} }
+
+// tenantNamespace is how a tenant's namespace is stored: the default
+// tenant's as it is (the rows of hosts from before tenants are its), any
+// other's behind a prefix no namespace can hold (namespaces refuse
+// control characters).
+func tenantNamespace(tenant, ns string) string {
+	if tenant == "" {
+		return ns
+	}
+	return "\x1ft:" + tenant + "\x1f" + ns
+}
 
 // Provision opens the persistent tiers on the host's store.
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
@@ -130,6 +149,10 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 		p.backend = b
 	default:
 		return fmt.Errorf("memory: the episodic and semantic tiers have no backend for a %s store", env.Store.Dialect())
+	}
+	if env.Store != nil {
+		p.db = env.Store.DB()
+		p.countPersistent(ctx, p.db)
 	}
 	p.stop, p.done = make(chan struct{}), make(chan struct{})
 	go p.collector()
@@ -172,6 +195,7 @@ func (p *Plugin) collector() {
 			if _, err := p.Collect(ctx); err != nil {
 				p.log.Warn("memory: collecting expired entries", "error", err)
 			}
+			p.countPersistent(ctx, p.db)
 			cancel()
 		}
 	}
@@ -223,6 +247,14 @@ func (p *Plugin) MemoryInit(ctx context.Context, s wire.Scope, req *msg.MemoryIn
 	h := handle{Namespace: req.Namespace}
 	if h.Namespace == "" {
 		h.Namespace = "default"
+	}
+	for _, r := range h.Namespace {
+		if r < 0x20 || r == 0x7f {
+			return nil, &wire.FieldError{Field: "namespace", Reason: "must not hold control characters"}
+		}
+	}
+	if p.host != nil {
+		h.Tenant = p.host.TenantKey(s.SessionID())
 	}
 	if req.Scope != nil && len(*req.Scope) > 0 {
 		h.Scope = *req.Scope
@@ -278,19 +310,22 @@ func (p *Plugin) MemoryStore(ctx context.Context, s wire.Scope, req *msg.MemoryS
 		}
 		if !p.evicts() {
 			// Check the limits before the persistent part commits.
-			if err := ws.fits(h.Namespace, working, p.limits(), now); err != nil {
+			if err := ws.fits(h.Namespace, working, p.limits(s.SessionID()), now); err != nil {
 				return nil, err
 			}
 		}
 	}
 	if len(persistent) > 0 {
+		if err := p.chargePersistent(s.SessionID(), persistent); err != nil {
+			return nil, err
+		}
 		if err := p.backend.Put(ctx, h.key(), persistent); err != nil {
 			return nil, err
 		}
 	}
 	resp := &msg.MemoryStoreResp{Stored: stored}
 	if ws != nil {
-		ev, err := ws.put(h.Namespace, working, p.limits(), now)
+		ev, err := ws.put(h.Namespace, working, p.limits(s.SessionID()), now)
 		if err != nil {
 			return nil, err
 		}
@@ -303,8 +338,10 @@ func (p *Plugin) MemoryStore(ctx context.Context, s wire.Scope, req *msg.MemoryS
 
 func (p *Plugin) evicts() bool { return p.WorkingFullPolicy == PolicyEvictLRU }
 
-func (p *Plugin) limits() limits {
-	return limits{maxEntries: p.WorkingMaxEntries, maxBytes: p.WorkingMaxBytes, evict: p.evicts()}
+// limits are sessionID's working memory bounds: the plugin's, and the
+// session's budget (budget.go).
+func (p *Plugin) limits(sessionID string) limits {
+	return limits{maxEntries: p.WorkingMaxEntries, maxBytes: p.workingMaxBytes(sessionID), evict: p.evicts()}
 }
 
 // toRecord checks one entry and converts it.
@@ -428,10 +465,6 @@ func nanos(sec *float64) int64 {
 	return wire.FromEpoch(*sec).UnixNano()
 }
 
-// recallCandidates is the least number of candidates a persistent tier
-// returns for a recall with a query, to be scored and re-ordered.
-const recallCandidates = 256
-
 // MemoryRecall answers memory/recall/req: each tier returns its best
 // `limit` hits, which are merged by score (or time) and cut to `limit`.
 func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.MemoryRecallReq) (*msg.MemoryRecallResp, error) {
@@ -447,62 +480,49 @@ func (p *Plugin) MemoryRecall(ctx context.Context, s wire.Scope, req *msg.Memory
 	if limit <= 0 {
 		limit = 10
 	}
-	var words []string
+	newest := req.Order != msg.MemoryRecallReqOrderOldest
+	var q *query
 	if req.Query != nil {
-		words = queryTerms(*req.Query)
+		words := queryTerms(*req.Query)
 		if len(words) == 0 && len(*req.Query) > 0 {
 			// A query with no words (only punctuation) matches nothing.
 			return &msg.MemoryRecallResp{Hits: []msg.MemoryHit{}}, nil
+		}
+		if len(words) > 0 {
+			q = &query{words: words, m: newMatcher(words), minScore: req.MinScore, byTime: req.Order != msg.MemoryRecallReqOrderRelevance}
 		}
 	}
 	f := filter{tags: req.Tags, since: nanos(req.Since), until: nanos(req.Until)}
 	if f.since != 0 && f.until != 0 && f.until < f.since {
 		return nil, &wire.FieldError{Field: "until", Reason: "is before since"}
 	}
-	qstems := queryStems(words)
-	// Each hit is scored from its own text (text.go, score); a store
-	// returns its best candidates by the engine's rank, more than limit so
-	// that the re-ordering by score rarely misses a hit.
-	candidates := limit
-	if len(words) > 0 {
-		candidates = max(4*limit, recallCandidates)
-	}
-	keep := func(sc *scored) bool {
-		if len(words) == 0 {
-			sc.raw = 1 // listing without a query scores 1
-			return true
-		}
-		sc.raw = score(qstems, sc.rec.Key, bodyText(sc.rec.Content), sc.rec.Tags)
-		return sc.raw > 0 && sc.raw >= req.MinScore
-	}
-	newest := req.Order != msg.MemoryRecallReqOrderOldest
-	byTime := len(words) == 0 || req.Order != msg.MemoryRecallReqOrderRelevance
 	now := p.now()
 	var all []scored
 	for _, tier := range tiers {
-		var got []scored
 		if tier == TierWorking {
 			ws, _, err := p.working(s.SessionID())
 			if err != nil {
 				return nil, err
 			}
-			got = ws.search(h.Namespace, qstems, f, now)
-			for i := range got {
-				got[i].rec.Tier = TierWorking
+			for _, sc := range ws.search(h.Namespace, q, f, now) {
+				sc.rec.Tier = TierWorking
+				all = append(all, sc)
 			}
-		} else {
-			var err error
-			if got, err = p.backend.Search(ctx, tier, h.key(), words, f, newest, candidates, now); err != nil {
-				return nil, err
-			}
+			continue
 		}
-		for i := range got {
-			if keep(&got[i]) {
-				all = append(all, got[i])
-			}
+		// Each hit comes scored from its own text (text.go, matcher).
+		got, err := p.backend.Search(ctx, tier, h.key(), q, f, newest, limit, now)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, got...)
+	}
+	if q == nil {
+		for i := range all {
+			all[i].raw = 1 // listing without a query scores 1
 		}
 	}
-	if byTime {
+	if q == nil || q.byTime {
 		sortByTime(all, newest)
 	} else {
 		sort.SliceStable(all, func(i, j int) bool { return all[i].raw > all[j].raw })
@@ -573,8 +593,8 @@ func (p *Plugin) MemoryStats(ctx context.Context, s wire.Scope, req *msg.MemoryS
 	if p.WorkingMaxEntries > 0 {
 		wst.MaxEntries = &p.WorkingMaxEntries
 	}
-	if p.WorkingMaxBytes > 0 {
-		wst.MaxBytes = &p.WorkingMaxBytes
+	if mb := p.workingMaxBytes(s.SessionID()); mb > 0 {
+		wst.MaxBytes = &mb
 	}
 	resp.Tiers = append(resp.Tiers, wst)
 	for _, tier := range []string{TierEpisodic, TierSemantic} {

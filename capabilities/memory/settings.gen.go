@@ -16,7 +16,8 @@ type Settings struct {
 	// unlimited. Default: 0.
 	WorkingMaxEntries int `yaml:"working_max_entries"`
 	// WorkingMaxBytes: Limits the bytes (keys plus content) of each session's
-	// working memory; 0 is unlimited. Default: 0.
+	// working memory; 0 takes server.budgets.working_memory_bytes, which also caps
+	// a larger value. Default: 0.
 	WorkingMaxBytes int `yaml:"working_max_bytes"`
 	// WorkingFullPolicy: What a store does to a full working memory: reject
 	// refuses the batch with a clear error; evict_lru evicts the least recently

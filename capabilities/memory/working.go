@@ -186,9 +186,10 @@ type scored struct {
 	raw float64
 }
 
-// search returns live entries of ns passing the filters; with query words,
-// only those matching one, with their score.
-func (w *workingStore) search(ns string, qstems []string, f filter, now int64) []scored {
+// search returns live entries of ns passing the filters; with a query,
+// only those scoring above zero and at least its min_score, with their
+// score.
+func (w *workingStore) search(ns string, q *query, f filter, now int64) []scored {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []scored
@@ -198,8 +199,8 @@ func (w *workingStore) search(ns string, qstems []string, f filter, now int64) [
 			continue
 		}
 		rel := 0.0
-		if len(qstems) > 0 {
-			if rel = score(qstems, r.Key, bodyText(r.Content), r.Tags); rel == 0 {
+		if q != nil {
+			if rel = q.m.scoreEntry(r.Key, bodyText(r.Content), r.Tags); rel == 0 || rel < q.minScore {
 				continue
 			}
 		}

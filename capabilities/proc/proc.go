@@ -85,6 +85,9 @@ type process struct {
 	lost      bool
 	stdinMu   sync.Mutex // one write at a time
 	stdinDone bool
+	// stoppedFor is why the host ended the process for the session's
+	// budget (its directory passed its disk budget), "" otherwise.
+	stoppedFor atomic.Pointer[string]
 }
 
 // Provision applies defaults and prepares the workspace; a confined
@@ -281,6 +284,28 @@ func (p *Plugin) ProcSpawn(ctx context.Context, s wire.Scope, req *msg.ProcSpawn
 	if d := seconds(req.Timeout); d > 0 && d < timeout {
 		timeout = d
 	}
+	// The process is a unit of the session's leaf work, its memory limit
+	// in the session's sandbox memory, for as long as it runs
+	// (server/budget.go). Taken before the table's lock: it may wait.
+	var leaf *server.Leaf
+	memory, fileBytes := p.MemoryMB<<20, int64(0)
+	if p.host != nil {
+		if leaf, err = p.host.AcquireLeaf(ctx, s.SessionID()); err != nil {
+			return nil, err
+		}
+		if p.contained() {
+			if memory, fileBytes, err = leaf.ReserveProcess(ctx, memory); err != nil {
+				leaf.Release()
+				return nil, err
+			}
+		}
+	}
+	started := false
+	defer func() {
+		if !started && leaf != nil {
+			leaf.Release()
+		}
+	}()
 	t, err := p.sessions.GetOrCreate(s.SessionID())
 	if err != nil {
 		return nil, err
@@ -311,11 +336,9 @@ func (p *Plugin) ProcSpawn(ctx context.Context, s wire.Scope, req *msg.ProcSpawn
 	if p.contained() {
 		spec.Sandboxed, spec.Mode, spec.WorkDir, spec.WorkReadOnly, spec.Network = true, p.mode, root, readOnly, p.Network
 		spec.Limits.CPUTime = time.Duration(p.CPUTime)
-		spec.Limits.MemoryBytes = p.MemoryMB << 20
+		spec.Limits.MemoryBytes = memory
 		spec.Limits.MaxProcs = p.ProcLimit
-		if p.host != nil {
-			spec.Limits.FileBytes = p.host.SessionQuota()
-		}
+		spec.Limits.FileBytes = fileBytes
 	}
 	sb, err := sandbox.Start(spec)
 	if err != nil {
@@ -325,7 +348,19 @@ func (p *Plugin) ProcSpawn(ctx context.Context, s wire.Scope, req *msg.ProcSpawn
 		return nil, startError(req.Argv[0], err)
 	}
 	pr.sb, pr.started = sb, time.Now()
+	started = true
 	go func() {
+		if leaf != nil {
+			select {
+			case <-sb.Done():
+			case <-leaf.Context().Done():
+				why := leaf.Err().Error()
+				pr.stoppedFor.Store(&why)
+				sb.Kill()
+				<-sb.Done()
+			}
+			leaf.Release()
+		}
 		<-sb.Done()
 		pr.stdout.close()
 		pr.stderr.close()
@@ -407,6 +442,9 @@ func (pr *process) record() msg.ProcRecord {
 	rec.State = msg.ProcRecordState(res.Outcome)
 	rec.EndedAt = ptr(wire.Epoch(res.Ended))
 	rec.Reason = ptr(res.Reason)
+	if why := pr.stoppedFor.Load(); why != nil {
+		rec.Reason = why
+	}
 	if res.Outcome == sandbox.Exited {
 		rec.ExitCode = ptr(res.ExitCode)
 	}

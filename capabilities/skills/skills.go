@@ -499,11 +499,41 @@ func (c *capped) bytes() ([]byte, bool) {
 
 func (p *Plugin) run(ctx context.Context, s wire.Scope, sk *skill, args []byte, req *msg.SkillCallReq) (*msg.SkillCallResp, error) {
 	start := time.Now()
-	work, err := os.MkdirTemp(p.WorkRoot, "call-")
+	// The call is a unit of the session's leaf work, its memory limit in
+	// the session's sandbox memory, and it works in a directory inside the
+	// session's own, so whatever it writes counts in the session's disk
+	// budget (server/budget.go).
+	var (
+		lf      *server.Leaf
+		memory  = sk.limits.MemoryMB << 20
+		fsize   int64
+		workDir = p.WorkRoot
+		err     error
+	)
+	if p.host != nil {
+		if lf, err = p.host.AcquireLeaf(ctx, s.SessionID()); err != nil {
+			return nil, err
+		}
+		defer lf.Release()
+		if memory, fsize, err = lf.ReserveProcess(ctx, memory); err != nil {
+			return nil, err
+		}
+		if d, err := p.host.SessionDir(s.SessionID()); err == nil && !d.ReadOnly {
+			workDir = d.Path
+		}
+	}
+	work, err := os.MkdirTemp(workDir, ".skill-call-")
 	if err != nil {
 		return nil, fmt.Errorf("work directory: %w", err)
 	}
 	defer os.RemoveAll(work)
+	if lf != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(lf.Context(), func() { cancel(lf.Err()) })
+		defer stop()
+	}
 	timeout := time.Duration(sk.limits.TimeoutSeconds * float64(time.Second))
 	if req.Timeout != nil && *req.Timeout > 0 {
 		timeout = min(timeout, time.Duration(*req.Timeout*float64(time.Second)))
@@ -533,7 +563,7 @@ func (p *Plugin) run(ctx context.Context, s wire.Scope, sk *skill, args []byte, 
 		ReadOnly: []string{absDir}, Network: sk.limits.Network,
 		Env: []string{sandbox.DefaultPath, "HOME=" + home, "SKILL_DIR=" + absDir, "SKILL_NAME=" + sk.Name, "SKILL_VERSION=" + sk.Version, "LANG=C.UTF-8"},
 		Limits: sandbox.Limits{Timeout: timeout, CPUTime: time.Duration(sk.limits.CPUSeconds * float64(time.Second)),
-			MemoryBytes: sk.limits.MemoryMB << 20, MaxProcs: sk.limits.MaxProcs},
+			MemoryBytes: memory, MaxProcs: sk.limits.MaxProcs, FileBytes: fsize},
 		Stdout: stdout, Stderr: evW}
 	proc, err := sandbox.Start(spec)
 	if err != nil {
@@ -553,6 +583,9 @@ func (p *Plugin) run(ctx context.Context, s wire.Scope, sk *skill, args []byte, 
 	evW.Close()
 	<-evDone
 	if werr != nil {
+		if lf != nil && lf.Err() != nil {
+			return nil, fmt.Errorf("skill %s %s ended: %w", sk.Name, sk.Version, lf.Err())
+		}
 		return nil, werr
 	}
 	// Limits are errors (docs/DECISIONS.md, Sandbox outcomes); events already went out.

@@ -241,7 +241,7 @@ func (p *Plugin) configure(ctx context.Context, sessionID string, k *Toolkit, cf
 	if err != nil {
 		return "", err
 	}
-	backend, err := k.Open(ctx, Place{Dir: dir, ReadOnly: d.ReadOnly}, cfg)
+	backend, err := k.Open(ctx, Place{Dir: dir, ReadOnly: d.ReadOnly, Session: sessionID}, cfg)
 	if err != nil {
 		return scrub("backend: "+err.Error(), cfg, k.Secrets()), nil
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/aephost/aep/capabilities/toolkits/sqlworker"
 	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/internal/egress"
+	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/server/toolrun"
 	"github.com/aephost/aep/wire"
@@ -120,7 +121,7 @@ func (p *Plugin) openSQLite(ctx context.Context, place Place, cfg map[string]any
 		}
 		spec.Path = filepath.Join(place.Dir, rel)
 	}
-	b := &sqliteBackend{spec: spec, maxRows: num(cfg, "max_rows")}
+	b := &sqliteBackend{spec: spec, maxRows: num(cfg, "max_rows"), host: p.env.Host, session: place.Session}
 	if _, err := b.worker(ctx); err != nil {
 		return nil, err
 	}
@@ -133,6 +134,11 @@ func (p *Plugin) openSQLite(ctx context.Context, place Place, cfg map[string]any
 type sqliteBackend struct {
 	spec    sqlworker.Spec
 	maxRows int
+	// host and session: the worker is a unit of the session's leaf work,
+	// its memory in the session's sandbox memory, while it runs
+	// (server/budget.go).
+	host    *server.Host
+	session string
 
 	mu     sync.Mutex
 	w      *sqlworker.Worker
@@ -154,9 +160,35 @@ func (b *sqliteBackend) worker(ctx context.Context) (*sqlworker.Worker, error) {
 		b.w.Close()
 		b.w = nil
 	}
-	w, err := sqlworker.Start(ctx, b.spec)
+	spec := b.spec
+	var leaf *server.Leaf
+	if b.host != nil {
+		var err error
+		if leaf, err = b.host.AcquireLeaf(ctx, b.session); err != nil {
+			return nil, err
+		}
+		if spec.MemoryBytes, spec.FileBytes, err = leaf.ReserveProcess(ctx, spec.MemoryBytes); err != nil {
+			leaf.Release()
+			return nil, err
+		}
+	}
+	w, err := sqlworker.Start(ctx, spec)
 	if err != nil {
+		if leaf != nil {
+			leaf.Release()
+		}
 		return nil, err
+	}
+	if leaf != nil {
+		go func() {
+			select {
+			case <-w.Done():
+			case <-leaf.Context().Done():
+				w.Kill() // the session passed its disk budget
+				<-w.Done()
+			}
+			leaf.Release()
+		}()
 	}
 	b.w = w
 	return w, nil

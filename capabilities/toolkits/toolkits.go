@@ -41,6 +41,9 @@ type Place struct {
 	Dir string
 	// ReadOnly is set for a restricted subagent, which may not write there.
 	ReadOnly bool
+	// Session is the session's handle, whose budget the toolkit's work
+	// spends.
+	Session string
 }
 
 // Backend is one session's running toolkit.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/internal/confine"
+	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/server/toolrun"
 )
@@ -416,11 +417,25 @@ func runContained(mode sandbox.Mode, quota int64) func(ctx context.Context, ws *
 			home = sandbox.Workspace
 		}
 		env, _ := sandbox.Environ(nil, home, nil)
+		lim := sandbox.Limits{MaxProcs: sandbox.DefaultMaxProcs, FileBytes: quota}
+		// The process is its tool call's unit of leaf work: its memory is
+		// reserved in the session's budget, and its directory watched
+		// (server/budget.go). Without a kernel (an embedded registry) it
+		// runs with the quota alone.
+		var stopped <-chan struct{}
+		leaf := server.LeafFrom(ctx)
+		if leaf != nil {
+			mem, fsize, err := leaf.ReserveProcess(ctx, 0)
+			if err != nil {
+				return runOut{}, err
+			}
+			lim.MemoryBytes, lim.FileBytes = mem, fsize
+			stopped = leaf.Context().Done()
+		}
 		outR, outW := io.Pipe()
 		errR, errW := io.Pipe()
 		p, err := sandbox.Start(sandbox.Spec{Argv: in.Argv, Dir: dir, Env: env, Sandboxed: true, Mode: mode,
-			WorkDir: ws.dir, WorkReadOnly: ws.readOnly, Stdout: outW, Stderr: errW,
-			Limits: sandbox.Limits{MaxProcs: sandbox.DefaultMaxProcs, FileBytes: quota}})
+			WorkDir: ws.dir, WorkReadOnly: ws.readOnly, Stdout: outW, Stderr: errW, Limits: lim})
 		if err != nil {
 			return runOut{}, err
 		}
@@ -450,9 +465,15 @@ func runContained(mode sandbox.Mode, quota int64) func(ctx context.Context, ws *
 		wg.Add(2)
 		go pump(outR, outBuf, "stdout", "info")
 		go pump(errR, errBuf, "stderr", "error")
+		var budgetErr error
 		select {
 		case <-p.Done():
 		case <-ctx.Done():
+			p.Kill()
+			<-p.Done()
+		case <-stopped:
+			// The session passed a budget (its directory's disk).
+			budgetErr = leaf.Err()
 			p.Kill()
 			<-p.Done()
 		}
@@ -462,6 +483,8 @@ func runContained(mode sandbox.Mode, quota int64) func(ctx context.Context, ws *
 		res := p.Result()
 		out := runOut{Stdout: outBuf.buf.String(), Stderr: errBuf.buf.String(), Truncated: outBuf.dropped || errBuf.dropped, started: true, ExitCode: res.ExitCode}
 		switch {
+		case budgetErr != nil:
+			return out, fmt.Errorf("command ended: %w", budgetErr)
 		case ctx.Err() == context.DeadlineExceeded:
 			return out, fmt.Errorf("command killed after its timeout: %w", ctx.Err())
 		case ctx.Err() != nil:

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/aephost/aep/internal/configcheck"
+	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
 )
 
@@ -14,8 +20,11 @@ import (
 const storeReachTimeout = 10 * time.Second
 
 func cmdConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "hash-secret" {
+		return cmdHashSecret(args[1:], os.Stdin, stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "validate" {
-		fmt.Fprintln(stderr, "Usage: aep config validate [--data-dir DIR] FILE")
+		fmt.Fprintln(stderr, "Usage: aep config validate [--data-dir DIR] FILE\n       aep config hash-secret < SECRET")
 		return errUsage
 	}
 	f := newFlags("config validate", stderr)
@@ -42,5 +51,26 @@ func cmdConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "warning: %v\n", w)
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d plugins)\n", f.Arg(0), len(cfg.Plugins))
+	return nil
+}
+
+// cmdHashSecret prints the SHA-256 of the secret on standard input (its
+// first line, without the line's end), for a tenant's secret_sha256: the
+// configuration never holds the secret itself.
+func cmdHashSecret(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) != 0 {
+		fmt.Fprintln(stderr, "Usage: aep config hash-secret < SECRET")
+		return errUsage
+	}
+	line, err := bufio.NewReader(io.LimitReader(stdin, 64<<10)).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return err
+	}
+	secret := strings.TrimRight(line, "\r\n")
+	if len(secret) < server.MinSecretBytes {
+		return fmt.Errorf("a secret of %d bytes is too short: at least %d", len(secret), server.MinSecretBytes)
+	}
+	sum := sha256.Sum256([]byte(secret))
+	fmt.Fprintln(stdout, hex.EncodeToString(sum[:]))
 	return nil
 }

@@ -2,6 +2,15 @@
 
 package msg
 
+// A budget's limit and what is used of it.
+type BudgetUse struct {
+	// Limit corresponds to the JSON schema field "limit".
+	Limit int `json:"limit"`
+
+	// Used corresponds to the JSON schema field "used".
+	Used int `json:"used"`
+}
+
 type ForkInfo struct {
 	// The fork's public handle.
 	Handle string `json:"handle"`
@@ -23,6 +32,32 @@ type NotForked struct {
 
 	// What the forks have instead, and why.
 	Reason string `json:"reason"`
+}
+
+// A session's budgets.
+type SessionBudgets struct {
+	// Bytes of the session directory.
+	DiskBytes BudgetUse `json:"disk_bytes"`
+
+	// Files and directories of the session directory.
+	Files BudgetUse `json:"files"`
+
+	// Units of work running at once: tool calls in flight and sandboxed processes, of
+	// the session and its subagents.
+	LeafWork BudgetUse `json:"leaf_work"`
+
+	// Bytes written to episodic and semantic memory by the session and its subagents.
+	PersistentMemoryBytes BudgetUse `json:"persistent_memory_bytes"`
+
+	// The memory limits of the running sandboxed processes, summed.
+	SandboxMemoryBytes BudgetUse `json:"sandbox_memory_bytes"`
+
+	// A subagent's requests, every one its session caused (absent for a top-level
+	// session).
+	Steps *BudgetUse `json:"steps,omitempty,omitzero"`
+
+	// Bytes (keys plus content) of the session's working memory.
+	WorkingMemoryBytes BudgetUse `json:"working_memory_bytes"`
 }
 
 // Forks the sender's session `count` ways (docs/DECISIONS.md, Session fork): each
@@ -75,6 +110,12 @@ type SessionInfoResp struct {
 
 	// AgentID corresponds to the JSON schema field "agent_id".
 	AgentID string `json:"agent_id"`
+
+	// The session's budgets (server.budgets, docs/SECURITY.md, Budgets): each one's
+	// limit and what is used now. A subagent shares its root session's leaf work,
+	// sandbox memory and persistent memory; disk and files are its session
+	// directory's.
+	Budgets *SessionBudgets `json:"budgets,omitempty,omitzero"`
 
 	// The session's public handle: random, fixed for the session's life, kept across
 	// a restore into it, and what audit lines, logs, learn records and subagent

@@ -262,6 +262,12 @@ func (w *Worker) kill() {
 	w.proc.Kill()
 }
 
+// Done is closed when the worker has ended.
+func (w *Worker) Done() <-chan struct{} { return w.proc.Done() }
+
+// Kill ends the worker at once.
+func (w *Worker) Kill() { w.kill() }
+
 // Alive reports whether the worker still runs.
 func (w *Worker) Alive() bool { return !w.gone.Load() }
 

@@ -5,12 +5,18 @@ the contract bundle (docs/contract.md; field reference docs/protocol.md).
 Every model keeps unknown fields (extra="allow"): a newer host may add
 optional fields (docs/DECISIONS.md, Wire). A field whose wire name is a
 Python keyword or a pydantic attribute gets a trailing underscore and keeps
-the wire name as its alias (from_ for from).
+the wire name as its alias (from_ for from); either name builds a model.
+
+model_dump() and model_dump_json() give the wire form by default: wire
+names (from, not from_) and only the fields that were set, plus the
+message's type and proto, so a message dumped is what the host sent or
+reads (pass by_alias=False or exclude_unset=False for pydantic's usual
+output).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -19,6 +25,25 @@ class Model(BaseModel):
     """Base of every generated model."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    #: Fields with a single allowed value (a message's type and proto): part
+    #: of the wire form even when left to their default.
+    _wire_consts: ClassVar[tuple[str, ...]] = ()
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.__pydantic_fields_set__.update(self._wire_consts)
+
+    def model_dump(self, *, by_alias: Optional[bool] = None, exclude_unset: bool = True,
+                   **kw: Any) -> dict[str, Any]:
+        """The model as a dict of its wire form: wire names, set fields only."""
+        return super().model_dump(by_alias=True if by_alias is None else by_alias,
+                                  exclude_unset=exclude_unset, **kw)
+
+    def model_dump_json(self, *, by_alias: Optional[bool] = None, exclude_unset: bool = True,
+                        **kw: Any) -> str:
+        """The model as JSON in its wire form: wire names, set fields only."""
+        return super().model_dump_json(by_alias=True if by_alias is None else by_alias,
+                                       exclude_unset=exclude_unset, **kw)
 
 
 ErrorCode = Literal["cancelled", "capability_missing", "out_of_memory", "parse_error", "runtime_error", "sandbox_crash", "schema_violation", "timeout", "unauthorized", "version_mismatch"]
@@ -49,12 +74,20 @@ class BatchStep(Model):
     truncated: bool
 
 
+class BudgetUse(Model):
+    """A budget's limit and what is used of it."""
+
+    limit: int
+    used: int
+
+
 class CancelMessage(Model):
     """`cancel` (notification). Stops the request whose id is req_id; that
     request is answered with `cancelled` (docs/DECISIONS.md, Wire). No reply
     of its own.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["cancel"] = "cancel"
     #: Unique id of the message (spec §2.1).
@@ -64,6 +97,16 @@ class CancelMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -84,6 +127,7 @@ class ChainDefineReqMessage(Model):
     by name.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/define/req"] = "chain/define/req"
     chain: ChainDefinition
@@ -97,6 +141,16 @@ class ChainDefineReqMessage(Model):
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -105,6 +159,7 @@ class ChainDefineReqMessage(Model):
 class ChainDefineRespMessage(Model):
     """`chain/define/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/define/resp"] = "chain/define/resp"
     #: Unique id of the message (spec §2.1).
@@ -153,6 +208,7 @@ class ChainEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/event"] = "chain/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -241,6 +297,7 @@ class ChainRunReqMessage(Model):
     and failure.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/run/req"] = "chain/run/req"
     chain: Optional[ChainDefinition] = None
@@ -264,6 +321,16 @@ class ChainRunReqMessage(Model):
     session_id: Optional[str] = None
     #: Seconds for the whole chain.
     timeout: float = 300
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -272,6 +339,7 @@ class ChainRunReqMessage(Model):
 class ChainRunRespMessage(Model):
     """`chain/run/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/run/resp"] = "chain/run/resp"
     duration_ms: int
@@ -339,6 +407,7 @@ class CoreEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["core/event"] = "core/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -394,6 +463,7 @@ class EnvCloseReqMessage(Model):
     later use of its id is an error.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/close/req"] = "env/close/req"
     episode_id: str
@@ -404,6 +474,16 @@ class EnvCloseReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -412,6 +492,7 @@ class EnvCloseReqMessage(Model):
 class EnvCloseRespMessage(Model):
     """`env/close/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/close/resp"] = "env/close/resp"
     closed: bool
@@ -436,6 +517,7 @@ class EnvDataAddMessage(Model):
     left as it was.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/add"] = "env/data/add"
     #: Unique id of the message (spec §2.1).
@@ -446,6 +528,16 @@ class EnvDataAddMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -459,6 +551,7 @@ class EnvDataAddReqMessage(Model):
     was.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/add/req"] = "env/data/add/req"
     #: Unique id of the message (spec §2.1).
@@ -469,6 +562,16 @@ class EnvDataAddReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -477,6 +580,7 @@ class EnvDataAddReqMessage(Model):
 class EnvDataAddRespMessage(Model):
     """`env/data/add/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/add/resp"] = "env/data/add/resp"
     added: list[DataFile]
@@ -495,10 +599,14 @@ class EnvDataAddRespMessage(Model):
 class EnvDataGetMessage(Model):
     """`env/data/get`, accepted as `env/data/get/req`. Reads artifacts back out
     of the session's data root (spec §4.2): the file at `path`, every file
-    matching `glob` (path.Match syntax per segment, relative to the root),
-    or every file when neither is given.
+    matching `glob` (relative to the root: path.Match syntax per segment, a
+    `**` segment matching zero or more segments, so `**` is every file,
+    `in/**` every file under in/ and `**/*.txt` every .txt at any depth;
+    `{a,b}` alternatives), or every file when neither is given. Symbolic
+    links are neither followed nor listed.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/get"] = "env/data/get"
     glob: Optional[str] = None
@@ -514,6 +622,16 @@ class EnvDataGetMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -522,10 +640,14 @@ class EnvDataGetMessage(Model):
 class EnvDataGetReqMessage(Model):
     """`env/data/get/req` (request). Reads artifacts back out of the session's
     data root (spec §4.2): the file at `path`, every file matching `glob`
-    (path.Match syntax per segment, relative to the root), or every file
-    when neither is given.
+    (relative to the root: path.Match syntax per segment, a `**` segment
+    matching zero or more segments, so `**` is every file, `in/**` every
+    file under in/ and `**/*.txt` every .txt at any depth; `{a,b}`
+    alternatives), or every file when neither is given. Symbolic links are
+    neither followed nor listed.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/get/req"] = "env/data/get/req"
     glob: Optional[str] = None
@@ -541,6 +663,16 @@ class EnvDataGetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -549,6 +681,7 @@ class EnvDataGetReqMessage(Model):
 class EnvDataGetRespMessage(Model):
     """`env/data/get/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/get/resp"] = "env/data/get/resp"
     files: list[DataFile]
@@ -570,6 +703,7 @@ class EnvDataResetMessage(Model):
     baseline corpus (spec §4.2). Not an episode reset.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/reset"] = "env/data/reset"
     #: Unique id of the message (spec §2.1).
@@ -579,6 +713,16 @@ class EnvDataResetMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -590,6 +734,7 @@ class EnvDataResetReqMessage(Model):
     §4.2). Not an episode reset.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/reset/req"] = "env/data/reset/req"
     #: Unique id of the message (spec §2.1).
@@ -599,6 +744,16 @@ class EnvDataResetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -607,6 +762,7 @@ class EnvDataResetReqMessage(Model):
 class EnvDataResetRespMessage(Model):
     """`env/data/reset/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/reset/resp"] = "env/data/reset/resp"
     #: Unique id of the message (spec §2.1).
@@ -630,6 +786,7 @@ class EnvEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/event"] = "env/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -671,6 +828,7 @@ class EnvListReqMessage(Model):
     fields.)
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/list/req"] = "env/list/req"
     #: Unique id of the message (spec §2.1).
@@ -680,6 +838,16 @@ class EnvListReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -688,6 +856,7 @@ class EnvListReqMessage(Model):
 class EnvListRespMessage(Model):
     """`env/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/list/resp"] = "env/list/resp"
     envs: list[EnvInfo]
@@ -708,6 +877,7 @@ class EnvObserveReqMessage(Model):
     observation and status without stepping it.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/observe/req"] = "env/observe/req"
     episode_id: str
@@ -718,6 +888,16 @@ class EnvObserveReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -726,6 +906,7 @@ class EnvObserveReqMessage(Model):
 class EnvObserveRespMessage(Model):
     """`env/observe/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/observe/resp"] = "env/observe/resp"
     env_name: str
@@ -751,6 +932,7 @@ class EnvObserveRespMessage(Model):
 class EnvRenderReqMessage(Model):
     """`env/render/req` (request). Renders an open episode as text."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/render/req"] = "env/render/req"
     episode_id: str
@@ -761,6 +943,16 @@ class EnvRenderReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -769,6 +961,7 @@ class EnvRenderReqMessage(Model):
 class EnvRenderRespMessage(Model):
     """`env/render/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/render/resp"] = "env/render/resp"
     episode_id: str
@@ -793,6 +986,7 @@ class EnvResetReqMessage(Model):
     the data root (spec §3).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/reset/req"] = "env/reset/req"
     env_name: str
@@ -810,6 +1004,16 @@ class EnvResetReqMessage(Model):
     #: Seeds the episode's random state: any int64; 7.0 is the integer 7
     #: (JSON Schema's integers).
     seed: Optional[int] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -818,6 +1022,7 @@ class EnvResetReqMessage(Model):
 class EnvResetRespMessage(Model):
     """`env/reset/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/reset/resp"] = "env/reset/resp"
     env_name: str
@@ -844,6 +1049,7 @@ class EnvSpacesReqMessage(Model):
     session's open episodes.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/spaces/req"] = "env/spaces/req"
     env_name: Optional[str] = None
@@ -855,6 +1061,16 @@ class EnvSpacesReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -863,6 +1079,7 @@ class EnvSpacesReqMessage(Model):
 class EnvSpacesRespMessage(Model):
     """`env/spaces/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/spaces/resp"] = "env/spaces/resp"
     action_space: Any
@@ -892,6 +1109,7 @@ class EnvStepBatchReqMessage(Model):
     episode steps, so a refused batch changes nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step_batch/req"] = "env/step_batch/req"
     actions: list[Any]
@@ -904,6 +1122,16 @@ class EnvStepBatchReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -912,6 +1140,7 @@ class EnvStepBatchReqMessage(Model):
 class EnvStepBatchRespMessage(Model):
     """`env/step_batch/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step_batch/resp"] = "env/step_batch/resp"
     #: Unique id of the message (spec §2.1).
@@ -933,6 +1162,7 @@ class EnvStepReqMessage(Model):
     finished episode must be reset first.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step/req"] = "env/step/req"
     #: An action of the environment's action space.
@@ -945,6 +1175,16 @@ class EnvStepReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -953,6 +1193,7 @@ class EnvStepReqMessage(Model):
 class EnvStepRespMessage(Model):
     """`env/step/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step/resp"] = "env/step/resp"
     episode_id: str
@@ -1000,6 +1241,7 @@ class ErrorMessage(Model):
     request; it is empty when the line had no readable id.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["error"] = "error"
     #: Capability concerned.
@@ -1089,6 +1331,7 @@ class HandshakeReqMessage(Model):
     request needs a completed handshake (spec §4.2).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["handshake/req"] = "handshake/req"
     #: Requested capability names (spec §2.4).
@@ -1110,6 +1353,16 @@ class HandshakeReqMessage(Model):
     record_trajectory: Optional[bool] = None
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1121,6 +1374,7 @@ class HandshakeRespMessage(Model):
     error carries the code; no session is created.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["handshake/resp"] = "handshake/resp"
     #: One entry per requested capability (spec §2.2).
@@ -1158,6 +1412,7 @@ class LearnAdaptReqMessage(Model):
     (docs/learn.md).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/adapt/req"] = "learn/adapt/req"
     #: Rebuild this context only; absent: every context.
@@ -1172,6 +1427,16 @@ class LearnAdaptReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1180,6 +1445,7 @@ class LearnAdaptReqMessage(Model):
 class LearnAdaptRespMessage(Model):
     """`learn/adapt/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/adapt/resp"] = "learn/adapt/resp"
     #: Feedbacks replayed.
@@ -1204,6 +1470,7 @@ class LearnEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/event"] = "learn/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -1230,6 +1497,7 @@ class LearnExperienceReqMessage(Model):
     transaction under a new batch id.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/experience/req"] = "learn/experience/req"
     #: The environment the transitions come from, kept with each.
@@ -1242,6 +1510,16 @@ class LearnExperienceReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1250,6 +1528,7 @@ class LearnExperienceReqMessage(Model):
 class LearnExperienceRespMessage(Model):
     """`learn/experience/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/experience/resp"] = "learn/experience/resp"
     batch_id: str
@@ -1276,6 +1555,7 @@ class LearnExportReqMessage(Model):
     plugin's data directory and the reply names it (docs/learn.md).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/export/req"] = "learn/export/req"
     cursor: Optional[str] = None
@@ -1291,6 +1571,16 @@ class LearnExportReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     to_file: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1300,6 +1590,7 @@ class LearnExportReqMessage(Model):
 class LearnExportRespMessage(Model):
     """`learn/export/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/export/resp"] = "learn/export/resp"
     #: Records in this page, or in the file.
@@ -1330,6 +1621,7 @@ class LearnFeedbackReqMessage(Model):
     refused batch records nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/feedback/req"] = "learn/feedback/req"
     feedbacks: list[Feedback]
@@ -1340,6 +1632,16 @@ class LearnFeedbackReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1348,6 +1650,7 @@ class LearnFeedbackReqMessage(Model):
 class LearnFeedbackRespMessage(Model):
     """`learn/feedback/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/feedback/resp"] = "learn/feedback/resp"
     #: Unique id of the message (spec §2.1).
@@ -1377,6 +1680,7 @@ class LearnRankReqMessage(Model):
     `kind`, when given) is ranked.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/rank/req"] = "learn/rank/req"
     candidates: Optional[list[Component]] = None
@@ -1396,6 +1700,16 @@ class LearnRankReqMessage(Model):
     #: Seeds Thompson sampling, for a reproducible ranking.
     seed: Optional[int] = None
     strategy: Literal["ucb1", "thompson", "greedy"] = "ucb1"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1404,6 +1718,7 @@ class LearnRankReqMessage(Model):
 class LearnRankRespMessage(Model):
     """`learn/rank/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/rank/resp"] = "learn/rank/resp"
     context: str
@@ -1426,6 +1741,7 @@ class LearnStatsReqMessage(Model):
     kind then name; `kind` and `name` filter.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/stats/req"] = "learn/stats/req"
     #: Unique id of the message (spec §2.1).
@@ -1437,6 +1753,16 @@ class LearnStatsReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1445,6 +1771,7 @@ class LearnStatsReqMessage(Model):
 class LearnStatsRespMessage(Model):
     """`learn/stats/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/stats/resp"] = "learn/stats/resp"
     components: list[ComponentStats]
@@ -1540,6 +1867,7 @@ class McpEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/event"] = "mcp/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -1566,6 +1894,7 @@ class McpPromptGetReqMessage(Model):
     prompts/get).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/get/req"] = "mcp/prompt/get/req"
     #: Prompt arguments; MCP prompt arguments are strings.
@@ -1579,6 +1908,16 @@ class McpPromptGetReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1587,6 +1926,7 @@ class McpPromptGetReqMessage(Model):
 class McpPromptGetRespMessage(Model):
     """`mcp/prompt/get/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/get/resp"] = "mcp/prompt/get/resp"
     description: Optional[str] = None
@@ -1609,6 +1949,7 @@ class McpPromptListReqMessage(Model):
     prompts/list); pass next_cursor back as cursor.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/list/req"] = "mcp/prompt/list/req"
     cursor: Optional[str] = None
@@ -1620,6 +1961,16 @@ class McpPromptListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1628,6 +1979,7 @@ class McpPromptListReqMessage(Model):
 class McpPromptListRespMessage(Model):
     """`mcp/prompt/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/list/resp"] = "mcp/prompt/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -1650,6 +2002,7 @@ class McpResourceListReqMessage(Model):
     resources/list); pass next_cursor back as cursor.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/list/req"] = "mcp/resource/list/req"
     #: The server's opaque cursor from the previous page.
@@ -1662,6 +2015,16 @@ class McpResourceListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1670,6 +2033,7 @@ class McpResourceListReqMessage(Model):
 class McpResourceListRespMessage(Model):
     """`mcp/resource/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/list/resp"] = "mcp/resource/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -1693,6 +2057,7 @@ class McpResourceReadReqMessage(Model):
     resources/read).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/read/req"] = "mcp/resource/read/req"
     #: Unique id of the message (spec §2.1).
@@ -1703,6 +2068,16 @@ class McpResourceReadReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1712,6 +2087,7 @@ class McpResourceReadReqMessage(Model):
 class McpResourceReadRespMessage(Model):
     """`mcp/resource/read/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/read/resp"] = "mcp/resource/read/resp"
     contents: list[MCPResourceContents]
@@ -1733,6 +2109,7 @@ class McpServerListReqMessage(Model):
     session's registered ones, sorted by server_id.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/list/req"] = "mcp/server/list/req"
     #: Unique id of the message (spec §2.1).
@@ -1744,6 +2121,16 @@ class McpServerListReqMessage(Model):
     req_id: Optional[str] = None
     #: Only servers with this status.
     status_filter: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1752,6 +2139,7 @@ class McpServerListReqMessage(Model):
 class McpServerListRespMessage(Model):
     """`mcp/server/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/list/resp"] = "mcp/server/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -1775,6 +2163,7 @@ class McpServerRegisterReqMessage(Model):
     connect is a reply with ok false and error.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/register/req"] = "mcp/server/register/req"
     #: HTTP headers sent to the server, added to the allowlist entry's own.
@@ -1796,6 +2185,16 @@ class McpServerRegisterReqMessage(Model):
     #: Patterns (path.Match) of the MCP tool names to proxy; absent or empty:
     #: all.
     tool_allow_list: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1807,6 +2206,7 @@ class McpServerRegisterReqMessage(Model):
 class McpServerRegisterRespMessage(Model):
     """`mcp/server/register/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/register/resp"] = "mcp/server/register/resp"
     #: Why the registration was refused or failed.
@@ -1830,6 +2230,7 @@ class McpServerUnregisterReqMessage(Model):
     the session registered; configured servers cannot be unregistered.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/unregister/req"] = "mcp/server/unregister/req"
     #: Unique id of the message (spec §2.1).
@@ -1840,6 +2241,16 @@ class McpServerUnregisterReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1848,6 +2259,7 @@ class McpServerUnregisterReqMessage(Model):
 class McpServerUnregisterRespMessage(Model):
     """`mcp/server/unregister/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/unregister/resp"] = "mcp/server/unregister/resp"
     error: Optional[str] = None
@@ -1904,6 +2316,7 @@ class MemoryEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/event"] = "memory/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -1933,6 +2346,7 @@ class MemoryForgetReqMessage(Model):
     memory.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/forget/req"] = "memory/forget/req"
     #: Unique id of the message (spec §2.1).
@@ -1947,6 +2361,16 @@ class MemoryForgetReqMessage(Model):
     req_id: Optional[str] = None
     tags: Optional[list[str]] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1955,6 +2379,7 @@ class MemoryForgetReqMessage(Model):
 class MemoryForgetRespMessage(Model):
     """`memory/forget/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/forget/resp"] = "memory/forget/resp"
     deleted: int
@@ -1992,6 +2417,7 @@ class MemoryInitReqMessage(Model):
     belongs to this session only.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/init/req"] = "memory/init/req"
     #: Unique id of the message (spec §2.1).
@@ -2006,6 +2432,16 @@ class MemoryInitReqMessage(Model):
     #: Scope keys. `agent` narrows the persistent tiers to one agent within
     #: the namespace; other keys are kept and echoed.
     scope: Optional[dict[str, str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2014,6 +2450,7 @@ class MemoryInitReqMessage(Model):
 class MemoryInitRespMessage(Model):
     """`memory/init/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/init/resp"] = "memory/init/resp"
     #: The agent scope of the persistent tiers; empty for the whole
@@ -2044,6 +2481,7 @@ class MemoryRecallReqMessage(Model):
     `since`/`until` (Unix seconds on created_at, inclusive), `min_score`.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/recall/req"] = "memory/recall/req"
     #: Unique id of the message (spec §2.1).
@@ -2064,6 +2502,16 @@ class MemoryRecallReqMessage(Model):
     since: Optional[float] = None
     tags: Optional[list[str]] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2073,6 +2521,7 @@ class MemoryRecallReqMessage(Model):
 class MemoryRecallRespMessage(Model):
     """`memory/recall/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/recall/resp"] = "memory/recall/resp"
     hits: list[MemoryHit]
@@ -2094,6 +2543,7 @@ class MemoryRetrieveReqMessage(Model):
     in append order). Keys found nowhere are listed in `missing`.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/retrieve/req"] = "memory/retrieve/req"
     #: Unique id of the message (spec §2.1).
@@ -2106,6 +2556,16 @@ class MemoryRetrieveReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2114,6 +2574,7 @@ class MemoryRetrieveReqMessage(Model):
 class MemoryRetrieveRespMessage(Model):
     """`memory/retrieve/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/retrieve/resp"] = "memory/retrieve/resp"
     entries: list[MemoryEntry]
@@ -2133,6 +2594,7 @@ class MemoryRetrieveRespMessage(Model):
 class MemoryStatsReqMessage(Model):
     """`memory/stats/req` (request). Counts per tier."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/stats/req"] = "memory/stats/req"
     #: Unique id of the message (spec §2.1).
@@ -2143,6 +2605,16 @@ class MemoryStatsReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2151,6 +2623,7 @@ class MemoryStatsReqMessage(Model):
 class MemoryStatsRespMessage(Model):
     """`memory/stats/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/stats/resp"] = "memory/stats/resp"
     #: Unique id of the message (spec §2.1).
@@ -2175,6 +2648,7 @@ class MemoryStoreReqMessage(Model):
     part of a batch is written in one transaction.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/store/req"] = "memory/store/req"
     entries: list[MemoryEntry]
@@ -2186,6 +2660,16 @@ class MemoryStoreReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2194,6 +2678,7 @@ class MemoryStoreReqMessage(Model):
 class MemoryStoreRespMessage(Model):
     """`memory/store/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/store/resp"] = "memory/store/resp"
     #: Working entries evicted (least recently used) to make room, under the
@@ -2239,6 +2724,7 @@ class NotForked(Model):
 class PingMessage(Model):
     """`ping` (request). Liveness check; answered by pong. (No fields.)"""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["ping"] = "ping"
     #: Unique id of the message (spec §2.1).
@@ -2248,6 +2734,16 @@ class PingMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2256,6 +2752,7 @@ class PingMessage(Model):
 class PongMessage(Model):
     """`pong` (reply). Answer to ping."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["pong"] = "pong"
     #: Unique id of the message (spec §2.1).
@@ -2279,6 +2776,7 @@ class ProcEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/event"] = "proc/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -2305,6 +2803,7 @@ class ProcKillReqMessage(Model):
     sandbox's cgroup) with SIGKILL and answers once it has been reaped.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/kill/req"] = "proc/kill/req"
     #: Unique id of the message (spec §2.1).
@@ -2315,6 +2814,16 @@ class ProcKillReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2323,6 +2832,7 @@ class ProcKillReqMessage(Model):
 class ProcKillRespMessage(Model):
     """`proc/kill/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/kill/resp"] = "proc/kill/resp"
     #: Unique id of the message (spec §2.1).
@@ -2344,6 +2854,7 @@ class ProcListReqMessage(Model):
     plugin's max_records).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/list/req"] = "proc/list/req"
     #: Unique id of the message (spec §2.1).
@@ -2354,6 +2865,16 @@ class ProcListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     running_only: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2362,6 +2883,7 @@ class ProcListReqMessage(Model):
 class ProcListRespMessage(Model):
     """`proc/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/list/resp"] = "proc/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -2387,6 +2909,7 @@ class ProcReadReqMessage(Model):
     go on from (spec §6 rule 5: nothing is streamed after the reply).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/read/req"] = "proc/read/req"
     follow: bool = False
@@ -2405,6 +2928,16 @@ class ProcReadReqMessage(Model):
     req_id: Optional[str] = None
     stderr_cursor: int = 0
     stdout_cursor: int = 0
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2413,6 +2946,7 @@ class ProcReadReqMessage(Model):
 class ProcReadRespMessage(Model):
     """`proc/read/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/read/resp"] = "proc/read/resp"
     #: Unique id of the message (spec §2.1).
@@ -2472,6 +3006,7 @@ class ProcSignalReqMessage(Model):
     crashed.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/signal/req"] = "proc/signal/req"
     #: Unique id of the message (spec §2.1).
@@ -2485,6 +3020,16 @@ class ProcSignalReqMessage(Model):
     #: HUP, INT, QUIT, ABRT, KILL, USR1, SEGV, USR2, PIPE, ALRM, TERM, CONT,
     #: STOP, TSTP, XCPU, WINCH.
     signal: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2493,6 +3038,7 @@ class ProcSignalReqMessage(Model):
 class ProcSignalRespMessage(Model):
     """`proc/signal/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/signal/resp"] = "proc/signal/resp"
     #: Unique id of the message (spec §2.1).
@@ -2517,6 +3063,7 @@ class ProcSpawnReqMessage(Model):
     beyond the session's process cap is refused.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/spawn/req"] = "proc/spawn/req"
     argv: list[str]
@@ -2537,6 +3084,16 @@ class ProcSpawnReqMessage(Model):
     #: Wall-clock seconds after which the process group is killed (state
     #: timeout); 0 or absent: the plugin's default.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2545,6 +3102,7 @@ class ProcSpawnReqMessage(Model):
 class ProcSpawnRespMessage(Model):
     """`proc/spawn/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/spawn/resp"] = "proc/spawn/resp"
     #: Names of env variables that were refused.
@@ -2565,6 +3123,7 @@ class ProcSpawnRespMessage(Model):
 class ProcStatusReqMessage(Model):
     """`proc/status/req` (request)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/status/req"] = "proc/status/req"
     #: Unique id of the message (spec §2.1).
@@ -2575,6 +3134,16 @@ class ProcStatusReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2583,6 +3152,7 @@ class ProcStatusReqMessage(Model):
 class ProcStatusRespMessage(Model):
     """`proc/status/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/status/resp"] = "proc/status/resp"
     #: Unique id of the message (spec §2.1).
@@ -2623,6 +3193,7 @@ class ProcWaitReqMessage(Model):
     → out_of_memory, crashed → sandbox_crash, with the record in detail.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/wait/req"] = "proc/wait/req"
     #: Unique id of the message (spec §2.1).
@@ -2636,6 +3207,16 @@ class ProcWaitReqMessage(Model):
     #: Seconds to wait at most; absent: until the request is cancelled. When
     #: it passes, the reply has the running record and timed_out true.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2644,6 +3225,7 @@ class ProcWaitReqMessage(Model):
 class ProcWaitRespMessage(Model):
     """`proc/wait/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/wait/resp"] = "proc/wait/resp"
     #: Unique id of the message (spec §2.1).
@@ -2667,6 +3249,7 @@ class ProcWriteReqMessage(Model):
     timeout for a process that does not read.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/write/req"] = "proc/write/req"
     data: Optional[str] = None
@@ -2679,6 +3262,16 @@ class ProcWriteReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2687,6 +3280,7 @@ class ProcWriteReqMessage(Model):
 class ProcWriteRespMessage(Model):
     """`proc/write/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/write/resp"] = "proc/write/resp"
     #: stdin is closed.
@@ -2720,6 +3314,18 @@ class RankedComponent(Model):
     untried: bool
 
 
+class SessionBudgets(Model):
+    """A session's budgets."""
+
+    disk_bytes: BudgetUse
+    files: BudgetUse
+    leaf_work: BudgetUse
+    persistent_memory_bytes: BudgetUse
+    sandbox_memory_bytes: BudgetUse
+    steps: Optional[BudgetUse] = None
+    working_memory_bytes: BudgetUse
+
+
 class SessionEventMessage(Model):
     """`session/event`: an event of a session request. The body of every
     `<namespace>/event` (spec §6, docs/DECISIONS.md, Wire): sent only while
@@ -2727,6 +3333,7 @@ class SessionEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/event"] = "session/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -2760,6 +3367,7 @@ class SessionForkReqMessage(Model):
     processes are not forked: `not_forked` lists them.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/fork/req"] = "session/fork/req"
     #: How many forks to make.
@@ -2775,6 +3383,16 @@ class SessionForkReqMessage(Model):
     #: from it does too) instead of the current state; the files are those of
     #: the snapshot's session directory as they are now.
     snapshot_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2783,6 +3401,7 @@ class SessionForkReqMessage(Model):
 class SessionForkRespMessage(Model):
     """`session/fork/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/fork/resp"] = "session/fork/resp"
     #: How the session directory was copied: reflink (copy-on-write clones),
@@ -2812,6 +3431,7 @@ class SessionInfoReqMessage(Model):
     fields.)
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/info/req"] = "session/info/req"
     #: Unique id of the message (spec §2.1).
@@ -2821,6 +3441,16 @@ class SessionInfoReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2829,10 +3459,12 @@ class SessionInfoReqMessage(Model):
 class SessionInfoRespMessage(Model):
     """`session/info/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/info/resp"] = "session/info/resp"
     accepted_caps: list[CapabilityEntry]
     agent_id: str
+    budgets: Optional[SessionBudgets] = None
     #: The session's public handle: random, fixed for the session's life,
     #: kept across a restore into it, and what audit lines, logs, learn
     #: records and subagent records name the session by. It opens nothing on
@@ -2867,6 +3499,7 @@ class SessionRestoreReqMessage(Model):
     corrupt snapshot changes nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/req"] = "session/restore/req"
     #: The id of an earlier session of the sender (a bearer secret, so
@@ -2882,6 +3515,16 @@ class SessionRestoreReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     snapshot_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2890,6 +3533,7 @@ class SessionRestoreReqMessage(Model):
 class SessionRestoreRespMessage(Model):
     """`session/restore/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/resp"] = "session/restore/resp"
     files: Optional[SnapshotFiles] = None
@@ -2914,6 +3558,7 @@ class SessionSnapshotDeleteReqMessage(Model):
     as an unknown snapshot.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/delete/req"] = "session/snapshot/delete/req"
     #: Unique id of the message (spec §2.1).
@@ -2927,6 +3572,16 @@ class SessionSnapshotDeleteReqMessage(Model):
     #: are the sender's.
     session_ids: Optional[list[str]] = None
     snapshot_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2935,6 +3590,7 @@ class SessionSnapshotDeleteReqMessage(Model):
 class SessionSnapshotDeleteRespMessage(Model):
     """`session/snapshot/delete/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/delete/resp"] = "session/snapshot/delete/resp"
     deleted: bool
@@ -2961,6 +3617,7 @@ class SessionSnapshotListReqMessage(Model):
     gaps users hit).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/list/req"] = "session/snapshot/list/req"
     #: Unique id of the message (spec §2.1).
@@ -2975,6 +3632,16 @@ class SessionSnapshotListReqMessage(Model):
     session_ids: Optional[list[str]] = None
     #: Only snapshots of this target; absent: both.
     target: Optional[Literal["file", "sql"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2983,6 +3650,7 @@ class SessionSnapshotListReqMessage(Model):
 class SessionSnapshotListRespMessage(Model):
     """`session/snapshot/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/list/resp"] = "session/snapshot/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -3004,6 +3672,7 @@ class SessionSnapshotReqMessage(Model):
     docs/DECISIONS.md, State).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/req"] = "session/snapshot/req"
     #: Unique id of the message (spec §2.1).
@@ -3016,6 +3685,16 @@ class SessionSnapshotReqMessage(Model):
     #: Where the snapshot is stored: a file under the data directory or the
     #: embedded SQL store.
     target: Literal["file", "sql"] = "file"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3024,6 +3703,7 @@ class SessionSnapshotReqMessage(Model):
 class SessionSnapshotRespMessage(Model):
     """`session/snapshot/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/resp"] = "session/snapshot/resp"
     #: Size of the stored snapshot.
@@ -3052,6 +3732,7 @@ class SessionTrajectoryExportReqMessage(Model):
     oldest first, a page at a time.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/trajectory/export/req"] = "session/trajectory/export/req"
     #: Export records after this cursor (the `next` of the previous page); 0:
@@ -3073,6 +3754,16 @@ class SessionTrajectoryExportReqMessage(Model):
     #: Ids of earlier sessions of the sender whose records to export, instead
     #: of this session's own.
     session_ids: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3081,6 +3772,7 @@ class SessionTrajectoryExportReqMessage(Model):
 class SessionTrajectoryExportRespMessage(Model):
     """`session/trajectory/export/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/trajectory/export/resp"] = "session/trajectory/export/resp"
     format: Literal["jsonl", "chat"]
@@ -3109,6 +3801,7 @@ class ShutdownMessage(Model):
     in flight are answered, then the session closes. No reply.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["shutdown"] = "shutdown"
     #: Unique id of the message (spec §2.1).
@@ -3121,6 +3814,16 @@ class ShutdownMessage(Model):
     #: Seconds to wait for requests in flight before cancelling them; absent
     #: means 10. Zero cancels at once.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3133,6 +3836,7 @@ class SkillCallReqMessage(Model):
     the session is an error before anything runs.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/call/req"] = "skill/call/req"
     #: Validated against the skill's input_schema; absent means {}.
@@ -3151,6 +3855,16 @@ class SkillCallReqMessage(Model):
     streaming: Optional[bool] = None
     #: Seconds; lowers the skill's own timeout, never raises it.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3160,6 +3874,7 @@ class SkillCallReqMessage(Model):
 class SkillCallRespMessage(Model):
     """`skill/call/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/call/resp"] = "skill/call/resp"
     #: Unique id of the message (spec §2.1).
@@ -3204,6 +3919,7 @@ class SkillDiscoverReqMessage(Model):
     the tags.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/discover/req"] = "skill/discover/req"
     all_versions: bool = False
@@ -3216,6 +3932,16 @@ class SkillDiscoverReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3225,6 +3951,7 @@ class SkillDiscoverReqMessage(Model):
 class SkillDiscoverRespMessage(Model):
     """`skill/discover/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/discover/resp"] = "skill/discover/resp"
     #: Unique id of the message (spec §2.1).
@@ -3253,6 +3980,7 @@ class SkillEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/event"] = "skill/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -3294,6 +4022,7 @@ class SkillGetReqMessage(Model):
     version, or the newest.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/get/req"] = "skill/get/req"
     #: Unique id of the message (spec §2.1).
@@ -3304,6 +4033,16 @@ class SkillGetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3313,6 +4052,7 @@ class SkillGetReqMessage(Model):
 class SkillGetRespMessage(Model):
     """`skill/get/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/get/resp"] = "skill/get/resp"
     #: Unique id of the message (spec §2.1).
@@ -3354,6 +4094,7 @@ class SkillRegisterReqMessage(Model):
     hit).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/register/req"] = "skill/register/req"
     files: Optional[list[SkillFile]] = None
@@ -3367,6 +4108,16 @@ class SkillRegisterReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     scope: Literal["session", "subagents"] = "session"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3375,6 +4126,7 @@ class SkillRegisterReqMessage(Model):
 class SkillRegisterRespMessage(Model):
     """`skill/register/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/register/resp"] = "skill/register/resp"
     #: Unique id of the message (spec §2.1).
@@ -3461,6 +4213,7 @@ class SubagentEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/event"] = "subagent/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -3488,6 +4241,7 @@ class SubagentListReqMessage(Model):
     running_only.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/list/req"] = "subagent/list/req"
     #: Unique id of the message (spec §2.1).
@@ -3499,6 +4253,16 @@ class SubagentListReqMessage(Model):
     req_id: Optional[str] = None
     #: Only subagents whose session has not ended.
     running_only: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3507,6 +4271,7 @@ class SubagentListReqMessage(Model):
 class SubagentListRespMessage(Model):
     """`subagent/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/list/resp"] = "subagent/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -3569,6 +4334,7 @@ class SubagentSpawnReqMessage(Model):
     the sender already has the plugin's max_children live subagents.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/spawn/req"] = "subagent/spawn/req"
     #: The capabilities the child may enable, a subset of the sender's
@@ -3597,6 +4363,16 @@ class SubagentSpawnReqMessage(Model):
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3605,6 +4381,7 @@ class SubagentSpawnReqMessage(Model):
 class SubagentSpawnRespMessage(Model):
     """`subagent/spawn/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/spawn/resp"] = "subagent/spawn/resp"
     #: The child's own handshake token, accepted by this child only (spec
@@ -3639,6 +4416,7 @@ class SubagentStatusReqMessage(Model):
     descendants; any other id is unknown (schema_violation).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/status/req"] = "subagent/status/req"
     #: Unique id of the message (spec §2.1).
@@ -3649,6 +4427,16 @@ class SubagentStatusReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     subagent_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3657,6 +4445,7 @@ class SubagentStatusReqMessage(Model):
 class SubagentStatusRespMessage(Model):
     """`subagent/status/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/status/resp"] = "subagent/status/resp"
     #: Handles of its own subagents, oldest first.
@@ -3681,6 +4470,7 @@ class SubagentTerminateReqMessage(Model):
     already ended changes nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/terminate/req"] = "subagent/terminate/req"
     #: Unique id of the message (spec §2.1).
@@ -3693,6 +4483,16 @@ class SubagentTerminateReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     subagent_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3701,6 +4501,7 @@ class SubagentTerminateReqMessage(Model):
 class SubagentTerminateRespMessage(Model):
     """`subagent/terminate/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/terminate/resp"] = "subagent/terminate/resp"
     #: Unique id of the message (spec §2.1).
@@ -3725,6 +4526,7 @@ class ToolCallReqMessage(Model):
     UNKNOWN_TOOL (docs/DECISIONS.md, Dispatch).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/call/req"] = "tool/call/req"
     #: An object matching the tool's input parameters; null or absent: no
@@ -3746,6 +4548,16 @@ class ToolCallReqMessage(Model):
     #: (spec §8). 0 or absent: no per-call limit beyond the request deadline.
     timeout: Optional[float] = None
     tool_name: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3754,6 +4566,7 @@ class ToolCallReqMessage(Model):
 class ToolCallRespMessage(Model):
     """`tool/call/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/call/resp"] = "tool/call/resp"
     #: Unique id of the message (spec §2.1).
@@ -3815,6 +4628,7 @@ class ToolEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/event"] = "tool/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -3844,6 +4658,7 @@ class ToolListReqMessage(Model):
     into one exact page of the whole host (x-aep-merge).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/list/req"] = "tool/list/req"
     #: next_cursor of the previous page: the last tool name it held.
@@ -3863,6 +4678,16 @@ class ToolListReqMessage(Model):
     req_id: Optional[str] = None
     #: Matches tools having any of these tags.
     tags: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3871,6 +4696,7 @@ class ToolListReqMessage(Model):
 class ToolListRespMessage(Model):
     """`tool/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/list/resp"] = "tool/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -3938,6 +4764,7 @@ class ToolkitConfigureReqMessage(Model):
     rule 1).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/configure/req"] = "toolkit/configure/req"
     #: Validated against the toolkit's schema (spec §2.9); secrets in it are
@@ -3953,6 +4780,16 @@ class ToolkitConfigureReqMessage(Model):
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
     toolkit_name: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3961,6 +4798,7 @@ class ToolkitConfigureReqMessage(Model):
 class ToolkitConfigureRespMessage(Model):
     """`toolkit/configure/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/configure/resp"] = "toolkit/configure/resp"
     #: Unique id of the message (spec §2.1).
@@ -4012,6 +4850,7 @@ class ToolkitEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/event"] = "toolkit/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -4038,6 +4877,7 @@ class ToolkitListReqMessage(Model):
     configured flag (spec §4.2 Toolkit list).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/list/req"] = "toolkit/list/req"
     #: Matches toolkits having any of these tags.
@@ -4049,6 +4889,16 @@ class ToolkitListReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -4057,6 +4907,7 @@ class ToolkitListReqMessage(Model):
 class ToolkitListRespMessage(Model):
     """`toolkit/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/list/resp"] = "toolkit/list/resp"
     #: Unique id of the message (spec §2.1).
