@@ -58,8 +58,8 @@ func (k *kit) httpEdge(ctx context.Context) error {
 			return 0, err
 		}
 		defer resp.Body.Close()
-		if resp.StatusCode < 300 && path == "/stream" {
-			return resp.StatusCode, nil // a stream that opened: do not read it
+		if resp.StatusCode == http.StatusSwitchingProtocols || resp.StatusCode < 300 && path == "/stream" {
+			return resp.StatusCode, nil // a stream or a WebSocket that opened: do not read it
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		return resp.StatusCode, nil

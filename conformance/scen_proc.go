@@ -68,7 +68,8 @@ func (k *kit) procEcho(ctx context.Context, s *session, argv []string) {
 		n, _ := num(m.body, "written")
 		k.expect(c, int(n) == len(text), "proc/write of %d bytes says written %v", len(text), n)
 	}
-	m = s.call(ctx, "proc/wait/req", map[string]any{"proc_id": id, "timeout": 10})
+	// Within the kit's own wait for a reply (10 s by default).
+	m = s.call(ctx, "proc/wait/req", map[string]any{"proc_id": id, "timeout": 5})
 	if k.want(c, m, "proc/wait/resp", "proc/wait") {
 		timedOut, _ := boolean(m.body, "timed_out")
 		code, _ := num(m.body, "process.exit_code")
