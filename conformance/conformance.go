@@ -1,9 +1,18 @@
-// Package conformance checks any host's messages against schemas/. The JSON
-// Schema files are the contract, so lines are checked by a generic JSON Schema
+// Package conformance judges any host of the protocol: its messages
+// against schemas/, and its behaviour against the spec. The JSON Schema
+// files are the contract, so lines are checked by a generic JSON Schema
 // validator (santhosh-tekuri/jsonschema), independently of the generated Go
 // models and validators the aep host itself decodes with.
 //
-// The API:
+// The kit ([Run], `aep conformance`) drives a running host through a
+// [Target] (stdio, HTTP+SSE, single exchange, WebSocket) and reports one
+// [Result] per check of [Checks], each MUST or SHOULD with the section it
+// cites; a [Fixture] gives the host content some checks need, a
+// [Baseline] the failures a host expects (docs/contract.md). The
+// subpackage mutate breaks a real host one rule at a time, and kittest
+// runs the kit against aep in tests.
+//
+// The line checker's API:
 //   - [Load] compiles every schema file of a directory and [LoadFS] those of an
 //     fs.FS; [SchemaDir] finds schemas/ of this module by walking up from the
 //     working directory, so a test of any package can load it.
