@@ -445,7 +445,7 @@ func (k *kit) capabilityGating(ctx context.Context) error {
 // says; the always-on namespaces are served in both.
 func (k *kit) negotiated(ctx context.Context) error {
 	probes := k.probes()
-	judge := func(s *session, label string, asked []string) {
+	judge := func(s *session, label string) {
 		enabled := map[string]bool{}
 		reported := map[string]bool{}
 		for _, e := range s.caps {
@@ -485,7 +485,7 @@ func (k *kit) negotiated(ctx context.Context) error {
 	if all == nil {
 		return nil
 	}
-	judge(all, "asking for every capability", k.opts.Caps)
+	judge(all, "asking for every capability")
 	all.close(ctx)
 	var part []string
 	for i, c := range k.offeredCaps() {
@@ -497,7 +497,7 @@ func (k *kit) negotiated(ctx context.Context) error {
 	if some == nil {
 		return nil
 	}
-	judge(some, fmt.Sprintf("asking for %v", part), part)
+	judge(some, fmt.Sprintf("asking for %v", part))
 	some.close(ctx)
 	return nil
 }
