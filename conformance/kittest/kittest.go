@@ -40,19 +40,26 @@ func Dir() string {
 	return filepath.Join(filepath.Dir(file), "..", "aep")
 }
 
-// MCP says whether the configuration's MCP server is installed. Under CI
-// its absence fails the test.
+var mcpFound struct {
+	once sync.Once
+	ok   bool
+}
+
+// MCP says whether the configuration's MCP server is installed, decided
+// once per test process so that every host and fixture of it agree. Under
+// CI its absence fails the test.
 func MCP(tb testing.TB) bool {
 	tb.Helper()
-	if p := os.Getenv("AEP_TEST_MCP_EVERYTHING"); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return true
+	mcpFound.once.Do(func() {
+		if p := os.Getenv("AEP_TEST_MCP_EVERYTHING"); p != "" {
+			_, err := os.Stat(p)
+			mcpFound.ok = err == nil
 		}
-	}
-	if os.Getenv("CI") != "" {
+	})
+	if !mcpFound.ok && os.Getenv("CI") != "" {
 		tb.Fatal("AEP_TEST_MCP_EVERYTHING does not name npm's server-everything (.ci/run installs it)")
 	}
-	return false
+	return mcpFound.ok
 }
 
 // Env is the environment of a host started here.
