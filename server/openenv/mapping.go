@@ -230,9 +230,9 @@ func appendReward(b []byte, r float64) []byte {
 
 // result is an OpenEnv observation message's data: one aep reset or step.
 type result struct {
-	obs, info            json.RawMessage
+	obs, info             json.RawMessage
 	terminated, truncated bool
-	reward               *float64 // nil for a reset, which has none
+	reward                *float64 // nil for a reset, which has none
 }
 
 // appendResult writes {"observation": {...}, "reward": …, "done": …}.
@@ -364,9 +364,9 @@ func observationSchema(info msg.EnvInfo) map[string]any {
 			"of it (OpenEnv's serialize_observation): the observation object holds observation, info, terminated and truncated.", info.EnvName),
 	}
 	root["properties"] = map[string]any{
-		"done":     map[string]any{"type": "boolean", "default": false, "title": "Done", "description": "terminated or truncated"},
-		"reward":   map[string]any{"anyOf": []any{map[string]any{"type": "boolean"}, map[string]any{"type": "integer"}, map[string]any{"type": "number"}, map[string]any{"type": "null"}}, "default": nil, "title": "Reward", "description": "the step's reward; null after a reset"},
-		"metadata": map[string]any{"type": "object", "additionalProperties": true, "title": "Metadata", "description": "never sent"},
+		"done":        map[string]any{"type": "boolean", "default": false, "title": "Done", "description": "terminated or truncated"},
+		"reward":      map[string]any{"anyOf": []any{map[string]any{"type": "boolean"}, map[string]any{"type": "integer"}, map[string]any{"type": "number"}, map[string]any{"type": "null"}}, "default": nil, "title": "Reward", "description": "the step's reward; null after a reset"},
+		"metadata":    map[string]any{"type": "object", "additionalProperties": true, "title": "Metadata", "description": "never sent"},
 		"observation": embed(info.ObservationSpace, root),
 		"info":        map[string]any{"type": "object", "additionalProperties": true, "title": "Info", "description": "the environment's info dict"},
 		"terminated":  map[string]any{"type": "boolean", "title": "Terminated", "description": "the episode reached a terminal state of its task"},

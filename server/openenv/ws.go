@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -290,7 +291,7 @@ func parseFrame(b []byte) (*frame, *frameError) {
 		if ok {
 			shown = string(raw)
 		}
-		return nil, &frameError{code: codeUnknownType, message: "Unknown message type: " + wire.Clip(shown)}
+		return nil, &frameError{code: codeUnknownType, message: "Unknown message type: " + clipText(shown)}
 	}
 	var allowed []string
 	switch typ {
@@ -299,7 +300,7 @@ func parseFrame(b []byte) (*frame, *frameError) {
 	case "state", "close":
 		allowed = []string{"type"}
 	default:
-		return nil, &frameError{code: codeUnknownType, message: "Unknown message type: " + wire.Clip(typ)}
+		return nil, &frameError{code: codeUnknownType, message: "Unknown message type: " + clipText(typ)}
 	}
 	var errs []pyError
 	for k, v := range m {
@@ -326,13 +327,25 @@ func validation(message string, errs []pyError) *frameError {
 	return &frameError{code: codeValidation, message: message, extra: map[string]any{"errors": errs}}
 }
 
+// clipText cuts an echoed text to wire.MaxEcho bytes.
+func clipText(s string) string {
+	if len(s) <= wire.MaxEcho {
+		return s
+	}
+	n := wire.MaxEcho
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
 // clipInput keeps an echoed input short: a bad frame never buys an answer
 // as large as itself (docs/SECURITY.md, Short error echoes).
 func clipInput(v json.RawMessage) json.RawMessage {
 	if len(v) <= wire.MaxEcho {
 		return v
 	}
-	b, _ := json.Marshal(wire.Clip(string(v)))
+	b, _ := json.Marshal(clipText(string(v)))
 	return b
 }
 
