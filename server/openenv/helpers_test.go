@@ -187,3 +187,10 @@ func httpDo(t testing.TB, method, url, body string, header http.Header) (int, ht
 func bearerHeader(tok string) http.Header {
 	return http.Header{"Authorization": {"Bearer " + tok}}
 }
+
+// serve serves h on a loopback test server and returns its base URL.
+func serve(tb testing.TB, h http.Handler) string {
+	ts := httptest.NewServer(h)
+	tb.Cleanup(ts.Close)
+	return ts.URL
+}

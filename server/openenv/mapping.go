@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	gojson "github.com/goccy/go-json"
-
 	"github.com/aephost/aep/gen/msg"
 )
 
@@ -54,15 +52,21 @@ func at(prefix []any, loc ...any) []any {
 // object decodes b as a JSON object into its keys and raw values. ok is
 // false when b is not an object (null included).
 func object(b []byte) (map[string]json.RawMessage, bool) {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 || b[0] != '{' {
+	ms, ok := members(b)
+	if !ok {
 		return nil, false
 	}
-	var m map[string]json.RawMessage
-	if err := gojson.Unmarshal(b, &m); err != nil || m == nil {
-		return nil, false
+	m := make(map[string]json.RawMessage, len(ms))
+	for _, x := range ms {
+		m[x.key] = x.val
 	}
 	return m, true
+}
+
+// isObject reports whether a raw value (valid JSON) is an object.
+func isObject(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{'
 }
 
 func isNull(b json.RawMessage) bool {
@@ -188,24 +192,24 @@ func integer(v json.RawMessage) (int, bool) {
 // actionOf unwraps an OpenEnv action object {"action": …, "metadata"?}.
 // loc prefixes the locations of errors.
 func actionOf(raw json.RawMessage, loc []any) (json.RawMessage, []pyError) {
-	o, ok := object(raw)
+	o, ok := members(raw)
 	if !ok {
-		return nil, []pyError{wrongType("model_type", "Input should be a valid dictionary or instance of Action", loc, raw)}
+		return nil, []pyError{wrongType("model_type", "Input should be a valid dictionary or instance of Action", loc, clipInput(raw))}
 	}
 	var errs []pyError
-	act, ok := o["action"]
+	act, ok := get(o, "action")
 	if !ok {
-		errs = append(errs, missing(at(loc, "action"), raw))
+		errs = append(errs, missing(at(loc, "action"), clipInput(raw)))
 	}
-	for k, v := range o {
-		switch k {
+	for _, m := range o {
+		switch m.key {
 		case "action":
 		case "metadata":
-			if _, ok := object(v); !ok {
-				errs = append(errs, wrongType("dict_type", "Input should be a valid dictionary", at(loc, "metadata"), v))
+			if !isObject(m.val) {
+				errs = append(errs, wrongType("dict_type", "Input should be a valid dictionary", at(loc, "metadata"), clipInput(m.val)))
 			}
 		default:
-			errs = append(errs, extra(at(loc, k), v))
+			errs = append(errs, extra(at(loc, m.key), clipInput(m.val)))
 		}
 	}
 	if errs != nil {

@@ -261,7 +261,6 @@ func (c *wsConn) read() ([]byte, int, error) {
 type frame struct {
 	typ  string
 	data json.RawMessage // nil when absent
-	keys map[string]json.RawMessage
 }
 
 // frameError is the error frame a malformed message gets, and whether the
@@ -277,14 +276,14 @@ type frameError struct {
 // OpenEnv forbid extra keys; data is required for step, absent for state
 // and close, an object when given.
 func parseFrame(b []byte) (*frame, *frameError) {
-	m, ok := object(b)
+	m, ok := members(b)
 	if !ok {
 		if json.Valid(b) {
 			return nil, &frameError{code: codeSession, message: "WebSocket error: a message must be a JSON object", fatal: true}
 		}
 		return nil, &frameError{code: codeInvalidJSON, message: "Invalid JSON"}
 	}
-	raw, ok := m["type"]
+	raw, ok := get(m, "type")
 	var typ string
 	if !ok || json.Unmarshal(raw, &typ) != nil {
 		shown := "None"
@@ -303,24 +302,24 @@ func parseFrame(b []byte) (*frame, *frameError) {
 		return nil, &frameError{code: codeUnknownType, message: "Unknown message type: " + clipText(typ)}
 	}
 	var errs []pyError
-	for k, v := range m {
-		if !slices.Contains(allowed, k) {
-			errs = append(errs, extra([]any{k}, clipInput(v)))
+	for _, x := range m {
+		if !slices.Contains(allowed, x.key) {
+			errs = append(errs, extra([]any{x.key}, clipInput(x.val)))
 		}
 	}
-	data, has := m["data"]
+	data, has := get(m, "data")
 	switch {
 	case typ == "step" && !has:
 		errs = append(errs, missing([]any{"data"}, clipInput(b)))
 	case has && slices.Contains(allowed, "data"):
-		if _, ok := object(data); !ok {
+		if !isObject(data) {
 			errs = append(errs, wrongType("dict_type", "Input should be a valid dictionary", []any{"data"}, clipInput(data)))
 		}
 	}
 	if errs != nil {
 		return nil, validation("Invalid message", errs)
 	}
-	return &frame{typ: typ, data: data, keys: m}, nil
+	return &frame{typ: typ, data: data}, nil
 }
 
 func validation(message string, errs []pyError) *frameError {
