@@ -3,6 +3,7 @@ package openenv
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf8"
 )
 
 // member is one key of a JSON object and its raw value.
@@ -12,13 +13,14 @@ type member struct {
 }
 
 // members splits a JSON object into its top-level members, in order; ok is
-// false when b is not valid JSON or not an object. It checks b with
+// false when b is not valid JSON (in UTF-8) or not an object. It checks b with
 // json.Valid and then only tracks strings and nesting: on the step path a
 // map decode of every frame and of its data cost a tenth of a round trip
 // (docs/PERFORMANCE.md, The OpenEnv face). Values are slices of b.
 func members(b []byte) ([]member, bool) {
 	b = bytes.TrimSpace(b)
-	if len(b) < 2 || b[0] != '{' || !json.Valid(b) {
+	// Invalid UTF-8 is not JSON text (Python's json, OpenEnv's, refuses it).
+	if len(b) < 2 || b[0] != '{' || !utf8.Valid(b) || !json.Valid(b) {
 		return nil, false
 	}
 	out := make([]member, 0, 4)

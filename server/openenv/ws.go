@@ -278,7 +278,7 @@ type frameError struct {
 func parseFrame(b []byte) (*frame, *frameError) {
 	m, ok := members(b)
 	if !ok {
-		if json.Valid(b) {
+		if utf8.Valid(b) && json.Valid(b) {
 			return nil, &frameError{code: codeSession, message: "WebSocket error: a message must be a JSON object", fatal: true}
 		}
 		return nil, &frameError{code: codeInvalidJSON, message: "Invalid JSON"}
