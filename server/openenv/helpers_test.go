@@ -194,3 +194,6 @@ func serve(tb testing.TB, h http.Handler) string {
 	tb.Cleanup(ts.Close)
 	return ts.URL
 }
+
+// The env plugin is what the face serves.
+var _ openenv.Catalog = (*env.Plugin)(nil)
