@@ -78,8 +78,14 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 		fail(wire.CodeRuntimeError, "the session was closed")
 		return code
 	}
-	if s.token != nil {
-		h.childTokens.Store(s.id, req.AuthToken) // for the snapshot secret check
+	if s.token != nil || (req.AuthToken != h.cfg.Server.AuthToken && len(req.AuthToken) >= MinSecretBytes) {
+		// A token that is not the host's (a child's own, a tenant's
+		// secret) is a secret of this session: snapshots are checked for
+		// it, and trajectories, audit lines and spans are scrubbed of it
+		// wherever the agent puts it (secrets.go). The scrub list made
+		// before now did not hold it.
+		h.sessionTokens.Store(s.id, req.AuthToken)
+		s.scrub.Store(nil)
 	}
 	var allowed map[string]bool
 	if s.parent != nil {

@@ -109,9 +109,11 @@ type Host struct {
 	stop     chan struct{}
 	janitor  sync.WaitGroup
 
-	// childTokens holds the handshake token of each live child session (its
-	// own secret, unlike the host's) so snapshots can be checked for it.
-	childTokens sync.Map // session id → string
+	// sessionTokens holds the handshake token of each live session whose
+	// token is not the host's: a child's own, or a tenant's secret (its own
+	// secret, unlike the host's), so snapshots can be checked for it and
+	// trajectories, audit lines and spans scrubbed of it (secrets.go).
+	sessionTokens sync.Map // session id → string
 
 	proxies  TrustedProxies     // server.trusted_proxies (throttle.go)
 	throttle *handshakeThrottle // failed handshakes per address (throttle.go)
@@ -389,7 +391,7 @@ func (h *Host) forget(s *Session) {
 	if r := s.rec.Load(); r != nil {
 		r.close() // before the session's secrets are forgotten: they redact it
 	}
-	h.childTokens.Delete(s.id)
+	h.sessionTokens.Delete(s.id)
 	h.lineage.Delete(s.id)
 	h.dropState("", s.handle)
 	h.forgetSecrets(s.handle)
