@@ -1,4 +1,4 @@
-//go:build fleet
+//go:build aepfleet
 
 package e2e
 
@@ -16,8 +16,8 @@ import (
 	"github.com/aephost/aep/internal/pgtest"
 )
 
-// The fleet suite of the admin API, behind the fleet build tag: .ci/run
-// runs it once in a step of its own (docs/DECISIONS.md, Admin API).
+// The admin API in the fleet's heavy suite (build tag aepfleet, .ci/run's
+// "fleet end to end" step; docs/DECISIONS.md, Admin API).
 
 // fleetOpToken is the operator token of the hosts of this suite.
 const fleetOpToken = "e2e-operator-token-9c1f04"
@@ -54,17 +54,7 @@ func adminCLI(ctx context.Context, t *testing.T, opAddr string, v any, args ...s
 	}
 }
 
-func readyz(t *testing.T, h *host) int {
-	t.Helper()
-	resp, err := http.Get(h.base + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
-// TestAdminDrainMovesSessions drains one host of a fleet of three on one
+// TestFleetAdminDrain drains one host of a fleet of three on one
 // PostgreSQL, behind HAProxy, with `aep admin drain` while 30 agents write
 // working memory and step env episodes over WebSocket, single exchanges
 // and HTTP+SSE (client.Moving): every session of the drained host is
@@ -72,7 +62,7 @@ func readyz(t *testing.T, h *host) int {
 // and nothing acknowledged is lost (drainMidRun's checks, as for SIGTERM).
 // The drained host keeps running, answers /readyz 503 and takes no new
 // session; `aep admin undrain` makes it ready again.
-func TestAdminDrainMovesSessions(t *testing.T) {
+func TestFleetAdminDrain(t *testing.T) {
 	k := proxies[0] // HAProxy: its health checks follow /readyz
 	findBinary(t, k.bin)
 	hosts, ops := startAdminFleet(t, "aep_e2e_admin_drain")
@@ -102,7 +92,7 @@ func TestAdminDrainMovesSessions(t *testing.T) {
 		if h.cmd.ProcessState != nil {
 			t.Fatalf("%s exited on aep admin drain", id)
 		}
-		if got := readyz(t, h); got != http.StatusServiceUnavailable {
+		if got := h.readyz(); got != http.StatusServiceUnavailable {
 			t.Errorf("%s's /readyz after aep admin drain: %d", id, got)
 		}
 	})
@@ -129,7 +119,7 @@ func TestAdminDrainMovesSessions(t *testing.T) {
 		WasDraining bool `json:"was_draining"`
 	}
 	adminCLI(ctx, t, opOf[drainedHost], &u, "undrain")
-	if !u.WasDraining || readyz(t, drainedHost) != http.StatusOK {
-		t.Errorf("undrain: %+v, /readyz %d", u, readyz(t, drainedHost))
+	if !u.WasDraining || drainedHost.readyz() != http.StatusOK {
+		t.Errorf("undrain: %+v, /readyz %d", u, drainedHost.readyz())
 	}
 }
