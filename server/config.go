@@ -141,7 +141,7 @@ func (c Config) withDefaults() Config {
 	if s.Isolation.SessionQuotaBytes <= 0 {
 		s.Isolation.SessionQuotaBytes = DefaultSessionQuota
 	}
-	orInt(&s.Snapshots.FilesMaxEntries, DefaultFilesMaxEntries)
+	orInt(&s.Snapshots.FilesMaxEntries, defaultFilesMaxEntries)
 	b, db := &s.Budgets, DefaultBudgets
 	orInt(&b.Files, db.Files)
 	orInt(&b.LeafWork, db.LeafWork)
@@ -154,7 +154,7 @@ func (c Config) withDefaults() Config {
 	if s.Trajectories.Record == "" {
 		s.Trajectories.Record = "opt_in"
 	}
-	orInt(&s.Trajectories.MaxRecordsPerSession, DefaultMaxTrajectoryRecords)
+	orInt(&s.Trajectories.MaxRecordsPerSession, defaultMaxTrajectoryRecords)
 	orInt(&c.Operator.MaxToolLabels, defaultMaxToolLabels)
 	orDur(&c.Operator.DrainTimeout, Duration(defaultDrainTimeout))
 	if c.MCPFace.AgentID == "" {

@@ -107,9 +107,8 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	}
 	id := s.id
 	resp := &msg.HandshakeResp{Ok: true, SessionID: &id, AcceptedCaps: accepted}
-	if h.recording(req) {
-		r := newTrajRec(s)
-		r.agent("request", env, req)
+	if r := h.persist.Recorder(s.view(), req.RecordTrajectory != nil && *req.RecordTrajectory); r != nil {
+		r.Agent("request", env, req)
 		s.rec.Store(r)
 		on := true
 		resp.RecordTrajectory = &on

@@ -79,13 +79,11 @@ type Host struct {
 	routes  map[string]*route
 	served  map[string]bool // capabilities some plugin serves
 
-	// The optional interfaces of the loaded plugins, found once at start.
+	// The optional interfaces of the loaded plugins, found once at start
+	// (server/persist finds its own: Host.persist).
 	observers       []pluginAs[SessionObserver]
 	childObservers  []pluginAs[ChildObserver]
-	snapshotters    []pluginAs[Snapshotter]
-	fileHolders     []pluginAs[FileHolder]
 	budgetReporters []pluginAs[BudgetReporter]
-	secretHolders   []pluginAs[SecretHolder]
 
 	hooksMu    sync.Mutex
 	stateHooks map[string][]func(sessionID string) // plugin name → SessionState drops
@@ -123,8 +121,6 @@ type Host struct {
 	subs   map[int]func(AuditRecord)
 	subSeq int
 
-	fs sessionFS // session directories (server/sessionfs.go)
-
 	// The operator's surface (server/observe.go, server/drain.go).
 	met      *metrics
 	tracer   trace.Tracer
@@ -134,15 +130,13 @@ type Host struct {
 	// nothing is answered that the snapshots do not hold (drain.go).
 	sealed atomic.Bool
 
-	// keys holds each plugin's instance key by name, and lineage the
-	// earlier sessions each session owns through restores
-	// (server/snapshotlist.go).
-	keys    map[string]string
-	lineage sync.Map // session id → []string
+	// keys holds each plugin's instance key by name (datadir.go).
+	keys map[string]string
 
-	traj *trajWriter // recorded trajectories on their way to the store (trajectory.go)
-
-	auto *autoSnapper // automatic snapshots, nil when off (autosnap.go)
+	// persist keeps what outlives sessions' connections: snapshots,
+	// forks, trajectories, automatic snapshots and the session
+	// directories (server/persistence.go).
+	persist persistence
 }
 
 // New provisions the plugins of cfg and returns a running host. On error
@@ -170,6 +164,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	}
 	// Whatever field of a request a secret arrives in, no log line holds it.
 	h.log = slog.New(&scrubHandler{inner: o.logger.Handler(), h: h})
+	h.persist = h.newPersistence()
 	h.logIsolation()
 	h.pending.max = cfg.Server.Limits.MaxPendingSessions
 	h.throttle = newHandshakeThrottle(cfg.Server.Limits.FailedHandshakeBurst, time.Duration(cfg.Server.Limits.FailedHandshakeInterval))
@@ -199,10 +194,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	}
 	h.observers = implementing[SessionObserver](h.plugins)
 	h.childObservers = implementing[ChildObserver](h.plugins)
-	h.snapshotters = implementing[Snapshotter](h.plugins)
-	h.fileHolders = implementing[FileHolder](h.plugins)
 	h.budgetReporters = implementing[BudgetReporter](h.plugins)
-	h.secretHolders = implementing[SecretHolder](h.plugins)
 	h.routes = buildRoutes(h.reg, h.plugins)
 	h.met = newMetrics(h, cfg.Operator.MaxToolLabels)
 	// A capability is served when some plugin's handlers answer its
@@ -213,8 +205,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 			h.served[r.entry.Capability] = true
 		}
 	}
-	h.startTrajectories()
-	h.startAutoSnapshots()
+	h.startPersistence()
 	h.janitor.Add(1)
 	go h.expire()
 	return h, nil
@@ -380,17 +371,21 @@ func (h *Host) forget(s *Session) {
 	h.releaseLocked(s)
 	h.mu.Unlock()
 	if r := s.rec.Load(); r != nil {
-		r.close() // before the session's secrets are forgotten: they redact it
+		r.Close() // before the session's secrets are forgotten: they redact it
 	}
 	h.childTokens.Delete(s.id)
-	h.lineage.Delete(s.id)
 	h.dropState("", s.handle)
 	h.forgetSecrets(s.handle)
 	for _, o := range h.observers {
 		o.v.SessionClosed(s.handle)
 	}
-	h.releaseSessionDir(s.handle)
-	h.autoSessionEnded(s)
+	// Its directory goes now that its processes are gone; on a host that
+	// is closing or draining, its automatic snapshot stays: it is what the
+	// session may move with (server/persist/autosnap.go).
+	h.mu.Lock()
+	going := h.closed || h.draining.Load()
+	h.mu.Unlock()
+	h.persist.SessionEnded(s.view(), going)
 }
 
 // expire closes sessions that stayed idle or never handshook (docs/DECISIONS.md, Dispatch defaults).
@@ -440,6 +435,7 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	close(h.stop)
+	h.persist.Stop()
 	h.janitor.Wait()
 	for _, s := range sessions {
 		s.Close()
@@ -454,7 +450,7 @@ func (h *Host) Close(ctx context.Context) error {
 			break
 		}
 	}
-	if werr := h.traj.close(wctx); werr != nil {
+	if werr := h.persist.Close(wctx); werr != nil {
 		h.log.Warn("closing without writing every trajectory record", "err", werr)
 	}
 	if werr := waitGroup(wctx, &h.goroutines); werr != nil {

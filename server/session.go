@@ -56,7 +56,7 @@ type Session struct {
 	// childCaps limits a child session to a subset of its parent's capabilities.
 	childCaps map[string]bool
 	child     *childInfo // set for child sessions (child.go)
-	// forked marks a session made by session/fork (fork.go): top-level,
+	// forked marks a session made by session/fork (server/persist/fork.go): top-level,
 	// counted from its creation and attached like a child.
 	forked  bool
 	steps   atomic.Int64 // requests a child session has made (child.go)
@@ -71,7 +71,7 @@ type Session struct {
 	state      atomic.Int32
 	lastActive atomic.Int64 // unix nanos
 	enabled    atomic.Pointer[map[string]bool]
-	rec        atomic.Pointer[trajRec] // set when the trajectory is recorded (trajectory.go)
+	rec        atomic.Pointer[recorder] // set when the trajectory is recorded (server/persist/trajectory.go)
 
 	mu       sync.Mutex
 	sink     Sink
@@ -124,6 +124,11 @@ func (s *Session) ID() string { return s.id }
 // Parent returns the parent session of a child session, or nil.
 func (s *Session) Parent() *Session { return s.parent }
 
+// HostMade reports whether the host made the session for an agent to
+// attach to: a subagent's child or a fork. Transports attach a client to
+// such a session by its id while it waits for its handshake.
+func (s *Session) HostMade() bool { return s.parent != nil || s.forked }
+
 // Live reports whether the session has handshaken and not ended.
 func (s *Session) Live() bool { return sessionState(s.state.Load()) == stateLive }
 
@@ -168,7 +173,7 @@ func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
 
 func (s *Session) send(p *wire.Packet) int {
 	if r := s.rec.Load(); r != nil {
-		r.host(p)
+		r.Host(p)
 	}
 	s.mu.Lock()
 	sink := s.sink
@@ -318,7 +323,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		if e.Kind == wire.KindRequest {
 			kind = "request"
 		}
-		r.agent(kind, env, m)
+		r.Agent(kind, env, m)
 	}
 	switch e.Type {
 	case "handshake/req":

@@ -1,4 +1,4 @@
-package server_test
+package persist_test
 
 import (
 	"bytes"
@@ -23,6 +23,7 @@ import (
 	"github.com/aephost/aep/internal/pgtest"
 	"github.com/aephost/aep/internal/testproto"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
@@ -67,8 +68,8 @@ func init() {
 
 var (
 	_ testproto.EchoHandler = (*notesPlugin)(nil)
-	_ server.Snapshotter    = (*notesPlugin)(nil)
-	_ server.SecretHolder   = (*notesPlugin)(nil)
+	_ persist.Snapshotter   = (*notesPlugin)(nil)
+	_ persist.SecretHolder  = (*notesPlugin)(nil)
 )
 
 func (p *notesPlugin) state(sid string) *notesState {

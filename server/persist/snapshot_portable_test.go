@@ -1,4 +1,4 @@
-package server_test
+package persist_test
 
 import (
 	"context"
