@@ -139,7 +139,7 @@ func (c Config) withDefaults() Config {
 		s.Isolation.Sandbox = sandbox.ModeAuto
 	}
 	if s.Isolation.SessionQuotaBytes <= 0 {
-		s.Isolation.SessionQuotaBytes = DefaultSessionQuota
+		s.Isolation.SessionQuotaBytes = defaultSessionQuota
 	}
 	orInt(&s.Snapshots.FilesMaxEntries, defaultFilesMaxEntries)
 	b, db := &s.Budgets, DefaultBudgets
@@ -298,7 +298,7 @@ func (c Config) check() error {
 		add("server.proxy_protocol", "needs server.trusted_proxies: the proxies whose header is read")
 	}
 	for i, p := range c.Server.TrustedProxies {
-		if _, err := ParseTrustedProxy(p); err != nil {
+		if _, err := parseTrustedProxy(p); err != nil {
 			add(fmt.Sprintf("server.trusted_proxies[%d]", i), "%v", err)
 		}
 	}

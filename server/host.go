@@ -87,7 +87,6 @@ type Host struct {
 
 	hooksMu    sync.Mutex
 	stateHooks map[string][]func(sessionID string) // plugin name → SessionState drops
-	goroutines sync.WaitGroup                      // PluginEnv.Go
 	token      [32]byte
 	started    time.Time
 
@@ -453,26 +452,11 @@ func (h *Host) Close(ctx context.Context) error {
 	if werr := h.persist.Close(wctx); werr != nil {
 		h.log.Warn("closing without writing every trajectory record", "err", werr)
 	}
-	if werr := waitGroup(wctx, &h.goroutines); werr != nil {
-		h.log.Warn("closing without waiting for a plugin goroutine", "err", werr)
-	}
 	err := cleanup(h.plugins)
 	if c, ok := h.auditor.(interface{ Close(context.Context) error }); ok {
 		err = errors.Join(err, c.Close(ctx))
 	}
 	return err
-}
-
-// waitGroup waits for wg or ctx, whichever ends first.
-func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // tokenOK compares in constant time: both sides are hashed first, so neither

@@ -4,15 +4,15 @@ import (
 	"github.com/aephost/aep/server/sandbox"
 )
 
-// DefaultSessionQuota bounds the bytes of one session directory.
-const DefaultSessionQuota int64 = 256 << 20
+// defaultSessionQuota bounds the bytes of one session directory.
+const defaultSessionQuota int64 = 256 << 20
 
 // SessionQuota is the byte quota of one session directory.
 func (h *Host) SessionQuota() int64 {
 	if q := h.cfg.Server.Isolation.SessionQuotaBytes; q > 0 {
 		return q
 	}
-	return DefaultSessionQuota
+	return defaultSessionQuota
 }
 
 // SandboxMode is the configured mode of every contained process.

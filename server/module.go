@@ -75,8 +75,8 @@ func Modules() []ModuleInfo {
 	return out
 }
 
-// ModuleIDs returns the registered module IDs, sorted.
-func ModuleIDs() []string {
+// moduleIDs returns the registered module IDs, sorted.
+func moduleIDs() []string {
 	ms := Modules()
 	out := make([]string, len(ms))
 	for i, m := range ms {

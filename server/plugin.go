@@ -117,10 +117,10 @@ func instantiate(cfg Config) ([]PluginSpec, []int, error) {
 		m, ok := lookupModule(pc.Cls)
 		if !ok {
 			msg := fmt.Sprintf("unknown cls %q", pc.Cls)
-			if near := configcheck.Suggest(pc.Cls, ModuleIDs()); near != "" {
+			if near := configcheck.Suggest(pc.Cls, moduleIDs()); near != "" {
 				msg += " (did you mean " + near + "?)"
 			}
-			probs = append(probs, configcheck.At(fmt.Sprintf("plugins[%d].cls", i), "plugin %q: %s; registered: %s", pc.Name, msg, strings.Join(ModuleIDs(), ", ")))
+			probs = append(probs, configcheck.At(fmt.Sprintf("plugins[%d].cls", i), "plugin %q: %s; registered: %s", pc.Name, msg, strings.Join(moduleIDs(), ", ")))
 			continue
 		}
 		impl := m.New()
