@@ -12,6 +12,7 @@ import (
 	"github.com/aephost/aep/ent/snapshot"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
+	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
 
@@ -85,107 +86,145 @@ func TestSnapshotFilesMoveToAnotherHost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			dsn := tc.dsn(t)
-			h1 := startRigServer(t, ctx, dsn, t.TempDir(), []string{"notes"}, "")
-			h2 := startRigServer(t, ctx, dsn, t.TempDir(), []string{"notes"}, "")
-			a := h1.connect(t, ctx)
-			a.say(t, ctx, "with files")
-			dirA := h1.sessionDir(t, a)
-			writeTree(t, dirA, map[string]string{"work/result.txt": "42", "data/in.csv": "x,y\n1,2\n"})
-			if err := os.Symlink("/etc/passwd", filepath.Join(dirA, "work", "link")); err != nil {
-				t.Fatal(err)
-			}
-			taken := sqlSnap(t, ctx, a)
-			f := taken.Files
-			if f == nil || f.State != msg.SnapshotFilesStateStored || f.Entries != 4 || f.Bytes != 2+8 ||
-				deref(f.SkippedCount) != 1 || !slices.Equal(f.Skipped, []string{"symlink work/link"}) {
-				t.Fatalf("snapshot files: %+v", f)
-			}
-			// Changed after the snapshot: the restore brings the files as they were.
-			writeTree(t, dirA, map[string]string{"work/result.txt": "changed later"})
-
-			b := h2.connect(t, ctx)
-			dirB := h2.sessionDir(t, b)
-			writeTree(t, dirB, map[string]string{"mine.txt": "replaced by the restore"})
-			res, err := b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(taken.SnapshotID)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := []string{"data/in.csv=x,y\n1,2\n", "work/result.txt=42"}
-			if got := readTree(t, dirB); !slices.Equal(got, want) {
-				t.Fatalf("files on the other host %q, want %q", got, want)
-			}
-			if res.Files == nil || res.Files.State != msg.SnapshotFilesStateRestored || res.Files.Entries != 4 || res.Files.Bytes != 10 {
-				t.Fatalf("restore files: %+v", res.Files)
-			}
-			if _, err := os.Lstat(filepath.Join(dirB, "work", "link")); !os.IsNotExist(err) {
-				t.Fatalf("a symlink came along: %v", err)
-			}
-			if got := b.notes(t, ctx); !slices.Equal(got, []string{"with files"}) {
-				t.Fatalf("notes %v", got)
-			}
-			ents, _ := os.ReadDir(filepath.Dir(dirB))
-			for _, e := range ents {
-				if strings.HasPrefix(e.Name(), ".restore-") {
-					t.Fatalf("staging left behind: %s", e.Name())
-				}
-			}
-			// from_session: the newest snapshot, files included.
-			c := h2.connect(t, ctx)
-			res, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: new(a.SessionID())})
-			if err != nil || res.SnapshotID != taken.SnapshotID || res.Files.State != msg.SnapshotFilesStateRestored {
-				t.Fatalf("from_session: %+v %v", res, err)
-			}
-			if got := readTree(t, h2.sessionDir(t, c)); !slices.Equal(got, want) {
-				t.Fatalf("files from_session %q", got)
-			}
-
-			// The restoring host's quota bounds what it extracts: refused whole.
-			h3 := startRigServer(t, ctx, dsn, t.TempDir(), []string{"notes"}, "  isolation:\n    session_quota_bytes: 5\n")
-			d := h3.connect(t, ctx)
-			d.say(t, ctx, "before")
-			dirD := h3.sessionDir(t, d)
-			writeTree(t, dirD, map[string]string{"keep.txt": "k"})
-			_, err = d.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(taken.SnapshotID)})
-			aeptest.WantReason(t, err, wire.CodeRuntimeError, "denied")
-			if got := readTree(t, dirD); !slices.Equal(got, []string{"keep.txt=k"}) || !slices.Equal(d.notes(t, ctx), []string{"before"}) {
-				t.Fatalf("a refused restore changed the session: %q %v", got, d.notes(t, ctx))
-			}
-
-			// A damaged archive in the store: refused, nothing changed.
-			other := sqlSnap(t, ctx, a)
-			if _, err := h1.st.DB().ExecContext(ctx, rebind(h1.st.Dialect(), "UPDATE snapshots SET files = ? WHERE id = ?"), []byte("not an archive"), other.SnapshotID); err != nil {
-				t.Fatal(err)
-			}
-			_, err = b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(other.SnapshotID)})
-			aeptest.WantReason(t, err, wire.CodeRuntimeError, "corrupt_snapshot")
-			if got := readTree(t, dirB); !slices.Equal(got, want) {
-				t.Fatalf("a corrupt archive changed the files: %q", got)
-			}
-
-			// Past files_max_bytes: omitted, said so, and a restore leaves
-			// the directory as it is.
-			h4 := startRigServer(t, ctx, dsn, t.TempDir(), []string{"notes"}, "  snapshots:\n    files_max_bytes: 1024\n")
-			e := h4.connect(t, ctx)
-			writeTree(t, h4.sessionDir(t, e), map[string]string{"big.bin": strings.Repeat("z", 4096)})
-			big := sqlSnap(t, ctx, e)
-			if big.Files == nil || big.Files.State != msg.SnapshotFilesStateOmitted || deref(big.Files.Reason) != "too_large" || deref(big.Files.Limit) != 1024 {
-				t.Fatalf("oversized files: %+v", big.Files)
-			}
-			res, err = b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(big.SnapshotID)})
-			if err != nil || res.Files.State != msg.SnapshotFilesStateOmitted || deref(res.Files.Reason) != "too_large" {
-				t.Fatalf("restore of a snapshot without files: %+v %v", res, err)
-			}
-			if got := readTree(t, dirB); !slices.Equal(got, want) {
-				t.Fatalf("a snapshot without files changed the files: %q", got)
-			}
-			// A file snapshot refers to the files on its host's disk: kept.
-			fid := snap(t, ctx, a, "file")
-			res, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(fid)})
-			if err != nil || res.Files.State != msg.SnapshotFilesStateKept {
-				t.Fatalf("restore of a file snapshot: %+v %v", res, err)
-			}
+			m := &filesMove{dsn: tc.dsn(t)}
+			m.h1 = startRigServer(t, ctx, m.dsn, t.TempDir(), []string{"notes"}, "")
+			m.h2 = startRigServer(t, ctx, m.dsn, t.TempDir(), []string{"notes"}, "")
+			m.take(t, ctx)
+			m.restoreElsewhere(t, ctx)
+			m.restoreFromSession(t, ctx)
+			m.refusedPastQuota(t, ctx)
+			m.refusedDamaged(t, ctx)
+			m.omittedPastBound(t, ctx)
 		})
+	}
+}
+
+// filesMove is TestSnapshotFilesMoveToAnotherHost's state from one step
+// to the next: two hosts on one store, session a on the first with the
+// snapshot it took, session b on the second that restored it.
+type filesMove struct {
+	dsn        string
+	h1, h2     *rig
+	a, b       *agent
+	dirA, dirB string
+	taken      *msg.SessionSnapshotResp
+	want       []string // b's files after the restore
+}
+
+// take snapshots a session with files, a symlink among them, to sql.
+func (m *filesMove) take(t *testing.T, ctx context.Context) {
+	m.a = m.h1.connect(t, ctx)
+	m.a.say(t, ctx, "with files")
+	m.dirA = m.h1.sessionDir(t, m.a)
+	writeTree(t, m.dirA, map[string]string{"work/result.txt": "42", "data/in.csv": "x,y\n1,2\n"})
+	if err := os.Symlink("/etc/passwd", filepath.Join(m.dirA, "work", "link")); err != nil {
+		t.Fatal(err)
+	}
+	m.taken = sqlSnap(t, ctx, m.a)
+	f := m.taken.Files
+	if f == nil || f.State != msg.SnapshotFilesStateStored || f.Entries != 4 || f.Bytes != 2+8 ||
+		deref(f.SkippedCount) != 1 || !slices.Equal(f.Skipped, []string{"symlink work/link"}) {
+		t.Fatalf("snapshot files: %+v", f)
+	}
+	// Changed after the snapshot: the restore brings the files as they were.
+	writeTree(t, m.dirA, map[string]string{"work/result.txt": "changed later"})
+}
+
+// restoreElsewhere restores the snapshot into a session of the other host,
+// whose files it replaces.
+func (m *filesMove) restoreElsewhere(t *testing.T, ctx context.Context) {
+	m.b = m.h2.connect(t, ctx)
+	m.dirB = m.h2.sessionDir(t, m.b)
+	writeTree(t, m.dirB, map[string]string{"mine.txt": "replaced by the restore"})
+	res, err := m.b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(m.taken.SnapshotID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.want = []string{"data/in.csv=x,y\n1,2\n", "work/result.txt=42"}
+	if got := readTree(t, m.dirB); !slices.Equal(got, m.want) {
+		t.Fatalf("files on the other host %q, want %q", got, m.want)
+	}
+	if res.Files == nil || res.Files.State != msg.SnapshotFilesStateRestored || res.Files.Entries != 4 || res.Files.Bytes != 10 {
+		t.Fatalf("restore files: %+v", res.Files)
+	}
+	if _, err := os.Lstat(filepath.Join(m.dirB, "work", "link")); !os.IsNotExist(err) {
+		t.Fatalf("a symlink came along: %v", err)
+	}
+	if got := m.b.notes(t, ctx); !slices.Equal(got, []string{"with files"}) {
+		t.Fatalf("notes %v", got)
+	}
+	ents, _ := os.ReadDir(filepath.Dir(m.dirB))
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".restore-") {
+			t.Fatalf("staging left behind: %s", e.Name())
+		}
+	}
+}
+
+// restoreFromSession: from_session restores the newest snapshot, files
+// included.
+func (m *filesMove) restoreFromSession(t *testing.T, ctx context.Context) {
+	c := m.h2.connect(t, ctx)
+	res, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: new(m.a.SessionID())})
+	if err != nil || res.SnapshotID != m.taken.SnapshotID || res.Files.State != msg.SnapshotFilesStateRestored {
+		t.Fatalf("from_session: %+v %v", res, err)
+	}
+	if got := readTree(t, m.h2.sessionDir(t, c)); !slices.Equal(got, m.want) {
+		t.Fatalf("files from_session %q", got)
+	}
+}
+
+// refusedPastQuota: the restoring host's quota bounds what it extracts:
+// refused whole.
+func (m *filesMove) refusedPastQuota(t *testing.T, ctx context.Context) {
+	h3 := startRigServer(t, ctx, m.dsn, t.TempDir(), []string{"notes"}, "  isolation:\n    session_quota_bytes: 5\n")
+	d := h3.connect(t, ctx)
+	d.say(t, ctx, "before")
+	dirD := h3.sessionDir(t, d)
+	writeTree(t, dirD, map[string]string{"keep.txt": "k"})
+	_, err := d.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(m.taken.SnapshotID)})
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "denied")
+	if got := readTree(t, dirD); !slices.Equal(got, []string{"keep.txt=k"}) || !slices.Equal(d.notes(t, ctx), []string{"before"}) {
+		t.Fatalf("a refused restore changed the session: %q %v", got, d.notes(t, ctx))
+	}
+}
+
+// refusedDamaged: a damaged archive in the store is refused, nothing
+// changed.
+func (m *filesMove) refusedDamaged(t *testing.T, ctx context.Context) {
+	other := sqlSnap(t, ctx, m.a)
+	if _, err := m.h1.st.DB().ExecContext(ctx, rebind(m.h1.st.Dialect(), "UPDATE snapshots SET files = ? WHERE id = ?"), []byte("not an archive"), other.SnapshotID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(other.SnapshotID)})
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "corrupt_snapshot")
+	if got := readTree(t, m.dirB); !slices.Equal(got, m.want) {
+		t.Fatalf("a corrupt archive changed the files: %q", got)
+	}
+}
+
+// omittedPastBound: past files_max_bytes the files are omitted, said so,
+// and a restore leaves the directory as it is; a file snapshot refers to
+// the files on its host's disk, kept.
+func (m *filesMove) omittedPastBound(t *testing.T, ctx context.Context) {
+	h4 := startRigServer(t, ctx, m.dsn, t.TempDir(), []string{"notes"}, "  snapshots:\n    files_max_bytes: 1024\n")
+	e := h4.connect(t, ctx)
+	writeTree(t, h4.sessionDir(t, e), map[string]string{"big.bin": strings.Repeat("z", 4096)})
+	big := sqlSnap(t, ctx, e)
+	if big.Files == nil || big.Files.State != msg.SnapshotFilesStateOmitted || deref(big.Files.Reason) != "too_large" || deref(big.Files.Limit) != 1024 {
+		t.Fatalf("oversized files: %+v", big.Files)
+	}
+	res, err := m.b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(big.SnapshotID)})
+	if err != nil || res.Files.State != msg.SnapshotFilesStateOmitted || deref(res.Files.Reason) != "too_large" {
+		t.Fatalf("restore of a snapshot without files: %+v %v", res, err)
+	}
+	if got := readTree(t, m.dirB); !slices.Equal(got, m.want) {
+		t.Fatalf("a snapshot without files changed the files: %q", got)
+	}
+	fid := snap(t, ctx, m.a, "file")
+	res, err = m.a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(fid)})
+	if err != nil || res.Files.State != msg.SnapshotFilesStateKept {
+		t.Fatalf("restore of a file snapshot: %+v %v", res, err)
 	}
 }
 
@@ -241,30 +280,9 @@ func TestAutoSnapshots(t *testing.T) {
 	writeTree(t, h1.sessionDir(t, a), map[string]string{"w.txt": "v1"})
 	since := time.Now()
 
-	// autos lists the automatic snapshots of a's session, from the store.
-	autos := func() []string {
-		t.Helper()
-		ids, err := h1.st.Client.Snapshot.Query().Where(snapshot.Kind("auto")).IDs(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ids
-	}
-	waitAuto := func(not string) string {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			if ids := autos(); len(ids) == 1 && ids[0] != not {
-				return ids[0]
-			} else if len(ids) > 1 {
-				t.Fatalf("%d automatic snapshots of one session: %v", len(ids), ids)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no automatic snapshot: %v", autos())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	w := autoWatch{st: h1.st}
+	autos := func() []string { return w.autos(t, ctx) }
+	waitAuto := func(not string) string { return w.wait(t, ctx, not) }
 	first := waitAuto("")
 	// Unchanged: the next rounds take none.
 	time.Sleep(2500 * time.Millisecond)
@@ -311,6 +329,38 @@ func TestAutoSnapshots(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	if got := autos(); len(got) != n {
 		t.Fatalf("automatic snapshots after close: %d, then %d", n, len(got))
+	}
+}
+
+// autoWatch watches the automatic snapshots in a store that holds those
+// of one session.
+type autoWatch struct{ st *store.Store }
+
+// autos lists the automatic snapshots of the session, from the store.
+func (w autoWatch) autos(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	ids, err := w.st.Client.Snapshot.Query().Where(snapshot.Kind("auto")).IDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// wait waits for the one automatic snapshot of the session to be other
+// than not, and returns it.
+func (w autoWatch) wait(t *testing.T, ctx context.Context, not string) string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if ids := w.autos(t, ctx); len(ids) == 1 && ids[0] != not {
+			return ids[0]
+		} else if len(ids) > 1 {
+			t.Fatalf("%d automatic snapshots of one session: %v", len(ids), ids)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no automatic snapshot: %v", w.autos(t, ctx))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
