@@ -19,7 +19,13 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/aep ./cmd/aep
+# The version and commit `aep version` and the aep_build_info metric
+# report (docs/operating.md, Versions):
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) --build-arg COMMIT=$(git rev-parse HEAD) -t aep .
+# Unset, the Go toolchain's record of the checkout copied in is used.
+ARG VERSION=""
+ARG COMMIT=""
+RUN CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags="-s -w -X github.com/aephost/aep/internal/version.version=${VERSION} -X github.com/aephost/aep/internal/version.commit=${COMMIT}" -o /out/aep ./cmd/aep
 
 # --- run: a small Debian, so the commands sessions run (run_command,
 # proc) find a shell and the usual tools; the host itself needs nothing

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
 )
@@ -186,6 +188,10 @@ func (c *Client) exchange(ctx context.Context, t Transport, gen uint64, req wire
 		c.mu.Unlock()
 	}()
 	env := &wire.Envelope{Type: req.MessageType(), ID: id, Proto: wire.ProtoVersion, TS: wire.Now()}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		// The caller's trace: the host's spans of this request join it.
+		env.Traceparent = Traceparent(sc)
+	}
 	if err := t.Send(ctx, env, req); err != nil {
 		// A transport that answers within Send (single exchange) may have
 		// delivered the reply before failing on what followed it.

@@ -45,9 +45,9 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// DefaultBudgets are server.budgets for keys a configuration leaves out
+// defaultBudgets are server.budgets for keys a configuration leaves out
 // (schemas/config/kernel.json).
-var DefaultBudgets = BudgetConfig{
+var defaultBudgets = BudgetConfig{
 	Files:                     50000,
 	LeafWork:                  16,
 	LeafWait:                  Duration(30 * time.Second),

@@ -177,15 +177,6 @@ func (s *Session) Depth() int {
 	return s.child.depth
 }
 
-// DepthLimit returns the deepest depth the session's subtree may reach, or
-// 0 when it has no limit of its own (a top-level session).
-func (s *Session) DepthLimit() int {
-	if s.child == nil {
-		return 0
-	}
-	return s.child.depthLimit
-}
-
 // Children returns the session's child sessions that have not ended.
 func (s *Session) Children() []*Session {
 	s.mu.Lock()

@@ -25,6 +25,9 @@ type Config struct {
 	// Operator: The operator's surface: metrics, traces, drain
 	// (docs/operating.md).
 	Operator OperatorConfig `yaml:"operator"`
+	// Log: The host's log on stderr: its format and level (docs/operating.md,
+	// Logs).
+	Log LogConfig `yaml:"log"`
 	// MCPFace: aep as an MCP server (server/mcpface, docs/mcp.md).
 	MCPFace MCPFaceConfig `yaml:"mcp_face"`
 }
@@ -153,6 +156,20 @@ type Limits struct {
 	// FailedHandshakeInterval: One more failed handshake is allowed per client
 	// address every this long. Default: "1s".
 	FailedHandshakeInterval Duration `yaml:"failed_handshake_interval"`
+}
+
+// LogConfig is the log section: the host's log, written to stderr
+// (docs/operating.md, Logs).
+type LogConfig struct {
+	// Format: text: slog's key=value lines; json: one JSON object per line, for a
+	// log collector. Lines logged while a request runs carry its request_id and
+	// the session's public handle (session), and trace_id and span_id when it is
+	// traced. Default: "text".
+	Format string `yaml:"format"`
+	// Level: The lowest level written; debug adds one line per answered request
+	// (type, request_id, session, code, duration_ms). `--log-level` overrides it.
+	// Default: "info".
+	Level string `yaml:"level"`
 }
 
 // MCPFaceConfig is the mcp_face section: what an MCP client reaches through

@@ -72,6 +72,7 @@ func Defaults() Config {
 			MaxHeaderBytes:    16 << 10,
 		}},
 		Audit: AuditConfig{MaxSizeMB: 10, MaxBackups: 5},
+		Log:   LogConfig{Format: "text", Level: "info"},
 	}
 }
 
@@ -120,6 +121,12 @@ func (c Config) withDefaults() Config {
 	if c.Transport.Type == "" {
 		c.Transport.Type = d.Transport.Type
 	}
+	if c.Log.Format == "" {
+		c.Log.Format = d.Log.Format
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = d.Log.Level
+	}
 	th, dh := &c.Transport.HTTP, d.Transport.HTTP
 	orDur(&th.ReadHeaderTimeout, dh.ReadHeaderTimeout)
 	orDur(&th.ReadBodyTimeout, dh.ReadBodyTimeout)
@@ -142,7 +149,7 @@ func (c Config) withDefaults() Config {
 		s.Isolation.SessionQuotaBytes = defaultSessionQuota
 	}
 	orInt(&s.Snapshots.FilesMaxEntries, defaultFilesMaxEntries)
-	b, db := &s.Budgets, DefaultBudgets
+	b, db := &s.Budgets, defaultBudgets
 	orInt(&b.Files, db.Files)
 	orInt(&b.LeafWork, db.LeafWork)
 	orDur(&b.LeafWait, db.LeafWait)
@@ -174,6 +181,10 @@ var hostIDPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0
 // defaultHostID is the machine's host name when it is a valid host id,
 // else "aep": each host of a deployment should have its own, which a
 // container's or pod's host name is.
+// DefaultHostID is server.host_id when the file sets none: the machine's
+// host name when it fits the pattern, else aep.
+func DefaultHostID() string { return defaultHostID() }
+
 func defaultHostID() string {
 	if name, err := os.Hostname(); err == nil && hostIDPattern.MatchString(name) {
 		return name

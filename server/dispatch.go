@@ -217,7 +217,7 @@ func (h *Host) wireError(c *call, err error) *wire.Error {
 		corr = pe.Correlation // the panic and its stack are logged already
 	} else {
 		corr = newCorrelation()
-		h.log.Error("handler error", "correlation", corr, "session", c.s.handle, "type", c.entry.Type, "err", err)
+		h.log.Error("handler error", "correlation", corr, "session", c.s.handle, "request_id", wire.ClipID(c.id), "type", c.entry.Type, "err", err)
 	}
 	return &wire.Error{
 		Code: e.Code, Capability: e.Capability, Err: e.Err,

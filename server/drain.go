@@ -10,9 +10,6 @@ import (
 // ErrDraining is returned by [Host.NewSession] while the host drains.
 var ErrDraining = errors.New("host is draining; no new sessions")
 
-// Draining reports whether [Host.Drain] has begun.
-func (h *Host) Draining() bool { return h.draining.Load() }
-
 // DrainResult says what a drain did.
 type DrainResult struct {
 	// Unfinished is how many requests were still in flight at the deadline.
@@ -20,6 +17,12 @@ type DrainResult struct {
 	// Snapshots maps each live session's public handle to the snapshot
 	// taken of it (operator.snapshot_on_drain).
 	Snapshots map[string]string
+	// NotSaved counts the live sessions (not subagents) left without a
+	// snapshot: all of them when the drain takes none, else those whose
+	// snapshot failed.
+	NotSaved int
+	// Took is how long the drain took.
+	Took time.Duration
 }
 
 // drainPoll is how often Drain looks at the requests in flight.
@@ -38,7 +41,25 @@ const drainPoll = 20 * time.Millisecond
 // in flight when ctx ends are cancelled (answered `cancelled`: they may or
 // may not have run) before the snapshots are taken. So every request
 // answered as done is in the snapshot of its session.
-func (h *Host) Drain(ctx context.Context, snapshot bool) (DrainResult, error) {
+func (h *Host) Drain(ctx context.Context, snapshot bool) (res DrainResult, err error) {
+	t0 := time.Now()
+	defer func() {
+		res.Took = time.Since(t0)
+		if !snapshot || h.store == nil {
+			for _, s := range h.sessionList() {
+				if s.Live() && s.parent == nil {
+					res.NotSaved++
+				}
+			}
+		}
+		h.met.drainNanos.Store(int64(res.Took))
+		h.met.drainNotSaved.Store(int64(res.NotSaved))
+	}()
+	return h.drain(ctx, snapshot)
+}
+
+// drain is Drain without its accounting.
+func (h *Host) drain(ctx context.Context, snapshot bool) (DrainResult, error) {
 	h.draining.Store(true)
 	seal := snapshot && h.store != nil
 	if seal {
@@ -68,7 +89,7 @@ func (h *Host) Drain(ctx context.Context, snapshot bool) (DrainResult, error) {
 	// A child is saved with its own records by its parent's plugins; each
 	// snapshot gets its own short deadline, the drain's may be spent.
 	var err error
-	res.Snapshots, err = h.persist.DrainSnapshots(ctx)
+	res.Snapshots, res.NotSaved, err = h.persist.DrainSnapshots(ctx)
 	return res, err
 }
 

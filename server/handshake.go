@@ -11,8 +11,9 @@ import (
 
 // handshake answers handshake/req (spec §2.4, 5, 9; docs/DECISIONS.md, Wire). It always
 // answers; on failure ok is false, the error names the code and the session
-// stays unhandshaken, so no session exists for the agent.
-func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
+// stays unhandshaken, so no session exists for the agent. It returns the
+// code of a refusal, "" when the handshake succeeded, for the metrics.
+func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wire.Code) {
 	h := s.h
 	reply := func(resp *msg.HandshakeResp) {
 		resp.MaxParallel = h.cfg.Server.MaxParallel
@@ -24,6 +25,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		s.send(&wire.Packet{Envelope: wire.Envelope{Type: "handshake/resp", ID: wire.NewID(), ReqID: wire.ClipID(env.ID)}, Msg: resp})
 	}
 	refuse := func(e *wire.Error) {
+		code = e.Code
 		reason := e.Message
 		reply(&msg.HandshakeResp{Ok: false, Reason: &reason,
 			Error: &msg.ErrorBody{Code: string(e.Code), Message: e.Message, Detail: e.Detail, Retryable: e.Retryable()}})
@@ -32,14 +34,14 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	switch {
 	case sessionState(s.state.Load()) != stateNew:
 		fail(wire.CodeSchemaViolation, "this session has already handshaken")
-		return
+		return code
 	case env.Proto == "":
 		fail(wire.CodeSchemaViolation, `missing field "proto"`)
-		return
+		return code
 	case env.Proto != wire.ProtoVersion:
 		// spec §9 rule 2.
 		fail(wire.CodeVersionMismatch, "protocol version "+wire.Clip(env.Proto)+" is not supported; this host speaks "+wire.ProtoVersion)
-		return
+		return code
 	}
 
 	// Failed handshakes are throttled per session and per client address
@@ -52,29 +54,29 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		h.log.Debug("handshake throttled", "session", s.handle, "remote", s.remote, "retry_after_seconds", secs)
 		refuse(&wire.Error{Code: wire.CodeRuntimeError, Message: "too many failed handshakes; try again later",
 			Detail: map[string]any{"reason": "throttled", "retry_after_seconds": secs}})
-		return
+		return code
 	}
 	if !s.authenticate(req.AuthToken) {
 		// spec §5 rule 3: not retryable; the fix is to correct auth_token.
 		// The reserved budget stays spent.
 		h.log.Debug("handshake failed: invalid auth_token", "session", s.handle, "remote", s.remote)
 		fail(wire.CodeUnauthorized, "invalid auth_token")
-		return
+		return code
 	}
 	att.refund(now)
 	if err := h.promote(s); err != nil {
 		if errors.Is(err, ErrTooManySessions) {
 			refuse(&wire.Error{Code: wire.CodeRuntimeError, Message: "the host is at server.limits.max_sessions; try again later",
 				Detail: map[string]any{"reason": "too_many_sessions"}})
-			return
+			return code
 		}
-		if errors.Is(err, ErrTenantSessions) {
+		if errors.Is(err, errTenantSessions) {
 			refuse(&wire.Error{Code: wire.CodeRuntimeError, Message: "your tenant is at its total of sessions on this host; try again later",
 				Detail: map[string]any{"reason": "tenant_sessions", "limit": s.tenant.total().Sessions}})
 			return
 		}
 		fail(wire.CodeRuntimeError, "the session was closed")
-		return
+		return code
 	}
 	if s.token != nil {
 		h.childTokens.Store(s.id, req.AuthToken) // for the snapshot secret check
@@ -103,7 +105,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 	s.enabled.Store(&enabled)
 	if !s.state.CompareAndSwap(int32(stateNew), int32(stateLive)) {
 		fail(wire.CodeSchemaViolation, "this session has already handshaken")
-		return
+		return code
 	}
 	id := s.id
 	resp := &msg.HandshakeResp{Ok: true, SessionID: &id, AcceptedCaps: accepted}
@@ -114,6 +116,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) {
 		resp.RecordTrajectory = &on
 	}
 	reply(resp)
+	return ""
 }
 
 // handshakeRefused answers a handshake/req that failed its schema with

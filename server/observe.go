@@ -2,14 +2,19 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aephost/aep/internal/version"
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
 )
@@ -47,7 +52,33 @@ type metrics struct {
 	tools    map[string]*toolMetrics // distinct tool label → counters
 
 	buffered sync.Map // registered stream-buffer sources: *func() int64 → struct{}
+
+	// Snapshots (snapshot.go): taken by kind and result, how long they
+	// took and how large they were.
+	snaps     map[string][2]prometheus.Counter // kind → {ok, error}
+	snapTime  prometheus.Histogram
+	snapBytes prometheus.Histogram
+
+	// The last drain (drain.go): how long it took, and how many live
+	// sessions it left without a snapshot; read at scrape time.
+	drainNanos    atomic.Int64
+	drainNotSaved atomic.Int64
+	drained       atomic.Bool
 }
+
+// requestBuckets resolve the microsecond steps of an RL environment and a
+// ping (5 µs to 1 ms in 2–2.5× steps) as well as the minutes a tool may
+// run: 22 bounds, so the 62 request types of the default registry cost
+// some 1,550 series at idle (docs/operating.md, Metrics).
+var requestBuckets = []float64{
+	.000005, .00001, .000025, .00005, .0001, .00025, .0005,
+	.001, .0025, .005, .01, .025, .05, .1, .25, .5,
+	1, 2.5, 5, 10, 30, 60,
+}
+
+// snapshotAgeBuckets bound the age of a session's newest snapshot: from
+// seconds (automatic snapshots) to a day.
+var snapshotAgeBuckets = []float64{10, 30, 60, 300, 900, 1800, 3600, 7200, 21600, 86400}
 
 // typeMetrics holds one request type's counters, resolved once so the
 // request path does a map read and an atomic add, no label hashing.
@@ -87,8 +118,8 @@ func newMetrics(h *Host, maxTools int) *metrics {
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aep_messages_total",
 			Help: "Requests answered, by type and outcome code (ok, or the error code)."}, []string{"type", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "aep_request_duration_seconds",
-			Help:    "Time from a request's start on a worker to its reply, by type.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"type"}),
+			Help:    "Time from a request's start (its arrival, or its leaving the admission queue) to its reply, by type.",
+			Buckets: requestBuckets}, []string{"type"}),
 		over: prometheus.NewCounter(prometheus.CounterOpts{Name: "aep_overloaded_total",
 			Help: "Requests refused as overloaded because the session's admission queue was full."}),
 		toolVec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aep_tool_calls_total",
@@ -105,7 +136,29 @@ func newMetrics(h *Host, maxTools int) *metrics {
 		}
 	}
 	m.invalid = m.newType(invalidType)
-	m.reg.MustRegister(m.messages, m.latency, m.over, m.toolVec, m.tenantVec, &hostCollector{h: h, m: m})
+	snaps := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "aep_snapshots_total",
+		Help: "Snapshots taken, by why (request: an agent's session/snapshot; auto; drain) and result (ok, error)."}, []string{"kind", "result"})
+	m.snaps = map[string][2]prometheus.Counter{}
+	for _, k := range []string{kindRequest, kindAuto, kindDrain} {
+		m.snaps[k] = [2]prometheus.Counter{snaps.WithLabelValues(k, "ok"), snaps.WithLabelValues(k, "error")}
+	}
+	m.snapTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "aep_snapshot_duration_seconds",
+		Help:    "Time one snapshot took, from reading the plugins' state to its write to the store or disk, failed ones included.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}})
+	m.snapBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "aep_snapshot_bytes",
+		Help:    "Size of each snapshot written: the state document and the archive of the session's files.",
+		Buckets: prometheus.ExponentialBuckets(1024, 4, 10)}) // 1 KiB to 256 MiB
+	v := version.Get()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "aep_build_info",
+		Help:        "1, labelled with the build: version and commit as `aep version` prints them, and the Go version.",
+		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit, "go": v.Go}})
+	build.Set(1)
+	m.reg.MustRegister(m.messages, m.latency, m.over, m.toolVec, m.tenantVec, &hostCollector{h: h, m: m},
+		snaps, m.snapTime, m.snapBytes, build,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if h.store != nil {
+		m.reg.MustRegister(h.store.Collector())
+	}
 	return m
 }
 
@@ -188,11 +241,15 @@ var (
 	descSandbox   = prometheus.NewDesc("aep_sandbox_outcomes_total", "How sandboxed runs ended (server/sandbox outcomes).", []string{"outcome"}, nil)
 	descBuffered  = prometheus.NewDesc("aep_stream_buffer_bytes", "Bytes held in stream replay buffers (HTTP and WebSocket).", nil, nil)
 	descDraining  = prometheus.NewDesc("aep_draining", "1 while the host drains (no new sessions).", nil, nil)
+	descSnapAge   = prometheus.NewDesc("aep_snapshot_age_seconds", "Age of each live session's newest snapshot taken on this host, one observation per session at scrape time.", nil, nil)
+	descNoSnap    = prometheus.NewDesc("aep_sessions_without_snapshot", "Live sessions (not subagents) of which this host has taken no snapshot.", nil, nil)
+	descDrainTime = prometheus.NewDesc("aep_drain_duration_seconds", "How long the host's drain took: waiting for requests in flight, then the snapshots (0 until a drain ended).", nil, nil)
 	descTenant    = prometheus.NewDesc("aep_tenant_sessions", "Live sessions of each tenant (server.tenants), subagents and forks included.", []string{"tenant"}, nil)
+	descNotSaved  = prometheus.NewDesc("aep_drain_sessions_not_saved", "Live sessions the drain left without a snapshot: every one when operator.snapshot_on_drain is off, else those whose snapshot failed.", nil, nil)
 )
 
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSessions, descTransport, descQueue, descAudit, descSandbox, descBuffered, descDraining, descTenant} {
+	for _, d := range []*prometheus.Desc{descSessions, descTransport, descQueue, descAudit, descSandbox, descBuffered, descDraining, descSnapAge, descNoSnap, descDrainTime, descNotSaved, descTenant} {
 		ch <- d
 	}
 }
@@ -208,7 +265,25 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	states := map[string]float64{"pending": 0, "live": 0, "draining": 0}
 	transports := map[string]float64{}
 	queued := 0
+	now := time.Now().UnixNano()
+	ages := make(map[float64]uint64, len(snapshotAgeBuckets))
+	var ageSum float64
+	var aged, unsaved uint64
 	for _, s := range ss {
+		if s.Live() && s.parent == nil {
+			if at := s.lastSnapshot.Load(); at != 0 {
+				age := float64(now-at) / 1e9
+				aged++
+				ageSum += age
+				for _, b := range snapshotAgeBuckets {
+					if age <= b {
+						ages[b]++
+					}
+				}
+			} else {
+				unsaved++
+			}
+		}
 		switch sessionState(s.state.Load()) {
 		case stateNew:
 			states["pending"]++
@@ -251,10 +326,32 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 	ch <- prometheus.MustNewConstMetric(descBuffered, prometheus.GaugeValue, float64(held))
 	d := 0.0
-	if h.Draining() {
+	if h.draining.Load() {
 		d = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, d)
+	ch <- prometheus.MustNewConstHistogram(descSnapAge, aged, ageSum, ages)
+	ch <- prometheus.MustNewConstMetric(descNoSnap, prometheus.GaugeValue, float64(unsaved))
+	ch <- prometheus.MustNewConstMetric(descDrainTime, prometheus.GaugeValue, float64(c.m.drainNanos.Load())/1e9)
+	ch <- prometheus.MustNewConstMetric(descNotSaved, prometheus.GaugeValue, float64(c.m.drainNotSaved.Load()))
+}
+
+// snapshotDone records one snapshot of kind that began at t0: its result,
+// duration and, when written, size; a written one is s's newest.
+func (m *metrics) snapshotDone(s *Session, kind string, t0 time.Time, bytes int, err error) {
+	now := time.Now()
+	m.snapTime.Observe(now.Sub(t0).Seconds())
+	c, ok := m.snaps[kind]
+	if !ok {
+		return
+	}
+	if err != nil {
+		c[1].Inc()
+		return
+	}
+	c[0].Inc()
+	m.snapBytes.Observe(float64(bytes))
+	s.lastSnapshot.Store(now.UnixNano())
 }
 
 // transportOf names a session's transport for the by-transport gauge: a
@@ -289,6 +386,59 @@ func (h *Host) countMessage(typ string, code wire.Code) {
 	h.met.forType(typ).count(string(code))
 }
 
+// handshakeType is the type of the handshake, which the kernel answers
+// itself (handshake.go).
+const handshakeType = "handshake/req"
+
+// answered accounts for a request the kernel answered itself, without a
+// worker (a handshake, a ping, a refusal before admission) and that
+// arrived at t0: its count, latency, span and log line, as a request run
+// by a worker gets in Session.run.
+func (s *Session) answered(typ string, env *wire.Envelope, t0 time.Time, code wire.Code) {
+	tm := s.h.met.forType(typ)
+	d := since(t0)
+	tm.latency.Observe(d.Seconds())
+	tm.count(string(code))
+	s.h.traceAnswered(s, typ, env, t0, code)
+	s.h.logAnswered(context.Background(), s, typ, env.ID, string(code), d)
+}
+
+// refuse answers a request of type e with err before admitting it, and
+// accounts for it (answered).
+func (s *Session) refuse(e *wire.Entry, env *wire.Envelope, t0 time.Time, err *wire.Error) {
+	s.sendError(env.ID, err)
+	s.answered(e.Type, env, t0, err.Code)
+}
+
+// logAnswered writes the debug line of one answered request: its type, id
+// (cut as an error's is: an agent chooses it), the session's public
+// handle, its outcome and duration. With JSON logs (log.format) it is one
+// JSON object per request; the scrubbing handler adds the trace and span
+// ids when ctx has a span.
+func (h *Host) logAnswered(ctx context.Context, s *Session, typ, id, code string, d time.Duration) {
+	if !h.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	if code == "" {
+		code = "ok"
+	}
+	h.log.LogAttrs(ctx, slog.LevelDebug, "request answered",
+		slog.String("type", typ), slog.String("request_id", wire.ClipID(id)), slog.String("session", s.handle),
+		slog.String("code", code), slog.Float64("duration_ms", float64(d.Microseconds())/1000))
+}
+
+// callKey finds the request a context belongs to (reqCtx.Value).
+type callKey struct{}
+
+// callOf returns the request ctx belongs to, or nil.
+func callOf(ctx context.Context) *call {
+	if ctx == nil {
+		return nil
+	}
+	c, _ := ctx.Value(callKey{}).(*call)
+	return c
+}
+
 // --- tracing -----------------------------------------------------------
 
 // tracerName is the instrumentation scope of the host's spans.
@@ -303,6 +453,8 @@ func (h *Host) startRequestSpan(ctx context.Context, c *call, internal bool) (co
 	kind := trace.SpanKindServer
 	if internal {
 		kind = trace.SpanKindInternal
+	} else if c.traceparent != "" {
+		ctx = withRemoteParent(ctx, c.traceparent)
 	}
 	secrets := h.knownSecrets(c.s)
 	attrs := []attribute.KeyValue{
@@ -319,6 +471,52 @@ func (h *Host) startRequestSpan(ctx context.Context, c *call, internal bool) (co
 		attrs = append(attrs, attribute.String("aep.target", scrub(at.AuditTarget(), secrets)))
 	}
 	return h.tracer.Start(ctx, c.entry.Type, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+}
+
+// traceContext parses W3C traceparent headers and fields.
+var traceContext = propagation.TraceContext{}
+
+// withRemoteParent returns ctx with the span that traceparent names as its
+// remote parent, or ctx unchanged when traceparent does not parse: a
+// malformed traceparent is ignored, as W3C Trace Context asks, and the
+// request's span starts a trace of its own.
+func withRemoteParent(ctx context.Context, traceparent string) context.Context {
+	sc := trace.SpanContextFromContext(traceContext.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent}))
+	if !sc.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
+}
+
+// Tracing reports whether the host records spans, so that a transport
+// looks for a traceparent header only then.
+func (h *Host) Tracing() bool { return h.tracer != nil }
+
+// traceAnswered records the span of a request the kernel answered
+// without a worker (Session.answered), from its arrival at t0 to now.
+func (h *Host) traceAnswered(s *Session, typ string, env *wire.Envelope, t0 time.Time, code wire.Code) {
+	if h.tracer == nil {
+		return
+	}
+	ctx := context.Background()
+	if env.Traceparent != "" {
+		ctx = withRemoteParent(ctx, env.Traceparent)
+	}
+	_, span := h.tracer.Start(ctx, typ, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(t0),
+		trace.WithAttributes(attribute.String("aep.type", typ), attribute.String("aep.request_id", scrub(wire.ClipID(env.ID), h.knownSecrets(s))),
+			attribute.String("aep.session", s.handle), attribute.Int("aep.depth", 0)))
+	endSpan(span, string(code))
+}
+
+// spanCode is the outcome a request's span records: the protocol code of
+// an error reply, else the error_code of a failed tool call
+// (UNKNOWN_TOOL, TOOL_DENIED, TOOL_ERROR), which the audit record of its
+// answer holds; "" for a success.
+func spanCode(c *call, code string) string {
+	if code == "" && c.answerRec != nil && !c.answerRec.Success {
+		return c.answerRec.ErrorCode
+	}
+	return code
 }
 
 // endSpan records the outcome code on span and ends it.

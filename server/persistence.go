@@ -44,7 +44,7 @@ type persistence interface {
 	Recorder(s persist.Session, asked bool) *persist.Recorder
 	// DrainSnapshots saves every live top-level session on a drain
 	// (drain.go).
-	DrainSnapshots(ctx context.Context) (map[string]string, error)
+	DrainSnapshots(ctx context.Context) (saved map[string]string, notSaved int, err error)
 	// SessionEnded is told of every session that ended (host.go, forget).
 	SessionEnded(s persist.Session, hostGoing bool)
 
@@ -57,6 +57,13 @@ type persistence interface {
 }
 
 var _ persistence = (*persist.Keeper)(nil)
+
+// Why a snapshot was taken, as the metrics count them (observe.go).
+const (
+	kindRequest = persist.KindRequest
+	kindAuto    = persist.KindAuto
+	kindDrain   = persist.KindDrain
+)
 
 // recorder records one session's trajectory (Session.rec).
 type recorder = persist.Recorder
@@ -191,7 +198,7 @@ func (k kernelView) NewFork(src persist.Session, nth, count int) (persist.Sessio
 		}
 	})
 	switch {
-	case errors.Is(err, ErrTenantSessions):
+	case errors.Is(err, errTenantSessions):
 		return nil, &wire.Error{Code: wire.CodeRuntimeError, Message: fmt.Sprintf("fork %d of %d: your tenant is at its total of sessions on this host; no fork was kept", nth, count),
 			Detail: map[string]any{"reason": "tenant_sessions", "limit": s.tenant.total().Sessions}}
 	case errors.Is(err, ErrTooManySessions):
@@ -220,6 +227,10 @@ func (k kernelView) Secrets(ps persist.Session) []persist.Secret {
 }
 
 func (k kernelView) DropState(plugin, handle string) { k.h.dropState(plugin, handle) }
+
+func (k kernelView) SnapshotDone(s persist.Session, kind string, t0 time.Time, bytes int, err error) {
+	k.h.met.snapshotDone(s.(*sessionView).session(), kind, t0, bytes, err)
+}
 
 func (k kernelView) Usage(dir string) (int64, int) { return usage(dir, k.h.cfg.Server.Budgets.Files) }
 

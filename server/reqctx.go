@@ -25,6 +25,10 @@ type reqCtx struct {
 	waiter   context.Context
 	gone     Goner
 	goneSent atomic.Bool
+	// call is the request whose context this is, which Value answers for
+	// callKey: the host's log lines made with this context name the
+	// request and its session (observe.go).
+	call *call
 
 	mu          sync.Mutex
 	inner       context.Context // set on the first Done
@@ -103,6 +107,9 @@ func (c *reqCtx) Err() error {
 // context derived from this one (which asks for Done first) finds the
 // standard library's cancel machinery and needs no goroutine of its own.
 func (c *reqCtx) Value(key any) any {
+	if _, ok := key.(callKey); ok && c.call != nil {
+		return c.call
+	}
 	if inner := c.live(); inner != nil {
 		return inner.Value(key)
 	}

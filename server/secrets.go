@@ -6,6 +6,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aephost/aep/wire"
 )
 
 // Declared secrets (docs/DECISIONS.md, Declared secrets; docs/SECURITY.md,
@@ -240,7 +244,12 @@ func (s *scrubHandler) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (s *scrubHandler) Handle(ctx context.Context, r slog.Record) error {
 	secrets := s.h.allSecrets()
+	extra := requestAttrs(ctx, r)
 	if len(secrets) == 0 {
+		if len(extra) > 0 {
+			r = r.Clone()
+			r.AddAttrs(extra...)
+		}
 		return s.inner.Handle(ctx, r)
 	}
 	out := slog.NewRecord(r.Time, r.Level, scrub(r.Message, secrets), r.PC)
@@ -248,7 +257,41 @@ func (s *scrubHandler) Handle(ctx context.Context, r slog.Record) error {
 		out.AddAttrs(scrubAttr(a, secrets))
 		return true
 	})
+	for _, a := range extra {
+		out.AddAttrs(scrubAttr(a, secrets))
+	}
 	return s.inner.Handle(ctx, out)
+}
+
+// requestAttrs are the attributes a record made with a request's context
+// lacks and gets here, so that every line logged while a request runs
+// can be found by it: the request's id and the session's public handle
+// (never its transport id), and the trace and span ids when the request
+// is traced (docs/operating.md, Logs).
+func requestAttrs(ctx context.Context, r slog.Record) []slog.Attr {
+	if ctx == nil {
+		return nil
+	}
+	var out []slog.Attr
+	if c := callOf(ctx); c != nil {
+		has := map[string]bool{}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "session" || a.Key == "request_id" {
+				has[a.Key] = true
+			}
+			return true
+		})
+		if !has["request_id"] {
+			out = append(out, slog.String("request_id", wire.ClipID(c.id)))
+		}
+		if !has["session"] {
+			out = append(out, slog.String("session", c.s.handle))
+		}
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		out = append(out, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return out
 }
 
 func scrubAttr(a slog.Attr, secrets []string) slog.Attr {

@@ -41,6 +41,9 @@ type Session struct {
 	// scrub is the list of secrets the session may know, kept for the
 	// scrubbing of audit lines, metrics and spans (secrets.go).
 	scrub atomic.Pointer[scrubCache]
+	// lastSnapshot is when this host last wrote a snapshot of the session
+	// (unix nanos, 0: never), for aep_snapshot_age_seconds (observe.go).
+	lastSnapshot atomic.Int64
 	// budget is the session tree's one budget (budget.go).
 	budget *budget
 	// tenant is whose the session is (tenant.go): set at the handshake,
@@ -229,6 +232,27 @@ type here struct {
 	run    bool
 	waiter context.Context
 	gone   Goner
+	// traceparent is the one the transport carried (an HTTP header), for
+	// a line without its own.
+	traceparent string
+}
+
+// LineOptions say how [Session.ReceiveLineWith] takes a line.
+type LineOptions struct {
+	// Here runs the request on the calling goroutine when the session has
+	// nothing else in flight, as [Session.ReceiveLineHere] does.
+	Here bool
+	// Traceparent is a W3C traceparent the transport carried beside the
+	// line (the traceparent header of POST /send or of the WebSocket's
+	// upgrade): the host's spans of the line's request join that trace
+	// unless the message has a traceparent field of its own.
+	Traceparent string
+}
+
+// ReceiveLineWith is [Session.ReceiveLine] (with o.Here,
+// [Session.ReceiveLineHere]) of a line that came with what o says.
+func (s *Session) ReceiveLineWith(line []byte, o LineOptions) {
+	s.receiveLine(line, here{run: o.Here, traceparent: o.Traceparent})
 }
 
 // Goner is told when the one waiting for a request's reply goes away while
@@ -271,7 +295,9 @@ func (s *Session) receiveDecoded(line []byte, sc *wire.Scanned, e *wire.Entry, m
 		we := wire.AsError(err)
 		if sc.Type == "handshake/req" && we.Code == wire.CodeSchemaViolation {
 			// handshake/resp always answers a handshake (docs/DECISIONS.md, Wire).
+			t0 := time.Now()
 			s.handshakeRefused(sc.ID, we)
+			s.answered(handshakeType, &sc.Envelope, t0, we.Code)
 			return
 		}
 		s.sendError(sc.ID, we)
@@ -280,6 +306,9 @@ func (s *Session) receiveDecoded(line []byte, sc *wire.Scanned, e *wire.Entry, m
 	// A copy of the envelope goes on, which a queued request keeps: the
 	// scan (some 400 bytes) need not stay with it.
 	env := sc.Envelope
+	if env.Traceparent == "" {
+		env.Traceparent = h.traceparent
+	}
 	s.receive(e, &env, m, len(line), sc.SessionID, h)
 }
 
@@ -294,9 +323,6 @@ func (s *Session) RejectOversized(n int) {
 		Message: fmt.Sprintf("message of %d bytes is over the limit of %d bytes", n, max),
 		Detail:  map[string]any{"reason": "too_large", "limit": max}})
 }
-
-// MaxMessageBytes returns the line limit of server.limits.max_message_bytes.
-func (s *Session) MaxMessageBytes() int { return s.h.cfg.Server.Limits.MaxMessageBytes }
 
 // ReceivePacket handles one typed message of the direct codec, validated by
 // the generated validators like a decoded line.
@@ -327,7 +353,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 	}
 	switch e.Type {
 	case "handshake/req":
-		s.handshake(env, m.(*msg.HandshakeReq))
+		s.answered(e.Type, env, now, s.handshake(env, m.(*msg.HandshakeReq)))
 		return
 	case "cancel":
 		if s.Live() || sessionState(s.state.Load()) == stateDraining {
@@ -337,24 +363,22 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 	}
 	st := sessionState(s.state.Load())
 	if st == stateNew {
-		s.h.countMessage(e.Type, wire.CodeUnauthorized)
-		s.sendError(env.ID, &wire.Error{Code: wire.CodeUnauthorized, Message: "handshake required before " + e.Type})
+		s.refuse(e, env, now, &wire.Error{Code: wire.CodeUnauthorized, Message: "handshake required before " + e.Type})
 		return
 	}
 	if st != stateLive || s.h.sealed.Load() {
-		s.h.countMessage(e.Type, wire.CodeRuntimeError)
-		s.sendError(env.ID, &wire.Error{Code: wire.CodeRuntimeError, Message: "session is shutting down", Detail: map[string]any{"reason": "shutting_down"}})
+		s.refuse(e, env, now, &wire.Error{Code: wire.CodeRuntimeError, Message: "session is shutting down", Detail: map[string]any{"reason": "shutting_down"}})
 		return
 	}
 	if bodySession != "" && bodySession != s.id {
-		s.h.countMessage(e.Type, wire.CodeUnauthorized)
-		s.sendError(env.ID, &wire.Error{Code: wire.CodeUnauthorized, Message: "session_id does not match the sender's session"})
+		s.refuse(e, env, now, &wire.Error{Code: wire.CodeUnauthorized, Message: "session_id does not match the sender's session"})
 		return
 	}
 	switch e.Type {
 	case "ping":
 		s.send(&wire.Packet{Envelope: wire.Envelope{Type: "pong", ID: wire.NewID(), ReqID: env.ID},
 			Msg: &msg.Pong{UptimeSeconds: time.Since(s.h.started).Seconds()}})
+		s.answered(e.Type, env, now, "")
 		return
 	case "shutdown":
 		timeout := 10.0 // schemas/core.json: absent means 10 seconds
@@ -365,8 +389,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		return
 	}
 	if e.Capability != "" && !s.Enabled(e.Capability) {
-		s.h.countMessage(e.Type, wire.CodeCapabilityMissing)
-		s.sendError(env.ID, &wire.Error{Code: wire.CodeCapabilityMissing, Capability: e.Capability,
+		s.refuse(e, env, now, &wire.Error{Code: wire.CodeCapabilityMissing, Capability: e.Capability,
 			Message: fmt.Sprintf("capability %q is not enabled for this session", e.Capability)})
 		return
 	}
@@ -374,7 +397,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		s.sendError(env.ID, err)
 		return
 	}
-	s.admit(&call{s: s, id: env.ID, entry: e, msg: m, inBytes: size, t0: now}, h)
+	s.admit(&call{s: s, id: env.ID, entry: e, msg: m, inBytes: size, t0: now, traceparent: env.Traceparent}, h)
 }
 
 // admit queues a request for the session's workers: up to max_parallel run
@@ -407,6 +430,7 @@ func (s *Session) admit(c *call, h here) {
 		s.h.met.over.Inc()
 		s.h.countMessage(c.entry.Type, outcomeOverloaded)
 		s.sendError(c.id, wire.AsError(wire.ErrOverloaded))
+		s.h.traceAnswered(s, c.entry.Type, &wire.Envelope{ID: c.id, Traceparent: c.traceparent}, c.t0, outcomeOverloaded)
 		return
 	}
 	s.inflight[c.id] = c
@@ -494,6 +518,7 @@ func (s *Session) finish(c *call) {
 func (s *Session) run(c *call) {
 	ctx := &c.ctx
 	ctx.init(s.ctx, c.t0.Add(time.Duration(s.h.cfg.Server.Limits.RequestTimeout)))
+	ctx.call = c
 	defer ctx.cancel()
 	if c.waiter != nil {
 		ctx.watch(c.waiter, c.waiterGone)
@@ -518,22 +543,26 @@ func (s *Session) run(c *call) {
 			we = wire.AsError(wire.ErrCancelled) // what the agent was answered
 		}
 		c.replyError(we)
-		tm.latency.Observe(since(t0).Seconds())
+		d := since(t0)
+		tm.latency.Observe(d.Seconds())
 		tm.count(string(we.Code))
 		s.h.met.countTenant(s.tenant, string(we.Code))
 		endSpan(span, string(we.Code))
+		s.h.logAnswered(sctx, s, c.entry.Type, c.id, string(we.Code), d)
 		s.h.flushAudit(c, 0)
 		return
 	}
 	n := c.reply(resp)
-	tm.latency.Observe(since(t0).Seconds())
+	d := since(t0)
+	tm.latency.Observe(d.Seconds())
 	code := ""
 	if c.wasCancelled() {
 		code = string(wire.CodeCancelled)
 	}
 	tm.count(code)
 	s.h.met.countTenant(s.tenant, code)
-	endSpan(span, code)
+	endSpan(span, spanCode(c, code))
+	s.h.logAnswered(sctx, s, c.entry.Type, c.id, code, d)
 	s.h.flushAudit(c, n)
 }
 
@@ -608,6 +637,9 @@ type call struct {
 	parent  *call // set for internal requests
 	depth   int
 	t0      time.Time // when it arrived, or left the queue to run
+	// traceparent is the W3C traceparent the request came with (its
+	// envelope's, else its transport's), for its span (observe.go).
+	traceparent string
 	// waiter and waiterGone: the caller that waits for the reply of a
 	// request run on its goroutine, and how it cancels the request when
 	// it goes away (ReceiveScannedHere).
@@ -754,14 +786,14 @@ func (c *call) Dispatch(ctx context.Context, req wire.Message) (wire.Message, er
 	inner := &call{s: c.s, id: env.ID, entry: e, msg: req, parent: c, depth: c.depth + 1}
 	sctx, span := c.s.h.startRequestSpan(ctx, inner, true)
 	resp, err := c.s.h.dispatch(sctx, inner, e, req)
-	c.s.h.flushAudit(inner, 0)
 	if span != nil {
 		code := ""
 		if err != nil {
 			code = string(wire.AsError(err).Code)
 		}
-		endSpan(span, code)
+		endSpan(span, spanCode(inner, code))
 	}
+	c.s.h.flushAudit(inner, 0)
 	if err != nil {
 		// The caller (a chain, a subagent) may pass the error on to the
 		// agent, so it gets the same safe form a reply would.

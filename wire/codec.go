@@ -113,6 +113,9 @@ func (b *bodyEncoder) Write(p []byte) (int, error) {
 		// the longest ts strconv writes for a time of this era.
 		size := len(`{"type":,"id":,"proto":"`+ProtoVersion+`","ts":,"req_id":}`) + 6 +
 			len(b.env.Type) + len(b.env.ID) + len(b.env.ReqID) + 24 + len(body)
+		if b.env.Traceparent != "" {
+			size += len(`,"traceparent":""`) + len(b.env.Traceparent)
+		}
 		b.dst = make([]byte, 0, size)
 	}
 	b.dst = appendEnveloped(b.dst, &b.env, body)
@@ -137,6 +140,10 @@ func appendEnveloped(dst []byte, env *Envelope, body []byte) []byte {
 	if env.ReqID != "" || env.Type == "error" {
 		dst = append(dst, `,"req_id":`...)
 		dst = appendString(dst, env.ReqID)
+	}
+	if env.Traceparent != "" {
+		dst = append(dst, `,"traceparent":`...)
+		dst = appendString(dst, env.Traceparent)
 	}
 	if len(body) > 2 {
 		dst = append(dst, ',')

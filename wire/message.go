@@ -23,6 +23,11 @@ type Envelope struct {
 	TS float64
 	// Proto is the protocol version the peer sent (empty when absent).
 	Proto string
+	// Traceparent is the W3C Trace Context traceparent of an agent's
+	// message (schemas/envelope.json): the span of the agent's own trace
+	// the host's spans of this message join. Empty when absent or not a
+	// string; the host ignores a value it cannot parse.
+	Traceparent string
 }
 
 // Packet is one message with its envelope, as it crosses a transport.

@@ -10,6 +10,11 @@ import (
 	"unicode/utf8"
 )
 
+// MaxTraceparent bounds the traceparent the host keeps: W3C Trace
+// Context's version 00 has 55 characters, and later versions may only
+// append fields; a longer value is ignored like a malformed one.
+const MaxTraceparent = 256
+
 // maxDepth bounds nesting so a hostile line cannot exhaust the stack.
 const maxDepth = 128
 
@@ -476,6 +481,8 @@ func (s *scanner) envelopeValue(key span) error {
 			name = "session_id"
 		case "ts":
 			name = "ts"
+		case "traceparent":
+			name = "traceparent"
 		}
 	} else {
 		name = unquote(s.b[key.start:key.end])
@@ -489,6 +496,23 @@ func (s *scanner) envelopeValue(key span) error {
 		s.out.HasTS = true
 	}
 	switch name {
+	case "traceparent":
+		if !isString {
+			return s.value(1) // not a traceparent: ignored, as W3C Trace Context asks
+		}
+		sp, err := s.str()
+		if err != nil {
+			return err
+		}
+		if sp.end-sp.start > MaxTraceparent {
+			return nil // no traceparent is this long: ignored
+		}
+		if sp.escaped {
+			s.out.Traceparent = unquote(s.b[sp.start:sp.end])
+		} else {
+			s.out.Traceparent = string(s.b[sp.start:sp.end])
+		}
+		return nil
 	case "type", "id", "proto", "req_id", "session_id":
 		if !isString {
 			switch name {

@@ -447,3 +447,46 @@ func TestPlainRunStopsAtEveryByteThatIsNotPlain(t *testing.T) {
 		}
 	}
 }
+
+// TestScanTraceparent: the envelope's optional traceparent is captured
+// when it is a string of a traceparent's size, and ignored otherwise (not
+// a string, too long), never an error (schemas/envelope.json).
+func TestScanTraceparent(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	long := strings.Repeat("a", wire.MaxTraceparent+1)
+	cases := []struct {
+		name, line, want string
+	}{
+		{"string", `{"type":"ping","traceparent":"` + tp + `"}`, tp},
+		{"escaped key", `{"type":"ping","trace\u0070arent":"` + tp + `"}`, tp},
+		{"absent", `{"type":"ping"}`, ""},
+		{"number", `{"type":"ping","traceparent":7}`, ""},
+		{"object", `{"type":"ping","traceparent":{"a":1}}`, ""},
+		{"too long", `{"type":"ping","traceparent":"` + long + `"}`, ""},
+		{"nested is not the envelope's", `{"type":"ping","body":{"traceparent":"` + tp + `"}}`, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var sc wire.Scanned
+			if err := wire.Scan([]byte(c.line), &sc); err != nil {
+				t.Fatal(err)
+			}
+			if sc.Traceparent != c.want {
+				t.Errorf("traceparent %q, want %q", sc.Traceparent, c.want)
+			}
+		})
+	}
+	line, err := wire.Encode(&wire.Envelope{Type: "ping", ID: "p", Traceparent: tp}, emptyBody{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc wire.Scanned
+	if err := wire.Scan(line, &sc); err != nil || sc.Traceparent != tp {
+		t.Errorf("encoded %s: scanned traceparent %q (%v), want %q", line, sc.Traceparent, err, tp)
+	}
+}
+
+type emptyBody struct{}
+
+func (emptyBody) MessageType() string { return "ping" }
+func (emptyBody) Validate() error     { return nil }

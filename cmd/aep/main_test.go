@@ -33,7 +33,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "aep")
-	build := exec.Command("go", "build", "-o", bin, ".")
+	// Stamped as the Dockerfile stamps the image's binary (telemetry_test.go).
+	ldflags, err := dockerfileLdflags()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building aep:", err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -34,14 +33,15 @@ func cmdMCP(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fmt.Fprintln(stderr, "Usage: aep mcp --stdio [--config FILE] [--data-dir DIR]")
 		return errUsage
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg, _, err := loadServeConfig(*configPath)
 	if err != nil {
 		return err
+	}
+	// The level is the flag's (warn: MCP clients show a server's stderr),
+	// the format the file's.
+	log, err := newLogger(stderr, cfg.Log, *logLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
 	}
 	tokenEnv := cfg.MCPFace.TokenEnv
 	if tokenEnv == "" {

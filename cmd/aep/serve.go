@@ -14,8 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/configcheck"
+	"github.com/aephost/aep/internal/version"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/store"
 )
@@ -42,7 +45,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	listen := f.String("listen", "127.0.0.1:8765", "HTTP listen `ADDR` (overrides server.listen)")
 	dataDir := f.String("data-dir", "./aep-data", "`DIR` for the store, the audit log and plugin files")
 	stdio := f.Bool("stdio", false, "serve one session as NDJSON on stdin/stdout instead of HTTP")
-	logLevel := f.String("log-level", "info", "log `LEVEL`: debug, info, warn or error (logs go to stderr)")
+	logLevel := f.String("log-level", "info", "log `LEVEL`: debug, info, warn or error (logs go to stderr); overrides log.level")
 	f.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: aep serve [flags]\n\nRuns the host. The auth token is server.auth_token, else $AEP_AUTH_TOKEN, else generated and printed once to stderr.\n\n")
 		f.PrintDefaults()
@@ -54,15 +57,20 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		f.Usage()
 		return errUsage
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	// Logs go to stderr only: in --stdio mode stdout carries the protocol.
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-
 	cfg, doc, err := loadServeConfig(*configPath)
 	if err != nil {
+		return err
+	}
+	level := cfg.Log.Level
+	if flagSet(f, "log-level") {
+		level = *logLevel
+	}
+	// Logs go to stderr only: in --stdio mode stdout carries the protocol.
+	log, err := newLogger(stderr, cfg.Log, level)
+	if err != nil {
+		if flagSet(f, "log-level") {
+			return fmt.Errorf("--log-level: %w", err)
+		}
 		return err
 	}
 	if flagSet(f, "listen") || cfg.Server.Listen == "" {
@@ -103,11 +111,16 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		log.Warn("audit off (audit.enabled: false)")
 	}
 
+	instanceID := newInstanceID()
 	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = sigCtx
 	if ep := cfg.Operator.OTLPEndpoint; ep != "" {
-		tp, err := newTracerProvider(ctx, ep)
+		hostID := cfg.Server.HostID
+		if hostID == "" {
+			hostID = server.DefaultHostID()
+		}
+		tp, err := newTracerProvider(ctx, ep, traceResource(hostID, instanceID))
 		if err != nil {
 			return err
 		}
@@ -116,8 +129,11 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			defer cancel()
 			_ = tp.Shutdown(sctx) // flushes the spans still batched
 		}()
+		// The exporter's failures (a collector down) go to the host's log,
+		// in its format, not to the standard library's logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export failed", "err", err) }))
 		opts = append(opts, server.WithTracerProvider(tp))
-		log.Info("traces exported over OTLP/HTTP", "endpoint", ep)
+		log.Info("traces exported over OTLP/HTTP", "endpoint", ep, "instance_id", instanceID, "host_id", hostID)
 	}
 	// The shared store: SQLite at <data-dir>/aep.db unless store.dsn says
 	// otherwise (docs/DECISIONS.md, State). It outlives the host, which may use it while
@@ -140,7 +156,9 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		return err
 	}
-	log.Info("host started", "plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir,
+	v := version.Get()
+	log.Info("host started", "version", v.Version, "commit", v.Commit, "host_id", h.Config().Server.HostID, "instance_id", instanceID,
+		"plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir,
 		"tenants", strings.Join(h.TenantNames(), ","))
 	// SIGHUP reloads the tenants of the configuration file (its other
 	// settings need a restart): a secret added is accepted and one removed
@@ -295,6 +313,6 @@ func drain(h *server.Host, op server.OperatorConfig, log *slog.Logger) {
 	if res.Unfinished > 0 {
 		log.Warn("drain timed out; requests still in flight are cut off", "unfinished", res.Unfinished)
 	}
-	log.Info("drained", "snapshots", len(res.Snapshots))
+	log.Info("drained", "snapshots", len(res.Snapshots), "sessions_not_saved", res.NotSaved, "took", res.Took)
 	time.Sleep(drainLinger)
 }

@@ -10,6 +10,7 @@ import (
 
 	gen "github.com/aephost/aep/gen/httpapi"
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
 )
 
@@ -80,7 +81,23 @@ func (a *api) sendHandler(ctx context.Context, _ http.ResponseWriter, r *http.Re
 	if !ok { // the generated handler passes nothing else
 		return nil, fmt.Errorf("send: request of type %T", req)
 	}
-	return a.send(ctx, sr, parseAccept(r.Header.Get("Accept")))
+	tp := ""
+	if a.h.Tracing() {
+		tp = traceparentHeader(r)
+	}
+	return a.send(ctx, sr, parseAccept(r.Header.Get("Accept")), tp)
+}
+
+// traceparentHeader returns the request's W3C traceparent header (W3C
+// Trace Context §3.2), which the host's spans of the message join unless
+// the message carries a traceparent of its own; "" when absent or given
+// more than once (such a header is to be ignored).
+func traceparentHeader(r *http.Request) string {
+	v := r.Header.Values("Traceparent")
+	if len(v) != 1 || len(v[0]) > wire.MaxTraceparent {
+		return ""
+	}
+	return strings.TrimSpace(v[0])
 }
 
 // exchanges are the single exchanges waiting on one session, by request id.
@@ -221,7 +238,7 @@ func (x *exchange) take() (events [][]byte, dropped int, reply []byte) {
 }
 
 // sendExchange answers one POST /send in single-exchange mode.
-func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode exchangeMode) gen.SendResponseObject {
+func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode exchangeMode, traceparent string) gen.SendResponseObject {
 	var sc wire.Scanned
 	if err := wire.Scan(line, &sc); err != nil || !sc.HasID || sc.IDNotString || sc.ID == "" {
 		// The kernel could answer this line only with an error whose
@@ -237,13 +254,16 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		st.sess.ReceiveLine(line) // cancel, shutdown: no reply to wait for
 		return accepted{}
 	}
+	if sc.Traceparent == "" {
+		sc.Traceparent = traceparent
+	}
 	x := newExchange(st, sc.ID, mode, a.opts.BufferBytes)
 	if !st.ex.add(x) {
 		return answerNow(mode, errorLine(sc.ID, &wire.Error{Code: wire.CodeSchemaViolation,
 			Message: "a request with this id is already in flight", Detail: map[string]any{"field": "id"}}))
 	}
 	if mode == modeSSE {
-		st.sess.ReceiveLine(line)
+		st.sess.ReceiveLineWith(line, server.LineOptions{Traceparent: traceparent})
 		return &sseExchange{x: x, ctx: ctx}
 	}
 	// This goroutine waits for the reply anyway, so the kernel may run the

@@ -412,11 +412,12 @@ func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObjec
 // Send implements POST /send: the body goes to the kernel as one line,
 // whatever it holds; its answer, or its parse_error, arrives on the stream.
 func (a *api) Send(ctx context.Context, req gen.SendRequestObject) (gen.SendResponseObject, error) {
-	return a.send(ctx, req, modeStream)
+	return a.send(ctx, req, modeStream, "")
 }
 
-// send answers POST /send in mode (exchangeMiddleware).
-func (a *api) send(ctx context.Context, req gen.SendRequestObject, mode exchangeMode) (gen.SendResponseObject, error) {
+// send answers POST /send in mode (exchangeMiddleware); traceparent is
+// the request's traceparent header, when the host traces.
+func (a *api) send(ctx context.Context, req gen.SendRequestObject, mode exchangeMode, traceparent string) (gen.SendResponseObject, error) {
 	st, ok := a.lookup(req.Params.XSessionId)
 	if !ok {
 		return gen.Send404JSONResponse{NotFoundJSONResponse: notFound(req.Params.XSessionId)}, nil
@@ -429,7 +430,11 @@ func (a *api) send(ctx context.Context, req gen.SendRequestObject, mode exchange
 		line = unsafe.Slice(unsafe.StringData(*req.Body), len(*req.Body))
 	}
 	if mode != modeStream {
-		return a.sendExchange(ctx, st, line, mode), nil
+		return a.sendExchange(ctx, st, line, mode, traceparent), nil
+	}
+	if traceparent != "" {
+		st.sess.ReceiveLineWith(line, server.LineOptions{Traceparent: traceparent})
+		return accepted{}, nil
 	}
 	st.sess.ReceiveLine(line)
 	return accepted{}, nil

@@ -120,6 +120,12 @@ func (hub *wsHub) serve(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	conn := &wsConn{hub: hub, ctx: ctx, cancel: cancel}
+	if a.h.Tracing() {
+		// The upgrade's traceparent is the parent of the spans of every
+		// message on this connection that has none of its own
+		// (docs/operating.md, Traces).
+		conn.traceparent = traceparentHeader(r)
+	}
 	var ws *wsSession
 	var err error
 	if want == nil {
@@ -507,6 +513,9 @@ type wsConn struct {
 	// runs of its own.
 	turn       atomic.Uint64
 	readerDone chan struct{} // closed when reading ended (the connection is done)
+	// traceparent is the upgrade request's traceparent header, when the
+	// host traces.
+	traceparent string
 }
 
 const (
@@ -614,7 +623,11 @@ func (conn *wsConn) receiveHere(ws *wsSession, line []byte) bool {
 	v := conn.turn.Load()&^modeBits + 1<<2 // a new run
 	conn.turn.Store(v | runningHere)
 	conn.hub.watch.begin(conn, v)
-	ws.sess.ReceiveLineHere(line)
+	if conn.traceparent != "" {
+		ws.sess.ReceiveLineWith(line, server.LineOptions{Here: true, Traceparent: conn.traceparent})
+	} else {
+		ws.sess.ReceiveLineHere(line)
+	}
 	if !conn.turn.CompareAndSwap(v|runningHere, v|reading) {
 		return false // handed off: the new reader's runs are its own
 	}

@@ -49,7 +49,7 @@ type rig struct {
 	cancelled chan struct{}
 }
 
-func newRig(t testing.TB, edit func(*server.Config)) *rig {
+func newRig(t testing.TB, edit func(*server.Config), opts ...server.Option) *rig {
 	t.Helper()
 	r := &rig{started: make(chan struct{}, 16), cancelled: make(chan struct{}, 16)}
 	reg := toolrun.NewRegistry()
@@ -88,7 +88,7 @@ func newRig(t testing.TB, edit func(*server.Config)) *rig {
 			edit(c)
 		}
 	})
-	r.h = aeptest.NewHost(t, cfg, []server.PluginSpec{aeptest.Plugin("tools", tools.NewPlugin(reg))})
+	r.h = aeptest.NewHost(t, cfg, []server.PluginSpec{aeptest.Plugin("tools", tools.NewPlugin(reg))}, opts...)
 	r.face = mcpface.New(r.h)
 	t.Cleanup(r.face.Close)
 	srv := httptest.NewServer(r.face)
@@ -100,8 +100,13 @@ func newRig(t testing.TB, edit func(*server.Config)) *rig {
 // connect starts mcp-go's client on the face over streamable HTTP, pinned
 // to rev, and checks that rev is what was negotiated.
 func (r *rig) connect(t testing.TB, rev string, token string, opts ...mcpclient.ClientOption) (*mcpclient.Client, error) {
+	return r.connectWith(t, rev, map[string]string{"Authorization": "Bearer " + token}, opts...)
+}
+
+// connectWith is connect with the HTTP headers of every request.
+func (r *rig) connectWith(t testing.TB, rev string, headers map[string]string, opts ...mcpclient.ClientOption) (*mcpclient.Client, error) {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(r.url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	tr, err := transport.NewStreamableHTTP(r.url, transport.WithHTTPHeaders(headers))
 	if err != nil {
 		t.Fatal(err)
 	}

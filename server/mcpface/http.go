@@ -13,6 +13,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // httpSession is one MCP session of the 2025-11-25 (and older) revisions:
@@ -57,6 +58,12 @@ func (m *idManager) Terminate(id string) (bool, error) {
 // 2026-07-28 revision, which has no sessions, is served by an aep session
 // of its own that ends with the request.
 func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.h.Tracing() && r.Header.Get("Traceparent") != "" {
+		// The MCP client's trace: the aep requests this MCP request makes
+		// carry it (the Go client sets their traceparent from the context),
+		// so their spans join it (docs/operating.md, Traces).
+		r = r.WithContext(propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+	}
 	token, ok := bearer(r)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="aep", error="invalid_token"`)

@@ -134,7 +134,7 @@ func (p *Keeper) autoSnapshot(ctx context.Context, s Session) bool {
 	}
 	sctx, cancel := context.WithTimeout(ctx, autoSnapshotTimeout)
 	defer cancel()
-	t, err := p.takeSnapshot(sctx, s, "sql", kindAuto)
+	t, err := p.takeSnapshot(sctx, s, "sql", KindAuto)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("automatic snapshot failed; tried again at the next round", "session", s.Handle(), "err", err)
@@ -149,7 +149,7 @@ func (p *Keeper) autoSnapshot(ctx context.Context, s Session) bool {
 // deleteAutoSnapshots deletes the automatic snapshots of the session with
 // owner key owner, except keep.
 func (p *Keeper) deleteAutoSnapshots(ctx context.Context, owner, keep string) {
-	q := p.store.Client.Snapshot.Delete().Where(snapshot.SessionID(owner), snapshot.Kind(kindAuto))
+	q := p.store.Client.Snapshot.Delete().Where(snapshot.SessionID(owner), snapshot.Kind(KindAuto))
 	if keep != "" {
 		q = q.Where(snapshot.IDNEQ(keep))
 	}

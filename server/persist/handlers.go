@@ -19,7 +19,7 @@ func (p *Keeper) SessionSnapshot(ctx context.Context, s Session, req *msg.Sessio
 	if target == "" {
 		target = string(msg.SessionSnapshotReqTargetFile) // the schema's default
 	}
-	t, err := p.takeSnapshot(ctx, s, target, kindRequest)
+	t, err := p.takeSnapshot(ctx, s, target, KindRequest)
 	if err != nil {
 		return nil, err
 	}

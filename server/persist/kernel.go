@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/aephost/aep/gen/msg"
 )
@@ -30,6 +31,10 @@ type Kernel interface {
 	// with public handle handle in its SessionState containers, before a
 	// restore replaces that state.
 	DropState(plugin, handle string)
+	// SnapshotDone is told of every snapshot of s, of kind (request,
+	// drain or auto), begun at t0: its stored size, or why it was not
+	// taken (the host's metrics, server/observe.go).
+	SnapshotDone(s Session, kind string, t0 time.Time, bytes int, err error)
 	// Usage measures dir as the session budgets do (server/budget.go):
 	// the bytes of its regular files and its entries.
 	Usage(dir string) (bytes int64, entries int)

@@ -95,11 +95,12 @@ type snapshotPayload struct {
 	Files *filesInfo `json:"files,omitempty"`
 }
 
-// Why a snapshot was taken (the store row's kind).
+// Why a snapshot was taken: the store row's kind, and what the kernel's
+// metrics count snapshots by ([Kernel.SnapshotDone]).
 const (
-	kindRequest = "request"
-	kindDrain   = "drain"
-	kindAuto    = "auto"
+	KindRequest = "request" // an agent's session/snapshot
+	KindDrain   = "drain"   // a drain's (drain.go)
+	KindAuto    = "auto"    // an automatic one (autosnap.go)
 )
 
 // snapshotTaken is what taking a snapshot did.
@@ -124,8 +125,16 @@ func newSnapshotID(target string) string { return target + "-" + wire.RandomHex(
 // kind. A sql snapshot carries a copy of the session directory within
 // server.snapshots.files_max_bytes (archive.go); a file snapshot keeps
 // referring to the directory on this host's disk, which stays (pinned)
-// after the session ends.
-func (p *Keeper) takeSnapshot(ctx context.Context, s Session, target, kind string) (snapshotTaken, error) {
+// after the session ends. The kernel is told how it went, for its
+// metrics.
+func (p *Keeper) takeSnapshot(ctx context.Context, s Session, target, kind string) (t snapshotTaken, err error) {
+	t0 := time.Now()
+	defer func() { p.k.SnapshotDone(s, kind, t0, t.bytes, err) }()
+	return p.writeSnapshot(ctx, s, target, kind)
+}
+
+// writeSnapshot is takeSnapshot without the kernel's metrics.
+func (p *Keeper) writeSnapshot(ctx context.Context, s Session, target, kind string) (snapshotTaken, error) {
 	if err := p.targetAvailable(target); err != nil {
 		return snapshotTaken{}, err
 	}
@@ -134,7 +143,7 @@ func (p *Keeper) takeSnapshot(ctx context.Context, s Session, target, kind strin
 		return snapshotTaken{}, err
 	}
 	pl.SnapshotID = newSnapshotID(target)
-	if kind != kindRequest {
+	if kind != KindRequest {
 		pl.Kind = kind
 	}
 	var archive []byte
@@ -160,10 +169,10 @@ func (p *Keeper) takeSnapshot(ctx context.Context, s Session, target, kind strin
 	// A snapshot without its files refers to the session's directory,
 	// which then outlives the session on this host; an automatic one never
 	// keeps a directory, or every session's would stay.
-	if (pl.Files == nil || pl.Files.State != filesStored) && kind != kindAuto {
+	if (pl.Files == nil || pl.Files.State != filesStored) && kind != KindAuto {
 		p.pinDir(s.Handle())
 	}
-	p.applyRetention(ctx, pl.Owner, target, pl.SnapshotID, kind != kindAuto)
+	p.applyRetention(ctx, pl.Owner, target, pl.SnapshotID, kind != KindAuto)
 	return t, nil
 }
 

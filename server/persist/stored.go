@@ -163,7 +163,7 @@ func (p *Keeper) fileSnapshots(ctx context.Context, sessions []string) ([]stored
 		if owner := pl.owner(); sessions == nil || slices.Contains(sessions, owner) {
 			kind := pl.Kind
 			if kind == "" {
-				kind = kindRequest
+				kind = KindRequest
 			}
 			out = append(out, storedSnapshot{id: id, target: "file", session: owner, agent: pl.AgentID, kind: kind, bytes: len(doc), created: pl.Created})
 		}

@@ -45,6 +45,7 @@ type Store struct {
 	db      *sql.DB
 	path    string
 	dialect string
+	met     *metrics // observe.go
 }
 
 // pragmas are applied to every SQLite connection of the pool (modernc's
@@ -97,7 +98,8 @@ func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
 	if query.Get("_txlock") == "" {
 		query.Set("_txlock", "immediate")
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?"+query.Encode())
+	m := newMetrics()
+	db, err := openTimed("sqlite", "file:"+path+"?"+query.Encode(), m)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -105,13 +107,14 @@ func Open(ctx context.Context, dsn, dataDir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	return migrate(ctx, db, dialect.SQLite, path)
+	return migrate(ctx, db, dialect.SQLite, path, m)
 }
 
 // openPostgres opens PostgreSQL. Its DSN may hold a password, so errors
 // name the database by where only (host and database name).
 func openPostgres(ctx context.Context, dsn, where string) (*Store, error) {
-	db, err := sql.Open("pgx", dsn)
+	m := newMetrics()
+	db, err := openTimed("pgx", dsn, m)
 	if err != nil {
 		return nil, fmt.Errorf("store: open postgres %s: %w", where, err)
 	}
@@ -119,7 +122,7 @@ func openPostgres(ctx context.Context, dsn, where string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: open postgres %s: %w", where, err)
 	}
-	return migrate(ctx, db, dialect.Postgres, where)
+	return migrate(ctx, db, dialect.Postgres, where, m)
 }
 
 // pgMigrateLock is the PostgreSQL advisory lock key ("aep.migr" in ASCII)
@@ -130,7 +133,7 @@ func openPostgres(ctx context.Context, dsn, where string) (*Store, error) {
 const pgMigrateLock = 0x6165702e6d696772
 
 // migrate wraps db in an ent client and creates or updates every entity's tables.
-func migrate(ctx context.Context, db *sql.DB, dia, where string) (*Store, error) {
+func migrate(ctx context.Context, db *sql.DB, dia, where string, m *metrics) (*Store, error) {
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dia, db)))
 	if dia == dialect.Postgres {
 		// The lock belongs to one connection, held apart from the pool
@@ -151,7 +154,7 @@ func migrate(ctx context.Context, db *sql.DB, dia, where string) (*Store, error)
 		client.Close()
 		return nil, fmt.Errorf("store: migrate %s: %w", where, err)
 	}
-	st := &Store{Client: client, db: db, dialect: dia}
+	st := &Store{Client: client, db: db, dialect: dia, met: m}
 	if dia == dialect.SQLite {
 		st.path = where
 	}

@@ -50,6 +50,10 @@ type contract struct {
 	defs       map[string]any      // non-message defs, by bundle name
 	codes      []errorCode         // sorted by code
 	envelope   map[string]any      // envelope.json's Envelope properties
+	// replyEnvelope is envelope.json's Reply properties: a host message
+	// carries only these of the envelope's fields (not an agent's
+	// traceparent).
+	replyEnvelope map[string]any
 }
 
 type errorCode struct {
@@ -241,8 +245,11 @@ func readContract(sources []source) (*contract, error) {
 			def, _ := defs[dn].(map[string]any)
 			key := s.name + "#" + dn
 			if skipDefs[key] {
-				if dn == "Envelope" {
+				switch dn {
+				case "Envelope":
 					c.envelope, _ = def["properties"].(map[string]any)
+				case "Reply":
+					c.replyEnvelope, _ = def["properties"].(map[string]any)
 				}
 				continue
 			}
@@ -485,6 +492,9 @@ func agentSends(kind string) bool { return kind == kindRequest || kind == kindNo
 func (c *contract) wholeMessage(m *message) map[string]any {
 	props := map[string]any{}
 	for k, v := range c.envelope {
+		if _, host := c.replyEnvelope[k]; !agentSends(m.Kind) && !host {
+			continue
+		}
 		props[k] = v
 	}
 	typeProp := map[string]any{"type": "string", "const": m.Type}

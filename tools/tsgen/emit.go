@@ -47,9 +47,10 @@ func (t *typeList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// envelope are the fields every message has; a request's body is the
-// message without them, as the client fills them in.
-var envelope = []string{"type", "id", "proto", "ts", "req_id"}
+// envelope are the fields of the envelope (schemas/envelope.json); a
+// request's body is the message without them, as the client fills them
+// in (traceparent from RequestOptions.traceparent).
+var envelope = []string{"type", "id", "proto", "ts", "req_id", "traceparent"}
 
 type emitter struct {
 	defs map[string]*schema

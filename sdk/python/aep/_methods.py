@@ -31,11 +31,13 @@ class AsyncMethods:
     async def cancel(
         self,
         req_id: str,
+        *,
+        traceparent: Optional[str] = None,
     ) -> None:
         """``cancel``. Stops the request whose id is req_id; that request is
         answered with `cancelled` (docs/DECISIONS.md, Wire).
         """
-        await self._notify(m.CancelMessage, {"req_id": req_id}, {})
+        await self._notify(m.CancelMessage, {"req_id": req_id}, {"traceparent": traceparent})
 
     async def chain_define(
         self,
@@ -43,6 +45,7 @@ class AsyncMethods:
         chain: m.ChainDefinition,
         name: str,
         session_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ChainDefineRespMessage:
@@ -50,7 +53,7 @@ class AsyncMethods:
         chain under a name for this session, replacing one of the same name;
         chain/run/req then runs it by name.
         """
-        return await self._request(m.ChainDefineReqMessage, {"chain": chain, "name": name}, {"session_id": session_id}, m.ChainDefineRespMessage, call_timeout, on_event)
+        return await self._request(m.ChainDefineReqMessage, {"chain": chain, "name": name}, {"session_id": session_id, "traceparent": traceparent}, m.ChainDefineRespMessage, call_timeout, on_event)
 
     async def chain_run(
         self,
@@ -62,37 +65,40 @@ class AsyncMethods:
         name: Optional[str] = None,
         session_id: Optional[str] = None,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ChainRunRespMessage:
         """``chain/run/req`` → ``chain/run/resp``. Runs a chain, given inline
         or by the name of a defined one (exactly one of the two).
         """
-        return await self._request(m.ChainRunReqMessage, {}, {"chain": chain, "correlation_id": correlation_id, "input": input, "max_concurrency": max_concurrency, "name": name, "session_id": session_id, "timeout": timeout}, m.ChainRunRespMessage, call_timeout, on_event)
+        return await self._request(m.ChainRunReqMessage, {}, {"chain": chain, "correlation_id": correlation_id, "input": input, "max_concurrency": max_concurrency, "name": name, "session_id": session_id, "timeout": timeout, "traceparent": traceparent}, m.ChainRunRespMessage, call_timeout, on_event)
 
     async def env_close(
         self,
         episode_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvCloseRespMessage:
         """``env/close/req`` → ``env/close/resp``. Closes an episode and frees
         its resources; later use of its id is an error.
         """
-        return await self._request(m.EnvCloseReqMessage, {"episode_id": episode_id}, {}, m.EnvCloseRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvCloseReqMessage, {"episode_id": episode_id}, {"traceparent": traceparent}, m.EnvCloseRespMessage, call_timeout, on_event)
 
     async def env_data_add(
         self,
         parts: list[m.DataPart],
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvDataAddRespMessage:
         """``env/data/add/req`` → ``env/data/add/resp``. Stages `parts` into
         the session's data root (spec §4.2 Env data plane).
         """
-        return await self._request(m.EnvDataAddReqMessage, {"parts": parts}, {}, m.EnvDataAddRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvDataAddReqMessage, {"parts": parts}, {"traceparent": traceparent}, m.EnvDataAddRespMessage, call_timeout, on_event)
 
     async def env_data_get(
         self,
@@ -101,6 +107,7 @@ class AsyncMethods:
         inline: Optional[bool] = None,
         max_inline_bytes: Optional[int] = None,
         path: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvDataGetRespMessage:
@@ -109,11 +116,12 @@ class AsyncMethods:
         every file matching `glob` (path.Match syntax per segment, relative
         to the root), or every file when neither is given.
         """
-        return await self._request(m.EnvDataGetReqMessage, {}, {"glob": glob, "inline": inline, "max_inline_bytes": max_inline_bytes, "path": path}, m.EnvDataGetRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvDataGetReqMessage, {}, {"glob": glob, "inline": inline, "max_inline_bytes": max_inline_bytes, "path": path, "traceparent": traceparent}, m.EnvDataGetRespMessage, call_timeout, on_event)
 
     async def env_data_reset(
         self,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvDataResetRespMessage:
@@ -121,42 +129,45 @@ class AsyncMethods:
         session's data root to pristine: clears it and re-stages the
         configured baseline corpus (spec §4.2).
         """
-        return await self._request(m.EnvDataResetReqMessage, {}, {}, m.EnvDataResetRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvDataResetReqMessage, {}, {"traceparent": traceparent}, m.EnvDataResetRespMessage, call_timeout, on_event)
 
     async def env_list(
         self,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvListRespMessage:
         """``env/list/req`` → ``env/list/resp``. Lists the environments the
         host can run.
         """
-        return await self._request(m.EnvListReqMessage, {}, {}, m.EnvListRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvListReqMessage, {}, {"traceparent": traceparent}, m.EnvListRespMessage, call_timeout, on_event)
 
     async def env_observe(
         self,
         episode_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvObserveRespMessage:
         """``env/observe/req`` → ``env/observe/resp``. Returns an open
         episode's latest observation and status without stepping it.
         """
-        return await self._request(m.EnvObserveReqMessage, {"episode_id": episode_id}, {}, m.EnvObserveRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvObserveReqMessage, {"episode_id": episode_id}, {"traceparent": traceparent}, m.EnvObserveRespMessage, call_timeout, on_event)
 
     async def env_render(
         self,
         episode_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvRenderRespMessage:
         """``env/render/req`` → ``env/render/resp``. Renders an open episode as
         text.
         """
-        return await self._request(m.EnvRenderReqMessage, {"episode_id": episode_id}, {}, m.EnvRenderRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvRenderReqMessage, {"episode_id": episode_id}, {"traceparent": traceparent}, m.EnvRenderRespMessage, call_timeout, on_event)
 
     async def env_reset(
         self,
@@ -165,6 +176,7 @@ class AsyncMethods:
         episode_id: Optional[str] = None,
         options: Optional[dict[str, Any]] = None,
         seed: Optional[int] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvResetRespMessage:
@@ -172,13 +184,14 @@ class AsyncMethods:
         `env_name`, or restarts the episode `episode_id` (which must be of
         that environment and still open).
         """
-        return await self._request(m.EnvResetReqMessage, {"env_name": env_name}, {"episode_id": episode_id, "options": options, "seed": seed}, m.EnvResetRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvResetReqMessage, {"env_name": env_name}, {"episode_id": episode_id, "options": options, "seed": seed, "traceparent": traceparent}, m.EnvResetRespMessage, call_timeout, on_event)
 
     async def env_spaces(
         self,
         *,
         env_name: Optional[str] = None,
         episode_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvSpacesRespMessage:
@@ -186,18 +199,19 @@ class AsyncMethods:
         observation spaces (JSON Schema) of an environment, named by
         `env_name` or by one of the session's open episodes.
         """
-        return await self._request(m.EnvSpacesReqMessage, {}, {"env_name": env_name, "episode_id": episode_id}, m.EnvSpacesRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvSpacesReqMessage, {}, {"env_name": env_name, "episode_id": episode_id, "traceparent": traceparent}, m.EnvSpacesRespMessage, call_timeout, on_event)
 
     async def env_step(
         self,
         *,
         action: Any,
         episode_id: str,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvStepRespMessage:
         """``env/step/req`` → ``env/step/resp``. Applies one action."""
-        return await self._request(m.EnvStepReqMessage, {"action": action, "episode_id": episode_id}, {}, m.EnvStepRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvStepReqMessage, {"action": action, "episode_id": episode_id}, {"traceparent": traceparent}, m.EnvStepRespMessage, call_timeout, on_event)
 
     async def env_step_batch(
         self,
@@ -205,6 +219,7 @@ class AsyncMethods:
         actions: list[Any],
         episode_ids: list[str],
         autoreset_mode: Optional[Literal["next_step", "same_step", "disabled"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvStepBatchRespMessage:
@@ -212,7 +227,7 @@ class AsyncMethods:
         episodes in one request, `actions[i]` for `episode_ids[i]`, with
         Gymnasium's vector-environment autoreset modes.
         """
-        return await self._request(m.EnvStepBatchReqMessage, {"actions": actions, "episode_ids": episode_ids}, {"autoreset_mode": autoreset_mode}, m.EnvStepBatchRespMessage, call_timeout, on_event)
+        return await self._request(m.EnvStepBatchReqMessage, {"actions": actions, "episode_ids": episode_ids}, {"autoreset_mode": autoreset_mode, "traceparent": traceparent}, m.EnvStepBatchRespMessage, call_timeout, on_event)
 
     async def handshake(
         self,
@@ -221,17 +236,19 @@ class AsyncMethods:
         agent_id: str,
         auth_token: str,
         record_trajectory: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.HandshakeRespMessage:
         """``handshake/req`` → ``handshake/resp``. Opens a session (spec §2.4)."""
-        return await self._request(m.HandshakeReqMessage, {"agent_caps": agent_caps, "agent_id": agent_id, "auth_token": auth_token}, {"record_trajectory": record_trajectory}, m.HandshakeRespMessage, call_timeout, on_event)
+        return await self._request(m.HandshakeReqMessage, {"agent_caps": agent_caps, "agent_id": agent_id, "auth_token": auth_token}, {"record_trajectory": record_trajectory, "traceparent": traceparent}, m.HandshakeRespMessage, call_timeout, on_event)
 
     async def learn_adapt(
         self,
         *,
         context: Optional[str] = None,
         half_life_s: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnAdaptRespMessage:
@@ -240,20 +257,21 @@ class AsyncMethods:
         optionally discounting older feedback by a half-life, so recent
         ratings count more (docs/learn.md).
         """
-        return await self._request(m.LearnAdaptReqMessage, {}, {"context": context, "half_life_s": half_life_s}, m.LearnAdaptRespMessage, call_timeout, on_event)
+        return await self._request(m.LearnAdaptReqMessage, {}, {"context": context, "half_life_s": half_life_s, "traceparent": traceparent}, m.LearnAdaptRespMessage, call_timeout, on_event)
 
     async def learn_experience(
         self,
         experiences: list[m.Experience],
         *,
         env_name: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnExperienceRespMessage:
         """``learn/experience/req`` → ``learn/experience/resp``. Stores a batch
         of transitions in one transaction under a new batch id.
         """
-        return await self._request(m.LearnExperienceReqMessage, {"experiences": experiences}, {"env_name": env_name}, m.LearnExperienceRespMessage, call_timeout, on_event)
+        return await self._request(m.LearnExperienceReqMessage, {"experiences": experiences}, {"env_name": env_name, "traceparent": traceparent}, m.LearnExperienceRespMessage, call_timeout, on_event)
 
     async def learn_export(
         self,
@@ -263,18 +281,20 @@ class AsyncMethods:
         episode_id: Optional[str] = None,
         limit: Optional[int] = None,
         to_file: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnExportRespMessage:
         """``learn/export/req`` → ``learn/export/resp``. Exports feedback or
         experience as JSON Lines, oldest first, for offline training.
         """
-        return await self._request(m.LearnExportReqMessage, {"what": what}, {"cursor": cursor, "episode_id": episode_id, "limit": limit, "to_file": to_file}, m.LearnExportRespMessage, call_timeout, on_event)
+        return await self._request(m.LearnExportReqMessage, {"what": what}, {"cursor": cursor, "episode_id": episode_id, "limit": limit, "to_file": to_file, "traceparent": traceparent}, m.LearnExportRespMessage, call_timeout, on_event)
 
     async def learn_feedback(
         self,
         feedbacks: list[m.Feedback],
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnFeedbackRespMessage:
@@ -282,7 +302,7 @@ class AsyncMethods:
         and updates the preference weights of the rated components, all in
         one transaction: a refused batch records nothing.
         """
-        return await self._request(m.LearnFeedbackReqMessage, {"feedbacks": feedbacks}, {}, m.LearnFeedbackRespMessage, call_timeout, on_event)
+        return await self._request(m.LearnFeedbackReqMessage, {"feedbacks": feedbacks}, {"traceparent": traceparent}, m.LearnFeedbackRespMessage, call_timeout, on_event)
 
     async def learn_rank(
         self,
@@ -293,6 +313,7 @@ class AsyncMethods:
         kind: Optional[str] = None,
         seed: Optional[int] = None,
         strategy: Optional[Literal["ucb1", "thompson", "greedy"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnRankRespMessage:
@@ -300,20 +321,21 @@ class AsyncMethods:
         of a context by their preference weights (docs/learn.md): which tool
         to try first.
         """
-        return await self._request(m.LearnRankReqMessage, {}, {"candidates": candidates, "context": context, "exploration": exploration, "kind": kind, "seed": seed, "strategy": strategy}, m.LearnRankRespMessage, call_timeout, on_event)
+        return await self._request(m.LearnRankReqMessage, {}, {"candidates": candidates, "context": context, "exploration": exploration, "kind": kind, "seed": seed, "strategy": strategy, "traceparent": traceparent}, m.LearnRankRespMessage, call_timeout, on_event)
 
     async def learn_stats(
         self,
         *,
         kind: Optional[str] = None,
         name: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnStatsRespMessage:
         """``learn/stats/req`` → ``learn/stats/resp``. Returns per-component
         figures, sorted by kind then name; `kind` and `name` filter.
         """
-        return await self._request(m.LearnStatsReqMessage, {}, {"kind": kind, "name": name}, m.LearnStatsRespMessage, call_timeout, on_event)
+        return await self._request(m.LearnStatsReqMessage, {}, {"kind": kind, "name": name, "traceparent": traceparent}, m.LearnStatsRespMessage, call_timeout, on_event)
 
     async def mcp_prompt_get(
         self,
@@ -321,19 +343,21 @@ class AsyncMethods:
         name: str,
         server_id: str,
         arguments: Optional[dict[str, str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpPromptGetRespMessage:
         """``mcp/prompt/get/req`` → ``mcp/prompt/get/resp``. Renders one prompt
         of a server (MCP prompts/get).
         """
-        return await self._request(m.McpPromptGetReqMessage, {"name": name, "server_id": server_id}, {"arguments": arguments}, m.McpPromptGetRespMessage, call_timeout, on_event)
+        return await self._request(m.McpPromptGetReqMessage, {"name": name, "server_id": server_id}, {"arguments": arguments, "traceparent": traceparent}, m.McpPromptGetRespMessage, call_timeout, on_event)
 
     async def mcp_prompt_list(
         self,
         server_id: str,
         *,
         cursor: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpPromptListRespMessage:
@@ -341,13 +365,14 @@ class AsyncMethods:
         server's prompts (MCP prompts/list); pass next_cursor back as
         cursor.
         """
-        return await self._request(m.McpPromptListReqMessage, {"server_id": server_id}, {"cursor": cursor}, m.McpPromptListRespMessage, call_timeout, on_event)
+        return await self._request(m.McpPromptListReqMessage, {"server_id": server_id}, {"cursor": cursor, "traceparent": traceparent}, m.McpPromptListRespMessage, call_timeout, on_event)
 
     async def mcp_resource_list(
         self,
         server_id: str,
         *,
         cursor: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpResourceListRespMessage:
@@ -355,25 +380,27 @@ class AsyncMethods:
         a server's resources (MCP resources/list); pass next_cursor back as
         cursor.
         """
-        return await self._request(m.McpResourceListReqMessage, {"server_id": server_id}, {"cursor": cursor}, m.McpResourceListRespMessage, call_timeout, on_event)
+        return await self._request(m.McpResourceListReqMessage, {"server_id": server_id}, {"cursor": cursor, "traceparent": traceparent}, m.McpResourceListRespMessage, call_timeout, on_event)
 
     async def mcp_resource_read(
         self,
         *,
         server_id: str,
         uri: str,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpResourceReadRespMessage:
         """``mcp/resource/read/req`` → ``mcp/resource/read/resp``. Reads one
         resource of a server (MCP resources/read).
         """
-        return await self._request(m.McpResourceReadReqMessage, {"server_id": server_id, "uri": uri}, {}, m.McpResourceReadRespMessage, call_timeout, on_event)
+        return await self._request(m.McpResourceReadReqMessage, {"server_id": server_id, "uri": uri}, {"traceparent": traceparent}, m.McpResourceReadRespMessage, call_timeout, on_event)
 
     async def mcp_server_list(
         self,
         *,
         status_filter: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpServerListRespMessage:
@@ -381,7 +408,7 @@ class AsyncMethods:
         configured servers and the session's registered ones, sorted by
         server_id.
         """
-        return await self._request(m.McpServerListReqMessage, {}, {"status_filter": status_filter}, m.McpServerListRespMessage, call_timeout, on_event)
+        return await self._request(m.McpServerListReqMessage, {}, {"status_filter": status_filter, "traceparent": traceparent}, m.McpServerListRespMessage, call_timeout, on_event)
 
     async def mcp_server_register(
         self,
@@ -391,6 +418,7 @@ class AsyncMethods:
         headers: Optional[dict[str, str]] = None,
         timeout: Optional[float] = None,
         tool_allow_list: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpServerRegisterRespMessage:
@@ -398,12 +426,13 @@ class AsyncMethods:
         Registers a streamable-HTTP MCP server for the sender's session and
         connects it.
         """
-        return await self._request(m.McpServerRegisterReqMessage, {"server_id": server_id, "url": url}, {"headers": headers, "timeout": timeout, "tool_allow_list": tool_allow_list}, m.McpServerRegisterRespMessage, call_timeout, on_event)
+        return await self._request(m.McpServerRegisterReqMessage, {"server_id": server_id, "url": url}, {"headers": headers, "timeout": timeout, "tool_allow_list": tool_allow_list, "traceparent": traceparent}, m.McpServerRegisterRespMessage, call_timeout, on_event)
 
     async def mcp_server_unregister(
         self,
         server_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpServerUnregisterRespMessage:
@@ -411,7 +440,7 @@ class AsyncMethods:
         Disconnects and forgets a server the session registered; configured
         servers cannot be unregistered.
         """
-        return await self._request(m.McpServerUnregisterReqMessage, {"server_id": server_id}, {}, m.McpServerUnregisterRespMessage, call_timeout, on_event)
+        return await self._request(m.McpServerUnregisterReqMessage, {"server_id": server_id}, {"traceparent": traceparent}, m.McpServerUnregisterRespMessage, call_timeout, on_event)
 
     async def memory_forget(
         self,
@@ -421,6 +450,7 @@ class AsyncMethods:
         older_than: Optional[float] = None,
         tags: Optional[list[str]] = None,
         tier: Optional[Literal["working", "episodic", "semantic"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryForgetRespMessage:
@@ -428,7 +458,7 @@ class AsyncMethods:
         matching every given selector: `keys`, `tags` (all of them), `tier`
         (absent: every tier), `older_than` (seconds since last update).
         """
-        return await self._request(m.MemoryForgetReqMessage, {"memory_id": memory_id}, {"keys": keys, "older_than": older_than, "tags": tags, "tier": tier}, m.MemoryForgetRespMessage, call_timeout, on_event)
+        return await self._request(m.MemoryForgetReqMessage, {"memory_id": memory_id}, {"keys": keys, "older_than": older_than, "tags": tags, "tier": tier, "traceparent": traceparent}, m.MemoryForgetRespMessage, call_timeout, on_event)
 
     async def memory_init(
         self,
@@ -436,13 +466,14 @@ class AsyncMethods:
         metadata: Optional[dict[str, Any]] = None,
         namespace: Optional[str] = None,
         scope: Optional[dict[str, str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryInitRespMessage:
         """``memory/init/req`` → ``memory/init/resp``. Opens a memory for this
         session and returns its `memory_id`.
         """
-        return await self._request(m.MemoryInitReqMessage, {}, {"metadata": metadata, "namespace": namespace, "scope": scope}, m.MemoryInitRespMessage, call_timeout, on_event)
+        return await self._request(m.MemoryInitReqMessage, {}, {"metadata": metadata, "namespace": namespace, "scope": scope, "traceparent": traceparent}, m.MemoryInitRespMessage, call_timeout, on_event)
 
     async def memory_recall(
         self,
@@ -455,6 +486,7 @@ class AsyncMethods:
         since: Optional[float] = None,
         tags: Optional[list[str]] = None,
         tier: Optional[Literal["working", "episodic", "semantic"]] = None,
+        traceparent: Optional[str] = None,
         until: Optional[float] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
@@ -462,7 +494,7 @@ class AsyncMethods:
         """``memory/recall/req`` → ``memory/recall/resp``. Ranked full-text
         recall (spec §2.1 names memory/recall).
         """
-        return await self._request(m.MemoryRecallReqMessage, {"memory_id": memory_id}, {"limit": limit, "min_score": min_score, "order": order, "query": query, "since": since, "tags": tags, "tier": tier, "until": until}, m.MemoryRecallRespMessage, call_timeout, on_event)
+        return await self._request(m.MemoryRecallReqMessage, {"memory_id": memory_id}, {"limit": limit, "min_score": min_score, "order": order, "query": query, "since": since, "tags": tags, "tier": tier, "traceparent": traceparent, "until": until}, m.MemoryRecallRespMessage, call_timeout, on_event)
 
     async def memory_retrieve(
         self,
@@ -470,50 +502,55 @@ class AsyncMethods:
         keys: list[str],
         memory_id: str,
         tier: Optional[Literal["working", "episodic", "semantic"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryRetrieveRespMessage:
         """``memory/retrieve/req`` → ``memory/retrieve/resp``. Reads entries by
         key.
         """
-        return await self._request(m.MemoryRetrieveReqMessage, {"keys": keys, "memory_id": memory_id}, {"tier": tier}, m.MemoryRetrieveRespMessage, call_timeout, on_event)
+        return await self._request(m.MemoryRetrieveReqMessage, {"keys": keys, "memory_id": memory_id}, {"tier": tier, "traceparent": traceparent}, m.MemoryRetrieveRespMessage, call_timeout, on_event)
 
     async def memory_stats(
         self,
         memory_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryStatsRespMessage:
         """``memory/stats/req`` → ``memory/stats/resp``. Counts per tier."""
-        return await self._request(m.MemoryStatsReqMessage, {"memory_id": memory_id}, {}, m.MemoryStatsRespMessage, call_timeout, on_event)
+        return await self._request(m.MemoryStatsReqMessage, {"memory_id": memory_id}, {"traceparent": traceparent}, m.MemoryStatsRespMessage, call_timeout, on_event)
 
     async def memory_store(
         self,
         *,
         entries: list[m.MemoryEntry],
         memory_id: str,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryStoreRespMessage:
         """``memory/store/req`` → ``memory/store/resp``. Stores a batch of
         entries.
         """
-        return await self._request(m.MemoryStoreReqMessage, {"entries": entries, "memory_id": memory_id}, {}, m.MemoryStoreRespMessage, call_timeout, on_event)
+        return await self._request(m.MemoryStoreReqMessage, {"entries": entries, "memory_id": memory_id}, {"traceparent": traceparent}, m.MemoryStoreRespMessage, call_timeout, on_event)
 
     async def ping(
         self,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.PongMessage:
         """``ping`` → ``pong``. Liveness check; answered by pong."""
-        return await self._request(m.PingMessage, {}, {}, m.PongMessage, call_timeout, on_event)
+        return await self._request(m.PingMessage, {}, {"traceparent": traceparent}, m.PongMessage, call_timeout, on_event)
 
     async def proc_kill(
         self,
         proc_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcKillRespMessage:
@@ -521,12 +558,13 @@ class AsyncMethods:
         group (and the sandbox's cgroup) with SIGKILL and answers once it
         has been reaped.
         """
-        return await self._request(m.ProcKillReqMessage, {"proc_id": proc_id}, {}, m.ProcKillRespMessage, call_timeout, on_event)
+        return await self._request(m.ProcKillReqMessage, {"proc_id": proc_id}, {"traceparent": traceparent}, m.ProcKillRespMessage, call_timeout, on_event)
 
     async def proc_list(
         self,
         *,
         running_only: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcListRespMessage:
@@ -534,7 +572,7 @@ class AsyncMethods:
         processes, oldest first: running ones and the most recent ended ones
         (the table keeps at most the plugin's max_records).
         """
-        return await self._request(m.ProcListReqMessage, {}, {"running_only": running_only}, m.ProcListRespMessage, call_timeout, on_event)
+        return await self._request(m.ProcListReqMessage, {}, {"running_only": running_only, "traceparent": traceparent}, m.ProcListRespMessage, call_timeout, on_event)
 
     async def proc_read(
         self,
@@ -545,19 +583,21 @@ class AsyncMethods:
         max_bytes: Optional[int] = None,
         stderr_cursor: Optional[int] = None,
         stdout_cursor: Optional[int] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcReadRespMessage:
         """``proc/read/req`` → ``proc/read/resp``. Returns the buffered output
         of both streams from the cursors.
         """
-        return await self._request(m.ProcReadReqMessage, {"proc_id": proc_id}, {"follow": follow, "follow_timeout": follow_timeout, "max_bytes": max_bytes, "stderr_cursor": stderr_cursor, "stdout_cursor": stdout_cursor}, m.ProcReadRespMessage, call_timeout, on_event)
+        return await self._request(m.ProcReadReqMessage, {"proc_id": proc_id}, {"follow": follow, "follow_timeout": follow_timeout, "max_bytes": max_bytes, "stderr_cursor": stderr_cursor, "stdout_cursor": stdout_cursor, "traceparent": traceparent}, m.ProcReadRespMessage, call_timeout, on_event)
 
     async def proc_signal(
         self,
         *,
         proc_id: str,
         signal: str,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcSignalRespMessage:
@@ -565,7 +605,7 @@ class AsyncMethods:
         (with or without the SIG prefix) to the process group; for a
         sandboxed process, to the command inside the sandbox.
         """
-        return await self._request(m.ProcSignalReqMessage, {"proc_id": proc_id, "signal": signal}, {}, m.ProcSignalRespMessage, call_timeout, on_event)
+        return await self._request(m.ProcSignalReqMessage, {"proc_id": proc_id, "signal": signal}, {"traceparent": traceparent}, m.ProcSignalRespMessage, call_timeout, on_event)
 
     async def proc_spawn(
         self,
@@ -575,34 +615,37 @@ class AsyncMethods:
         env: Optional[dict[str, str]] = None,
         session_id: Optional[str] = None,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcSpawnRespMessage:
         """``proc/spawn/req`` → ``proc/spawn/resp``. Starts a process."""
-        return await self._request(m.ProcSpawnReqMessage, {"argv": argv}, {"cwd": cwd, "env": env, "session_id": session_id, "timeout": timeout}, m.ProcSpawnRespMessage, call_timeout, on_event)
+        return await self._request(m.ProcSpawnReqMessage, {"argv": argv}, {"cwd": cwd, "env": env, "session_id": session_id, "timeout": timeout, "traceparent": traceparent}, m.ProcSpawnRespMessage, call_timeout, on_event)
 
     async def proc_status(
         self,
         proc_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcStatusRespMessage:
         """``proc/status/req`` → ``proc/status/resp``."""
-        return await self._request(m.ProcStatusReqMessage, {"proc_id": proc_id}, {}, m.ProcStatusRespMessage, call_timeout, on_event)
+        return await self._request(m.ProcStatusReqMessage, {"proc_id": proc_id}, {"traceparent": traceparent}, m.ProcStatusRespMessage, call_timeout, on_event)
 
     async def proc_wait(
         self,
         proc_id: str,
         *,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcWaitRespMessage:
         """``proc/wait/req`` → ``proc/wait/resp``. Waits until the process ends
         or timeout passes.
         """
-        return await self._request(m.ProcWaitReqMessage, {"proc_id": proc_id}, {"timeout": timeout}, m.ProcWaitRespMessage, call_timeout, on_event)
+        return await self._request(m.ProcWaitReqMessage, {"proc_id": proc_id}, {"timeout": timeout, "traceparent": traceparent}, m.ProcWaitRespMessage, call_timeout, on_event)
 
     async def proc_write(
         self,
@@ -610,19 +653,21 @@ class AsyncMethods:
         *,
         data: Optional[str] = None,
         eof: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcWriteRespMessage:
         """``proc/write/req`` → ``proc/write/resp``. Writes text to the
         process's stdin; with eof, closes stdin afterwards.
         """
-        return await self._request(m.ProcWriteReqMessage, {"proc_id": proc_id}, {"data": data, "eof": eof}, m.ProcWriteRespMessage, call_timeout, on_event)
+        return await self._request(m.ProcWriteReqMessage, {"proc_id": proc_id}, {"data": data, "eof": eof, "traceparent": traceparent}, m.ProcWriteRespMessage, call_timeout, on_event)
 
     async def session_fork(
         self,
         count: int,
         *,
         snapshot_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionForkRespMessage:
@@ -633,24 +678,26 @@ class AsyncMethods:
         `snapshot_id`) and whose session directory is a copy of the sender's
         files.
         """
-        return await self._request(m.SessionForkReqMessage, {"count": count}, {"snapshot_id": snapshot_id}, m.SessionForkRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionForkReqMessage, {"count": count}, {"snapshot_id": snapshot_id, "traceparent": traceparent}, m.SessionForkRespMessage, call_timeout, on_event)
 
     async def session_info(
         self,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionInfoRespMessage:
         """``session/info/req`` → ``session/info/resp``. Describes the sender's
         session.
         """
-        return await self._request(m.SessionInfoReqMessage, {}, {}, m.SessionInfoRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionInfoReqMessage, {}, {"traceparent": traceparent}, m.SessionInfoRespMessage, call_timeout, on_event)
 
     async def session_restore(
         self,
         *,
         from_session: Optional[str] = None,
         snapshot_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionRestoreRespMessage:
@@ -660,25 +707,27 @@ class AsyncMethods:
         session named by `from_session` (a session that moved when its host
         drained or died, docs/deploy.md).
         """
-        return await self._request(m.SessionRestoreReqMessage, {}, {"from_session": from_session, "snapshot_id": snapshot_id}, m.SessionRestoreRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionRestoreReqMessage, {}, {"from_session": from_session, "snapshot_id": snapshot_id, "traceparent": traceparent}, m.SessionRestoreRespMessage, call_timeout, on_event)
 
     async def session_snapshot(
         self,
         *,
         target: Optional[Literal["file", "sql"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionSnapshotRespMessage:
         """``session/snapshot/req`` → ``session/snapshot/resp``. Saves the
         session's state (spec §3: Session live → snapshot).
         """
-        return await self._request(m.SessionSnapshotReqMessage, {}, {"target": target}, m.SessionSnapshotRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionSnapshotReqMessage, {}, {"target": target, "traceparent": traceparent}, m.SessionSnapshotRespMessage, call_timeout, on_event)
 
     async def session_snapshot_delete(
         self,
         snapshot_id: str,
         *,
         session_ids: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionSnapshotDeleteRespMessage:
@@ -687,13 +736,14 @@ class AsyncMethods:
         session/snapshot/list; any other id is answered as an unknown
         snapshot.
         """
-        return await self._request(m.SessionSnapshotDeleteReqMessage, {"snapshot_id": snapshot_id}, {"session_ids": session_ids}, m.SessionSnapshotDeleteRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionSnapshotDeleteReqMessage, {"snapshot_id": snapshot_id}, {"session_ids": session_ids, "traceparent": traceparent}, m.SessionSnapshotDeleteRespMessage, call_timeout, on_event)
 
     async def session_snapshot_list(
         self,
         *,
         session_ids: Optional[list[str]] = None,
         target: Optional[Literal["file", "sql"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionSnapshotListRespMessage:
@@ -706,7 +756,7 @@ class AsyncMethods:
         owned, the restorer's) (docs/DECISIONS.md, Capability gaps users
         hit).
         """
-        return await self._request(m.SessionSnapshotListReqMessage, {}, {"session_ids": session_ids, "target": target}, m.SessionSnapshotListRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionSnapshotListReqMessage, {}, {"session_ids": session_ids, "target": target, "traceparent": traceparent}, m.SessionSnapshotListRespMessage, call_timeout, on_event)
 
     async def session_trajectory_export(
         self,
@@ -715,6 +765,7 @@ class AsyncMethods:
         format: Optional[Literal["jsonl", "chat"]] = None,
         limit: Optional[int] = None,
         session_ids: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionTrajectoryExportRespMessage:
@@ -726,18 +777,19 @@ class AsyncMethods:
         session id is a bearer secret, so holding one proves the session was
         the sender's), oldest first, a page at a time.
         """
-        return await self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "format": format, "limit": limit, "session_ids": session_ids}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "format": format, "limit": limit, "session_ids": session_ids, "traceparent": traceparent}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
 
     async def shutdown(
         self,
         *,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
     ) -> None:
         """``shutdown``. Ends the sender's session only, never the host
         (docs/DECISIONS.md, Wire): no new requests are admitted, requests in
         flight are answered, then the session closes.
         """
-        await self._notify(m.ShutdownMessage, {}, {"timeout": timeout})
+        await self._notify(m.ShutdownMessage, {}, {"timeout": timeout, "traceparent": traceparent})
 
     async def skill_call(
         self,
@@ -747,6 +799,7 @@ class AsyncMethods:
         correlation_id: Optional[str] = None,
         streaming: Optional[bool] = None,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         version: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
@@ -754,7 +807,7 @@ class AsyncMethods:
         """``skill/call/req`` → ``skill/call/resp``. Runs a skill: the given
         version, or the newest by semver.
         """
-        return await self._request(m.SkillCallReqMessage, {"name": name}, {"arguments": arguments, "correlation_id": correlation_id, "streaming": streaming, "timeout": timeout, "version": version}, m.SkillCallRespMessage, call_timeout, on_event)
+        return await self._request(m.SkillCallReqMessage, {"name": name}, {"arguments": arguments, "correlation_id": correlation_id, "streaming": streaming, "timeout": timeout, "traceparent": traceparent, "version": version}, m.SkillCallRespMessage, call_timeout, on_event)
 
     async def skill_discover(
         self,
@@ -762,6 +815,7 @@ class AsyncMethods:
         all_versions: Optional[bool] = None,
         filter_tags: Optional[list[str]] = None,
         name: Optional[str] = None,
+        traceparent: Optional[str] = None,
         version: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
@@ -770,12 +824,13 @@ class AsyncMethods:
         default the newest version of each; with name or version, the
         matching versions; with all_versions, every version.
         """
-        return await self._request(m.SkillDiscoverReqMessage, {}, {"all_versions": all_versions, "filter_tags": filter_tags, "name": name, "version": version}, m.SkillDiscoverRespMessage, call_timeout, on_event)
+        return await self._request(m.SkillDiscoverReqMessage, {}, {"all_versions": all_versions, "filter_tags": filter_tags, "name": name, "traceparent": traceparent, "version": version}, m.SkillDiscoverRespMessage, call_timeout, on_event)
 
     async def skill_get(
         self,
         name: str,
         *,
+        traceparent: Optional[str] = None,
         version: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
@@ -783,7 +838,7 @@ class AsyncMethods:
         """``skill/get/req`` → ``skill/get/resp``. One skill with its
         instructions: the given version, or the newest.
         """
-        return await self._request(m.SkillGetReqMessage, {"name": name}, {"version": version}, m.SkillGetRespMessage, call_timeout, on_event)
+        return await self._request(m.SkillGetReqMessage, {"name": name}, {"traceparent": traceparent, "version": version}, m.SkillGetRespMessage, call_timeout, on_event)
 
     async def skill_register(
         self,
@@ -791,6 +846,7 @@ class AsyncMethods:
         *,
         files: Optional[list[m.SkillFile]] = None,
         scope: Optional[Literal["session", "subagents"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SkillRegisterRespMessage:
@@ -798,12 +854,13 @@ class AsyncMethods:
         for this session at run time: a manifest (the content of
         `skill.json`, checked as at start-up) and its files.
         """
-        return await self._request(m.SkillRegisterReqMessage, {"manifest": manifest}, {"files": files, "scope": scope}, m.SkillRegisterRespMessage, call_timeout, on_event)
+        return await self._request(m.SkillRegisterReqMessage, {"manifest": manifest}, {"files": files, "scope": scope, "traceparent": traceparent}, m.SkillRegisterRespMessage, call_timeout, on_event)
 
     async def subagent_list(
         self,
         *,
         running_only: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SubagentListRespMessage:
@@ -811,7 +868,7 @@ class AsyncMethods:
         subagents and theirs (its whole subtree), oldest first, ended ones
         included unless running_only.
         """
-        return await self._request(m.SubagentListReqMessage, {}, {"running_only": running_only}, m.SubagentListRespMessage, call_timeout, on_event)
+        return await self._request(m.SubagentListReqMessage, {}, {"running_only": running_only, "traceparent": traceparent}, m.SubagentListRespMessage, call_timeout, on_event)
 
     async def subagent_spawn(
         self,
@@ -822,18 +879,20 @@ class AsyncMethods:
         max_steps: Optional[int] = None,
         memory_scope: Optional[Literal["shared", "restricted", "isolated", "snapshot"]] = None,
         session_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SubagentSpawnRespMessage:
         """``subagent/spawn/req`` → ``subagent/spawn/resp``. Spawns a subagent:
         a child session of the sender's session.
         """
-        return await self._request(m.SubagentSpawnReqMessage, {"name": name}, {"capabilities": capabilities, "max_depth": max_depth, "max_steps": max_steps, "memory_scope": memory_scope, "session_id": session_id}, m.SubagentSpawnRespMessage, call_timeout, on_event)
+        return await self._request(m.SubagentSpawnReqMessage, {"name": name}, {"capabilities": capabilities, "max_depth": max_depth, "max_steps": max_steps, "memory_scope": memory_scope, "session_id": session_id, "traceparent": traceparent}, m.SubagentSpawnRespMessage, call_timeout, on_event)
 
     async def subagent_status(
         self,
         subagent_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SubagentStatusRespMessage:
@@ -841,13 +900,14 @@ class AsyncMethods:
         the sender's descendants; any other id is unknown
         (schema_violation).
         """
-        return await self._request(m.SubagentStatusReqMessage, {"subagent_id": subagent_id}, {}, m.SubagentStatusRespMessage, call_timeout, on_event)
+        return await self._request(m.SubagentStatusReqMessage, {"subagent_id": subagent_id}, {"traceparent": traceparent}, m.SubagentStatusRespMessage, call_timeout, on_event)
 
     async def subagent_terminate(
         self,
         subagent_id: str,
         *,
         reason: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SubagentTerminateRespMessage:
@@ -856,7 +916,7 @@ class AsyncMethods:
         below it: their sessions close at once (requests in flight are
         cancelled).
         """
-        return await self._request(m.SubagentTerminateReqMessage, {"subagent_id": subagent_id}, {"reason": reason}, m.SubagentTerminateRespMessage, call_timeout, on_event)
+        return await self._request(m.SubagentTerminateReqMessage, {"subagent_id": subagent_id}, {"reason": reason, "traceparent": traceparent}, m.SubagentTerminateRespMessage, call_timeout, on_event)
 
     async def tool_call(
         self,
@@ -866,13 +926,14 @@ class AsyncMethods:
         correlation_id: Optional[str] = None,
         streaming: Optional[bool] = None,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ToolCallRespMessage:
         """``tool/call/req`` → ``tool/call/resp``. Calls a tool (spec §4.2 Tool
         call).
         """
-        return await self._request(m.ToolCallReqMessage, {"tool_name": tool_name}, {"arguments": arguments, "correlation_id": correlation_id, "streaming": streaming, "timeout": timeout}, m.ToolCallRespMessage, call_timeout, on_event)
+        return await self._request(m.ToolCallReqMessage, {"tool_name": tool_name}, {"arguments": arguments, "correlation_id": correlation_id, "streaming": streaming, "timeout": timeout, "traceparent": traceparent}, m.ToolCallRespMessage, call_timeout, on_event)
 
     async def tool_list(
         self,
@@ -882,13 +943,14 @@ class AsyncMethods:
         limit: Optional[int] = None,
         query: Optional[str] = None,
         tags: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ToolListRespMessage:
         """``tool/list/req`` → ``tool/list/resp``. Lists tools (spec §4.2 Tool
         list).
         """
-        return await self._request(m.ToolListReqMessage, {}, {"cursor": cursor, "include_deferred": include_deferred, "limit": limit, "query": query, "tags": tags}, m.ToolListRespMessage, call_timeout, on_event)
+        return await self._request(m.ToolListReqMessage, {}, {"cursor": cursor, "include_deferred": include_deferred, "limit": limit, "query": query, "tags": tags, "traceparent": traceparent}, m.ToolListRespMessage, call_timeout, on_event)
 
     async def toolkit_configure(
         self,
@@ -896,25 +958,27 @@ class AsyncMethods:
         config: dict[str, Any],
         toolkit_name: str,
         session_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ToolkitConfigureRespMessage:
         """``toolkit/configure/req`` → ``toolkit/configure/resp``. Configures a
         toolkit for the session (spec §2.9).
         """
-        return await self._request(m.ToolkitConfigureReqMessage, {"config": config, "toolkit_name": toolkit_name}, {"session_id": session_id}, m.ToolkitConfigureRespMessage, call_timeout, on_event)
+        return await self._request(m.ToolkitConfigureReqMessage, {"config": config, "toolkit_name": toolkit_name}, {"session_id": session_id, "traceparent": traceparent}, m.ToolkitConfigureRespMessage, call_timeout, on_event)
 
     async def toolkit_list(
         self,
         *,
         filter_tags: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ToolkitListRespMessage:
         """``toolkit/list/req`` → ``toolkit/list/resp``. Lists toolkits with
         the session's configured flag (spec §4.2 Toolkit list).
         """
-        return await self._request(m.ToolkitListReqMessage, {}, {"filter_tags": filter_tags}, m.ToolkitListRespMessage, call_timeout, on_event)
+        return await self._request(m.ToolkitListReqMessage, {}, {"filter_tags": filter_tags, "traceparent": traceparent}, m.ToolkitListRespMessage, call_timeout, on_event)
 
 
 class SyncMethods:
@@ -931,11 +995,13 @@ class SyncMethods:
     def cancel(
         self,
         req_id: str,
+        *,
+        traceparent: Optional[str] = None,
     ) -> None:
         """``cancel``. Stops the request whose id is req_id; that request is
         answered with `cancelled` (docs/DECISIONS.md, Wire).
         """
-        self._notify(m.CancelMessage, {"req_id": req_id}, {})
+        self._notify(m.CancelMessage, {"req_id": req_id}, {"traceparent": traceparent})
 
     def chain_define(
         self,
@@ -943,6 +1009,7 @@ class SyncMethods:
         chain: m.ChainDefinition,
         name: str,
         session_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ChainDefineRespMessage:
@@ -950,7 +1017,7 @@ class SyncMethods:
         chain under a name for this session, replacing one of the same name;
         chain/run/req then runs it by name.
         """
-        return self._request(m.ChainDefineReqMessage, {"chain": chain, "name": name}, {"session_id": session_id}, m.ChainDefineRespMessage, call_timeout, on_event)
+        return self._request(m.ChainDefineReqMessage, {"chain": chain, "name": name}, {"session_id": session_id, "traceparent": traceparent}, m.ChainDefineRespMessage, call_timeout, on_event)
 
     def chain_run(
         self,
@@ -962,37 +1029,40 @@ class SyncMethods:
         name: Optional[str] = None,
         session_id: Optional[str] = None,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ChainRunRespMessage:
         """``chain/run/req`` → ``chain/run/resp``. Runs a chain, given inline
         or by the name of a defined one (exactly one of the two).
         """
-        return self._request(m.ChainRunReqMessage, {}, {"chain": chain, "correlation_id": correlation_id, "input": input, "max_concurrency": max_concurrency, "name": name, "session_id": session_id, "timeout": timeout}, m.ChainRunRespMessage, call_timeout, on_event)
+        return self._request(m.ChainRunReqMessage, {}, {"chain": chain, "correlation_id": correlation_id, "input": input, "max_concurrency": max_concurrency, "name": name, "session_id": session_id, "timeout": timeout, "traceparent": traceparent}, m.ChainRunRespMessage, call_timeout, on_event)
 
     def env_close(
         self,
         episode_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvCloseRespMessage:
         """``env/close/req`` → ``env/close/resp``. Closes an episode and frees
         its resources; later use of its id is an error.
         """
-        return self._request(m.EnvCloseReqMessage, {"episode_id": episode_id}, {}, m.EnvCloseRespMessage, call_timeout, on_event)
+        return self._request(m.EnvCloseReqMessage, {"episode_id": episode_id}, {"traceparent": traceparent}, m.EnvCloseRespMessage, call_timeout, on_event)
 
     def env_data_add(
         self,
         parts: list[m.DataPart],
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvDataAddRespMessage:
         """``env/data/add/req`` → ``env/data/add/resp``. Stages `parts` into
         the session's data root (spec §4.2 Env data plane).
         """
-        return self._request(m.EnvDataAddReqMessage, {"parts": parts}, {}, m.EnvDataAddRespMessage, call_timeout, on_event)
+        return self._request(m.EnvDataAddReqMessage, {"parts": parts}, {"traceparent": traceparent}, m.EnvDataAddRespMessage, call_timeout, on_event)
 
     def env_data_get(
         self,
@@ -1001,6 +1071,7 @@ class SyncMethods:
         inline: Optional[bool] = None,
         max_inline_bytes: Optional[int] = None,
         path: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvDataGetRespMessage:
@@ -1009,11 +1080,12 @@ class SyncMethods:
         every file matching `glob` (path.Match syntax per segment, relative
         to the root), or every file when neither is given.
         """
-        return self._request(m.EnvDataGetReqMessage, {}, {"glob": glob, "inline": inline, "max_inline_bytes": max_inline_bytes, "path": path}, m.EnvDataGetRespMessage, call_timeout, on_event)
+        return self._request(m.EnvDataGetReqMessage, {}, {"glob": glob, "inline": inline, "max_inline_bytes": max_inline_bytes, "path": path, "traceparent": traceparent}, m.EnvDataGetRespMessage, call_timeout, on_event)
 
     def env_data_reset(
         self,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvDataResetRespMessage:
@@ -1021,42 +1093,45 @@ class SyncMethods:
         session's data root to pristine: clears it and re-stages the
         configured baseline corpus (spec §4.2).
         """
-        return self._request(m.EnvDataResetReqMessage, {}, {}, m.EnvDataResetRespMessage, call_timeout, on_event)
+        return self._request(m.EnvDataResetReqMessage, {}, {"traceparent": traceparent}, m.EnvDataResetRespMessage, call_timeout, on_event)
 
     def env_list(
         self,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvListRespMessage:
         """``env/list/req`` → ``env/list/resp``. Lists the environments the
         host can run.
         """
-        return self._request(m.EnvListReqMessage, {}, {}, m.EnvListRespMessage, call_timeout, on_event)
+        return self._request(m.EnvListReqMessage, {}, {"traceparent": traceparent}, m.EnvListRespMessage, call_timeout, on_event)
 
     def env_observe(
         self,
         episode_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvObserveRespMessage:
         """``env/observe/req`` → ``env/observe/resp``. Returns an open
         episode's latest observation and status without stepping it.
         """
-        return self._request(m.EnvObserveReqMessage, {"episode_id": episode_id}, {}, m.EnvObserveRespMessage, call_timeout, on_event)
+        return self._request(m.EnvObserveReqMessage, {"episode_id": episode_id}, {"traceparent": traceparent}, m.EnvObserveRespMessage, call_timeout, on_event)
 
     def env_render(
         self,
         episode_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvRenderRespMessage:
         """``env/render/req`` → ``env/render/resp``. Renders an open episode as
         text.
         """
-        return self._request(m.EnvRenderReqMessage, {"episode_id": episode_id}, {}, m.EnvRenderRespMessage, call_timeout, on_event)
+        return self._request(m.EnvRenderReqMessage, {"episode_id": episode_id}, {"traceparent": traceparent}, m.EnvRenderRespMessage, call_timeout, on_event)
 
     def env_reset(
         self,
@@ -1065,6 +1140,7 @@ class SyncMethods:
         episode_id: Optional[str] = None,
         options: Optional[dict[str, Any]] = None,
         seed: Optional[int] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvResetRespMessage:
@@ -1072,13 +1148,14 @@ class SyncMethods:
         `env_name`, or restarts the episode `episode_id` (which must be of
         that environment and still open).
         """
-        return self._request(m.EnvResetReqMessage, {"env_name": env_name}, {"episode_id": episode_id, "options": options, "seed": seed}, m.EnvResetRespMessage, call_timeout, on_event)
+        return self._request(m.EnvResetReqMessage, {"env_name": env_name}, {"episode_id": episode_id, "options": options, "seed": seed, "traceparent": traceparent}, m.EnvResetRespMessage, call_timeout, on_event)
 
     def env_spaces(
         self,
         *,
         env_name: Optional[str] = None,
         episode_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvSpacesRespMessage:
@@ -1086,18 +1163,19 @@ class SyncMethods:
         observation spaces (JSON Schema) of an environment, named by
         `env_name` or by one of the session's open episodes.
         """
-        return self._request(m.EnvSpacesReqMessage, {}, {"env_name": env_name, "episode_id": episode_id}, m.EnvSpacesRespMessage, call_timeout, on_event)
+        return self._request(m.EnvSpacesReqMessage, {}, {"env_name": env_name, "episode_id": episode_id, "traceparent": traceparent}, m.EnvSpacesRespMessage, call_timeout, on_event)
 
     def env_step(
         self,
         *,
         action: Any,
         episode_id: str,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvStepRespMessage:
         """``env/step/req`` → ``env/step/resp``. Applies one action."""
-        return self._request(m.EnvStepReqMessage, {"action": action, "episode_id": episode_id}, {}, m.EnvStepRespMessage, call_timeout, on_event)
+        return self._request(m.EnvStepReqMessage, {"action": action, "episode_id": episode_id}, {"traceparent": traceparent}, m.EnvStepRespMessage, call_timeout, on_event)
 
     def env_step_batch(
         self,
@@ -1105,6 +1183,7 @@ class SyncMethods:
         actions: list[Any],
         episode_ids: list[str],
         autoreset_mode: Optional[Literal["next_step", "same_step", "disabled"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.EnvStepBatchRespMessage:
@@ -1112,7 +1191,7 @@ class SyncMethods:
         episodes in one request, `actions[i]` for `episode_ids[i]`, with
         Gymnasium's vector-environment autoreset modes.
         """
-        return self._request(m.EnvStepBatchReqMessage, {"actions": actions, "episode_ids": episode_ids}, {"autoreset_mode": autoreset_mode}, m.EnvStepBatchRespMessage, call_timeout, on_event)
+        return self._request(m.EnvStepBatchReqMessage, {"actions": actions, "episode_ids": episode_ids}, {"autoreset_mode": autoreset_mode, "traceparent": traceparent}, m.EnvStepBatchRespMessage, call_timeout, on_event)
 
     def handshake(
         self,
@@ -1121,17 +1200,19 @@ class SyncMethods:
         agent_id: str,
         auth_token: str,
         record_trajectory: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.HandshakeRespMessage:
         """``handshake/req`` → ``handshake/resp``. Opens a session (spec §2.4)."""
-        return self._request(m.HandshakeReqMessage, {"agent_caps": agent_caps, "agent_id": agent_id, "auth_token": auth_token}, {"record_trajectory": record_trajectory}, m.HandshakeRespMessage, call_timeout, on_event)
+        return self._request(m.HandshakeReqMessage, {"agent_caps": agent_caps, "agent_id": agent_id, "auth_token": auth_token}, {"record_trajectory": record_trajectory, "traceparent": traceparent}, m.HandshakeRespMessage, call_timeout, on_event)
 
     def learn_adapt(
         self,
         *,
         context: Optional[str] = None,
         half_life_s: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnAdaptRespMessage:
@@ -1140,20 +1221,21 @@ class SyncMethods:
         optionally discounting older feedback by a half-life, so recent
         ratings count more (docs/learn.md).
         """
-        return self._request(m.LearnAdaptReqMessage, {}, {"context": context, "half_life_s": half_life_s}, m.LearnAdaptRespMessage, call_timeout, on_event)
+        return self._request(m.LearnAdaptReqMessage, {}, {"context": context, "half_life_s": half_life_s, "traceparent": traceparent}, m.LearnAdaptRespMessage, call_timeout, on_event)
 
     def learn_experience(
         self,
         experiences: list[m.Experience],
         *,
         env_name: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnExperienceRespMessage:
         """``learn/experience/req`` → ``learn/experience/resp``. Stores a batch
         of transitions in one transaction under a new batch id.
         """
-        return self._request(m.LearnExperienceReqMessage, {"experiences": experiences}, {"env_name": env_name}, m.LearnExperienceRespMessage, call_timeout, on_event)
+        return self._request(m.LearnExperienceReqMessage, {"experiences": experiences}, {"env_name": env_name, "traceparent": traceparent}, m.LearnExperienceRespMessage, call_timeout, on_event)
 
     def learn_export(
         self,
@@ -1163,18 +1245,20 @@ class SyncMethods:
         episode_id: Optional[str] = None,
         limit: Optional[int] = None,
         to_file: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnExportRespMessage:
         """``learn/export/req`` → ``learn/export/resp``. Exports feedback or
         experience as JSON Lines, oldest first, for offline training.
         """
-        return self._request(m.LearnExportReqMessage, {"what": what}, {"cursor": cursor, "episode_id": episode_id, "limit": limit, "to_file": to_file}, m.LearnExportRespMessage, call_timeout, on_event)
+        return self._request(m.LearnExportReqMessage, {"what": what}, {"cursor": cursor, "episode_id": episode_id, "limit": limit, "to_file": to_file, "traceparent": traceparent}, m.LearnExportRespMessage, call_timeout, on_event)
 
     def learn_feedback(
         self,
         feedbacks: list[m.Feedback],
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnFeedbackRespMessage:
@@ -1182,7 +1266,7 @@ class SyncMethods:
         and updates the preference weights of the rated components, all in
         one transaction: a refused batch records nothing.
         """
-        return self._request(m.LearnFeedbackReqMessage, {"feedbacks": feedbacks}, {}, m.LearnFeedbackRespMessage, call_timeout, on_event)
+        return self._request(m.LearnFeedbackReqMessage, {"feedbacks": feedbacks}, {"traceparent": traceparent}, m.LearnFeedbackRespMessage, call_timeout, on_event)
 
     def learn_rank(
         self,
@@ -1193,6 +1277,7 @@ class SyncMethods:
         kind: Optional[str] = None,
         seed: Optional[int] = None,
         strategy: Optional[Literal["ucb1", "thompson", "greedy"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnRankRespMessage:
@@ -1200,20 +1285,21 @@ class SyncMethods:
         of a context by their preference weights (docs/learn.md): which tool
         to try first.
         """
-        return self._request(m.LearnRankReqMessage, {}, {"candidates": candidates, "context": context, "exploration": exploration, "kind": kind, "seed": seed, "strategy": strategy}, m.LearnRankRespMessage, call_timeout, on_event)
+        return self._request(m.LearnRankReqMessage, {}, {"candidates": candidates, "context": context, "exploration": exploration, "kind": kind, "seed": seed, "strategy": strategy, "traceparent": traceparent}, m.LearnRankRespMessage, call_timeout, on_event)
 
     def learn_stats(
         self,
         *,
         kind: Optional[str] = None,
         name: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.LearnStatsRespMessage:
         """``learn/stats/req`` → ``learn/stats/resp``. Returns per-component
         figures, sorted by kind then name; `kind` and `name` filter.
         """
-        return self._request(m.LearnStatsReqMessage, {}, {"kind": kind, "name": name}, m.LearnStatsRespMessage, call_timeout, on_event)
+        return self._request(m.LearnStatsReqMessage, {}, {"kind": kind, "name": name, "traceparent": traceparent}, m.LearnStatsRespMessage, call_timeout, on_event)
 
     def mcp_prompt_get(
         self,
@@ -1221,19 +1307,21 @@ class SyncMethods:
         name: str,
         server_id: str,
         arguments: Optional[dict[str, str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpPromptGetRespMessage:
         """``mcp/prompt/get/req`` → ``mcp/prompt/get/resp``. Renders one prompt
         of a server (MCP prompts/get).
         """
-        return self._request(m.McpPromptGetReqMessage, {"name": name, "server_id": server_id}, {"arguments": arguments}, m.McpPromptGetRespMessage, call_timeout, on_event)
+        return self._request(m.McpPromptGetReqMessage, {"name": name, "server_id": server_id}, {"arguments": arguments, "traceparent": traceparent}, m.McpPromptGetRespMessage, call_timeout, on_event)
 
     def mcp_prompt_list(
         self,
         server_id: str,
         *,
         cursor: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpPromptListRespMessage:
@@ -1241,13 +1329,14 @@ class SyncMethods:
         server's prompts (MCP prompts/list); pass next_cursor back as
         cursor.
         """
-        return self._request(m.McpPromptListReqMessage, {"server_id": server_id}, {"cursor": cursor}, m.McpPromptListRespMessage, call_timeout, on_event)
+        return self._request(m.McpPromptListReqMessage, {"server_id": server_id}, {"cursor": cursor, "traceparent": traceparent}, m.McpPromptListRespMessage, call_timeout, on_event)
 
     def mcp_resource_list(
         self,
         server_id: str,
         *,
         cursor: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpResourceListRespMessage:
@@ -1255,25 +1344,27 @@ class SyncMethods:
         a server's resources (MCP resources/list); pass next_cursor back as
         cursor.
         """
-        return self._request(m.McpResourceListReqMessage, {"server_id": server_id}, {"cursor": cursor}, m.McpResourceListRespMessage, call_timeout, on_event)
+        return self._request(m.McpResourceListReqMessage, {"server_id": server_id}, {"cursor": cursor, "traceparent": traceparent}, m.McpResourceListRespMessage, call_timeout, on_event)
 
     def mcp_resource_read(
         self,
         *,
         server_id: str,
         uri: str,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpResourceReadRespMessage:
         """``mcp/resource/read/req`` → ``mcp/resource/read/resp``. Reads one
         resource of a server (MCP resources/read).
         """
-        return self._request(m.McpResourceReadReqMessage, {"server_id": server_id, "uri": uri}, {}, m.McpResourceReadRespMessage, call_timeout, on_event)
+        return self._request(m.McpResourceReadReqMessage, {"server_id": server_id, "uri": uri}, {"traceparent": traceparent}, m.McpResourceReadRespMessage, call_timeout, on_event)
 
     def mcp_server_list(
         self,
         *,
         status_filter: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpServerListRespMessage:
@@ -1281,7 +1372,7 @@ class SyncMethods:
         configured servers and the session's registered ones, sorted by
         server_id.
         """
-        return self._request(m.McpServerListReqMessage, {}, {"status_filter": status_filter}, m.McpServerListRespMessage, call_timeout, on_event)
+        return self._request(m.McpServerListReqMessage, {}, {"status_filter": status_filter, "traceparent": traceparent}, m.McpServerListRespMessage, call_timeout, on_event)
 
     def mcp_server_register(
         self,
@@ -1291,6 +1382,7 @@ class SyncMethods:
         headers: Optional[dict[str, str]] = None,
         timeout: Optional[float] = None,
         tool_allow_list: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpServerRegisterRespMessage:
@@ -1298,12 +1390,13 @@ class SyncMethods:
         Registers a streamable-HTTP MCP server for the sender's session and
         connects it.
         """
-        return self._request(m.McpServerRegisterReqMessage, {"server_id": server_id, "url": url}, {"headers": headers, "timeout": timeout, "tool_allow_list": tool_allow_list}, m.McpServerRegisterRespMessage, call_timeout, on_event)
+        return self._request(m.McpServerRegisterReqMessage, {"server_id": server_id, "url": url}, {"headers": headers, "timeout": timeout, "tool_allow_list": tool_allow_list, "traceparent": traceparent}, m.McpServerRegisterRespMessage, call_timeout, on_event)
 
     def mcp_server_unregister(
         self,
         server_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.McpServerUnregisterRespMessage:
@@ -1311,7 +1404,7 @@ class SyncMethods:
         Disconnects and forgets a server the session registered; configured
         servers cannot be unregistered.
         """
-        return self._request(m.McpServerUnregisterReqMessage, {"server_id": server_id}, {}, m.McpServerUnregisterRespMessage, call_timeout, on_event)
+        return self._request(m.McpServerUnregisterReqMessage, {"server_id": server_id}, {"traceparent": traceparent}, m.McpServerUnregisterRespMessage, call_timeout, on_event)
 
     def memory_forget(
         self,
@@ -1321,6 +1414,7 @@ class SyncMethods:
         older_than: Optional[float] = None,
         tags: Optional[list[str]] = None,
         tier: Optional[Literal["working", "episodic", "semantic"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryForgetRespMessage:
@@ -1328,7 +1422,7 @@ class SyncMethods:
         matching every given selector: `keys`, `tags` (all of them), `tier`
         (absent: every tier), `older_than` (seconds since last update).
         """
-        return self._request(m.MemoryForgetReqMessage, {"memory_id": memory_id}, {"keys": keys, "older_than": older_than, "tags": tags, "tier": tier}, m.MemoryForgetRespMessage, call_timeout, on_event)
+        return self._request(m.MemoryForgetReqMessage, {"memory_id": memory_id}, {"keys": keys, "older_than": older_than, "tags": tags, "tier": tier, "traceparent": traceparent}, m.MemoryForgetRespMessage, call_timeout, on_event)
 
     def memory_init(
         self,
@@ -1336,13 +1430,14 @@ class SyncMethods:
         metadata: Optional[dict[str, Any]] = None,
         namespace: Optional[str] = None,
         scope: Optional[dict[str, str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryInitRespMessage:
         """``memory/init/req`` → ``memory/init/resp``. Opens a memory for this
         session and returns its `memory_id`.
         """
-        return self._request(m.MemoryInitReqMessage, {}, {"metadata": metadata, "namespace": namespace, "scope": scope}, m.MemoryInitRespMessage, call_timeout, on_event)
+        return self._request(m.MemoryInitReqMessage, {}, {"metadata": metadata, "namespace": namespace, "scope": scope, "traceparent": traceparent}, m.MemoryInitRespMessage, call_timeout, on_event)
 
     def memory_recall(
         self,
@@ -1355,6 +1450,7 @@ class SyncMethods:
         since: Optional[float] = None,
         tags: Optional[list[str]] = None,
         tier: Optional[Literal["working", "episodic", "semantic"]] = None,
+        traceparent: Optional[str] = None,
         until: Optional[float] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
@@ -1362,7 +1458,7 @@ class SyncMethods:
         """``memory/recall/req`` → ``memory/recall/resp``. Ranked full-text
         recall (spec §2.1 names memory/recall).
         """
-        return self._request(m.MemoryRecallReqMessage, {"memory_id": memory_id}, {"limit": limit, "min_score": min_score, "order": order, "query": query, "since": since, "tags": tags, "tier": tier, "until": until}, m.MemoryRecallRespMessage, call_timeout, on_event)
+        return self._request(m.MemoryRecallReqMessage, {"memory_id": memory_id}, {"limit": limit, "min_score": min_score, "order": order, "query": query, "since": since, "tags": tags, "tier": tier, "traceparent": traceparent, "until": until}, m.MemoryRecallRespMessage, call_timeout, on_event)
 
     def memory_retrieve(
         self,
@@ -1370,50 +1466,55 @@ class SyncMethods:
         keys: list[str],
         memory_id: str,
         tier: Optional[Literal["working", "episodic", "semantic"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryRetrieveRespMessage:
         """``memory/retrieve/req`` → ``memory/retrieve/resp``. Reads entries by
         key.
         """
-        return self._request(m.MemoryRetrieveReqMessage, {"keys": keys, "memory_id": memory_id}, {"tier": tier}, m.MemoryRetrieveRespMessage, call_timeout, on_event)
+        return self._request(m.MemoryRetrieveReqMessage, {"keys": keys, "memory_id": memory_id}, {"tier": tier, "traceparent": traceparent}, m.MemoryRetrieveRespMessage, call_timeout, on_event)
 
     def memory_stats(
         self,
         memory_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryStatsRespMessage:
         """``memory/stats/req`` → ``memory/stats/resp``. Counts per tier."""
-        return self._request(m.MemoryStatsReqMessage, {"memory_id": memory_id}, {}, m.MemoryStatsRespMessage, call_timeout, on_event)
+        return self._request(m.MemoryStatsReqMessage, {"memory_id": memory_id}, {"traceparent": traceparent}, m.MemoryStatsRespMessage, call_timeout, on_event)
 
     def memory_store(
         self,
         *,
         entries: list[m.MemoryEntry],
         memory_id: str,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.MemoryStoreRespMessage:
         """``memory/store/req`` → ``memory/store/resp``. Stores a batch of
         entries.
         """
-        return self._request(m.MemoryStoreReqMessage, {"entries": entries, "memory_id": memory_id}, {}, m.MemoryStoreRespMessage, call_timeout, on_event)
+        return self._request(m.MemoryStoreReqMessage, {"entries": entries, "memory_id": memory_id}, {"traceparent": traceparent}, m.MemoryStoreRespMessage, call_timeout, on_event)
 
     def ping(
         self,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.PongMessage:
         """``ping`` → ``pong``. Liveness check; answered by pong."""
-        return self._request(m.PingMessage, {}, {}, m.PongMessage, call_timeout, on_event)
+        return self._request(m.PingMessage, {}, {"traceparent": traceparent}, m.PongMessage, call_timeout, on_event)
 
     def proc_kill(
         self,
         proc_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcKillRespMessage:
@@ -1421,12 +1522,13 @@ class SyncMethods:
         group (and the sandbox's cgroup) with SIGKILL and answers once it
         has been reaped.
         """
-        return self._request(m.ProcKillReqMessage, {"proc_id": proc_id}, {}, m.ProcKillRespMessage, call_timeout, on_event)
+        return self._request(m.ProcKillReqMessage, {"proc_id": proc_id}, {"traceparent": traceparent}, m.ProcKillRespMessage, call_timeout, on_event)
 
     def proc_list(
         self,
         *,
         running_only: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcListRespMessage:
@@ -1434,7 +1536,7 @@ class SyncMethods:
         processes, oldest first: running ones and the most recent ended ones
         (the table keeps at most the plugin's max_records).
         """
-        return self._request(m.ProcListReqMessage, {}, {"running_only": running_only}, m.ProcListRespMessage, call_timeout, on_event)
+        return self._request(m.ProcListReqMessage, {}, {"running_only": running_only, "traceparent": traceparent}, m.ProcListRespMessage, call_timeout, on_event)
 
     def proc_read(
         self,
@@ -1445,19 +1547,21 @@ class SyncMethods:
         max_bytes: Optional[int] = None,
         stderr_cursor: Optional[int] = None,
         stdout_cursor: Optional[int] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcReadRespMessage:
         """``proc/read/req`` → ``proc/read/resp``. Returns the buffered output
         of both streams from the cursors.
         """
-        return self._request(m.ProcReadReqMessage, {"proc_id": proc_id}, {"follow": follow, "follow_timeout": follow_timeout, "max_bytes": max_bytes, "stderr_cursor": stderr_cursor, "stdout_cursor": stdout_cursor}, m.ProcReadRespMessage, call_timeout, on_event)
+        return self._request(m.ProcReadReqMessage, {"proc_id": proc_id}, {"follow": follow, "follow_timeout": follow_timeout, "max_bytes": max_bytes, "stderr_cursor": stderr_cursor, "stdout_cursor": stdout_cursor, "traceparent": traceparent}, m.ProcReadRespMessage, call_timeout, on_event)
 
     def proc_signal(
         self,
         *,
         proc_id: str,
         signal: str,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcSignalRespMessage:
@@ -1465,7 +1569,7 @@ class SyncMethods:
         (with or without the SIG prefix) to the process group; for a
         sandboxed process, to the command inside the sandbox.
         """
-        return self._request(m.ProcSignalReqMessage, {"proc_id": proc_id, "signal": signal}, {}, m.ProcSignalRespMessage, call_timeout, on_event)
+        return self._request(m.ProcSignalReqMessage, {"proc_id": proc_id, "signal": signal}, {"traceparent": traceparent}, m.ProcSignalRespMessage, call_timeout, on_event)
 
     def proc_spawn(
         self,
@@ -1475,34 +1579,37 @@ class SyncMethods:
         env: Optional[dict[str, str]] = None,
         session_id: Optional[str] = None,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcSpawnRespMessage:
         """``proc/spawn/req`` → ``proc/spawn/resp``. Starts a process."""
-        return self._request(m.ProcSpawnReqMessage, {"argv": argv}, {"cwd": cwd, "env": env, "session_id": session_id, "timeout": timeout}, m.ProcSpawnRespMessage, call_timeout, on_event)
+        return self._request(m.ProcSpawnReqMessage, {"argv": argv}, {"cwd": cwd, "env": env, "session_id": session_id, "timeout": timeout, "traceparent": traceparent}, m.ProcSpawnRespMessage, call_timeout, on_event)
 
     def proc_status(
         self,
         proc_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcStatusRespMessage:
         """``proc/status/req`` → ``proc/status/resp``."""
-        return self._request(m.ProcStatusReqMessage, {"proc_id": proc_id}, {}, m.ProcStatusRespMessage, call_timeout, on_event)
+        return self._request(m.ProcStatusReqMessage, {"proc_id": proc_id}, {"traceparent": traceparent}, m.ProcStatusRespMessage, call_timeout, on_event)
 
     def proc_wait(
         self,
         proc_id: str,
         *,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcWaitRespMessage:
         """``proc/wait/req`` → ``proc/wait/resp``. Waits until the process ends
         or timeout passes.
         """
-        return self._request(m.ProcWaitReqMessage, {"proc_id": proc_id}, {"timeout": timeout}, m.ProcWaitRespMessage, call_timeout, on_event)
+        return self._request(m.ProcWaitReqMessage, {"proc_id": proc_id}, {"timeout": timeout, "traceparent": traceparent}, m.ProcWaitRespMessage, call_timeout, on_event)
 
     def proc_write(
         self,
@@ -1510,19 +1617,21 @@ class SyncMethods:
         *,
         data: Optional[str] = None,
         eof: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcWriteRespMessage:
         """``proc/write/req`` → ``proc/write/resp``. Writes text to the
         process's stdin; with eof, closes stdin afterwards.
         """
-        return self._request(m.ProcWriteReqMessage, {"proc_id": proc_id}, {"data": data, "eof": eof}, m.ProcWriteRespMessage, call_timeout, on_event)
+        return self._request(m.ProcWriteReqMessage, {"proc_id": proc_id}, {"data": data, "eof": eof, "traceparent": traceparent}, m.ProcWriteRespMessage, call_timeout, on_event)
 
     def session_fork(
         self,
         count: int,
         *,
         snapshot_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionForkRespMessage:
@@ -1533,24 +1642,26 @@ class SyncMethods:
         `snapshot_id`) and whose session directory is a copy of the sender's
         files.
         """
-        return self._request(m.SessionForkReqMessage, {"count": count}, {"snapshot_id": snapshot_id}, m.SessionForkRespMessage, call_timeout, on_event)
+        return self._request(m.SessionForkReqMessage, {"count": count}, {"snapshot_id": snapshot_id, "traceparent": traceparent}, m.SessionForkRespMessage, call_timeout, on_event)
 
     def session_info(
         self,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionInfoRespMessage:
         """``session/info/req`` → ``session/info/resp``. Describes the sender's
         session.
         """
-        return self._request(m.SessionInfoReqMessage, {}, {}, m.SessionInfoRespMessage, call_timeout, on_event)
+        return self._request(m.SessionInfoReqMessage, {}, {"traceparent": traceparent}, m.SessionInfoRespMessage, call_timeout, on_event)
 
     def session_restore(
         self,
         *,
         from_session: Optional[str] = None,
         snapshot_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionRestoreRespMessage:
@@ -1560,25 +1671,27 @@ class SyncMethods:
         session named by `from_session` (a session that moved when its host
         drained or died, docs/deploy.md).
         """
-        return self._request(m.SessionRestoreReqMessage, {}, {"from_session": from_session, "snapshot_id": snapshot_id}, m.SessionRestoreRespMessage, call_timeout, on_event)
+        return self._request(m.SessionRestoreReqMessage, {}, {"from_session": from_session, "snapshot_id": snapshot_id, "traceparent": traceparent}, m.SessionRestoreRespMessage, call_timeout, on_event)
 
     def session_snapshot(
         self,
         *,
         target: Optional[Literal["file", "sql"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionSnapshotRespMessage:
         """``session/snapshot/req`` → ``session/snapshot/resp``. Saves the
         session's state (spec §3: Session live → snapshot).
         """
-        return self._request(m.SessionSnapshotReqMessage, {}, {"target": target}, m.SessionSnapshotRespMessage, call_timeout, on_event)
+        return self._request(m.SessionSnapshotReqMessage, {}, {"target": target, "traceparent": traceparent}, m.SessionSnapshotRespMessage, call_timeout, on_event)
 
     def session_snapshot_delete(
         self,
         snapshot_id: str,
         *,
         session_ids: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionSnapshotDeleteRespMessage:
@@ -1587,13 +1700,14 @@ class SyncMethods:
         session/snapshot/list; any other id is answered as an unknown
         snapshot.
         """
-        return self._request(m.SessionSnapshotDeleteReqMessage, {"snapshot_id": snapshot_id}, {"session_ids": session_ids}, m.SessionSnapshotDeleteRespMessage, call_timeout, on_event)
+        return self._request(m.SessionSnapshotDeleteReqMessage, {"snapshot_id": snapshot_id}, {"session_ids": session_ids, "traceparent": traceparent}, m.SessionSnapshotDeleteRespMessage, call_timeout, on_event)
 
     def session_snapshot_list(
         self,
         *,
         session_ids: Optional[list[str]] = None,
         target: Optional[Literal["file", "sql"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionSnapshotListRespMessage:
@@ -1606,7 +1720,7 @@ class SyncMethods:
         owned, the restorer's) (docs/DECISIONS.md, Capability gaps users
         hit).
         """
-        return self._request(m.SessionSnapshotListReqMessage, {}, {"session_ids": session_ids, "target": target}, m.SessionSnapshotListRespMessage, call_timeout, on_event)
+        return self._request(m.SessionSnapshotListReqMessage, {}, {"session_ids": session_ids, "target": target, "traceparent": traceparent}, m.SessionSnapshotListRespMessage, call_timeout, on_event)
 
     def session_trajectory_export(
         self,
@@ -1615,6 +1729,7 @@ class SyncMethods:
         format: Optional[Literal["jsonl", "chat"]] = None,
         limit: Optional[int] = None,
         session_ids: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SessionTrajectoryExportRespMessage:
@@ -1626,18 +1741,19 @@ class SyncMethods:
         session id is a bearer secret, so holding one proves the session was
         the sender's), oldest first, a page at a time.
         """
-        return self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "format": format, "limit": limit, "session_ids": session_ids}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
+        return self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "format": format, "limit": limit, "session_ids": session_ids, "traceparent": traceparent}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
 
     def shutdown(
         self,
         *,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
     ) -> None:
         """``shutdown``. Ends the sender's session only, never the host
         (docs/DECISIONS.md, Wire): no new requests are admitted, requests in
         flight are answered, then the session closes.
         """
-        self._notify(m.ShutdownMessage, {}, {"timeout": timeout})
+        self._notify(m.ShutdownMessage, {}, {"timeout": timeout, "traceparent": traceparent})
 
     def skill_call(
         self,
@@ -1647,6 +1763,7 @@ class SyncMethods:
         correlation_id: Optional[str] = None,
         streaming: Optional[bool] = None,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         version: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
@@ -1654,7 +1771,7 @@ class SyncMethods:
         """``skill/call/req`` → ``skill/call/resp``. Runs a skill: the given
         version, or the newest by semver.
         """
-        return self._request(m.SkillCallReqMessage, {"name": name}, {"arguments": arguments, "correlation_id": correlation_id, "streaming": streaming, "timeout": timeout, "version": version}, m.SkillCallRespMessage, call_timeout, on_event)
+        return self._request(m.SkillCallReqMessage, {"name": name}, {"arguments": arguments, "correlation_id": correlation_id, "streaming": streaming, "timeout": timeout, "traceparent": traceparent, "version": version}, m.SkillCallRespMessage, call_timeout, on_event)
 
     def skill_discover(
         self,
@@ -1662,6 +1779,7 @@ class SyncMethods:
         all_versions: Optional[bool] = None,
         filter_tags: Optional[list[str]] = None,
         name: Optional[str] = None,
+        traceparent: Optional[str] = None,
         version: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
@@ -1670,12 +1788,13 @@ class SyncMethods:
         default the newest version of each; with name or version, the
         matching versions; with all_versions, every version.
         """
-        return self._request(m.SkillDiscoverReqMessage, {}, {"all_versions": all_versions, "filter_tags": filter_tags, "name": name, "version": version}, m.SkillDiscoverRespMessage, call_timeout, on_event)
+        return self._request(m.SkillDiscoverReqMessage, {}, {"all_versions": all_versions, "filter_tags": filter_tags, "name": name, "traceparent": traceparent, "version": version}, m.SkillDiscoverRespMessage, call_timeout, on_event)
 
     def skill_get(
         self,
         name: str,
         *,
+        traceparent: Optional[str] = None,
         version: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
@@ -1683,7 +1802,7 @@ class SyncMethods:
         """``skill/get/req`` → ``skill/get/resp``. One skill with its
         instructions: the given version, or the newest.
         """
-        return self._request(m.SkillGetReqMessage, {"name": name}, {"version": version}, m.SkillGetRespMessage, call_timeout, on_event)
+        return self._request(m.SkillGetReqMessage, {"name": name}, {"traceparent": traceparent, "version": version}, m.SkillGetRespMessage, call_timeout, on_event)
 
     def skill_register(
         self,
@@ -1691,6 +1810,7 @@ class SyncMethods:
         *,
         files: Optional[list[m.SkillFile]] = None,
         scope: Optional[Literal["session", "subagents"]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SkillRegisterRespMessage:
@@ -1698,12 +1818,13 @@ class SyncMethods:
         for this session at run time: a manifest (the content of
         `skill.json`, checked as at start-up) and its files.
         """
-        return self._request(m.SkillRegisterReqMessage, {"manifest": manifest}, {"files": files, "scope": scope}, m.SkillRegisterRespMessage, call_timeout, on_event)
+        return self._request(m.SkillRegisterReqMessage, {"manifest": manifest}, {"files": files, "scope": scope, "traceparent": traceparent}, m.SkillRegisterRespMessage, call_timeout, on_event)
 
     def subagent_list(
         self,
         *,
         running_only: Optional[bool] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SubagentListRespMessage:
@@ -1711,7 +1832,7 @@ class SyncMethods:
         subagents and theirs (its whole subtree), oldest first, ended ones
         included unless running_only.
         """
-        return self._request(m.SubagentListReqMessage, {}, {"running_only": running_only}, m.SubagentListRespMessage, call_timeout, on_event)
+        return self._request(m.SubagentListReqMessage, {}, {"running_only": running_only, "traceparent": traceparent}, m.SubagentListRespMessage, call_timeout, on_event)
 
     def subagent_spawn(
         self,
@@ -1722,18 +1843,20 @@ class SyncMethods:
         max_steps: Optional[int] = None,
         memory_scope: Optional[Literal["shared", "restricted", "isolated", "snapshot"]] = None,
         session_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SubagentSpawnRespMessage:
         """``subagent/spawn/req`` → ``subagent/spawn/resp``. Spawns a subagent:
         a child session of the sender's session.
         """
-        return self._request(m.SubagentSpawnReqMessage, {"name": name}, {"capabilities": capabilities, "max_depth": max_depth, "max_steps": max_steps, "memory_scope": memory_scope, "session_id": session_id}, m.SubagentSpawnRespMessage, call_timeout, on_event)
+        return self._request(m.SubagentSpawnReqMessage, {"name": name}, {"capabilities": capabilities, "max_depth": max_depth, "max_steps": max_steps, "memory_scope": memory_scope, "session_id": session_id, "traceparent": traceparent}, m.SubagentSpawnRespMessage, call_timeout, on_event)
 
     def subagent_status(
         self,
         subagent_id: str,
         *,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SubagentStatusRespMessage:
@@ -1741,13 +1864,14 @@ class SyncMethods:
         the sender's descendants; any other id is unknown
         (schema_violation).
         """
-        return self._request(m.SubagentStatusReqMessage, {"subagent_id": subagent_id}, {}, m.SubagentStatusRespMessage, call_timeout, on_event)
+        return self._request(m.SubagentStatusReqMessage, {"subagent_id": subagent_id}, {"traceparent": traceparent}, m.SubagentStatusRespMessage, call_timeout, on_event)
 
     def subagent_terminate(
         self,
         subagent_id: str,
         *,
         reason: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.SubagentTerminateRespMessage:
@@ -1756,7 +1880,7 @@ class SyncMethods:
         below it: their sessions close at once (requests in flight are
         cancelled).
         """
-        return self._request(m.SubagentTerminateReqMessage, {"subagent_id": subagent_id}, {"reason": reason}, m.SubagentTerminateRespMessage, call_timeout, on_event)
+        return self._request(m.SubagentTerminateReqMessage, {"subagent_id": subagent_id}, {"reason": reason, "traceparent": traceparent}, m.SubagentTerminateRespMessage, call_timeout, on_event)
 
     def tool_call(
         self,
@@ -1766,13 +1890,14 @@ class SyncMethods:
         correlation_id: Optional[str] = None,
         streaming: Optional[bool] = None,
         timeout: Optional[float] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ToolCallRespMessage:
         """``tool/call/req`` → ``tool/call/resp``. Calls a tool (spec §4.2 Tool
         call).
         """
-        return self._request(m.ToolCallReqMessage, {"tool_name": tool_name}, {"arguments": arguments, "correlation_id": correlation_id, "streaming": streaming, "timeout": timeout}, m.ToolCallRespMessage, call_timeout, on_event)
+        return self._request(m.ToolCallReqMessage, {"tool_name": tool_name}, {"arguments": arguments, "correlation_id": correlation_id, "streaming": streaming, "timeout": timeout, "traceparent": traceparent}, m.ToolCallRespMessage, call_timeout, on_event)
 
     def tool_list(
         self,
@@ -1782,13 +1907,14 @@ class SyncMethods:
         limit: Optional[int] = None,
         query: Optional[str] = None,
         tags: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ToolListRespMessage:
         """``tool/list/req`` → ``tool/list/resp``. Lists tools (spec §4.2 Tool
         list).
         """
-        return self._request(m.ToolListReqMessage, {}, {"cursor": cursor, "include_deferred": include_deferred, "limit": limit, "query": query, "tags": tags}, m.ToolListRespMessage, call_timeout, on_event)
+        return self._request(m.ToolListReqMessage, {}, {"cursor": cursor, "include_deferred": include_deferred, "limit": limit, "query": query, "tags": tags, "traceparent": traceparent}, m.ToolListRespMessage, call_timeout, on_event)
 
     def toolkit_configure(
         self,
@@ -1796,25 +1922,27 @@ class SyncMethods:
         config: dict[str, Any],
         toolkit_name: str,
         session_id: Optional[str] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ToolkitConfigureRespMessage:
         """``toolkit/configure/req`` → ``toolkit/configure/resp``. Configures a
         toolkit for the session (spec §2.9).
         """
-        return self._request(m.ToolkitConfigureReqMessage, {"config": config, "toolkit_name": toolkit_name}, {"session_id": session_id}, m.ToolkitConfigureRespMessage, call_timeout, on_event)
+        return self._request(m.ToolkitConfigureReqMessage, {"config": config, "toolkit_name": toolkit_name}, {"session_id": session_id, "traceparent": traceparent}, m.ToolkitConfigureRespMessage, call_timeout, on_event)
 
     def toolkit_list(
         self,
         *,
         filter_tags: Optional[list[str]] = None,
+        traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ToolkitListRespMessage:
         """``toolkit/list/req`` → ``toolkit/list/resp``. Lists toolkits with
         the session's configured flag (spec §4.2 Toolkit list).
         """
-        return self._request(m.ToolkitListReqMessage, {}, {"filter_tags": filter_tags}, m.ToolkitListRespMessage, call_timeout, on_event)
+        return self._request(m.ToolkitListReqMessage, {}, {"filter_tags": filter_tags, "traceparent": traceparent}, m.ToolkitListRespMessage, call_timeout, on_event)
 
 
 REQUESTS: dict[str, tuple[type[m.Model], Optional[type[m.Model]]]] = {

@@ -71,6 +71,16 @@ class CancelMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -104,6 +114,16 @@ class ChainDefineReqMessage(Model):
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -271,6 +291,16 @@ class ChainRunReqMessage(Model):
     session_id: Optional[str] = None
     #: Seconds for the whole chain.
     timeout: float = 300
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -411,6 +441,16 @@ class EnvCloseReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -453,6 +493,16 @@ class EnvDataAddMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -476,6 +526,16 @@ class EnvDataAddReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -521,6 +581,16 @@ class EnvDataGetMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -548,6 +618,16 @@ class EnvDataGetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -586,6 +666,16 @@ class EnvDataResetMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -606,6 +696,16 @@ class EnvDataResetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -687,6 +787,16 @@ class EnvListReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -725,6 +835,16 @@ class EnvObserveReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -768,6 +888,16 @@ class EnvRenderReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -817,6 +947,16 @@ class EnvResetReqMessage(Model):
     #: Seeds the episode's random state: any int64; 7.0 is the integer 7
     #: (JSON Schema's integers).
     seed: Optional[int] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -862,6 +1002,16 @@ class EnvSpacesReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -911,6 +1061,16 @@ class EnvStepBatchReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -952,6 +1112,16 @@ class EnvStepReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1117,6 +1287,16 @@ class HandshakeReqMessage(Model):
     record_trajectory: Optional[bool] = None
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1179,6 +1359,16 @@ class LearnAdaptReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1249,6 +1439,16 @@ class LearnExperienceReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1298,6 +1498,16 @@ class LearnExportReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     to_file: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1347,6 +1557,16 @@ class LearnFeedbackReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1403,6 +1623,16 @@ class LearnRankReqMessage(Model):
     #: Seeds Thompson sampling, for a reproducible ranking.
     seed: Optional[int] = None
     strategy: Literal["ucb1", "thompson", "greedy"] = "ucb1"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1444,6 +1674,16 @@ class LearnStatsReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1586,6 +1826,16 @@ class McpPromptGetReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1627,6 +1877,16 @@ class McpPromptListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1669,6 +1929,16 @@ class McpResourceListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1710,6 +1980,16 @@ class McpResourceReadReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1751,6 +2031,16 @@ class McpServerListReqMessage(Model):
     req_id: Optional[str] = None
     #: Only servers with this status.
     status_filter: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1803,6 +2093,16 @@ class McpServerRegisterReqMessage(Model):
     #: Patterns (path.Match) of the MCP tool names to proxy; absent or empty:
     #: all.
     tool_allow_list: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1847,6 +2147,16 @@ class McpServerUnregisterReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     server_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -1954,6 +2264,16 @@ class MemoryForgetReqMessage(Model):
     req_id: Optional[str] = None
     tags: Optional[list[str]] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2013,6 +2333,16 @@ class MemoryInitReqMessage(Model):
     #: Scope keys. `agent` narrows the persistent tiers to one agent within
     #: the namespace; other keys are kept and echoed.
     scope: Optional[dict[str, str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2071,6 +2401,16 @@ class MemoryRecallReqMessage(Model):
     since: Optional[float] = None
     tags: Optional[list[str]] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2113,6 +2453,16 @@ class MemoryRetrieveReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2150,6 +2500,16 @@ class MemoryStatsReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2193,6 +2553,16 @@ class MemoryStoreReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2255,6 +2625,16 @@ class PingMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2322,6 +2702,16 @@ class ProcKillReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2361,6 +2751,16 @@ class ProcListReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     running_only: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2412,6 +2812,16 @@ class ProcReadReqMessage(Model):
     req_id: Optional[str] = None
     stderr_cursor: int = 0
     stdout_cursor: int = 0
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2492,6 +2902,16 @@ class ProcSignalReqMessage(Model):
     #: HUP, INT, QUIT, ABRT, KILL, USR1, SEGV, USR2, PIPE, ALRM, TERM, CONT,
     #: STOP, TSTP, XCPU, WINCH.
     signal: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2544,6 +2964,16 @@ class ProcSpawnReqMessage(Model):
     #: Wall-clock seconds after which the process group is killed (state
     #: timeout); 0 or absent: the plugin's default.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2582,6 +3012,16 @@ class ProcStatusReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2643,6 +3083,16 @@ class ProcWaitReqMessage(Model):
     #: Seconds to wait at most; absent: until the request is cancelled. When
     #: it passes, the reply has the running record and timed_out true.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2686,6 +3136,16 @@ class ProcWriteReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2794,6 +3254,16 @@ class SessionForkReqMessage(Model):
     #: from it does too) instead of the current state; the files are those of
     #: the snapshot's session directory as they are now.
     snapshot_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2840,6 +3310,16 @@ class SessionInfoReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2902,6 +3382,16 @@ class SessionRestoreReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     snapshot_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2947,6 +3437,16 @@ class SessionSnapshotDeleteReqMessage(Model):
     #: are the sender's.
     session_ids: Optional[list[str]] = None
     snapshot_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -2995,6 +3495,16 @@ class SessionSnapshotListReqMessage(Model):
     session_ids: Optional[list[str]] = None
     #: Only snapshots of this target; absent: both.
     target: Optional[Literal["file", "sql"]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3036,6 +3546,16 @@ class SessionSnapshotReqMessage(Model):
     #: Where the snapshot is stored: a file under the data directory or the
     #: embedded SQL store.
     target: Literal["file", "sql"] = "file"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3093,6 +3613,16 @@ class SessionTrajectoryExportReqMessage(Model):
     #: Ids of earlier sessions of the sender whose records to export, instead
     #: of this session's own.
     session_ids: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3141,6 +3671,16 @@ class ShutdownMessage(Model):
     #: Seconds to wait for requests in flight before cancelling them; absent
     #: means 10. Zero cancels at once.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3171,6 +3711,16 @@ class SkillCallReqMessage(Model):
     streaming: Optional[bool] = None
     #: Seconds; lowers the skill's own timeout, never raises it.
     timeout: Optional[float] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3236,6 +3786,16 @@ class SkillDiscoverReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3324,6 +3884,16 @@ class SkillGetReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3387,6 +3957,16 @@ class SkillRegisterReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     scope: Literal["session", "subagents"] = "session"
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3519,6 +4099,16 @@ class SubagentListReqMessage(Model):
     req_id: Optional[str] = None
     #: Only subagents whose session has not ended.
     running_only: bool = False
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3617,6 +4207,16 @@ class SubagentSpawnReqMessage(Model):
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3669,6 +4269,16 @@ class SubagentStatusReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     subagent_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3713,6 +4323,16 @@ class SubagentTerminateReqMessage(Model):
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
     subagent_id: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3766,6 +4386,16 @@ class ToolCallReqMessage(Model):
     #: (spec §8). 0 or absent: no per-call limit beyond the request deadline.
     timeout: Optional[float] = None
     tool_name: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3883,6 +4513,16 @@ class ToolListReqMessage(Model):
     req_id: Optional[str] = None
     #: Matches tools having any of these tags.
     tags: Optional[list[str]] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -3973,6 +4613,16 @@ class ToolkitConfigureReqMessage(Model):
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
     toolkit_name: str
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
@@ -4069,6 +4719,16 @@ class ToolkitListReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: On replies and events: the id of the request answered (spec §2.1).
     req_id: Optional[str] = None
+    #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
+    #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
+    #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
+    #: spans of this message join that trace as children of that span
+    #: (docs/operating.md, Traces). A host ignores a value it cannot parse
+    #: and starts a trace of its own, as W3C Trace Context asks; a host that
+    #: does not know the field ignores it as any unknown field
+    #: (docs/DECISIONS.md, Trace context in the envelope). Only agents'
+    #: messages carry it.
+    traceparent: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float

@@ -36,6 +36,24 @@ class TestGenerated(unittest.TestCase):
         fields = {f.alias or n for n, f in m.ChainEdge.model_fields.items()}
         self.assertIn("from", fields)
 
+    def test_traceparent_on_every_request(self) -> None:
+        # Every generated method takes the envelope's optional traceparent
+        # (schemas/envelope.json) and puts it on the wire; unset, it is left off.
+        tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        c = AsyncClient(transport=None)  # type: ignore[arg-type]
+        sent: list[dict] = []
+
+        async def capture(model, required, optional, reply, call_timeout, on_event):  # type: ignore[no-untyped-def]
+            sent.append(json.loads(c._encode(c._build(model, required, optional))))
+
+        c._request = capture  # type: ignore[method-assign]
+        import asyncio
+        asyncio.run(c.tool_call(tool_name="echo", arguments={}, traceparent=tp))
+        asyncio.run(c.ping(traceparent=tp))
+        asyncio.run(c.ping())
+        self.assertEqual([w.get("traceparent") for w in sent], [tp, tp, None])
+        self.assertEqual(sent[0]["type"], "tool/call/req")
+
     def test_decode_by_type(self) -> None:
         cases = [
             ('{"type":"pong","id":"a","proto":"1.0","ts":1,"req_id":"r","uptime_seconds":2}', m.PongMessage),

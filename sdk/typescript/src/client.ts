@@ -26,6 +26,13 @@ export interface RequestOptions {
   signal?: AbortSignal;
   /** Receives the request's events (spec §6), in order, before the reply. */
   onEvent?: (event: EventMessage) => void;
+  /**
+   * The caller's W3C Trace Context traceparent
+   * (`00-<trace id>-<span id>-<flags>`), sent as the envelope's
+   * `traceparent` (schemas/envelope.json): a host that traces makes its
+   * spans of the request children of that span; others ignore it.
+   */
+  traceparent?: string;
 }
 
 /** A request in flight with its events as an async iterator; see AepClient.stream. */
@@ -243,7 +250,7 @@ export class AepClient extends Methods<RequestOptions> {
 
   #send<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions, mayMove: boolean): Promise<RequestTypes[T]["reply"]> {
     if (this.#ended) return Promise.reject(this.#ended);
-    const { signal, onEvent } = options;
+    const { signal, onEvent, traceparent } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
     const id = this.#nextId();
     return new Promise<RequestTypes[T]["reply"]>((resolve, reject) => {
@@ -275,7 +282,7 @@ export class AepClient extends Methods<RequestOptions> {
         };
         signal.addEventListener("abort", onAbort, { once: true });
       }
-      const line = JSON.stringify({ ...body, type, id, proto: "1.0", ts: Date.now() / 1000 });
+      const line = JSON.stringify({ ...body, type, id, proto: "1.0", ts: Date.now() / 1000, ...(traceparent === undefined ? {} : { traceparent }) });
       this.#t.send(line).catch((e: unknown) => this.#sendFailed(id, e, mayMove));
     }).catch((e: unknown) => {
       // A refusal is for request() to act on; the move's own requests see the host's word.

@@ -154,6 +154,15 @@ for (const tr of transports) {
       assert.equal((await c.ping()).type, "pong");
     });
 
+    test("a request carries the caller's trace context (envelope traceparent)", async () => {
+      // schemas/envelope.json: the host's spans of the request join this
+      // trace; a host that does not trace (or know the field) answers as usual.
+      const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+      const r = await c.toolCall({ tool_name: "no_such_tool", arguments: {} }, { traceparent });
+      assert.equal(r.result.error_code, "UNKNOWN_TOOL");
+      assert.equal((await c.ping({}, { traceparent })).type, "pong");
+    });
+
     test("protocol errors: a schema violation and a line that is not JSON", async () => {
       // A request missing a required field, past the types on purpose.
       await assert.rejects(c.request("tool/call/req", {} as never), (e: unknown) => {
