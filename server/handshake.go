@@ -109,7 +109,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 	}
 	id := s.id
 	resp := &msg.HandshakeResp{Ok: true, SessionID: &id, AcceptedCaps: accepted}
-	if r := h.persist.Recorder(s.view(), req.RecordTrajectory != nil && *req.RecordTrajectory); r != nil {
+	if r := h.recorderFor(s, req); r != nil {
 		r.Agent("request", env, req)
 		s.rec.Store(r)
 		on := true

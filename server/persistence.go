@@ -112,6 +112,12 @@ func (c TrajectoryConfig) settings() persist.TrajectorySettings {
 
 func (c TrajectoryConfig) check() []error { return c.settings().Check() }
 
+// recorderFor is the trajectory recorder of session s, which handshook
+// with req, or nil when its trajectory is not recorded.
+func (h *Host) recorderFor(s *Session, req *msg.HandshakeReq) *recorder {
+	return h.persist.Recorder(s.view(), req.RecordTrajectory != nil && *req.RecordTrajectory)
+}
+
 // SessionDir returns the directory of a live session, by its handle
 // (wire.Scope.SessionID), made on first use (server/persist/dirs.go).
 func (h *Host) SessionDir(sessionID string) (sessionDir, error) {
