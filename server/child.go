@@ -26,9 +26,9 @@ var (
 	// ErrNotWaitingChild is returned when connecting to a session that is
 	// not a child session waiting for its handshake.
 	ErrNotWaitingChild = errors.New("not a child session waiting for its handshake")
-	// ErrAttached is returned when connecting in process to a waiting child
+	// errAttached is returned when connecting in process to a waiting child
 	// that another connection already reaches.
-	ErrAttached = errors.New("session already has a connection")
+	errAttached = errors.New("session already has a connection")
 )
 
 // ChildOptions describes a child session to [Host.SpawnChild].
@@ -278,7 +278,7 @@ func (h *Host) attachChild(id string, sink Sink) (*Session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sink != nil {
-		return nil, fmt.Errorf("session %q: %w", id, ErrAttached)
+		return nil, fmt.Errorf("session %q: %w", id, errAttached)
 	}
 	s.sink = sink
 	return s, nil

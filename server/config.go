@@ -19,6 +19,9 @@ import (
 // IsEnabled reports enabled, which defaults to true.
 func (c MCPFaceConfig) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
 
+// IsEnabled reports enabled, which defaults to true.
+func (c OpenEnvFaceConfig) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
 // IsEnabled reports metadata.enabled, which defaults to true.
 func (m PluginMetadata) IsEnabled() bool { return m.Enabled == nil || *m.Enabled }
 
@@ -170,6 +173,9 @@ func (c Config) withDefaults() Config {
 	if c.MCPFace.TokenEnv == "" {
 		c.MCPFace.TokenEnv = "AEP_AUTH_TOKEN"
 	}
+	if c.OpenEnvFace.AgentID == "" {
+		c.OpenEnvFace.AgentID = "openenv"
+	}
 	return c
 }
 
@@ -211,20 +217,14 @@ func orDur(v *Duration, d Duration) {
 }
 
 // ParseConfig checks and decodes a configuration given as text; see
-// [LoadConfig].
+// [LoadConfigFile].
 func ParseConfig(data []byte) (Config, error) {
 	cfg, _, err := ParseConfigFile("", data)
 	return cfg, err
 }
 
-// LoadConfig reads a YAML configuration file, checks it and decodes it;
-// see [ParseConfigFile].
-func LoadConfig(path string) (Config, error) {
-	cfg, _, err := LoadConfigFile(path)
-	return cfg, err
-}
-
-// LoadConfigFile is [LoadConfig] that also returns the parsed document, so
+// LoadConfigFile reads a YAML configuration file, checks it and decodes
+// it (see [ParseConfigFile]), and returns the parsed document too, so
 // a later check ([CheckConfig]) can name the lines of its problems
 // ([configcheck.Document.Place]).
 func LoadConfigFile(path string) (Config, *configcheck.Document, error) {

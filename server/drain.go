@@ -25,6 +25,9 @@ type DrainResult struct {
 	Took time.Duration
 }
 
+// Draining reports whether [Host.Drain] has begun.
+func (h *Host) Draining() bool { return h.draining.Load() }
+
 // drainPoll is how often Drain looks at the requests in flight.
 const drainPoll = 20 * time.Millisecond
 

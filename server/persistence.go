@@ -218,12 +218,13 @@ func (k kernelView) NewFork(src persist.Session, nth, count int) (persist.Sessio
 }
 
 // Secrets returns the host auth token, the token s handshook with when it
-// is a child session's own, and those plugins declared for the host and
-// for the sessions whose state a snapshot of s holds (secrets.go).
+// is not the host's (a child session's own, a tenant's secret), and those
+// plugins declared for the host and for the sessions whose state a
+// snapshot of s holds (secrets.go).
 func (k kernelView) Secrets(ps persist.Session) []persist.Secret {
 	s := ps.(*sessionView).session()
 	out := []persist.Secret{{What: "the host auth token", Value: k.h.cfg.Server.AuthToken}}
-	if t, ok := k.h.childTokens.Load(s.id); ok {
+	if t, ok := k.h.sessionTokens.Load(s.id); ok {
 		out = append(out, persist.Secret{What: "the session's auth token", Value: t.(string)})
 	}
 	for _, ns := range k.h.declaredSecrets(s) {
