@@ -12,10 +12,13 @@ import (
 	"testing"
 )
 
-// maxExported bounds the names package server exports: what plugins and
-// transports use of the kernel, and nothing that belongs to another
-// package (docs/architecture.md, Layers).
-const maxExported = 190
+// maxExported bounds the names package server exports: what plugins,
+// transports and the operator's API use of the kernel, and nothing that
+// belongs to another package (docs/architecture.md, Layers). It is the
+// count once persistence left the kernel and unused names went (190
+// before the admin API came, 214 with its 21 names and the three of
+// others it uses): a new name replaces one, or lives where its job is.
+const maxExported = 214
 
 // persistenceImports are packages only session persistence uses: the
 // stored snapshot and trajectory entities, the archive of a snapshot's

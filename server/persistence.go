@@ -39,6 +39,10 @@ type persistence interface {
 	SessionSnapshotDelete(ctx context.Context, s persist.Session, req *msg.SessionSnapshotDeleteReq) (*msg.SessionSnapshotDeleteResp, error)
 	SessionTrajectoryExport(ctx context.Context, s persist.Session, req *msg.SessionTrajectoryExportReq) (*msg.SessionTrajectoryExportResp, error)
 
+	// SnapshotsOf lists the stored snapshots a session may list as its
+	// own, newest first, at most limit (the admin API, admin.go).
+	SnapshotsOf(ctx context.Context, s persist.Session, limit int) ([]persist.SnapshotInfo, error)
+
 	// Recorder is the trajectory recorder of a session that handshook,
 	// or nil (handshake.go).
 	Recorder(s persist.Session, asked bool) *persist.Recorder
@@ -111,6 +115,20 @@ func (c TrajectoryConfig) settings() persist.TrajectorySettings {
 }
 
 func (c TrajectoryConfig) check() []error { return c.settings().Check() }
+
+// snapshotsOf lists the stored snapshots session s may list as its own
+// (its own and its lineage's), newest first, at most limit.
+func (h *Host) snapshotsOf(ctx context.Context, s *Session, limit int) ([]SnapshotNote, error) {
+	stored, err := h.persist.SnapshotsOf(ctx, s.view(), limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SnapshotNote, len(stored))
+	for i, st := range stored {
+		out[i] = SnapshotNote{ID: st.ID, Target: st.Target, Kind: st.Kind, At: st.Created, Bytes: st.Bytes}
+	}
+	return out, nil
+}
 
 // recorderFor is the trajectory recorder of session s, which handshook
 // with req, or nil when its trajectory is not recorded.
@@ -204,7 +222,7 @@ func (k kernelView) NewFork(src persist.Session, nth, count int) (persist.Sessio
 		}
 	})
 	switch {
-	case errors.Is(err, errTenantSessions):
+	case errors.Is(err, ErrTenantSessions):
 		return nil, &wire.Error{Code: wire.CodeRuntimeError, Message: fmt.Sprintf("fork %d of %d: your tenant is at its total of sessions on this host; no fork was kept", nth, count),
 			Detail: map[string]any{"reason": "tenant_sessions", "limit": s.tenant.total().Sessions}}
 	case errors.Is(err, ErrTooManySessions):
@@ -235,8 +253,14 @@ func (k kernelView) Secrets(ps persist.Session) []persist.Secret {
 
 func (k kernelView) DropState(plugin, handle string) { k.h.dropState(plugin, handle) }
 
-func (k kernelView) SnapshotDone(s persist.Session, kind string, t0 time.Time, bytes int, err error) {
-	k.h.met.snapshotDone(s.(*sessionView).session(), kind, t0, bytes, err)
+// SnapshotDone counts and times the snapshot for the metrics and, when
+// it was written, notes it as the session's newest for the admin API.
+func (k kernelView) SnapshotDone(ps persist.Session, r persist.SnapshotReport) {
+	s := ps.(*sessionView).session()
+	k.h.met.snapshotDone(s, r.Kind, r.Began, r.Bytes, r.Err)
+	if r.Err == nil {
+		s.noteSnapshot(r.ID, r.Target, r.Kind, r.Bytes)
+	}
 }
 
 func (k kernelView) Usage(dir string) (int64, int) { return usage(dir, k.h.cfg.Server.Budgets.Files) }

@@ -8,6 +8,7 @@ package persist
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
@@ -104,6 +105,32 @@ func (p *Keeper) SessionSnapshotDelete(ctx context.Context, s Session, req *msg.
 		}
 	}
 	return nil, fmt.Errorf("%w %q", ErrSnapshotNotFound, req.SnapshotID)
+}
+
+// SnapshotInfo is one stored snapshot as the host's operator sees it.
+type SnapshotInfo struct {
+	ID, Target, Kind string
+	Created          time.Time
+	// Bytes is what it stores: its document and its files archive.
+	Bytes int
+}
+
+// SnapshotsOf lists the stored snapshots session s may list as its own
+// (its own and those of the sessions it owns through restores), newest
+// first, at most limit: what the operator's admin API shows of a session.
+func (p *Keeper) SnapshotsOf(ctx context.Context, s Session, limit int) ([]SnapshotInfo, error) {
+	stored, err := p.storedSnapshots(ctx, "", p.ownedBy(s.ID(), nil))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SnapshotInfo, 0, min(len(stored), limit))
+	for _, st := range stored {
+		if len(out) == limit {
+			break
+		}
+		out = append(out, SnapshotInfo{ID: st.id, Target: st.target, Kind: st.kind, Created: st.created, Bytes: st.bytes})
+	}
+	return out, nil
 }
 
 // SessionTrajectoryExport exports recorded trajectory records (trajexport.go).

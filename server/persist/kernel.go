@@ -31,10 +31,10 @@ type Kernel interface {
 	// with public handle handle in its SessionState containers, before a
 	// restore replaces that state.
 	DropState(plugin, handle string)
-	// SnapshotDone is told of every snapshot of s, of kind (request,
-	// drain or auto), begun at t0: its stored size, or why it was not
-	// taken (the host's metrics, server/observe.go).
-	SnapshotDone(s Session, kind string, t0 time.Time, bytes int, err error)
+	// SnapshotDone is told of every snapshot of s, written or not (the
+	// host's metrics, server/observe.go, and the newest snapshot the
+	// admin API reports, server/admin.go).
+	SnapshotDone(s Session, r SnapshotReport)
 	// Usage measures dir as the session budgets do (server/budget.go):
 	// the bytes of its regular files and its entries.
 	Usage(dir string) (bytes int64, entries int)
@@ -65,6 +65,21 @@ type Session interface {
 	Activity() (lastActive int64, busy bool)
 	// Close ends the session (a fork that cannot be completed).
 	Close()
+}
+
+// SnapshotReport is how taking one snapshot went.
+type SnapshotReport struct {
+	// Kind is why it was taken: [KindRequest], [KindDrain] or [KindAuto].
+	Kind string
+	// Target is file or sql.
+	Target string
+	// Began is when it began.
+	Began time.Time
+	// ID and Bytes are the snapshot written (its document and files
+	// archive); Err is why none was, when none was.
+	ID    string
+	Bytes int
+	Err   error
 }
 
 // Secret is a value no snapshot or trajectory may hold, with the words

@@ -129,7 +129,9 @@ func newSnapshotID(target string) string { return target + "-" + wire.RandomHex(
 // metrics.
 func (p *Keeper) takeSnapshot(ctx context.Context, s Session, target, kind string) (t snapshotTaken, err error) {
 	t0 := time.Now()
-	defer func() { p.k.SnapshotDone(s, kind, t0, t.bytes, err) }()
+	defer func() {
+		p.k.SnapshotDone(s, SnapshotReport{Kind: kind, Target: target, Began: t0, ID: t.id, Bytes: t.bytes, Err: err})
+	}()
 	return p.writeSnapshot(ctx, s, target, kind)
 }
 
