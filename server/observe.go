@@ -326,7 +326,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 	ch <- prometheus.MustNewConstMetric(descBuffered, prometheus.GaugeValue, float64(held))
 	d := 0.0
-	if h.Draining() {
+	if h.draining.Load() {
 		d = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, d)
