@@ -63,7 +63,6 @@ type metrics struct {
 	// sessions it left without a snapshot; read at scrape time.
 	drainNanos    atomic.Int64
 	drainNotSaved atomic.Int64
-	drained       atomic.Bool
 }
 
 // requestBuckets resolve the microsecond steps of an RL environment and a
