@@ -350,6 +350,12 @@ type SnapshotConfig struct {
 	// each (server/persist/autosnap.go); 0s takes none, else at least 1s. With
 	// several hosts on one store, e.g. 5m. Default: "0s".
 	AutoInterval Duration `yaml:"auto_interval"`
+	// StoreWait: How long a snapshot, restore, listing or trajectory export an
+	// agent asked for waits for a store that does not answer before it fails with
+	// runtime_error, reason store_unavailable (retryable); never a fallback to
+	// another snapshot (server/persist/storewait.go). Automatic snapshot rounds do
+	// not wait. Default: "10s".
+	StoreWait Duration `yaml:"store_wait"`
 }
 
 // StoreConfig is the store section: the persistent store of snapshots,

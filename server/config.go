@@ -85,6 +85,10 @@ const minOperatorToken = 16
 // defaultDrainTimeout is operator.drain_timeout when unset.
 const defaultDrainTimeout = 30 * time.Second
 
+// defaultStoreWait is server.snapshots.store_wait when unset (the same as
+// server/persist's own default).
+const defaultStoreWait = 10 * time.Second
+
 // withDefaults fills zero values of c from Defaults.
 func (c Config) withDefaults() Config {
 	d := Defaults()
@@ -155,6 +159,7 @@ func (c Config) withDefaults() Config {
 		s.Isolation.SessionQuotaBytes = defaultSessionQuota
 	}
 	orInt(&s.Snapshots.FilesMaxEntries, defaultFilesMaxEntries)
+	orDur(&s.Snapshots.StoreWait, Duration(defaultStoreWait))
 	b, db := &s.Budgets, defaultBudgets
 	orInt(&b.Files, db.Files)
 	orInt(&b.LeafWork, db.LeafWork)

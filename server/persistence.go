@@ -104,7 +104,8 @@ func (h *Host) startPersistence() {
 
 func (c SnapshotConfig) settings() persist.SnapshotSettings {
 	return persist.SnapshotSettings{KeepPerSession: c.KeepPerSession, MaxAge: time.Duration(c.MaxAge),
-		FilesMaxBytes: c.FilesMaxBytes, FilesMaxEntries: c.FilesMaxEntries, AutoInterval: time.Duration(c.AutoInterval)}
+		FilesMaxBytes: c.FilesMaxBytes, FilesMaxEntries: c.FilesMaxEntries, AutoInterval: time.Duration(c.AutoInterval),
+		StoreWait: time.Duration(c.StoreWait)}
 }
 
 // check rejects settings that make no sense.

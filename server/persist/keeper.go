@@ -62,6 +62,9 @@ type SnapshotSettings struct {
 	FilesMaxEntries int
 	// AutoInterval is the period of automatic snapshots; 0 takes none.
 	AutoInterval time.Duration
+	// StoreWait bounds how long a request waits for a store that does not
+	// answer (storewait.go); 0 is [DefaultStoreWait].
+	StoreWait time.Duration
 }
 
 // TrajectorySettings are server.trajectories.

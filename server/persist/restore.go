@@ -209,9 +209,16 @@ func (p *Keeper) snapshotArchive(ctx context.Context, id string, fi *filesInfo) 
 	if p.store == nil || !strings.HasPrefix(id, "sql-") {
 		return nil, fmt.Errorf("snapshot %s: %w: it says it carries files, which only sql snapshots do; nothing was restored", id, ErrSnapshotCorrupt)
 	}
-	row, err := p.store.Client.Snapshot.Query().Where(snapshot.ID(id)).Select(snapshot.FieldID, snapshot.FieldFiles).Only(ctx)
+	var row *ent.Snapshot
+	err := p.storeCall(ctx, "read snapshot files", p.storeWait(), func(ctx context.Context) (err error) {
+		row, err = p.store.Client.Snapshot.Query().Where(snapshot.ID(id)).Select(snapshot.FieldID, snapshot.FieldFiles).Only(ctx)
+		return err
+	})
 	if ent.IsNotFound(err) {
 		return nil, fmt.Errorf("%w %q", ErrSnapshotNotFound, id)
+	}
+	if errors.Is(err, ErrStoreUnavailable) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: files: %w", id, err)

@@ -222,12 +222,28 @@ func (p *Keeper) storeSnapshot(ctx context.Context, target, kind string, pl *sna
 	if target == "file" {
 		return writeFileAtomic(filepath.Join(p.dataDir, snapshotDir), pl.SnapshotID+".json", doc)
 	}
-	c := p.store.Client.Snapshot.Create().SetID(pl.SnapshotID).SetSessionID(pl.Owner).
-		SetAgentID(pl.AgentID).SetData(doc).SetCreatedAt(pl.Created).SetKind(kind).SetFilesBytes(int64(len(archive)))
-	if archive != nil {
-		c.SetFiles(archive)
+	wait := p.storeWait()
+	if kind == KindAuto {
+		wait = 0 // a round goes on to the next session; this one is tried next round
 	}
-	return c.Exec(ctx)
+	tried := false
+	return p.storeCall(ctx, "snapshot", wait, func(ctx context.Context) error {
+		c := p.store.Client.Snapshot.Create().SetID(pl.SnapshotID).SetSessionID(pl.Owner).
+			SetAgentID(pl.AgentID).SetData(doc).SetCreatedAt(pl.Created).SetKind(kind).SetFilesBytes(int64(len(archive)))
+		if archive != nil {
+			c.SetFiles(archive)
+		}
+		err := c.Exec(ctx)
+		if err != nil && tried && ent.IsConstraintError(err) {
+			// The attempt before may have committed as the connection
+			// dropped: the row is there, and the snapshot is taken.
+			if ok, xerr := p.store.Client.Snapshot.Query().Where(snapshot.ID(pl.SnapshotID)).Exist(ctx); xerr == nil && ok {
+				return nil
+			}
+		}
+		tried = true
+		return err
+	})
 }
 
 // filesLimits are the bounds of a files archive on this host: maxBytes of
@@ -288,9 +304,16 @@ func (p *Keeper) loadSnapshot(ctx context.Context, target, id string) ([]byte, e
 		return nil, wire.Reason("snapshot_target_unavailable", errors.New("sql snapshots need a store; this host has none"))
 	}
 	// The document only: the files archive is read by a restore that needs it.
-	row, err := p.store.Client.Snapshot.Query().Where(snapshot.ID(id)).Select(snapshot.FieldID, snapshot.FieldData).Only(ctx)
+	var row *ent.Snapshot
+	err := p.storeCall(ctx, "read snapshot", p.storeWait(), func(ctx context.Context) (err error) {
+		row, err = p.store.Client.Snapshot.Query().Where(snapshot.ID(id)).Select(snapshot.FieldID, snapshot.FieldData).Only(ctx)
+		return err
+	})
 	if ent.IsNotFound(err) {
 		return nil, fmt.Errorf("%w %q", ErrSnapshotNotFound, id)
+	}
+	if errors.Is(err, ErrStoreUnavailable) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", id, err)

@@ -179,8 +179,15 @@ func (p *Keeper) sqlSnapshots(ctx context.Context, sessions []string) ([]storedS
 		q = q.Where(snapshot.SessionIDIn(sessions...))
 	}
 	// Every column but the files archive, which a listing never needs.
-	rows, err := q.Select(snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID, snapshot.FieldData,
-		snapshot.FieldCreatedAt, snapshot.FieldKind, snapshot.FieldFilesBytes).All(ctx)
+	var rows []*ent.Snapshot
+	err := p.storeCall(ctx, "list snapshots", p.storeWait(), func(ctx context.Context) (err error) {
+		rows, err = q.Clone().Select(snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID, snapshot.FieldData,
+			snapshot.FieldCreatedAt, snapshot.FieldKind, snapshot.FieldFilesBytes).All(ctx)
+		return err
+	})
+	if errors.Is(err, ErrStoreUnavailable) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
@@ -220,7 +227,17 @@ func (p *Keeper) deleteSnapshot(ctx context.Context, st storedSnapshot) error {
 			return fmt.Errorf("delete snapshot %s: %w", st.id, err)
 		}
 	default:
-		if err := p.store.Client.Snapshot.DeleteOneID(st.id).Exec(ctx); err != nil && !ent.IsNotFound(err) {
+		err := p.storeCall(ctx, "delete snapshot", p.storeWait(), func(ctx context.Context) error {
+			err := p.store.Client.Snapshot.DeleteOneID(st.id).Exec(ctx)
+			if ent.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+		if errors.Is(err, ErrStoreUnavailable) {
+			return err
+		}
+		if err != nil {
 			return fmt.Errorf("delete snapshot %s: %w", st.id, err)
 		}
 	}

@@ -44,9 +44,16 @@ func (p *Keeper) exportTrajectory(ctx context.Context, s Session, req *msg.Sessi
 	if format == "" {
 		format = "jsonl"
 	}
-	rows, err := p.store.Client.TrajectoryRecord.Query().
-		Where(trajectoryrecord.OwnerIn(owners...), trajectoryrecord.IDGT(req.After)).
-		Order(ent.Asc(trajectoryrecord.FieldID)).Limit(limit + 1).All(ctx)
+	var rows []*ent.TrajectoryRecord
+	err := p.storeCall(ctx, "trajectory export", p.storeWait(), func(ctx context.Context) (err error) {
+		rows, err = p.store.Client.TrajectoryRecord.Query().
+			Where(trajectoryrecord.OwnerIn(owners...), trajectoryrecord.IDGT(req.After)).
+			Order(ent.Asc(trajectoryrecord.FieldID)).Limit(limit + 1).All(ctx)
+		return err
+	})
+	if errors.Is(err, ErrStoreUnavailable) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("trajectory export: %w", err)
 	}
