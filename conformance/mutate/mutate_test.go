@@ -75,32 +75,6 @@ func TestCatalogue(t *testing.T) {
 	}
 }
 
-// TestMissed: the bugs an earlier kit let through are each caught by a
-// named check over WebSocket too (TestCatalogue runs them over HTTP+SSE).
-func TestMissed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the aep binary")
-	}
-	byName := map[string]mutate.Mutant{}
-	for _, mu := range mutate.Catalogue() {
-		byName[mu.Name] = mu
-	}
-	if len(mutate.Missed) != 10 {
-		t.Fatalf("%d missed bugs, want the 8 missed and the 2 never provoked", len(mutate.Missed))
-	}
-	base := kittest.Serve(t)
-	for _, name := range mutate.Missed {
-		mu, ok := byName[name]
-		if !ok {
-			t.Fatalf("%s is not in the catalogue", name)
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			caught(t, target(t, base, "websocket", mu), mu)
-		})
-	}
-}
-
 // TestTransparent: the layer itself breaks nothing. Through a proxy and a
 // wrap that change nothing, aep passes every check of the whole kit.
 func TestTransparent(t *testing.T) {
