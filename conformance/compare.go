@@ -208,19 +208,23 @@ func describeAt(path string, v any) string {
 // A text that is JSON, or JSON Lines (learn/export's jsonl), is compared
 // as the values it holds.
 type normalizer struct {
-	uniq   string
 	others []string // the other compared runs' unique names
-	ids    []string // longest first, so an id containing another is replaced whole
+	// texts replaces the run's unique name and every id the host gave
+	// inside a text: one pass over each text however many ids a host
+	// made up (a replacer matches them all at once, longest first, so an
+	// id containing another is replaced whole).
+	texts *strings.Replacer
 }
 
 func newNormalizer(r *Report, uniqs []string) *normalizer {
-	n := &normalizer{uniq: r.uniq}
+	n := &normalizer{}
 	for _, u := range uniqs {
 		if u != "" && u != r.uniq {
 			n.others = append(n.others, u)
 		}
 	}
 	seen := map[string]bool{}
+	var ids []string
 	var collect func(key string, v any)
 	collect = func(key string, v any) {
 		switch x := v.(type) {
@@ -235,7 +239,7 @@ func newNormalizer(r *Report, uniqs []string) *normalizer {
 		case string:
 			if isIDKey(key) && len(x) >= 4 && !seen[x] {
 				seen[x] = true
-				n.ids = append(n.ids, x)
+				ids = append(ids, x)
 			}
 		}
 	}
@@ -245,12 +249,20 @@ func newNormalizer(r *Report, uniqs []string) *normalizer {
 			collect("", e)
 		}
 	}
-	sort.Slice(n.ids, func(i, j int) bool {
-		if len(n.ids[i]) != len(n.ids[j]) {
-			return len(n.ids[i]) > len(n.ids[j])
+	sort.Slice(ids, func(i, j int) bool {
+		if len(ids[i]) != len(ids[j]) {
+			return len(ids[i]) > len(ids[j])
 		}
-		return n.ids[i] < n.ids[j]
+		return ids[i] < ids[j]
 	})
+	var pairs []string
+	if r.uniq != "" {
+		pairs = append(pairs, r.uniq, "<run>")
+	}
+	for _, id := range ids {
+		pairs = append(pairs, id, "<id>")
+	}
+	n.texts = strings.NewReplacer(pairs...)
 	return n
 }
 
@@ -502,15 +514,7 @@ func (n *normalizer) idValue(v any) any {
 }
 
 func (n *normalizer) text(s string) string {
-	if n.uniq != "" {
-		s = strings.ReplaceAll(s, n.uniq, "<run>")
-	}
-	for _, id := range n.ids {
-		if strings.Contains(s, id) {
-			s = strings.ReplaceAll(s, id, "<id>")
-		}
-	}
-	return s
+	return n.texts.Replace(s)
 }
 
 // diff finds the first place where two normalized values differ, by a
