@@ -208,11 +208,12 @@ func describeAt(path string, v any) string {
 // A text that is JSON, or JSON Lines (learn/export's jsonl), is compared
 // as the values it holds.
 type normalizer struct {
+	uniq   string   // the run's unique name, replaced first
 	others []string // the other compared runs' unique names
-	// texts replaces the run's unique name and every id the host gave
-	// inside a text: one pass over each text however many ids a host
-	// made up (a replacer matches them all at once, longest first, so an
-	// id containing another is replaced whole).
+	// texts replaces every id the host gave inside a text: one pass over
+	// each text however many ids a host made up (a replacer matches them
+	// all at once, longest first, so an id containing another is
+	// replaced whole).
 	texts *strings.Replacer
 }
 
@@ -237,7 +238,9 @@ func newNormalizer(r *Report, uniqs []string) *normalizer {
 				collect(key, c)
 			}
 		case string:
-			if isIDKey(key) && len(x) >= 4 && !seen[x] {
+			// req_id is the kit's own id (c-12), which a run's names
+			// may hold by chance: not the host's to replace.
+			if isIDKey(key) && key != "req_id" && len(x) >= 4 && !seen[x] {
 				seen[x] = true
 				ids = append(ids, x)
 			}
@@ -255,10 +258,8 @@ func newNormalizer(r *Report, uniqs []string) *normalizer {
 		}
 		return ids[i] < ids[j]
 	})
+	n.uniq = r.uniq
 	var pairs []string
-	if r.uniq != "" {
-		pairs = append(pairs, r.uniq, "<run>")
-	}
 	for _, id := range ids {
 		pairs = append(pairs, id, "<id>")
 	}
@@ -514,6 +515,9 @@ func (n *normalizer) idValue(v any) any {
 }
 
 func (n *normalizer) text(s string) string {
+	if n.uniq != "" {
+		s = strings.ReplaceAll(s, n.uniq, "<run>")
+	}
 	return n.texts.Replace(s)
 }
 
