@@ -49,6 +49,11 @@ const (
 	// asks whether a namespace is served (learn/stats/req answers with
 	// host-wide counters), a chain whose failing node races the other.
 	compareLoose
+	// comparePoll: a request repeated until the host is done (reading a
+	// process's output): how many it takes is timing, so the session's
+	// other requests are numbered without them, and each is compared
+	// loosely with the other run's of the same place, if it made one.
+	comparePoll
 )
 
 // sessionKey names a new session of the running scenario.
@@ -77,7 +82,11 @@ func (k *kit) answered(s *session, p *pending, m *msg) {
 	if s.key == "" {
 		s.key = k.sessionKey(s.label)
 	}
-	a := answer{key: s.key + k.branch + "/" + strconv.Itoa(p.ord), req: p.typ, events: p.events, mode: p.mode}
+	key := s.key + k.branch + "/" + strconv.Itoa(p.ord)
+	if p.poll > 0 {
+		key += ".poll" + strconv.Itoa(p.poll)
+	}
+	a := answer{key: key, req: p.typ, events: p.events, mode: p.mode}
 	if m != nil {
 		a.reply = m.body
 	}
@@ -304,7 +313,7 @@ func isMeasureKey(key string) bool {
 // for each field, the values it takes across them in any order: a
 // request's events may interleave several parts of its work.
 func (n *normalizer) answer(a answer, mode compareMode) map[string]any {
-	if mode == compareLoose {
+	if mode >= compareLoose {
 		return loosely(a)
 	}
 	out := map[string]any{"request": a.req}

@@ -2,8 +2,11 @@ package conformance
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // run is a report of one transport's run with the answers given.
@@ -93,6 +96,10 @@ func TestAgree(t *testing.T) {
 			a:       answer{key: "k/1", req: "learn/stats/req", mode: compareLoose, reply: reply(map[string]any{"type": "learn/stats/resp"})},
 			b:       answer{key: "k/1", req: "learn/stats/req", mode: compareLoose, reply: reply(map[string]any{"type": "error", "code": "capability_missing"})},
 			problem: `reply.code "(absent)", over websocket reply.code "capability_missing"`, compared: 1},
+		{name: "a poll: loosely",
+			a:        answer{key: "k/3.poll1", req: "proc/read/req", mode: comparePoll, reply: reply(map[string]any{"type": "proc/read/resp", "stdout": map[string]any{"data": ""}})},
+			b:        answer{key: "k/3.poll1", req: "proc/read/req", mode: comparePoll, reply: reply(map[string]any{"type": "proc/read/resp", "stdout": map[string]any{"data": "all"}})},
+			compared: 1},
 		{name: "another compared run's state in a list",
 			a: answer{key: "k/1", req: "learn/stats/req", reply: reply(map[string]any{"type": "learn/stats/resp", "components": []any{
 				map[string]any{"name": "aep-conformance-rated-aaaa", "feedbacks": 2.0}}})},
@@ -143,5 +150,70 @@ func TestCompareNeedsTwo(t *testing.T) {
 		if _, err := Compare(t.Context(), targets, Options{}); err == nil {
 			t.Errorf("%d targets: no error", len(targets))
 		}
+	}
+}
+
+// echoConn answers every request at once with a reply of its reply type.
+type echoConn struct {
+	k   *kit
+	out chan []byte
+	n   int
+}
+
+func (c *echoConn) Send(_ context.Context, line []byte) error {
+	typ, id := lineID(line)
+	c.n++
+	c.out <- fmt.Appendf(nil, `{"type":%q,"id":"h-%d","proto":"1.0","ts":1,"req_id":%q}`, c.k.replyType(typ), c.n, id)
+	return nil
+}
+
+func (c *echoConn) Recv(ctx context.Context) ([]byte, error) {
+	select {
+	case l := <-c.out:
+		return l, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *echoConn) Close() error { return nil }
+
+// TestAnswerKeys: a session's requests are keyed by scenario, session and
+// place; a poll's requests are numbered apart, so however many a poll
+// takes, the requests after it keep their keys; a transport's own path
+// marks the keys that follow.
+func TestAnswerKeys(t *testing.T) {
+	j, err := compiledContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := func(polls int, branch bool) []string {
+		k := &kit{judge: j, opts: Options{Timeout: time.Second}, problems: map[string][]string{}, checked: map[string]int{}, notes: map[string]string{},
+			sessions: map[string]int{}, answerKeys: map[string]bool{}, scenario: "proc.lifecycle"}
+		s := k.newSession(&echoConn{k: k, out: make(chan []byte, 8)}, "proc")
+		ctx := context.Background()
+		s.call(ctx, "proc/list/req", nil)
+		for range polls {
+			s.callAs(ctx, comparePoll, "proc/read/req", map[string]any{"proc_id": "p"})
+		}
+		if branch {
+			k.transportBranch("no attach")
+		}
+		s.call(ctx, "proc/status/req", map[string]any{"proc_id": "p"})
+		var out []string
+		for _, a := range k.answers {
+			out = append(out, a.key)
+		}
+		return out
+	}
+	one, three := keys(1, false), keys(3, false)
+	if want := []string{"proc.lifecycle/proc#1/1", "proc.lifecycle/proc#1/1.poll1", "proc.lifecycle/proc#1/2"}; !slices.Equal(one, want) {
+		t.Fatalf("keys %v, want %v", one, want)
+	}
+	if three[len(three)-1] != one[len(one)-1] || len(three) != 5 {
+		t.Fatalf("after three polls: %v", three)
+	}
+	if b := keys(1, true); b[2] != "proc.lifecycle/proc#1|no attach/2" {
+		t.Fatalf("after a transport's own path: %v", b)
 	}
 }

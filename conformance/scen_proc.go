@@ -96,7 +96,7 @@ func (k *kit) procEcho(ctx context.Context, s *session, argv []string) {
 	var out string
 	deadline := time.Now().Add(5 * time.Second)
 	for cursor := 0.0; ; {
-		m = s.call(ctx, "proc/read/req", map[string]any{"proc_id": id, "stdout_cursor": cursor})
+		m = s.callAs(ctx, comparePoll, "proc/read/req", map[string]any{"proc_id": id, "stdout_cursor": cursor})
 		if !k.want(c, m, "proc/read/resp", "proc/read") {
 			break
 		}

@@ -38,9 +38,9 @@ type session struct {
 	// key names the session among the run's for the comparison across
 	// transports (compare.go), sent counts its requests, noID the replies
 	// it got to lines whose id could not be read.
-	key        string
-	sent, noID int
-	mode       compareMode // how the request being sent is compared (callAs)
+	key               string
+	sent, noID, polls int
+	mode              compareMode // how the request being sent is compared (callAs)
 }
 
 // pending is a request in flight: what was asked and the events seen.
@@ -52,8 +52,9 @@ type pending struct {
 	// this request was sent: its own pong, if it is a ping, cannot be lower
 	// (replies of pipelined requests may arrive in any order).
 	uptime float64
-	// ord is the request's place among those its session sent.
-	ord int
+	// ord is the request's place among those its session sent; poll, of
+	// a poll's request, its place among the session's polls.
+	ord, poll int
 	// mode: how the comparison across transports holds its answer.
 	mode compareMode
 }
@@ -116,8 +117,17 @@ func (s *session) send(ctx context.Context, line []byte) error {
 		default:
 			var body map[string]any
 			_ = json.Unmarshal(line, &body)
-			s.sent++
-			s.inflight[id] = &pending{typ: typ, body: body, uptime: s.uptime, ord: s.sent, mode: s.mode}
+			p := &pending{typ: typ, body: body, uptime: s.uptime, mode: s.mode}
+			if s.mode == comparePoll {
+				// A poll's requests are numbered apart, so those after
+				// it keep their place however many it took.
+				s.polls++
+				p.ord, p.poll = s.sent, s.polls
+			} else {
+				s.sent++
+				p.ord = s.sent
+			}
+			s.inflight[id] = p
 		}
 	}
 	if s.example == nil {
