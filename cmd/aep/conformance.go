@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/aephost/aep/conformance"
+	admin "github.com/aephost/aep/gen/adminapi"
 )
 
 // errNotConformant is the exit status of a host that breaks a rule: the
@@ -41,6 +43,8 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	timeout := f.Duration("timeout", 10*time.Second, "how long to wait for one reply")
 	recordPath := f.String("record", "", "write every line of every session to `FILE` (NDJSON records: from, line, example)")
 	hostLog := f.Bool("host-log", false, "with --stdio: pass the host's stderr through (default: discarded)")
+	operator := f.String("operator", "", "the host's operator listener `ADDR` (operator.listen): session.operator opens a session there through the admin API, with the token of $AEP_OPERATOR_TOKEN, and reaches it over --url")
+	operatorTenant := f.String("operator-tenant", "default", "the `TENANT` the operator's session is opened for: the one --token is a secret of")
 	all := f.Bool("all-transports", false, "run the kit over every transport the host offers at --url (HTTP+SSE, single exchanges, WebSocket) and over --stdio too when given, and compare their answers (transports.agree)")
 	f.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: aep conformance (--url URL [--exchange] | --stdio CMD) [--token TOKEN] [--fixture FILE] [--baseline FILE] [--json] [flags]\n       aep conformance --all-transports --url URL [--stdio CMD] [flags]\n       aep conformance --list\n\nChecks a running host against the protocol: one result per check, MUST or SHOULD, with the spec\nsection or schema it cites (docs/contract.md). Exits 1 when a MUST check fails that the baseline\ndoes not list (with --strict, a SHOULD check too). With --all-transports it runs over each transport\nthe host offers and compares their answers: a difference is a MUST failure (transports.agree).\n\n")
@@ -130,6 +134,22 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		defer rf.Close()
 		opts.Record = rf
+	}
+	if *operator != "" {
+		if *url == "" {
+			return fmt.Errorf("--operator needs --url: a stdio host serves one session, which nobody opens for it")
+		}
+		cl, err := newAdminClient(*operator)
+		if err != nil {
+			return err
+		}
+		opts.OperatorSession = func(ctx context.Context) (string, string, error) {
+			res, err := cl.AdminOpenSessionWithResponse(ctx, admin.AdminOpenSessionRequest{Tenant: *operatorTenant})
+			if err := check(res, http.StatusCreated, err); err != nil {
+				return "", "", err
+			}
+			return res.JSON201.SessionId, res.JSON201.Token, nil
+		}
 	}
 	var logs io.Writer = io.Discard
 	if *hostLog {

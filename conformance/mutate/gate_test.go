@@ -150,7 +150,7 @@ func TestSuite(t *testing.T) {
 			if !slices.Equal(mu.Transports, []string{CompareStdioWS}) {
 				t.Errorf("%s: over %v", mu.Name, mu.Transports)
 			}
-		case mu.HTTP != nil || mu.Name == "child-gets-everything":
+		case mu.HTTP != nil || reachedByID[mu.Name]:
 			if !slices.Equal(mu.Transports, overWSAndHTTP) {
 				t.Errorf("%s: over %v", mu.Name, mu.Transports)
 			}

@@ -63,7 +63,7 @@ func Suite() []Mutant {
 		switch {
 		case mu.OnlyOver != "":
 			mu.Transports = []string{CompareStdioWS}
-		case mu.HTTP != nil || mu.Name == "child-gets-everything":
+		case mu.HTTP != nil || reachedByID[mu.Name]:
 			mu.Transports = overWSAndHTTP
 		default:
 			mu.Transports = overStdioAndWS
@@ -79,6 +79,11 @@ func Suite() []Mutant {
 	}
 	return out
 }
+
+// reachedByID are the catalogue's mutants of a session the kit reaches by
+// its id (a subagent's child, a session the operator opened), which stdio
+// cannot carry.
+var reachedByID = map[string]bool{"child-gets-everything": true, "operator-session-unmarked": true}
 
 // catalogueKinds classifies the catalogue's mutants for the suite.
 var catalogueKinds = map[string]struct{ kind, capability string }{
@@ -148,6 +153,7 @@ var catalogueKinds = map[string]struct{ kind, capability string }{
 	"spawned-running":                   {KindReply, "subagents"},
 	"grant-anything":                    {KindRefusal, "subagents"},
 	"info-not-in-flight":                {KindReply, "session"},
+	"operator-session-unmarked":         {KindReply, "session"},
 	"fork-is-sender":                    {KindReply, "session"},
 	"trajectory-miscounts":              {KindReply, "session"},
 	"no-session-header":                 {KindEdge, ""},
