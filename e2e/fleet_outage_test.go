@@ -447,6 +447,18 @@ func (a *killAgent) run(ctx context.Context, stop <-chan struct{}, mid string) {
 	}
 }
 
+// hostByID is the host of hosts whose server.host_id is id.
+func hostByID(t testing.TB, hosts []*host, id string) *host {
+	t.Helper()
+	for _, h := range hosts {
+		if h.id == id {
+			return h
+		}
+	}
+	t.Fatalf("no host has the id %q", id)
+	return nil
+}
+
 func hostKilled(t *testing.T, base string, hosts []*host) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -515,7 +527,7 @@ func hostKilled(t *testing.T, base string, hosts []*host) {
 	for _, a := range byHost[victimID] {
 		idle = append(idle, a)
 	}
-	victim := hosts[int(victimID[len(victimID)-1]-'1')]
+	victim := hostByID(t, hosts, victimID)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, a := range agents {
