@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -80,18 +81,37 @@ func startByIPProxy(t *testing.T) string {
 		}
 	})
 	base := "http://" + addr
+	waitNewSessions(t, base)
+	return base
+}
+
+// waitNewSessions waits until the proxy at base opens new sessions on
+// each of hosts (all of them when hosts is nil, any one): its pool's
+// checks have seen them ready (rise 2, inter 2s).
+func waitNewSessions(t *testing.T, base string, hosts ...*host) {
+	t.Helper()
+	seen := map[string]bool{}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		// Ready when the pool's checks have seen a host (rise 2, inter 2s).
 		resp, err := http.Post(base+"/session", "application/json", nil)
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return base
+			var r struct {
+				SessionID string `json:"session_id"`
 			}
+			if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&r) == nil {
+				seen[hostOf(t, r.SessionID)] = true
+			}
+			resp.Body.Close()
+		}
+		done := len(seen) > 0
+		for _, h := range hosts {
+			done = done && seen[h.id]
+		}
+		if done {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("haproxy did not come up: %v\n%s", err, out.String())
+			t.Fatalf("the proxy opens new sessions on %v only, after 20 s: %v", seen, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -101,11 +121,13 @@ func startByIPProxy(t *testing.T) string {
 // sessions reach the host their id names (every request of 30 agents
 // over three hosts, a WebSocket re-attached); an id naming an address
 // outside the configured network is refused by the proxy with no
-// connection attempted; a host killed with -9 sends its agents to live
-// hosts, where they move.
+// connection attempted; the store cut off for 10 s moves no session
+// (TestFleetStoreOutage's run); a host killed with -9 sends its agents
+// to live hosts, where they move (TestFleetHostKilled's run).
 func TestFleetByIP(t *testing.T) {
 	findBinary(t, "haproxy")
-	hosts := startByIPFleet(t, pgtest.DSN(t, "aep_e2e_byip"), "  snapshots:\n    auto_interval: 1s\n")
+	link := startStoreLink(t, "127.0.0.1:5432")
+	hosts := startByIPFleet(t, link.dsn(t, pgtest.DSN(t, "aep_e2e_byip")), "  snapshots:\n    auto_interval: 1s\n    store_wait: 3s\n")
 	base := startByIPProxy(t)
 
 	t.Run("sessions reach their host by address", func(t *testing.T) {
@@ -114,6 +136,11 @@ func TestFleetByIP(t *testing.T) {
 	t.Run("an address outside the network is never connected", func(t *testing.T) {
 		outsideNetwork(t, base)
 	})
+	t.Run("store outage", func(t *testing.T) {
+		storeOutage(t, base, hosts, link)
+	})
+	// The proxy's checks take a few seconds to see the hosts ready again.
+	waitNewSessions(t, base, hosts...)
 	t.Run("host killed", func(t *testing.T) {
 		hostKilled(t, base, hosts)
 	})
