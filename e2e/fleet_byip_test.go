@@ -264,3 +264,16 @@ func outsideNetwork(t *testing.T, base string) {
 		t.Errorf("an id naming 127.0.0.5 with no host there: %d %q, want a live host's 404", code, body)
 	}
 }
+
+// TestFleetByIPDrain drains the host holding most of 30 agents by
+// SIGTERM mid-run behind the routing proxy by address: its agents move
+// through the proxy to the other hosts and nothing answered is lost
+// (TestDrainMidRun's run). Without automatic snapshots, as
+// TestDrainMidRun runs.
+func TestFleetByIPDrain(t *testing.T) {
+	findBinary(t, "haproxy")
+	hosts := startByIPFleet(t, pgtest.DSN(t, "aep_e2e_byip_drain"), "")
+	base := startByIPProxy(t)
+	waitNewSessions(t, base, hosts...)
+	drainMidRun(t, proxyKind{name: "haproxy by address"}, base, hosts, sigtermDrain)
+}

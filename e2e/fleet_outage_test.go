@@ -447,18 +447,6 @@ func (a *killAgent) run(ctx context.Context, stop <-chan struct{}, mid string) {
 	}
 }
 
-// hostByID is the host of hosts whose server.host_id is id.
-func hostByID(t testing.TB, hosts []*host, id string) *host {
-	t.Helper()
-	for _, h := range hosts {
-		if h.id == id {
-			return h
-		}
-	}
-	t.Fatalf("no host has the id %q", id)
-	return nil
-}
-
 func hostKilled(t *testing.T, base string, hosts []*host) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -188,6 +188,18 @@ func hostOf(t testing.TB, sid string) string {
 	return m[1]
 }
 
+// hostByID is the host of hosts whose server.host_id is id.
+func hostByID(t testing.TB, hosts []*host, id string) *host {
+	t.Helper()
+	for _, h := range hosts {
+		if h.id == id {
+			return h
+		}
+	}
+	t.Fatalf("no host has the id %q", id)
+	return nil
+}
+
 // proxied is an agent speaking HTTP through a proxy: each request is
 // POST /send with Accept: application/json, which carries its reply.
 type proxied struct {
@@ -761,24 +773,19 @@ func drainMidRun(t *testing.T, k proxyKind, base string, hosts []*host, drain dr
 	// (single exchange) hold no connection for least_conn to count, and
 	// each nginx worker counts only its own, so one host may get as few as
 	// 4 of 30 (seen 4–9 for the same host in repeated runs).
-	for i := range hosts {
-		if got := spread[fmt.Sprintf("aep-%d", i+1)]; got < agents/len(hosts)/3 {
-			t.Fatalf("aep-%d holds %d of %d sessions, want at least %d: %v", i+1, got, agents, agents/len(hosts)/3, spread)
+	for _, h := range hosts {
+		if got := spread[h.id]; got < agents/len(hosts)/3 {
+			t.Fatalf("%s holds %d of %d sessions, want at least %d: %v", h.id, got, agents, agents/len(hosts)/3, spread)
 		}
 	}
 	// Drain the host holding the most sessions.
-	drainedID := "aep-1"
+	drainedID := hosts[0].id
 	for id, n := range spread {
 		if n > spread[drainedID] {
 			drainedID = id
 		}
 	}
-	var drained *host
-	for i, h := range hosts {
-		if fmt.Sprintf("aep-%d", i+1) == drainedID {
-			drained = h
-		}
-	}
+	drained := hostByID(t, hosts, drainedID)
 
 	stop := make(chan struct{})
 	var draining atomic.Bool
