@@ -183,7 +183,7 @@ class Scenario:
             c.ping()
         if self.transport == "stdio":
             # shutdown ended the session, and with it `aep serve --stdio`.
-            self.assertEqual(c.aio.transport.proc.returncode, 0)
+            self.assertEqual(c.transport.proc.returncode, 0)
 
 
 per_transport(Scenario, globals())

@@ -1,0 +1,82 @@
+"""Messages to and from the wire, shared by aep.Client and aep.AsyncClient.
+
+A request made by a generated method (_methods.py) is written straight to
+JSON from its arguments: its type, id, proto and ts are the SDK's own and
+its fields are the method's keyword arguments, so it is well formed by
+construction and no model is built or validated for it. The host validates
+every message it reads against the contract (schemas/) and answers
+``schema_violation`` naming the field, as it would for a model built by
+hand. Arguments that are models (``aep.models.MemoryEntry(...)``) are
+written in their wire form (wire names, the fields that were set); numpy
+arrays and scalars as their ``tolist()``. NaN and infinities are refused
+here: they are not JSON.
+
+What a host sends is decoded by its ``type`` into its model
+(``HOST_MESSAGE``, validated by pydantic-core from the JSON text).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional
+
+from pydantic import BaseModel
+
+from . import _models as m
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, BaseModel):
+        return o.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    tolist = getattr(o, "tolist", None)  # numpy arrays and scalars
+    if callable(tolist):
+        return tolist()
+    if isinstance(o, (set, frozenset)):
+        return list(o)
+    raise TypeError(f"{type(o).__name__} is not JSON: pass plain values, lists, dicts or aep.models")
+
+
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_default)
+encode = _encoder.encode
+"""Any JSON value (with models and numpy values in it) as compact JSON."""
+
+_TYPES: dict[type, str] = {}
+
+
+def wire_type(model: type[m.Model]) -> str:
+    """The ``type`` of a message model."""
+    t = _TYPES.get(model)
+    if t is None:
+        t = _TYPES[model] = model.model_fields["type"].default
+    return t
+
+
+def encode_message(model: type[m.Model], msg_id: str, required: dict[str, Any],
+                   optional: dict[str, Any]) -> str:
+    """The line of a message of model's type: the envelope (type, id, proto,
+    ts), then required, then the optional fields that are not None."""
+    body: dict[str, Any] = {"type": wire_type(model), "id": msg_id, "proto": "1.0", "ts": time.time()}
+    body.update(required)
+    for k, v in optional.items():
+        if v is not None:
+            body[k] = v
+    return encode(body)
+
+
+decode = m.HOST_MESSAGE.validate_json
+"""One line a host sent as its model; raises pydantic.ValidationError."""
+
+
+def reply_of(line: str) -> tuple[Optional[str], Optional[str]]:
+    """The ``type`` and ``req_id`` of a line that no model decodes, for
+    failing its request with the reason: (None, None) when it is not a JSON
+    object."""
+    try:
+        raw = json.loads(line)
+    except ValueError:
+        return None, None
+    if not isinstance(raw, dict):
+        return None, None
+    rid, t = raw.get("req_id"), raw.get("type")
+    return (t if isinstance(t, str) else ""), (rid if isinstance(rid, str) else None)
