@@ -298,30 +298,55 @@ class Client(SyncMethods):
         try:
             self.transport.send(line, timeout=call_timeout,
                                 events=on_event is not None or self.on_event is not None)
-        except SessionLost as e:
+        except BaseException as e:
             self._pending.pop(rid, None)
-            if not self._movable():
+            err = self._send_failed(slot, e, call_timeout, may_move)
+            if err is e:
                 raise
+            raise err from e
+        return slot
+
+    def _send_failed(self, slot: _Slot, e: BaseException, call_timeout: Optional[float],
+                     may_move: bool) -> BaseException:
+        """What a request whose send failed with e fails with."""
+        if isinstance(e, SessionLost):
+            if not self._movable():
+                return e
             sid = self.session_id
             self._session_lost(slot.gen, e)
             if e.delivered or not may_move:
-                raise RequestInterrupted(rid, sid, e) from e
-            raise Refused(e) from e
-        except ConnectionClosed as e:
-            self._pending.pop(rid, None)
+                return RequestInterrupted(slot.rid, sid, e)
+            return Refused(e)
+        if isinstance(e, ConnectionClosed):
             if not self._movable():
-                raise
+                return e
             # Perhaps sent, perhaps not: the session may live on; the
             # reader learns whether it ended.
-            raise RequestInterrupted(rid, self.session_id, e) from e
-        except TimeoutError:
+            return RequestInterrupted(slot.rid, self.session_id, e)
+        if isinstance(e, TimeoutError):
             # The single exchange's POST outlived call_timeout: dropping it
             # cancelled the request on the host.
-            self._pending.pop(rid, None)
-            raise RequestTimeout(rid, call_timeout or 0.0) from None
-        except BaseException:
-            self._pending.pop(rid, None)
-            raise
+            return RequestTimeout(slot.rid, call_timeout or 0.0)
+        return e
+
+    def _send_behind(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
+                     reply: type, call_timeout: Optional[float], on_event: Optional[EventCallback]) -> _Slot:
+        """A request of the single exchange sent by a thread of its own, for
+        Client.start: the exchange's POST lasts until the reply, and start
+        returns at once. What the POST fails with settles the request."""
+        rid = self._new_id()
+        line = _codec.encode_message(model, rid, required, optional)
+        slot = _Slot(rid, reply, on_event, self._gen)
+        self._pending[rid] = slot
+        t = self.transport
+        events = on_event is not None or self.on_event is not None
+
+        def post() -> None:
+            try:
+                t.send(line, timeout=call_timeout, events=events)
+            except BaseException as e:  # noqa: BLE001 - the request's outcome
+                self._settle(slot, error=self._send_failed(slot, e, call_timeout, True))
+        threading.Thread(target=post, name="aep-exchange-call", daemon=True).start()
         return slot
 
     def _finish(self, slot: _Slot, call_timeout: Optional[float], *, may_move: bool,
@@ -388,7 +413,10 @@ class Client(SyncMethods):
         for attempt in itertools.count():
             self._ready()
             try:
-                slot = self._send(model, required, optional, reply, call_timeout, on_event, may_move=True)
+                if isinstance(self.transport, Exchange):
+                    slot = self._send_behind(model, required, optional, reply, call_timeout, on_event)
+                else:
+                    slot = self._send(model, required, optional, reply, call_timeout, on_event, may_move=True)
                 return SyncCall(self, slot, (model, required, optional, reply, call_timeout, on_event))
             except Refused as r:
                 if attempt >= MAX_RESENDS:
