@@ -380,8 +380,13 @@ class _WSProtocol(asyncio.Protocol):
             except _ws.HandshakeRefused as e:
                 self._fail_open(e)
                 return
-            if not self.opened.done():
-                self.opened.set_result(headers)
+            if self.opened.done():  # given up on (timed out)
+                self._fail_open(ConnectionClosed("the upgrade came too late"))
+                return
+            # In use from now on, before any frame is read: the host's
+            # first frames (a re-attach's replay) may come in this packet.
+            self.owner._adopt(self, headers)
+            self.opened.set_result(headers)
             data = rest
             if not data:
                 return
@@ -428,6 +433,9 @@ class _WSProtocol(asyncio.Protocol):
         """Closes the connection on purpose (answering a close, or a broken
         frame, with code); the transport ends with err."""
         if self.ended:
+            # Our own close, answered: the close handshake is done.
+            if self.transport is not None:
+                self.transport.close()
             return
         self.ended = True
         self.write(_ws.encode_close(code, reason))
@@ -516,7 +524,7 @@ class WebSocketTransport(Transport):
 
     async def open(self) -> None:
         self._queue = asyncio.Queue()
-        self._proto = await self._connect(None, self.open_timeout)
+        await self._connect(None, self.open_timeout)
 
     async def _connect(self, last_seen: Optional[int], timeout: float) -> _WSProtocol:
         loop = asyncio.get_running_loop()
@@ -535,15 +543,22 @@ class WebSocketTransport(Transport):
                 server_hostname=self._host if self._tls else None)
             try:
                 proto.write(request)
-                resp = await proto.opened
+                await proto.opened
             except BaseException:
                 proto.ended = True
                 if proto.transport is not None:
                     proto.transport.close()
                 raise
-            self.session_id = resp.get("x-session-id") or self.session_id
             return proto
         return await asyncio.wait_for(dial(), timeout)
+
+    def _adopt(self, proto: _WSProtocol, headers: Mapping[str, str]) -> None:
+        """proto's upgrade succeeded: it is the connection in use."""
+        self.session_id = headers.get("x-session-id") or self.session_id
+        old, self._proto = self._proto, proto
+        if old is not None and old is not proto and old.transport is not None:
+            old.ended = True
+            old.transport.close()
 
     # --- what the connection hands over
 
@@ -602,7 +617,7 @@ class WebSocketTransport(Transport):
         last: BaseException = cause
         while not self._closing:
             try:
-                self._proto = await self._connect(self._received, max(0.1, deadline - loop.time()))
+                await self._connect(self._received, max(0.1, deadline - loop.time()))
                 self.reattached += 1
                 return
             except _ws.HandshakeRefused as e:
