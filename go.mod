@@ -9,6 +9,7 @@ tool (
 )
 
 require (
+	github.com/bmatcuk/doublestar/v4 v4.10.4
 	github.com/coder/websocket v1.8.15
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/goccy/go-json v0.12.0

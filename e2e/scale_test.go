@@ -159,10 +159,18 @@ func startFleet(t testing.TB, schema string) []*host {
 // startFleetWith is startFleet with more YAML under `operator:`.
 func startFleetWith(t testing.TB, schema, operator string) []*host {
 	t.Helper()
-	dsn := pgtest.DSN(t, schema)
+	return startFleetOn(t, pgtest.DSN(t, schema), "", operator)
+}
+
+// startFleetOn starts three hosts, aep-1..aep-3, on the store of dsn, as
+// the fleet examples configure them: the proxies of deploy/ run on this
+// machine, so 127.0.0.1 is trusted for the client's address. server and
+// operator are more YAML under those keys, indented by two spaces.
+func startFleetOn(t testing.TB, dsn, server, operator string) []*host {
+	t.Helper()
 	hosts := make([]*host, 3)
 	for i := range hosts {
-		hosts[i] = startHost(t, fmt.Sprintf("server:\n  host_id: aep-%d\nstore:\n  dsn: %q\noperator:\n  snapshot_on_drain: true\n%s", i+1, dsn, operator))
+		hosts[i] = startHost(t, fmt.Sprintf("server:\n  host_id: aep-%d\n  trusted_proxies: [\"127.0.0.1/32\"]\n%sstore:\n  dsn: %q\noperator:\n  snapshot_on_drain: true\n%s", i+1, server, dsn, operator))
 	}
 	return hosts
 }
@@ -529,7 +537,8 @@ type runner struct {
 	// those answered before the drain began.
 	written, before map[int]bool
 
-	after atomic.Int32 // rounds done since the move
+	after  atomic.Int32 // rounds done since the move
+	rounds atomic.Int32 // rounds done
 }
 
 func (r *runner) failf(format string, args ...any) {
@@ -671,6 +680,7 @@ func (r *runner) run(ctx context.Context, stop <-chan struct{}, draining *atomic
 		if r.moves > 0 {
 			r.after.Add(1)
 		}
+		r.rounds.Add(1)
 	}
 }
 

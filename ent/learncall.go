@@ -36,7 +36,9 @@ type LearnCall struct {
 	// ErrorCode holds the value of the "error_code" field.
 	ErrorCode string `json:"error_code,omitempty"`
 	// DurationMs holds the value of the "duration_ms" field.
-	DurationMs   float64 `json:"duration_ms,omitempty"`
+	DurationMs float64 `json:"duration_ms,omitempty"`
+	// Tenant holds the value of the "tenant" field.
+	Tenant       string `json:"tenant,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -51,7 +53,7 @@ func (*LearnCall) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullFloat64)
 		case learncall.FieldID:
 			values[i] = new(sql.NullInt64)
-		case learncall.FieldSessionID, learncall.FieldReqID, learncall.FieldCorrelationID, learncall.FieldType, learncall.FieldKind, learncall.FieldName, learncall.FieldErrorCode:
+		case learncall.FieldSessionID, learncall.FieldReqID, learncall.FieldCorrelationID, learncall.FieldType, learncall.FieldKind, learncall.FieldName, learncall.FieldErrorCode, learncall.FieldTenant:
 			values[i] = new(sql.NullString)
 		case learncall.FieldTs:
 			values[i] = new(sql.NullTime)
@@ -136,6 +138,12 @@ func (_m *LearnCall) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.DurationMs = value.Float64
 			}
+		case learncall.FieldTenant:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field tenant", values[i])
+			} else if value.Valid {
+				_m.Tenant = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -201,6 +209,9 @@ func (_m *LearnCall) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("duration_ms=")
 	builder.WriteString(fmt.Sprintf("%v", _m.DurationMs))
+	builder.WriteString(", ")
+	builder.WriteString("tenant=")
+	builder.WriteString(_m.Tenant)
 	builder.WriteByte(')')
 	return builder.String()
 }

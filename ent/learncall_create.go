@@ -112,6 +112,20 @@ func (_c *LearnCallCreate) SetDurationMs(v float64) *LearnCallCreate {
 	return _c
 }
 
+// SetTenant sets the "tenant" field.
+func (_c *LearnCallCreate) SetTenant(v string) *LearnCallCreate {
+	_c.mutation.SetTenant(v)
+	return _c
+}
+
+// SetNillableTenant sets the "tenant" field if the given value is not nil.
+func (_c *LearnCallCreate) SetNillableTenant(v *string) *LearnCallCreate {
+	if v != nil {
+		_c.SetTenant(*v)
+	}
+	return _c
+}
+
 // Mutation returns the LearnCallMutation object of the builder.
 func (_c *LearnCallCreate) Mutation() *LearnCallMutation {
 	return _c.mutation
@@ -163,6 +177,10 @@ func (_c *LearnCallCreate) defaults() {
 		v := learncall.DefaultErrorCode
 		_c.mutation.SetErrorCode(v)
 	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		v := learncall.DefaultTenant
+		_c.mutation.SetTenant(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -206,6 +224,9 @@ func (_c *LearnCallCreate) check() error {
 	}
 	if _, ok := _c.mutation.DurationMs(); !ok {
 		return &ValidationError{Name: "duration_ms", err: errors.New(`ent: missing required field "LearnCall.duration_ms"`)}
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "LearnCall.tenant"`)}
 	}
 	return nil
 }
@@ -272,6 +293,10 @@ func (_c *LearnCallCreate) createSpec() (*LearnCall, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.DurationMs(); ok {
 		_spec.SetField(learncall.FieldDurationMs, field.TypeFloat64, value)
 		_node.DurationMs = value
+	}
+	if value, ok := _c.mutation.Tenant(); ok {
+		_spec.SetField(learncall.FieldTenant, field.TypeString, value)
+		_node.Tenant = value
 	}
 	return _node, _spec
 }

@@ -41,6 +41,8 @@ type LearnExperience struct {
 	EnvName string `json:"env_name,omitempty"`
 	// SessionID holds the value of the "session_id" field.
 	SessionID string `json:"session_id,omitempty"`
+	// Tenant holds the value of the "tenant" field.
+	Tenant string `json:"tenant,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
 	CreatedAt    time.Time `json:"created_at,omitempty"`
 	selectValues sql.SelectValues
@@ -59,7 +61,7 @@ func (*LearnExperience) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullFloat64)
 		case learnexperience.FieldID, learnexperience.FieldStep:
 			values[i] = new(sql.NullInt64)
-		case learnexperience.FieldBatchID, learnexperience.FieldEpisodeID, learnexperience.FieldEnvName, learnexperience.FieldSessionID:
+		case learnexperience.FieldBatchID, learnexperience.FieldEpisodeID, learnexperience.FieldEnvName, learnexperience.FieldSessionID, learnexperience.FieldTenant:
 			values[i] = new(sql.NullString)
 		case learnexperience.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -156,6 +158,12 @@ func (_m *LearnExperience) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.SessionID = value.String
 			}
+		case learnexperience.FieldTenant:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field tenant", values[i])
+			} else if value.Valid {
+				_m.Tenant = value.String
+			}
 		case learnexperience.FieldCreatedAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
 				return fmt.Errorf("unexpected type %T for field created_at", values[i])
@@ -233,6 +241,9 @@ func (_m *LearnExperience) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("session_id=")
 	builder.WriteString(_m.SessionID)
+	builder.WriteString(", ")
+	builder.WriteString("tenant=")
+	builder.WriteString(_m.Tenant)
 	builder.WriteString(", ")
 	builder.WriteString("created_at=")
 	builder.WriteString(_m.CreatedAt.Format(time.ANSIC))

@@ -124,6 +124,20 @@ func (_c *LearnExperienceCreate) SetNillableSessionID(v *string) *LearnExperienc
 	return _c
 }
 
+// SetTenant sets the "tenant" field.
+func (_c *LearnExperienceCreate) SetTenant(v string) *LearnExperienceCreate {
+	_c.mutation.SetTenant(v)
+	return _c
+}
+
+// SetNillableTenant sets the "tenant" field if the given value is not nil.
+func (_c *LearnExperienceCreate) SetNillableTenant(v *string) *LearnExperienceCreate {
+	if v != nil {
+		_c.SetTenant(*v)
+	}
+	return _c
+}
+
 // SetCreatedAt sets the "created_at" field.
 func (_c *LearnExperienceCreate) SetCreatedAt(v time.Time) *LearnExperienceCreate {
 	_c.mutation.SetCreatedAt(v)
@@ -189,6 +203,10 @@ func (_c *LearnExperienceCreate) defaults() {
 		v := learnexperience.DefaultSessionID
 		_c.mutation.SetSessionID(v)
 	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		v := learnexperience.DefaultTenant
+		_c.mutation.SetTenant(v)
+	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		v := learnexperience.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
@@ -244,6 +262,9 @@ func (_c *LearnExperienceCreate) check() error {
 	}
 	if _, ok := _c.mutation.SessionID(); !ok {
 		return &ValidationError{Name: "session_id", err: errors.New(`ent: missing required field "LearnExperience.session_id"`)}
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "LearnExperience.tenant"`)}
 	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		return &ValidationError{Name: "created_at", err: errors.New(`ent: missing required field "LearnExperience.created_at"`)}
@@ -321,6 +342,10 @@ func (_c *LearnExperienceCreate) createSpec() (*LearnExperience, *sqlgraph.Creat
 	if value, ok := _c.mutation.SessionID(); ok {
 		_spec.SetField(learnexperience.FieldSessionID, field.TypeString, value)
 		_node.SessionID = value
+	}
+	if value, ok := _c.mutation.Tenant(); ok {
+		_spec.SetField(learnexperience.FieldTenant, field.TypeString, value)
+		_node.Tenant = value
 	}
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(learnexperience.FieldCreatedAt, field.TypeTime, value)

@@ -43,6 +43,8 @@ type LearnFeedback struct {
 	EpisodeID string `json:"episode_id,omitempty"`
 	// SessionID holds the value of the "session_id" field.
 	SessionID string `json:"session_id,omitempty"`
+	// Tenant holds the value of the "tenant" field.
+	Tenant string `json:"tenant,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
 	CreatedAt    time.Time `json:"created_at,omitempty"`
 	selectValues sql.SelectValues
@@ -57,7 +59,7 @@ func (*LearnFeedback) scanValues(columns []string) ([]any, error) {
 			values[i] = new(sql.NullFloat64)
 		case learnfeedback.FieldID:
 			values[i] = new(sql.NullInt64)
-		case learnfeedback.FieldType, learnfeedback.FieldKind, learnfeedback.FieldName, learnfeedback.FieldContext, learnfeedback.FieldCorrelationID, learnfeedback.FieldCallReqID, learnfeedback.FieldCorrection, learnfeedback.FieldComment, learnfeedback.FieldDimension, learnfeedback.FieldSource, learnfeedback.FieldEpisodeID, learnfeedback.FieldSessionID:
+		case learnfeedback.FieldType, learnfeedback.FieldKind, learnfeedback.FieldName, learnfeedback.FieldContext, learnfeedback.FieldCorrelationID, learnfeedback.FieldCallReqID, learnfeedback.FieldCorrection, learnfeedback.FieldComment, learnfeedback.FieldDimension, learnfeedback.FieldSource, learnfeedback.FieldEpisodeID, learnfeedback.FieldSessionID, learnfeedback.FieldTenant:
 			values[i] = new(sql.NullString)
 		case learnfeedback.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -160,6 +162,12 @@ func (_m *LearnFeedback) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.SessionID = value.String
 			}
+		case learnfeedback.FieldTenant:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field tenant", values[i])
+			} else if value.Valid {
+				_m.Tenant = value.String
+			}
 		case learnfeedback.FieldCreatedAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
 				return fmt.Errorf("unexpected type %T for field created_at", values[i])
@@ -240,6 +248,9 @@ func (_m *LearnFeedback) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("session_id=")
 	builder.WriteString(_m.SessionID)
+	builder.WriteString(", ")
+	builder.WriteString("tenant=")
+	builder.WriteString(_m.Tenant)
 	builder.WriteString(", ")
 	builder.WriteString("created_at=")
 	builder.WriteString(_m.CreatedAt.Format(time.ANSIC))

@@ -170,6 +170,20 @@ func (_c *LearnFeedbackCreate) SetNillableSessionID(v *string) *LearnFeedbackCre
 	return _c
 }
 
+// SetTenant sets the "tenant" field.
+func (_c *LearnFeedbackCreate) SetTenant(v string) *LearnFeedbackCreate {
+	_c.mutation.SetTenant(v)
+	return _c
+}
+
+// SetNillableTenant sets the "tenant" field if the given value is not nil.
+func (_c *LearnFeedbackCreate) SetNillableTenant(v *string) *LearnFeedbackCreate {
+	if v != nil {
+		_c.SetTenant(*v)
+	}
+	return _c
+}
+
 // SetCreatedAt sets the "created_at" field.
 func (_c *LearnFeedbackCreate) SetCreatedAt(v time.Time) *LearnFeedbackCreate {
 	_c.mutation.SetCreatedAt(v)
@@ -255,6 +269,10 @@ func (_c *LearnFeedbackCreate) defaults() {
 		v := learnfeedback.DefaultSessionID
 		_c.mutation.SetSessionID(v)
 	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		v := learnfeedback.DefaultTenant
+		_c.mutation.SetTenant(v)
+	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		v := learnfeedback.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
@@ -316,6 +334,9 @@ func (_c *LearnFeedbackCreate) check() error {
 	}
 	if _, ok := _c.mutation.SessionID(); !ok {
 		return &ValidationError{Name: "session_id", err: errors.New(`ent: missing required field "LearnFeedback.session_id"`)}
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "LearnFeedback.tenant"`)}
 	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		return &ValidationError{Name: "created_at", err: errors.New(`ent: missing required field "LearnFeedback.created_at"`)}
@@ -397,6 +418,10 @@ func (_c *LearnFeedbackCreate) createSpec() (*LearnFeedback, *sqlgraph.CreateSpe
 	if value, ok := _c.mutation.SessionID(); ok {
 		_spec.SetField(learnfeedback.FieldSessionID, field.TypeString, value)
 		_node.SessionID = value
+	}
+	if value, ok := _c.mutation.Tenant(); ok {
+		_spec.SetField(learnfeedback.FieldTenant, field.TypeString, value)
+		_node.Tenant = value
 	}
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(learnfeedback.FieldCreatedAt, field.TypeTime, value)

@@ -60,6 +60,7 @@ type LearnCallMutation struct {
 	error_code     *string
 	duration_ms    *float64
 	addduration_ms *float64
+	tenant         *string
 	clearedFields  map[string]struct{}
 	done           bool
 	oldValue       func(context.Context) (*LearnCall, error)
@@ -544,6 +545,42 @@ func (m *LearnCallMutation) ResetDurationMs() {
 	m.addduration_ms = nil
 }
 
+// SetTenant sets the "tenant" field.
+func (m *LearnCallMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *LearnCallMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the LearnCall entity.
+// If the LearnCall object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnCallMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *LearnCallMutation) ResetTenant() {
+	m.tenant = nil
+}
+
 // Where appends a list predicates to the LearnCallMutation builder.
 func (m *LearnCallMutation) Where(ps ...predicate.LearnCall) {
 	m.predicates = append(m.predicates, ps...)
@@ -578,7 +615,7 @@ func (m *LearnCallMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *LearnCallMutation) Fields() []string {
-	fields := make([]string, 0, 10)
+	fields := make([]string, 0, 11)
 	if m.ts != nil {
 		fields = append(fields, learncall.FieldTs)
 	}
@@ -609,6 +646,9 @@ func (m *LearnCallMutation) Fields() []string {
 	if m.duration_ms != nil {
 		fields = append(fields, learncall.FieldDurationMs)
 	}
+	if m.tenant != nil {
+		fields = append(fields, learncall.FieldTenant)
+	}
 	return fields
 }
 
@@ -637,6 +677,8 @@ func (m *LearnCallMutation) Field(name string) (ent.Value, bool) {
 		return m.ErrorCode()
 	case learncall.FieldDurationMs:
 		return m.DurationMs()
+	case learncall.FieldTenant:
+		return m.Tenant()
 	}
 	return nil, false
 }
@@ -666,6 +708,8 @@ func (m *LearnCallMutation) OldField(ctx context.Context, name string) (ent.Valu
 		return m.OldErrorCode(ctx)
 	case learncall.FieldDurationMs:
 		return m.OldDurationMs(ctx)
+	case learncall.FieldTenant:
+		return m.OldTenant(ctx)
 	}
 	return nil, fmt.Errorf("unknown LearnCall field %s", name)
 }
@@ -744,6 +788,13 @@ func (m *LearnCallMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetDurationMs(v)
+		return nil
+	case learncall.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	}
 	return fmt.Errorf("unknown LearnCall field %s", name)
@@ -839,6 +890,9 @@ func (m *LearnCallMutation) ResetField(name string) error {
 	case learncall.FieldDurationMs:
 		m.ResetDurationMs()
 		return nil
+	case learncall.FieldTenant:
+		m.ResetTenant()
+		return nil
 	}
 	return fmt.Errorf("unknown LearnCall field %s", name)
 }
@@ -911,6 +965,7 @@ type LearnExperienceMutation struct {
 	info          *[]byte
 	env_name      *string
 	session_id    *string
+	tenant        *string
 	created_at    *time.Time
 	clearedFields map[string]struct{}
 	done          bool
@@ -1501,6 +1556,42 @@ func (m *LearnExperienceMutation) ResetSessionID() {
 	m.session_id = nil
 }
 
+// SetTenant sets the "tenant" field.
+func (m *LearnExperienceMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *LearnExperienceMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the LearnExperience entity.
+// If the LearnExperience object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnExperienceMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *LearnExperienceMutation) ResetTenant() {
+	m.tenant = nil
+}
+
 // SetCreatedAt sets the "created_at" field.
 func (m *LearnExperienceMutation) SetCreatedAt(t time.Time) {
 	m.created_at = &t
@@ -1571,7 +1662,7 @@ func (m *LearnExperienceMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *LearnExperienceMutation) Fields() []string {
-	fields := make([]string, 0, 13)
+	fields := make([]string, 0, 14)
 	if m.batch_id != nil {
 		fields = append(fields, learnexperience.FieldBatchID)
 	}
@@ -1608,6 +1699,9 @@ func (m *LearnExperienceMutation) Fields() []string {
 	if m.session_id != nil {
 		fields = append(fields, learnexperience.FieldSessionID)
 	}
+	if m.tenant != nil {
+		fields = append(fields, learnexperience.FieldTenant)
+	}
 	if m.created_at != nil {
 		fields = append(fields, learnexperience.FieldCreatedAt)
 	}
@@ -1643,6 +1737,8 @@ func (m *LearnExperienceMutation) Field(name string) (ent.Value, bool) {
 		return m.EnvName()
 	case learnexperience.FieldSessionID:
 		return m.SessionID()
+	case learnexperience.FieldTenant:
+		return m.Tenant()
 	case learnexperience.FieldCreatedAt:
 		return m.CreatedAt()
 	}
@@ -1678,6 +1774,8 @@ func (m *LearnExperienceMutation) OldField(ctx context.Context, name string) (en
 		return m.OldEnvName(ctx)
 	case learnexperience.FieldSessionID:
 		return m.OldSessionID(ctx)
+	case learnexperience.FieldTenant:
+		return m.OldTenant(ctx)
 	case learnexperience.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
 	}
@@ -1772,6 +1870,13 @@ func (m *LearnExperienceMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetSessionID(v)
+		return nil
+	case learnexperience.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	case learnexperience.FieldCreatedAt:
 		v, ok := value.(time.Time)
@@ -1901,6 +2006,9 @@ func (m *LearnExperienceMutation) ResetField(name string) error {
 	case learnexperience.FieldSessionID:
 		m.ResetSessionID()
 		return nil
+	case learnexperience.FieldTenant:
+		m.ResetTenant()
+		return nil
 	case learnexperience.FieldCreatedAt:
 		m.ResetCreatedAt()
 		return nil
@@ -1976,6 +2084,7 @@ type LearnFeedbackMutation struct {
 	source         *string
 	episode_id     *string
 	session_id     *string
+	tenant         *string
 	created_at     *time.Time
 	clearedFields  map[string]struct{}
 	done           bool
@@ -2569,6 +2678,42 @@ func (m *LearnFeedbackMutation) ResetSessionID() {
 	m.session_id = nil
 }
 
+// SetTenant sets the "tenant" field.
+func (m *LearnFeedbackMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *LearnFeedbackMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the LearnFeedback entity.
+// If the LearnFeedback object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *LearnFeedbackMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *LearnFeedbackMutation) ResetTenant() {
+	m.tenant = nil
+}
+
 // SetCreatedAt sets the "created_at" field.
 func (m *LearnFeedbackMutation) SetCreatedAt(t time.Time) {
 	m.created_at = &t
@@ -2639,7 +2784,7 @@ func (m *LearnFeedbackMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *LearnFeedbackMutation) Fields() []string {
-	fields := make([]string, 0, 14)
+	fields := make([]string, 0, 15)
 	if m._type != nil {
 		fields = append(fields, learnfeedback.FieldType)
 	}
@@ -2679,6 +2824,9 @@ func (m *LearnFeedbackMutation) Fields() []string {
 	if m.session_id != nil {
 		fields = append(fields, learnfeedback.FieldSessionID)
 	}
+	if m.tenant != nil {
+		fields = append(fields, learnfeedback.FieldTenant)
+	}
 	if m.created_at != nil {
 		fields = append(fields, learnfeedback.FieldCreatedAt)
 	}
@@ -2716,6 +2864,8 @@ func (m *LearnFeedbackMutation) Field(name string) (ent.Value, bool) {
 		return m.EpisodeID()
 	case learnfeedback.FieldSessionID:
 		return m.SessionID()
+	case learnfeedback.FieldTenant:
+		return m.Tenant()
 	case learnfeedback.FieldCreatedAt:
 		return m.CreatedAt()
 	}
@@ -2753,6 +2903,8 @@ func (m *LearnFeedbackMutation) OldField(ctx context.Context, name string) (ent.
 		return m.OldEpisodeID(ctx)
 	case learnfeedback.FieldSessionID:
 		return m.OldSessionID(ctx)
+	case learnfeedback.FieldTenant:
+		return m.OldTenant(ctx)
 	case learnfeedback.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
 	}
@@ -2854,6 +3006,13 @@ func (m *LearnFeedbackMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetSessionID(v)
+		return nil
+	case learnfeedback.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	case learnfeedback.FieldCreatedAt:
 		v, ok := value.(time.Time)
@@ -2964,6 +3123,9 @@ func (m *LearnFeedbackMutation) ResetField(name string) error {
 		return nil
 	case learnfeedback.FieldSessionID:
 		m.ResetSessionID()
+		return nil
+	case learnfeedback.FieldTenant:
+		m.ResetTenant()
 		return nil
 	case learnfeedback.FieldCreatedAt:
 		m.ResetCreatedAt()

@@ -47,6 +47,10 @@ func init() {
 	learncallDescErrorCode := learncallFields[8].Descriptor()
 	// learncall.DefaultErrorCode holds the default value on creation for the error_code field.
 	learncall.DefaultErrorCode = learncallDescErrorCode.Default.(string)
+	// learncallDescTenant is the schema descriptor for tenant field.
+	learncallDescTenant := learncallFields[10].Descriptor()
+	// learncall.DefaultTenant holds the default value on creation for the tenant field.
+	learncall.DefaultTenant = learncallDescTenant.Default.(string)
 	learnexperienceFields := schema.LearnExperience{}.Fields()
 	_ = learnexperienceFields
 	// learnexperienceDescBatchID is the schema descriptor for batch_id field.
@@ -77,8 +81,12 @@ func init() {
 	learnexperienceDescSessionID := learnexperienceFields[11].Descriptor()
 	// learnexperience.DefaultSessionID holds the default value on creation for the session_id field.
 	learnexperience.DefaultSessionID = learnexperienceDescSessionID.Default.(string)
+	// learnexperienceDescTenant is the schema descriptor for tenant field.
+	learnexperienceDescTenant := learnexperienceFields[12].Descriptor()
+	// learnexperience.DefaultTenant holds the default value on creation for the tenant field.
+	learnexperience.DefaultTenant = learnexperienceDescTenant.Default.(string)
 	// learnexperienceDescCreatedAt is the schema descriptor for created_at field.
-	learnexperienceDescCreatedAt := learnexperienceFields[12].Descriptor()
+	learnexperienceDescCreatedAt := learnexperienceFields[13].Descriptor()
 	// learnexperience.DefaultCreatedAt holds the default value on creation for the created_at field.
 	learnexperience.DefaultCreatedAt = learnexperienceDescCreatedAt.Default.(func() time.Time)
 	learnfeedbackFields := schema.LearnFeedback{}.Fields()
@@ -131,8 +139,12 @@ func init() {
 	learnfeedbackDescSessionID := learnfeedbackFields[12].Descriptor()
 	// learnfeedback.DefaultSessionID holds the default value on creation for the session_id field.
 	learnfeedback.DefaultSessionID = learnfeedbackDescSessionID.Default.(string)
+	// learnfeedbackDescTenant is the schema descriptor for tenant field.
+	learnfeedbackDescTenant := learnfeedbackFields[13].Descriptor()
+	// learnfeedback.DefaultTenant holds the default value on creation for the tenant field.
+	learnfeedback.DefaultTenant = learnfeedbackDescTenant.Default.(string)
 	// learnfeedbackDescCreatedAt is the schema descriptor for created_at field.
-	learnfeedbackDescCreatedAt := learnfeedbackFields[13].Descriptor()
+	learnfeedbackDescCreatedAt := learnfeedbackFields[14].Descriptor()
 	// learnfeedback.DefaultCreatedAt holds the default value on creation for the created_at field.
 	learnfeedback.DefaultCreatedAt = learnfeedbackDescCreatedAt.Default.(func() time.Time)
 	learnweightFields := schema.LearnWeight{}.Fields()

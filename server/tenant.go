@@ -379,3 +379,26 @@ func (s *Session) authenticate(token string) bool {
 	}
 	return true
 }
+
+// TenantKey is the tenant under which the session's host-wide records
+// (persistent memory, learning records, snapshots) are kept:
+// StorageTenant of its tenant's name. A handle the host does not know
+// gets the default tenant's key, which is only right for the callers
+// that have no session at all (host-side jobs); request handlers always
+// pass a live session's handle.
+func (h *Host) TenantKey(sessionHandle string) string {
+	if s, ok := h.SessionByHandle(sessionHandle); ok {
+		return StorageTenant(s.Tenant())
+	}
+	return ""
+}
+
+// StorageTenant is how a tenant is named in stored records: "" for the
+// default tenant, so that the records of a host from before tenants are
+// its, and the tenant's name for any other.
+func StorageTenant(name string) string {
+	if name == DefaultTenant {
+		return ""
+	}
+	return name
+}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/bmatcuk/doublestar/v4"
+
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/wire"
@@ -350,24 +352,24 @@ func (p *Plugin) EnvDataGet(ctx context.Context, s wire.Scope, req *msg.EnvDataG
 	default:
 		pattern := ""
 		if req.Glob != nil && *req.Glob != "" {
-			if pattern, err = cleanRel("glob", *req.Glob); err != nil {
+			if pattern, err = checkGlob(*req.Glob); err != nil {
 				return nil, err
 			}
-			if _, err := path.Match(pattern, ""); err != nil {
-				return nil, &wire.FieldError{Field: "glob", Reason: err.Error()}
-			}
 		}
+		// WalkDir reports a symbolic link as itself and never descends into
+		// one: a linked directory's files are not the data root's.
 		err := fs.WalkDir(sroot.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 			if err != nil {
+				return err
+			}
+			if err := ctx.Err(); err != nil {
 				return err
 			}
 			if !d.Type().IsRegular() {
 				return nil
 			}
-			if pattern != "" {
-				if ok, _ := path.Match(pattern, rel); !ok {
-					return nil
-				}
+			if pattern != "" && !doublestar.MatchUnvalidated(pattern, rel) {
+				return nil
 			}
 			return add(rel)
 		})
@@ -376,6 +378,34 @@ func (p *Plugin) EnvDataGet(ctx context.Context, s wire.Scope, req *msg.EnvDataG
 		}
 		return out, nil
 	}
+}
+
+// Bounds of a glob: its length, and its {a,b} groups, each of which can
+// multiply the work of matching one path by its number of alternatives.
+const (
+	maxGlobBytes  = 1024
+	maxGlobGroups = 4
+)
+
+// checkGlob returns the cleaned glob of env/data/get: path.Match syntax per
+// segment, a `**` segment matching zero or more whole segments (so `**`
+// is every file, `in/**` every file under in/, `**/*.txt` every .txt at
+// any depth), and {a,b} alternatives (docs/DECISIONS.md, env data plane).
+func checkGlob(glob string) (string, error) {
+	if len(glob) > maxGlobBytes {
+		return "", &wire.FieldError{Field: "glob", Reason: fmt.Sprintf("longer than %d bytes", maxGlobBytes)}
+	}
+	pattern, err := cleanRel("glob", glob)
+	if err != nil {
+		return "", err
+	}
+	if !doublestar.ValidatePattern(pattern) {
+		return "", &wire.FieldError{Field: "glob", Reason: "malformed pattern (an unclosed [ or {, or a trailing \\)"}
+	}
+	if strings.Count(pattern, "{") > maxGlobGroups {
+		return "", &wire.FieldError{Field: "glob", Reason: fmt.Sprintf("more than %d {a,b} groups", maxGlobGroups)}
+	}
+	return pattern, nil
 }
 
 // describe returns the metadata of one regular file.

@@ -264,3 +264,72 @@ func TestDataRootUnavailable(t *testing.T) {
 	// Episodes still work.
 	reset(t, c, env.GuessName, 1, "")
 }
+
+// env/data/get's glob: `**` as a whole segment matches zero or more
+// segments; a symbolically linked directory (or file) is neither followed
+// nor listed, whatever the pattern.
+func TestDataGetGlob(t *testing.T) {
+	data, staging, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	must(t, os.WriteFile(filepath.Join(outside, "e.txt"), []byte("outside"), 0o644))
+	var parts []msg.DataPart
+	for _, rel := range []string{"a.txt", "in/a.txt", "in/b.md", "in/deep/c.txt", "out/d.txt"} {
+		parts = append(parts, stage(t, staging, rel, "content of "+rel))
+	}
+	h := newHost(t, &env.Plugin{Settings: env.Settings{DataRoot: data, StagingRoot: staging}})
+	c := aeptest.ConnectWith(t, h, client.JSON, nil, "env")
+	ctx := aeptest.Context(t)
+	if _, err := c.EnvDataAdd(ctx, &msg.EnvDataAddReq{Parts: parts}); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(data, aeptest.Handle(t, c))
+	must(t, os.Symlink(outside, filepath.Join(mine, "in", "linked")))
+	must(t, os.Symlink(filepath.Join(outside, "e.txt"), filepath.Join(mine, "in", "e.txt")))
+	must(t, os.Symlink(filepath.Join(mine, "in"), filepath.Join(mine, "loop")))
+
+	tests := []struct {
+		glob string
+		want []string
+	}{
+		{"**", []string{"a.txt", "in/a.txt", "in/b.md", "in/deep/c.txt", "out/d.txt"}},
+		{"in/**", []string{"in/a.txt", "in/b.md", "in/deep/c.txt"}},
+		{"**/*.txt", []string{"a.txt", "in/a.txt", "in/deep/c.txt", "out/d.txt"}},
+		{"in/*", []string{"in/a.txt", "in/b.md"}},
+		{"in/**/c.txt", []string{"in/deep/c.txt"}},
+		{"**/deep/*", []string{"in/deep/c.txt"}},
+		{"{in,out}/*.txt", []string{"in/a.txt", "out/d.txt"}},
+		{"./in/*.md", []string{"in/b.md"}},
+		{"in/linked/**", nil},
+		{"**/e.txt", nil},
+		{"loop/**", nil},
+		{"nothing/**", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.glob, func(t *testing.T) {
+			g, err := c.EnvDataGet(ctx, &msg.EnvDataGetReq{Glob: aeptest.Ptr(tc.glob)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, f := range g.Files {
+				got = append(got, f.Path)
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("glob %q: got %q, want %q", tc.glob, got, tc.want)
+			}
+		})
+	}
+	refused := []struct{ glob, sub string }{
+		{"in/[", "malformed"},
+		{"in/{a,b", "malformed"},
+		{"../**", `".."`},
+		{"/**", "absolute"},
+		{"{a,b}{c,d}{e,f}{g,h}{i,j}", "groups"},
+		{strings.Repeat("a/", 600), "longer than"},
+	}
+	for _, tc := range refused {
+		t.Run("refused "+tc.glob[:min(len(tc.glob), 20)], func(t *testing.T) {
+			_, err := c.EnvDataGet(ctx, &msg.EnvDataGetReq{Glob: aeptest.Ptr(tc.glob)})
+			aeptest.WantError(t, err, wire.CodeSchemaViolation, tc.sub)
+		})
+	}
+}

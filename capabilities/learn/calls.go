@@ -79,7 +79,7 @@ func (in *ingest) loop() {
 			kind, name, _ := componentOf(r)
 			bulk[i] = in.db.LearnCall.Create().SetTs(r.TS).SetSessionID(r.SessionID).SetReqID(r.ReqID).
 				SetCorrelationID(r.CorrelationID).SetType(r.Type).SetKind(kind).SetName(name).
-				SetSuccess(r.Success).SetErrorCode(r.ErrorCode).SetDurationMs(r.DurationMS)
+				SetSuccess(r.Success).SetErrorCode(r.ErrorCode).SetDurationMs(r.DurationMS).SetTenant(server.StorageTenant(r.Tenant))
 		}
 		// A background context: the write must finish even while the host
 		// shuts down, or the last calls would be lost.

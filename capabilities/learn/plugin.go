@@ -20,6 +20,7 @@ import (
 	"github.com/aephost/aep/ent"
 	"github.com/aephost/aep/ent/learncall"
 	"github.com/aephost/aep/ent/learnweight"
+	"github.com/aephost/aep/ent/predicate"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
@@ -51,6 +52,7 @@ type Plugin struct {
 	Settings `yaml:",inline"`
 
 	db      *ent.Client
+	host    *server.Host
 	log     *slog.Logger
 	dataDir string
 	in      *ingest
@@ -66,6 +68,7 @@ func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
 	p.db = env.Store.Client
 	p.log = env.Logger
 	p.dataDir = env.DataDir
+	p.host = env.Host
 	p.in = newIngest(p.db, p.log)
 	if env.Host != nil {
 		p.unsub = env.Host.SubscribeAudit(p.in.record)
@@ -109,6 +112,49 @@ func str(p *string) string {
 
 func newID() string { return wire.RandomHex(12) }
 
+// tenantOf is the storage key of the requesting session's tenant
+// (server.StorageTenant): every record the session writes carries it and
+// every read is kept to it, so no tenant sees another's learning.
+func (p *Plugin) tenantOf(s wire.Scope) string {
+	if p.host == nil {
+		return ""
+	}
+	return p.host.TenantKey(s.SessionID())
+}
+
+// tenantPrefix starts the stored context of every weight of a tenant but
+// the default one; no context name can hold it (checkContext).
+const tenantPrefix = "\x1ft:"
+
+// storedContext is a weight's context column: the context for the default
+// tenant, whose weights predate tenants, and behind the tenant's prefix
+// for any other.
+func storedContext(tenant, context string) string {
+	if tenant == "" {
+		return context
+	}
+	return tenantPrefix + tenant + "\x1f" + context
+}
+
+// tenantWeights selects every weight of a tenant.
+func tenantWeights(tenant string) predicate.LearnWeight {
+	if tenant == "" {
+		return learnweight.Not(learnweight.ContextHasPrefix(tenantPrefix))
+	}
+	return learnweight.ContextHasPrefix(tenantPrefix + tenant + "\x1f")
+}
+
+// checkContext refuses a context name with control characters, which
+// would reach into the stored contexts of other tenants.
+func checkContext(field, c string) error {
+	for _, r := range c {
+		if r < 0x20 || r == 0x7f {
+			return &wire.FieldError{Field: field, Reason: "must not hold control characters"}
+		}
+	}
+	return nil
+}
+
 // withTx runs f in a transaction, retrying when a concurrent writer created
 // the same weight row first (PostgreSQL; SQLite serialises writers).
 func (p *Plugin) withTx(ctx context.Context, f func(tx *ent.Tx) error) error {
@@ -141,6 +187,12 @@ func (p *Plugin) LearnFeedback(ctx context.Context, s wire.Scope, req *msg.Learn
 	if err := p.in.flush(ctx); err != nil {
 		return nil, err
 	}
+	tenant := p.tenantOf(s)
+	for i, f := range req.Feedbacks {
+		if err := checkContext(fmt.Sprintf("feedbacks[%d].context", i), str(f.Context)); err != nil {
+			return nil, err
+		}
+	}
 	resp := &msg.LearnFeedbackResp{Ids: []int{}, Weights: []msg.Weight{}}
 	err := p.withTx(ctx, func(tx *ent.Tx) error {
 		resp.Ids, resp.Linked, resp.Weights = resp.Ids[:0], 0, resp.Weights[:0]
@@ -151,7 +203,7 @@ func (p *Plugin) LearnFeedback(ctx context.Context, s wire.Scope, req *msg.Learn
 			if c := str(f.CorrelationID); c != "" {
 				var err error
 				call, err = tx.LearnCall.Query().
-					Where(learncall.Or(learncall.CorrelationID(c), learncall.ReqID(c))).
+					Where(learncall.Tenant(tenant), learncall.Or(learncall.CorrelationID(c), learncall.ReqID(c))).
 					Order(ent.Desc(learncall.FieldTs)).First(ctx)
 				if err != nil && !ent.IsNotFound(err) {
 					return fmt.Errorf("learn: %w", err)
@@ -177,7 +229,7 @@ func (p *Plugin) LearnFeedback(ctx context.Context, s wire.Scope, req *msg.Learn
 			c := tx.LearnFeedback.Create().SetType(string(f.Type)).SetScore(score).SetKind(kind).SetName(name).
 				SetContext(str(f.Context)).SetCorrelationID(str(f.CorrelationID)).SetCorrection(str(f.Correction)).
 				SetComment(str(f.Comment)).SetDimension(str(f.Dimension)).SetSource(source).
-				SetEpisodeID(str(f.EpisodeID)).SetSessionID(s.SessionID())
+				SetEpisodeID(str(f.EpisodeID)).SetSessionID(s.SessionID()).SetTenant(tenant)
 			if call != nil {
 				c.SetCallReqID(call.ReqID)
 				resp.Linked++
@@ -189,7 +241,7 @@ func (p *Plugin) LearnFeedback(ctx context.Context, s wire.Scope, req *msg.Learn
 			resp.Ids = append(resp.Ids, fb.ID)
 			for _, ctxName := range contextsOf(str(f.Context)) {
 				k := weightKey{ctxName, kind, name}
-				if err := addReward(ctx, tx, k, 1, reward(score)); err != nil {
+				if err := addReward(ctx, tx, tenant, k, 1, reward(score)); err != nil {
 					return err
 				}
 				if !touched[k] {
@@ -199,11 +251,11 @@ func (p *Plugin) LearnFeedback(ctx context.Context, s wire.Scope, req *msg.Learn
 			}
 		}
 		for _, k := range order {
-			w, err := tx.LearnWeight.Query().Where(learnweight.Context(k.context), learnweight.Kind(k.kind), learnweight.Name(k.name)).Only(ctx)
+			w, err := tx.LearnWeight.Query().Where(learnweight.Context(storedContext(tenant, k.context)), learnweight.Kind(k.kind), learnweight.Name(k.name)).Only(ctx)
 			if err != nil {
 				return fmt.Errorf("learn: %w", err)
 			}
-			resp.Weights = append(resp.Weights, weightOf(w))
+			resp.Weights = append(resp.Weights, weightOf(k.context, w))
 		}
 		return nil
 	})
@@ -225,30 +277,35 @@ func contextsOf(c string) []string {
 
 type weightKey struct{ context, kind, name string }
 
-// addReward adds pulls and reward to a weight row, creating it if needed.
-func addReward(ctx context.Context, tx *ent.Tx, k weightKey, pulls, rew float64) error {
+// addReward adds pulls and reward to a tenant's weight row, creating it if
+// needed.
+func addReward(ctx context.Context, tx *ent.Tx, tenant string, k weightKey, pulls, rew float64) error {
+	stored := storedContext(tenant, k.context)
 	n, err := tx.LearnWeight.Update().
-		Where(learnweight.Context(k.context), learnweight.Kind(k.kind), learnweight.Name(k.name)).
+		Where(learnweight.Context(stored), learnweight.Kind(k.kind), learnweight.Name(k.name)).
 		AddPulls(pulls).AddRewardSum(rew).Save(ctx)
 	if err != nil {
 		return fmt.Errorf("learn: %w", err)
 	}
 	if n == 0 {
-		if err := tx.LearnWeight.Create().SetContext(k.context).SetKind(k.kind).SetName(k.name).SetPulls(pulls).SetRewardSum(rew).Exec(ctx); err != nil {
+		if err := tx.LearnWeight.Create().SetContext(stored).SetKind(k.kind).SetName(k.name).SetPulls(pulls).SetRewardSum(rew).Exec(ctx); err != nil {
 			return fmt.Errorf("learn: %w", err)
 		}
 	}
 	return nil
 }
 
-func weightOf(w *ent.LearnWeight) msg.Weight {
+// weightOf is a stored weight as the wire shows it, under its context's
+// name (the stored column may carry the tenant's prefix).
+func weightOf(context string, w *ent.LearnWeight) msg.Weight {
 	a := arm{Pulls: w.Pulls, RewardSum: w.RewardSum}
-	return msg.Weight{Context: w.Context, Kind: w.Kind, Name: w.Name, Pulls: w.Pulls, RewardSum: w.RewardSum, MeanReward: a.mean()}
+	return msg.Weight{Context: context, Kind: w.Kind, Name: w.Name, Pulls: w.Pulls, RewardSum: w.RewardSum, MeanReward: a.mean()}
 }
 
 // LearnExperience stores a batch of transitions in one transaction.
 func (p *Plugin) LearnExperience(ctx context.Context, s wire.Scope, req *msg.LearnExperienceReq) (*msg.LearnExperienceResp, error) {
 	batch := "b-" + newID()
+	tenant := p.tenantOf(s)
 	err := p.withTx(ctx, func(tx *ent.Tx) error {
 		const chunk = 500 // stays under SQLite's bound-variable limit
 		for i := 0; i < len(req.Experiences); i += chunk {
@@ -257,7 +314,7 @@ func (p *Plugin) LearnExperience(ctx context.Context, s wire.Scope, req *msg.Lea
 			for j, e := range part {
 				c := tx.LearnExperience.Create().SetBatchID(batch).SetEpisodeID(e.EpisodeID).SetStep(e.Step).
 					SetState(e.State).SetAction(e.Action).SetReward(e.Reward).SetNextState(e.NextState).
-					SetTerminated(e.Terminated).SetTruncated(e.Truncated).SetEnvName(str(req.EnvName)).SetSessionID(s.SessionID())
+					SetTerminated(e.Terminated).SetTruncated(e.Truncated).SetEnvName(str(req.EnvName)).SetSessionID(s.SessionID()).SetTenant(tenant)
 				if e.Info != nil {
 					c.SetInfo(*e.Info)
 				}
@@ -278,7 +335,10 @@ func (p *Plugin) LearnExperience(ctx context.Context, s wire.Scope, req *msg.Lea
 // LearnRank orders the candidates of a context by the requested strategy.
 func (p *Plugin) LearnRank(ctx context.Context, s wire.Scope, req *msg.LearnRankReq) (*msg.LearnRankResp, error) {
 	ctxName := str(req.Context)
-	q := p.db.LearnWeight.Query().Where(learnweight.Context(ctxName))
+	if err := checkContext("context", ctxName); err != nil {
+		return nil, err
+	}
+	q := p.db.LearnWeight.Query().Where(learnweight.Context(storedContext(p.tenantOf(s), ctxName)))
 	if k := str(req.Kind); k != "" && len(req.Candidates) == 0 {
 		q = q.Where(learnweight.Kind(k))
 	}
@@ -342,7 +402,7 @@ func (p *Plugin) LearnStats(ctx context.Context, s wire.Scope, req *msg.LearnSta
 	if err := p.in.flush(ctx); err != nil {
 		return nil, err
 	}
-	st, err := p.stats(ctx, str(req.Kind), str(req.Name))
+	st, err := p.stats(ctx, p.tenantOf(s), str(req.Kind), str(req.Name))
 	if err != nil {
 		return nil, err
 	}

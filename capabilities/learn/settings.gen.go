@@ -10,8 +10,8 @@ type Settings struct {
 	// 1.4142135623730951.
 	Exploration *float64 `yaml:"exploration"`
 	// ExportScope: Whose feedback and experience records learn/export returns to a
-	// session: session (the default) only those it wrote, host every session's,
-	// for a host whose agents are one tenant (docs/DECISIONS.md, Capability gaps
-	// users hit). Default: "session".
+	// session: session (the default) only those it wrote, host every session's of
+	// its own tenant (server.tenants; never another tenant's), for agents of one
+	// team (docs/DECISIONS.md, Capability gaps users hit). Default: "session".
 	ExportScope string `yaml:"export_scope"`
 }

@@ -43,9 +43,9 @@ func p95(d []float64) float64 {
 	return d[int(math.Ceil(0.95*float64(len(d))))-1]
 }
 
-func (p *Plugin) stats(ctx context.Context, kind, name string) ([]msg.ComponentStats, error) {
+func (p *Plugin) stats(ctx context.Context, tenant, kind, name string) ([]msg.ComponentStats, error) {
 	calls := map[componentKey]*callFigures{}
-	var preds []predicate.LearnCall
+	preds := []predicate.LearnCall{learncall.Tenant(tenant)}
 	if kind != "" {
 		preds = append(preds, learncall.Kind(kind))
 	}
@@ -81,7 +81,7 @@ func (p *Plugin) stats(ctx context.Context, kind, name string) ([]msg.ComponentS
 		after = rows[len(rows)-1].ID
 	}
 
-	var fpreds []predicate.LearnFeedback
+	fpreds := []predicate.LearnFeedback{learnfeedback.Tenant(tenant)}
 	if kind != "" {
 		fpreds = append(fpreds, learnfeedback.Kind(kind))
 	}
@@ -142,19 +142,25 @@ func (p *Plugin) LearnAdapt(ctx context.Context, s wire.Scope, req *msg.LearnAda
 		halfLife = *req.HalfLifeS
 	}
 	now := time.Now()
+	if req.Context != nil {
+		if err := checkContext("context", *req.Context); err != nil {
+			return nil, err
+		}
+	}
+	tenant := p.tenantOf(s)
 	resp := &msg.LearnAdaptResp{Weights: []msg.Weight{}}
 	err := p.withTx(ctx, func(tx *ent.Tx) error {
 		type acc struct{ pulls, rewards float64 }
 		sums := map[weightKey]*acc{}
 		var keys []weightKey
 		resp.Feedbacks = 0
-		var fpred []predicate.LearnFeedback
-		var wpred []predicate.LearnWeight
+		fpred := []predicate.LearnFeedback{learnfeedback.Tenant(tenant)}
+		wpred := []predicate.LearnWeight{tenantWeights(tenant)}
 		if req.Context != nil && *req.Context != "" {
 			fpred = append(fpred, learnfeedback.Context(*req.Context))
-			wpred = append(wpred, learnweight.Context(*req.Context))
+			wpred = append(wpred, learnweight.Context(storedContext(tenant, *req.Context)))
 		} else if req.Context != nil {
-			wpred = append(wpred, learnweight.Context(""))
+			wpred = append(wpred, learnweight.Context(storedContext(tenant, "")))
 		}
 		for after := 0; ; {
 			rows, err := tx.LearnFeedback.Query().Where(append(fpred, learnfeedback.IDGT(after))...).
@@ -194,7 +200,7 @@ func (p *Plugin) LearnAdapt(ctx context.Context, s wire.Scope, req *msg.LearnAda
 		resp.Weights = resp.Weights[:0]
 		for _, k := range keys {
 			a := sums[k]
-			if err := addReward(ctx, tx, k, a.pulls, a.rewards); err != nil {
+			if err := addReward(ctx, tx, tenant, k, a.pulls, a.rewards); err != nil {
 				return err
 			}
 			m := arm{Pulls: a.pulls, RewardSum: a.rewards}
@@ -245,14 +251,15 @@ type experienceLine struct {
 
 // exportPage appends up to limit records after id `after` as JSON lines and
 // returns the last id written and whether more follow.
-// A non-empty session selects only the records that session wrote.
-func (p *Plugin) exportPage(ctx context.Context, what, session, episode string, after, limit int, buf []byte) ([]byte, int, int, bool, error) {
+// Only the tenant's records are read; a non-empty session selects only the
+// records that session wrote.
+func (p *Plugin) exportPage(ctx context.Context, what, tenant, session, episode string, after, limit int, buf []byte) ([]byte, int, int, bool, error) {
 	var lines []any
 	var last int
 	var more bool
 	switch what {
 	case "feedback":
-		q := p.db.LearnFeedback.Query().Where(learnfeedback.IDGT(after))
+		q := p.db.LearnFeedback.Query().Where(learnfeedback.Tenant(tenant), learnfeedback.IDGT(after))
 		if episode != "" {
 			q = q.Where(learnfeedback.EpisodeID(episode))
 		}
@@ -273,7 +280,7 @@ func (p *Plugin) exportPage(ctx context.Context, what, session, episode string, 
 			last = f.ID
 		}
 	default:
-		q := p.db.LearnExperience.Query().Where(learnexperience.IDGT(after))
+		q := p.db.LearnExperience.Query().Where(learnexperience.Tenant(tenant), learnexperience.IDGT(after))
 		if episode != "" {
 			q = q.Where(learnexperience.EpisodeID(episode))
 		}
@@ -327,14 +334,16 @@ func (p *Plugin) LearnExport(ctx context.Context, s wire.Scope, req *msg.LearnEx
 	if req.Limit != nil {
 		limit = *req.Limit
 	}
-	// Records are the session's own unless the operator shares them all.
+	// Records are the session's own unless the operator shares its
+	// tenant's; never another tenant's.
+	tenant := p.tenantOf(s)
 	reader := s.SessionID()
 	if p.ExportScope == ExportHost {
 		reader = ""
 	}
 	resp := &msg.LearnExportResp{What: what}
 	if !req.ToFile {
-		buf, n, last, more, err := p.exportPage(ctx, what, reader, str(req.EpisodeID), after, limit, nil)
+		buf, n, last, more, err := p.exportPage(ctx, what, tenant, reader, str(req.EpisodeID), after, limit, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -362,7 +371,7 @@ func (p *Plugin) LearnExport(ctx context.Context, s wire.Scope, req *msg.LearnEx
 	var buf []byte
 	for more := true; more; {
 		var n int
-		buf, n, after, more, err = p.exportPage(ctx, what, reader, str(req.EpisodeID), after, page, buf[:0])
+		buf, n, after, more, err = p.exportPage(ctx, what, tenant, reader, str(req.EpisodeID), after, page, buf[:0])
 		if err == nil {
 			_, err = tmp.Write(buf)
 		}

@@ -91,9 +91,26 @@ type handle struct {
 	Namespace string            `json:"namespace"`
 	Agent     string            `json:"agent,omitempty"`
 	Scope     map[string]string `json:"scope,omitempty"`
+	// Tenant is the storage key of the tenant of the session that opened it
+	// (server.StorageTenant): persistent namespaces are the tenant's, never
+	// shared across tenants.
+	Tenant string `json:"tenant,omitempty"`
 }
 
-func (h handle) key() scopeKey { return scopeKey{h.Namespace, h.Agent} }
+// key is the handle's place in the persistent tiers: the namespace, and
+// for any tenant but the default one the tenant too (tenantNamespace).
+func (h handle) key() scopeKey { return scopeKey{tenantNamespace(h.Tenant, h.Namespace), h.Agent} }
+
+// tenantNamespace is how a tenant's namespace is stored: the default
+// tenant's as it is (the rows of hosts from before tenants are its), any
+// other's behind a prefix no namespace can hold (namespaces refuse
+// control characters).
+func tenantNamespace(tenant, ns string) string {
+	if tenant == "" {
+		return ns
+	}
+	return "\x1ft:" + tenant + "\x1f" + ns
+}
 
 // Provision opens the persistent tiers on the host's store.
 func (p *Plugin) Provision(ctx context.Context, env server.PluginEnv) error {
@@ -230,6 +247,14 @@ func (p *Plugin) MemoryInit(ctx context.Context, s wire.Scope, req *msg.MemoryIn
 	h := handle{Namespace: req.Namespace}
 	if h.Namespace == "" {
 		h.Namespace = "default"
+	}
+	for _, r := range h.Namespace {
+		if r < 0x20 || r == 0x7f {
+			return nil, &wire.FieldError{Field: "namespace", Reason: "must not hold control characters"}
+		}
+	}
+	if p.host != nil {
+		h.Tenant = p.host.TenantKey(s.SessionID())
 	}
 	if req.Scope != nil && len(*req.Scope) > 0 {
 		h.Scope = *req.Scope

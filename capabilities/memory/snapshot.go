@@ -61,6 +61,17 @@ func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) er
 	if saved.Handles == nil {
 		saved.Handles = map[string]handle{}
 	}
+	// A restored memory_id reaches the namespaces of the restoring session's
+	// tenant, whatever the saved state says: a session never holds a
+	// handle on another tenant's persistent tiers.
+	tenant := ""
+	if p.host != nil {
+		tenant = p.host.TenantKey(sessionID)
+	}
+	for id, h := range saved.Handles {
+		h.Tenant = tenant
+		saved.Handles[id] = h
+	}
 	sm.handles = saved.Handles
 	if sc, _ := p.scopeOf(sessionID); sc != ScopeShared && sc != ScopeRestricted {
 		sm.working = loadWorking(saved.Working)

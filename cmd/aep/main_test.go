@@ -394,28 +394,43 @@ func TestStdioEndOfInput(t *testing.T) {
 
 // TestGoClientOverStdio drives the real binary through client/stdio.go,
 // both with a command the caller builds and with the client.Stdio shortcut.
+// AEP_AUTH_TOKEN is unset, or this process's names another token: the
+// spawned host takes the token the code handshakes with, from its
+// environment, never from its command line. (A token the caller puts in
+// cmd.Env is the host's: sdk/scenario's TestHandshakeRefused.)
 func TestGoClientOverStdio(t *testing.T) {
 	tests := []struct {
 		name    string
-		connect func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{})
+		connect func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}, func() *os.Process)
 	}{
-		{"SpawnStdio", func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}) {
+		{"SpawnStdio", func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}, func() *os.Process) {
 			cmd := exec.Command(bin, "serve", "--stdio", "--data-dir", t.TempDir())
-			cmd.Env = []string{"AEP_AUTH_TOKEN=" + token}
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 			cmd.Stderr = stderr
 			conn, err := client.SpawnStdio(cmd)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return client.New(client.Lines(conn, nil)), conn.Exited()
+			return client.New(client.Lines(conn, nil)), conn.Exited(), func() *os.Process { return cmd.Process }
 		}},
-		{"Stdio", func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}) {
-			t.Setenv("AEP_AUTH_TOKEN", token)
+		{"SpawnStdio, another token in our environment", func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}, func() *os.Process) {
+			t.Setenv("AEP_AUTH_TOKEN", "not-the-one")
+			cmd := exec.Command(bin, "serve", "--stdio", "--data-dir", t.TempDir())
+			cmd.Stderr = stderr
+			conn, err := client.SpawnStdio(cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return client.New(client.Lines(conn, nil)), conn.Exited(), func() *os.Process { return cmd.Process }
+		}},
+		{"Stdio", func(t *testing.T, stderr io.Writer) (*client.Client, <-chan struct{}, func() *os.Process) {
+			t.Setenv("AEP_AUTH_TOKEN", "")
+			os.Unsetenv("AEP_AUTH_TOKEN") // t.Setenv restores it after the test
 			c, err := client.Stdio(bin, stderr, nil, "--data-dir", t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
-			return c, nil
+			return c, nil, nil
 		}},
 	}
 	for _, tc := range tests {
@@ -423,13 +438,38 @@ func TestGoClientOverStdio(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			stderr := &lockedBuffer{}
-			c, exited := tc.connect(t, stderr)
+			c, exited, proc := tc.connect(t, stderr)
 			resp, err := c.Handshake(ctx, "go-client", token, "session")
 			if err != nil {
 				t.Fatalf("handshake: %v\n%s", err, stderr)
 			}
 			if !resp.Ok || c.SessionID() == "" {
 				t.Fatalf("handshake: %+v", resp)
+			}
+			if proc != nil {
+				// The token is in the host's environment, once, and not in
+				// its argv, which ps shows to every local user.
+				pid := proc().Pid
+				argv, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				if err != nil {
+					t.Fatal(err)
+				}
+				environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bytes.Contains(argv, []byte(token)) {
+					t.Fatalf("the token is on the host's command line: %q", argv)
+				}
+				var got []string
+				for _, kv := range bytes.Split(environ, []byte{0}) {
+					if bytes.HasPrefix(kv, []byte("AEP_AUTH_TOKEN=")) {
+						got = append(got, string(kv))
+					}
+				}
+				if len(got) != 1 || got[0] != "AEP_AUTH_TOKEN="+token {
+					t.Fatalf("the host's environment has %q, want only AEP_AUTH_TOKEN=%s", got, token)
+				}
 			}
 			pong, err := c.Ping(ctx, &msg.Ping{})
 			if err != nil || pong.UptimeSeconds < 0 {

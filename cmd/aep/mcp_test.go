@@ -3,11 +3,15 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -111,7 +115,8 @@ func TestInspectorStdio(t *testing.T) {
 			t.Fatalf("tools/list lacks %s:\n%s", want, out)
 		}
 	}
-	out, err = run(token, "--method", "tools/call", "--tool-name", "memory_store", "--tool-arg", "key=greeting", "--tool-arg", `content="hello from MCP"`)
+	// --tool-arg takes every value up to the next option: it goes first.
+	out, err = run(token, "--tool-arg", "key=greeting", `content="hello from MCP"`, "--method", "tools/call", "--tool-name", "memory_store")
 	if err != nil || strings.Contains(out, `"isError": true`) {
 		t.Fatalf("memory_store: %v\n%s", err, out)
 	}
@@ -143,6 +148,48 @@ func TestInspectorHTTP(t *testing.T) {
 	}
 	if _, err := inspect(t, url, "--transport", "http", "--method", "tools/list"); err == nil {
 		t.Fatal("the inspector listed tools without a token")
+	}
+	// A wrong token: the Inspector exits saying so, and does not start an
+	// OAuth flow (there is no OAuth metadata to find).
+	out, err = inspect(t, url, "--transport", "http", "--header", "Authorization: Bearer wrong-"+token, "--method", "tools/list")
+	if err == nil || !strings.Contains(err.Error(), "the bearer token is wrong") || strings.Contains(strings.ToLower(err.Error()), "oauth flow") {
+		t.Fatalf("inspector with a wrong token: %v\n%s", err, out)
+	}
+	// The same on the wire: a plain 401 saying why, no resource_metadata in
+	// the challenge, and no OAuth discovery document on the host.
+	for _, tc := range []struct{ name, auth, want string }{
+		{"wrong token", "Bearer wrong-" + token, "the bearer token is wrong"},
+		{"no token", "", "no token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			ch := resp.Header.Get("WWW-Authenticate")
+			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(b), tc.want) || strings.Contains(ch, "resource_metadata") {
+				t.Fatalf("%d %q %s", resp.StatusCode, ch, b)
+			}
+		})
+	}
+	for _, p := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp",
+		"/.well-known/oauth-authorization-server", "/.well-known/oauth-authorization-server/mcp", "/.well-known/openid-configuration"} {
+		resp, err := http.Get("http://" + addr + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("GET %s: %d, want 404", p, resp.StatusCode)
+		}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -252,5 +299,76 @@ mcp_face:
 				t.Fatalf("progress notifications: %v", progress)
 			}
 		})
+	}
+}
+
+// A client built on the MCP TypeScript SDK (.ci/mcp/sdk-client.mjs) calls
+// run_command through aep serve's /mcp asking for progress and logs: each
+// line of the command's output reaches it as a progress notification
+// carrying the line and as a log notification at the line's level (stdout
+// info, stderr error), before the result. A wrong token fails the client
+// with the host's message.
+func TestMCPSDKClientGetsRunCommandOutput(t *testing.T) {
+	npmBin(t, "AEP_TEST_MCP_SDK", "@modelcontextprotocol", "sdk", "package.json")
+	script, err := filepath.Abs(filepath.Join("..", "..", ".ci", "mcp", "sdk-client.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node not found, though the SDK is installed")
+	}
+	url := "http://" + serveHTTPProc(t) + "/mcp"
+	run := func(tok string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, node, script, url, tok, "run_command", `{"argv":["sh","-c","echo one; echo two; echo three >&2"]}`)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			return out.String(), fmt.Errorf("%w: %s", err, errb.String())
+		}
+		return out.String(), nil
+	}
+	out, err := run(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Progress []struct {
+			Progress float64 `json:"progress"`
+			Message  string  `json:"message"`
+		} `json:"progress"`
+		Logs []struct {
+			Level string         `json:"level"`
+			Data  map[string]any `json:"data"`
+		} `json:"logs"`
+		Result struct {
+			StructuredContent map[string]any `json:"structuredContent"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// The progress value is the order the face sent them in.
+	sort.Slice(got.Progress, func(i, j int) bool { return got.Progress[i].Progress < got.Progress[j].Progress })
+	var lines, logs []string
+	for _, p := range got.Progress {
+		lines = append(lines, p.Message)
+	}
+	for _, l := range got.Logs {
+		logs = append(logs, fmt.Sprintf("%s:%v:%v", l.Level, l.Data["stream"], l.Data["message"]))
+	}
+	sort.Strings(logs)
+	// stdout and stderr are read apart, so only stdout's lines keep their
+	// order relative to each other.
+	sorted := slices.Sorted(slices.Values(lines))
+	if fmt.Sprint(sorted) != "[one three two]" || slices.Index(lines, "one") > slices.Index(lines, "two") ||
+		fmt.Sprint(logs) != "[error:stderr:three info:stdout:one info:stdout:two]" ||
+		got.Result.StructuredContent["stdout"] != "one\ntwo\n" {
+		t.Fatalf("progress %v, logs %v, result %v", lines, logs, got.Result.StructuredContent)
+	}
+	if _, err := run("wrong-" + token); err == nil || !strings.Contains(err.Error(), "the bearer token is wrong") {
+		t.Fatalf("a wrong token: %v", err)
 	}
 }

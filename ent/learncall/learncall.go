@@ -31,6 +31,8 @@ const (
 	FieldErrorCode = "error_code"
 	// FieldDurationMs holds the string denoting the duration_ms field in the database.
 	FieldDurationMs = "duration_ms"
+	// FieldTenant holds the string denoting the tenant field in the database.
+	FieldTenant = "tenant"
 	// Table holds the table name of the learncall in the database.
 	Table = "learn_calls"
 )
@@ -48,6 +50,7 @@ var Columns = []string{
 	FieldSuccess,
 	FieldErrorCode,
 	FieldDurationMs,
+	FieldTenant,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -73,6 +76,8 @@ var (
 	NameValidator func(string) error
 	// DefaultErrorCode holds the default value on creation for the "error_code" field.
 	DefaultErrorCode string
+	// DefaultTenant holds the default value on creation for the "tenant" field.
+	DefaultTenant string
 )
 
 // OrderOption defines the ordering options for the LearnCall queries.
@@ -131,4 +136,9 @@ func ByErrorCode(opts ...sql.OrderTermOption) OrderOption {
 // ByDurationMs orders the results by the duration_ms field.
 func ByDurationMs(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldDurationMs, opts...).ToFunc()
+}
+
+// ByTenant orders the results by the tenant field.
+func ByTenant(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTenant, opts...).ToFunc()
 }

@@ -104,6 +104,11 @@ func DurationMs(v float64) predicate.LearnCall {
 	return predicate.LearnCall(sql.FieldEQ(FieldDurationMs, v))
 }
 
+// Tenant applies equality check predicate on the "tenant" field. It's identical to TenantEQ.
+func Tenant(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldEQ(FieldTenant, v))
+}
+
 // TsEQ applies the EQ predicate on the "ts" field.
 func TsEQ(v time.Time) predicate.LearnCall {
 	return predicate.LearnCall(sql.FieldEQ(FieldTs, v))
@@ -647,6 +652,71 @@ func DurationMsLT(v float64) predicate.LearnCall {
 // DurationMsLTE applies the LTE predicate on the "duration_ms" field.
 func DurationMsLTE(v float64) predicate.LearnCall {
 	return predicate.LearnCall(sql.FieldLTE(FieldDurationMs, v))
+}
+
+// TenantEQ applies the EQ predicate on the "tenant" field.
+func TenantEQ(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldEQ(FieldTenant, v))
+}
+
+// TenantNEQ applies the NEQ predicate on the "tenant" field.
+func TenantNEQ(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldNEQ(FieldTenant, v))
+}
+
+// TenantIn applies the In predicate on the "tenant" field.
+func TenantIn(vs ...string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldIn(FieldTenant, vs...))
+}
+
+// TenantNotIn applies the NotIn predicate on the "tenant" field.
+func TenantNotIn(vs ...string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldNotIn(FieldTenant, vs...))
+}
+
+// TenantGT applies the GT predicate on the "tenant" field.
+func TenantGT(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldGT(FieldTenant, v))
+}
+
+// TenantGTE applies the GTE predicate on the "tenant" field.
+func TenantGTE(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldGTE(FieldTenant, v))
+}
+
+// TenantLT applies the LT predicate on the "tenant" field.
+func TenantLT(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldLT(FieldTenant, v))
+}
+
+// TenantLTE applies the LTE predicate on the "tenant" field.
+func TenantLTE(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldLTE(FieldTenant, v))
+}
+
+// TenantContains applies the Contains predicate on the "tenant" field.
+func TenantContains(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldContains(FieldTenant, v))
+}
+
+// TenantHasPrefix applies the HasPrefix predicate on the "tenant" field.
+func TenantHasPrefix(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldHasPrefix(FieldTenant, v))
+}
+
+// TenantHasSuffix applies the HasSuffix predicate on the "tenant" field.
+func TenantHasSuffix(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldHasSuffix(FieldTenant, v))
+}
+
+// TenantEqualFold applies the EqualFold predicate on the "tenant" field.
+func TenantEqualFold(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldEqualFold(FieldTenant, v))
+}
+
+// TenantContainsFold applies the ContainsFold predicate on the "tenant" field.
+func TenantContainsFold(v string) predicate.LearnCall {
+	return predicate.LearnCall(sql.FieldContainsFold(FieldTenant, v))
 }
 
 // And groups predicates with the AND operator between them.

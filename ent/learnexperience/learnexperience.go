@@ -37,6 +37,8 @@ const (
 	FieldEnvName = "env_name"
 	// FieldSessionID holds the string denoting the session_id field in the database.
 	FieldSessionID = "session_id"
+	// FieldTenant holds the string denoting the tenant field in the database.
+	FieldTenant = "tenant"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
 	FieldCreatedAt = "created_at"
 	// Table holds the table name of the learnexperience in the database.
@@ -58,6 +60,7 @@ var Columns = []string{
 	FieldInfo,
 	FieldEnvName,
 	FieldSessionID,
+	FieldTenant,
 	FieldCreatedAt,
 }
 
@@ -86,6 +89,8 @@ var (
 	DefaultEnvName string
 	// DefaultSessionID holds the default value on creation for the "session_id" field.
 	DefaultSessionID string
+	// DefaultTenant holds the default value on creation for the "tenant" field.
+	DefaultTenant string
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
 )
@@ -136,6 +141,11 @@ func ByEnvName(opts ...sql.OrderTermOption) OrderOption {
 // BySessionID orders the results by the session_id field.
 func BySessionID(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldSessionID, opts...).ToFunc()
+}
+
+// ByTenant orders the results by the tenant field.
+func ByTenant(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTenant, opts...).ToFunc()
 }
 
 // ByCreatedAt orders the results by the created_at field.

@@ -114,6 +114,11 @@ func SessionID(v string) predicate.LearnExperience {
 	return predicate.LearnExperience(sql.FieldEQ(FieldSessionID, v))
 }
 
+// Tenant applies equality check predicate on the "tenant" field. It's identical to TenantEQ.
+func Tenant(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldEQ(FieldTenant, v))
+}
+
 // CreatedAt applies equality check predicate on the "created_at" field. It's identical to CreatedAtEQ.
 func CreatedAt(v time.Time) predicate.LearnExperience {
 	return predicate.LearnExperience(sql.FieldEQ(FieldCreatedAt, v))
@@ -647,6 +652,71 @@ func SessionIDEqualFold(v string) predicate.LearnExperience {
 // SessionIDContainsFold applies the ContainsFold predicate on the "session_id" field.
 func SessionIDContainsFold(v string) predicate.LearnExperience {
 	return predicate.LearnExperience(sql.FieldContainsFold(FieldSessionID, v))
+}
+
+// TenantEQ applies the EQ predicate on the "tenant" field.
+func TenantEQ(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldEQ(FieldTenant, v))
+}
+
+// TenantNEQ applies the NEQ predicate on the "tenant" field.
+func TenantNEQ(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldNEQ(FieldTenant, v))
+}
+
+// TenantIn applies the In predicate on the "tenant" field.
+func TenantIn(vs ...string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldIn(FieldTenant, vs...))
+}
+
+// TenantNotIn applies the NotIn predicate on the "tenant" field.
+func TenantNotIn(vs ...string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldNotIn(FieldTenant, vs...))
+}
+
+// TenantGT applies the GT predicate on the "tenant" field.
+func TenantGT(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldGT(FieldTenant, v))
+}
+
+// TenantGTE applies the GTE predicate on the "tenant" field.
+func TenantGTE(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldGTE(FieldTenant, v))
+}
+
+// TenantLT applies the LT predicate on the "tenant" field.
+func TenantLT(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldLT(FieldTenant, v))
+}
+
+// TenantLTE applies the LTE predicate on the "tenant" field.
+func TenantLTE(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldLTE(FieldTenant, v))
+}
+
+// TenantContains applies the Contains predicate on the "tenant" field.
+func TenantContains(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldContains(FieldTenant, v))
+}
+
+// TenantHasPrefix applies the HasPrefix predicate on the "tenant" field.
+func TenantHasPrefix(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldHasPrefix(FieldTenant, v))
+}
+
+// TenantHasSuffix applies the HasSuffix predicate on the "tenant" field.
+func TenantHasSuffix(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldHasSuffix(FieldTenant, v))
+}
+
+// TenantEqualFold applies the EqualFold predicate on the "tenant" field.
+func TenantEqualFold(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldEqualFold(FieldTenant, v))
+}
+
+// TenantContainsFold applies the ContainsFold predicate on the "tenant" field.
+func TenantContainsFold(v string) predicate.LearnExperience {
+	return predicate.LearnExperience(sql.FieldContainsFold(FieldTenant, v))
 }
 
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.

@@ -39,6 +39,8 @@ const (
 	FieldEpisodeID = "episode_id"
 	// FieldSessionID holds the string denoting the session_id field in the database.
 	FieldSessionID = "session_id"
+	// FieldTenant holds the string denoting the tenant field in the database.
+	FieldTenant = "tenant"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
 	FieldCreatedAt = "created_at"
 	// Table holds the table name of the learnfeedback in the database.
@@ -61,6 +63,7 @@ var Columns = []string{
 	FieldSource,
 	FieldEpisodeID,
 	FieldSessionID,
+	FieldTenant,
 	FieldCreatedAt,
 }
 
@@ -99,6 +102,8 @@ var (
 	DefaultEpisodeID string
 	// DefaultSessionID holds the default value on creation for the "session_id" field.
 	DefaultSessionID string
+	// DefaultTenant holds the default value on creation for the "tenant" field.
+	DefaultTenant string
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
 )
@@ -174,6 +179,11 @@ func ByEpisodeID(opts ...sql.OrderTermOption) OrderOption {
 // BySessionID orders the results by the session_id field.
 func BySessionID(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldSessionID, opts...).ToFunc()
+}
+
+// ByTenant orders the results by the tenant field.
+func ByTenant(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTenant, opts...).ToFunc()
 }
 
 // ByCreatedAt orders the results by the created_at field.

@@ -119,6 +119,11 @@ func SessionID(v string) predicate.LearnFeedback {
 	return predicate.LearnFeedback(sql.FieldEQ(FieldSessionID, v))
 }
 
+// Tenant applies equality check predicate on the "tenant" field. It's identical to TenantEQ.
+func Tenant(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldEQ(FieldTenant, v))
+}
+
 // CreatedAt applies equality check predicate on the "created_at" field. It's identical to CreatedAtEQ.
 func CreatedAt(v time.Time) predicate.LearnFeedback {
 	return predicate.LearnFeedback(sql.FieldEQ(FieldCreatedAt, v))
@@ -942,6 +947,71 @@ func SessionIDEqualFold(v string) predicate.LearnFeedback {
 // SessionIDContainsFold applies the ContainsFold predicate on the "session_id" field.
 func SessionIDContainsFold(v string) predicate.LearnFeedback {
 	return predicate.LearnFeedback(sql.FieldContainsFold(FieldSessionID, v))
+}
+
+// TenantEQ applies the EQ predicate on the "tenant" field.
+func TenantEQ(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldEQ(FieldTenant, v))
+}
+
+// TenantNEQ applies the NEQ predicate on the "tenant" field.
+func TenantNEQ(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldNEQ(FieldTenant, v))
+}
+
+// TenantIn applies the In predicate on the "tenant" field.
+func TenantIn(vs ...string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldIn(FieldTenant, vs...))
+}
+
+// TenantNotIn applies the NotIn predicate on the "tenant" field.
+func TenantNotIn(vs ...string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldNotIn(FieldTenant, vs...))
+}
+
+// TenantGT applies the GT predicate on the "tenant" field.
+func TenantGT(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldGT(FieldTenant, v))
+}
+
+// TenantGTE applies the GTE predicate on the "tenant" field.
+func TenantGTE(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldGTE(FieldTenant, v))
+}
+
+// TenantLT applies the LT predicate on the "tenant" field.
+func TenantLT(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldLT(FieldTenant, v))
+}
+
+// TenantLTE applies the LTE predicate on the "tenant" field.
+func TenantLTE(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldLTE(FieldTenant, v))
+}
+
+// TenantContains applies the Contains predicate on the "tenant" field.
+func TenantContains(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldContains(FieldTenant, v))
+}
+
+// TenantHasPrefix applies the HasPrefix predicate on the "tenant" field.
+func TenantHasPrefix(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldHasPrefix(FieldTenant, v))
+}
+
+// TenantHasSuffix applies the HasSuffix predicate on the "tenant" field.
+func TenantHasSuffix(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldHasSuffix(FieldTenant, v))
+}
+
+// TenantEqualFold applies the EqualFold predicate on the "tenant" field.
+func TenantEqualFold(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldEqualFold(FieldTenant, v))
+}
+
+// TenantContainsFold applies the ContainsFold predicate on the "tenant" field.
+func TenantContainsFold(v string) predicate.LearnFeedback {
+	return predicate.LearnFeedback(sql.FieldContainsFold(FieldTenant, v))
 }
 
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.

@@ -22,6 +22,7 @@ var (
 		{Name: "success", Type: field.TypeBool},
 		{Name: "error_code", Type: field.TypeString, Default: ""},
 		{Name: "duration_ms", Type: field.TypeFloat64},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 	}
 	// LearnCallsTable holds the schema information for the "learn_calls" table.
 	LearnCallsTable = &schema.Table{
@@ -44,6 +45,11 @@ var (
 				Unique:  false,
 				Columns: []*schema.Column{LearnCallsColumns[3]},
 			},
+			{
+				Name:    "learncall_tenant",
+				Unique:  false,
+				Columns: []*schema.Column{LearnCallsColumns[11]},
+			},
 		},
 	}
 	// LearnExperiencesColumns holds the columns for the "learn_experiences" table.
@@ -61,6 +67,7 @@ var (
 		{Name: "info", Type: field.TypeBytes, Nullable: true},
 		{Name: "env_name", Type: field.TypeString, Default: ""},
 		{Name: "session_id", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "created_at", Type: field.TypeTime},
 	}
 	// LearnExperiencesTable holds the schema information for the "learn_experiences" table.
@@ -78,6 +85,11 @@ var (
 				Name:    "learnexperience_batch_id",
 				Unique:  false,
 				Columns: []*schema.Column{LearnExperiencesColumns[1]},
+			},
+			{
+				Name:    "learnexperience_tenant",
+				Unique:  false,
+				Columns: []*schema.Column{LearnExperiencesColumns[13]},
 			},
 		},
 	}
@@ -97,6 +109,7 @@ var (
 		{Name: "source", Type: field.TypeString, Default: "human"},
 		{Name: "episode_id", Type: field.TypeString, Default: ""},
 		{Name: "session_id", Type: field.TypeString, Default: ""},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "created_at", Type: field.TypeTime},
 	}
 	// LearnFeedbacksTable holds the schema information for the "learn_feedbacks" table.
@@ -119,6 +132,11 @@ var (
 				Name:    "learnfeedback_episode_id",
 				Unique:  false,
 				Columns: []*schema.Column{LearnFeedbacksColumns[12]},
+			},
+			{
+				Name:    "learnfeedback_tenant",
+				Unique:  false,
+				Columns: []*schema.Column{LearnFeedbacksColumns[14]},
 			},
 		},
 	}

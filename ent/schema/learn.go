@@ -35,13 +35,16 @@ func (LearnFeedback) Fields() []ent.Field {
 		field.String("source").Default("human").Immutable(),
 		field.String("episode_id").Default("").Immutable(),
 		field.String("session_id").Default("").Immutable(),
+		// Tenant is the writing session's tenant (server.StorageTenant: ""
+		// for the default one); every read is kept to the reader's.
+		field.String("tenant").Default("").Immutable(),
 		field.Time("created_at").Default(time.Now).Immutable(),
 	}
 }
 
 // Indexes of the LearnFeedback.
 func (LearnFeedback) Indexes() []ent.Index {
-	return []ent.Index{index.Fields("kind", "name"), index.Fields("context"), index.Fields("episode_id")}
+	return []ent.Index{index.Fields("kind", "name"), index.Fields("context"), index.Fields("episode_id"), index.Fields("tenant")}
 }
 
 // LearnExperience is one RL transition, stored in batches.
@@ -65,13 +68,16 @@ func (LearnExperience) Fields() []ent.Field {
 		field.Bytes("info").Optional().Immutable(),
 		field.String("env_name").Default("").Immutable(),
 		field.String("session_id").Default("").Immutable(),
+		// Tenant is the writing session's tenant (server.StorageTenant: ""
+		// for the default one); every read is kept to the reader's.
+		field.String("tenant").Default("").Immutable(),
 		field.Time("created_at").Default(time.Now).Immutable(),
 	}
 }
 
 // Indexes of the LearnExperience.
 func (LearnExperience) Indexes() []ent.Index {
-	return []ent.Index{index.Fields("episode_id", "step"), index.Fields("batch_id")}
+	return []ent.Index{index.Fields("episode_id", "step"), index.Fields("batch_id"), index.Fields("tenant")}
 }
 
 // LearnWeight is the preference weight of one component in one context:
@@ -83,6 +89,10 @@ type LearnWeight struct {
 // Fields of the LearnWeight.
 func (LearnWeight) Fields() []ent.Field {
 	return []ent.Field{
+		// Context is the context's name, behind its tenant's prefix for any
+		// tenant but the default one (capabilities/learn storedContext):
+		// weights are the tenant's, and the unique index of hosts from
+		// before tenants stays as it was.
 		field.String("context").Default(""),
 		field.String("kind").NotEmpty(),
 		field.String("name").NotEmpty(),
@@ -118,10 +128,13 @@ func (LearnCall) Fields() []ent.Field {
 		field.Bool("success").Immutable(),
 		field.String("error_code").Default("").Immutable(),
 		field.Float("duration_ms").Immutable(),
+		// Tenant is the writing session's tenant (server.StorageTenant: ""
+		// for the default one); every read is kept to the reader's.
+		field.String("tenant").Default("").Immutable(),
 	}
 }
 
 // Indexes of the LearnCall.
 func (LearnCall) Indexes() []ent.Index {
-	return []ent.Index{index.Fields("kind", "name"), index.Fields("correlation_id"), index.Fields("req_id")}
+	return []ent.Index{index.Fields("kind", "name"), index.Fields("correlation_id"), index.Fields("req_id"), index.Fields("tenant")}
 }

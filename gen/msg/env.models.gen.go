@@ -102,8 +102,11 @@ type EnvDataAddResp struct {
 }
 
 // Reads artifacts back out of the session's data root (spec §4.2): the file at
-// `path`, every file matching `glob` (path.Match syntax per segment, relative to
-// the root), or every file when neither is given.
+// `path`, every file matching `glob` (relative to the root: path.Match syntax per
+// segment, a `**` segment matching zero or more segments, so `**` is every file,
+// `in/**` every file under in/ and `**/*.txt` every .txt at any depth; `{a,b}`
+// alternatives), or every file when neither is given. Symbolic links are neither
+// followed nor listed.
 type EnvDataGetReq struct {
 	// Glob corresponds to the JSON schema field "glob".
 	Glob *string `json:"glob,omitempty,omitzero"`

@@ -202,7 +202,9 @@ func Start(tb testing.TB, o Options) *Host {
 		h.Client = client.New(client.Lines(conn, nil))
 		tb.Cleanup(func() {
 			h.Client.Close()
-			_ = cmd.Process.Kill()
+			if cmd.Process != nil { // started by the handshake
+				_ = cmd.Process.Kill()
+			}
 			if tb.Failed() {
 				tb.Logf("host stderr:\n%s", h.Stderr())
 			}

@@ -10,11 +10,11 @@ import (
 )
 
 // deliveryWait bounds how long a tool call's result waits for its progress
-// notifications to reach the wire.
+// and log notifications to reach the wire.
 const deliveryWait = 2 * time.Second
 
-// progressLedger makes a call's progress notifications reach the HTTP
-// response before its result does.
+// progressLedger makes a call's progress and log notifications reach the
+// HTTP response before its result does.
 //
 // mcp-go's streamable HTTP server hands notifications to a forwarder
 // goroutine and, once the handler returns, closes the request's stream; a
@@ -61,7 +61,8 @@ func (l *progressLedger) settle(ctx context.Context) {
 	}
 }
 
-// writer wraps w so that progress notifications written to it are counted.
+// writer wraps w so that progress and log notifications written to it are
+// counted.
 // A request whose client does not accept an event stream gets no
 // notifications from mcp-go, so it is not counted and turns nothing on.
 func (l *progressLedger) writer(w http.ResponseWriter, r *http.Request) http.ResponseWriter {
@@ -72,10 +73,13 @@ func (l *progressLedger) writer(w http.ResponseWriter, r *http.Request) http.Res
 	return &countingWriter{ResponseWriter: w, l: l}
 }
 
-var progressMethod = []byte(`"method":"notifications/progress"`)
+var (
+	progressMethod = []byte(`"method":"notifications/progress"`)
+	logMethod      = []byte(`"method":"notifications/message"`)
+)
 
-// countingWriter counts the SSE events of progress notifications: mcp-go
-// writes each event with one Write, starting "event: message\ndata: ".
+// countingWriter counts the SSE events of progress and log notifications:
+// mcp-go writes each event with one Write, starting "event: message\ndata: ".
 type countingWriter struct {
 	http.ResponseWriter
 	l *progressLedger
@@ -83,7 +87,7 @@ type countingWriter struct {
 
 func (w *countingWriter) Write(p []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(p)
-	if err == nil && bytes.HasPrefix(p, []byte("event: ")) && bytes.Contains(p, progressMethod) {
+	if err == nil && bytes.HasPrefix(p, []byte("event: ")) && (bytes.Contains(p, progressMethod) || bytes.Contains(p, logMethod)) {
 		w.l.written.Add(1)
 		select {
 		case w.l.wrote <- struct{}{}:

@@ -138,6 +138,7 @@ func (f *Face) open(ctx context.Context, token string, addr netip.Addr) (*backen
 	sopts := []mcpserver.ServerOption{
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithRecovery(),
+		mcpserver.WithLogging(), // a tool's output as notifications/message (eventSender)
 		mcpserver.WithHooks(hooks),
 		mcpserver.WithToolFilter(b.filter),
 		mcpserver.WithInstructions("Tools, memory and environments of an aep session (docs/mcp.md)."),
@@ -261,9 +262,10 @@ func (b *backend) ensure(ctx context.Context, name string) {
 	b.srv.AddTool(t, b.callTool)
 }
 
-// callTool forwards an MCP tools/call to aep's tool/call: a progress token
-// asks for streaming, and each `progress` event becomes a
-// notifications/progress; the client's cancellation ends ctx, which makes
+// callTool forwards an MCP tools/call to aep's tool/call. When the client
+// can receive the call's events (eventSender: a progress token, or a log
+// level that admits a tool's output) the call streams, and its events
+// become notifications; the client's cancellation ends ctx, which makes
 // the client send aep `cancel` for the call.
 func (b *backend) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	name := req.Params.Name
@@ -272,9 +274,9 @@ func (b *backend) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	areq := &msg.ToolCallReq{ToolName: name, Arguments: arguments(req)}
 	cctx := ctx
-	if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+	if send := b.eventSender(ctx, name, req.Params.Meta); send != nil {
 		areq.Streaming = true
-		cctx = client.WithEvents(ctx, b.progressSender(ctx, req.Params.Meta.ProgressToken))
+		cctx = client.WithEvents(ctx, send)
 	}
 	res, err := b.c.CallTool(cctx, areq)
 	if err != nil {
@@ -293,31 +295,53 @@ func (b *backend) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	return out, nil
 }
 
-// progressSender turns aep `progress` events into MCP progress
-// notifications for token. pct is a percentage, so total is 100; the
-// progress value must increase, so a repeated or falling pct is skipped.
-func (b *backend) progressSender(ctx context.Context, token mcp.ProgressToken) func(client.Event) {
+// eventSender returns what turns a call's aep events into MCP
+// notifications, or nil when the client can receive none (then the call
+// does not stream):
+//
+//   - a `progress` event (data.pct, data.message) becomes
+//     notifications/progress for the call's progress token, total 100;
+//   - a `log` event (a line of a tool's output: data.message, data.level,
+//     data.stream) becomes notifications/message at its level, logger
+//     "aep/<tool>", when the client's log level admits it (logging/setLevel,
+//     or the request's own level on the 2026-07-28 revision), and, with a
+//     progress token, also notifications/progress carrying the line as its
+//     message.
+//
+// Progress must increase, so a log line's progress is one more than the
+// last notification's (the first is 1) and a repeated, falling or zero pct
+// is skipped.
+func (b *backend) eventSender(ctx context.Context, tool string, meta *mcp.Meta) func(client.Event) {
 	srv := mcpserver.ServerFromContext(ctx)
+	if srv == nil {
+		return nil
+	}
+	var token mcp.ProgressToken
+	if meta != nil {
+		token = meta.ProgressToken
+	}
+	level, logs := clientLogLevel(ctx)
+	// A tool's output is info (stdout) and error (stderr): the call streams
+	// for a progress token, or for a client that asked for info or more.
+	if token == nil && !(logs && mcp.LoggingLevelInfo.ShouldSendTo(level)) {
+		return nil
+	}
 	var mu sync.Mutex
-	last := -1.0
-	return func(ev client.Event) {
-		if ev.Kind != wire.EventKind("progress") || srv == nil {
-			return
-		}
-		pct, _ := ev.Data["pct"].(float64)
-		if n, ok := ev.Data["pct"].(int); ok {
-			pct = float64(n)
-		}
+	last := 0.0
+	progress := func(value float64, total float64, message string) {
 		mu.Lock()
-		if pct <= last {
+		if value <= last {
 			mu.Unlock()
 			return
 		}
-		last = pct
+		last = value
 		mu.Unlock()
-		params := map[string]any{"progressToken": token, "progress": pct, "total": 100.0}
-		if m, ok := ev.Data["message"].(string); ok && m != "" {
-			params["message"] = m
+		params := map[string]any{"progressToken": token, "progress": value}
+		if total > 0 {
+			params["total"] = total
+		}
+		if message != "" {
+			params["message"] = message
 		}
 		if err := srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
 			slog.Debug("mcp face: progress notification not sent", "err", err)
@@ -325,6 +349,67 @@ func (b *backend) progressSender(ctx context.Context, token mcp.ProgressToken) f
 		}
 		b.delivery.queued()
 	}
+	return func(ev client.Event) {
+		message, _ := ev.Data["message"].(string)
+		switch ev.Kind {
+		case wire.EventKind("progress"):
+			if token == nil {
+				return
+			}
+			pct, _ := ev.Data["pct"].(float64)
+			if n, ok := ev.Data["pct"].(int); ok {
+				pct = float64(n)
+			}
+			progress(pct, 100, message)
+		case wire.EventKind("log"):
+			if token != nil {
+				mu.Lock()
+				next := last + 1
+				mu.Unlock()
+				progress(next, 0, message)
+			}
+			lv := mcpLevel(ev.Data["level"])
+			if !logs || !lv.ShouldSendTo(level) {
+				return
+			}
+			data := map[string]any{"message": message}
+			if st, ok := ev.Data["stream"].(string); ok {
+				data["stream"] = st
+			}
+			if err := srv.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(lv, "aep/"+tool, data)); err != nil {
+				slog.Debug("mcp face: log notification not sent", "err", err)
+				return
+			}
+			b.delivery.queued()
+		}
+	}
+}
+
+// clientLogLevel is the lowest level the client takes log notifications at
+// for this request: the request's own on the 2026-07-28 revision (none
+// when it names none), else its session's (logging/setLevel; mcp-go's
+// default is error).
+func clientLogLevel(ctx context.Context) (mcp.LoggingLevel, bool) {
+	if info := mcpserver.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
+		return info.LogLevel, info.LogLevel != ""
+	}
+	if s, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithLogging); ok {
+		return s.GetLogLevel(), true
+	}
+	return "", false
+}
+
+// mcpLevel maps an aep log event's level to MCP's (RFC 5424 names); an
+// unknown or missing one is info.
+func mcpLevel(v any) mcp.LoggingLevel {
+	s, _ := v.(string)
+	switch s = strings.ToLower(s); s {
+	case "warn":
+		return mcp.LoggingLevelWarning
+	case "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency":
+		return mcp.LoggingLevel(s)
+	}
+	return mcp.LoggingLevelInfo
 }
 
 // arguments returns the call's arguments as aep wants them: an object.

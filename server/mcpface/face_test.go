@@ -81,6 +81,16 @@ func newRig(t testing.TB, edit func(*server.Config), opts ...server.Option) *rig
 		}
 		return echoOut{Echo: "done"}, nil
 	}, toolrun.Streaming(), toolrun.Tags("write")))
+	// talk writes lines as run_command does: `log` events, stdout at info
+	// and stderr at error.
+	must(toolrun.Register(reg, "talk", "Writes lines.", func(ctx context.Context, in struct{}) (echoOut, error) {
+		for _, l := range []struct{ level, stream, message string }{
+			{"info", "stdout", "line 1"}, {"info", "stdout", "line 2"}, {"error", "stderr", "oops"},
+		} {
+			_ = toolrun.Emit(ctx, "log", map[string]any{"level": l.level, "stream": l.stream, "message": l.message})
+		}
+		return echoOut{Echo: "said"}, nil
+	}, toolrun.Streaming(), toolrun.Tags("read")))
 	cfg := aeptest.Config(func(c *server.Config) {
 		c.Server.ToolPolicy.Deny = []string{"danger"}
 		c.MCPFace.Capabilities = []string{"tools"}
@@ -157,7 +167,7 @@ func TestToolsOverStreamableHTTP(t *testing.T) {
 			}
 			echo, ok := byName["echo"]
 			// danger is denied by server.tool_policy, which hides it.
-			if _, denied := byName["danger"]; !ok || denied || len(byName) != 3 {
+			if _, denied := byName["danger"]; !ok || denied || len(byName) != 4 {
 				t.Fatalf("tools: %v", lr.Tools)
 			}
 			if echo.Annotations.IdempotentHint == nil || !*echo.Annotations.IdempotentHint ||
@@ -252,6 +262,91 @@ func TestProgressNotifications(t *testing.T) {
 	}
 }
 
+// A tool's output lines (`log` events, as run_command emits) reach the MCP
+// client as notifications/progress carrying each line, when the call has a
+// progress token, and as notifications/message at the line's level when
+// the client asked for logs; in order, before the result, in both
+// revisions. A call with neither does not stream.
+func TestLogNotifications(t *testing.T) {
+	r := newRig(t, nil)
+	for _, rev := range revisions {
+		for _, tc := range []struct {
+			name           string
+			token          bool
+			level          mcp.LoggingLevel
+			progress, logs string
+		}{
+			// The 2025-11-25 session's level is error until set (mcp-go);
+			// a 2026-07-28 request without a level gets no logs.
+			{"progress token", true, "", "[line 1 line 2 oops]", map[bool]string{true: "[]", false: "[error:stderr:oops]"}[rev == mcp.ProtocolVersion20260728]},
+			{"log level info", false, mcp.LoggingLevelInfo, "[]", "[info:stdout:line 1 info:stdout:line 2 error:stderr:oops]"},
+			{"log level error", false, mcp.LoggingLevelError, "[]", "[]"},
+			{"both", true, mcp.LoggingLevelWarning, "[line 1 line 2 oops]", "[error:stderr:oops]"},
+			{"neither", false, "", "[]", "[]"},
+		} {
+			t.Run(rev+"/"+tc.name, func(t *testing.T) {
+				c, err := r.connect(t, rev, aeptest.Token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := aeptest.Context(t)
+				var mu sync.Mutex
+				var progress, logs []string
+				last := 0.0
+				c.OnNotification(func(n mcp.JSONRPCNotification) {
+					mu.Lock()
+					defer mu.Unlock()
+					f := n.Params.AdditionalFields
+					switch n.Method {
+					case string(mcp.MethodNotificationProgress):
+						p, _ := f["progress"].(float64)
+						if p <= last {
+							t.Errorf("progress %v after %v", p, last)
+						}
+						last = p
+						progress = append(progress, fmt.Sprint(f["message"]))
+					case string(mcp.MethodNotificationMessage):
+						d, _ := f["data"].(map[string]any)
+						if f["logger"] != "aep/talk" {
+							t.Errorf("logger %v", f["logger"])
+						}
+						logs = append(logs, fmt.Sprintf("%v:%v:%v", f["level"], d["stream"], d["message"]))
+					}
+				})
+				req := mcp.CallToolRequest{}
+				req.Params.Name = "talk"
+				if tc.token {
+					req.Params.Meta = &mcp.Meta{ProgressToken: "tok-log"}
+				}
+				if tc.level != "" {
+					if rev == mcp.ProtocolVersion20260728 {
+						if req.Params.Meta == nil {
+							req.Params.Meta = &mcp.Meta{}
+						}
+						req.Params.Meta.AdditionalFields = map[string]any{mcp.MetaKeyLogLevel: string(tc.level)}
+					} else {
+						lr := mcp.SetLevelRequest{}
+						lr.Params.Level = tc.level
+						//lint:ignore SA1019 a 2025-11-25 client sets its level so; the face must honour it
+						if err := c.SetLevel(ctx, lr); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				res, err := c.CallTool(ctx, req)
+				if err != nil || res.IsError {
+					t.Fatalf("call: %v %+v", err, res)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if fmt.Sprint(progress) != tc.progress || fmt.Sprint(logs) != tc.logs {
+					t.Fatalf("progress %v, want %s; logs %v, want %s", progress, tc.progress, logs, tc.logs)
+				}
+			})
+		}
+	}
+}
+
 // On the wire every progress event of the call is a notifications/progress
 // on the POST's SSE stream, before the result (stateless revision, raw HTTP).
 func TestProgressOnTheWire(t *testing.T) {
@@ -328,8 +423,11 @@ func TestCancellationReachesTool(t *testing.T) {
 // handshake; a session is reached only with the token it was opened with.
 func TestAuth(t *testing.T) {
 	r := newRig(t, nil)
-	post := func(token, session, body string) *http.Response {
+	post := func(token, session, body string, header ...string) *http.Response {
 		req, _ := http.NewRequest(http.MethodPost, r.url, strings.NewReader(body))
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		if token != "" {
@@ -342,20 +440,51 @@ func TestAuth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		resp.Body = io.NopCloser(strings.NewReader(string(b)))
 		return resp
 	}
 	const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-	if resp := post("", "", initBody); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
-		t.Fatalf("no token: %d", resp.StatusCode)
-	}
-	if resp := post("wrong", "", initBody); resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("wrong token: %d", resp.StatusCode)
+	const statelessList = `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	// A plain 401 that says why, and nothing an MCP client would take for
+	// OAuth: no resource_metadata in the challenge.
+	for _, tc := range []struct {
+		name, token, body, want string
+		header                  []string
+	}{
+		{"no token", "", initBody, "no token", nil},
+		{"wrong token", "wrong", initBody, "the bearer token is wrong", nil},
+		{"wrong token, stateless", "wrong", statelessList, "the bearer token is wrong", []string{"Mcp-Protocol-Version", "2026-07-28"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := post(tc.token, "", tc.body, tc.header...)
+			var body struct {
+				Error, Message string
+			}
+			b, _ := io.ReadAll(resp.Body)
+			_ = json.Unmarshal(b, &body)
+			challenge := resp.Header.Get("WWW-Authenticate")
+			if resp.StatusCode != http.StatusUnauthorized || body.Error != "unauthorized" || !strings.Contains(body.Message, tc.want) ||
+				!strings.HasPrefix(challenge, "Bearer ") || strings.Contains(challenge, "resource_metadata") {
+				t.Fatalf("%d %q %s", resp.StatusCode, challenge, b)
+			}
+		})
 	}
 	resp := post(aeptest.Token, "", initBody)
 	id := resp.Header.Get("Mcp-Session-Id")
 	if resp.StatusCode != http.StatusOK || id == "" {
 		t.Fatalf("initialize: %d %q", resp.StatusCode, id)
+	}
+	// No standalone GET stream: a call's notifications go on its own POST.
+	get, _ := http.NewRequest(http.MethodGet, r.url, nil)
+	get.Header.Set("Authorization", "Bearer "+aeptest.Token)
+	get.Header.Set("Accept", "text/event-stream")
+	get.Header.Set("Mcp-Session-Id", id)
+	if resp, err := http.DefaultClient.Do(get); err != nil || resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST, DELETE" {
+		t.Fatalf("GET stream: %v %+v", err, resp)
+	} else {
+		resp.Body.Close()
 	}
 	const list = `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
 	if resp := post("wrong", id, list); resp.StatusCode != http.StatusNotFound {

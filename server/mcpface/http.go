@@ -66,8 +66,18 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	token, ok := bearer(r)
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="aep", error="invalid_token"`)
-		writeError(w, http.StatusUnauthorized, "unauthorized", "the shared token is required as an Authorization: Bearer header")
+		unauthorized(w, "no token: send the host's shared token (server.auth_token or AEP_AUTH_TOKEN) as Authorization: Bearer <token>; this server does not use OAuth")
+		return
+	}
+	if r.Method == http.MethodGet {
+		// No standalone stream: mcp-go hands a session's notifications to
+		// whichever of its open streams reads them first, so with a GET
+		// stream open a call's progress could travel beside its POST and
+		// arrive after the result, when clients drop it. aep sends nothing
+		// outside a request (spec §6), so every notification has a POST
+		// stream to go on. MCP allows a server to answer 405 here.
+		w.Header().Set("Allow", "POST, DELETE")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "no standalone event stream: notifications come on each request's own stream")
 		return
 	}
 	if id := r.Header.Get(mcpserver.HeaderKeySessionID); id != "" {
@@ -180,12 +190,21 @@ func (f *Face) Close() {
 // a token the kernel refused, 503 otherwise (host closing or full).
 func (f *Face) refuse(w http.ResponseWriter, err error) {
 	if errors.Is(err, ErrUnauthorized) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="aep", error="invalid_token"`)
-		writeError(w, http.StatusUnauthorized, "unauthorized", "the token was refused")
+		unauthorized(w, "the bearer token is wrong: it must be the host's shared token (server.auth_token or AEP_AUTH_TOKEN); this server does not use OAuth")
 		return
 	}
 	f.log.Warn("mcp face: no session", "err", err)
 	writeError(w, http.StatusServiceUnavailable, "unavailable", "no aep session could be opened")
+}
+
+// unauthorized answers 401 with the reason in the body. The challenge names
+// no resource_metadata and the host serves no /.well-known/oauth-* document:
+// the shared token is not an OAuth token, and an MCP client that found
+// OAuth metadata would start an authorization flow no one can finish
+// instead of showing why it was refused (docs/mcp.md).
+func unauthorized(w http.ResponseWriter, message string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="aep", error="invalid_token"`)
+	writeError(w, http.StatusUnauthorized, "unauthorized", message)
 }
 
 func bearer(r *http.Request) (string, bool) {

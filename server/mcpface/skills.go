@@ -129,10 +129,10 @@ func (b *backend) skillHandler(name string) mcpserver.ToolHandlerFunc {
 		raw := json.RawMessage(args)
 		areq := &msg.SkillCallReq{Name: name, Arguments: &raw}
 		cctx := ctx
-		if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+		if send := b.eventSender(ctx, req.Params.Name, req.Params.Meta); send != nil {
 			streaming := true
 			areq.Streaming = &streaming
-			cctx = client.WithEvents(ctx, b.progressSender(ctx, req.Params.Meta.ProgressToken))
+			cctx = client.WithEvents(ctx, send)
 		}
 		resp, err := b.c.SkillCall(cctx, areq)
 		if err != nil {

@@ -328,6 +328,7 @@ func requiredSet(s schema) map[string]bool {
 type field struct {
 	prop, name, alias, typ, def string
 	required                    bool
+	isConst                     bool // the schema allows one value, its default
 	desc                        string
 }
 
@@ -354,6 +355,7 @@ func (g *gen) fields(name string) ([]field, error) {
 			// A const has one value: it is its own default, so a reply's
 			// type or proto need not be passed when building one.
 			f.def = pyLiteral(c)
+			f.isConst = true
 		} else if !f.required {
 			if d, ok := pyDefault(ps["default"]); ok {
 				f.def = d
@@ -378,12 +380,18 @@ the contract bundle (docs/contract.md; field reference docs/protocol.md).
 Every model keeps unknown fields (extra="allow"): a newer host may add
 optional fields (docs/DECISIONS.md, Wire). A field whose wire name is a
 Python keyword or a pydantic attribute gets a trailing underscore and keeps
-the wire name as its alias (from_ for from).
+the wire name as its alias (from_ for from); either name builds a model.
+
+model_dump() and model_dump_json() give the wire form by default: wire
+names (from, not from_) and only the fields that were set, plus the
+message's type and proto, so a message dumped is what the host sent or
+reads (pass by_alias=False or exclude_unset=False for pydantic's usual
+output).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -392,6 +400,25 @@ class Model(BaseModel):
     """Base of every generated model."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    #: Fields with a single allowed value (a message's type and proto): part
+    #: of the wire form even when left to their default.
+    _wire_consts: ClassVar[tuple[str, ...]] = ()
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.__pydantic_fields_set__.update(self._wire_consts)
+
+    def model_dump(self, *, by_alias: Optional[bool] = None, exclude_unset: bool = True,
+                   **kw: Any) -> dict[str, Any]:
+        """The model as a dict of its wire form: wire names, set fields only."""
+        return super().model_dump(by_alias=True if by_alias is None else by_alias,
+                                  exclude_unset=exclude_unset, **kw)
+
+    def model_dump_json(self, *, by_alias: Optional[bool] = None, exclude_unset: bool = True,
+                        **kw: Any) -> str:
+        """The model as JSON in its wire form: wire names, set fields only."""
+        return super().model_dump_json(by_alias=True if by_alias is None else by_alias,
+                                       exclude_unset=exclude_unset, **kw)
 
 `)
 	var classes, unions []string
@@ -432,6 +459,18 @@ class Model(BaseModel):
 		}
 		if len(fs) == 0 {
 			b.WriteString("    pass\n")
+		}
+		var consts []string
+		for _, f := range fs {
+			if f.isConst {
+				consts = append(consts, pyString(f.name))
+			}
+		}
+		if len(consts) > 0 {
+			if len(consts) == 1 {
+				consts[0] += ","
+			}
+			fmt.Fprintf(&b, "    _wire_consts: ClassVar[tuple[str, ...]] = (%s)\n", strings.Join(consts, ", "))
 		}
 		for _, f := range fs {
 			if f.desc != "" {

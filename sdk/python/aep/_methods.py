@@ -113,8 +113,11 @@ class AsyncMethods:
     ) -> m.EnvDataGetRespMessage:
         """``env/data/get/req`` → ``env/data/get/resp``. Reads artifacts back
         out of the session's data root (spec §4.2): the file at `path`,
-        every file matching `glob` (path.Match syntax per segment, relative
-        to the root), or every file when neither is given.
+        every file matching `glob` (relative to the root: path.Match syntax
+        per segment, a `**` segment matching zero or more segments, so `**`
+        is every file, `in/**` every file under in/ and `**/*.txt` every
+        .txt at any depth; `{a,b}` alternatives), or every file when neither
+        is given.
         """
         return await self._request(m.EnvDataGetReqMessage, {}, {"glob": glob, "inline": inline, "max_inline_bytes": max_inline_bytes, "path": path, "traceparent": traceparent}, m.EnvDataGetRespMessage, call_timeout, on_event)
 
@@ -1077,8 +1080,11 @@ class SyncMethods:
     ) -> m.EnvDataGetRespMessage:
         """``env/data/get/req`` → ``env/data/get/resp``. Reads artifacts back
         out of the session's data root (spec §4.2): the file at `path`,
-        every file matching `glob` (path.Match syntax per segment, relative
-        to the root), or every file when neither is given.
+        every file matching `glob` (relative to the root: path.Match syntax
+        per segment, a `**` segment matching zero or more segments, so `**`
+        is every file, `in/**` every file under in/ and `**/*.txt` every
+        .txt at any depth; `{a,b}` alternatives), or every file when neither
+        is given.
         """
         return self._request(m.EnvDataGetReqMessage, {}, {"glob": glob, "inline": inline, "max_inline_bytes": max_inline_bytes, "path": path, "traceparent": traceparent}, m.EnvDataGetRespMessage, call_timeout, on_event)
 

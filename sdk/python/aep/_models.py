@@ -5,12 +5,18 @@ the contract bundle (docs/contract.md; field reference docs/protocol.md).
 Every model keeps unknown fields (extra="allow"): a newer host may add
 optional fields (docs/DECISIONS.md, Wire). A field whose wire name is a
 Python keyword or a pydantic attribute gets a trailing underscore and keeps
-the wire name as its alias (from_ for from).
+the wire name as its alias (from_ for from); either name builds a model.
+
+model_dump() and model_dump_json() give the wire form by default: wire
+names (from, not from_) and only the fields that were set, plus the
+message's type and proto, so a message dumped is what the host sent or
+reads (pass by_alias=False or exclude_unset=False for pydantic's usual
+output).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -19,6 +25,25 @@ class Model(BaseModel):
     """Base of every generated model."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    #: Fields with a single allowed value (a message's type and proto): part
+    #: of the wire form even when left to their default.
+    _wire_consts: ClassVar[tuple[str, ...]] = ()
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.__pydantic_fields_set__.update(self._wire_consts)
+
+    def model_dump(self, *, by_alias: Optional[bool] = None, exclude_unset: bool = True,
+                   **kw: Any) -> dict[str, Any]:
+        """The model as a dict of its wire form: wire names, set fields only."""
+        return super().model_dump(by_alias=True if by_alias is None else by_alias,
+                                  exclude_unset=exclude_unset, **kw)
+
+    def model_dump_json(self, *, by_alias: Optional[bool] = None, exclude_unset: bool = True,
+                        **kw: Any) -> str:
+        """The model as JSON in its wire form: wire names, set fields only."""
+        return super().model_dump_json(by_alias=True if by_alias is None else by_alias,
+                                       exclude_unset=exclude_unset, **kw)
 
 
 ErrorCode = Literal["cancelled", "capability_missing", "out_of_memory", "parse_error", "runtime_error", "sandbox_crash", "schema_violation", "timeout", "unauthorized", "version_mismatch"]
@@ -62,6 +87,7 @@ class CancelMessage(Model):
     of its own.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["cancel"] = "cancel"
     #: Unique id of the message (spec §2.1).
@@ -101,6 +127,7 @@ class ChainDefineReqMessage(Model):
     by name.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/define/req"] = "chain/define/req"
     chain: ChainDefinition
@@ -132,6 +159,7 @@ class ChainDefineReqMessage(Model):
 class ChainDefineRespMessage(Model):
     """`chain/define/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/define/resp"] = "chain/define/resp"
     #: Unique id of the message (spec §2.1).
@@ -180,6 +208,7 @@ class ChainEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/event"] = "chain/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -268,6 +297,7 @@ class ChainRunReqMessage(Model):
     and failure.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/run/req"] = "chain/run/req"
     chain: Optional[ChainDefinition] = None
@@ -309,6 +339,7 @@ class ChainRunReqMessage(Model):
 class ChainRunRespMessage(Model):
     """`chain/run/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["chain/run/resp"] = "chain/run/resp"
     duration_ms: int
@@ -376,6 +407,7 @@ class CoreEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["core/event"] = "core/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -431,6 +463,7 @@ class EnvCloseReqMessage(Model):
     later use of its id is an error.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/close/req"] = "env/close/req"
     episode_id: str
@@ -459,6 +492,7 @@ class EnvCloseReqMessage(Model):
 class EnvCloseRespMessage(Model):
     """`env/close/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/close/resp"] = "env/close/resp"
     closed: bool
@@ -483,6 +517,7 @@ class EnvDataAddMessage(Model):
     left as it was.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/add"] = "env/data/add"
     #: Unique id of the message (spec §2.1).
@@ -516,6 +551,7 @@ class EnvDataAddReqMessage(Model):
     was.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/add/req"] = "env/data/add/req"
     #: Unique id of the message (spec §2.1).
@@ -544,6 +580,7 @@ class EnvDataAddReqMessage(Model):
 class EnvDataAddRespMessage(Model):
     """`env/data/add/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/add/resp"] = "env/data/add/resp"
     added: list[DataFile]
@@ -562,10 +599,14 @@ class EnvDataAddRespMessage(Model):
 class EnvDataGetMessage(Model):
     """`env/data/get`, accepted as `env/data/get/req`. Reads artifacts back out
     of the session's data root (spec §4.2): the file at `path`, every file
-    matching `glob` (path.Match syntax per segment, relative to the root),
-    or every file when neither is given.
+    matching `glob` (relative to the root: path.Match syntax per segment, a
+    `**` segment matching zero or more segments, so `**` is every file,
+    `in/**` every file under in/ and `**/*.txt` every .txt at any depth;
+    `{a,b}` alternatives), or every file when neither is given. Symbolic
+    links are neither followed nor listed.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/get"] = "env/data/get"
     glob: Optional[str] = None
@@ -599,10 +640,14 @@ class EnvDataGetMessage(Model):
 class EnvDataGetReqMessage(Model):
     """`env/data/get/req` (request). Reads artifacts back out of the session's
     data root (spec §4.2): the file at `path`, every file matching `glob`
-    (path.Match syntax per segment, relative to the root), or every file
-    when neither is given.
+    (relative to the root: path.Match syntax per segment, a `**` segment
+    matching zero or more segments, so `**` is every file, `in/**` every
+    file under in/ and `**/*.txt` every .txt at any depth; `{a,b}`
+    alternatives), or every file when neither is given. Symbolic links are
+    neither followed nor listed.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/get/req"] = "env/data/get/req"
     glob: Optional[str] = None
@@ -636,6 +681,7 @@ class EnvDataGetReqMessage(Model):
 class EnvDataGetRespMessage(Model):
     """`env/data/get/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/get/resp"] = "env/data/get/resp"
     files: list[DataFile]
@@ -657,6 +703,7 @@ class EnvDataResetMessage(Model):
     baseline corpus (spec §4.2). Not an episode reset.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/reset"] = "env/data/reset"
     #: Unique id of the message (spec §2.1).
@@ -687,6 +734,7 @@ class EnvDataResetReqMessage(Model):
     §4.2). Not an episode reset.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/reset/req"] = "env/data/reset/req"
     #: Unique id of the message (spec §2.1).
@@ -714,6 +762,7 @@ class EnvDataResetReqMessage(Model):
 class EnvDataResetRespMessage(Model):
     """`env/data/reset/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/data/reset/resp"] = "env/data/reset/resp"
     #: Unique id of the message (spec §2.1).
@@ -737,6 +786,7 @@ class EnvEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/event"] = "env/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -778,6 +828,7 @@ class EnvListReqMessage(Model):
     fields.)
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/list/req"] = "env/list/req"
     #: Unique id of the message (spec §2.1).
@@ -805,6 +856,7 @@ class EnvListReqMessage(Model):
 class EnvListRespMessage(Model):
     """`env/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/list/resp"] = "env/list/resp"
     envs: list[EnvInfo]
@@ -825,6 +877,7 @@ class EnvObserveReqMessage(Model):
     observation and status without stepping it.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/observe/req"] = "env/observe/req"
     episode_id: str
@@ -853,6 +906,7 @@ class EnvObserveReqMessage(Model):
 class EnvObserveRespMessage(Model):
     """`env/observe/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/observe/resp"] = "env/observe/resp"
     env_name: str
@@ -878,6 +932,7 @@ class EnvObserveRespMessage(Model):
 class EnvRenderReqMessage(Model):
     """`env/render/req` (request). Renders an open episode as text."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/render/req"] = "env/render/req"
     episode_id: str
@@ -906,6 +961,7 @@ class EnvRenderReqMessage(Model):
 class EnvRenderRespMessage(Model):
     """`env/render/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/render/resp"] = "env/render/resp"
     episode_id: str
@@ -930,6 +986,7 @@ class EnvResetReqMessage(Model):
     the data root (spec §3).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/reset/req"] = "env/reset/req"
     env_name: str
@@ -965,6 +1022,7 @@ class EnvResetReqMessage(Model):
 class EnvResetRespMessage(Model):
     """`env/reset/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/reset/resp"] = "env/reset/resp"
     env_name: str
@@ -991,6 +1049,7 @@ class EnvSpacesReqMessage(Model):
     session's open episodes.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/spaces/req"] = "env/spaces/req"
     env_name: Optional[str] = None
@@ -1020,6 +1079,7 @@ class EnvSpacesReqMessage(Model):
 class EnvSpacesRespMessage(Model):
     """`env/spaces/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/spaces/resp"] = "env/spaces/resp"
     action_space: Any
@@ -1049,6 +1109,7 @@ class EnvStepBatchReqMessage(Model):
     episode steps, so a refused batch changes nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step_batch/req"] = "env/step_batch/req"
     actions: list[Any]
@@ -1079,6 +1140,7 @@ class EnvStepBatchReqMessage(Model):
 class EnvStepBatchRespMessage(Model):
     """`env/step_batch/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step_batch/resp"] = "env/step_batch/resp"
     #: Unique id of the message (spec §2.1).
@@ -1100,6 +1162,7 @@ class EnvStepReqMessage(Model):
     finished episode must be reset first.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step/req"] = "env/step/req"
     #: An action of the environment's action space.
@@ -1130,6 +1193,7 @@ class EnvStepReqMessage(Model):
 class EnvStepRespMessage(Model):
     """`env/step/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["env/step/resp"] = "env/step/resp"
     episode_id: str
@@ -1177,6 +1241,7 @@ class ErrorMessage(Model):
     request; it is empty when the line had no readable id.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["error"] = "error"
     #: Capability concerned.
@@ -1266,6 +1331,7 @@ class HandshakeReqMessage(Model):
     request needs a completed handshake (spec §4.2).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["handshake/req"] = "handshake/req"
     #: Requested capability names (spec §2.4).
@@ -1308,6 +1374,7 @@ class HandshakeRespMessage(Model):
     error carries the code; no session is created.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["handshake/resp"] = "handshake/resp"
     #: One entry per requested capability (spec §2.2).
@@ -1345,6 +1412,7 @@ class LearnAdaptReqMessage(Model):
     (docs/learn.md).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/adapt/req"] = "learn/adapt/req"
     #: Rebuild this context only; absent: every context.
@@ -1377,6 +1445,7 @@ class LearnAdaptReqMessage(Model):
 class LearnAdaptRespMessage(Model):
     """`learn/adapt/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/adapt/resp"] = "learn/adapt/resp"
     #: Feedbacks replayed.
@@ -1401,6 +1470,7 @@ class LearnEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/event"] = "learn/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -1427,6 +1497,7 @@ class LearnExperienceReqMessage(Model):
     transaction under a new batch id.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/experience/req"] = "learn/experience/req"
     #: The environment the transitions come from, kept with each.
@@ -1457,6 +1528,7 @@ class LearnExperienceReqMessage(Model):
 class LearnExperienceRespMessage(Model):
     """`learn/experience/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/experience/resp"] = "learn/experience/resp"
     batch_id: str
@@ -1483,6 +1555,7 @@ class LearnExportReqMessage(Model):
     plugin's data directory and the reply names it (docs/learn.md).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/export/req"] = "learn/export/req"
     cursor: Optional[str] = None
@@ -1517,6 +1590,7 @@ class LearnExportReqMessage(Model):
 class LearnExportRespMessage(Model):
     """`learn/export/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/export/resp"] = "learn/export/resp"
     #: Records in this page, or in the file.
@@ -1547,6 +1621,7 @@ class LearnFeedbackReqMessage(Model):
     refused batch records nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/feedback/req"] = "learn/feedback/req"
     feedbacks: list[Feedback]
@@ -1575,6 +1650,7 @@ class LearnFeedbackReqMessage(Model):
 class LearnFeedbackRespMessage(Model):
     """`learn/feedback/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/feedback/resp"] = "learn/feedback/resp"
     #: Unique id of the message (spec §2.1).
@@ -1604,6 +1680,7 @@ class LearnRankReqMessage(Model):
     `kind`, when given) is ranked.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/rank/req"] = "learn/rank/req"
     candidates: Optional[list[Component]] = None
@@ -1641,6 +1718,7 @@ class LearnRankReqMessage(Model):
 class LearnRankRespMessage(Model):
     """`learn/rank/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/rank/resp"] = "learn/rank/resp"
     context: str
@@ -1663,6 +1741,7 @@ class LearnStatsReqMessage(Model):
     kind then name; `kind` and `name` filter.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/stats/req"] = "learn/stats/req"
     #: Unique id of the message (spec §2.1).
@@ -1692,6 +1771,7 @@ class LearnStatsReqMessage(Model):
 class LearnStatsRespMessage(Model):
     """`learn/stats/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/stats/resp"] = "learn/stats/resp"
     components: list[ComponentStats]
@@ -1787,6 +1867,7 @@ class McpEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/event"] = "mcp/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -1813,6 +1894,7 @@ class McpPromptGetReqMessage(Model):
     prompts/get).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/get/req"] = "mcp/prompt/get/req"
     #: Prompt arguments; MCP prompt arguments are strings.
@@ -1844,6 +1926,7 @@ class McpPromptGetReqMessage(Model):
 class McpPromptGetRespMessage(Model):
     """`mcp/prompt/get/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/get/resp"] = "mcp/prompt/get/resp"
     description: Optional[str] = None
@@ -1866,6 +1949,7 @@ class McpPromptListReqMessage(Model):
     prompts/list); pass next_cursor back as cursor.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/list/req"] = "mcp/prompt/list/req"
     cursor: Optional[str] = None
@@ -1895,6 +1979,7 @@ class McpPromptListReqMessage(Model):
 class McpPromptListRespMessage(Model):
     """`mcp/prompt/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/prompt/list/resp"] = "mcp/prompt/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -1917,6 +2002,7 @@ class McpResourceListReqMessage(Model):
     resources/list); pass next_cursor back as cursor.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/list/req"] = "mcp/resource/list/req"
     #: The server's opaque cursor from the previous page.
@@ -1947,6 +2033,7 @@ class McpResourceListReqMessage(Model):
 class McpResourceListRespMessage(Model):
     """`mcp/resource/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/list/resp"] = "mcp/resource/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -1970,6 +2057,7 @@ class McpResourceReadReqMessage(Model):
     resources/read).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/read/req"] = "mcp/resource/read/req"
     #: Unique id of the message (spec §2.1).
@@ -1999,6 +2087,7 @@ class McpResourceReadReqMessage(Model):
 class McpResourceReadRespMessage(Model):
     """`mcp/resource/read/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/resource/read/resp"] = "mcp/resource/read/resp"
     contents: list[MCPResourceContents]
@@ -2020,6 +2109,7 @@ class McpServerListReqMessage(Model):
     session's registered ones, sorted by server_id.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/list/req"] = "mcp/server/list/req"
     #: Unique id of the message (spec §2.1).
@@ -2049,6 +2139,7 @@ class McpServerListReqMessage(Model):
 class McpServerListRespMessage(Model):
     """`mcp/server/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/list/resp"] = "mcp/server/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -2072,6 +2163,7 @@ class McpServerRegisterReqMessage(Model):
     connect is a reply with ok false and error.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/register/req"] = "mcp/server/register/req"
     #: HTTP headers sent to the server, added to the allowlist entry's own.
@@ -2114,6 +2206,7 @@ class McpServerRegisterReqMessage(Model):
 class McpServerRegisterRespMessage(Model):
     """`mcp/server/register/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/register/resp"] = "mcp/server/register/resp"
     #: Why the registration was refused or failed.
@@ -2137,6 +2230,7 @@ class McpServerUnregisterReqMessage(Model):
     the session registered; configured servers cannot be unregistered.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/unregister/req"] = "mcp/server/unregister/req"
     #: Unique id of the message (spec §2.1).
@@ -2165,6 +2259,7 @@ class McpServerUnregisterReqMessage(Model):
 class McpServerUnregisterRespMessage(Model):
     """`mcp/server/unregister/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["mcp/server/unregister/resp"] = "mcp/server/unregister/resp"
     error: Optional[str] = None
@@ -2221,6 +2316,7 @@ class MemoryEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/event"] = "memory/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -2250,6 +2346,7 @@ class MemoryForgetReqMessage(Model):
     memory.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/forget/req"] = "memory/forget/req"
     #: Unique id of the message (spec §2.1).
@@ -2282,6 +2379,7 @@ class MemoryForgetReqMessage(Model):
 class MemoryForgetRespMessage(Model):
     """`memory/forget/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/forget/resp"] = "memory/forget/resp"
     deleted: int
@@ -2319,6 +2417,7 @@ class MemoryInitReqMessage(Model):
     belongs to this session only.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/init/req"] = "memory/init/req"
     #: Unique id of the message (spec §2.1).
@@ -2351,6 +2450,7 @@ class MemoryInitReqMessage(Model):
 class MemoryInitRespMessage(Model):
     """`memory/init/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/init/resp"] = "memory/init/resp"
     #: The agent scope of the persistent tiers; empty for the whole
@@ -2381,6 +2481,7 @@ class MemoryRecallReqMessage(Model):
     `since`/`until` (Unix seconds on created_at, inclusive), `min_score`.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/recall/req"] = "memory/recall/req"
     #: Unique id of the message (spec §2.1).
@@ -2420,6 +2521,7 @@ class MemoryRecallReqMessage(Model):
 class MemoryRecallRespMessage(Model):
     """`memory/recall/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/recall/resp"] = "memory/recall/resp"
     hits: list[MemoryHit]
@@ -2441,6 +2543,7 @@ class MemoryRetrieveReqMessage(Model):
     in append order). Keys found nowhere are listed in `missing`.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/retrieve/req"] = "memory/retrieve/req"
     #: Unique id of the message (spec §2.1).
@@ -2471,6 +2574,7 @@ class MemoryRetrieveReqMessage(Model):
 class MemoryRetrieveRespMessage(Model):
     """`memory/retrieve/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/retrieve/resp"] = "memory/retrieve/resp"
     entries: list[MemoryEntry]
@@ -2490,6 +2594,7 @@ class MemoryRetrieveRespMessage(Model):
 class MemoryStatsReqMessage(Model):
     """`memory/stats/req` (request). Counts per tier."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/stats/req"] = "memory/stats/req"
     #: Unique id of the message (spec §2.1).
@@ -2518,6 +2623,7 @@ class MemoryStatsReqMessage(Model):
 class MemoryStatsRespMessage(Model):
     """`memory/stats/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/stats/resp"] = "memory/stats/resp"
     #: Unique id of the message (spec §2.1).
@@ -2542,6 +2648,7 @@ class MemoryStoreReqMessage(Model):
     part of a batch is written in one transaction.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/store/req"] = "memory/store/req"
     entries: list[MemoryEntry]
@@ -2571,6 +2678,7 @@ class MemoryStoreReqMessage(Model):
 class MemoryStoreRespMessage(Model):
     """`memory/store/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["memory/store/resp"] = "memory/store/resp"
     #: Working entries evicted (least recently used) to make room, under the
@@ -2616,6 +2724,7 @@ class NotForked(Model):
 class PingMessage(Model):
     """`ping` (request). Liveness check; answered by pong. (No fields.)"""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["ping"] = "ping"
     #: Unique id of the message (spec §2.1).
@@ -2643,6 +2752,7 @@ class PingMessage(Model):
 class PongMessage(Model):
     """`pong` (reply). Answer to ping."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["pong"] = "pong"
     #: Unique id of the message (spec §2.1).
@@ -2666,6 +2776,7 @@ class ProcEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/event"] = "proc/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -2692,6 +2803,7 @@ class ProcKillReqMessage(Model):
     sandbox's cgroup) with SIGKILL and answers once it has been reaped.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/kill/req"] = "proc/kill/req"
     #: Unique id of the message (spec §2.1).
@@ -2720,6 +2832,7 @@ class ProcKillReqMessage(Model):
 class ProcKillRespMessage(Model):
     """`proc/kill/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/kill/resp"] = "proc/kill/resp"
     #: Unique id of the message (spec §2.1).
@@ -2741,6 +2854,7 @@ class ProcListReqMessage(Model):
     plugin's max_records).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/list/req"] = "proc/list/req"
     #: Unique id of the message (spec §2.1).
@@ -2769,6 +2883,7 @@ class ProcListReqMessage(Model):
 class ProcListRespMessage(Model):
     """`proc/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/list/resp"] = "proc/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -2794,6 +2909,7 @@ class ProcReadReqMessage(Model):
     go on from (spec §6 rule 5: nothing is streamed after the reply).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/read/req"] = "proc/read/req"
     follow: bool = False
@@ -2830,6 +2946,7 @@ class ProcReadReqMessage(Model):
 class ProcReadRespMessage(Model):
     """`proc/read/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/read/resp"] = "proc/read/resp"
     #: Unique id of the message (spec §2.1).
@@ -2889,6 +3006,7 @@ class ProcSignalReqMessage(Model):
     crashed.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/signal/req"] = "proc/signal/req"
     #: Unique id of the message (spec §2.1).
@@ -2920,6 +3038,7 @@ class ProcSignalReqMessage(Model):
 class ProcSignalRespMessage(Model):
     """`proc/signal/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/signal/resp"] = "proc/signal/resp"
     #: Unique id of the message (spec §2.1).
@@ -2944,6 +3063,7 @@ class ProcSpawnReqMessage(Model):
     beyond the session's process cap is refused.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/spawn/req"] = "proc/spawn/req"
     argv: list[str]
@@ -2982,6 +3102,7 @@ class ProcSpawnReqMessage(Model):
 class ProcSpawnRespMessage(Model):
     """`proc/spawn/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/spawn/resp"] = "proc/spawn/resp"
     #: Names of env variables that were refused.
@@ -3002,6 +3123,7 @@ class ProcSpawnRespMessage(Model):
 class ProcStatusReqMessage(Model):
     """`proc/status/req` (request)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/status/req"] = "proc/status/req"
     #: Unique id of the message (spec §2.1).
@@ -3030,6 +3152,7 @@ class ProcStatusReqMessage(Model):
 class ProcStatusRespMessage(Model):
     """`proc/status/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/status/resp"] = "proc/status/resp"
     #: Unique id of the message (spec §2.1).
@@ -3070,6 +3193,7 @@ class ProcWaitReqMessage(Model):
     → out_of_memory, crashed → sandbox_crash, with the record in detail.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/wait/req"] = "proc/wait/req"
     #: Unique id of the message (spec §2.1).
@@ -3101,6 +3225,7 @@ class ProcWaitReqMessage(Model):
 class ProcWaitRespMessage(Model):
     """`proc/wait/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/wait/resp"] = "proc/wait/resp"
     #: Unique id of the message (spec §2.1).
@@ -3124,6 +3249,7 @@ class ProcWriteReqMessage(Model):
     timeout for a process that does not read.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/write/req"] = "proc/write/req"
     data: Optional[str] = None
@@ -3154,6 +3280,7 @@ class ProcWriteReqMessage(Model):
 class ProcWriteRespMessage(Model):
     """`proc/write/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["proc/write/resp"] = "proc/write/resp"
     #: stdin is closed.
@@ -3206,6 +3333,7 @@ class SessionEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/event"] = "session/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -3239,6 +3367,7 @@ class SessionForkReqMessage(Model):
     processes are not forked: `not_forked` lists them.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/fork/req"] = "session/fork/req"
     #: How many forks to make.
@@ -3272,6 +3401,7 @@ class SessionForkReqMessage(Model):
 class SessionForkRespMessage(Model):
     """`session/fork/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/fork/resp"] = "session/fork/resp"
     #: How the session directory was copied: reflink (copy-on-write clones),
@@ -3301,6 +3431,7 @@ class SessionInfoReqMessage(Model):
     fields.)
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/info/req"] = "session/info/req"
     #: Unique id of the message (spec §2.1).
@@ -3328,6 +3459,7 @@ class SessionInfoReqMessage(Model):
 class SessionInfoRespMessage(Model):
     """`session/info/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/info/resp"] = "session/info/resp"
     accepted_caps: list[CapabilityEntry]
@@ -3367,6 +3499,7 @@ class SessionRestoreReqMessage(Model):
     corrupt snapshot changes nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/req"] = "session/restore/req"
     #: The id of an earlier session of the sender (a bearer secret, so
@@ -3400,6 +3533,7 @@ class SessionRestoreReqMessage(Model):
 class SessionRestoreRespMessage(Model):
     """`session/restore/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/resp"] = "session/restore/resp"
     files: Optional[SnapshotFiles] = None
@@ -3424,6 +3558,7 @@ class SessionSnapshotDeleteReqMessage(Model):
     as an unknown snapshot.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/delete/req"] = "session/snapshot/delete/req"
     #: Unique id of the message (spec §2.1).
@@ -3455,6 +3590,7 @@ class SessionSnapshotDeleteReqMessage(Model):
 class SessionSnapshotDeleteRespMessage(Model):
     """`session/snapshot/delete/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/delete/resp"] = "session/snapshot/delete/resp"
     deleted: bool
@@ -3481,6 +3617,7 @@ class SessionSnapshotListReqMessage(Model):
     gaps users hit).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/list/req"] = "session/snapshot/list/req"
     #: Unique id of the message (spec §2.1).
@@ -3513,6 +3650,7 @@ class SessionSnapshotListReqMessage(Model):
 class SessionSnapshotListRespMessage(Model):
     """`session/snapshot/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/list/resp"] = "session/snapshot/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -3534,6 +3672,7 @@ class SessionSnapshotReqMessage(Model):
     docs/DECISIONS.md, State).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/req"] = "session/snapshot/req"
     #: Unique id of the message (spec §2.1).
@@ -3564,6 +3703,7 @@ class SessionSnapshotReqMessage(Model):
 class SessionSnapshotRespMessage(Model):
     """`session/snapshot/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/snapshot/resp"] = "session/snapshot/resp"
     #: Size of the stored snapshot.
@@ -3592,6 +3732,7 @@ class SessionTrajectoryExportReqMessage(Model):
     oldest first, a page at a time.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/trajectory/export/req"] = "session/trajectory/export/req"
     #: Export records after this cursor (the `next` of the previous page); 0:
@@ -3631,6 +3772,7 @@ class SessionTrajectoryExportReqMessage(Model):
 class SessionTrajectoryExportRespMessage(Model):
     """`session/trajectory/export/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/trajectory/export/resp"] = "session/trajectory/export/resp"
     format: Literal["jsonl", "chat"]
@@ -3659,6 +3801,7 @@ class ShutdownMessage(Model):
     in flight are answered, then the session closes. No reply.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["shutdown"] = "shutdown"
     #: Unique id of the message (spec §2.1).
@@ -3693,6 +3836,7 @@ class SkillCallReqMessage(Model):
     the session is an error before anything runs.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/call/req"] = "skill/call/req"
     #: Validated against the skill's input_schema; absent means {}.
@@ -3730,6 +3874,7 @@ class SkillCallReqMessage(Model):
 class SkillCallRespMessage(Model):
     """`skill/call/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/call/resp"] = "skill/call/resp"
     #: Unique id of the message (spec §2.1).
@@ -3774,6 +3919,7 @@ class SkillDiscoverReqMessage(Model):
     the tags.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/discover/req"] = "skill/discover/req"
     all_versions: bool = False
@@ -3805,6 +3951,7 @@ class SkillDiscoverReqMessage(Model):
 class SkillDiscoverRespMessage(Model):
     """`skill/discover/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/discover/resp"] = "skill/discover/resp"
     #: Unique id of the message (spec §2.1).
@@ -3833,6 +3980,7 @@ class SkillEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/event"] = "skill/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -3874,6 +4022,7 @@ class SkillGetReqMessage(Model):
     version, or the newest.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/get/req"] = "skill/get/req"
     #: Unique id of the message (spec §2.1).
@@ -3903,6 +4052,7 @@ class SkillGetReqMessage(Model):
 class SkillGetRespMessage(Model):
     """`skill/get/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/get/resp"] = "skill/get/resp"
     #: Unique id of the message (spec §2.1).
@@ -3944,6 +4094,7 @@ class SkillRegisterReqMessage(Model):
     hit).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/register/req"] = "skill/register/req"
     files: Optional[list[SkillFile]] = None
@@ -3975,6 +4126,7 @@ class SkillRegisterReqMessage(Model):
 class SkillRegisterRespMessage(Model):
     """`skill/register/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["skill/register/resp"] = "skill/register/resp"
     #: Unique id of the message (spec §2.1).
@@ -4061,6 +4213,7 @@ class SubagentEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/event"] = "subagent/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -4088,6 +4241,7 @@ class SubagentListReqMessage(Model):
     running_only.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/list/req"] = "subagent/list/req"
     #: Unique id of the message (spec §2.1).
@@ -4117,6 +4271,7 @@ class SubagentListReqMessage(Model):
 class SubagentListRespMessage(Model):
     """`subagent/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/list/resp"] = "subagent/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -4179,6 +4334,7 @@ class SubagentSpawnReqMessage(Model):
     the sender already has the plugin's max_children live subagents.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/spawn/req"] = "subagent/spawn/req"
     #: The capabilities the child may enable, a subset of the sender's
@@ -4225,6 +4381,7 @@ class SubagentSpawnReqMessage(Model):
 class SubagentSpawnRespMessage(Model):
     """`subagent/spawn/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/spawn/resp"] = "subagent/spawn/resp"
     #: The child's own handshake token, accepted by this child only (spec
@@ -4259,6 +4416,7 @@ class SubagentStatusReqMessage(Model):
     descendants; any other id is unknown (schema_violation).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/status/req"] = "subagent/status/req"
     #: Unique id of the message (spec §2.1).
@@ -4287,6 +4445,7 @@ class SubagentStatusReqMessage(Model):
 class SubagentStatusRespMessage(Model):
     """`subagent/status/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/status/resp"] = "subagent/status/resp"
     #: Handles of its own subagents, oldest first.
@@ -4311,6 +4470,7 @@ class SubagentTerminateReqMessage(Model):
     already ended changes nothing.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/terminate/req"] = "subagent/terminate/req"
     #: Unique id of the message (spec §2.1).
@@ -4341,6 +4501,7 @@ class SubagentTerminateReqMessage(Model):
 class SubagentTerminateRespMessage(Model):
     """`subagent/terminate/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["subagent/terminate/resp"] = "subagent/terminate/resp"
     #: Unique id of the message (spec §2.1).
@@ -4365,6 +4526,7 @@ class ToolCallReqMessage(Model):
     UNKNOWN_TOOL (docs/DECISIONS.md, Dispatch).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/call/req"] = "tool/call/req"
     #: An object matching the tool's input parameters; null or absent: no
@@ -4404,6 +4566,7 @@ class ToolCallReqMessage(Model):
 class ToolCallRespMessage(Model):
     """`tool/call/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/call/resp"] = "tool/call/resp"
     #: Unique id of the message (spec §2.1).
@@ -4465,6 +4628,7 @@ class ToolEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/event"] = "tool/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -4494,6 +4658,7 @@ class ToolListReqMessage(Model):
     into one exact page of the whole host (x-aep-merge).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/list/req"] = "tool/list/req"
     #: next_cursor of the previous page: the last tool name it held.
@@ -4531,6 +4696,7 @@ class ToolListReqMessage(Model):
 class ToolListRespMessage(Model):
     """`tool/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["tool/list/resp"] = "tool/list/resp"
     #: Unique id of the message (spec §2.1).
@@ -4598,6 +4764,7 @@ class ToolkitConfigureReqMessage(Model):
     rule 1).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/configure/req"] = "toolkit/configure/req"
     #: Validated against the toolkit's schema (spec §2.9); secrets in it are
@@ -4631,6 +4798,7 @@ class ToolkitConfigureReqMessage(Model):
 class ToolkitConfigureRespMessage(Model):
     """`toolkit/configure/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/configure/resp"] = "toolkit/configure/resp"
     #: Unique id of the message (spec §2.1).
@@ -4682,6 +4850,7 @@ class ToolkitEventMessage(Model):
     request.
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/event"] = "toolkit/event"
     #: Shape depends on kind (spec §6): progress {pct, message}, status
@@ -4708,6 +4877,7 @@ class ToolkitListReqMessage(Model):
     configured flag (spec §4.2 Toolkit list).
     """
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/list/req"] = "toolkit/list/req"
     #: Matches toolkits having any of these tags.
@@ -4737,6 +4907,7 @@ class ToolkitListReqMessage(Model):
 class ToolkitListRespMessage(Model):
     """`toolkit/list/resp` (reply)."""
 
+    _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["toolkit/list/resp"] = "toolkit/list/resp"
     #: Unique id of the message (spec §2.1).

@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import logging
 import os
+import subprocess
 import threading
 import time
 import weakref
@@ -159,9 +160,19 @@ class Client(SyncMethods):
 
     @classmethod
     def stdio(cls, argv: Optional[Sequence[str]] = None, *, env: Optional[dict[str, str]] = None,
-              cwd: Optional[str] = None, stderr: Any = None, **kw: Any) -> "Client":
+              cwd: Optional[str] = None, stderr: Any = subprocess.DEVNULL, **kw: Any) -> "Client":
         """Spawns ``aep serve --stdio`` (argv; default ``$AEP_BIN`` or ``aep``)
-        and handshakes over its stdin/stdout."""
+        and handshakes over its stdin/stdout.
+
+        The token given here (``token=``) becomes the host's
+        ``AEP_AUTH_TOKEN``, in its environment and never in its argv, so a
+        host whose configuration names no token accepts it; it replaces the
+        one our own environment may hold, but not one ``env`` sets. The
+        host's logs are discarded unless ``stderr`` names where they go (a
+        file object, or None for our stderr)."""
+        token = kw.get("token")
+        if token and (env is None or "AEP_AUTH_TOKEN" not in env):
+            env = {**(os.environ if env is None else env), "AEP_AUTH_TOKEN": token}
         return cls.connect(Stdio(argv or default_argv(), env=env, cwd=cwd, stderr=stderr), **kw)
 
     @classmethod
@@ -186,6 +197,13 @@ class Client(SyncMethods):
     def session_id(self) -> Optional[str]:
         """The current session's id; a move changes it."""
         return self.handshake_reply.session_id if self.handshake_reply else None
+
+    @property
+    def aio(self) -> "Client":
+        """The client itself. (Before the synchronous client read its own
+        socket it ran an AsyncClient, reachable here, on a background
+        thread; ``aio.transport`` and ``aio.session_id`` still work.)"""
+        return self
 
     @property
     def moves(self) -> list[Move]:

@@ -753,13 +753,13 @@ class SSE(SyncTransport):
 class Stdio(SyncTransport):
     """Runs argv (default ``aep serve --stdio``) and talks NDJSON on its
     stdin and stdout. The host's stderr (its logs) goes where ``stderr``
-    says: a file object, subprocess.DEVNULL, or None to inherit ours.
+    says: discarded by default, a file object, or None to inherit ours.
     Closing ends the host's stdin, which ends its one session and the
     process; one that does not end within 10 s is killed. ``proc`` is the
     host's subprocess.Popen."""
 
     def __init__(self, argv: Optional[Sequence[str]] = None, *, env: Optional[Mapping[str, str]] = None,
-                 cwd: Optional[str] = None, stderr: Any = None) -> None:
+                 cwd: Optional[str] = None, stderr: Any = subprocess.DEVNULL) -> None:
         self.argv = list(argv) if argv else ["aep", "serve", "--stdio"]
         self.env = dict(env) if env is not None else None
         self.cwd = cwd

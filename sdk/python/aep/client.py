@@ -23,6 +23,7 @@ import contextvars
 import itertools
 import logging
 import os
+import subprocess
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
@@ -181,9 +182,19 @@ class AsyncClient(AsyncMethods):
 
     @classmethod
     async def stdio(cls, argv: Optional[Sequence[str]] = None, *, env: Optional[dict[str, str]] = None,
-                    cwd: Optional[str] = None, stderr: Any = None, **kw: Any) -> "AsyncClient":
+                    cwd: Optional[str] = None, stderr: Any = subprocess.DEVNULL, **kw: Any) -> "AsyncClient":
         """Spawns ``aep serve --stdio`` (argv; default ``$AEP_BIN`` or ``aep``)
-        and handshakes over its stdin/stdout."""
+        and handshakes over its stdin/stdout.
+
+        The token given here (``token=``) becomes the host's
+        ``AEP_AUTH_TOKEN``, in its environment and never in its argv, so a
+        host whose configuration names no token accepts it; it replaces the
+        one our own environment may hold, but not one ``env`` sets. The
+        host's logs are discarded unless ``stderr`` names where they go (a
+        file object, or None for our stderr)."""
+        token = kw.get("token")
+        if token and (env is None or "AEP_AUTH_TOKEN" not in env):
+            env = {**(os.environ if env is None else env), "AEP_AUTH_TOKEN": token}
         return await cls.connect(StdioTransport(argv or default_argv(), env=env, cwd=cwd, stderr=stderr), **kw)
 
     @classmethod

@@ -75,12 +75,13 @@ class Transport:
 
 class StdioTransport(Transport):
     """Runs argv (default ``aep serve --stdio``) and talks NDJSON on its
-    stdin and stdout. The host's stderr goes where ``stderr`` says (a file
-    object, subprocess.DEVNULL, or None to inherit ours). Closing ends the
-    host's stdin, which ends its one session and the process."""
+    stdin and stdout. The host's stderr (its logs) goes where ``stderr``
+    says: discarded by default, a file object, or None to inherit ours.
+    Closing ends the host's stdin, which ends its one session and the
+    process."""
 
     def __init__(self, argv: Optional[Sequence[str]] = None, *, env: Optional[Mapping[str, str]] = None,
-                 cwd: Optional[str] = None, stderr: Any = None) -> None:
+                 cwd: Optional[str] = None, stderr: Any = subprocess.DEVNULL) -> None:
         self.argv = list(argv) if argv else ["aep", "serve", "--stdio"]
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
@@ -108,7 +109,12 @@ class StdioTransport(Transport):
         while True:
             line = await self.proc.stdout.readline()
             if not line:
-                raise ConnectionClosed(f"host exited (status {self.proc.returncode})")
+                try:  # the status, when the host is already exiting
+                    await asyncio.wait_for(self.proc.wait(), 2)
+                except asyncio.TimeoutError:
+                    pass
+                hint = "; its logs were discarded: pass stderr= to see them" if self.stderr == subprocess.DEVNULL else ""
+                raise ConnectionClosed(f"host exited (status {self.proc.returncode}){hint}")
             line = line.strip()
             if line:
                 return line.decode()

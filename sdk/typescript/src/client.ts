@@ -185,7 +185,11 @@ export class AepClient extends Methods<RequestOptions> {
     return new AepClient(await openHttp(baseUrl, opts), opts);
   }
 
-  /** Spawns a host over stdio, e.g. `AepClient.stdio("aep", ["serve", "--stdio"])`. */
+  /**
+   * Spawns a host over stdio, e.g. `AepClient.stdio("aep", ["serve", "--stdio"])`.
+   * The host starts with the handshake, whose token becomes its
+   * AEP_AUTH_TOKEN (spawnStdio); its logs are discarded unless `opts.stderr` says otherwise.
+   */
   static stdio(command: string, args: string[], opts?: StdioSpawnOptions): AepClient {
     return new AepClient(spawnStdio(command, args, opts));
   }

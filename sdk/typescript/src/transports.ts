@@ -461,43 +461,92 @@ export async function openHttp(baseUrl: string, opts: HttpOptions = {}): Promise
 }
 
 export interface StdioSpawnOptions {
-  /** Environment of the host process (AEP_AUTH_TOKEN, for one); default: this process's. */
+  /**
+   * Environment of the host process; default: this process's. The
+   * handshake's token becomes the host's AEP_AUTH_TOKEN unless this sets one.
+   */
   env?: NodeJS.ProcessEnv;
   cwd?: string;
-  /** Where the host's logs go: "inherit", "ignore" (the default) or "pipe". */
-  stderr?: "inherit" | "ignore" | "pipe";
+  /**
+   * Where the host's logs go: "ignore" (the default: discarded), "inherit"
+   * (this process's stderr), "pipe" (`process.stderr` of the child), a file
+   * descriptor (fs.openSync), or any writable stream.
+   */
+  stderr?: "inherit" | "ignore" | "pipe" | number | NodeJS.WritableStream;
+}
+
+/** The variable `aep serve` reads its token from when its configuration names none. */
+const authTokenEnv = "AEP_AUTH_TOKEN";
+
+/** The auth_token of a handshake line, or undefined for any other line. */
+function handshakeToken(line: string): string | undefined {
+  try {
+    const m = JSON.parse(line) as { type?: unknown; auth_token?: unknown };
+    return m.type === "handshake/req" && typeof m.auth_token === "string" && m.auth_token !== "" ? m.auth_token : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /**
  * Spawns a host serving one session as NDJSON on its stdin and stdout,
- * normally `aep serve --stdio`. Closing the transport closes the host's
- * stdin, which ends its session and the process.
+ * normally `aep serve --stdio`. The process starts when the first line is
+ * sent: when that line is the handshake, its token is put in the host's
+ * environment as AEP_AUTH_TOKEN (replacing the one this process's
+ * environment may hold, not one `opts.env` sets), so a host whose
+ * configuration names no token accepts the token given in code. The token
+ * is never an argument, which `ps` would show. Closing the transport closes
+ * the host's stdin, which ends its session and the process.
  */
-export function spawnStdio(command: string, args: string[], opts: StdioSpawnOptions = {}): Transport & { readonly process: ChildProcess } {
-  const child = spawn(command, args, {
-    stdio: ["pipe", "pipe", opts.stderr ?? "ignore"],
-    env: opts.env ?? process.env,
-    ...(opts.cwd ? { cwd: opts.cwd } : {}),
-  });
-  const exited = new Promise<void>((resolve) => child.once("close", () => resolve()));
+export function spawnStdio(command: string, args: string[], opts: StdioSpawnOptions = {}): Transport & { readonly process: ChildProcess | undefined } {
+  let child: ChildProcess | undefined;
+  let exited: Promise<void> | undefined;
   let spawnErr: Error | undefined;
-  child.once("error", (e) => {
-    spawnErr = e;
-  });
+  let onLine: ((line: string) => void) | undefined;
+  let onClose: ((err?: Error) => void) | undefined;
+  let closed = false;
+  let closing: Promise<void> | undefined;
+  const errStream = typeof opts.stderr === "object" ? opts.stderr : undefined;
+  const errIO: "inherit" | "ignore" | "pipe" | number = typeof opts.stderr === "object" ? "pipe" : (opts.stderr ?? "ignore");
+  const spawnHost = (first: string): ChildProcess => {
+    const env = { ...(opts.env ?? process.env) };
+    const tok = handshakeToken(first);
+    if (tok !== undefined && !(opts.env && authTokenEnv in opts.env)) env[authTokenEnv] = tok;
+    const c: ChildProcess = spawn(command, args, {
+      stdio: ["pipe", "pipe", errIO],
+      env,
+      ...(opts.cwd ? { cwd: opts.cwd } : {}),
+    });
+    if (errStream) c.stderr!.pipe(errStream, { end: false });
+    exited = new Promise<void>((resolve) => c.once("close", () => resolve()));
+    c.once("error", (e: Error) => {
+      spawnErr = e;
+    });
+    const rl = createInterface({ input: c.stdout!, crlfDelay: Infinity });
+    rl.on("line", (l) => {
+      if (l) onLine?.(l);
+    });
+    void exited.then(() =>
+      onClose?.(new ConnectionError(spawnErr ? `stdio: ${spawnErr.message}` : `stdio: host exited (${c.exitCode ?? c.signalCode})`, { cause: spawnErr })),
+    );
+    return c;
+  };
   return {
-    process: child,
+    get process() {
+      return child;
+    },
     sessionId: undefined,
-    start(onLine, onClose) {
-      const rl = createInterface({ input: child.stdout!, crlfDelay: Infinity });
-      rl.on("line", (l) => {
-        if (l) onLine(l);
-      });
-      void exited.then(() =>
-        onClose(new ConnectionError(spawnErr ? `stdio: ${spawnErr.message}` : `stdio: host exited (${child.exitCode ?? child.signalCode})`, { cause: spawnErr })),
-      );
+    start(lineFn, closeFn) {
+      onLine = lineFn;
+      onClose = closeFn;
     },
     send(line) {
       return new Promise((resolve, reject) => {
+        if (closed) {
+          reject(new ConnectionError("stdio: transport closed"));
+          return;
+        }
+        child ??= spawnHost(line);
         if (spawnErr || !child.stdin!.writable) {
           reject(new ConnectionError(`stdio: ${spawnErr?.message ?? "host stdin closed"}`));
           return;
@@ -505,12 +554,22 @@ export function spawnStdio(command: string, args: string[], opts: StdioSpawnOpti
         child.stdin!.write(line + "\n", (err) => (err ? reject(new ConnectionError(`stdio write: ${err.message}`, { cause: err })) : resolve()));
       });
     },
-    async close() {
-      child.stdin!.end();
-      // The host ends when its stdin does; one that does not is killed.
-      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-      await exited;
-      clearTimeout(timer);
+    close() {
+      closing ??= (async () => {
+        closed = true;
+        if (!child) {
+          // Never started: nothing to end.
+          onClose?.(new ConnectionError("stdio: transport closed"));
+          return;
+        }
+        child.stdin!.end();
+        // The host ends when its stdin does; one that does not is killed.
+        const c = child;
+        const timer = setTimeout(() => c.kill("SIGKILL"), 10_000);
+        await exited;
+        clearTimeout(timer);
+      })();
+      return closing;
     },
   };
 }
