@@ -8,7 +8,9 @@
 // x-floor (the floor's time per round trip over the SDK's, i.e. the SDK's
 // speed as a fraction of what its language does against a bare echo
 // server) is reported, never asserted (docs/PERFORMANCE.md, SDKs beside
-// their floors).
+// their floors). A third side, the same bare client talking to aep itself
+// (handshaken, then the same requests), splits the gap between the SDK and
+// its floor into the SDK's own cost (x-raw) and the host's.
 package sdkbench
 
 import (
@@ -74,13 +76,15 @@ func (c Case) Name() string {
 // measured over the same number of round trips in alternating blocks.
 type Result struct {
 	FloorNs float64 `json:"floor_ns_per_op"`
-	SDKNs   float64 `json:"sdk_ns_per_op"`
-	N       int     `json:"n"`
+	// RawNs is the bare client against aep; 0 when the driver has none.
+	RawNs float64 `json:"raw_ns_per_op"`
+	SDKNs float64 `json:"sdk_ns_per_op"`
+	N     int     `json:"n"`
 }
 
 // Run runs the driver argv for case c with b.N round trips a side and
-// reports its figures: floor-ns/op, sdk-ns/op, x-floor, and ns/op as the
-// SDK's own time (not the driver's start-up). The driver gets flags
+// reports its figures: floor-ns/op, raw-ns/op, sdk-ns/op, x-floor, x-raw,
+// and ns/op as the SDK's own time (not the driver's start-up). The driver gets flags
 // --op, --transport, --sessions, --client, --n, --aep, --floor, --token.
 func (t *Targets) Run(b *testing.B, argv []string, c Case) {
 	b.Helper()
@@ -108,6 +112,10 @@ func (t *Targets) Run(b *testing.B, argv []string, c Case) {
 	b.ReportMetric(r.FloorNs, "floor-ns/op")
 	b.ReportMetric(r.SDKNs, "sdk-ns/op")
 	b.ReportMetric(r.FloorNs/r.SDKNs, "x-floor")
+	if r.RawNs > 0 {
+		b.ReportMetric(r.RawNs, "raw-ns/op")
+		b.ReportMetric(r.RawNs/r.SDKNs, "x-raw")
+	}
 	b.ReportMetric(r.SDKNs, "ns/op")
 }
 

@@ -311,9 +311,18 @@ class AsyncClient(AsyncMethods):
             self._cancel_sent.add(required["req_id"])
         await self.transport.send(_codec.encode_message(model, self._new_id(), required, optional))
 
-    async def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
-                       reply: type[m.Model], call_timeout: Optional[float],
-                       on_event: Optional[EventCallback]) -> Any:
+    def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
+                 reply: type[m.Model], call_timeout: Optional[float],
+                 on_event: Optional[EventCallback]) -> Awaitable[Any]:
+        if not self.move and self._closed is None:
+            # Nothing to wait for or resend: the request itself, with no
+            # coroutine around it.
+            return self._send_request(model, required, optional, reply, call_timeout, on_event, may_move=True)
+        return self._request_moving(model, required, optional, reply, call_timeout, on_event)
+
+    async def _request_moving(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
+                              reply: type[m.Model], call_timeout: Optional[float],
+                              on_event: Optional[EventCallback]) -> Any:
         for attempt in itertools.count():
             mt = self._move_task
             if mt is not None and not mt.done():

@@ -16,9 +16,11 @@ the same transport against a bare Go echo server (internal/echofloor):
 - single exchange: ``http.client`` on a keep-alive connection per session,
   the same JSON work.
 
-Both sides run ``--n`` round trips in alternating blocks of ``--block`` per
-session, after a warm-up of each; printed last is one JSON line with each
-side's nanoseconds per round trip.
+A third side, the same bare client talking to aep itself (handshaken,
+then the same requests), tells the SDK's own cost from the host's. The
+sides run ``--n`` round trips each in alternating blocks of ``--block`` per
+session (at least 200 a block), after a warm-up of each; printed last is
+one JSON line with each side's nanoseconds per round trip.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import os
 import sys
 import time
 import urllib.parse
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -42,62 +44,111 @@ STEP_OPTIONS = {"high": 1_000_000, "max_steps": 1_000_000_000}  # an episode no 
 ACTION = 7
 
 
-def floor_request(op: str, rid: str) -> dict[str, Any]:
-    """What the floor sends: the request the SDK sends for op, plus the
-    req_id its reply carries."""
+def bare_request(op: str, rid: str, episode: str, echo: bool) -> dict[str, Any]:
+    """What the bare client sends: the request the SDK sends for op; to the
+    echo floor (echo) with the req_id its reply carries."""
     if op == "ping":
-        return {"type": "ping", "id": rid, "proto": "1.0", "ts": time.time(), "req_id": rid}
-    return {"type": "env/step/req", "id": rid, "proto": "1.0", "ts": time.time(), "episode_id": EPISODE,
-            "action": ACTION, "req_id": rid}
+        msg = {"type": "ping", "id": rid, "proto": "1.0", "ts": time.time()}
+    else:
+        msg = {"type": "env/step/req", "id": rid, "proto": "1.0", "ts": time.time(), "episode_id": episode,
+               "action": ACTION}
+    if echo:
+        msg["req_id"] = rid
+    return msg
 
 
-# --- floors
+def handshake_request(token: str) -> dict[str, Any]:
+    return {"type": "handshake/req", "id": "h", "proto": "1.0", "ts": time.time(), "agent_id": "bench-bare",
+            "agent_caps": ["env"], "auth_token": token}
 
 
-async def ws_floor(url: str, op: str, sessions: int) -> tuple[Callable[[int], Awaitable[None]], Callable[[], Awaitable[None]]]:
+def reset_request() -> dict[str, Any]:
+    return {"type": "env/reset/req", "id": "r", "proto": "1.0", "ts": time.time(), "env_name": "guess", "seed": 1,
+            "options": STEP_OPTIONS}
+
+
+# --- the bare client: against the echo floor, and against aep
+
+
+async def ws_bare(url: str, op: str, sessions: int, token: Optional[str]) -> tuple[Callable[[int], Awaitable[None]], Callable[[], Awaitable[None]]]:
+    """Sessions of the bare asyncio websockets client: with token against
+    aep (handshaken, an episode reset), else against the echo floor."""
     from websockets.client import connect  # the legacy asyncio client: websockets 10.4 has no other
-    conns = [await connect(url, compression=None, max_size=None, ping_interval=None) for _ in range(sessions)]
+    conns = []
+    for _ in range(sessions):
+        ws = await connect(url, compression=None, max_size=None, ping_interval=None)
+        episode = EPISODE
+        if token is not None:
+            await ws.send(json.dumps(handshake_request(token)))
+            if not json.loads(await ws.recv()).get("ok"):
+                raise SystemExit("bare client: handshake refused")
+            if op == "step":
+                await ws.send(json.dumps(reset_request()))
+                episode = json.loads(await ws.recv())["episode_id"]
+        conns.append((ws, episode))
     seq = [0]
+    echo = token is None
 
-    async def session(ws: Any, count: list[int]) -> None:
+    async def session(ws: Any, episode: str, count: list[int]) -> None:
         while count[0] > 0:
             count[0] -= 1
             seq[0] += 1
             rid = f"f-{seq[0]}"
-            await ws.send(json.dumps(floor_request(op, rid)))
+            await ws.send(json.dumps(bare_request(op, rid, episode, echo)))
             reply = json.loads(await ws.recv())
             if reply["req_id"] != rid:
-                raise AssertionError(f"floor: reply {reply!r} to {rid}")
+                raise AssertionError(f"bare client: reply {reply!r} to {rid}")
 
     async def block(n: int) -> None:
         count = [n]
-        await asyncio.gather(*(session(ws, count) for ws in conns))
+        await asyncio.gather(*(session(ws, ep, count) for ws, ep in conns))
 
     async def close() -> None:
-        for ws in conns:
+        for ws, _ in conns:
             await ws.close()
     return block, close
 
 
-class ExchangeFloor:
-    """A single-exchange session of the floor: a keep-alive http.client
-    connection, the headers aep's exchange takes."""
+class ExchangeBare:
+    """A single-exchange session of the bare client: a keep-alive
+    http.client connection with the headers aep's exchange takes; with
+    token a session of aep's (created, handshaken, an episode reset), else
+    the echo floor's."""
 
-    def __init__(self, base: str, op: str) -> None:
+    def __init__(self, base: str, op: str, token: Optional[str]) -> None:
         u = urllib.parse.urlsplit(base)
         self.conn = http.client.HTTPConnection(u.netloc)
         self.op = op
         self.seq = 0
-        self.headers = {"Content-Type": "text/plain", "Accept": "application/json", "X-Session-Id": "floor"}
+        self.echo = token is None
+        self.episode = EPISODE
+        sid = "floor"
+        if token is not None:
+            self.conn.request("POST", "/session", body=b"")
+            sid = json.loads(self.conn.getresponse().read())["session_id"]
+        self.headers = {"Content-Type": "text/plain", "Accept": "application/json", "X-Session-Id": sid}
+        if token is not None:
+            if not self.post(handshake_request(token)).get("ok"):
+                raise SystemExit("bare client: handshake refused")
+            if op == "step":
+                self.episode = self.post(reset_request())["episode_id"]
+
+    def post(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.conn.request("POST", "/send", body=json.dumps(msg).encode(), headers=self.headers)
+        resp = self.conn.getresponse()
+        reply = json.loads(resp.read())
+        if resp.status != 200:
+            raise AssertionError(f"bare client: {resp.status} {reply!r}")
+        return reply
 
     def trip(self) -> None:
         self.seq += 1
         rid = f"f-{self.seq}"
-        self.conn.request("POST", "/send", body=json.dumps(floor_request(self.op, rid)).encode(), headers=self.headers)
-        resp = self.conn.getresponse()
-        reply = json.loads(resp.read())
-        if resp.status != 200 or reply["req_id"] != rid:
-            raise AssertionError(f"floor: {resp.status} {reply!r} to {rid}")
+        if self.post(bare_request(self.op, rid, self.episode, self.echo))["req_id"] != rid:
+            raise AssertionError(f"bare client: a reply to another request than {rid}")
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 # --- the SDK
@@ -121,44 +172,47 @@ async def open_async(transport: str, url: str, token: str) -> aep.AsyncClient:
     return await aep.AsyncClient.exchange(url, token=token, caps=["env"])
 
 
-def run_sync(a: argparse.Namespace) -> tuple[float, float]:
+def timed(f: Callable[[int], Any]) -> Callable[[int], float]:
+    def run(n: int) -> float:
+        start = time.perf_counter_ns()
+        f(n)
+        return time.perf_counter_ns() - start
+    return run
+
+
+def run_sync(a: argparse.Namespace) -> tuple[float, ...]:
     loop = asyncio.new_event_loop()
     c = open_sync(a.transport, a.aep, a.token)
     episode = c.env_reset(env_name="guess", seed=1, options=STEP_OPTIONS).episode_id if a.op == "step" else ""
     trip = sync_trip(c, a.op, episode)
 
-    def sdk_block(n: int) -> float:
-        start = time.perf_counter_ns()
+    def sdk_block(n: int) -> None:
         for _ in range(n):
             trip()
-        return time.perf_counter_ns() - start
 
-    if a.transport == "ws":
-        fblock, fclose = loop.run_until_complete(ws_floor(a.floor, a.op, 1))
-
-        def floor_block(n: int) -> float:
-            start = time.perf_counter_ns()
-            loop.run_until_complete(fblock(n))
-            return time.perf_counter_ns() - start
-    else:
-        f = ExchangeFloor(a.floor, a.op)
-        fclose = None
-
-        def floor_block(n: int) -> float:
-            start = time.perf_counter_ns()
-            for _ in range(n):
-                f.trip()
-            return time.perf_counter_ns() - start
+    closers: list[Callable[[], Any]] = []
+    sides: list[Callable[[int], float]] = []
+    for token, url in ((None, a.floor), (a.token, a.aep)):  # the floor, then the bare client against aep
+        if a.transport == "ws":
+            block, close = loop.run_until_complete(ws_bare(url, a.op, 1, token))
+            closers.append(lambda close=close: loop.run_until_complete(close()))
+            sides.append(timed(lambda n, block=block: loop.run_until_complete(block(n))))
+        else:
+            bare = ExchangeBare(url, a.op, token)
+            closers.append(bare.close)
+            sides.append(timed(lambda n, bare=bare: [bare.trip() for _ in range(n)]))
     try:
-        return interleave(a, floor_block, sdk_block)
+        return interleave(a, sides + [timed(sdk_block)])
     finally:
         c.close()
-        if fclose is not None:
-            loop.run_until_complete(fclose())
+        for close in closers:
+            close()
         loop.close()
 
 
-async def run_async(a: argparse.Namespace) -> tuple[float, float]:
+async def run_async(a: argparse.Namespace) -> tuple[float, ...]:
+    if a.transport != "ws":
+        raise SystemExit("the exchange's bare client is synchronous (http.client): use --client sync")
     clients = [await open_async(a.transport, a.aep, a.token) for _ in range(a.sessions)]
     trips = []
     for c in clients:
@@ -173,31 +227,30 @@ async def run_async(a: argparse.Namespace) -> tuple[float, float]:
             count[0] -= 1
             await trip()
 
-    async def sdk_block(n: int) -> float:
+    async def sdk_block(n: int) -> None:
         count = [n]
-        start = time.perf_counter_ns()
         await asyncio.gather(*(session(t, count) for t in trips))
-        return time.perf_counter_ns() - start
 
-    if a.transport == "ws":
-        fblock, fclose = await ws_floor(a.floor, a.op, a.sessions)
+    floor, fclose = await ws_bare(a.floor, a.op, a.sessions, None)
+    raw, rclose = await ws_bare(a.aep, a.op, a.sessions, a.token)
 
-        async def floor_block(n: int) -> float:
+    def atimed(f: Callable[[int], Awaitable[None]]) -> Callable[[int], Awaitable[float]]:
+        async def run(n: int) -> float:
             start = time.perf_counter_ns()
-            await fblock(n)
+            await f(n)
             return time.perf_counter_ns() - start
-    else:
-        raise SystemExit("the exchange floor is synchronous (http.client): use --client sync")
+        return run
     try:
-        return await interleave_async(a, floor_block, sdk_block)
+        return await interleave_async(a, [atimed(floor), atimed(raw), atimed(sdk_block)])
     finally:
         for c in clients:
             await c.aclose()
         await fclose()
+        await rclose()
 
 
 def blocks(a: argparse.Namespace) -> list[int]:
-    per = a.block * a.sessions
+    per = max(200, a.block * a.sessions)
     out, left = [], a.n
     while left > 0:
         out.append(min(per, left))
@@ -205,27 +258,28 @@ def blocks(a: argparse.Namespace) -> list[int]:
     return out
 
 
-def interleave(a: argparse.Namespace, floor: Callable[[int], float], sdk: Callable[[int], float]) -> tuple[float, float]:
-    warm = min(a.n, 500) * a.sessions
-    floor(warm)
-    sdk(warm)
-    tf = ts = 0.0
+def interleave(a: argparse.Namespace, sides: list[Callable[[int], float]]) -> tuple[float, ...]:
+    """Each side's nanoseconds per round trip, the sides run in turn, block
+    by block, after a warm-up of each."""
+    warm = min(a.n, 500)
+    for side in sides:
+        side(warm)
+    total = [0.0] * len(sides)
     for n in blocks(a):
-        tf += floor(n)
-        ts += sdk(n)
-    return tf / a.n, ts / a.n
+        for i, side in enumerate(sides):
+            total[i] += side(n)
+    return tuple(t / a.n for t in total)
 
 
-async def interleave_async(a: argparse.Namespace, floor: Callable[[int], Awaitable[float]],
-                           sdk: Callable[[int], Awaitable[float]]) -> tuple[float, float]:
-    warm = min(a.n, 500) * a.sessions
-    await floor(warm)
-    await sdk(warm)
-    tf = ts = 0.0
+async def interleave_async(a: argparse.Namespace, sides: list[Callable[[int], Awaitable[float]]]) -> tuple[float, ...]:
+    warm = min(a.n, 500)
+    for side in sides:
+        await side(warm)
+    total = [0.0] * len(sides)
     for n in blocks(a):
-        tf += await floor(n)
-        ts += await sdk(n)
-    return tf / a.n, ts / a.n
+        for i, side in enumerate(sides):
+            total[i] += await side(n)
+    return tuple(t / a.n for t in total)
 
 
 def main() -> None:
@@ -235,7 +289,7 @@ def main() -> None:
     p.add_argument("--sessions", type=int, default=1)
     p.add_argument("--client", choices=["sync", "async"], required=True)
     p.add_argument("--n", type=int, required=True, help="round trips a side")
-    p.add_argument("--block", type=int, default=200, help="round trips per session per block")
+    p.add_argument("--block", type=int, default=20, help="round trips per session per block (at least 200 a block)")
     p.add_argument("--aep", required=True, help="the host's /ws URL or HTTP base")
     p.add_argument("--floor", required=True, help="the echo floor's URL")
     p.add_argument("--token", required=True)
@@ -243,10 +297,10 @@ def main() -> None:
     if a.client == "sync":
         if a.sessions != 1:
             raise SystemExit("the synchronous client runs one session per thread: --sessions 1")
-        floor_ns, sdk_ns = run_sync(a)
+        floor_ns, raw_ns, sdk_ns = run_sync(a)
     else:
-        floor_ns, sdk_ns = asyncio.run(run_async(a))
-    print(json.dumps({"floor_ns_per_op": floor_ns, "sdk_ns_per_op": sdk_ns, "n": a.n}))
+        floor_ns, raw_ns, sdk_ns = asyncio.run(run_async(a))
+    print(json.dumps({"floor_ns_per_op": floor_ns, "raw_ns_per_op": raw_ns, "sdk_ns_per_op": sdk_ns, "n": a.n}))
 
 
 if __name__ == "__main__":

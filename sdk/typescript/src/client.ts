@@ -14,7 +14,7 @@ import {
   type RequestTypes,
 } from "./messages.gen.js";
 import { forkSession, type ForkHandshake, type ForkOptions, type Forks } from "./fork.js";
-import { openHttp, openWebSocket, spawnStdio, type HttpOptions, type StdioSpawnOptions, type Transport, type WebSocketOptions } from "./transports.js";
+import { openExchange, openHttp, openWebSocket, spawnStdio, type ExchangeOptions, type HttpOptions, type StdioSpawnOptions, type Transport, type WebSocketOptions } from "./transports.js";
 
 /** Options of one request. */
 export interface RequestOptions {
@@ -186,6 +186,15 @@ export class AepClient extends Methods<RequestOptions> {
   }
 
   /**
+   * Connects over the single exchange, e.g. "http://127.0.0.1:8765": each
+   * request one POST /send answered with its reply, nothing held open
+   * between requests (openExchange).
+   */
+  static async exchange(baseUrl: string, opts?: ExchangeOptions & ClientOptions): Promise<AepClient> {
+    return new AepClient(await openExchange(baseUrl, opts), opts);
+  }
+
+  /**
    * Spawns a host over stdio, e.g. `AepClient.stdio("aep", ["serve", "--stdio"])`.
    * The host starts with the handshake, whose token becomes its
    * AEP_AUTH_TOKEN (spawnStdio); its logs are discarded unless `opts.stderr` says otherwise.
@@ -257,7 +266,7 @@ export class AepClient extends Methods<RequestOptions> {
     const { signal, onEvent, traceparent } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
     const id = this.#nextId();
-    return new Promise<RequestTypes[T]["reply"]>((resolve, reject) => {
+    const sent = new Promise<RequestTypes[T]["reply"]>((resolve, reject) => {
       let onAbort: (() => void) | undefined;
       const settle = () => {
         this.#pending.delete(id);
@@ -287,8 +296,11 @@ export class AepClient extends Methods<RequestOptions> {
         signal.addEventListener("abort", onAbort, { once: true });
       }
       const line = JSON.stringify({ ...body, type, id, proto: "1.0", ts: Date.now() / 1000, ...(traceparent === undefined ? {} : { traceparent }) });
-      this.#t.send(line).catch((e: unknown) => this.#sendFailed(id, e, mayMove));
-    }).catch((e: unknown) => {
+      this.#t.send(line, { events: onEvent !== undefined || this.#eventListeners.size > 0 }).catch((e: unknown) => this.#sendFailed(id, e, mayMove));
+    });
+    // Only a client that moves is refused (Refused): no promise in between for the others.
+    if (!this.#move) return sent;
+    return sent.catch((e: unknown) => {
       // A refusal is for request() to act on; the move's own requests see the host's word.
       throw e instanceof Refused && !mayMove ? e.reason : e;
     });
