@@ -19,9 +19,11 @@ export interface Transport {
   /**
    * Sends one line (one JSON message, without its newline). `events` says
    * the request wants its events; only the single exchange, which carries
-   * them in the request's own answer, reads it.
+   * them in the request's own answer, reads it. With `onError`, a
+   * transport may settle as soon as the line is handed to its connection
+   * and report a failure to write it there instead (WebSocket does).
    */
-  send(line: string, opts?: { events?: boolean }): Promise<void>;
+  send(line: string, opts?: SendOptions): Promise<void>;
   /** Ends the transport; the host ends a stdio session, and keeps a network one for its grace period. */
   close(): Promise<void>;
   /**
@@ -37,6 +39,18 @@ export interface Transport {
    */
   newSession?(): Promise<Transport>;
 }
+
+/** How a line is sent; see Transport.send. */
+export interface SendOptions {
+  events?: boolean;
+  onError?: (err: Error) => void;
+}
+
+/** Settled already: what a send that needs no waiting returns. */
+const sentAlready = Promise.resolve();
+
+/** ws's options of a text frame, made once. */
+const textFrame = { binary: false };
 
 export interface WebSocketOptions {
   /** Attach to an existing session (a subagent's child session); sent in a header, never in the URL. */
@@ -271,7 +285,21 @@ class WebSocketLine implements WebSocketTransport {
     this.#tell();
   }
 
-  async send(line: string): Promise<void> {
+  send(line: string, opts?: SendOptions): Promise<void> {
+    const ws = this.#ws;
+    const onError = opts?.onError;
+    if (onError && ws && !this.#ended && !this.#closing && !this.#gap && ws.readyState === WebSocket.OPEN) {
+      // Handed to the open connection: nothing to wait for. A failure to
+      // write it goes to onError (perhaps written, so not sent again).
+      ws.send(line, textFrame, (err) => {
+        if (err) onError(new ConnectionError(`websocket send: ${err.message}`, { cause: err }));
+      });
+      return sentAlready;
+    }
+    return this.#sendWaiting(line);
+  }
+
+  async #sendWaiting(line: string): Promise<void> {
     for (let waits = 0; waits < maxSendWaits; waits++) {
       // Refused before a byte is written: the line did not reach the session.
       if (this.#ended || this.#closing) throw new SessionLostError(`websocket is not open${this.#ended ? ": " + this.#ended.message : ""}`, { delivered: false, ...(this.#ended ? { cause: this.#ended } : {}) });
@@ -290,7 +318,7 @@ class WebSocketLine implements WebSocketTransport {
         // Failed after it was handed to the connection: perhaps written,
         // so not sent again; whether the session lives on is for the
         // connection's end to tell, not this send.
-        ws.send(line, { binary: false }, (err) => (err ? reject(new ConnectionError(`websocket send: ${err.message}`, { cause: err })) : resolve()));
+        ws.send(line, textFrame, (err) => (err ? reject(new ConnectionError(`websocket send: ${err.message}`, { cause: err })) : resolve()));
       });
     }
     throw new SessionLostError("websocket kept dropping as it was re-attached", { delivered: false });

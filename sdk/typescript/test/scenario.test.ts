@@ -19,6 +19,7 @@ const transports: Transport[] = [
   { name: "stdio", open: async () => AepClient.stdio(bin!, ["serve", "--stdio", "--data-dir", dataDir()], { env: { ...process.env, AEP_AUTH_TOKEN: token } }) },
   { name: "websocket", open: () => AepClient.websocket(net!.base.replace(/^http/, "ws") + "/ws") },
   { name: "http+sse", open: () => AepClient.http(net!.base) },
+  { name: "exchange", open: () => AepClient.exchange(net!.base) },
 ];
 
 before(async () => {
