@@ -10,7 +10,7 @@ Message models (generated from gen/contract/aep.schema.json) are in
 
 from . import _models as models
 from ._models import AgentMessage, ErrorCode, EventMessage, HostMessage
-from ._common import Forks, Move
+from ._common import BatchArrays, Forks, Move
 from .client import AsyncClient, Call, Client, SyncCall
 from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost)
@@ -19,7 +19,7 @@ from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transp
 __version__ = "0.1.0"
 
 __all__ = [
-    "AEPError", "AgentMessage", "AsyncClient", "Call", "Client", "ConnectionClosed", "ErrorCode",
+    "AEPError", "AgentMessage", "AsyncClient", "BatchArrays", "Call", "Client", "ConnectionClosed", "ErrorCode",
     "EventMessage", "ExchangeTransport", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "ProtocolError",
     "RequestInterrupted", "RequestTimeout", "SessionLost", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
 ]

@@ -80,3 +80,50 @@ def reply_of(line: str) -> tuple[Optional[str], Optional[str]]:
         return None, None
     rid, t = raw.get("req_id"), raw.get("type")
     return (t if isinstance(t, str) else ""), (rid if isinstance(rid, str) else None)
+
+
+class Raw:
+    """The reply of a request that wants it as the parsed JSON object (a
+    dict) rather than as a model: ``Raw(m.EnvStepBatchRespMessage)``. The
+    client reads such a reply with json.loads alone, found by its envelope
+    (peek), and checks its type and req_id; a line peek cannot read is
+    decoded as usual and dumped back to its wire form."""
+
+    __slots__ = ("model", "type")
+
+    def __init__(self, model: type[m.Model]) -> None:
+        self.model = model
+        self.type = wire_type(model)
+
+
+_HEAD = '{"type":"'
+_REQ = ',"req_id":"'
+
+
+def peek(line: str) -> tuple[Optional[str], Optional[str]]:
+    """The type and req_id of a line whose envelope comes first, as aep
+    writes it (wire.Encode: type, id, proto, ts, req_id, then the body);
+    (None, None) for any other. Only a hint: what it finds is checked
+    against the parsed line."""
+    if not line.startswith(_HEAD):
+        return None, None
+    end = line.find('"', 9)
+    if end < 0:
+        return None, None
+    i = line.find(_REQ, end, end + 256)
+    if i < 0:
+        return line[9:end], None
+    j = line.find('"', i + 11)
+    return line[9:end], (line[i + 11:j] if j > 0 else None)
+
+
+def raw_reply(line: str, want: Raw, rid: str) -> Optional[dict[str, Any]]:
+    """line as a dict when it is the reply want expects to request rid;
+    None when it is not (then it takes the usual way)."""
+    try:
+        d = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(d, dict) and d.get("type") == want.type and d.get("req_id") == rid:
+        return d
+    return None

@@ -8,6 +8,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, TypeVar
 
 from . import _models as m
+from .errors import ProtocolError
+
+try:  # optional: arrays are lists without it
+    import numpy as _np
+except ImportError:  # pragma: no cover - depends on the machine
+    _np = None
 
 # A request refused unread (e.g. 404 or 503 to POST /send, or a
 # ``shutting_down`` reply) is sent again in the next session, this often.
@@ -72,3 +78,48 @@ class Forks(List[T]):
     def __init__(self, reply: m.SessionForkRespMessage) -> None:
         super().__init__()
         self.reply = reply
+
+
+@dataclass(frozen=True)
+class BatchArrays:
+    """An ``env/step_batch/resp`` as arrays, one entry per episode in the
+    order of the request (Client.env_step_arrays). ``rewards``,
+    ``terminated``, ``truncated`` and ``reset`` are numpy arrays (float64,
+    bool) when numpy is installed, else lists; ``observations``, ``infos``,
+    ``final_observations`` and ``final_infos`` are lists of the JSON values
+    (the finals None where an episode did not finish in ``same_step``
+    mode). ``reply`` is the reply's JSON object."""
+
+    episode_ids: list[str]
+    observations: list[Any]
+    rewards: Any
+    terminated: Any
+    truncated: Any
+    reset: Any
+    infos: list[dict[str, Any]]
+    steps: list[int]
+    final_observations: list[Any]
+    final_infos: list[Optional[dict[str, Any]]]
+    reply: dict[str, Any]
+
+    @classmethod
+    def from_reply(cls, d: dict[str, Any]) -> "BatchArrays":
+        try:
+            res = d["results"]
+            ids = [r["episode_id"] for r in res]
+            obs = [r["observation"] for r in res]
+            rewards = [float(r["reward"]) for r in res]
+            term = [bool(r["terminated"]) for r in res]
+            trunc = [bool(r["truncated"]) for r in res]
+            infos = [r["info"] for r in res]
+            steps = [r["step"] for r in res]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProtocolError("parse_error", f"env/step_batch/resp without {e} in a result",
+                                req_id=d.get("req_id") if isinstance(d, dict) else None) from None
+        reset = [bool(r.get("reset")) for r in res]
+        fobs = [r.get("final_observation") for r in res]
+        finfo = [r.get("final_info") for r in res]
+        if _np is not None:
+            return cls(ids, obs, _np.asarray(rewards, dtype=_np.float64), _np.asarray(term, dtype=bool),
+                       _np.asarray(trunc, dtype=bool), _np.asarray(reset, dtype=bool), infos, steps, fobs, finfo, d)
+        return cls(ids, obs, rewards, term, trunc, reset, infos, steps, fobs, finfo, d)

@@ -30,7 +30,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 from pydantic import ValidationError
 
 from . import _codec, _models as m
-from ._common import MAX_RESENDS, OPEN_BACKOFF as _OPEN_BACKOFF, SNAPSHOT_POLL as _SNAPSHOT_POLL, Forks, Move
+from ._common import MAX_RESENDS, OPEN_BACKOFF as _OPEN_BACKOFF, SNAPSHOT_POLL as _SNAPSHOT_POLL, BatchArrays, Forks, Move
 from ._common import MoveCallback, Refused as _Refused, reason as _reason
 from ._methods import AsyncMethods, EventCallback
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError, RequestInterrupted,
@@ -120,6 +120,7 @@ class AsyncClient(AsyncMethods):
         self._reader: Optional["asyncio.Task[None]"] = None
         self._closed: Optional[BaseException] = None
         self._connect_kw: dict[str, Any] = {}
+        self._raw = 0  # requests in flight that want their reply as a dict
 
     # --- opening and closing
 
@@ -431,6 +432,21 @@ class AsyncClient(AsyncMethods):
             except (ConnectionClosed, asyncio.CancelledError):
                 pass
 
+    async def env_step_arrays(self, episode_ids: Sequence[str], actions: Any, *,
+                              autoreset_mode: Optional[str] = None, traceparent: Optional[str] = None,
+                              call_timeout: Optional[float] = None) -> BatchArrays:
+        """``env/step_batch/req`` with the reply as arrays; see
+        Client.env_step_arrays."""
+        self._raw += 1
+        try:
+            d = await self._request(m.EnvStepBatchReqMessage,
+                                    {"actions": actions, "episode_ids": list(episode_ids)},
+                                    {"autoreset_mode": autoreset_mode, "traceparent": traceparent},
+                                    _codec.Raw(m.EnvStepBatchRespMessage), call_timeout, None)  # type: ignore[arg-type]
+        finally:
+            self._raw -= 1
+        return BatchArrays.from_reply(d)
+
     def start(self, method: str, *args: Any, **kwargs: Any) -> Call:
         """Starts the typed request ``method`` (e.g. ``"tool_call"``) and
         returns its Call at once: ``await call`` for the reply,
@@ -629,6 +645,8 @@ class AsyncClient(AsyncMethods):
             q.put_nowait(err)
 
     def _dispatch(self, line: str) -> None:
+        if self._raw and self._dispatch_raw(line):
+            return
         try:
             msg = _codec.decode(line)
         except ValidationError as e:
@@ -661,12 +679,31 @@ class AsyncClient(AsyncMethods):
                 self._session_lost(p.gen, err)
                 return
             p.future.set_exception(err)
+        elif isinstance(p.reply, _codec.Raw):
+            if isinstance(msg, p.reply.model):
+                p.future.set_result(msg.model_dump(mode="json"))
+            else:
+                p.future.set_exception(ProtocolError(
+                    "parse_error", f"reply of type {t}, expected {p.reply.type}", req_id=rid))
         elif isinstance(msg, p.reply):
             p.future.set_result(msg)
         else:
             p.future.set_exception(ProtocolError(
                 "parse_error", f"reply of type {t}, expected {p.reply.model_fields['type'].default}",
                 req_id=rid))
+
+    def _dispatch_raw(self, line: str) -> bool:
+        """Settles the request that wants line as a dict (_codec.Raw),
+        without a model; False when line is not such a reply."""
+        _, rid = _codec.peek(line)
+        p = self._pending.get(rid) if rid is not None else None
+        if p is None or p.future.done() or not isinstance(p.reply, _codec.Raw):
+            return False
+        d = _codec.raw_reply(line, p.reply, rid)  # type: ignore[arg-type]
+        if d is None:
+            return False
+        p.future.set_result(d)
+        return True
 
     def _undecodable(self, line: str, err: ValidationError) -> None:
         # A reply the models do not know (a newer host's type) or that does
