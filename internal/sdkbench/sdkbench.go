@@ -37,11 +37,11 @@ type Targets struct {
 	Token string
 }
 
-// Start starts a host (default configuration, audit on) and both floors
-// for the rest of b.
+// Start starts a host (default configuration, audit on; the binary named
+// by $AEP_BIN, else one built here) and both floors for the rest of b.
 func Start(b *testing.B) *Targets {
 	b.Helper()
-	h := aepbin.Start(b, aepbin.Options{HTTP: true, Caps: []string{"env"}})
+	h := aepbin.Start(b, aepbin.Options{HTTP: true, Caps: []string{"env"}, Binary: os.Getenv("AEP_BIN")})
 	return &Targets{
 		AepWS:     "ws" + strings.TrimPrefix(h.URL, "http") + "/ws",
 		AepHTTP:   h.URL,

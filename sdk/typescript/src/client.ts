@@ -303,8 +303,9 @@ export class AepClient extends Methods<RequestOptions> {
         signal.addEventListener("abort", p.onAbort, { once: true });
       }
       const line = encodeLine(body, type, id, traceparent);
+      const t = this.#t;
       const failed = (e: unknown) => this.#sendFailed(id, e, mayMove);
-      this.#t.send(line, { events: onEvent !== undefined || this.#eventListeners.size > 0, onError: failed }).catch(failed);
+      if (!t.sendNow?.(line, failed)) t.send(line, { events: onEvent !== undefined || this.#eventListeners.size > 0 }).catch(failed);
     });
     // Only a client that moves is refused (Refused): no promise in between for the others.
     if (!this.#move) return sent;

@@ -19,11 +19,16 @@ export interface Transport {
   /**
    * Sends one line (one JSON message, without its newline). `events` says
    * the request wants its events; only the single exchange, which carries
-   * them in the request's own answer, reads it. With `onError`, a
-   * transport may settle as soon as the line is handed to its connection
-   * and report a failure to write it there instead (WebSocket does).
+   * them in the request's own answer, reads it.
    */
   send(line: string, opts?: SendOptions): Promise<void>;
+  /**
+   * Hands line to the connection at once when it can (open, nothing to
+   * wait for) and returns true; onError is then called if writing it
+   * fails. False: use send. A request costs no promise of the transport's
+   * this way (WebSocket has it).
+   */
+  sendNow?(line: string, onError: (err: ConnectionError) => void): boolean;
   /** Ends the transport; the host ends a stdio session, and keeps a network one for its grace period. */
   close(): Promise<void>;
   /**
@@ -43,11 +48,7 @@ export interface Transport {
 /** How a line is sent; see Transport.send. */
 export interface SendOptions {
   events?: boolean;
-  onError?: (err: Error) => void;
 }
-
-/** Settled already: what a send that needs no waiting returns. */
-const sentAlready = Promise.resolve();
 
 /** ws's options of a text frame, made once. */
 const textFrame = { binary: false };
@@ -285,21 +286,18 @@ class WebSocketLine implements WebSocketTransport {
     this.#tell();
   }
 
-  send(line: string, opts?: SendOptions): Promise<void> {
+  sendNow(line: string, onError: (err: ConnectionError) => void): boolean {
     const ws = this.#ws;
-    const onError = opts?.onError;
-    if (onError && ws && !this.#ended && !this.#closing && !this.#gap && ws.readyState === WebSocket.OPEN) {
-      // Handed to the open connection: nothing to wait for. A failure to
-      // write it goes to onError (perhaps written, so not sent again).
-      ws.send(line, textFrame, (err) => {
-        if (err) onError(new ConnectionError(`websocket send: ${err.message}`, { cause: err }));
-      });
-      return sentAlready;
-    }
-    return this.#sendWaiting(line);
+    if (!ws || this.#ended || this.#closing || this.#gap || ws.readyState !== WebSocket.OPEN) return false;
+    // Handed to the open connection: a failure to write it goes to onError
+    // (perhaps written, so not sent again).
+    ws.send(line, textFrame, (err) => {
+      if (err) onError(new ConnectionError(`websocket send: ${err.message}`, { cause: err }));
+    });
+    return true;
   }
 
-  async #sendWaiting(line: string): Promise<void> {
+  async send(line: string): Promise<void> {
     for (let waits = 0; waits < maxSendWaits; waits++) {
       // Refused before a byte is written: the line did not reach the session.
       if (this.#ended || this.#closing) throw new SessionLostError(`websocket is not open${this.#ended ? ": " + this.#ended.message : ""}`, { delivered: false, ...(this.#ended ? { cause: this.#ended } : {}) });
