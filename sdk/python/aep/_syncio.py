@@ -6,9 +6,9 @@ their own, so a call costs what its system calls cost
 - WebSocket: ``GET /ws`` over a socket, framed by _ws.py; a connection
   that drops is re-attached to its session as the asyncio transport does.
 - Exchange: the single exchange, ``POST /send`` answered with the reply
-  (or, when events are wanted, with an event stream ending in it), over
-  http.client, one keep-alive connection per calling thread.
-- SSE: HTTP+SSE, ``POST /send`` over http.client and ``GET /stream`` read
+  (or, when events are wanted, with an event stream ending in it), one
+  keep-alive HTTP/1.1 connection per calling thread (_Posts).
+- SSE: HTTP+SSE, ``POST /send`` as the exchange's and ``GET /stream`` read
   from its socket (chunked, event-stream: _http1.py).
 - Stdio: ``aep serve --stdio`` as a child process, lines on its pipes.
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import http.client
 import json
 import os
 import queue
@@ -33,7 +32,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from . import _ws
 from ._http1 import BodyError, Chunked, EventStream
@@ -405,71 +404,185 @@ class WebSocket(SyncTransport):
 # --- HTTP: the single exchange and HTTP+SSE
 
 
+class _HTTPConn(_Socket):
+    """One keep-alive HTTP/1.1 connection of _Posts, with what was read past
+    the last answer."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.buf = b""
+
+
+class Answer:
+    """An HTTP answer: its status, its headers (names in lower case) and
+    its body (empty when it went to on_body)."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+
 class _Posts:
-    """POSTs to a host, one keep-alive http.client connection per thread."""
+    """POSTs to one host over keep-alive HTTP/1.1, one connection per
+    calling thread, written and read here: just what POST /session and POST
+    /send need (a body by Content-Length, chunked or to the end of the
+    connection). http.client would cost a round trip tens of microseconds
+    more, most of them parsing headers (docs/PERFORMANCE.md)."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str], timeout: float) -> None:
+        tls, self.host, self.port, self.hosthdr, _ = _split(base_url, ("http", "https"))
+        self.tls = tls
         u = urllib.parse.urlsplit(base_url)
-        if u.scheme not in ("http", "https"):
-            raise ValueError(f"{base_url!r} is not an http(s) URL")
-        self.scheme, self.netloc, self.prefix = u.scheme, u.netloc, u.path.rstrip("/")
+        self.prefix = u.path.rstrip("/")
         self.base = f"{u.scheme}://{u.netloc}{self.prefix}"
         self.headers = dict(headers)
+        for k, v in self.headers.items():
+            _check_header(k, v)
         self.timeout = timeout
         self._local = threading.local()
-        self._conns: list[http.client.HTTPConnection] = []
+        self._conns: "set[_HTTPConn]" = set()
         self._lock = threading.Lock()
-
-    def _new(self, timeout: Optional[float]) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        conn = cls(self.netloc, timeout=timeout)
-        with self._lock:
-            self._conns.append(conn)
-        return conn
+        self._closed = False
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str], timeout: Optional[float],
-             stream: bool = False) -> tuple[http.client.HTTPResponse, bytes]:
-        """The response and its body; with stream, the body is b"" and the
-        caller reads it from the response (the connection is not reused
-        until it has). timeout bounds
-        the wait for the answer (None: no bound; connecting is bounded by the
-        transport's timeout) and raises TimeoutError, dropping the
-        connection. A keep-alive connection the server closed meanwhile
-        gets one fresh try."""
-        conn: Optional[http.client.HTTPConnection] = getattr(self._local, "conn", None)
+             on_body: Optional[Callable[[bytes], None]] = None) -> Answer:
+        """POSTs body; the answer, its body handed to on_body as it comes
+        when given. timeout bounds the wait for the whole answer (None: no
+        bound; connecting is bounded by the transport's timeout) and raises
+        TimeoutError, dropping the connection (which cancels a request of
+        the single exchange on the host). A keep-alive connection the
+        server had closed gets one fresh try."""
+        for k, v in headers.items():
+            _check_header(k, v)
+        req = (f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.hosthdr}\r\nContent-Length: {len(body)}\r\n" +
+               "".join(f"{k}: {v}\r\n" for k, v in self.headers.items()) +
+               "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode("latin-1") + body
+        deadline = None if timeout is None else time.monotonic() + timeout
         for attempt in (0, 1):
-            fresh = conn is None
+            conn: Optional[_HTTPConn] = getattr(self._local, "conn", None)
+            reused = conn is not None
             if conn is None:
-                conn = self._new(self.timeout)
+                if self._closed:
+                    raise ConnectionClosed("the transport is closed")
+                conn = _HTTPConn(_dial(self.tls, self.host, self.port, self.timeout))
+                with self._lock:
+                    self._conns.add(conn)
                 self._local.conn = conn
             try:
-                if conn.sock is None:
-                    conn.timeout = self.timeout
-                    conn.connect()
-                conn.sock.settimeout(timeout)
-                conn.request("POST", self.prefix + path, body=body, headers={**self.headers, **headers})
-                resp = conn.getresponse()
-                return resp, (b"" if stream else resp.read())
-            except socket.timeout:
-                self._drop(conn)
-                raise TimeoutError(f"POST {path}: no answer within {timeout}s") from None
-            except (http.client.HTTPException, OSError):
-                self._drop(conn)
-                conn = None
-                if attempt == 1 or fresh:
+                try:
+                    conn.sock.sendall(req)
+                except OSError:
+                    if reused and attempt == 0:
+                        raise _Stale() from None
                     raise
+                ans = self._answer(conn, deadline, on_body, first=reused and attempt == 0)
+            except _Stale:
+                self._drop(conn)
+                continue  # the server closed it while it was idle: a fresh one
+            except BaseException:
+                self._drop(conn)
+                raise
+            if ans.headers.get("connection", "").lower() == "close":
+                self._drop(conn)
+            return ans
         raise AssertionError("unreachable")
 
-    def _drop(self, conn: http.client.HTTPConnection) -> None:
+    def _read(self, conn: _HTTPConn, deadline: Optional[float]) -> bytes:
+        data = conn.read(deadline)
+        if data is None:
+            raise TimeoutError("no answer in time")
+        return data
+
+    def _answer(self, conn: _HTTPConn, deadline: Optional[float], on_body: Optional[Callable[[bytes], None]],
+                first: bool) -> Answer:
+        buf = conn.buf
+        conn.buf = b""
+        while True:
+            i = buf.find(b"\r\n\r\n")
+            if i >= 0:
+                break
+            if len(buf) > 65536:
+                raise ConnectionClosed("an HTTP answer head over 64 KiB")
+            data = self._read(conn, deadline)
+            if not data:
+                if first and not buf:
+                    raise _Stale()
+                raise ConnectionClosed("the server closed the connection before answering")
+            buf += data
+        try:
+            status, headers = _ws.parse_response_head(buf[:i])
+        except _ws.HandshakeRefused as e:
+            raise ConnectionClosed(str(e)) from None
+        rest = buf[i + 4:]
+        parts: list[bytes] = []
+        put = on_body or parts.append
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            dec = Chunked()
+            data = rest
+            while True:
+                try:
+                    got = dec.feed(data)
+                except BodyError as e:
+                    raise ConnectionClosed(f"a broken chunked answer: {e}") from e
+                if got:
+                    put(got)
+                if dec.done:
+                    conn.buf = bytes(dec._buf)  # what came after the last chunk
+                    break
+                data = self._read(conn, deadline)
+                if not data:
+                    raise ConnectionClosed("the answer ended inside its chunked body")
+        elif "content-length" in headers:
+            try:
+                n = int(headers["content-length"])
+            except ValueError:
+                raise ConnectionClosed(f"a bad Content-Length {headers['content-length']!r}") from None
+            if n < 0 or n > LINE_LIMIT:
+                raise ConnectionClosed(f"an answer of {n} bytes")
+            while len(rest) < n:
+                data = self._read(conn, deadline)
+                if not data:
+                    raise ConnectionClosed("the answer ended inside its body")
+                rest += data
+            if n:
+                put(rest[:n])
+            conn.buf = rest[n:]
+        else:
+            if rest:
+                put(rest)
+            while True:
+                data = self._read(conn, deadline)
+                if not data:
+                    break
+                put(data)
+            headers["connection"] = "close"
+        return Answer(status, headers, b"".join(parts))
+
+    def _drop(self, conn: _HTTPConn) -> None:
         conn.close()
+        with self._lock:
+            self._conns.discard(conn)
         if getattr(self._local, "conn", None) is conn:
             self._local.conn = None
 
     def close(self) -> None:
+        self._closed = True
         with self._lock:
-            conns, self._conns = self._conns, []
+            conns, self._conns = self._conns, set()
         for c in conns:
             c.close()
+
+
+class _Stale(Exception):
+    """Internal: a reused keep-alive connection was closed by the server."""
+
+
+def _check_header(k: str, v: str) -> None:
+    if any(c in str(k) + str(v) for c in "\r\n\0") or ":" in str(k):
+        raise ValueError(f"header {k!r}: a name or value with a line break, NUL or colon")
 
 
 def _post_status(path: str, status: int, body: bytes) -> None:
@@ -522,48 +635,42 @@ class Exchange(SyncTransport):
             raise ConnectionClosed("exchange transport is closed")
         headers = {"Content-Type": "text/plain; charset=utf-8", "X-Session-Id": self.session_id or "",
                    "Accept": "text/event-stream" if events else "application/json"}
+        stream = EventStream(LINE_LIMIT) if events else None
+        got: list[str] = []
+
+        def on_body(data: bytes) -> None:
+            for d, _ in stream.feed(data):  # type: ignore[union-attr]
+                got.append(d)
+                self._put(d)  # events as they come, before the reply
         try:
-            resp, body = self._posts.post("/send", line.encode(), headers, timeout, stream=events)
+            ans = self._posts.post("/send", line.encode(), headers, timeout, on_body if stream is not None else None)
         except ConnectionRefusedError as e:
             raise SessionLost(f"POST /send: {e}", delivered=False) from e
         except TimeoutError:
             raise
-        except (OSError, http.client.HTTPException) as e:
-            raise ConnectionClosed(f"POST /send: {e}") from e
-        if events:
-            body = b"" if resp.getheader("Content-Type", "").startswith("text/event-stream") else resp.read()
-        if resp.status == 202:
-            return  # a notification
-        if resp.status != 200:
-            _post_status("/send", resp.status, body)
-        if events and not body:
-            lines = self._read_events(resp, timeout)
-        else:
-            body = body.strip()
-            lines = [body.decode()] if body else []
-        if not lines:
-            # The host gave up on the request (it is closing, and cancelled
-            # what was running) without a reply.
-            raise ConnectionClosed("POST /send: the host answered without a reply")
-        with self._cv:
-            self._lines.extend(lines)
-            self._cv.notify_all()
-
-    @staticmethod
-    def _read_events(resp: http.client.HTTPResponse, timeout: Optional[float]) -> list[str]:
-        parser = EventStream(LINE_LIMIT)
-        out: list[str] = []
-        try:
-            while True:
-                data = resp.read1(_READ) if hasattr(resp, "read1") else resp.read(_READ)
-                if not data:
-                    break
-                out.extend(d for d, _ in parser.feed(data))
-        except socket.timeout:
-            raise TimeoutError(f"POST /send: no answer within {timeout}s") from None
         except BodyError as e:
             raise ConnectionClosed(f"POST /send: {e}") from e
-        return out
+        except OSError as e:
+            raise ConnectionClosed(f"POST /send: {e}") from e
+        if ans.status == 202:
+            return  # a notification
+        if ans.status != 200:
+            _post_status("/send", ans.status, ans.body)
+        if stream is None:
+            text = ans.body.strip()
+            if text:
+                self._put(text.decode())
+                return
+        elif got:
+            return
+        # The host gave up on the request (it is closing, and cancelled
+        # what was running) without a reply.
+        raise ConnectionClosed("POST /send: the host answered without a reply")
+
+    def _put(self, line: str) -> None:
+        with self._cv:
+            self._lines.append(line)
+            self._cv.notify_all()
 
     def recv(self, timeout: Optional[float]) -> Optional[str]:
         with self._cv:
@@ -584,21 +691,15 @@ class Exchange(SyncTransport):
 
 def _create_session(posts: _Posts) -> str:
     try:
-        conn = posts._new(posts.timeout)
-        try:
-            conn.request("POST", posts.prefix + "/session", body=b"", headers=posts.headers)
-            resp = conn.getresponse()
-            body = resp.read()
-        finally:
-            conn.close()
+        ans = posts.post("/session", b"", {}, posts.timeout)
     except ConnectionRefusedError as e:
         raise SessionLost(f"POST /session: {e}", delivered=False) from e
-    except (OSError, http.client.HTTPException) as e:
+    except OSError as e:
         raise ConnectionClosed(f"POST /session: {e}") from e
-    if resp.status not in (200, 201):
-        raise ConnectionClosed(f"POST /session: status {resp.status}: {body[:200]!r}")
+    if ans.status not in (200, 201):
+        raise ConnectionClosed(f"POST /session: status {ans.status}: {ans.body[:200]!r}")
     try:
-        sid = json.loads(body)["session_id"]
+        sid = json.loads(ans.body)["session_id"]
     except (ValueError, KeyError, TypeError) as e:
         raise ConnectionClosed(f"POST /session: no session id in the answer: {e}") from e
     if not isinstance(sid, str) or not sid:
@@ -689,16 +790,14 @@ class SSE(SyncTransport):
             raise ConnectionClosed("HTTP transport is closed")
         headers = {"Content-Type": "text/plain; charset=utf-8", "X-Session-Id": self.session_id or ""}
         try:
-            resp, body = self._posts.post("/send", line.encode(), headers, self.timeout)
-        except TimeoutError as e:
-            raise ConnectionClosed(f"POST /send: {e}") from e
+            ans = self._posts.post("/send", line.encode(), headers, self.timeout)
         except ConnectionRefusedError as e:
             # Nothing listens where the session was: its host is gone.
             raise SessionLost(f"POST /send: {e}", delivered=False) from e
-        except (OSError, http.client.HTTPException) as e:
+        except OSError as e:  # TimeoutError among them
             raise ConnectionClosed(f"POST /send: {e}") from e
-        if resp.status != 202:
-            _post_status("/send", resp.status, body)
+        if ans.status != 202:
+            _post_status("/send", ans.status, ans.body)
 
     def recv(self, timeout: Optional[float]) -> Optional[str]:
         deadline = None if timeout is None else time.monotonic() + timeout
