@@ -1,9 +1,18 @@
-// Package conformance checks any host's messages against schemas/. The JSON
-// Schema files are the contract, so lines are checked by a generic JSON Schema
+// Package conformance judges any host of the protocol: its messages
+// against schemas/, and its behaviour against the spec. The JSON Schema
+// files are the contract, so lines are checked by a generic JSON Schema
 // validator (santhosh-tekuri/jsonschema), independently of the generated Go
 // models and validators the aep host itself decodes with.
 //
-// The API:
+// The kit ([Run], `aep conformance`) drives a running host through a
+// [Target] (stdio, HTTP+SSE, single exchange, WebSocket) and reports one
+// [Result] per check of [Checks], each MUST or SHOULD with the section it
+// cites; a [Fixture] gives the host content some checks need, a
+// [Baseline] the failures a host expects (docs/contract.md). The
+// subpackage mutate breaks a real host one rule at a time, and kittest
+// runs the kit against aep in tests.
+//
+// The line checker's API:
 //   - [Load] compiles every schema file of a directory and [LoadFS] those of an
 //     fs.FS; [SchemaDir] finds schemas/ of this module by walking up from the
 //     working directory, so a test of any package can load it.
@@ -65,12 +74,15 @@ type Checker struct {
 }
 
 type typeSchema struct {
+	typ        string // the def's x-aep-type (an alias maps to its def's)
 	loc        string // the def's absolute location, for messages
 	kind       string
 	schema     *jsonschema.Schema
 	namespace  string // the file's x-aep-namespace
 	capability string // x-aep-capability of the def, else of the file
+	kernel     bool   // the file's x-aep-kernel: answered by the kernel itself
 	reply      string // x-aep-reply of a request
+	def        map[string]any
 }
 
 // Violation is a line that does not conform. Err is the cause: a
@@ -240,7 +252,8 @@ func LoadFS(fsyss ...fs.FS) (*Checker, error) {
 				capName, _ = f.raw["x-aep-capability"].(string)
 			}
 			reply, _ := def["x-aep-reply"].(string)
-			ts := &typeSchema{loc: loc, kind: kind, schema: sch, namespace: ns, capability: capName, reply: reply}
+			kernel, _ := f.raw["x-aep-kernel"].(bool)
+			ts := &typeSchema{typ: typ, loc: loc, kind: kind, schema: sch, namespace: ns, capability: capName, kernel: kernel, reply: reply, def: def}
 			aliases, _ := def["x-aep-aliases"].([]any)
 			for _, t := range append([]any{typ}, aliases...) {
 				t, _ := t.(string)

@@ -3,6 +3,8 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,92 +21,123 @@ import (
 	"github.com/aephost/aep/gen/contract"
 )
 
-// The kit: [Run] checks a running host, reached through a [Dialer], against
-// the contract (gen/contract/aep.schema.json and schemas/) and the
-// behavioural rules of the protocol, one [Result] per rule with the spec
-// section it comes from. `aep conformance` is its command line.
+// The kit: [Run] checks a running host, reached through a [Target],
+// against the contract (gen/contract/aep.schema.json and schemas/) and the
+// behaviour the spec and the schemas describe, one [Result] per check of
+// [Checks] with its level (MUST or SHOULD) and the section it cites.
+// Checks that need content only the host has take it from a [Fixture] and
+// skip without it; a [Baseline] lists the failures a host expects.
+// `aep conformance` is its command line.
 
-// Status of one rule.
+// Status of one check.
 type Status string
 
 const (
 	Pass Status = "pass"
 	Fail Status = "fail"
-	Skip Status = "skip" // nothing to check it with (e.g. no events request given)
+	// Skip: nothing to check it with (no fixture key, a capability the
+	// host does not offer, a transport without the feature); Note says.
+	Skip Status = "skip"
+	// XFail: failed, as the baseline says it does.
+	XFail Status = "xfail"
 )
 
-// Rule IDs, in report order.
-const (
-	RuleHandshake         = "handshake"
-	RuleHandshakeFailures = "handshake.failures"
-	RuleReplyOnce         = "reply.once"
-	RuleEvents            = "events"
-	RuleCapability        = "capability.gating"
-	RuleRetryable         = "error.retryable"
-	RuleInvalidExamples   = "examples.invalid"
-	RuleValidExamples     = "examples.valid"
-	RuleDirection         = "direction"
-	RuleHostStrict        = "host.strict"
-)
-
-var rules = []struct{ id, section, title string }{
-	{RuleHandshake, "spec §2.4, §2.2, §4.2", "a handshake with the token opens a session: ok, session_id, max_parallel, one accepted_caps entry per requested name, enabled false where nothing serves it"},
-	{RuleHandshakeFailures, "spec §5 rule 3, §9 rule 2, §3", "a wrong token is unauthorized, another proto version_mismatch, a malformed handshake schema_violation, each with ok false and no session; a request before a handshake is unauthorized"},
-	{RuleReplyOnce, "spec §2.1, docs/DECISIONS.md Wire", "every request gets exactly one reply, of its reply type or error, with req_id its id"},
-	{RuleEvents, "spec §6", "events of a request arrive while it is in flight, before its reply, typed <ns>/event, seq 0, 1, 2 …"},
-	{RuleCapability, "spec §7 condition 3, §2.2", "a namespace whose capability the session did not request is capability_missing"},
-	{RuleRetryable, "spec §7", "every error's retryable is the contract's value for its code and detail.reason"},
-	{RuleInvalidExamples, "spec §7 condition 1, docs/DECISIONS.md Wire", "every invalid example is answered with parse_error or schema_violation"},
-	{RuleValidExamples, "spec §7 condition 1", "no valid example is answered with parse_error or schema_violation"},
-	{RuleDirection, "spec §2.1, docs/DECISIONS.md Wire", "a host sends only replies and events; a type only a host sends, sent by an agent, is parse_error"},
-	{RuleHostStrict, "spec §2.1, docs/DECISIONS.md Wire", "every line a host sends is one JSON object on one line that validates against the contract's HostMessage (closed: no field the contract does not name)"},
-}
-
-// Result is the outcome of one rule.
+// Result is the outcome of one check.
 type Result struct {
-	Rule     string   `json:"rule"`
-	Section  string   `json:"section"`
-	Title    string   `json:"title"`
+	CheckInfo
 	Status   Status   `json:"status"`
-	Checked  int      `json:"checked"` // messages or cases the rule looked at
+	Checked  int      `json:"checked"` // messages or cases the check looked at
 	Problems []string `json:"problems,omitempty"`
-	Note     string   `json:"note,omitempty"`
+	// Note says why a check skipped, or that a check the baseline lists
+	// passed (the entry can go).
+	Note string `json:"note,omitempty"`
+	// Expected is the baseline's reason for a failure it lists.
+	Expected string `json:"expected,omitempty"`
 }
 
-// Report is the outcome of a run, rules in a fixed order.
+// Report is the outcome of a run, checks in the order of [Checks].
 type Report struct {
-	Results []Result `json:"results"`
-	OK      bool     `json:"ok"`
+	Transport string   `json:"transport"`
+	Results   []Result `json:"results"`
+	// OK is false when a MUST check failed that the baseline does not
+	// list: the host is not conformant.
+	OK      bool    `json:"ok"`
+	Summary Summary `json:"summary"`
 }
 
-// Failed returns the IDs of the rules that failed.
+// Summary counts the results.
+type Summary struct {
+	Pass         int `json:"pass"`
+	FailMust     int `json:"fail_must"`
+	FailShould   int `json:"fail_should"`
+	ExpectedFail int `json:"expected_fail"`
+	Skip         int `json:"skip"`
+	// Stale lists the baseline's checks that passed.
+	Stale []string `json:"stale,omitempty"`
+}
+
+// Failed returns the IDs of the checks that failed, expected or not.
 func (r *Report) Failed() []string {
 	var out []string
 	for _, x := range r.Results {
-		if x.Status == Fail {
-			out = append(out, x.Rule)
+		if x.Status == Fail || x.Status == XFail {
+			out = append(out, x.ID)
 		}
 	}
 	return out
 }
 
-// WriteText writes the report for people: one line per rule, its problems
-// indented below it.
+// Result returns the result of one check.
+func (r *Report) Result(id string) (Result, bool) {
+	for _, x := range r.Results {
+		if x.ID == id {
+			return x, true
+		}
+	}
+	return Result{}, false
+}
+
+// WriteText writes the report for people: one line per check with its
+// level, its problems indented below it, then the skipped checks with
+// what they need, and a summary.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, x := range r.Results {
-		fmt.Fprintf(&b, "%-4s %-20s %s (%d checked)\n", strings.ToUpper(string(x.Status)), x.Rule, x.Section, x.Checked)
+		if x.Status == Skip {
+			continue
+		}
+		fmt.Fprintf(&b, "%-5s %-6s %-29s %s (%d checked)\n", strings.ToUpper(string(x.Status)), x.Level, x.ID, x.Cites, x.Checked)
+		if x.Expected != "" {
+			fmt.Fprintf(&b, "      expected by the baseline: %s\n", x.Expected)
+		}
 		if x.Note != "" {
-			fmt.Fprintf(&b, "     %s\n", x.Note)
+			fmt.Fprintf(&b, "      %s\n", x.Note)
 		}
 		for _, p := range x.Problems {
-			fmt.Fprintf(&b, "     - %s\n", p)
+			fmt.Fprintf(&b, "      - %s\n", p)
 		}
+	}
+	for _, x := range r.Results {
+		if x.Status == Skip {
+			fmt.Fprintf(&b, "SKIP  %-6s %-29s %s\n", x.Level, x.ID, x.Note)
+		}
+	}
+	s := r.Summary
+	fmt.Fprintf(&b, "%s: %d pass, %d MUST failed, %d SHOULD failed, %d expected failures, %d skipped\n",
+		r.Transport, s.Pass, s.FailMust, s.FailShould, s.ExpectedFail, s.Skip)
+	if len(s.Stale) > 0 {
+		fmt.Fprintf(&b, "the baseline lists checks that passed (remove them): %s\n", strings.Join(s.Stale, ", "))
 	}
 	if r.OK {
 		b.WriteString("conformant\n")
 	} else {
-		fmt.Fprintf(&b, "not conformant: %s\n", strings.Join(r.Failed(), ", "))
+		var must []string
+		for _, x := range r.Results {
+			if x.Status == Fail && x.Level == Must {
+				must = append(must, x.ID)
+			}
+		}
+		fmt.Fprintf(&b, "not conformant: %s\n", strings.Join(must, ", "))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -125,14 +158,28 @@ type Example struct {
 type Options struct {
 	// Token is the host's auth_token.
 	Token string
-	// Caps are the capabilities requested where a rule needs a working
-	// session; default: every capability the contract names.
+	// AgentID is the agent_id of the kit's handshakes; default
+	// "aep-conformance".
+	AgentID string
+	// Caps are the capabilities requested where a check needs a working
+	// session; default: every capability the contract names, and the
+	// always-on session namespace.
 	Caps []string
+	// Fixture is the host content of the checks that need some; nil: they
+	// skip.
+	Fixture *Fixture
+	// Baseline lists the checks the host is expected to fail.
+	Baseline *Baseline
+	// Only, when set, runs only the scenarios judging these checks (an ID,
+	// or a prefix ending in "." such as "tools."); the traffic checks
+	// judge whatever they see, and the rest skip.
+	Only []string
 	// EventsRequest is a request line (without id, proto, ts, which the kit
 	// sets) that makes the host send events, e.g. a streaming tool call.
-	// Without it the events rule checks the events other rules saw.
+	// The fixture's tools.streaming is the usual way; this one is sent as
+	// it is, for a host whose events come from elsewhere.
 	EventsRequest []byte
-	// Examples are sent by the examples rules; default [BuiltinExamples].
+	// Examples are sent by the examples checks; default [BuiltinExamples].
 	Examples []Example
 	// Timeout bounds the wait for one reply; default 10 s.
 	Timeout time.Duration
@@ -226,35 +273,90 @@ func LoadExamples(fsys fs.FS) ([]Example, error) {
 	return out, nil
 }
 
-// kit is one run: the contract, the options, and what each rule found.
-type kit struct {
-	opts    Options
-	dial    Dialer
+// judge is the compiled schemas and bundle a run judges by; it never
+// changes, so runs in one process share it (compiledContract).
+type judge struct {
 	checker *Checker
-	host    *jsonschema.Schema  // the bundle's HostMessage
-	codes   map[string]retryRow // the retryable table, from the bundle
-	// required lists each message type's required fields (bundle).
-	required map[string][]string
-	// conditional marks types whose def has rules beyond required fields.
-	conditional map[string]bool
+	host    *jsonschema.Schema // the bundle's HostMessage
+	closed  *jsonschema.Schema // the same with every described object closed
+	// hostDefs and closedDefs are the bundle's message defs by type, so
+	// a line is judged by its own def, and its problems are its own.
+	hostDefs, closedDefs map[string]*jsonschema.Schema
+	codes                map[string]retryRow // the retryable table, from the bundle
+}
+
+var compiled struct {
+	once sync.Once
+	j    *judge
+	err  error
+}
+
+// compiledContract compiles the module's schemas and the bundle once per
+// process: a suite running the kit many times (mutants) pays it once.
+func compiledContract() (*judge, error) {
+	compiled.once.Do(func() {
+		j := &judge{}
+		if j.checker, compiled.err = Module(); compiled.err != nil {
+			return
+		}
+		if compiled.err = j.loadBundle(); compiled.err == nil {
+			compiled.j = j
+		}
+	})
+	return compiled.j, compiled.err
+}
+
+// kit is one run: the contract, the options, and what each check found.
+type kit struct {
+	*judge
+	opts   Options
+	target Target
+	// uniq makes the names this run creates (memory namespaces, chains,
+	// keys) its own, so runs against one host do not meet.
+	uniq string
 
 	mu       sync.Mutex
 	problems map[string][]string
 	checked  map[string]int
 	notes    map[string]string
 	seq      int
+
+	// Learnt from the handshake check's session.
+	offered     map[string]bool // capabilities enabled when every one was asked for
+	handshakeOK bool
 }
 
-func (k *kit) fail(rule, format string, args ...any) {
+func (k *kit) fail(check, format string, args ...any) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.problems[rule] = append(k.problems[rule], fmt.Sprintf(format, args...))
+	k.problems[check] = append(k.problems[check], fmt.Sprintf(format, args...))
 }
 
-func (k *kit) count(rule string) {
+func (k *kit) count(check string) {
 	k.mu.Lock()
-	k.checked[rule]++
+	k.checked[check]++
 	k.mu.Unlock()
+}
+
+// expect counts one case of check and fails it unless ok.
+func (k *kit) expect(check string, ok bool, format string, args ...any) bool {
+	k.count(check)
+	if !ok {
+		k.fail(check, format, args...)
+	}
+	return ok
+}
+
+// skip records why checks could not run, for the report of those that
+// end without a case.
+func (k *kit) skip(reason string, checks ...string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, c := range checks {
+		if k.notes[c] == "" {
+			k.notes[c] = reason
+		}
+	}
 }
 
 func (k *kit) nextID(prefix string) string {
@@ -264,66 +366,149 @@ func (k *kit) nextID(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, k.seq)
 }
 
-// Run checks the host that dial reaches. An error means the kit could not
-// run at all (no contract, no host); a host that breaks rules gives a
-// report with OK false.
-func Run(ctx context.Context, dial Dialer, opts Options) (*Report, error) {
+// name returns a name of this run: "aep-conformance-<what>-<uniq>".
+func (k *kit) name(what string) string {
+	return "aep-conformance-" + what + "-" + k.uniq
+}
+
+// selected says whether any of checks is among Options.Only.
+func (k *kit) selected(checks ...string) bool {
+	if len(k.opts.Only) == 0 {
+		return true
+	}
+	for _, c := range checks {
+		for _, o := range k.opts.Only {
+			if c == o || strings.HasSuffix(o, ".") && strings.HasPrefix(c, o) || strings.HasPrefix(c, o+".") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// scenario is a run of requests that judges some checks.
+type scenario struct {
+	checks []string
+	run    func(context.Context) error
+}
+
+// Run checks the host that target reaches. An error means the kit could
+// not run at all (no contract, no host, a bad fixture); a host that fails
+// checks gives a report with OK false.
+func Run(ctx context.Context, target Target, opts Options) (*Report, error) {
+	if target.Dial == nil {
+		return nil, errors.New("conformance: the target has no Dial")
+	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Second
 	}
 	if opts.Examples == nil {
 		opts.Examples = BuiltinExamples()
 	}
-	k := &kit{opts: opts, dial: dial, problems: map[string][]string{}, checked: map[string]int{}, notes: map[string]string{}}
-	var err error
-	if k.checker, err = Module(); err != nil {
+	if opts.AgentID == "" {
+		opts.AgentID = "aep-conformance"
+	}
+	if opts.Fixture == nil {
+		opts.Fixture = &Fixture{}
+	}
+	for _, o := range opts.Only {
+		if _, ok := checkInfo(o); !ok && !strings.HasSuffix(o, ".") {
+			found := false
+			for _, c := range catalogue {
+				found = found || strings.HasPrefix(c.ID, o+".")
+			}
+			if !found {
+				return nil, fmt.Errorf("conformance: --only %s: no such check", o)
+			}
+		}
+	}
+	k := &kit{opts: opts, target: target, problems: map[string][]string{}, checked: map[string]int{}, notes: map[string]string{}, offered: map[string]bool{}}
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	k.uniq = hex.EncodeToString(rb[:])
+	j, err := compiledContract()
+	if err != nil {
 		return nil, err
 	}
-	if err := k.loadBundle(); err != nil {
-		return nil, err
-	}
+	k.judge = j
 	if len(k.opts.Caps) == 0 {
-		k.opts.Caps = k.capabilities()
+		k.opts.Caps = append(k.capabilities(), k.alwaysOn()...)
 	}
 	// A first session proves the host is there at all.
-	probe, err := dial(ctx)
+	probe, err := target.Dial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("conformance: cannot reach the host: %w", err)
 	}
 	_ = probe.Close()
 
-	for _, step := range []func(context.Context) error{
-		k.handshake, k.handshakeFailures, k.replyOnce, k.events, k.capabilityGating,
-		k.invalidExamples, k.validExamples, k.direction,
-	} {
-		if err := step(ctx); err != nil {
+	for i, sc := range k.scenarios() {
+		// The first, the handshake, learns what the host offers: it
+		// always runs.
+		if i > 0 && !k.selected(sc.checks...) {
+			k.skip("not selected (--only)", sc.checks...)
+			continue
+		}
+		if i > 0 && !k.handshakeOK {
+			// Every other scenario needs a session: they would all fail
+			// the same way, each after a timeout.
+			k.skip("the handshake with the token failed (see handshake)", checkIDs()...)
+			break
+		}
+		if err := sc.run(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, err
 		}
 	}
-	rep := &Report{OK: true}
-	for _, r := range rules {
-		res := Result{Rule: r.id, Section: r.section, Title: r.title, Checked: k.checked[r.id], Problems: k.problems[r.id], Note: k.notes[r.id]}
+	return k.report(), nil
+}
+
+func (k *kit) report() *Report {
+	rep := &Report{Transport: k.target.Name, OK: true}
+	if rep.Transport == "" {
+		rep.Transport = "host"
+	}
+	for _, c := range catalogue {
+		res := Result{CheckInfo: c, Checked: k.checked[c.ID], Problems: k.problems[c.ID]}
+		reason, listed := k.opts.Baseline.reason(c.ID)
 		switch {
+		case len(res.Problems) > 0 && listed:
+			res.Status = XFail
+			res.Expected = reason
+			rep.Summary.ExpectedFail++
 		case len(res.Problems) > 0:
 			res.Status = Fail
-			rep.OK = false
+			if c.Level == Must {
+				rep.OK = false
+				rep.Summary.FailMust++
+			} else {
+				rep.Summary.FailShould++
+			}
 		case res.Checked == 0:
 			res.Status = Skip
+			res.Note = k.notes[c.ID]
+			if res.Note == "" {
+				res.Note = "nothing exercised it"
+			}
+			rep.Summary.Skip++
 		default:
 			res.Status = Pass
+			rep.Summary.Pass++
+			if listed {
+				res.Note = "the baseline lists it as failing, but it passed: remove the entry"
+				rep.Summary.Stale = append(rep.Summary.Stale, c.ID)
+			}
 		}
 		if len(res.Problems) > 20 {
-			res.Problems = append(res.Problems[:20], fmt.Sprintf("… and %d more", len(res.Problems)-20))
+			res.Problems = append(res.Problems[:20:20], fmt.Sprintf("… and %d more", len(res.Problems)-20))
 		}
 		rep.Results = append(rep.Results, res)
 	}
-	return rep, nil
+	return rep
 }
 
-func (k *kit) loadBundle() error {
+func (k *judge) loadBundle() error {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(contract.Bundle))
 	if err != nil {
 		return err
@@ -337,16 +522,55 @@ func (k *kit) loadBundle() error {
 	if k.host, err = comp.Compile(contract.BundleID + "#/$defs/HostMessage"); err != nil {
 		return err
 	}
+	// The same bundle with every object it describes closed, compiled on
+	// its own.
+	closedDoc, err := jsonschema.UnmarshalJSON(bytes.NewReader(contract.Bundle))
+	if err != nil {
+		return err
+	}
+	closeObjects(closedDoc)
+	const closedID = "https://aephost.dev/conformance/closed.schema.json"
+	closedDoc.(map[string]any)["$id"] = closedID
+	comp2 := jsonschema.NewCompiler()
+	comp2.DefaultDraft(jsonschema.Draft2020)
+	comp2.UseLoader(noNetwork{})
+	if err := comp2.AddResource(closedID, closedDoc); err != nil {
+		return err
+	}
+	if k.closed, err = comp2.Compile(closedID + "#/$defs/HostMessage"); err != nil {
+		return err
+	}
+	// Each message def of the union, by its type's const.
+	var union struct {
+		Defs map[string]struct {
+			OneOf []struct {
+				Ref string `json:"$ref"`
+			} `json:"oneOf"`
+			Properties map[string]struct {
+				Const string `json:"const"`
+			} `json:"properties"`
+		} `json:"$defs"`
+	}
+	if err := json.Unmarshal(contract.Bundle, &union); err != nil {
+		return err
+	}
+	k.hostDefs, k.closedDefs = map[string]*jsonschema.Schema{}, map[string]*jsonschema.Schema{}
+	for _, ref := range union.Defs["HostMessage"].OneOf {
+		name := strings.TrimPrefix(ref.Ref, "#/$defs/")
+		typ := union.Defs[name].Properties["type"].Const
+		if typ == "" || name == ref.Ref {
+			continue
+		}
+		if k.hostDefs[typ], err = comp.Compile(contract.BundleID + "#/$defs/" + name); err != nil {
+			return err
+		}
+		if k.closedDefs[typ], err = comp2.Compile(closedID + "#/$defs/" + name); err != nil {
+			return err
+		}
+	}
 	var b struct {
 		Defs map[string]struct {
-			Enum       []string `json:"enum"`
-			Properties map[string]struct {
-				Const any `json:"const"`
-			} `json:"properties"`
-			Required []string `json:"required"`
-			AnyOf    []any    `json:"anyOf"`
-			OneOf    []any    `json:"oneOf"`
-			AllOf    []struct {
+			AllOf []struct {
 				If struct {
 					Properties map[string]struct {
 						Const      any `json:"const"`
@@ -365,14 +589,6 @@ func (k *kit) loadBundle() error {
 	}
 	if err := json.Unmarshal(contract.Bundle, &b); err != nil {
 		return err
-	}
-	k.required = map[string][]string{}
-	k.conditional = map[string]bool{}
-	for _, d := range b.Defs {
-		if t, ok := d.Properties["type"].Const.(string); ok {
-			k.required[t] = d.Required
-			k.conditional[t] = len(d.AllOf)+len(d.AnyOf)+len(d.OneOf) > 0
-		}
 	}
 	// The retryable table, from ErrorMessage's if/then rules: one per code
 	// (any other reason or none) and one per listed detail.reason.
@@ -400,6 +616,55 @@ func (k *kit) loadBundle() error {
 	return nil
 }
 
+// closeObjects adds `unevaluatedProperties: false` to every schema object
+// of doc that names its properties and says nothing of others: the
+// contract's own shapes, at any depth, are closed for a host's lines,
+// while objects it leaves open (no properties: data, info, detail, a
+// toolkit's config schema) stay open, as do those that say what else they
+// take (additionalProperties). unevaluatedProperties, unlike
+// additionalProperties, sees the properties of allOf, $ref and if/then
+// beside it, so a composed shape is not refused its own fields.
+func closeObjects(doc any) {
+	var walk func(s any)
+	walkMap := func(m any) {
+		if mm, ok := m.(map[string]any); ok {
+			for _, v := range mm {
+				walk(v)
+			}
+		}
+	}
+	walkList := func(l any) {
+		if ll, ok := l.([]any); ok {
+			for _, v := range ll {
+				walk(v)
+			}
+		}
+	}
+	walk = func(s any) {
+		m, ok := s.(map[string]any)
+		if !ok {
+			return
+		}
+		_, props := m["properties"]
+		_, addl := m["additionalProperties"]
+		_, uneval := m["unevaluatedProperties"]
+		if props && !addl && !uneval {
+			m["unevaluatedProperties"] = false
+		}
+		walkMap(m["properties"])
+		walkMap(m["patternProperties"])
+		walkMap(m["$defs"])
+		walkList(m["allOf"])
+		walkList(m["anyOf"])
+		walkList(m["oneOf"])
+		walkList(m["prefixItems"])
+		for _, key := range []string{"items", "additionalProperties", "if", "then", "else", "not", "contains", "unevaluatedItems"} {
+			walk(m[key])
+		}
+	}
+	walk(doc)
+}
+
 // capabilities are every capability some type of the contract needs.
 func (k *kit) capabilities() []string {
 	seen := map[string]bool{}
@@ -414,21 +679,69 @@ func (k *kit) capabilities() []string {
 	return out
 }
 
+// alwaysOn are the namespaces served to every session whatever it asked
+// for: those no capability gates, other than the kernel's own core
+// messages (docs/DECISIONS.md, Wire: session/ is always on). Each is also
+// the name an agent may request it by.
+func (k *kit) alwaysOn() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, ts := range k.checker.types {
+		if ts.capability == "" && !ts.kernel && ts.namespace != "" && !seen[ts.namespace] {
+			seen[ts.namespace] = true
+			out = append(out, ts.namespace)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// capabilityOf returns the capability a request type needs, or for an
+// always-on namespace its name; "" for core messages.
+func (k *kit) capabilityOf(typ string) string {
+	ts, ok := k.checker.types[typ]
+	if !ok || ts.kernel {
+		return ""
+	}
+	if ts.capability != "" {
+		return ts.capability
+	}
+	return ts.namespace
+}
+
+// offers says whether the host enabled capability c when every one was
+// asked for; when it did not, the checks of c skip with that reason.
+func (k *kit) offers(c string, checks ...string) bool {
+	if k.offered[c] {
+		return true
+	}
+	if !k.handshakeOK {
+		k.skip("the handshake with the token failed (see handshake)", checks...)
+	} else {
+		k.skip("the host does not offer "+c, checks...)
+	}
+	return false
+}
+
 // msg is one host line, decoded loosely.
 type msg struct {
 	raw       []byte
-	Type      string          `json:"type"`
-	ReqID     *string         `json:"req_id"`
-	Seq       *int            `json:"seq"`
-	Code      string          `json:"code"`
-	Retryable *bool           `json:"retryable"`
-	OK        *bool           `json:"ok"`
-	SessionID string          `json:"session_id"`
-	Error     *errBody        `json:"error"`
-	Caps      []capEntry      `json:"accepted_caps"`
-	CapName   string          `json:"capability_name"`
-	MaxPar    *int            `json:"max_parallel"`
-	Detail    json.RawMessage `json:"detail"`
+	body      map[string]any   // the whole message
+	events    []map[string]any // the events of its request, in order
+	err       error            // no reply: why
+	Type      string           `json:"type"`
+	ReqID     *string          `json:"req_id"`
+	Seq       *int             `json:"seq"`
+	Code      string           `json:"code"`
+	Retryable *bool            `json:"retryable"`
+	OK        *bool            `json:"ok"`
+	SessionID string           `json:"session_id"`
+	ErrorRaw  json.RawMessage  `json:"error"` // handshake/resp's error object (a string elsewhere)
+	Error     *errBody         `json:"-"`
+	Caps      []capEntry       `json:"accepted_caps"`
+	CapName   *string          `json:"capability_name"`
+	MaxPar    *int             `json:"max_parallel"`
+	Detail    json.RawMessage  `json:"detail"`
 }
 
 type errBody struct {
@@ -467,229 +780,6 @@ func (m *msg) reqID() string {
 	return *m.ReqID
 }
 
-// session is one connection with its bookkeeping: the requests in flight
-// (for the events and reply rules) and the replies seen.
-type session struct {
-	k        *kit
-	conn     Conn
-	example  *Example          // set while an example is sent
-	inflight map[string]string // id → request type
-	events   map[string]int    // id → events seen
-	replies  map[string]int    // id → replies seen
-}
-
-func (k *kit) open(ctx context.Context) (*session, error) {
-	c, err := k.dial(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("conformance: new session: %w", err)
-	}
-	return &session{k: k, conn: c, inflight: map[string]string{}, events: map[string]int{}, replies: map[string]int{}}, nil
-}
-
-// send writes a line; when the line is a request with a string id, the id
-// is in flight until its reply.
-func (s *session) send(ctx context.Context, line []byte) error {
-	if typ, id := lineID(line); id != "" {
-		s.inflight[id] = typ
-	}
-	if s.example == nil {
-		s.k.record(record{From: "agent", Line: string(line)})
-	}
-	return s.conn.Send(ctx, line)
-}
-
-// lineID reads the type and string id of the first JSON value of a line,
-// as a host does that answers a line with trailing data by its id. Of a
-// key given twice the first counts, as the host names the first id when
-// it refuses the duplicate.
-func lineID(line []byte) (typ, id string) {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return "", ""
-	}
-	var seenType, seenID bool
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return typ, id
-		}
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return typ, id
-		}
-		switch k {
-		case "type":
-			if !seenType {
-				typ, _ = v.(string)
-				seenType = true
-			}
-		case "id":
-			if !seenID {
-				id, _ = v.(string)
-				seenID = true
-			}
-		}
-	}
-	return typ, id
-}
-
-// request builds and sends a message of typ with the envelope filled in.
-func (s *session) request(ctx context.Context, typ string, body map[string]any) (string, error) {
-	id := s.k.nextID("c")
-	m := map[string]any{}
-	for k, v := range body {
-		m[k] = v
-	}
-	m["type"], m["id"], m["proto"], m["ts"] = typ, id, "1.0", float64(time.Now().Unix())
-	line, err := json.Marshal(m)
-	if err != nil {
-		return "", err
-	}
-	return id, s.send(ctx, line)
-}
-
-// handshake opens the session with caps; it returns the handshake/resp.
-func (s *session) handshake(ctx context.Context, caps []string, token string) (*msg, error) {
-	id, err := s.request(ctx, "handshake/req", map[string]any{"agent_id": "aep-conformance", "agent_caps": caps, "auth_token": token})
-	if err != nil {
-		return nil, err
-	}
-	return s.await(ctx, id)
-}
-
-// await reads host lines until the reply to id, checking each on the way.
-func (s *session) await(ctx context.Context, id string) (*msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.k.opts.Timeout)
-	defer cancel()
-	for {
-		m, err := s.next(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("waiting for the reply to %s: %w", id, err)
-		}
-		if m != nil && !strings.HasSuffix(m.Type, "/event") && m.reqID() == id {
-			return m, nil
-		}
-	}
-}
-
-// next reads one host line and checks it against every rule that applies
-// to all traffic: host.strict, direction, error.retryable, events and
-// reply.once. It returns nil (no error) for a line that is not an object.
-func (s *session) next(ctx context.Context) (*msg, error) {
-	line, err := s.conn.Recv(ctx)
-	if err != nil {
-		return nil, err
-	}
-	k := s.k
-	k.record(record{From: "host", Line: string(line)})
-	k.count(RuleHostStrict)
-	if err := k.checker.CheckHostLine(line); err != nil {
-		var v *Violation
-		if errors.As(err, &v) && strings.HasPrefix(v.Reason, "a host never sends") {
-			k.fail(RuleDirection, "%s", err)
-		} else {
-			k.fail(RuleHostStrict, "%s", err)
-		}
-	} else if v, err := jsonschema.UnmarshalJSON(bytes.NewReader(line)); err == nil {
-		if err := k.host.Validate(v); err != nil {
-			k.fail(RuleHostStrict, "%s: not a HostMessage of the contract: %s", clip(line), describe(err))
-		}
-	}
-	m := &msg{raw: line}
-	if err := json.Unmarshal(line, m); err != nil {
-		return nil, nil // host.strict has it
-	}
-	k.count(RuleDirection)
-	if m.Type == "error" {
-		k.checkRetryable(m.Code, reason(m.Detail), m.Retryable, line)
-	}
-	if m.Type == "handshake/resp" && m.Error != nil {
-		k.checkRetryable(m.Error.Code, reason(m.Error.Detail), m.Error.Retryable, line)
-	}
-	id := m.reqID()
-	if strings.HasSuffix(m.Type, "/event") {
-		k.count(RuleEvents)
-		reqType, inflight := s.inflight[id]
-		switch {
-		case !inflight:
-			k.fail(RuleEvents, "%s: an event for %q, which is not in flight", clip(line), id)
-		default:
-			if ns := k.namespace(reqType); ns != "" && m.Type != ns+"/event" {
-				k.fail(RuleEvents, "%s: an event of a %s request is typed %s", clip(line), reqType, m.Type)
-			}
-			if m.Seq == nil || *m.Seq != s.events[id] {
-				k.fail(RuleEvents, "%s: seq should be %d", clip(line), s.events[id])
-			}
-			s.events[id]++
-		}
-		return m, nil
-	}
-	if id == "" {
-		return m, nil // an error answering a line without a readable id
-	}
-	k.count(RuleReplyOnce)
-	s.replies[id]++
-	reqType, inflight := s.inflight[id]
-	switch {
-	case s.replies[id] > 1:
-		k.fail(RuleReplyOnce, "%s: a second reply to %q", clip(line), id)
-	case !inflight:
-		k.fail(RuleReplyOnce, "%s: a reply to %q, which was never sent", clip(line), id)
-	default:
-		if want := k.replyType(reqType); want != "" && m.Type != want && m.Type != "error" {
-			k.fail(RuleReplyOnce, "%s: %s is answered by %s or error", clip(line), reqType, want)
-		}
-	}
-	delete(s.inflight, id)
-	return m, nil
-}
-
-func (k *kit) namespace(typ string) string {
-	if ts, ok := k.checker.types[typ]; ok {
-		return ts.namespace
-	}
-	return ""
-}
-
-func (k *kit) replyType(typ string) string {
-	if ts, ok := k.checker.types[typ]; ok {
-		return ts.reply
-	}
-	return ""
-}
-
-func (k *kit) checkRetryable(code, reason string, retryable *bool, line []byte) {
-	k.count(RuleRetryable)
-	row, known := k.codes[code]
-	want, byReason := row.Reasons[reason]
-	if !byReason {
-		want = row.Retryable
-	}
-	switch {
-	case !known:
-		k.fail(RuleRetryable, "%s: code %q is not in the contract's ErrorCode", clip(line), code)
-	case retryable == nil:
-		k.fail(RuleRetryable, "%s: no retryable", clip(line))
-	case *retryable != want && byReason:
-		k.fail(RuleRetryable, "%s: retryable %v, the contract says %v for %s with reason %q", clip(line), *retryable, want, code, reason)
-	case *retryable != want:
-		k.fail(RuleRetryable, "%s: retryable %v, the contract says %v for %s", clip(line), *retryable, want, code)
-	}
-}
-
-// close drains the session: a last ping's pong proves that nothing more
-// (a second reply, a late event) was waiting before it.
-func (s *session) close(ctx context.Context) {
-	defer s.conn.Close()
-	id, err := s.request(ctx, "ping", nil)
-	if err != nil {
-		return
-	}
-	if _, err := s.await(ctx, id); err != nil {
-		s.k.fail(RuleReplyOnce, "the closing ping: %v", err)
-	}
-}
-
 func clip(line []byte) string {
 	if len(line) > 200 {
 		return string(line[:200]) + "…"
@@ -697,380 +787,14 @@ func clip(line []byte) string {
 	return string(line)
 }
 
-// --- the rules that send something of their own.
-
-func (k *kit) handshake(ctx context.Context) error {
-	s, err := k.open(ctx)
-	if err != nil {
-		return err
+// scenarios are the kit's runs, in order. The handshake comes first: it
+// learns what the host offers.
+func (k *kit) scenarios() []scenario {
+	out := []scenario{
+		{[]string{CheckHandshake}, k.handshake},
 	}
-	defer s.close(ctx)
-	caps := append(append([]string(nil), k.opts.Caps...), "no_such_capability")
-	k.count(RuleHandshake)
-	m, err := s.handshake(ctx, caps, k.opts.Token)
-	if err != nil {
-		k.fail(RuleHandshake, "%v", err)
-		return nil
-	}
-	switch {
-	case m.Type != "handshake/resp":
-		k.fail(RuleHandshake, "%s: answered by %s", clip(m.raw), m.Type)
-		return nil
-	case m.OK == nil || !*m.OK:
-		k.fail(RuleHandshake, "%s: ok is not true with the right token", clip(m.raw))
-		return nil
-	}
-	if m.SessionID == "" {
-		k.fail(RuleHandshake, "%s: no session_id", clip(m.raw))
-	}
-	if m.MaxPar == nil || *m.MaxPar < 1 {
-		k.fail(RuleHandshake, "%s: max_parallel is not a positive integer", clip(m.raw))
-	}
-	if len(m.Caps) != len(caps) {
-		k.fail(RuleHandshake, "%s: %d accepted_caps for %d requested", clip(m.raw), len(m.Caps), len(caps))
-	} else {
-		for i, c := range m.Caps {
-			if c.Name != caps[i] {
-				k.fail(RuleHandshake, "accepted_caps[%d] is %q, requested %q", i, c.Name, caps[i])
-			}
-		}
-		if last := m.Caps[len(m.Caps)-1]; last.Enabled {
-			k.fail(RuleHandshake, "accepted_caps: no_such_capability is enabled")
-		}
-	}
-	// The session works: a ping is answered by pong.
-	id, err := s.request(ctx, "ping", nil)
-	if err != nil {
-		return err
-	}
-	if p, err := s.await(ctx, id); err != nil || p.Type != "pong" {
-		k.fail(RuleHandshake, "a ping after the handshake: %v %v", err, p)
-	}
-	return nil
-}
-
-func (k *kit) handshakeFailures(ctx context.Context) error {
-	cases := []struct {
-		name string
-		body map[string]any
-		line func(id string) []byte // when set, the handshake line itself
-		code string
-	}{
-		{name: "a wrong token", body: map[string]any{"agent_id": "aep-conformance", "agent_caps": []string{}, "auth_token": k.opts.Token + "-wrong"}, code: "unauthorized"},
-		{name: "proto 2.0", line: func(id string) []byte {
-			return fmt.Appendf(nil, `{"type":"handshake/req","id":%q,"proto":"2.0","ts":1,"agent_id":"aep-conformance","agent_caps":[],"auth_token":%q}`, id, k.opts.Token)
-		}, code: "version_mismatch"},
-		{name: "no agent_id", body: map[string]any{"agent_caps": []string{}, "auth_token": k.opts.Token}, code: "schema_violation"},
-	}
-	for _, tc := range cases {
-		if err := func() error {
-			s, err := k.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer s.close(ctx)
-			// Before any handshake, a request is unauthorized.
-			k.count(RuleHandshakeFailures)
-			id, err := s.request(ctx, "ping", nil)
-			if err != nil {
-				return err
-			}
-			if m, err := s.await(ctx, id); err != nil {
-				k.fail(RuleHandshakeFailures, "ping before the handshake: %v", err)
-			} else if m.Type != "error" || m.Code != "unauthorized" {
-				k.fail(RuleHandshakeFailures, "%s: a ping before the handshake is answered by %s %s, not error unauthorized", clip(m.raw), m.Type, m.Code)
-			}
-			k.count(RuleHandshakeFailures)
-			if tc.line != nil {
-				id = k.nextID("c")
-				err = s.send(ctx, tc.line(id))
-			} else {
-				id, err = s.request(ctx, "handshake/req", tc.body)
-			}
-			if err != nil {
-				return err
-			}
-			m, err := s.await(ctx, id)
-			if err != nil {
-				k.fail(RuleHandshakeFailures, "%s: %v", tc.name, err)
-				return nil
-			}
-			if m.Type != "handshake/resp" || m.OK == nil || *m.OK || m.Error == nil || m.Error.Code != tc.code {
-				k.fail(RuleHandshakeFailures, "%s: %s, want handshake/resp with ok false and error %s", tc.name, clip(m.raw), tc.code)
-			}
-			// No session was created: requests are still unauthorized.
-			k.count(RuleHandshakeFailures)
-			id, err = s.request(ctx, "session/info/req", nil)
-			if err != nil {
-				return err
-			}
-			if m, err := s.await(ctx, id); err != nil {
-				k.fail(RuleHandshakeFailures, "%s, then session/info: %v", tc.name, err)
-			} else if m.Type != "error" || m.Code != "unauthorized" {
-				k.fail(RuleHandshakeFailures, "%s, then session/info: %s, want error unauthorized", tc.name, clip(m.raw))
-			}
-			return nil
-		}(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (k *kit) working(ctx context.Context, caps []string) (*session, error) {
-	s, err := k.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	m, err := s.handshake(ctx, caps, k.opts.Token)
-	if err != nil || m.OK == nil || !*m.OK {
-		s.conn.Close()
-		return nil, fmt.Errorf("conformance: the handshake with the token failed (%v); see %s", err, RuleHandshake)
-	}
-	return s, nil
-}
-
-func (k *kit) replyOnce(ctx context.Context) error {
-	s, err := k.working(ctx, k.opts.Caps)
-	if err != nil {
-		k.fail(RuleReplyOnce, "%v", err)
-		return nil
-	}
-	defer s.close(ctx)
-	// Pipelined: several requests in flight at once, a failing one among
-	// them; each must be answered once.
-	var ids []string
-	for _, r := range []struct {
-		typ  string
-		body map[string]any
-	}{
-		{"ping", nil}, {"session/info/req", nil}, {"ping", nil}, {"tool/list/req", nil},
-		{"tool/call/req", map[string]any{"tool_name": 7}}, {"nope/nope/req", nil}, {"ping", nil},
-	} {
-		id, err := s.request(ctx, r.typ, r.body)
-		if err != nil {
-			return err
-		}
-		ids = append(ids, id)
-	}
-	for _, id := range ids {
-		if s.replies[id] > 0 {
-			continue
-		}
-		if _, err := s.await(ctx, id); err != nil {
-			k.fail(RuleReplyOnce, "%v", err)
-		}
-	}
-	return nil
-}
-
-func (k *kit) events(ctx context.Context) error {
-	if len(k.opts.EventsRequest) == 0 {
-		k.notes[RuleEvents] = "no events request given (--events): checked the events other rules saw"
-		return nil
-	}
-	s, err := k.working(ctx, k.opts.Caps)
-	if err != nil {
-		k.fail(RuleEvents, "%v", err)
-		return nil
-	}
-	defer s.close(ctx)
-	var body map[string]any
-	if err := json.Unmarshal(k.opts.EventsRequest, &body); err != nil {
-		return fmt.Errorf("conformance: the events request: %w", err)
-	}
-	typ, _ := body["type"].(string)
-	delete(body, "type")
-	id, err := s.request(ctx, typ, body)
-	if err != nil {
-		return err
-	}
-	m, err := s.await(ctx, id)
-	if err != nil {
-		k.fail(RuleEvents, "%v", err)
-		return nil
-	}
-	if s.events[id] == 0 {
-		k.fail(RuleEvents, "the events request %s sent no event before its reply %s", typ, clip(m.raw))
-	}
-	return nil
-}
-
-func (k *kit) capabilityGating(ctx context.Context) error {
-	// One request per gated namespace, chosen among those needing no body
-	// field and stating no other rule, so no schema check can come first.
-	pick := map[string]string{} // capability → type
-	for typ, ts := range k.checker.types {
-		if ts.kind != kindRequest || ts.capability == "" {
-			continue
-		}
-		bodyReq := false
-		for _, r := range k.required[typ] {
-			switch r {
-			case "type", "id", "proto", "ts":
-			default:
-				bodyReq = true
-			}
-		}
-		if !bodyReq && !k.conditional[typ] && (pick[ts.capability] == "" || typ < pick[ts.capability]) {
-			pick[ts.capability] = typ
-		}
-	}
-	s, err := k.working(ctx, []string{})
-	if err != nil {
-		k.fail(RuleCapability, "%v", err)
-		return nil
-	}
-	defer s.close(ctx)
-	for _, capName := range sortedKeys(pick) {
-		typ := pick[capName]
-		k.count(RuleCapability)
-		id, err := s.request(ctx, typ, nil)
-		if err != nil {
-			return err
-		}
-		m, err := s.await(ctx, id)
-		if err != nil {
-			k.fail(RuleCapability, "%s: %v", typ, err)
-			continue
-		}
-		if m.Type != "error" || m.Code != "capability_missing" {
-			k.fail(RuleCapability, "%s without %s: %s, want error capability_missing", typ, capName, clip(m.raw))
-		}
-	}
-	return nil
-}
-
-func (k *kit) invalidExamples(ctx context.Context) error {
-	return k.examples(ctx, false)
-}
-
-func (k *kit) validExamples(ctx context.Context) error {
-	return k.examples(ctx, true)
-}
-
-func (k *kit) examples(ctx context.Context, valid bool) error {
-	rule := RuleInvalidExamples
-	if valid {
-		rule = RuleValidExamples
-	}
-	s, err := k.working(ctx, k.opts.Caps)
-	if err != nil {
-		k.fail(rule, "%v", err)
-		return nil
-	}
-	defer s.close(ctx)
-	for _, ex := range k.opts.Examples {
-		if ex.Valid != valid {
-			continue
-		}
-		if valid {
-			// A notification gets no reply (and shutdown ends the session);
-			// the handshake has its own rules.
-			if ts, ok := k.checker.types[ex.Type]; !ok || ts.kind != kindRequest || ex.Type == "handshake/req" {
-				continue
-			}
-		}
-		k.count(rule)
-		k.record(record{From: "agent", Line: string(ex.Line), Example: map[bool]string{true: "valid", false: "invalid"}[ex.Valid], Beyond: ex.Beyond})
-		s.example = &ex
-		err := s.send(ctx, ex.Line)
-		s.example = nil
-		if err != nil {
-			return err
-		}
-		// One line at a time, so the next answer is this line's; an error
-		// answering a line whose id could not be read has req_id "".
-		_, want := lineID(ex.Line)
-		m, err := s.awaitAny(ctx, want)
-		if err != nil {
-			k.fail(rule, "%s: %v", ex.Name, err)
-			continue
-		}
-		// Examples of a directory reuse ids (each file is whole on its own);
-		// sent one at a time, an answered id is free again.
-		delete(s.replies, want)
-		bad := refusedAsMalformed(m, ex.Line)
-		switch {
-		case valid && bad:
-			k.fail(rule, "%s: answered %s", ex.Name, clip(m.raw))
-		case !valid && !bad:
-			k.fail(rule, "%s: answered %s, want error parse_error or schema_violation", ex.Name, clip(m.raw))
-		}
-	}
-	return nil
-}
-
-// refusedAsMalformed says whether m refuses line as a message that breaks
-// the contract: error parse_error or schema_violation; a handshake/req is
-// answered by handshake/resp with that error (docs/DECISIONS.md, Wire); a
-// line whose proto is not the host's may be answered version_mismatch
-// (spec §9).
-func refusedAsMalformed(m *msg, line []byte) bool {
-	code := m.Code
-	switch {
-	case m.Type == "handshake/resp" && m.Error != nil:
-		code = m.Error.Code
-	case m.Type != "error":
-		return false
-	}
-	switch code {
-	case "parse_error", "schema_violation":
-		return true
-	case "version_mismatch":
-		var env struct {
-			Proto *string `json:"proto"`
-		}
-		return json.Unmarshal(line, &env) == nil && env.Proto != nil && *env.Proto != "1.0"
-	}
-	return false
-}
-
-// awaitAny waits for the reply to id, or to "" (a line whose id the host
-// could not read, or one with a duplicate id key).
-func (s *session) awaitAny(ctx context.Context, id string) (*msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.k.opts.Timeout)
-	defer cancel()
-	for {
-		m, err := s.next(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("waiting for a reply: %w", err)
-		}
-		if m != nil && !strings.HasSuffix(m.Type, "/event") && (m.reqID() == id || m.reqID() == "") {
-			return m, nil
-		}
-	}
-}
-
-func (k *kit) direction(ctx context.Context) error {
-	s, err := k.working(ctx, k.opts.Caps)
-	if err != nil {
-		k.fail(RuleDirection, "%v", err)
-		return nil
-	}
-	defer s.close(ctx)
-	var hostTypes []string
-	for typ, ts := range k.checker.types {
-		if ts.kind == kindReply || ts.kind == kindEvent {
-			hostTypes = append(hostTypes, typ)
-		}
-	}
-	hostTypes = append(hostTypes, sortedKeys(k.checker.events)...)
-	sort.Strings(hostTypes)
-	for _, typ := range hostTypes {
-		k.count(RuleDirection)
-		id, err := s.request(ctx, typ, map[string]any{"req_id": "x"})
-		if err != nil {
-			return err
-		}
-		m, err := s.await(ctx, id)
-		if err != nil {
-			k.fail(RuleDirection, "%s sent by the agent: %v", typ, err)
-			continue
-		}
-		if m.Type != "error" || m.Code != "parse_error" {
-			k.fail(RuleDirection, "%s sent by the agent: %s, want error parse_error", typ, clip(m.raw))
-		}
-	}
-	return nil
+	out = append(out, k.coreScenarios()...)
+	out = append(out, k.capabilityScenarios()...)
+	out = append(out, k.transportScenarios()...)
+	return out
 }

@@ -28,9 +28,90 @@ type Conn interface {
 	Close() error
 }
 
-// Dialer opens a new session with the host under test. Every rule of the
+// Dialer opens a new session with the host under test. Every check of the
 // kit runs in sessions of its own.
 type Dialer func(ctx context.Context) (Conn, error)
+
+// Attacher reaches a session the host created for someone else to use — a
+// subagent's child session, a fork — by its transport id
+// (docs/DECISIONS.md, Transports: X-Session-Id on HTTP and WebSocket).
+type Attacher func(ctx context.Context, sessionID string) (Conn, error)
+
+// Target is a host under test as the kit reaches it: how to open a
+// session, how to reach one by id, and, for the HTTP transports, the base
+// URL whose edge rules (Origin, Host, sizes; openapi.yaml) the kit checks.
+// The Stdio, HTTP, Exchange and WebSocket constructors build one per
+// transport; a test may wrap Dial and Attach (conformance/mutate does).
+type Target struct {
+	// Name says which transport, for reports: stdio, http, exchange,
+	// websocket.
+	Name string
+	Dial Dialer
+	// Attach is nil where the transport cannot reach a session by id:
+	// stdio serves one session per process. Checks that need it skip.
+	Attach Attacher
+	// HTTP is the base URL of the host's HTTP transport (no trailing
+	// slash), empty when the kit does not reach the host over HTTP; the
+	// http.* checks skip without it.
+	HTTP string
+	// Client makes the http.* checks' requests; nil is a default client.
+	Client *http.Client
+}
+
+// StdioTarget runs command once per session (see [StdioDialer]).
+func StdioTarget(command string, stderr io.Writer) Target {
+	return Target{Name: "stdio", Dial: StdioDialer(command, stderr)}
+}
+
+// HTTPTarget is the HTTP+SSE transport at base (see [HTTPDialer]); a
+// session is reached by id with GET /stream and POST /send carrying its
+// X-Session-Id.
+func HTTPTarget(base string, client *http.Client) Target {
+	base = strings.TrimSuffix(base, "/")
+	if client == nil {
+		client = &http.Client{}
+	}
+	return Target{Name: "http", Dial: HTTPDialer(base, client), HTTP: base, Client: client,
+		Attach: func(ctx context.Context, sid string) (Conn, error) { return openStream(ctx, base, client, sid) }}
+}
+
+// ExchangeTarget is the single-exchange mode of the HTTP transport at base
+// (see [ExchangeDialer]).
+func ExchangeTarget(base string, client *http.Client) Target {
+	base = strings.TrimSuffix(base, "/")
+	if client == nil {
+		client = &http.Client{}
+	}
+	return Target{Name: "exchange", Dial: ExchangeDialer(base, client), HTTP: base, Client: client,
+		Attach: func(ctx context.Context, sid string) (Conn, error) { return newExchangeConn(base, client, sid), nil }}
+}
+
+// WebSocketTarget is the WebSocket transport at url (ws://host/ws, see
+// [WebSocketDialer]); a session is reached by id with the X-Session-Id
+// header of the upgrade. The HTTP base for the edge checks is url's
+// origin (ws → http, wss → https).
+func WebSocketTarget(url string, header http.Header) Target {
+	base := ""
+	if rest, ok := strings.CutPrefix(url, "ws://"); ok {
+		base = "http://" + rest
+	} else if rest, ok := strings.CutPrefix(url, "wss://"); ok {
+		base = "https://" + rest
+	}
+	if i := strings.Index(base, "://"); i >= 0 {
+		if j := strings.IndexByte(base[i+3:], '/'); j >= 0 {
+			base = base[:i+3+j]
+		}
+	}
+	return Target{Name: "websocket", Dial: WebSocketDialer(url, header), HTTP: base, Client: &http.Client{},
+		Attach: func(ctx context.Context, sid string) (Conn, error) {
+			h := header.Clone()
+			if h == nil {
+				h = http.Header{}
+			}
+			h.Set("X-Session-Id", sid)
+			return WebSocketDialer(url, h)(ctx)
+		}}
+}
 
 // errClosed is returned by Recv once the host closed the session.
 var errClosed = errors.New("conformance: the host closed the session")
@@ -150,27 +231,32 @@ func HTTPDialer(base string, client *http.Client) Dialer {
 		if err != nil {
 			return nil, err
 		}
-		sctx, cancel := context.WithCancel(context.Background())
-		sreq, err := http.NewRequestWithContext(sctx, http.MethodGet, base+"/stream", nil)
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		sreq.Header.Set("X-Session-Id", sid)
-		sreq.Header.Set("Accept", "text/event-stream")
-		sresp, err := client.Do(sreq)
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("conformance: GET /stream: %w", err)
-		}
-		if sresp.StatusCode != http.StatusOK {
-			sresp.Body.Close()
-			cancel()
-			return nil, fmt.Errorf("conformance: GET /stream: status %d", sresp.StatusCode)
-		}
-		return &httpConn{base: base, client: client, session: sid, cancel: cancel,
-			body: sresp.Body, lines: newLines(sresp.Body, sse)}, nil
+		return openStream(ctx, base, client, sid)
 	}
+}
+
+// openStream reads the session sid's GET /stream.
+func openStream(_ context.Context, base string, client *http.Client, sid string) (Conn, error) {
+	sctx, cancel := context.WithCancel(context.Background())
+	sreq, err := http.NewRequestWithContext(sctx, http.MethodGet, base+"/stream", nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	sreq.Header.Set("X-Session-Id", sid)
+	sreq.Header.Set("Accept", "text/event-stream")
+	sresp, err := client.Do(sreq)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("conformance: GET /stream: %w", err)
+	}
+	if sresp.StatusCode != http.StatusOK {
+		sresp.Body.Close()
+		cancel()
+		return nil, fmt.Errorf("conformance: GET /stream: status %d", sresp.StatusCode)
+	}
+	return &httpConn{base: base, client: client, session: sid, cancel: cancel,
+		body: sresp.Body, lines: newLines(sresp.Body, sse)}, nil
 }
 
 // sse yields the data of each server-sent event; comments (heartbeats),
@@ -241,11 +327,15 @@ func ExchangeDialer(base string, client *http.Client) Dialer {
 		if err != nil {
 			return nil, err
 		}
-		sctx, cancel := context.WithCancel(context.Background())
-		l := &lines{ch: make(chan []byte, 1024), done: make(chan struct{})}
-		return &exchangeConn{httpConn: &httpConn{base: base, client: client, session: sid, cancel: cancel, body: io.NopCloser(nil), lines: l},
-			client: client, ctx: sctx}, nil
+		return newExchangeConn(base, client, sid), nil
 	}
+}
+
+func newExchangeConn(base string, client *http.Client, sid string) *exchangeConn {
+	sctx, cancel := context.WithCancel(context.Background())
+	l := &lines{ch: make(chan []byte, 1024), done: make(chan struct{})}
+	return &exchangeConn{httpConn: &httpConn{base: base, client: client, session: sid, cancel: cancel, body: io.NopCloser(nil), lines: l},
+		client: client, ctx: sctx}
 }
 
 // createSession is POST {base}/session.

@@ -376,11 +376,11 @@ type killAgent struct {
 	// late counts requests begun after the kill (killedAt) that were
 	// reported interrupted: they never reached the dead host, so the
 	// proxy must bring them to one that answers.
-	late     atomic.Int64
-	killedAt *atomic.Int64
-	other    []string
-	firstAfter            atomic.Int64 // unix nanos of the first answer in a moved session
-	rounds                atomic.Int64
+	late       atomic.Int64
+	killedAt   *atomic.Int64
+	other      []string
+	firstAfter atomic.Int64 // unix nanos of the first answer in a moved session
+	rounds     atomic.Int64
 }
 
 func (a *killAgent) run(ctx context.Context, stop <-chan struct{}, mid string) {

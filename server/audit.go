@@ -126,7 +126,10 @@ func NewFileAuditor(path string, maxSizeMB, maxBackups int, log *slog.Logger) *F
 // short (a full disk) leaves part of a line at the end of the file, which
 // is taken back, so a reader never meets a torn line. The bytes a write
 // added are at the file's end whatever lumberjack did before it (a
-// rotation starts the new file empty), so the file is cut by that many.
+// rotation starts the new file empty), so the file is cut by that many,
+// and closed: lumberjack writes a file it created without O_APPEND, so the
+// next write must reopen it (in append mode) rather than write at the old
+// offset and leave a hole of zero bytes.
 type wholeLines struct {
 	*lumberjack.Logger
 	path string
@@ -137,6 +140,7 @@ func (w *wholeLines) Write(b []byte) (int, error) {
 	if err != nil && n > 0 && n < len(b) {
 		if fi, serr := os.Stat(w.path); serr == nil && fi.Size() >= int64(n) {
 			if terr := os.Truncate(w.path, fi.Size()-int64(n)); terr == nil {
+				_ = w.Logger.Close()
 				return 0, err
 			}
 		}

@@ -30,6 +30,9 @@ type Config struct {
 	Log LogConfig `yaml:"log"`
 	// MCPFace: aep as an MCP server (server/mcpface, docs/mcp.md).
 	MCPFace MCPFaceConfig `yaml:"mcp_face"`
+	// OpenEnvFace: aep environments served to OpenEnv clients under
+	// /openenv/<env>/ (server/openenv, docs/openenv.md).
+	OpenEnvFace OpenEnvFaceConfig `yaml:"openenv_face"`
 }
 
 // AuditConfig is the audit section: the audit log of every request (spec §8:
@@ -191,6 +194,18 @@ type MCPFaceConfig struct {
 	// from; over HTTP the token is always an Authorization: Bearer header.
 	// Default: "AEP_AUTH_TOKEN".
 	TokenEnv string `yaml:"token_env"`
+}
+
+// OpenEnvFaceConfig is the openenv_face section: each environment of the env
+// capability served as an OpenEnv environment on the agent listener, under
+// /openenv/<env>/ (docs/openenv.md). Every OpenEnv WebSocket connection, and
+// every call of the stateless HTTP routes, is backed by one aep session of the
+// tenant whose secret it presents, handshaken with the env capability only.
+type OpenEnvFaceConfig struct {
+	// Enabled: Mounts /openenv/ on `aep serve`. Default: true.
+	Enabled *bool `yaml:"enabled"`
+	// AgentID: The agent_id of the aep sessions. Default: "openenv".
+	AgentID string `yaml:"agent_id"`
 }
 
 // OperatorConfig is the operator section: the operator's surface

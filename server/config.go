@@ -19,6 +19,9 @@ import (
 // IsEnabled reports enabled, which defaults to true.
 func (c MCPFaceConfig) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
 
+// IsEnabled reports enabled, which defaults to true.
+func (c OpenEnvFaceConfig) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
 // IsEnabled reports metadata.enabled, which defaults to true.
 func (m PluginMetadata) IsEnabled() bool { return m.Enabled == nil || *m.Enabled }
 
@@ -169,6 +172,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MCPFace.TokenEnv == "" {
 		c.MCPFace.TokenEnv = "AEP_AUTH_TOKEN"
+	}
+	if c.OpenEnvFace.AgentID == "" {
+		c.OpenEnvFace.AgentID = "openenv"
 	}
 	return c
 }

@@ -78,20 +78,30 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 		fail(wire.CodeRuntimeError, "the session was closed")
 		return code
 	}
-	if s.token != nil {
-		h.childTokens.Store(s.id, req.AuthToken) // for the snapshot secret check
+	if s.token != nil || (req.AuthToken != h.cfg.Server.AuthToken && len(req.AuthToken) >= MinSecretBytes) {
+		// A token that is not the host's (a child's own, a tenant's
+		// secret) is a secret of this session: snapshots are checked for
+		// it, and trajectories, audit lines and spans are scrubbed of it
+		// wherever the agent puts it (secrets.go). The scrub list made
+		// before now did not hold it.
+		h.sessionTokens.Store(s.id, req.AuthToken)
+		s.scrub.Store(nil)
 	}
 	var allowed map[string]bool
 	if s.parent != nil {
 		allowed = s.childCaps
 	}
-	enabled := map[string]bool{}
+	// session/ is served to every session, asked for or not, a subagent's
+	// too: its entry says so rather than enabled false for a namespace
+	// whose requests are answered (spec §2.2, §7 condition 3).
+	enabled := map[string]bool{SessionCapability: true}
 	accepted := make([]msg.CapabilityEntry, 0, len(req.AgentCaps))
 	for _, name := range req.AgentCaps {
 		c := CanonicalCapability(name)
 		// A capability the tenant lacks is answered enabled: false, as one
-		// the host does not serve (spec §2.2, §7 condition 3).
-		on := h.served[c] && (allowed == nil || allowed[c]) && (s.tenant == nil || c == "session" || s.tenant.allows(c))
+		// the host does not serve (spec §2.2, §7 condition 3); session is
+		// the kernel's own, served to every session.
+		on := c == SessionCapability || h.served[c] && (allowed == nil || allowed[c]) && (s.tenant == nil || s.tenant.allows(c))
 		if on {
 			enabled[c] = true
 		}

@@ -22,6 +22,13 @@ import (
 // capabilityAliases maps the prior SDK's spellings to ours (docs/DECISIONS.md, Wire).
 var capabilityAliases = map[string]string{"learning": "learn", "skill": "skills"}
 
+// SessionCapability names the kernel's own session/ namespace. It is always
+// on (docs/DECISIONS.md, Wire): every handshaken session, a subagent's
+// included, may send session/* whatever it requested, so a handshake that
+// requests it reports it enabled, and [Session.Enabled] says so for every
+// session (docs/DECISIONS.md, Capability gating: session is always on).
+const SessionCapability = "session"
+
 // CanonicalCapability returns the capability name an agent's spelling means.
 func CanonicalCapability(name string) string {
 	if c, ok := capabilityAliases[name]; ok {
@@ -102,9 +109,11 @@ type Host struct {
 	stop     chan struct{}
 	janitor  sync.WaitGroup
 
-	// childTokens holds the handshake token of each live child session (its
-	// own secret, unlike the host's) so snapshots can be checked for it.
-	childTokens sync.Map // session id → string
+	// sessionTokens holds the handshake token of each live session whose
+	// token is not the host's: a child's own, or a tenant's secret (its own
+	// secret, unlike the host's), so snapshots can be checked for it and
+	// trajectories, audit lines and spans scrubbed of it (secrets.go).
+	sessionTokens sync.Map // session id → string
 
 	proxies  TrustedProxies     // server.trusted_proxies (throttle.go)
 	throttle *handshakeThrottle // failed handshakes per address (throttle.go)
@@ -382,7 +391,7 @@ func (h *Host) forget(s *Session) {
 	if r := s.rec.Load(); r != nil {
 		r.close() // before the session's secrets are forgotten: they redact it
 	}
-	h.childTokens.Delete(s.id)
+	h.sessionTokens.Delete(s.id)
 	h.lineage.Delete(s.id)
 	h.dropState("", s.handle)
 	h.forgetSecrets(s.handle)

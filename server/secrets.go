@@ -182,7 +182,7 @@ func (h *Host) knownSecrets(s *Session) []string {
 	keys := []string{""}
 	for _, t := range sessionTree(s) {
 		keys = append(keys, t.handle)
-		if tok, ok := h.childTokens.Load(t.id); ok {
+		if tok, ok := h.sessionTokens.Load(t.id); ok {
 			vals = append(vals, tok.(string))
 		}
 	}

@@ -324,7 +324,20 @@ func (s *Session) MaxMessageBytes() int { return s.h.cfg.Server.Limits.MaxMessag
 
 // ReceivePacket handles one typed message of the direct codec, validated by
 // the generated validators like a decoded line.
-func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) {
+func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) { s.receivePacket(env, m, here{}) }
+
+// ReceivePacketHere is [Session.ReceivePacket] that runs a request on the
+// calling goroutine when the session has nothing else in flight, as
+// [Session.ReceiveLineHere] does for a line: a transport that translates
+// each frame of its own protocol into one typed request and waits for the
+// reply (server/openenv) saves the hand-off to a worker. The same duty
+// holds: the caller's reading stops while the request runs here, so it
+// must hand its reading on when the request takes long.
+func (s *Session) ReceivePacketHere(env *wire.Envelope, m wire.Message) {
+	s.receivePacket(env, m, here{run: true})
+}
+
+func (s *Session) receivePacket(env *wire.Envelope, m wire.Message, h here) {
 	e, err := s.h.reg.Check(env, m)
 	if err != nil {
 		s.sendError(env.ID, wire.AsError(err))
@@ -334,7 +347,7 @@ func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) {
 	if b, ok := m.(interface{ BodySessionID() string }); ok {
 		bodySession = b.BodySessionID()
 	}
-	s.receive(e, env, m, 0, bodySession, here{})
+	s.receive(e, env, m, 0, bodySession, h)
 }
 
 func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, size int, bodySession string, h here) {

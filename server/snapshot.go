@@ -533,12 +533,12 @@ func decodeSnapshot(doc []byte, id string) (*snapshotPayload, error) {
 }
 
 // secrets returns the secrets the kernel knows for session s: the host's
-// auth token, the token s handshook with when it is a child session's own,
-// those plugins declared for the host and for s's tree (secrets.go), and
-// those of [SecretHolder]s.
+// auth token, the token s handshook with when it is not the host's (a child
+// session's own, a tenant's secret), those plugins declared for the host
+// and for s's tree (secrets.go), and those of [SecretHolder]s.
 func (h *Host) secrets(s *Session) []namedSecret {
 	out := []namedSecret{{"the host auth token", h.cfg.Server.AuthToken}}
-	if t, ok := h.childTokens.Load(s.id); ok {
+	if t, ok := h.sessionTokens.Load(s.id); ok {
 		out = append(out, namedSecret{"the session's auth token", t.(string)})
 	}
 	out = append(out, h.declaredSecrets(s)...)

@@ -96,7 +96,7 @@ func TestSnapshotRefusesChildToken(t *testing.T) {
 	}
 	child.Close()
 	<-child.Done()
-	if _, ok := h.childTokens.Load(child.id); ok {
+	if _, ok := h.sessionTokens.Load(child.id); ok {
 		t.Fatal("the child's token outlived its session")
 	}
 }

@@ -48,7 +48,7 @@ func waitSpan(t *testing.T, exp *tracetest.InMemoryExporter, name string, pred f
 func attr(s tracetest.SpanStub, key string) string {
 	for _, a := range s.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

@@ -372,6 +372,20 @@ func (p *Plugin) EnvList(ctx context.Context, s wire.Scope, req *msg.EnvListReq)
 	return out, nil
 }
 
+// EnvCatalog describes the environments served, without a session and
+// without starting any (Snapshots is left false): the OpenEnv face
+// (server/openenv) serves each one, and its /schema and /metadata answer
+// before any token is presented.
+func (p *Plugin) EnvCatalog() []msg.EnvInfo {
+	out := make([]msg.EnvInfo, 0, len(p.names))
+	for _, n := range p.names {
+		f := p.catalog[n]
+		out = append(out, msg.EnvInfo{EnvName: n, Description: f.spec.Description,
+			ActionSpace: f.spec.ActionSpace, ObservationSpace: f.spec.ObservationSpace})
+	}
+	return out
+}
+
 // snapshots reports whether the environment's episodes survive snapshots.
 func (f *factory) snapshots() bool {
 	inst, err := f.new("")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/aephost/aep/internal/aeptest"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -223,16 +224,59 @@ func TestCapabilitySubset(t *testing.T) {
 		t.Fatalf("caps %v", r.Subagent.Capabilities)
 	}
 	c := inprocJSON.dial(t, h, r.SessionID)
-	hs, err := c.Handshake(aeptest.Context(t), "m", r.AuthToken, "memory", "subagents")
+	hs, err := c.Handshake(aeptest.Context(t), "m", r.AuthToken, "memory", "subagents", "session")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []msg.CapabilityEntry{{Name: "memory", Enabled: true}, {Name: "subagents", Enabled: false}}
+	// session is always on, a child's too: reported enabled, as it is
+	// served (docs/DECISIONS.md, Capability gating).
+	want := []msg.CapabilityEntry{{Name: "memory", Enabled: true}, {Name: "subagents", Enabled: false}, {Name: "session", Enabled: true}}
 	if !reflect.DeepEqual(hs.AcceptedCaps, want) {
 		t.Fatalf("accepted %+v", hs.AcceptedCaps)
 	}
 	_, err = c.SubagentList(aeptest.Context(t), &msg.SubagentListReq{})
 	aeptest.WantError(t, err, wire.CodeCapabilityMissing, "")
+	if _, err := c.SessionInfo(aeptest.Context(t), &msg.SessionInfoReq{}); err != nil {
+		t.Fatalf("session/info of a child: %v", err)
+	}
+}
+
+// A child whose parent never asked for session, and which does not ask
+// for it either, is still served session/*, and a child that asks is told
+// it is enabled: the namespace is always on, and accepted_caps says what
+// is served (spec §2.2, §7 condition 3).
+func TestSessionAlwaysOn(t *testing.T) {
+	h := newHost(t, nil, nil)
+	p := root(t, h, "memory", "subagents")
+	for _, caps := range [][]string{{"memory"}, {"memory", "session"}} {
+		r := spawn(t, p, &msg.SubagentSpawnReq{Name: "s"})
+		if !slices.Contains(r.Subagent.Capabilities, "session") {
+			t.Errorf("record capabilities %v: session is always on", r.Subagent.Capabilities)
+		}
+		c := inprocJSON.dial(t, h, r.SessionID)
+		hs, err := c.Handshake(aeptest.Context(t), "s", r.AuthToken, caps...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range hs.AcceptedCaps {
+			if !e.Enabled {
+				t.Errorf("caps %v: %s reported disabled", caps, e.Name)
+			}
+		}
+		info, err := c.SessionInfo(aeptest.Context(t), &msg.SessionInfoReq{})
+		if err != nil {
+			t.Fatalf("caps %v: session/info: %v", caps, err)
+		}
+		if !reflect.DeepEqual(info.AcceptedCaps, hs.AcceptedCaps) {
+			t.Errorf("session/info accepted_caps %+v, handshake %+v", info.AcceptedCaps, hs.AcceptedCaps)
+		}
+	}
+	// A subagent may be granted session by name, though its parent never
+	// asked for it.
+	r := spawn(t, p, &msg.SubagentSpawnReq{Name: "n", Capabilities: []string{"session"}})
+	if !reflect.DeepEqual(r.Subagent.Capabilities, []string{"session"}) {
+		t.Fatalf("caps %v", r.Subagent.Capabilities)
+	}
 }
 
 // Tokens: a child's token opens that child only — not a top-level session

@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/aephost/aep/conformance"
 )
 
 // runAEP runs the real binary and returns its stdout, stderr and exit code.
@@ -200,31 +203,63 @@ func TestServeRefusesBadConfig(t *testing.T) {
 }
 
 // TestConformanceCommand: the kit's command line against aep over stdio,
-// the JSON report, and its usage errors. The kit's rules themselves are
-// tested in conformance/.
+// the JSON report with each check's level and citation, the fixture and
+// baseline flags, the list of checks, and its usage errors. The kit's
+// checks themselves are tested in conformance/.
 func TestConformanceCommand(t *testing.T) {
-	host := fmt.Sprintf("AEP_AUTH_TOKEN=tok exec %s serve --stdio --data-dir %s", bin, t.TempDir())
+	// A token the host finds in no snapshot by chance (it refuses to
+	// write one holding its token).
+	const token = "cli-conformance-token-5e1f"
+	host := fmt.Sprintf("AEP_AUTH_TOKEN=%s exec %s serve --stdio --data-dir %s", token, bin, t.TempDir())
 	t.Run("json", func(t *testing.T) {
-		out, errOut, code := runAEP(t, "conformance", "--stdio", host, "--token", "tok", "--json")
+		out, errOut, code := runAEP(t, "conformance", "--stdio", host, "--token", token, "--json", "--only", "memory,ping")
 		var rep struct {
 			OK      bool
-			Results []struct{ Rule, Section, Status string }
+			Results []struct{ Check, Level, Cites, Status, Note string }
 		}
-		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || len(rep.Results) != 10 {
+		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || len(rep.Results) != len(conformance.Checks()) {
 			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 		}
+		statuses := map[string]string{}
 		for _, r := range rep.Results {
-			if r.Section == "" || r.Status == "fail" {
+			statuses[r.Check] = r.Status
+			if r.Cites == "" || r.Level == "" || r.Status == "fail" {
 				t.Errorf("%+v", r)
 			}
+		}
+		if statuses["memory.roundtrip"] != "pass" || statuses["env.list"] != "skip" {
+			t.Errorf("--only memory,ping: %v", statuses)
 		}
 	})
 	t.Run("wrong token fails", func(t *testing.T) {
 		out, _, code := runAEP(t, "conformance", "--stdio", host, "--token", "not-the-token")
-		if code != 1 || !strings.Contains(out, "FAIL handshake ") || !strings.Contains(out, "not conformant") {
+		if code != 1 || !regexp.MustCompile(`FAIL +MUST +handshake `).MatchString(out) || !strings.Contains(out, "not conformant") {
 			t.Fatalf("exit %d\n%s", code, out)
 		}
 	})
+	t.Run("baseline", func(t *testing.T) {
+		// The wrong token's failure, listed in a baseline: expected, and
+		// the run passes.
+		bl := filepath.Join(t.TempDir(), "baseline.json")
+		if err := os.WriteFile(bl, []byte(`{"expected_failures": [{"check": "handshake", "reason": "the test gives a wrong token"}]}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code := runAEP(t, "conformance", "--stdio", host, "--token", "not-the-token", "--baseline", bl)
+		if code != 0 || !strings.Contains(out, "XFAIL MUST   handshake") || !strings.Contains(out, "expected by the baseline: the test gives a wrong token") {
+			t.Fatalf("exit %d\n%s", code, out)
+		}
+	})
+	t.Run("list", func(t *testing.T) {
+		out, _, code := runAEP(t, "conformance", "--list")
+		if code != 0 || !strings.Contains(out, "MUST   isolation.state") || !strings.Contains(out, "needs fixture env.episode") {
+			t.Fatalf("exit %d\n%s", code, out)
+		}
+	})
+	for _, args := range [][]string{{"--fixture", "/no/such/file"}, {"--baseline", "/no/such/file"}, {"--only", "nope"}} {
+		if _, errOut, code := runAEP(t, append([]string{"conformance", "--stdio", host, "--token", token}, args...)...); code != 1 || !strings.Contains(errOut, args[1]) {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
 	for _, args := range [][]string{{}, {"--url", "http://127.0.0.1:1", "--stdio", "x"}} {
 		if _, errOut, code := runAEP(t, append([]string{"conformance"}, args...)...); code != 2 || !strings.Contains(errOut, "exactly one of") {
 			t.Fatalf("%v: exit %d: %s", args, code, errOut)

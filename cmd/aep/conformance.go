@@ -20,7 +20,7 @@ var errNotConformant = errors.New("the host is not conformant")
 // cmdConformance runs the conformance kit against a running host
 // (conformance.Run): over HTTP+SSE or WebSocket (--url; --exchange for
 // single exchanges) or a command speaking stdio (--stdio, started once per
-// session).
+// session), with the host's fixture and baseline files.
 func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("conformance", stderr)
 	url := f.String("url", "", "the host's `URL`: its HTTP base (http://127.0.0.1:8765) for HTTP+SSE, or its WebSocket endpoint (ws://127.0.0.1:8765/ws)")
@@ -30,16 +30,24 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	examples := f.String("examples", "", "a `DIR` of example messages (<type>/<name>.json; names starting with invalid are invalid); default: the kit's own")
 	invalidOnly := f.String("invalid-examples", "", "a `DIR` of examples of which only the invalid ones are sent, beside the kit's own valid ones: for a directory whose valid examples name things no fresh host has (an episode \"x\"), such as schemas/examples")
 	events := f.String("events", "", "a request `JSON` that makes the host send events, e.g. a streaming tool call")
+	fixture := f.String("fixture", "", "the host's fixture `FILE` (JSON, conformance/fixture.schema.json): content the checks that need it use; without it they skip")
+	baseline := f.String("baseline", "", "the host's baseline `FILE` (JSON, conformance/baseline.schema.json): the checks it is expected to fail")
+	only := f.String("only", "", "run only the checks named, a comma-separated `LIST` of check IDs or prefixes (isolation, tools.)")
+	strict := f.Bool("strict", false, "exit 1 on a SHOULD failure too")
+	list := f.Bool("list", false, "list the checks (ID, level, what it cites, what it needs) and exit")
 	asJSON := f.Bool("json", false, "print the report as JSON")
 	timeout := f.Duration("timeout", 10*time.Second, "how long to wait for one reply")
 	recordPath := f.String("record", "", "write every line of every session to `FILE` (NDJSON records: from, line, example)")
 	hostLog := f.Bool("host-log", false, "with --stdio: pass the host's stderr through (default: discarded)")
 	f.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: aep conformance (--url URL [--exchange] | --stdio CMD) [--token TOKEN] [--json] [flags]\n\nChecks a running host against the protocol's contract, one result per rule with its spec section.\nExits 1 when a rule fails.\n\n")
+		fmt.Fprintf(stderr, "Usage: aep conformance (--url URL [--exchange] | --stdio CMD) [--token TOKEN] [--fixture FILE] [--baseline FILE] [--json] [flags]\n       aep conformance --list\n\nChecks a running host against the protocol: one result per check, MUST or SHOULD, with the spec\nsection or schema it cites (docs/contract.md). Exits 1 when a MUST check fails that the baseline\ndoes not list (with --strict, a SHOULD check too).\n\n")
 		f.PrintDefaults()
 	}
 	if err := parse(f, args); err != nil {
 		return err
+	}
+	if *list {
+		return listChecks(stdout, *asJSON)
 	}
 	if (*url == "") == (*stdio == "") || f.NArg() > 0 {
 		fmt.Fprintln(stderr, "aep conformance: give exactly one of --url and --stdio")
@@ -47,6 +55,27 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return errUsage
 	}
 	opts := conformance.Options{Token: *token, Timeout: *timeout}
+	if *fixture != "" {
+		fx, err := conformance.LoadFixture(*fixture)
+		if err != nil {
+			return err
+		}
+		opts.Fixture = fx
+	}
+	if *baseline != "" {
+		bl, err := conformance.LoadBaseline(*baseline)
+		if err != nil {
+			return err
+		}
+		opts.Baseline = bl
+	}
+	if *only != "" {
+		for _, o := range strings.Split(*only, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				opts.Only = append(opts.Only, o)
+			}
+		}
+	}
 	if *events != "" {
 		if !json.Valid([]byte(*events)) {
 			return fmt.Errorf("--events is not JSON")
@@ -87,25 +116,25 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		defer rf.Close()
 		opts.Record = rf
 	}
-	var dial conformance.Dialer
+	var target conformance.Target
 	switch {
 	case strings.HasPrefix(*url, "ws://") || strings.HasPrefix(*url, "wss://"):
 		if *exchange {
 			return fmt.Errorf("--exchange is for an http:// --url")
 		}
-		dial = conformance.WebSocketDialer(*url, nil)
+		target = conformance.WebSocketTarget(*url, nil)
 	case *url != "" && *exchange:
-		dial = conformance.ExchangeDialer(*url, nil)
+		target = conformance.ExchangeTarget(*url, nil)
 	case *url != "":
-		dial = conformance.HTTPDialer(*url, nil)
+		target = conformance.HTTPTarget(*url, nil)
 	default:
 		var logs io.Writer = io.Discard
 		if *hostLog {
 			logs = stderr
 		}
-		dial = conformance.StdioDialer(*stdio, logs)
+		target = conformance.StdioTarget(*stdio, logs)
 	}
-	rep, err := conformance.Run(ctx, dial, opts)
+	rep, err := conformance.Run(ctx, target, opts)
 	if err != nil {
 		return err
 	}
@@ -118,8 +147,27 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	} else if err := rep.WriteText(stdout); err != nil {
 		return err
 	}
-	if !rep.OK {
+	if !rep.OK || *strict && rep.Summary.FailShould > 0 {
 		return errNotConformant
 	}
 	return nil
+}
+
+// listChecks prints the kit's checks.
+func listChecks(w io.Writer, asJSON bool) error {
+	checks := conformance.Checks()
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(checks)
+	}
+	var b strings.Builder
+	for _, c := range checks {
+		fmt.Fprintf(&b, "%-6s %-29s %s\n       %s\n", c.Level, c.ID, c.Cites, c.Title)
+		if c.Needs != "" {
+			fmt.Fprintf(&b, "       needs %s\n", c.Needs)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

@@ -106,6 +106,7 @@ var rules = []rule{
 	{file: "docs/contract.md", lang: "sh", contains: "npx json-schema-to-typescript@16.0.0", kind: kindShell, npmProject: ".ci",
 		files: map[string]string{"aep.schema.json": `"HostMessage"`, "aep.ts": "export type HostMessage ="}},
 	{file: "docs/contract.md", lang: "sh", contains: "aep conformance --url", kind: kindShell, needsHost: true, want: []string{"conformant"}},
+	{file: "docs/contract.md", lang: "sh", contains: "conformance/aep/aep.yaml", kind: kindShell, want: []string{", 0 MUST failed, 0 SHOULD failed,", "\nconformant"}},
 	{file: "docs/deploy.md", lang: "nginx", contains: "map $http_x_session_id", kind: kindNginx, want: []string{"test is successful"}},
 	{file: "docs/env.md", lang: "go", contains: "type Mine struct", kind: kindGo, prelude: mineProgramPrelude, postlude: mineProgramPostlude,
 		want: []string{"at 10 after 10 steps, reward 10"}},
@@ -139,6 +140,8 @@ var notRun = map[string][]string{
 	"docs/chains.md": {"an outline, elided with ..."},
 	"docs/contract.md": {
 		"pipx and npx fetch these tools from PyPI and npm as they run, and PyPI is unreachable in CI; .ci/run's contract step checks the bundle with pinned json-schema-to-typescript, ajv and tsc",
+		`names a host's own command and files; the block above runs against the README's host, and the one in "aep's own run" with aep's fixture and baseline`,
+		`an example of a baseline's content; conformance/aep/baseline.json, which the snippet of "aep's own run" loads, is a real one`,
 	},
 	"docs/deploy.md": {
 		"needs several hosts behind a proxy at aep.example; client/move_test.go and e2e/ run client.Moving against real ones",
@@ -148,6 +151,9 @@ var notRun = map[string][]string{
 		"a client's configuration file; the Inspector snippets below make the same requests",
 	},
 	"docs/trajectories.md": {"a sample of the output, elided with …"},
+	"docs/openenv.md": {
+		"needs openenv-core, which PyPI would supply and CI cannot reach; internal/aepbin/testdata/openenv's client sends what this one does",
+	},
 }
 
 // A fragment of docs/env.md inside a program that registers its

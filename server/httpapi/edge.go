@@ -70,9 +70,11 @@ func clientAddr(r *http.Request, trusted server.TrustedProxies) netip.Addr {
 	return addr
 }
 
-// sessionOptions passes the client's address of a request to the session
-// it opens, for the handshake throttle.
-func sessionOptions(ctx context.Context) []server.SessionOption {
+// SessionOptions passes the client's address of a request to the session
+// it opens, for the handshake throttle: the address the guard decided
+// (server.trusted_proxies) for the routes that open sessions, a [Face]'s
+// included.
+func SessionOptions(ctx context.Context) []server.SessionOption {
 	if addr, ok := ctx.Value(clientAddrKey{}).(netip.Addr); ok && addr.IsValid() {
 		return []server.SessionOption{server.WithRemoteAddr(addr)}
 	}

@@ -57,6 +57,22 @@ type Options struct {
 	// behind the same Origin/Host, body size and deadline checks, e.g. the
 	// MCP face at /mcp (server/mcpface).
 	Mount map[string]http.Handler
+	// Faces serve other protocols' clients under a path prefix, behind
+	// the same Origin/Host and body size checks, opening sessions of
+	// their own (the OpenEnv face at /openenv/, server/openenv).
+	Faces []Face
+}
+
+// Face is a handler of every path under Prefix (a subtree pattern such as
+// "/openenv/") that opens sessions: the guard gives its requests the
+// client's address ([SessionOptions]), for the handshake throttle.
+type Face struct {
+	Prefix  string
+	Handler http.Handler
+	// Upgrade reports whether a request is a WebSocket upgrade: such a
+	// request gets no HTTP deadlines, as GET /ws gets none, since its
+	// connection is hijacked; the face keeps its peer alive itself.
+	Upgrade func(*http.Request) bool
 }
 
 func (o Options) withDefaults(h *server.Host) Options {
@@ -122,7 +138,10 @@ func Handler(h *server.Host, opts Options) http.Handler {
 	for pattern, hd := range opts.Mount {
 		rt.Handle(pattern, hd)
 	}
-	return &guard{a: a, next: rt}
+	for _, f := range opts.Faces {
+		rt.Handle(f.Prefix, f.Handler)
+	}
+	return &guard{a: a, next: rt, faces: opts.Faces}
 }
 
 // Serve serves h's HTTP transport on listenAddr (DefaultListen when empty)
@@ -194,8 +213,19 @@ func ServeListener(ctx context.Context, h *server.Host, ln net.Listener, opts Op
 // then the body size (413), so an oversized body is refused before any
 // session lookup (docs/DECISIONS.md, Transports).
 type guard struct {
-	a    *api
-	next http.Handler
+	a     *api
+	next  http.Handler
+	faces []Face
+}
+
+// face returns the face that serves r's path, if any.
+func (g *guard) face(r *http.Request) *Face {
+	for i := range g.faces {
+		if strings.HasPrefix(r.URL.Path, g.faces[i].Prefix) {
+			return &g.faces[i]
+		}
+	}
+	return nil
 }
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -215,10 +245,13 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(rw, r.Body, g.a.maxBody)
 	}
-	g.deadlines(rw, r)
-	if r.URL.Path == "/session" || r.URL.Path == "/ws" {
+	f := g.face(r)
+	if f == nil || f.Upgrade == nil || !f.Upgrade(r) {
+		g.deadlines(rw, r)
+	}
+	if r.URL.Path == "/session" || r.URL.Path == "/ws" || f != nil {
 		// The routes that open sessions, the only ones that ask
-		// (sessionOptions); the others are spared the request's copy.
+		// (SessionOptions); the others are spared the request's copy.
 		r = r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, clientAddr(r, g.a.proxies)))
 	}
 	g.next.ServeHTTP(rw, r)
@@ -385,7 +418,7 @@ func (a *api) forget(id string) {
 // handshake, so the id returned here is the one the handshake reports.
 func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObject) (gen.CreateSessionResponseObject, error) {
 	st := newStream(a)
-	opts := sessionOptions(ctx)
+	opts := SessionOptions(ctx)
 	// Not under a.mu: NewSession may evict (close) the oldest pending
 	// session, whose stream then takes a.mu to forget itself. The new
 	// stream keeps what the session sends before it is registered.

@@ -133,7 +133,7 @@ func (hub *wsHub) serve(w http.ResponseWriter, r *http.Request) {
 		// handshake, or an attach frame that trades it for another session.
 		// Its id goes back in the upgrade's X-Session-Id header, so a client
 		// can re-attach even before its handshake.
-		if ws, err = hub.create(conn, sessionOptions(r.Context())...); err != nil {
+		if ws, err = hub.create(conn, SessionOptions(r.Context())...); err != nil {
 			a.fail(w, r, &statusError{http.StatusServiceUnavailable, "unavailable", err.Error()})
 			return
 		}
