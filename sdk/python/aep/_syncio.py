@@ -518,7 +518,16 @@ class _Posts:
             raise ConnectionClosed(str(e)) from None
         rest = buf[i + 4:]
         parts: list[bytes] = []
-        put = on_body or parts.append
+        size = [0]
+
+        def keep(b: bytes) -> None:
+            # A body kept whole is bounded; one handed on (an event stream)
+            # is bounded a line at a time by its parser.
+            size[0] += len(b)
+            if size[0] > LINE_LIMIT:
+                raise ConnectionClosed(f"an answer over {LINE_LIMIT} bytes")
+            parts.append(b)
+        put = on_body or keep
         if "chunked" in headers.get("transfer-encoding", "").lower():
             dec = Chunked()
             data = rest

@@ -780,7 +780,16 @@ class _HTTPPool:
     async def _body(r: asyncio.StreamReader, hdrs: Mapping[str, str],
                     on_body: Optional[Callable[[bytes], None]]) -> bytes:
         parts: list[bytes] = []
-        put = on_body or parts.append
+        size = [0]
+
+        def keep(b: bytes) -> None:
+            # A body kept whole is bounded; one handed on (an event stream)
+            # is bounded a line at a time by its parser.
+            size[0] += len(b)
+            if size[0] > _LINE_LIMIT:
+                raise ConnectionClosed(f"an answer over {_LINE_LIMIT} bytes")
+            parts.append(b)
+        put = on_body or keep
         if "chunked" in hdrs.get("transfer-encoding", "").lower():
             dec = Chunked()
             while not dec.done:
