@@ -116,6 +116,7 @@ class Client(SyncMethods):
         self._mu = threading.Lock()
         self._cv = threading.Condition(self._mu)
         self._reading = False  # a thread reads the transport for everyone
+        self._reader: Optional[int] = None  # which thread
         self._tl = threading.local()
         self._raw = 0  # requests in flight that want their reply as a dict
 
@@ -464,10 +465,13 @@ class Client(SyncMethods):
 
     def _await(self, slot: _Slot, deadline: Optional[float]) -> None:
         """Returns when slot is settled: reads the transport for everyone
-        while no other thread does, else waits for the thread that does."""
+        while no other thread does, else waits for the thread that does. A
+        call made by a callback runs on the reading thread itself: it reads
+        on, nested."""
+        me = threading.get_ident()
         while True:
             with self._mu:
-                while not slot.done and self._reading:
+                while not slot.done and self._reading and self._reader != me:
                     if deadline is None:
                         self._cv.wait()
                     else:
@@ -477,7 +481,8 @@ class Client(SyncMethods):
                         self._cv.wait(left)
                 if slot.done:
                     return
-                self._reading = True
+                nested = self._reading
+                self._reading, self._reader = True, me
                 t, gen = self.transport, self._gen
             try:
                 while not slot.done:
@@ -496,9 +501,10 @@ class Client(SyncMethods):
                     if t is not self.transport:
                         break  # a move replaced it: read the new one
             finally:
-                with self._mu:
-                    self._reading = False
-                    self._cv.notify_all()
+                if not nested:
+                    with self._mu:
+                        self._reading, self._reader = False, None
+                        self._cv.notify_all()
 
     def _await_all(self, deadline: float) -> None:
         """Reads until no request is in flight, or deadline."""
@@ -514,7 +520,7 @@ class Client(SyncMethods):
         with self._mu:
             if self._reading or self._closed is not None or self._closing or self._lost is not None:
                 return
-            self._reading = True
+            self._reading, self._reader = True, threading.get_ident()
             t, gen = self.transport, self._gen
         try:
             while True:
@@ -528,7 +534,7 @@ class Client(SyncMethods):
                 self._dispatch(line)
         finally:
             with self._mu:
-                self._reading = False
+                self._reading, self._reader = False, None
                 self._cv.notify_all()
 
     def _ended(self, gen: int, err: BaseException) -> None:

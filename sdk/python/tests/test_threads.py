@@ -74,6 +74,18 @@ class Threads:
             self.assertEqual(c.ping().type, "pong")
 
 
+    def test_a_callback_may_call(self) -> None:
+        """A call made from on_event runs on the thread reading for the
+        client: it reads on, nested, rather than wait for itself."""
+        self: unittest.TestCase  # type: ignore[no-redef]
+        with sync_client(self.transport, caps=["tools"]) as c:
+            pongs: list[str] = []
+            c.tool_call("run_command", arguments={"argv": ["sh", "-c", "echo a; echo b"]}, streaming=True,
+                        on_event=lambda ev: pongs.append(c.ping(call_timeout=10).type), call_timeout=20)
+            self.assertGreaterEqual(len(pongs), 2)
+            self.assertEqual(set(pongs), {"pong"})
+
+
 per_transport(Threads, globals())
 
 
