@@ -94,6 +94,7 @@ const (
 	CheckSessionSnapshot   = "session.snapshot"
 	CheckSessionFork       = "session.fork"
 	CheckSessionTrajectory = "session.trajectory"
+	CheckSessionOperator   = "session.operator"
 
 	CheckHTTPOrigin    = "http.origin"
 	CheckHTTPHost      = "http.host"
@@ -107,6 +108,8 @@ const (
 	needAttach = "a transport that reaches a session by id (HTTP, WebSocket)"
 	needHTTP   = "the HTTP transport (--url)"
 	needStream = "fixture tools.streaming (or skills.call)"
+	// needOperator: the host's admin API, for the operator-opened session.
+	needOperator = "a session the operator opens (Options.OperatorSession; aep conformance --operator)"
 )
 
 var catalogue = []CheckInfo{
@@ -195,6 +198,7 @@ var catalogue = []CheckInfo{
 	{CheckSessionSnapshot, Must, "spec §1.6, §3 (snapshot, restore); schemas/session.json", "a snapshot restores the state it saved (working memory); it is listed as the session's own until deleted; restoring an unknown snapshot is an error that changes nothing", ""},
 	{CheckSessionFork, Must, "schemas/session.json SessionForkReq", "a fork is a new session of its own id, which opens with the host's token and holds a copy of the sender's state", ""},
 	{CheckSessionTrajectory, Must, "schemas/session.json SessionTrajectoryExportResp", "a trajectory export counts the lines it returns", ""},
+	{CheckSessionOperator, Must, "spec §5; docs/operating.md, Admin API; schemas/session.json SessionInfoResp.operator_opened", "a session the operator opened for a tenant refuses the tenant's secret, opens with the token issued for it, and says operator_opened true in session/info; that token opens no other session, and an agent's own session does not say operator_opened", needOperator},
 
 	// The HTTP transport's edge (openapi.yaml) and message sizes.
 	{CheckHTTPOrigin, Must, "openapi.yaml (403); docs/SECURITY.md, The edge", "a foreign Origin is refused with 403 on every route: POST /session, POST /send, GET /stream, GET /ws", needHTTP},

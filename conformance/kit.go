@@ -181,6 +181,11 @@ type Options struct {
 	EventsRequest []byte
 	// Examples are sent by the examples checks; default [BuiltinExamples].
 	Examples []Example
+	// OperatorSession, when set, opens a session for the kit's tenant
+	// through the host's admin API (POST /admin/sessions) and returns its
+	// transport id and the token its handshake takes; the kit reaches it
+	// with Target.Attach. Without it session.operator skips.
+	OperatorSession func(ctx context.Context) (sessionID, token string, err error)
 	// Timeout bounds the wait for one reply; default 10 s.
 	Timeout time.Duration
 	// Record, when set, gets every line of every session as one JSON object

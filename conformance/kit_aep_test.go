@@ -50,7 +50,7 @@ func TestAEPConforms(t *testing.T) {
 	}
 	mcp := kittest.MCP(t)
 	want := map[string][]string{
-		"stdio":     {conformance.CheckSubagentGating, conformance.CheckHTTPHost, conformance.CheckHTTPOrigin, conformance.CheckHTTPSession, conformance.CheckHTTPSize},
+		"stdio":     {conformance.CheckSubagentGating, conformance.CheckHTTPHost, conformance.CheckHTTPOrigin, conformance.CheckHTTPSession, conformance.CheckHTTPSize, conformance.CheckSessionOperator},
 		"http":      {conformance.CheckTransportSize},
 		"exchange":  {conformance.CheckTransportSize},
 		"websocket": nil,

@@ -209,15 +209,18 @@ type OpenEnvFaceConfig struct {
 }
 
 // OperatorConfig is the operator section: the operator's surface
-// (docs/operating.md): the separate listen address of /metrics, tracing, and
-// the drain on SIGTERM.
+// (docs/operating.md): the separate listen address of /metrics and the admin
+// API, tracing, and the drain on SIGTERM or `aep admin drain`.
 type OperatorConfig struct {
-	// Listen: The operator address serving GET /metrics, host:port; empty serves
-	// none. An address that is not loopback needs token: aep refuses to start
-	// without one. Default: "".
+	// Listen: The operator address serving GET /metrics and the admin API
+	// (/admin/, `aep admin`), host:port; empty serves none. An address that is not
+	// loopback needs token: aep refuses to start without one. Default: "".
 	Listen string `yaml:"listen"`
-	// Token: The bearer token /metrics requires (Authorization: Bearer …);
-	// required when listen is not loopback.
+	// Token: The bearer token of the operator listener (Authorization: Bearer
+	// …): /metrics requires it when set, and it is required when listen is not
+	// loopback; the admin API always requires it, on loopback too, and is off
+	// without one. At least 16 bytes. `aep admin` reads it from
+	// AEP_OPERATOR_TOKEN.
 	Token string `yaml:"token"`
 	// MaxToolLabels: Bounds the distinct tool names metrics label; further tools
 	// count under other. Default: 100.
@@ -226,11 +229,13 @@ type OperatorConfig struct {
 	// host:port (plain HTTP) or an http(s):// URL; empty records no spans.
 	// Default: "".
 	OTLPEndpoint string `yaml:"otlp_endpoint"`
-	// DrainTimeout: Bounds how long SIGTERM waits for requests in flight. Default:
-	// "30s".
+	// DrainTimeout: Bounds how long a drain (SIGTERM, or the admin API's unless it
+	// says otherwise) waits for requests in flight. Default: "30s".
 	DrainTimeout Duration `yaml:"drain_timeout"`
 	// SnapshotOnDrain: Snapshots every live session to the store (target sql)
-	// before the host exits on SIGTERM. Default: false.
+	// before the host exits on SIGTERM; also what an admin drain does unless it
+	// says otherwise, ending each session it saved so its client moves. Default:
+	// false.
 	SnapshotOnDrain bool `yaml:"snapshot_on_drain"`
 }
 

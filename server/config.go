@@ -79,6 +79,9 @@ func Defaults() Config {
 	}
 }
 
+// minOperatorToken is the shortest operator.token accepted.
+const minOperatorToken = 16
+
 // defaultDrainTimeout is operator.drain_timeout when unset.
 const defaultDrainTimeout = 30 * time.Second
 
@@ -333,6 +336,11 @@ func (c Config) check() error {
 	// tools it runs: beyond loopback it needs a token (docs/operating.md).
 	if l := c.Operator.Listen; l != "" && c.Operator.Token == "" && !configcheck.Loopback(l) {
 		add("operator.token", "required: operator.listen %s is not a loopback address, and /metrics there would be open to anyone who reaches it; set operator.token (e.g. ${AEP_OPERATOR_TOKEN}) or listen on 127.0.0.1", l)
+	}
+	// The token opens the admin API, which acts as any tenant: a short
+	// one is refused rather than guessed (docs/SECURITY.md, Admin API).
+	if tok := c.Operator.Token; tok != "" && len(tok) < minOperatorToken {
+		add("operator.token", "%d bytes: want at least %d; it opens the admin API, which acts as any tenant (e.g. `openssl rand -hex 24`)", len(tok), minOperatorToken)
 	}
 	probs = append(probs, c.Server.Trajectories.check()...)
 	probs = append(probs, c.Server.Snapshots.check()...)

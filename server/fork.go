@@ -44,9 +44,10 @@ type Forker interface {
 var ErrDrainingFork = wire.Reason("draining", errors.New("the host is draining and opens no new sessions; fork on another host"))
 
 // HostMade reports whether the host made the session for an agent to
-// attach to: a subagent's child or a fork. Transports attach a client to
-// such a session by its id while it waits for its handshake.
-func (s *Session) HostMade() bool { return s.parent != nil || s.forked }
+// attach to: a subagent's child, a fork, or a session the operator opened
+// (admin.go). Transports attach a client to such a session by its id
+// while it waits for its handshake.
+func (s *Session) HostMade() bool { return s.parent != nil || s.forked || s.operatorOpened }
 
 // Forked reports whether session/fork made the session.
 func (s *Session) Forked() bool { return s.forked }

@@ -87,10 +87,9 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 		h.sessionTokens.Store(s.id, req.AuthToken)
 		s.scrub.Store(nil)
 	}
-	var allowed map[string]bool
-	if s.parent != nil {
-		allowed = s.childCaps
-	}
+	// A child's capabilities are a subset of its parent's; an operator's
+	// session may be narrowed when it is opened (admin.go).
+	allowed := s.childCaps
 	// session/ is served to every session, asked for or not, a subagent's
 	// too: its entry says so rather than enabled false for a namespace
 	// whose requests are answered (spec §2.2, §7 condition 3).

@@ -61,7 +61,18 @@ type Session struct {
 	child     *childInfo // set for child sessions (child.go)
 	// forked marks a session made by session/fork (fork.go): top-level,
 	// counted from its creation and attached like a child.
-	forked  bool
+	forked bool
+	// operatorOpened marks a session the operator opened for a tenant
+	// through the admin API (admin.go): top-level, its tenant set, counted
+	// from its creation, attached like a child and handshaken with the
+	// token the host issued for it alone.
+	operatorOpened bool
+	// terminated is set when the operator terminated the session (admin.go):
+	// what is in flight, and whatever arrives after, is answered
+	// errTerminated.
+	terminated atomic.Bool
+	// newest is the newest snapshot this host wrote of the session.
+	newest  atomic.Pointer[SnapshotNote]
 	steps   atomic.Int64 // requests a child session has made (child.go)
 	created time.Time
 	remote  netip.Addr // the client's address, when the transport knows it
@@ -377,6 +388,10 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		s.refuse(e, env, now, &wire.Error{Code: wire.CodeUnauthorized, Message: "handshake required before " + e.Type})
 		return
 	}
+	if s.terminated.Load() {
+		s.refuse(e, env, now, errTerminated())
+		return
+	}
 	if st != stateLive || s.h.sealed.Load() {
 		s.refuse(e, env, now, &wire.Error{Code: wire.CodeRuntimeError, Message: "session is shutting down", Detail: map[string]any{"reason": "shutting_down"}})
 		return
@@ -550,8 +565,8 @@ func (s *Session) run(c *call) {
 			err = wire.Public(fmt.Errorf("request exceeded %s: %w", time.Duration(s.h.cfg.Server.Limits.RequestTimeout), wire.ErrTimeout))
 		}
 		we := s.h.wireError(c, err)
-		if c.wasCancelled() {
-			we = wire.AsError(wire.ErrCancelled) // what the agent was answered
+		if ce := c.cancelledWith(); ce != nil {
+			we = ce // what the agent was answered
 		}
 		c.replyError(we)
 		d := since(t0)
@@ -567,8 +582,8 @@ func (s *Session) run(c *call) {
 	d := since(t0)
 	tm.latency.Observe(d.Seconds())
 	code := ""
-	if c.wasCancelled() {
-		code = string(wire.CodeCancelled)
+	if ce := c.cancelledWith(); ce != nil {
+		code = string(ce.Code)
 	}
 	tm.count(code)
 	s.h.met.countTenant(s.tenant, code)
@@ -633,7 +648,14 @@ func (s *Session) Close() {
 	sink := s.sink
 	s.mu.Unlock()
 	if sink != nil {
-		sink.Close()
+		if hc, ok := sink.(ConnectionSink); ok && s.terminated.Load() && hc.HoldsConnection() {
+			// The client's connection stays a while, so its next
+			// request is answered that the session was terminated
+			// rather than finding the connection gone (admin.go).
+			time.AfterFunc(terminatedLinger, sink.Close)
+		} else {
+			sink.Close()
+		}
 	}
 	close(s.done)
 }
@@ -670,8 +692,11 @@ type call struct {
 	mu        sync.Mutex
 	started   bool
 	cancelled bool
-	replied   bool
-	seq       int
+	// byOperator says a cancelled call was answered errTerminated, not
+	// `cancelled` (a bool, beside the others: no larger call per request).
+	byOperator bool
+	replied    bool
+	seq        int
 }
 
 var _ wire.Scope = (*call)(nil)
@@ -703,15 +728,43 @@ func (c *call) wasCancelled() bool {
 	return c.cancelled
 }
 
-func (c *call) cancelNow() {
+// cancelledWith is the error a cancelled call was answered (nil when the
+// call was not cancelled): `cancelled`, or the operator's termination.
+func (c *call) cancelledWith() *wire.Error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.cancelled {
+		return nil
+	}
+	if c.byOperator {
+		return errTerminated()
+	}
+	return wire.AsError(wire.ErrCancelled)
+}
+
+func (c *call) cancelNow() {
+	c.cancelWith(c.s.terminated.Load())
+}
+
+// cancelWith stops the call, answering it at once: `cancelled` for a
+// `cancel` or a drain, errTerminated when the operator terminated the
+// session (byOperator).
+func (c *call) cancelWith(byOperator bool) {
+	e := wire.AsError(wire.ErrCancelled)
+	if byOperator {
+		e = errTerminated()
+	}
+	c.mu.Lock()
+	if !c.cancelled {
+		c.byOperator = byOperator
+	}
 	c.cancelled = true
 	running := c.started
 	c.mu.Unlock()
 	// Answer before the handler's context ends: a handler that returns
 	// ctx.Err() at once would otherwise race this reply with its own
 	// runtime_error, and `cancel` is promised a `cancelled` (docs/DECISIONS.md, Wire).
-	c.replyError(wire.AsError(wire.ErrCancelled))
+	c.replyError(e)
 	if running {
 		c.ctx.cancel()
 	}

@@ -33,6 +33,10 @@ func (p *sessionPlugin) SessionInfo(ctx context.Context, sc wire.Scope, req *msg
 		ph := s.parent.handle
 		resp.ParentHandle = &ph
 	}
+	if s.operatorOpened {
+		on := true
+		resp.OperatorOpened = &on
+	}
 	resp.Budgets = p.h.budgetUse(s)
 	return resp, nil
 }

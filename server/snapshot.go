@@ -143,7 +143,12 @@ func (h *Host) snapshotSession(ctx context.Context, s *Session, target string) (
 // after the session ends.
 func (h *Host) takeSnapshot(ctx context.Context, s *Session, target, kind string) (t snapshotTaken, err error) {
 	t0 := time.Now()
-	defer func() { h.met.snapshotDone(s, kind, t0, t.bytes, err) }()
+	defer func() {
+		h.met.snapshotDone(s, kind, t0, t.bytes, err)
+		if err == nil {
+			s.noteSnapshot(t.id, target, kind, t.bytes) // the admin API's newest (admin.go)
+		}
+	}()
 	return h.writeSnapshot(ctx, s, target, kind)
 }
 

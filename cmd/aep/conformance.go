@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/aephost/aep/conformance"
+	admin "github.com/aephost/aep/gen/adminapi"
 )
 
 // errNotConformant is the exit status of a host that breaks a rule: the
@@ -39,6 +41,8 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	timeout := f.Duration("timeout", 10*time.Second, "how long to wait for one reply")
 	recordPath := f.String("record", "", "write every line of every session to `FILE` (NDJSON records: from, line, example)")
 	hostLog := f.Bool("host-log", false, "with --stdio: pass the host's stderr through (default: discarded)")
+	operator := f.String("operator", "", "the host's operator listener `ADDR` (operator.listen): session.operator opens a session there through the admin API, with the token of $AEP_OPERATOR_TOKEN, and reaches it over --url")
+	operatorTenant := f.String("operator-tenant", "default", "the `TENANT` the operator's session is opened for: the one --token is a secret of")
 	f.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: aep conformance (--url URL [--exchange] | --stdio CMD) [--token TOKEN] [--fixture FILE] [--baseline FILE] [--json] [flags]\n       aep conformance --list\n\nChecks a running host against the protocol: one result per check, MUST or SHOULD, with the spec\nsection or schema it cites (docs/contract.md). Exits 1 when a MUST check fails that the baseline\ndoes not list (with --strict, a SHOULD check too).\n\n")
 		f.PrintDefaults()
@@ -133,6 +137,22 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			logs = stderr
 		}
 		target = conformance.StdioTarget(*stdio, logs)
+	}
+	if *operator != "" {
+		if *url == "" {
+			return fmt.Errorf("--operator needs --url: a stdio host serves one session, which nobody opens for it")
+		}
+		cl, err := newAdminClient(*operator)
+		if err != nil {
+			return err
+		}
+		opts.OperatorSession = func(ctx context.Context) (string, string, error) {
+			res, err := cl.AdminOpenSessionWithResponse(ctx, admin.AdminOpenSessionRequest{Tenant: *operatorTenant})
+			if err := check(res, http.StatusCreated, err); err != nil {
+				return "", "", err
+			}
+			return res.JSON201.SessionId, res.JSON201.Token, nil
+		}
 	}
 	rep, err := conformance.Run(ctx, target, opts)
 	if err != nil {

@@ -13,6 +13,7 @@ package kittest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -32,6 +33,45 @@ import (
 
 // Token is the auth token of the hosts started here.
 const Token = "aep-kittest-token-0123456789abcdef"
+
+// OperatorToken is the operator token of the hosts [Serve] starts.
+const OperatorToken = "aep-kittest-operator-token-5f2e"
+
+// operators maps the HTTP base of each host [Serve] started to its
+// operator listener, for [Run]'s operator's sessions.
+var operators sync.Map // base URL → operator base URL
+
+// OperatorSession returns the way to open a session for aep's default
+// tenant through the admin API of the host [Serve] started at base
+// (conformance.Options.OperatorSession), or nil for another target.
+func OperatorSession(base string) func(context.Context) (string, string, error) {
+	v, ok := operators.Load(base)
+	if !ok {
+		return nil
+	}
+	ops := v.(string)
+	return func(ctx context.Context) (string, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ops+"/admin/sessions", strings.NewReader(`{"tenant":"default"}`))
+		if err != nil {
+			return "", "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+OperatorToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", "", err
+		}
+		defer resp.Body.Close()
+		var o struct {
+			SessionID string `json:"session_id"`
+			Token     string `json:"token"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&o); err != nil || resp.StatusCode != http.StatusCreated {
+			return "", "", fmt.Errorf("POST /admin/sessions: %d %v", resp.StatusCode, err)
+		}
+		return o.SessionID, o.Token, nil
+	}
+}
 
 // Dir returns the absolute path of conformance/aep: aep's configuration,
 // fixture and baseline for its own conformance run.
@@ -124,8 +164,14 @@ func Serve(tb testing.TB) string {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	ol, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opAddr := ol.Addr().String()
+	ol.Close()
 	cmd := exec.Command(aepbin.Build(tb), "serve", "--listen", addr, "--config", filepath.Join(Dir(), "aep.yaml"), "--data-dir", tb.TempDir())
-	cmd.Env = Env(tb)
+	cmd.Env = append(Env(tb), "AEP_KIT_OPERATOR_LISTEN="+opAddr, "AEP_KIT_OPERATOR_TOKEN="+OperatorToken)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -148,6 +194,7 @@ func Serve(tb testing.TB) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				operators.Store(base, "http://"+opAddr)
 				return base
 			}
 		}
@@ -187,6 +234,9 @@ func Run(tb testing.TB, target conformance.Target, opts conformance.Options) *co
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = 20 * time.Second
+	}
+	if opts.OperatorSession == nil {
+		opts.OperatorSession = OperatorSession(target.HTTP)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -136,6 +136,7 @@ var notRun = map[string][]string{
 		`the Python SDK suite, which .ci/run's "Python SDK" step runs, printing these figures`,
 		"needs an XFS file system with reflinks mounted at /mnt/xfs-reflink",
 		"run A's benchmark again in five processes, one after another; run A is run",
+		"compares the test binaries of two commits with benchstat; BenchmarkEchoDirect itself runs in the Operator surface block above",
 	},
 	"docs/chains.md": {"an outline, elided with ..."},
 	"docs/contract.md": {

@@ -453,7 +453,7 @@ func (a *api) Send(ctx context.Context, req gen.SendRequestObject) (gen.SendResp
 func (a *api) send(ctx context.Context, req gen.SendRequestObject, mode exchangeMode, traceparent string) (gen.SendResponseObject, error) {
 	st, ok := a.lookup(req.Params.XSessionId)
 	if !ok {
-		return gen.Send404JSONResponse{NotFoundJSONResponse: notFound(req.Params.XSessionId)}, nil
+		return gen.Send404JSONResponse{NotFoundJSONResponse: a.notFound(req.Params.XSessionId)}, nil
 	}
 	var line []byte
 	if req.Body != nil {
@@ -489,7 +489,14 @@ func (accepted) VisitSendResponse(w http.ResponseWriter) error {
 
 var _ gen.SendResponseObject = accepted{}
 
-func notFound(id string) gen.NotFoundJSONResponse {
+// notFound answers a session id no session has: not_found, or terminated
+// for a session the operator terminated a short while ago, so that a
+// client knows it was ended on purpose and must not move it
+// (server/admin.go).
+func (a *api) notFound(id string) gen.NotFoundJSONResponse {
+	if a.h.WasTerminated(id) {
+		return gen.NotFoundJSONResponse{Ok: false, Error: "terminated", Message: "the operator terminated this session"}
+	}
 	return gen.NotFoundJSONResponse{Ok: false, Error: "not_found", Message: "no session " + strconv.Quote(id)}
 }
 
@@ -509,7 +516,7 @@ func (a *api) Stream(ctx context.Context, req gen.StreamRequestObject) (gen.Stre
 	}
 	st, ok := a.lookup(req.Params.XSessionId)
 	if !ok {
-		return gen.Stream404JSONResponse{NotFoundJSONResponse: notFound(req.Params.XSessionId)}, nil
+		return gen.Stream404JSONResponse{NotFoundJSONResponse: a.notFound(req.Params.XSessionId)}, nil
 	}
 	return gen.Stream200TexteventStreamCharsetUtf8Response{Body: st.reader(ctx, after),
 		Headers: gen.Stream200ResponseHeaders{CacheControl: &noCache}}, nil

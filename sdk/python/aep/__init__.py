@@ -13,7 +13,7 @@ from ._models import AgentMessage, ErrorCode, EventMessage, HostMessage
 from ._common import BatchArrays, Forks, Move
 from .client import AsyncClient, Call, Client, SyncCall
 from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError,
-                     RequestInterrupted, RequestTimeout, SessionLost)
+                     RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
 from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport
 
 __version__ = "0.1.0"
@@ -21,5 +21,5 @@ __version__ = "0.1.0"
 __all__ = [
     "AEPError", "AgentMessage", "AsyncClient", "BatchArrays", "Call", "Client", "ConnectionClosed", "ErrorCode",
     "EventMessage", "ExchangeTransport", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "ProtocolError",
-    "RequestInterrupted", "RequestTimeout", "SessionLost", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
+    "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
 ]

@@ -31,7 +31,7 @@ from ._common import MAX_RESENDS, OPEN_BACKOFF, SNAPSHOT_POLL, BatchArrays, Fork
 from ._methods import EventCallback, SyncMethods
 from ._syncio import SSE, Exchange, FromAsync, Stdio, SyncTransport, WebSocket
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError, RequestInterrupted,
-                     RequestTimeout, SessionLost)
+                     RequestTimeout, SessionLost, SessionTerminated)
 from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
 
 _log = logging.getLogger("aep")
@@ -266,6 +266,8 @@ class Client(SyncMethods):
         return self.move and self._closed is None and not self._closing and self.handshake_reply is not None
 
     def _notify(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any]) -> None:
+        if isinstance(self._closed, SessionTerminated):
+            raise SessionTerminated(str(self._closed))
         if self._closed is not None:
             raise ConnectionClosed(str(self._closed))
         if self._lost is not None:
@@ -303,6 +305,8 @@ class Client(SyncMethods):
                 # A new exception for this request, with the move's cause
                 # (e.g. NoSnapshot) kept.
                 raise MoveFailed(str(closed)) from closed.__cause__
+            if isinstance(closed, SessionTerminated):
+                raise SessionTerminated(str(closed))
             raise ConnectionClosed(str(closed))
 
     def _send(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any], reply: type,
@@ -329,6 +333,12 @@ class Client(SyncMethods):
     def _send_failed(self, slot: _Slot, e: BaseException, call_timeout: Optional[float],
                      may_move: bool) -> BaseException:
         """What a request whose send failed with e fails with."""
+        if isinstance(e, SessionTerminated):
+            # Ended on purpose by the operator: the client ends, never moves.
+            with self._mu:
+                if self._closed is None:
+                    self._closed = e
+            return e
         if isinstance(e, SessionLost):
             if not self._movable():
                 return e
@@ -541,6 +551,13 @@ class Client(SyncMethods):
         """Session gen's transport ended with err."""
         if gen != self._gen:
             return  # an older session's end, already handled
+        if isinstance(err, SessionTerminated):
+            # Ended on purpose by the operator: never moved.
+            with self._mu:
+                if self._closed is None:
+                    self._closed = err
+            self._fail_all(self._closed)  # type: ignore[arg-type]
+            return
         if self._movable():
             self._session_lost(gen, err)
             return
@@ -584,6 +601,14 @@ class Client(SyncMethods):
         if t == "error":
             err = ProtocolError.from_message(msg)
             why = reason(err)
+            if why == "terminated":
+                # The operator ended the session: the client ends with it
+                # rather than move it elsewhere.
+                with self._mu:
+                    if self._closed is None:
+                        self._closed = SessionTerminated(f"the operator terminated session {self.session_id}")
+                self._settle(slot, error=err)
+                return
             if err.code == "cancelled" and rid not in self._cancel_sent:
                 # Cancelled by the host, not by us: it closes the session.
                 why = "session_ended"

@@ -36,7 +36,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from . import _ws
 from ._http1 import BodyError, Chunked, EventStream
-from .errors import ConnectionClosed, SessionLost
+from .errors import ConnectionClosed, SessionLost, SessionTerminated
+from .transports import _CLOSE_TERMINATED, _terminated_body
 
 # The host's message limit is 1 MiB (docs/DECISIONS.md, Dispatch); replies
 # carrying tool output may be as large, so readers allow well beyond it.
@@ -220,7 +221,7 @@ class WebSocket(SyncTransport):
         self._received = 0  # messages received in this session, for Last-Event-ID
         self._last_rx = 0.0
         self._closing = False
-        self._ended: Optional[SessionLost] = None
+        self._ended: Optional[ConnectionClosed] = None  # SessionLost, or SessionTerminated
         self._reattach_lock = threading.Lock()
 
     def attach(self, session_id: str) -> "WebSocket":
@@ -258,6 +259,8 @@ class WebSocket(SyncTransport):
     def send(self, line: str, *, timeout: Optional[float] = None, events: bool = False) -> None:
         frame = _ws.encode_text(line)
         for _ in range(3):
+            if isinstance(self._ended, SessionTerminated):
+                raise SessionTerminated(str(self._ended))
             if self._ended is not None:
                 raise SessionLost(str(self._ended), delivered=False) from self._ended
             conn = self._conn
@@ -316,8 +319,12 @@ class WebSocket(SyncTransport):
                         self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
                         continue
                     echo = _ws.CLOSE_NORMAL if code == _ws.CLOSE_NO_STATUS else code
-                    self._end(conn, SessionLost(f"WebSocket closed by the host ({code}{' ' + reason if reason else ''})"),
-                              echo, "")
+                    if code == _CLOSE_TERMINATED:
+                        self._end(conn, SessionTerminated(
+                            f"WebSocket closed: the operator terminated session {self.session_id}"), echo, "")
+                    else:
+                        self._end(conn, SessionLost(
+                            f"WebSocket closed by the host ({code}{' ' + reason if reason else ''})"), echo, "")
                     continue
                 continue  # a pong
             err: Optional[BaseException] = None
@@ -337,7 +344,7 @@ class WebSocket(SyncTransport):
             conn.dead = True
             self._reattach(conn, err or ConnectionClosed("the connection dropped"))
 
-    def _end(self, conn: _WSConn, err: SessionLost, code: int, reason: str) -> None:
+    def _end(self, conn: _WSConn, err: ConnectionClosed, code: int, reason: str) -> None:
         """The session's connection ends for good: the host closed it, or
         broke the protocol (answered with its close code)."""
         try:
@@ -594,8 +601,10 @@ def _check_header(k: str, v: str) -> None:
         raise ValueError(f"header {k!r}: a name or value with a line break, NUL or colon")
 
 
-def _post_status(path: str, status: int, body: bytes) -> None:
+def _post_status(path: str, status: int, body: bytes, session_id: Optional[str]) -> None:
     """Raises what a refused POST /send means (docs/transports.md)."""
+    if _terminated_body(status, body):
+        raise SessionTerminated(f"POST {path}: the operator terminated session {session_id}")
     if status in (404, 503):
         # No such session here, or a host that takes no more: the line was
         # refused, not run.
@@ -664,7 +673,7 @@ class Exchange(SyncTransport):
         if ans.status == 202:
             return  # a notification
         if ans.status != 200:
-            _post_status("/send", ans.status, ans.body)
+            _post_status("/send", ans.status, ans.body, self.session_id)
         if stream is None:
             text = ans.body.strip()
             if text:
@@ -778,8 +787,21 @@ class SSE(SyncTransport):
             sock.close()
             raise
         if status != 200:
+            body = rest
+            try:  # the answer's reason, to tell a terminated session (404 "terminated")
+                sock.settimeout(max(0.05, min(1.0, deadline - time.monotonic())))
+                n = int(resp.get("content-length", "0") or 0)
+                while len(body) < min(n, 4096):
+                    d = sock.recv(4096)
+                    if not d:
+                        break
+                    body += d
+            except (OSError, ValueError):
+                pass
             sock.close()
-            raise ConnectionClosed(f"GET /stream: status {status}")
+            if _terminated_body(status, body):
+                raise SessionTerminated(f"GET /stream: the operator terminated session {self.session_id}")
+            raise ConnectionClosed(f"GET /stream: status {status}: {body[:200]!r}")
         self._stream = _Socket(sock)
         self._body = Chunked() if "chunked" in resp.get("transfer-encoding", "").lower() else None
         self._events = EventStream(LINE_LIMIT)
@@ -806,7 +828,7 @@ class SSE(SyncTransport):
         except OSError as e:  # TimeoutError among them
             raise ConnectionClosed(f"POST /send: {e}") from e
         if ans.status != 202:
-            _post_status("/send", ans.status, ans.body)
+            _post_status("/send", ans.status, ans.body, self.session_id)
 
     def recv(self, timeout: Optional[float]) -> Optional[str]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -843,6 +865,8 @@ class SSE(SyncTransport):
             try:
                 self._open_stream(self.timeout)
                 return
+            except SessionTerminated:
+                raise
             except (OSError, ConnectionClosed) as e:
                 if self._failures >= 3:
                     raise SessionLost(f"SSE stream lost: {e}") from e

@@ -34,7 +34,7 @@ from ._common import MAX_RESENDS, OPEN_BACKOFF as _OPEN_BACKOFF, SNAPSHOT_POLL a
 from ._common import MoveCallback, Refused as _Refused, reason as _reason
 from ._methods import AsyncMethods, EventCallback
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError, RequestInterrupted,
-                     RequestTimeout, SessionLost)
+                     RequestTimeout, SessionLost, SessionTerminated)
 from .transports import (ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport,
                          default_argv)
 
@@ -302,6 +302,8 @@ class AsyncClient(AsyncMethods):
         return msg.model_dump_json(by_alias=True, exclude_unset=True)
 
     async def _notify(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any]) -> None:
+        if isinstance(self._closed, SessionTerminated):
+            raise SessionTerminated(str(self._closed))
         if self._closed is not None:
             raise ConnectionClosed(str(self._closed))
         if self._lost is not None:
@@ -333,6 +335,8 @@ class AsyncClient(AsyncMethods):
                     # A new exception for this request, with the move's
                     # cause (e.g. NoSnapshot) kept.
                     raise MoveFailed(str(self._closed)) from self._closed.__cause__
+                if isinstance(self._closed, SessionTerminated):
+                    raise SessionTerminated(str(self._closed))
                 raise ConnectionClosed(str(self._closed))
             try:
                 return await self._send_request(model, required, optional, reply, call_timeout, on_event,
@@ -381,6 +385,11 @@ class AsyncClient(AsyncMethods):
                             raise RequestTimeout(rid, call_timeout) from None
                 else:
                     await t.send(line)
+            except SessionTerminated as e:
+                _settled(fut)
+                if self._closed is None:
+                    self._closed = e
+                raise
             except SessionLost as e:
                 _settled(fut)
                 if not self._movable():
@@ -502,6 +511,12 @@ class AsyncClient(AsyncMethods):
     def _transport_ended(self, gen: int, e: BaseException) -> None:
         if gen != self._gen:
             return  # an older session's end, already handled
+        if isinstance(e, SessionTerminated):
+            # Ended on purpose by the operator: never moved.
+            if self._closed is None:
+                self._closed = e
+            self._fail_all(self._closed)
+            return
         if self.move and self._closed is None and self.handshake_reply is not None:
             self._session_lost(gen, e)
             return
@@ -668,6 +683,13 @@ class AsyncClient(AsyncMethods):
         if t == "error":
             err = ProtocolError.from_message(msg)
             reason = _reason(err)
+            if reason == "terminated":
+                # The operator ended the session: the client ends with it
+                # rather than move it elsewhere.
+                if self._closed is None:
+                    self._closed = SessionTerminated(f"the operator terminated session {self.session_id}")
+                p.future.set_exception(err)
+                return
             if err.code == "cancelled" and rid not in self._cancel_sent:
                 # Cancelled by the host, not by us: it closes the session.
                 reason = "session_ended"

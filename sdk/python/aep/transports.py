@@ -31,7 +31,21 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from . import _ws
 from ._http1 import BodyError, Chunked, EventStream
-from .errors import ConnectionClosed, SessionLost
+from .errors import ConnectionClosed, SessionLost, SessionTerminated
+
+# The WebSocket close code of a session the operator terminated.
+_CLOSE_TERMINATED = 4410
+
+
+def _terminated_body(status: int, body: bytes) -> bool:
+    """Whether an HTTP answer says the session was terminated by the
+    operator: 404 with error "terminated" (openapi.yaml)."""
+    if status != 404:
+        return False
+    try:
+        return json.loads(body).get("error") == "terminated"
+    except (ValueError, AttributeError):
+        return False
 
 # The host's message limit is 1 MiB (docs/DECISIONS.md, Dispatch); replies
 # carrying tool output may be as large, so readers allow well beyond it.
@@ -225,6 +239,8 @@ class HTTPTransport(Transport):
         if resp.status != 200:
             body = resp.read()[:200]
             conn.close()
+            if _terminated_body(resp.status, body):
+                raise SessionTerminated(f"GET /stream: the operator terminated session {self.session_id}")
             raise ConnectionClosed(f"GET /stream: status {resp.status}: {body!r}")
         return conn, resp
 
@@ -243,6 +259,9 @@ class HTTPTransport(Transport):
             try:
                 conn, resp = self._open_stream()
             except Exception as e:  # noqa: BLE001 - reported to the reader
+                if isinstance(e, SessionTerminated) and not first:
+                    self._deliver(e)
+                    return
                 if first:
                     self._loop.call_soon_threadsafe(_set_exc, ready, e)
                     return
@@ -301,6 +320,8 @@ class HTTPTransport(Transport):
             raise SessionLost(f"POST /send: {e}", delivered=False) from e
         except (OSError, http.client.HTTPException) as e:
             raise ConnectionClosed(f"POST /send: {e}") from e
+        if _terminated_body(status, body):
+            raise SessionTerminated(f"POST /send: the operator terminated session {self.session_id}")
         if status in (404, 503):
             # No such session here, or a host that takes no more: the line
             # was refused, not run.
@@ -419,8 +440,12 @@ class _WSProtocol(asyncio.Protocol):
                 except _ws.WSProtocolError as e:
                     self.end(e.code, str(e), SessionLost(f"WebSocket: the host broke the protocol: {e}"))
                     return
-                self.end(_ws.CLOSE_NORMAL if code == _ws.CLOSE_NO_STATUS else code, "",
-                         SessionLost(f"WebSocket closed by the host ({code}{' ' + reason if reason else ''})"))
+                if code == _CLOSE_TERMINATED:
+                    err: BaseException = SessionTerminated(
+                        f"WebSocket closed: the operator terminated session {self.owner.session_id}")
+                else:
+                    err = SessionLost(f"WebSocket closed by the host ({code}{' ' + reason if reason else ''})")
+                self.end(_ws.CLOSE_NORMAL if code == _ws.CLOSE_NO_STATUS else code, "", err)
                 return
 
     def _fail_open(self, err: BaseException) -> None:
@@ -895,6 +920,8 @@ class ExchangeTransport(Transport):
             raise ConnectionClosed(f"POST /send: {e}") from e
         if status == 202:
             return
+        if _terminated_body(status, body):
+            raise SessionTerminated(f"POST /send: the operator terminated session {self.session_id}")
         if status in (404, 503):
             raise SessionLost(f"POST /send: status {status}: {body[:200]!r}", delivered=False)
         if status == 502:

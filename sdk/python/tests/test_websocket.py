@@ -174,6 +174,20 @@ class Framing:
             s.send("no more")
         self.assertFalse(sent.exception.delivered)
 
+    def test_close_4410_is_a_terminated_session(self) -> None:
+        self: Any
+
+        def script(c: Conn) -> None:
+            c.send_close(4410, "terminated")
+            c.read_frame()
+
+        p = self.peer(script, headers={"X-Session-Id": "s-t"})
+        s = self.open(p)
+        with self.assertRaises(aep.SessionTerminated):
+            s.recv()
+        p.join()
+        self.assertEqual(s.reattached, 0)
+
     def test_drop_reattaches_with_the_count_received(self) -> None:
         self: Any
         second: list[Conn] = []
