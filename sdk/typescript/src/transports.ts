@@ -627,6 +627,7 @@ export async function openExchange(baseUrl: string, opts: ExchangeOptions = {}):
         throw new ConnectionError(`send: ${String(e)}`, { cause: e });
       }
       if (r.status === 202) return; // a notification
+      if (terminatedBody(r.status, r.body)) throw new SessionTerminatedError("send: the operator terminated the session");
       // 404: no such session here; 503: a host that takes no more. The
       // line was refused, not run. 502: a proxy lost the session's host,
       // perhaps after passing the line on.
