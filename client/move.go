@@ -504,7 +504,18 @@ func (c *Client) restoreFrom(ctx context.Context, t Transport, gen uint64, from 
 			m.SnapshotID, m.Restored = resp.SnapshotID, resp.Restored
 			return nil
 		}
-		if wire.ReasonOf(wireDetail(err)) != "unknown_snapshot" {
+		switch wire.ReasonOf(wireDetail(err)) {
+		case "unknown_snapshot":
+		case "store_unavailable":
+			// The store is down and the host waited for it already: ask
+			// again until the move's deadline, never settle for less.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("restore: %w", err)
+			case <-time.After(time.Second):
+			}
+			continue
+		default:
 			return fmt.Errorf("restore: %w", err)
 		}
 		if !time.Now().Before(deadline) {

@@ -184,18 +184,7 @@ func (h *Host) SessionSnapshots(ctx context.Context, handle string, limit int) (
 	if !ok {
 		return nil, ErrNoSuchSession
 	}
-	stored, err := h.storedSnapshots(ctx, "", h.ownedBy(s.id, nil))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]SnapshotNote, 0, min(len(stored), limit))
-	for _, st := range stored {
-		if len(out) == limit {
-			break
-		}
-		out = append(out, SnapshotNote{ID: st.id, Target: st.target, Kind: st.kind, At: st.created, Bytes: st.bytes})
-	}
-	return out, nil
+	return h.snapshotsOf(ctx, s, limit)
 }
 
 // TerminateSession ends the session with this handle at the operator's
@@ -292,11 +281,11 @@ func (h *Host) SnapshotForOperator(ctx context.Context, handle, target string) (
 	if !s.Live() {
 		return SnapshotTaken{}, fmt.Errorf("session %s has not handshaken: nothing to snapshot: %w", handle, wire.ErrInvalid)
 	}
-	t, err := h.takeSnapshot(ctx, s, target, kindRequest)
+	t, err := h.persist.SessionSnapshot(ctx, s.view(), &msg.SessionSnapshotReq{Target: msg.SessionSnapshotReqTarget(target)})
 	if err != nil {
 		return SnapshotTaken{}, err
 	}
-	return SnapshotTaken{SnapshotNote: SnapshotNote{ID: t.id, Target: target, Kind: kindRequest, At: time.Now(), Bytes: t.bytes}, Files: t.files}, nil
+	return SnapshotTaken{SnapshotNote: SnapshotNote{ID: t.SnapshotID, Target: target, Kind: kindRequest, At: time.Now(), Bytes: t.Bytes}, Files: t.Files}, nil
 }
 
 // OperatorSession is a session the operator opened for a tenant.

@@ -59,7 +59,7 @@ type Session struct {
 	// childCaps limits a child session to a subset of its parent's capabilities.
 	childCaps map[string]bool
 	child     *childInfo // set for child sessions (child.go)
-	// forked marks a session made by session/fork (fork.go): top-level,
+	// forked marks a session made by session/fork (server/persist/fork.go): top-level,
 	// counted from its creation and attached like a child.
 	forked bool
 	// operatorOpened marks a session the operator opened for a tenant
@@ -85,7 +85,7 @@ type Session struct {
 	state      atomic.Int32
 	lastActive atomic.Int64 // unix nanos
 	enabled    atomic.Pointer[map[string]bool]
-	rec        atomic.Pointer[trajRec] // set when the trajectory is recorded (trajectory.go)
+	rec        atomic.Pointer[recorder] // set when the trajectory is recorded (server/persist/trajectory.go)
 
 	mu       sync.Mutex
 	sink     Sink
@@ -138,6 +138,12 @@ func (s *Session) ID() string { return s.id }
 // Parent returns the parent session of a child session, or nil.
 func (s *Session) Parent() *Session { return s.parent }
 
+// HostMade reports whether the host made the session for an agent to
+// attach to: a subagent's child, a fork, or a session the operator opened
+// (admin.go). Transports attach a client to such a session by its id
+// while it waits for its handshake.
+func (s *Session) HostMade() bool { return s.parent != nil || s.forked || s.operatorOpened }
+
 // Live reports whether the session has handshaken and not ended.
 func (s *Session) Live() bool { return sessionState(s.state.Load()) == stateLive }
 
@@ -182,7 +188,7 @@ func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
 
 func (s *Session) send(p *wire.Packet) int {
 	if r := s.rec.Load(); r != nil {
-		r.host(p)
+		r.Host(p)
 	}
 	s.mu.Lock()
 	sink := s.sink
@@ -330,9 +336,6 @@ func (s *Session) RejectOversized(n int) {
 		Detail:  map[string]any{"reason": "too_large", "limit": max}})
 }
 
-// MaxMessageBytes returns the line limit of server.limits.max_message_bytes.
-func (s *Session) MaxMessageBytes() int { return s.h.cfg.Server.Limits.MaxMessageBytes }
-
 // ReceivePacket handles one typed message of the direct codec, validated by
 // the generated validators like a decoded line.
 func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) { s.receivePacket(env, m, here{}) }
@@ -371,7 +374,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		if e.Kind == wire.KindRequest {
 			kind = "request"
 		}
-		r.agent(kind, env, m)
+		r.Agent(kind, env, m)
 	}
 	switch e.Type {
 	case "handshake/req":

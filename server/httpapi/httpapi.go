@@ -442,8 +442,12 @@ func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObjec
 	return gen.CreateSession200JSONResponse{SessionId: st.id}, nil
 }
 
-// Send implements POST /send: the body goes to the kernel as one line,
-// whatever it holds; its answer, or its parse_error, arrives on the stream.
+// Send is POST /send in the generated strict interface, which requires
+// it; no request reaches it: the strict middleware hands every POST /send
+// to sendHandler instead (exchange.go, exchangeMiddleware), which reads
+// the headers the interface does not carry. In the stream mode it stands
+// for, the body goes to the kernel as one line, whatever it holds; its
+// answer, or its parse_error, arrives on the stream.
 func (a *api) Send(ctx context.Context, req gen.SendRequestObject) (gen.SendResponseObject, error) {
 	return a.send(ctx, req, modeStream, "")
 }

@@ -643,6 +643,11 @@ class AsyncClient(AsyncMethods):
                                              None, may_move=False)
                 return r.snapshot_id, list(r.restored or [])
             except ProtocolError as e:
+                if _reason(e) == "store_unavailable" and time.monotonic() + 1 < deadline:
+                    # The store is down and the host waited for it already:
+                    # ask again until the move's deadline, never settle for less.
+                    await asyncio.sleep(1)
+                    continue
                 if _reason(e) != "unknown_snapshot":
                     raise
                 if time.monotonic() + _SNAPSHOT_POLL > until:

@@ -609,6 +609,12 @@ export class AepClient extends Methods<RequestOptions> {
         const r = await within(this.#send("session/restore/req", { from_session: from }, {}, false), deadline);
         return { snapshotId: r.snapshot_id, restored: r.restored };
       } catch (e) {
+        if (e instanceof AepError && reasonOf(e.detail) === "store_unavailable" && Date.now() + 1000 < deadline) {
+          // The store is down and the host waited for it already: ask again
+          // until the move's deadline, never settle for less.
+          await new Promise((r) => setTimeout(r, 1000));
+          continue;
+        }
         if (!(e instanceof AepError && reasonOf(e.detail) === "unknown_snapshot")) throw e;
         if (Date.now() + 200 > until) {
           if (this.#moveFresh) return { snapshotId: undefined, restored: [] }; // it left none: this session stays, fresh
