@@ -781,6 +781,11 @@ class Client(SyncMethods):
                 r = self._finish(slot, max(0.1, deadline - time.monotonic()), may_move=False)
                 return r.snapshot_id, list(r.restored or [])
             except ProtocolError as e:
+                if reason(e) == "store_unavailable" and time.monotonic() + 1 < deadline:
+                    # The store is down and the host waited for it already:
+                    # ask again until the move's deadline, never settle for less.
+                    time.sleep(1)
+                    continue
                 if reason(e) != "unknown_snapshot":
                     raise
                 if time.monotonic() + SNAPSHOT_POLL > until:
