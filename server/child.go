@@ -283,3 +283,22 @@ func (h *Host) attachChild(id string, sink Sink) (*Session, error) {
 	s.sink = sink
 	return s, nil
 }
+
+// closeOrDetach ends the connection of sink to s. A session the host made
+// (a child, a fork, an operator's) that has not handshaken yet only loses
+// the connection and waits on for its handshake, until its handshake
+// timeout: whoever attached and failed to handshake — another tenant
+// holding its id, say — leaves it as it was for the one it was made for.
+// Any other session ends with its connection.
+func (s *Session) closeOrDetach(sink Sink) {
+	if s.HostMade() && sessionState(s.state.Load()) == stateNew {
+		s.mu.Lock()
+		if s.sink == sink && sessionState(s.state.Load()) == stateNew {
+			s.sink = nil
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+	s.Close()
+}

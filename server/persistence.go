@@ -284,6 +284,7 @@ func (v *sessionView) session() *Session { return (*Session)(v) }
 func (v *sessionView) ID() string     { return v.id }
 func (v *sessionView) Handle() string { return v.handle }
 func (v *sessionView) TopLevel() bool { return v.parent == nil }
+func (v *sessionView) Tenant() string { return StorageTenant(v.session().Tenant()) }
 func (v *sessionView) Close()         { v.session().Close() }
 
 func (v *sessionView) Identity() (string, []msg.CapabilityEntry) {

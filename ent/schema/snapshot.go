@@ -45,6 +45,11 @@ func (Snapshot) Fields() []ent.Field {
 		// FilesBytes is len(files), so a listing sizes a snapshot without
 		// reading the archive.
 		field.Int64("files_bytes").Default(0).Immutable(),
+		// Tenant is the saved session's tenant (server.StorageTenant: ""
+		// for the default one). Only a session of the same tenant restores,
+		// forks, lists or deletes it; to any other it does not exist.
+		// Added after the first release, with a default: one ALTER TABLE.
+		field.String("tenant").Default("").Immutable(),
 	}
 }
 

@@ -29,6 +29,9 @@ func (TrajectoryRecord) Fields() []ent.Field {
 		// Data is the record as JSON, one line of the export.
 		field.Bytes("data").NotEmpty().Immutable(),
 		field.Time("created_at").Default(time.Now).Immutable(),
+		// Tenant is the session's tenant (server.StorageTenant: "" for
+		// the default one); an export reads only its own tenant's.
+		field.String("tenant").Default("").Immutable(),
 	}
 }
 

@@ -105,7 +105,8 @@ var rules = []rule{
 	{file: "docs/chains.md", lang: "json", contains: `"chain/run/req"`, kind: kindMessage, want: []string{`"success":true`}},
 	{file: "docs/contract.md", lang: "sh", contains: "npx json-schema-to-typescript@16.0.0", kind: kindShell, npmProject: ".ci",
 		files: map[string]string{"aep.schema.json": `"HostMessage"`, "aep.ts": "export type HostMessage ="}},
-	{file: "docs/contract.md", lang: "sh", contains: "aep conformance --url", kind: kindShell, needsHost: true, want: []string{"conformant"}},
+	{file: "docs/contract.md", lang: "sh", contains: "aep conformance --url http://127.0.0.1:8765\n", kind: kindShell, needsHost: true, want: []string{"conformant"}},
+	{file: "docs/contract.md", lang: "sh", contains: "--all-transports", kind: kindShell, needsHost: true, want: []string{"=== across http, exchange, websocket", "conformant over every transport"}},
 	{file: "docs/contract.md", lang: "sh", contains: "conformance/aep/aep.yaml", kind: kindShell, want: []string{", 0 MUST failed, 0 SHOULD failed,", "\nconformant"}},
 	{file: "docs/deploy.md", lang: "nginx", contains: "map $http_x_session_id", kind: kindNginx, want: []string{"test is successful"}},
 	{file: "docs/env.md", lang: "go", contains: "type Mine struct", kind: kindGo, prelude: mineProgramPrelude, postlude: mineProgramPostlude,
@@ -143,6 +144,8 @@ var notRun = map[string][]string{
 		"pipx and npx fetch these tools from PyPI and npm as they run, and PyPI is unreachable in CI; .ci/run's contract step checks the bundle with pinned json-schema-to-typescript, ajv and tsc",
 		`names a host's own command and files; the block above runs against the README's host, and the one in "aep's own run" with aep's fixture and baseline`,
 		`an example of a baseline's content; conformance/aep/baseline.json, which the snippet of "aep's own run" loads, is a real one`,
+		"a sample of the output",
+		"rewrites conformance/mutate/caught.txt from a run; .ci/run's mutation suite step runs the same suite",
 	},
 	"docs/deploy.md": {
 		"needs several hosts behind a proxy at aep.example; client/move_test.go and e2e/ run client.Moving against real ones",

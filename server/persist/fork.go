@@ -99,7 +99,7 @@ func (p *Keeper) forkSource(ctx context.Context, s Session, snapshotID string) (
 		}
 		return forkSource{pl: pl, dir: d.Path}, nil
 	}
-	pl, err := p.openSnapshot(ctx, snapshotID)
+	pl, err := p.openSnapshot(ctx, s.Tenant(), snapshotID)
 	if err != nil {
 		return forkSource{}, err
 	}

@@ -37,7 +37,7 @@ func (p *Keeper) SessionRestore(ctx context.Context, s Session, req *msg.Session
 		id = *req.SnapshotID
 	case req.FromSession != nil:
 		var err error
-		if id, err = p.newestSnapshotOf(ctx, *req.FromSession); err != nil {
+		if id, err = p.newestSnapshotOf(ctx, s.Tenant(), *req.FromSession); err != nil {
 			return nil, err
 		}
 	}
@@ -66,7 +66,7 @@ func (p *Keeper) SessionSnapshotList(ctx context.Context, s Session, req *msg.Se
 		target = string(*req.Target)
 	}
 	sid := s.ID()
-	list, err := p.storedSnapshots(ctx, target, p.ownedBy(sid, req.SessionIds))
+	list, err := p.storedSnapshots(ctx, target, s.Tenant(), p.ownedBy(sid, req.SessionIds))
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (p *Keeper) SessionSnapshotDelete(ctx context.Context, s Session, req *msg.
 	if m == nil {
 		return nil, fmt.Errorf("%w %q", ErrSnapshotNotFound, req.SnapshotID)
 	}
-	list, err := p.storedSnapshots(ctx, m[1], p.ownedBy(s.ID(), req.SessionIds))
+	list, err := p.storedSnapshots(ctx, m[1], s.Tenant(), p.ownedBy(s.ID(), req.SessionIds))
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ type SnapshotInfo struct {
 // (its own and those of the sessions it owns through restores), newest
 // first, at most limit: what the operator's admin API shows of a session.
 func (p *Keeper) SnapshotsOf(ctx context.Context, s Session, limit int) ([]SnapshotInfo, error) {
-	stored, err := p.storedSnapshots(ctx, "", p.ownedBy(s.ID(), nil))
+	stored, err := p.storedSnapshots(ctx, "", s.Tenant(), p.ownedBy(s.ID(), nil))
 	if err != nil {
 		return nil, err
 	}

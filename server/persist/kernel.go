@@ -60,6 +60,10 @@ type Session interface {
 	DirOwner() (owner string, readOnly bool)
 	// TopLevel reports whether the session is no subagent's.
 	TopLevel() bool
+	// Tenant names the session's tenant as stored records carry it (""
+	// for the default tenant): snapshots and trajectory records are its
+	// tenant's, and no session of another tenant finds them.
+	Tenant() string
 	// Activity reports when the session was last active (Unix
 	// nanoseconds) and whether it has requests in flight.
 	Activity() (lastActive int64, busy bool)

@@ -35,7 +35,7 @@ type restoreStep struct {
 // of the plugins whose state it restored and what became of the session's
 // files. On any error nothing has changed (see the file comment).
 func (p *Keeper) restoreSession(ctx context.Context, s Session, id string) ([]string, *msg.SnapshotFiles, error) {
-	pl, err := p.openSnapshot(ctx, id)
+	pl, err := p.openSnapshot(ctx, s.Tenant(), id)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -93,6 +93,9 @@ type snapshotPayload struct {
 	// (archive.go); a sql snapshot has it, a file snapshot does not: its
 	// files stay on the host's disk.
 	Files *filesInfo `json:"files,omitempty"`
+	// Tenant is the saved session's tenant ("" for the default one):
+	// only a session of that tenant finds the snapshot (openSnapshot).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Why a snapshot was taken: the store row's kind, and what the kernel's
@@ -229,7 +232,8 @@ func (p *Keeper) storeSnapshot(ctx context.Context, target, kind string, pl *sna
 	tried := false
 	return p.storeCall(ctx, "snapshot", wait, func(ctx context.Context) error {
 		c := p.store.Client.Snapshot.Create().SetID(pl.SnapshotID).SetSessionID(pl.Owner).
-			SetAgentID(pl.AgentID).SetData(doc).SetCreatedAt(pl.Created).SetKind(kind).SetFilesBytes(int64(len(archive)))
+			SetAgentID(pl.AgentID).SetData(doc).SetCreatedAt(pl.Created).SetKind(kind).SetFilesBytes(int64(len(archive))).
+			SetTenant(pl.Tenant)
 		if archive != nil {
 			c.SetFiles(archive)
 		}
@@ -263,6 +267,7 @@ func (p *Keeper) sessionState(ctx context.Context, s Session) (*snapshotPayload,
 	pl.Plugins = []pluginSnapshot{}
 	pl.Owner = ownerKey(s.ID())
 	pl.Owned = p.lineageOf(s.ID())
+	pl.Tenant = s.Tenant()
 	secrets := p.secrets(s)
 	for _, snp := range p.snapshotters {
 		state, err := snp.v.Snapshot(ctx, s.Handle())
@@ -279,8 +284,10 @@ func (p *Keeper) sessionState(ctx context.Context, s Session) (*snapshotPayload,
 	return pl, secrets, nil
 }
 
-// openSnapshot reads and verifies the snapshot id names.
-func (p *Keeper) openSnapshot(ctx context.Context, id string) (*snapshotPayload, error) {
+// openSnapshot reads and verifies the snapshot id names, for a session of
+// tenant: another tenant's snapshot is answered as one that does not
+// exist, word for word (no existence oracle).
+func (p *Keeper) openSnapshot(ctx context.Context, tenant, id string) (*snapshotPayload, error) {
 	m := snapshotIDPattern.FindStringSubmatch(id)
 	if m == nil {
 		if len(id) > 80 {
@@ -292,7 +299,14 @@ func (p *Keeper) openSnapshot(ctx context.Context, id string) (*snapshotPayload,
 	if err != nil {
 		return nil, err
 	}
-	return decodeSnapshot(doc, id)
+	pl, err := decodeSnapshot(doc, id)
+	if err != nil {
+		return nil, err
+	}
+	if pl.Tenant != tenant {
+		return nil, fmt.Errorf("%w %q", ErrSnapshotNotFound, id)
+	}
+	return pl, nil
 }
 
 // loadSnapshot reads the stored document of a validated id.

@@ -109,19 +109,24 @@ type storedSnapshot struct {
 	created                    time.Time
 }
 
-// storedSnapshots returns the snapshots of target ("" both) taken by one of
-// the sessions with owner keys sessions (nil: any session), newest first.
-func (p *Keeper) storedSnapshots(ctx context.Context, target string, sessions []string) ([]storedSnapshot, error) {
+// anyTenant selects the snapshots of every tenant (the host's retention):
+// no tenant is named so (server.tenants' names are lower-case words).
+const anyTenant = "\x00"
+
+// storedSnapshots returns the snapshots of target ("" both) of tenant
+// (anyTenant: every tenant's) taken by one of the sessions with owner
+// keys sessions (nil: any session), newest first.
+func (p *Keeper) storedSnapshots(ctx context.Context, target, tenant string, sessions []string) ([]storedSnapshot, error) {
 	var out []storedSnapshot
 	if (target == "" || target == "file") && p.dataDir != "" {
-		files, err := p.fileSnapshots(ctx, sessions)
+		files, err := p.fileSnapshots(ctx, tenant, sessions)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, files...)
 	}
 	if (target == "" || target == "sql") && p.store != nil {
-		rows, err := p.sqlSnapshots(ctx, sessions)
+		rows, err := p.sqlSnapshots(ctx, tenant, sessions)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +144,7 @@ func (p *Keeper) storedSnapshots(ctx context.Context, target string, sessions []
 // fileSnapshots lists the file snapshots of the sessions with owner keys
 // sessions (nil: any), reading each document for its owner; a corrupt
 // one is logged and left out.
-func (p *Keeper) fileSnapshots(ctx context.Context, sessions []string) ([]storedSnapshot, error) {
+func (p *Keeper) fileSnapshots(ctx context.Context, tenant string, sessions []string) ([]storedSnapshot, error) {
 	dir := filepath.Join(p.dataDir, snapshotDir)
 	ents, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -160,6 +165,9 @@ func (p *Keeper) fileSnapshots(ctx context.Context, sessions []string) ([]stored
 			p.log.Warn("corrupt snapshot file skipped", "snapshot_id", id, "err", err)
 			continue
 		}
+		if tenant != anyTenant && pl.Tenant != tenant {
+			continue
+		}
 		if owner := pl.owner(); sessions == nil || slices.Contains(sessions, owner) {
 			kind := pl.Kind
 			if kind == "" {
@@ -173,8 +181,11 @@ func (p *Keeper) fileSnapshots(ctx context.Context, sessions []string) ([]stored
 
 // sqlSnapshots lists the sql snapshots of the sessions with owner keys
 // sessions (nil: any): a row's session_id is the owner key.
-func (p *Keeper) sqlSnapshots(ctx context.Context, sessions []string) ([]storedSnapshot, error) {
+func (p *Keeper) sqlSnapshots(ctx context.Context, tenant string, sessions []string) ([]storedSnapshot, error) {
 	q := p.store.Client.Snapshot.Query()
+	if tenant != anyTenant {
+		q = q.Where(snapshot.Tenant(tenant))
+	}
 	if sessions != nil {
 		q = q.Where(snapshot.SessionIDIn(sessions...))
 	}
@@ -203,12 +214,13 @@ func (p *Keeper) sqlSnapshots(ctx context.Context, sessions []string) ([]storedS
 // (or an id that was never a session's: the two look alike on purpose).
 var ErrNoSnapshotOf = fmt.Errorf("%w of that session: it was never snapshotted, or its snapshots were deleted", ErrSnapshotNotFound)
 
-// newestSnapshotOf names the newest stored snapshot of the session whose
-// transport id is sid, of either target and any kind (at its request, a
-// drain's, an automatic one): what a session that moved (docs/deploy.md)
-// restores with from_session.
-func (p *Keeper) newestSnapshotOf(ctx context.Context, sid string) (string, error) {
-	all, err := p.storedSnapshots(ctx, "", []string{ownerKey(sid)})
+// newestSnapshotOf names the newest stored snapshot of tenant of the
+// session whose transport id is sid, of either target and any kind (at
+// its request, a drain's, an automatic one): what a session that moved
+// (docs/deploy.md) restores with from_session. Another tenant's session
+// has none, as a never-issued id has none.
+func (p *Keeper) newestSnapshotOf(ctx context.Context, tenant, sid string) (string, error) {
+	all, err := p.storedSnapshots(ctx, "", tenant, []string{ownerKey(sid)})
 	if err != nil {
 		return "", err
 	}
@@ -255,7 +267,7 @@ func (p *Keeper) applyRetention(ctx context.Context, sid, target, taken string, 
 	rc := p.set.Snapshots
 	var drop []storedSnapshot
 	if rc.KeepPerSession > 0 && sid != "" {
-		mine, err := p.storedSnapshots(ctx, target, []string{sid})
+		mine, err := p.storedSnapshots(ctx, target, anyTenant, []string{sid})
 		if err != nil {
 			p.log.Warn("snapshot retention", "err", err)
 			return
@@ -265,7 +277,7 @@ func (p *Keeper) applyRetention(ctx context.Context, sid, target, taken string, 
 		}
 	}
 	if rc.MaxAge > 0 && ages {
-		all, err := p.storedSnapshots(ctx, "", nil)
+		all, err := p.storedSnapshots(ctx, "", anyTenant, nil)
 		if err != nil {
 			p.log.Warn("snapshot retention", "err", err)
 			return

@@ -231,7 +231,7 @@ func (r *Recorder) flushLocked(recs []trajPending) {
 			continue
 		}
 		r.seq++
-		rows = append(rows, trajRow{owner: owner, handle: r.s.Handle(), seq: rec.Seq, data: data, at: pd.at})
+		rows = append(rows, trajRow{owner: owner, handle: r.s.Handle(), tenant: r.s.Tenant(), seq: rec.Seq, data: data, at: pd.at})
 	}
 	p.traj.add(rows)
 }
@@ -283,7 +283,7 @@ func redactBearer(v any) any {
 
 // trajRow is one record on its way to the store.
 type trajRow struct {
-	owner, handle string
+	owner, handle, tenant string
 	seq           int64
 	data          []byte
 	at            time.Time
@@ -372,7 +372,7 @@ func (w *trajWriter) flush() {
 		bulk := make([]*ent.TrajectoryRecordCreate, len(rows))
 		for i, r := range rows {
 			bulk[i] = client.TrajectoryRecord.Create().SetOwner(r.owner).SetHandle(r.handle).
-				SetSeq(r.seq).SetData(r.data).SetCreatedAt(r.at)
+				SetSeq(r.seq).SetData(r.data).SetCreatedAt(r.at).SetTenant(r.tenant)
 		}
 		if err := client.TrajectoryRecord.CreateBulk(bulk...).Exec(ctx); err != nil {
 			w.p.log.Error("trajectory: writing records failed; they are lost", "records", len(rows), "err", err)

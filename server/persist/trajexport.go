@@ -47,7 +47,7 @@ func (p *Keeper) exportTrajectory(ctx context.Context, s Session, req *msg.Sessi
 	var rows []*ent.TrajectoryRecord
 	err := p.storeCall(ctx, "trajectory export", p.storeWait(), func(ctx context.Context) (err error) {
 		rows, err = p.store.Client.TrajectoryRecord.Query().
-			Where(trajectoryrecord.OwnerIn(owners...), trajectoryrecord.IDGT(req.After)).
+			Where(trajectoryrecord.Tenant(s.Tenant()), trajectoryrecord.OwnerIn(owners...), trajectoryrecord.IDGT(req.After)).
 			Order(ent.Asc(trajectoryrecord.FieldID)).Limit(limit + 1).All(ctx)
 		return err
 	})
