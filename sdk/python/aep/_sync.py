@@ -108,6 +108,7 @@ class Client(SyncMethods):
         self._lost: Optional[BaseException] = None  # why the session was lost, while a move runs
         self._closed: Optional[BaseException] = None
         self._closing = False
+        self._shut = False  # this client sent `shutdown`: the session is ending
         self._cancel_sent: set[str] = set()
         self._pending: dict[str, _Slot] = {}
         self._ids = itertools.count(1)
@@ -220,9 +221,13 @@ class Client(SyncMethods):
             return
         self._closing = True
         _keeper.remove(self)
-        if shutdown and self._closed is None and self._lost is None:
+        if shutdown and self._closed is None and self._lost is None and not self._shut:
             try:
                 self._notify(m.ShutdownMessage, {}, {})
+            except ConnectionClosed:
+                pass
+        if shutdown and self._shut and self._closed is None:
+            try:  # what is in flight gets its reply first
                 self._await_all(time.monotonic() + timeout)
             except (ConnectionClosed, _Expired):
                 pass
@@ -263,7 +268,8 @@ class Client(SyncMethods):
         return f"{self._prefix}-{next(self._ids)}"
 
     def _movable(self) -> bool:
-        return self.move and self._closed is None and not self._closing and self.handshake_reply is not None
+        return (self.move and self._closed is None and not self._closing and not self._shut
+                and self.handshake_reply is not None)
 
     def _notify(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any]) -> None:
         if isinstance(self._closed, SessionTerminated):
@@ -275,6 +281,10 @@ class Client(SyncMethods):
         if model is m.CancelMessage:
             self._cancel_sent.add(required["req_id"])
         self.transport.send(_codec.encode_message(model, self._new_id(), required, optional))
+        if model is m.ShutdownMessage:
+            # The session ends: what is in flight gets its reply, and a new
+            # request would only be refused (or, with move, moved).
+            self._shut = True
 
     def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
                  reply: type[m.Model], call_timeout: Optional[float],
@@ -308,6 +318,8 @@ class Client(SyncMethods):
             if isinstance(closed, SessionTerminated):
                 raise SessionTerminated(str(closed))
             raise ConnectionClosed(str(closed))
+        if self._shut:
+            raise ConnectionClosed("the session is shutting down: this client sent shutdown")
 
     def _send(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any], reply: type,
               call_timeout: Optional[float], on_event: Optional[EventCallback], *, may_move: bool) -> _Slot:

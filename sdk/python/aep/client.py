@@ -121,6 +121,7 @@ class AsyncClient(AsyncMethods):
         self._closed: Optional[BaseException] = None
         self._connect_kw: dict[str, Any] = {}
         self._raw = 0  # requests in flight that want their reply as a dict
+        self._shut = False  # this client sent `shutdown`: the session is ending
 
     # --- opening and closing
 
@@ -225,14 +226,15 @@ class AsyncClient(AsyncMethods):
         """Sends ``shutdown`` (the host answers what is in flight, then ends
         the session), waits for the in-flight replies up to timeout, and
         closes the transport."""
-        if shutdown and self._closed is None and self._lost is None:
+        if shutdown and self._closed is None and self._lost is None and not self._shut:
             try:
                 await self.shutdown()
-                pending = [p.future for p in self._pending.values()]
-                if pending:
-                    await asyncio.wait(pending, timeout=timeout)
             except ConnectionClosed:
                 pass
+        if shutdown and self._shut and self._closed is None:
+            pending = [p.future for p in self._pending.values()]
+            if pending:  # what is in flight gets its reply first
+                await asyncio.wait(pending, timeout=timeout)
         if self._closed is None:
             self._closed = ConnectionClosed("client closed")
         mt = self._move_task
@@ -313,11 +315,15 @@ class AsyncClient(AsyncMethods):
         if model is m.CancelMessage:
             self._cancel_sent.add(required["req_id"])
         await self.transport.send(_codec.encode_message(model, self._new_id(), required, optional))
+        if model is m.ShutdownMessage:
+            # The session ends: what is in flight gets its reply, and a new
+            # request would only be refused (or, with move, moved).
+            self._shut = True
 
     def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
                  reply: type[m.Model], call_timeout: Optional[float],
                  on_event: Optional[EventCallback]) -> Awaitable[Any]:
-        if not self.move and self._closed is None:
+        if not self.move and self._closed is None and not self._shut:
             # Nothing to wait for or resend: the request itself, with no
             # coroutine around it.
             return self._send_request(model, required, optional, reply, call_timeout, on_event, may_move=True)
@@ -338,6 +344,8 @@ class AsyncClient(AsyncMethods):
                 if isinstance(self._closed, SessionTerminated):
                     raise SessionTerminated(str(self._closed))
                 raise ConnectionClosed(str(self._closed))
+            if self._shut:
+                raise ConnectionClosed("the session is shutting down: this client sent shutdown")
             try:
                 return await self._send_request(model, required, optional, reply, call_timeout, on_event,
                                                 may_move=True)
@@ -347,7 +355,7 @@ class AsyncClient(AsyncMethods):
         raise AssertionError("unreachable")
 
     def _movable(self) -> bool:
-        return self.move and self._closed is None and self.handshake_reply is not None
+        return self.move and self._closed is None and not self._shut and self.handshake_reply is not None
 
     async def _send_request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
                             reply: type[m.Model], call_timeout: Optional[float],
@@ -517,7 +525,7 @@ class AsyncClient(AsyncMethods):
                 self._closed = e
             self._fail_all(self._closed)
             return
-        if self.move and self._closed is None and self.handshake_reply is not None:
+        if self._movable():
             self._session_lost(gen, e)
             return
         if self._closed is None:
