@@ -172,6 +172,8 @@ export class AepClient extends Methods<RequestOptions> {
   #ended: Error | undefined;
   #hello: ForkHandshake | undefined; // the handshake connect made, which forks repeat
   #closing = false;
+  /** This client sent `shutdown`: its session is ending, and it asks nothing more of it. */
+  #shut = false;
   /** Counts the sessions this client has had (a move starts the next). */
   #gen = 0;
   /** Why the current session was lost (move only), while a move runs. */
@@ -262,6 +264,8 @@ export class AepClient extends Methods<RequestOptions> {
 
   override request<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions = {}): Promise<RequestTypes[T]["reply"]> {
     if (this.#ended) return Promise.reject(this.#ended);
+    // The host would only refuse it (or, with move, it would move the session this client ended).
+    if (this.#shut) return Promise.reject(new ConnectionError("the session is shutting down: this client sent shutdown"));
     if (options.signal?.aborted) return Promise.reject(options.signal.reason);
     if (type === "handshake/req") {
       return this.#send(type, body, options, true).then((r) => {
@@ -316,7 +320,7 @@ export class AepClient extends Methods<RequestOptions> {
   }
 
   #movable(): boolean {
-    return this.#move && !this.#closing && !this.#ended && this.#handshake !== undefined;
+    return this.#move && !this.#closing && !this.#shut && !this.#ended && this.#handshake !== undefined;
   }
 
   /** What a failed send means for its request; with move, a loss of the session. */
@@ -356,7 +360,10 @@ export class AepClient extends Methods<RequestOptions> {
     if (this.#ended) return Promise.reject(this.#ended);
     // cancel and shutdown: nothing to say to a lost session, and no reason to move for them.
     if (this.#lost) return Promise.reject(new SessionLostError(`session ${this.#sessionId} was lost: ${this.#lost.message}`, { cause: this.#lost }));
-    return this.#t.send(encodeLine(body, type, this.#nextId(), undefined));
+    const sent = this.#t.send(encodeLine(body, type, this.#nextId(), undefined));
+    // What is in flight gets its reply; a new request fails at once (request).
+    if (type === "shutdown") this.#shut = true;
+    return sent;
   }
 
   /**
@@ -368,7 +375,12 @@ export class AepClient extends Methods<RequestOptions> {
     return this.#t.send(line);
   }
 
-  /** Asks the host to drain and end this session (its requests get their replies first). */
+  /**
+   * Asks the host to drain and end this session (its requests get their
+   * replies first). Requests made afterwards reject at once with
+   * ConnectionError, and a client made with `{ move: true }` does not move
+   * away from the session it ended.
+   */
   shutdown(timeoutSeconds?: number): Promise<void> {
     return this.notify("shutdown", timeoutSeconds === undefined ? {} : { timeout: timeoutSeconds });
   }
