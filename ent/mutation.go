@@ -7542,6 +7542,7 @@ type TrajectoryRecordMutation struct {
 	tenant        *string
 	root          *string
 	fork_group    *string
+	parent_owner  *string
 	clearedFields map[string]struct{}
 	done          bool
 	oldValue      func(context.Context) (*TrajectoryRecord, error)
@@ -7954,6 +7955,42 @@ func (m *TrajectoryRecordMutation) ResetForkGroup() {
 	m.fork_group = nil
 }
 
+// SetParentOwner sets the "parent_owner" field.
+func (m *TrajectoryRecordMutation) SetParentOwner(s string) {
+	m.parent_owner = &s
+}
+
+// ParentOwner returns the value of the "parent_owner" field in the mutation.
+func (m *TrajectoryRecordMutation) ParentOwner() (r string, exists bool) {
+	v := m.parent_owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldParentOwner returns the old "parent_owner" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldParentOwner(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldParentOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldParentOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldParentOwner: %w", err)
+	}
+	return oldValue.ParentOwner, nil
+}
+
+// ResetParentOwner resets all changes to the "parent_owner" field.
+func (m *TrajectoryRecordMutation) ResetParentOwner() {
+	m.parent_owner = nil
+}
+
 // Where appends a list predicates to the TrajectoryRecordMutation builder.
 func (m *TrajectoryRecordMutation) Where(ps ...predicate.TrajectoryRecord) {
 	m.predicates = append(m.predicates, ps...)
@@ -7988,7 +8025,7 @@ func (m *TrajectoryRecordMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TrajectoryRecordMutation) Fields() []string {
-	fields := make([]string, 0, 8)
+	fields := make([]string, 0, 9)
 	if m.owner != nil {
 		fields = append(fields, trajectoryrecord.FieldOwner)
 	}
@@ -8012,6 +8049,9 @@ func (m *TrajectoryRecordMutation) Fields() []string {
 	}
 	if m.fork_group != nil {
 		fields = append(fields, trajectoryrecord.FieldForkGroup)
+	}
+	if m.parent_owner != nil {
+		fields = append(fields, trajectoryrecord.FieldParentOwner)
 	}
 	return fields
 }
@@ -8037,6 +8077,8 @@ func (m *TrajectoryRecordMutation) Field(name string) (ent.Value, bool) {
 		return m.Root()
 	case trajectoryrecord.FieldForkGroup:
 		return m.ForkGroup()
+	case trajectoryrecord.FieldParentOwner:
+		return m.ParentOwner()
 	}
 	return nil, false
 }
@@ -8062,6 +8104,8 @@ func (m *TrajectoryRecordMutation) OldField(ctx context.Context, name string) (e
 		return m.OldRoot(ctx)
 	case trajectoryrecord.FieldForkGroup:
 		return m.OldForkGroup(ctx)
+	case trajectoryrecord.FieldParentOwner:
+		return m.OldParentOwner(ctx)
 	}
 	return nil, fmt.Errorf("unknown TrajectoryRecord field %s", name)
 }
@@ -8126,6 +8170,13 @@ func (m *TrajectoryRecordMutation) SetField(name string, value ent.Value) error 
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetForkGroup(v)
+		return nil
+	case trajectoryrecord.FieldParentOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetParentOwner(v)
 		return nil
 	}
 	return fmt.Errorf("unknown TrajectoryRecord field %s", name)
@@ -8214,6 +8265,9 @@ func (m *TrajectoryRecordMutation) ResetField(name string) error {
 		return nil
 	case trajectoryrecord.FieldForkGroup:
 		m.ResetForkGroup()
+		return nil
+	case trajectoryrecord.FieldParentOwner:
+		m.ResetParentOwner()
 		return nil
 	}
 	return fmt.Errorf("unknown TrajectoryRecord field %s", name)

@@ -325,4 +325,8 @@ func init() {
 	trajectoryrecordDescForkGroup := trajectoryrecordFields[7].Descriptor()
 	// trajectoryrecord.DefaultForkGroup holds the default value on creation for the fork_group field.
 	trajectoryrecord.DefaultForkGroup = trajectoryrecordDescForkGroup.Default.(string)
+	// trajectoryrecordDescParentOwner is the schema descriptor for parent_owner field.
+	trajectoryrecordDescParentOwner := trajectoryrecordFields[8].Descriptor()
+	// trajectoryrecord.DefaultParentOwner holds the default value on creation for the parent_owner field.
+	trajectoryrecord.DefaultParentOwner = trajectoryrecordDescParentOwner.Default.(string)
 }

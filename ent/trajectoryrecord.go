@@ -32,7 +32,9 @@ type TrajectoryRecord struct {
 	// Root holds the value of the "root" field.
 	Root string `json:"root,omitempty"`
 	// ForkGroup holds the value of the "fork_group" field.
-	ForkGroup    string `json:"fork_group,omitempty"`
+	ForkGroup string `json:"fork_group,omitempty"`
+	// ParentOwner holds the value of the "parent_owner" field.
+	ParentOwner  string `json:"parent_owner,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -45,7 +47,7 @@ func (*TrajectoryRecord) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case trajectoryrecord.FieldID, trajectoryrecord.FieldSeq:
 			values[i] = new(sql.NullInt64)
-		case trajectoryrecord.FieldOwner, trajectoryrecord.FieldHandle, trajectoryrecord.FieldTenant, trajectoryrecord.FieldRoot, trajectoryrecord.FieldForkGroup:
+		case trajectoryrecord.FieldOwner, trajectoryrecord.FieldHandle, trajectoryrecord.FieldTenant, trajectoryrecord.FieldRoot, trajectoryrecord.FieldForkGroup, trajectoryrecord.FieldParentOwner:
 			values[i] = new(sql.NullString)
 		case trajectoryrecord.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -118,6 +120,12 @@ func (_m *TrajectoryRecord) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.ForkGroup = value.String
 			}
+		case trajectoryrecord.FieldParentOwner:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field parent_owner", values[i])
+			} else if value.Valid {
+				_m.ParentOwner = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -177,6 +185,9 @@ func (_m *TrajectoryRecord) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("fork_group=")
 	builder.WriteString(_m.ForkGroup)
+	builder.WriteString(", ")
+	builder.WriteString("parent_owner=")
+	builder.WriteString(_m.ParentOwner)
 	builder.WriteByte(')')
 	return builder.String()
 }

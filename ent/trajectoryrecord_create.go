@@ -100,6 +100,20 @@ func (_c *TrajectoryRecordCreate) SetNillableForkGroup(v *string) *TrajectoryRec
 	return _c
 }
 
+// SetParentOwner sets the "parent_owner" field.
+func (_c *TrajectoryRecordCreate) SetParentOwner(v string) *TrajectoryRecordCreate {
+	_c.mutation.SetParentOwner(v)
+	return _c
+}
+
+// SetNillableParentOwner sets the "parent_owner" field if the given value is not nil.
+func (_c *TrajectoryRecordCreate) SetNillableParentOwner(v *string) *TrajectoryRecordCreate {
+	if v != nil {
+		_c.SetParentOwner(*v)
+	}
+	return _c
+}
+
 // Mutation returns the TrajectoryRecordMutation object of the builder.
 func (_c *TrajectoryRecordCreate) Mutation() *TrajectoryRecordMutation {
 	return _c.mutation
@@ -151,6 +165,10 @@ func (_c *TrajectoryRecordCreate) defaults() {
 		v := trajectoryrecord.DefaultForkGroup
 		_c.mutation.SetForkGroup(v)
 	}
+	if _, ok := _c.mutation.ParentOwner(); !ok {
+		v := trajectoryrecord.DefaultParentOwner
+		_c.mutation.SetParentOwner(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -193,6 +211,9 @@ func (_c *TrajectoryRecordCreate) check() error {
 	}
 	if _, ok := _c.mutation.ForkGroup(); !ok {
 		return &ValidationError{Name: "fork_group", err: errors.New(`ent: missing required field "TrajectoryRecord.fork_group"`)}
+	}
+	if _, ok := _c.mutation.ParentOwner(); !ok {
+		return &ValidationError{Name: "parent_owner", err: errors.New(`ent: missing required field "TrajectoryRecord.parent_owner"`)}
 	}
 	return nil
 }
@@ -251,6 +272,10 @@ func (_c *TrajectoryRecordCreate) createSpec() (*TrajectoryRecord, *sqlgraph.Cre
 	if value, ok := _c.mutation.ForkGroup(); ok {
 		_spec.SetField(trajectoryrecord.FieldForkGroup, field.TypeString, value)
 		_node.ForkGroup = value
+	}
+	if value, ok := _c.mutation.ParentOwner(); ok {
+		_spec.SetField(trajectoryrecord.FieldParentOwner, field.TypeString, value)
+		_node.ParentOwner = value
 	}
 	return _node, _spec
 }

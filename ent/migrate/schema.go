@@ -298,6 +298,7 @@ var (
 		{Name: "tenant", Type: field.TypeString, Default: ""},
 		{Name: "root", Type: field.TypeString, Default: ""},
 		{Name: "fork_group", Type: field.TypeString, Default: ""},
+		{Name: "parent_owner", Type: field.TypeString, Default: ""},
 	}
 	// TrajectoryRecordsTable holds the schema information for the "trajectory_records" table.
 	TrajectoryRecordsTable = &schema.Table{
@@ -329,6 +330,11 @@ var (
 				Name:    "trajectoryrecord_tenant_fork_group_seq",
 				Unique:  false,
 				Columns: []*schema.Column{TrajectoryRecordsColumns[6], TrajectoryRecordsColumns[8], TrajectoryRecordsColumns[3]},
+			},
+			{
+				Name:    "trajectoryrecord_tenant_parent_owner",
+				Unique:  false,
+				Columns: []*schema.Column{TrajectoryRecordsColumns[6], TrajectoryRecordsColumns[9]},
 			},
 		},
 	}

@@ -38,6 +38,10 @@ func (TrajectoryRecord) Fields() []ent.Field {
 		// forks by them (server/persist/trajexport.go).
 		field.String("root").Default("").Immutable(),
 		field.String("fork_group").Default("").Immutable(),
+		// ParentOwner is a fork's parent's owner key: a session presenting
+		// the parent's id reads the fork's records by lineage, even when
+		// the parent recorded nothing.
+		field.String("parent_owner").Default("").Immutable(),
 	}
 }
 
@@ -49,5 +53,6 @@ func (TrajectoryRecord) Indexes() []ent.Index {
 		index.Fields("created_at"),
 		index.Fields("tenant", "root", "seq"),
 		index.Fields("tenant", "fork_group", "seq"),
+		index.Fields("tenant", "parent_owner"),
 	}
 }

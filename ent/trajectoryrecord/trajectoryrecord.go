@@ -29,6 +29,8 @@ const (
 	FieldRoot = "root"
 	// FieldForkGroup holds the string denoting the fork_group field in the database.
 	FieldForkGroup = "fork_group"
+	// FieldParentOwner holds the string denoting the parent_owner field in the database.
+	FieldParentOwner = "parent_owner"
 	// Table holds the table name of the trajectoryrecord in the database.
 	Table = "trajectory_records"
 )
@@ -44,6 +46,7 @@ var Columns = []string{
 	FieldTenant,
 	FieldRoot,
 	FieldForkGroup,
+	FieldParentOwner,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -71,6 +74,8 @@ var (
 	DefaultRoot string
 	// DefaultForkGroup holds the default value on creation for the "fork_group" field.
 	DefaultForkGroup string
+	// DefaultParentOwner holds the default value on creation for the "parent_owner" field.
+	DefaultParentOwner string
 )
 
 // OrderOption defines the ordering options for the TrajectoryRecord queries.
@@ -114,4 +119,9 @@ func ByRoot(opts ...sql.OrderTermOption) OrderOption {
 // ByForkGroup orders the results by the fork_group field.
 func ByForkGroup(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldForkGroup, opts...).ToFunc()
+}
+
+// ByParentOwner orders the results by the parent_owner field.
+func ByParentOwner(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldParentOwner, opts...).ToFunc()
 }

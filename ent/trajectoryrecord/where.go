@@ -94,6 +94,11 @@ func ForkGroup(v string) predicate.TrajectoryRecord {
 	return predicate.TrajectoryRecord(sql.FieldEQ(FieldForkGroup, v))
 }
 
+// ParentOwner applies equality check predicate on the "parent_owner" field. It's identical to ParentOwnerEQ.
+func ParentOwner(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldParentOwner, v))
+}
+
 // OwnerEQ applies the EQ predicate on the "owner" field.
 func OwnerEQ(v string) predicate.TrajectoryRecord {
 	return predicate.TrajectoryRecord(sql.FieldEQ(FieldOwner, v))
@@ -537,6 +542,71 @@ func ForkGroupEqualFold(v string) predicate.TrajectoryRecord {
 // ForkGroupContainsFold applies the ContainsFold predicate on the "fork_group" field.
 func ForkGroupContainsFold(v string) predicate.TrajectoryRecord {
 	return predicate.TrajectoryRecord(sql.FieldContainsFold(FieldForkGroup, v))
+}
+
+// ParentOwnerEQ applies the EQ predicate on the "parent_owner" field.
+func ParentOwnerEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldParentOwner, v))
+}
+
+// ParentOwnerNEQ applies the NEQ predicate on the "parent_owner" field.
+func ParentOwnerNEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNEQ(FieldParentOwner, v))
+}
+
+// ParentOwnerIn applies the In predicate on the "parent_owner" field.
+func ParentOwnerIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldIn(FieldParentOwner, vs...))
+}
+
+// ParentOwnerNotIn applies the NotIn predicate on the "parent_owner" field.
+func ParentOwnerNotIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNotIn(FieldParentOwner, vs...))
+}
+
+// ParentOwnerGT applies the GT predicate on the "parent_owner" field.
+func ParentOwnerGT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGT(FieldParentOwner, v))
+}
+
+// ParentOwnerGTE applies the GTE predicate on the "parent_owner" field.
+func ParentOwnerGTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGTE(FieldParentOwner, v))
+}
+
+// ParentOwnerLT applies the LT predicate on the "parent_owner" field.
+func ParentOwnerLT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLT(FieldParentOwner, v))
+}
+
+// ParentOwnerLTE applies the LTE predicate on the "parent_owner" field.
+func ParentOwnerLTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLTE(FieldParentOwner, v))
+}
+
+// ParentOwnerContains applies the Contains predicate on the "parent_owner" field.
+func ParentOwnerContains(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContains(FieldParentOwner, v))
+}
+
+// ParentOwnerHasPrefix applies the HasPrefix predicate on the "parent_owner" field.
+func ParentOwnerHasPrefix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasPrefix(FieldParentOwner, v))
+}
+
+// ParentOwnerHasSuffix applies the HasSuffix predicate on the "parent_owner" field.
+func ParentOwnerHasSuffix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasSuffix(FieldParentOwner, v))
+}
+
+// ParentOwnerEqualFold applies the EqualFold predicate on the "parent_owner" field.
+func ParentOwnerEqualFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEqualFold(FieldParentOwner, v))
+}
+
+// ParentOwnerContainsFold applies the ContainsFold predicate on the "parent_owner" field.
+func ParentOwnerContainsFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContainsFold(FieldParentOwner, v))
 }
 
 // And groups predicates with the AND operator between them.

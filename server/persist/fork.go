@@ -178,7 +178,7 @@ type forking struct {
 // known, so its prefix is missing.
 func (f *forking) lineage(snapshotID string) {
 	root := f.p.lineageOfSession(f.s).Root
-	f.lin = lineage{Root: root, Parent: f.s.Handle(), Group: "g-" + wire.RandomHex(16)}
+	f.lin = lineage{Root: root, Parent: f.s.Handle(), Group: "g-" + wire.RandomHex(16), ParentOwner: ownerKey(f.s.ID())}
 	if r := f.p.recorderOf(f.s); r != nil {
 		f.inherit = true
 		if snapshotID == "" {

@@ -78,6 +78,9 @@ type TrajectoryRecord struct {
 type lineage struct {
 	Root, Parent, Group string
 	ForkPoint           *int64
+	// ParentOwner is the parent's owner key (stored.go), kept in the
+	// store beside the records, never in them.
+	ParentOwner string
 }
 
 // forkLineage is a live fork's lineage, and whether its parent recorded
@@ -291,7 +294,7 @@ func (r *Recorder) flushLocked(recs []trajPending) {
 			continue
 		}
 		r.seq++
-		rows = append(rows, trajRow{owner: owner, handle: r.s.Handle(), tenant: r.s.Tenant(), root: r.lin.Root, group: r.lin.Group,
+		rows = append(rows, trajRow{owner: owner, handle: r.s.Handle(), tenant: r.s.Tenant(), root: r.lin.Root, group: r.lin.Group, parentOwner: r.lin.ParentOwner,
 			seq: rec.Seq, data: data, at: pd.at})
 	}
 	p.traj.add(rows)
@@ -344,11 +347,11 @@ func redactBearer(v any) any {
 
 // trajRow is one record on its way to the store.
 type trajRow struct {
-	owner, handle, tenant string
-	root, group           string
-	seq                   int64
-	data                  []byte
-	at                    time.Time
+	owner, handle, tenant    string
+	root, group, parentOwner string
+	seq                      int64
+	data                     []byte
+	at                       time.Time
 }
 
 // trajWriter writes records to the store in batches from one goroutine,
@@ -394,7 +397,7 @@ func (w *trajWriter) add(rows []trajRow) {
 	}
 }
 
-// trajBatch bounds one insert (SQLite allows 32766 variables; 8 per row).
+// trajBatch bounds one insert (SQLite allows 32766 variables; 9 per row).
 const trajBatch = 1000
 
 func (w *trajWriter) run() {
@@ -435,7 +438,7 @@ func (w *trajWriter) flush() {
 		for i, r := range rows {
 			bulk[i] = client.TrajectoryRecord.Create().SetOwner(r.owner).SetHandle(r.handle).
 				SetSeq(r.seq).SetData(r.data).SetCreatedAt(r.at).SetTenant(r.tenant).
-				SetRoot(r.root).SetForkGroup(r.group)
+				SetRoot(r.root).SetForkGroup(r.group).SetParentOwner(r.parentOwner)
 		}
 		if err := client.TrajectoryRecord.CreateBulk(bulk...).Exec(ctx); err != nil {
 			w.p.log.Error("trajectory: writing records failed; they are lost", "records", len(rows), "err", err)

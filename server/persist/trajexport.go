@@ -5,7 +5,6 @@ package persist
 // trajectories`), as records or as chat samples.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,8 +59,26 @@ func (p *Keeper) exportTrajectory(ctx context.Context, s Session, req *msg.Sessi
 		if len(req.SessionIds) == 0 {
 			sel.handles = []string{s.Handle()}
 			sel.roots = []string{p.lineageOfSession(s).Root}
-		} else if sel.handles, err = q.handles(ctx, trajectoryrecord.OwnerIn(owners...)); err != nil {
-			return err
+		} else {
+			if sel.handles, err = q.handles(ctx, trajectoryrecord.OwnerIn(owners...)); err != nil {
+				return err
+			}
+			// A presented session that recorded nothing is still its
+			// forks' parent: its handle is in their records.
+			forks, err := q.handles(ctx, trajectoryrecord.ParentOwnerIn(owners...))
+			if err != nil {
+				return err
+			}
+			for _, f := range forks {
+				hd, err := q.head(ctx, f)
+				if err != nil {
+					return err
+				}
+				if hd != nil && hd.Parent != "" && !slices.Contains(sel.handles, hd.Parent) {
+					sel.handles = append(sel.handles, hd.Parent)
+					sel.roots = append(sel.roots, hd.Root)
+				}
+			}
 		}
 		sel.readers = slices.Clone(sel.handles)
 		resp, err = exportSelection(ctx, q, sel, owners, req.After, limit, format)
@@ -241,20 +258,8 @@ func ExportTrajectories(ctx context.Context, st *store.Store, o ExportOptions, w
 	}
 }
 
-// WriteLine writes v as one line of an export: JSON with object keys
-// sorted, no spaces and no HTML escaping. The Go client and both SDKs
-// write the lines of an export the same way, so that an export is the
-// same bytes whoever asked for it (docs/trajectories.md).
-func WriteLine(w io.Writer, v any) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	_, err := w.Write(buf.Bytes())
-	return err
-}
+// WriteLine writes v as one line of an export ([wire.WriteLine]).
+func WriteLine(w io.Writer, v any) error { return wire.WriteLine(w, v) }
 
 // chatSkipped are the types a chat sample leaves out: the session's
 // plumbing, not the agent's actions, and feedback, which becomes rewards.
