@@ -86,10 +86,10 @@ type SessionForkResp struct {
 	// Forks corresponds to the JSON schema field "forks".
 	Forks []ForkInfo `json:"forks"`
 
-	// The forks' sibling group: every record of a fork's recorded trajectory carries
-	// it (schemas/records/trajectory.json `group`), and session/trajectory/export
-	// `group` exports the group's episodes. Absent from a host that does not record
-	// lineage.
+	// The forks' sibling group, new for each session/fork/req: every record of a
+	// fork's recorded trajectory carries it (schemas/records/trajectory.json
+	// `group`), and session/trajectory/export `group` exports the group's episodes.
+	// Absent from hosts older than lineage.
 	Group *string `json:"group,omitempty,omitzero"`
 
 	// Seconds within which each fork must handshake, or it is closed

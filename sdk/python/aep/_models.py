@@ -3408,10 +3408,11 @@ class SessionForkRespMessage(Model):
     #: copy (bytes copied), none (no files).
     copy_: Optional[Literal["reflink", "copy", "none"]] = Field(None, alias="copy")
     forks: list[ForkInfo]
-    #: The forks' sibling group: every record of a fork's recorded trajectory
-    #: carries it (schemas/records/trajectory.json `group`), and
+    #: The forks' sibling group, new for each session/fork/req: every record
+    #: of a fork's recorded trajectory carries it
+    #: (schemas/records/trajectory.json `group`), and
     #: session/trajectory/export `group` exports the group's episodes. Absent
-    #: from a host that does not record lineage.
+    #: from hosts older than lineage.
     group: Optional[str] = None
     #: Seconds within which each fork must handshake, or it is closed
     #: (server.limits.handshake_timeout).
