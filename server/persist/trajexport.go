@@ -155,6 +155,9 @@ func notePrefix(resp *msg.SessionTrajectoryExportResp, eps []episode, missing []
 
 // exportRows is the export of sessions' own records by row id.
 func exportRows(ctx context.Context, q trajSource, owners []string, after, limit int, format string) (*msg.SessionTrajectoryExportResp, error) {
+	if len(owners) == 0 {
+		return &msg.SessionTrajectoryExportResp{Format: msg.SessionTrajectoryExportRespFormat(format), Lines: []msg.SessionTrajectoryExportRespLinesElem{}}, nil
+	}
 	rows, err := q.client.TrajectoryRecord.Query().
 		Where(q.where(trajectoryrecord.OwnerIn(owners...), trajectoryrecord.IDGT(after))...).
 		Order(ent.Asc(trajectoryrecord.FieldID)).Limit(limit + 1).All(ctx)
