@@ -254,10 +254,18 @@ func TestLineageGroupExport(t *testing.T) {
 	if len(once) != len(lines)-3*prefixLen || once[0]["session"] != rootHandle || once[prefixLen]["session"] != handles[0] {
 		t.Fatalf("once: %d lines, repeat %d, prefix %d", len(once), len(lines), prefixLen)
 	}
-	// Paged by whole episodes.
+	// Paged by whole episodes, the prefix once over all the pages too.
 	paged, _ := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Group: &group, Limit: 1})
 	if !equalJSON(paged, lines) {
 		t.Fatal("the paged export differs")
+	}
+	if pagedOnce, _ := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Group: &group, Limit: 1, Prefix: msg.SessionTrajectoryExportReqPrefixOnce}); !equalJSON(pagedOnce, once) {
+		t.Fatal("the paged export with the prefix once differs")
+	}
+	chatOnce, _ := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Group: &group, Format: msg.SessionTrajectoryExportReqFormatChat, Prefix: msg.SessionTrajectoryExportReqPrefixOnce})
+	if len(chatOnce) != 5 || chatOnce[0]["part"] != "prefix" || chatOnce[0]["session"] != rootHandle || chatOnce[1]["prefix_messages"] != nil ||
+		len(chatOnce[0]["messages"].([]any))+len(chatOnce[1]["messages"].([]any)) != len(chat[0]["messages"].([]any)) {
+		t.Fatalf("chat with the prefix once: %d samples, the first %v", len(chatOnce), chatOnce[0])
 	}
 	// The root with its descendants: its own episode and the forks'.
 	desc, _ := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Descendants: true, Format: msg.SessionTrajectoryExportReqFormatChat})
