@@ -334,3 +334,44 @@ func TestLineagePrefixMissing(t *testing.T) {
 		}
 	}
 }
+
+// A fork made from a snapshot of a recorded session records as its parent
+// does, but which of the parent's records led to the snapshot is not
+// known: its prefix is missing, and the export says so.
+func TestLineageForkFromSnapshot(t *testing.T) {
+	ctx := aeptest.Context(t)
+	r := lineageRig(t)
+	root, _ := r.root(t, ctx, true)
+	reset, err := root.EnvReset(ctx, &msg.EnvResetReq{EnvName: "guess", Seed: aeptest.Ptr(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := root.SessionSnapshot(ctx, &msg.SessionSnapshotReq{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, root, reset.EpisodeID, 50)
+	fr, err := root.SessionFork(ctx, &msg.SessionForkReq{Count: 1, SnapshotID: &snap.SnapshotID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe, err := r.h.ConnectLinesTo(fr.Forks[0].SessionID, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := client.New(client.Lines(pipe, nil))
+	defer fc.Close()
+	if hs, err := fc.Client.Handshake(ctx, &msg.HandshakeReq{AgentID: "grpo", AgentCaps: lineageCaps, AuthToken: aeptest.Token}); err != nil || hs.RecordTrajectory == nil {
+		t.Fatalf("the fork of a recorded session does not record: %+v %v", hs, err)
+	}
+	step(t, ctx, fc, reset.EpisodeID, 25)
+	lines, resp := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Group: fr.Group})
+	if resp.Prefix == nil || *resp.Prefix != msg.SessionTrajectoryExportRespPrefixMissing || len(lines) == 0 {
+		t.Fatalf("prefix %v, %d lines", resp.Prefix, len(lines))
+	}
+	for _, l := range lines {
+		if l["prefix"] != "missing" || l["fork_point"] != nil || l["session"] != fr.Forks[0].Handle {
+			t.Fatalf("a line of the snapshot fork's episode: %v", l)
+		}
+	}
+}
