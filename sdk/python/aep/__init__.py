@@ -14,6 +14,7 @@ from ._common import BatchArrays, Forks, Move
 from .client import AsyncClient, Call, Client, SyncCall
 from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
+from .trajectories import TrajectoryExport, export_line
 from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport
 
 __version__ = "0.1.0"
@@ -21,5 +22,6 @@ __version__ = "0.1.0"
 __all__ = [
     "AEPError", "AgentMessage", "AsyncClient", "BatchArrays", "Call", "Client", "ConnectionClosed", "ErrorCode",
     "EventMessage", "ExchangeTransport", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "ProtocolError",
-    "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
+    "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "TrajectoryExport", "Transport", "WebSocketTransport",
+    "export_line", "models",
 ]

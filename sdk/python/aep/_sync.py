@@ -32,6 +32,7 @@ from ._methods import EventCallback, SyncMethods
 from ._syncio import SSE, Exchange, FromAsync, Stdio, SyncTransport, WebSocket
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError, RequestInterrupted,
                      RequestTimeout, SessionLost, SessionTerminated)
+from .trajectories import TrajectoryExport, _Pages
 from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
 
 _log = logging.getLogger("aep")
@@ -239,6 +240,15 @@ class Client(SyncMethods):
         except Exception:  # noqa: BLE001 - closing anyway
             _log.debug("closing the transport failed", exc_info=True)
         self._fail_all(self._closed)
+
+    def export_trajectories(self, out: Optional[Any] = None, **req: Any) -> TrajectoryExport:
+        """See AsyncClient.export_trajectories."""
+        pages = _Pages()
+        while True:
+            after = pages.add(self.session_trajectory_export(**req))
+            if after is None:
+                return pages.result(out)
+            req["after"] = after
 
     def fork(self, count: int, *, snapshot_id: Optional[str] = None, **connect_kw: Any) -> "Forks[Client]":
         """Forks this session ``count`` ways and connects a Client to each

@@ -37,6 +37,7 @@ from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, P
                      RequestTimeout, SessionLost, SessionTerminated)
 from .transports import (ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport,
                          default_argv)
+from .trajectories import TrajectoryExport, _Pages
 
 _log = logging.getLogger("aep")
 
@@ -275,6 +276,22 @@ class AsyncClient(AsyncMethods):
                 await c.aclose()
             raise
         return out
+
+    async def export_trajectories(self, out: Optional[Any] = None, **req: Any) -> TrajectoryExport:
+        """Exports recorded trajectories (``session/trajectory/export``,
+        docs/trajectories.md), every page from ``after``: this session's,
+        a fork's whole episode, a fork group's episodes (``group=``) or a
+        session's descendants (``descendants=True``), with the prefix
+        repeated, once or not at all (``prefix=``), as records or chat
+        samples (``format=``). The lines are the bytes the host's
+        ``aep export trajectories`` and the Go client write; ``out`` (a
+        text file) gets them too."""
+        pages = _Pages()
+        while True:
+            after = pages.add(await self.session_trajectory_export(**req))
+            if after is None:
+                return pages.result(out)
+            req["after"] = after
 
     async def __aenter__(self) -> "AsyncClient":
         return self
