@@ -497,7 +497,7 @@ func TestForkLimitsAndSnapshots(t *testing.T) {
 		reason string
 	}{
 		{"beyond max_sessions", msg.SessionForkReq{Count: 4}, wire.CodeRuntimeError, "too_many_sessions"},
-		{"unknown snapshot", msg.SessionForkReq{Count: 1, SnapshotID: aeptest.Ptr("sql-00000000000000000000000000000000")}, wire.CodeRuntimeError, "unknown_snapshot"},
+		{"unknown snapshot", msg.SessionForkReq{Count: 1, SnapshotID: aeptest.Ptr("sql-00000000000000000000000000000000")}, wire.CodeRuntimeError, "not_found"},
 		{"not a snapshot id", msg.SessionForkReq{Count: 1, SnapshotID: aeptest.Ptr("../x")}, wire.CodeSchemaViolation, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

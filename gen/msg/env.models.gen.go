@@ -223,8 +223,9 @@ type EnvResetReq struct {
 	// Environment-specific reset options.
 	Options *json.RawMessage `json:"options,omitempty,omitzero"`
 
-	// Seeds the episode's random state: any int64; 7.0 is the integer 7 (JSON
-	// Schema's integers).
+	// Seeds the episode's random state: any integer of magnitude at most 2^53 − 1,
+	// which every JSON library holds exactly (docs/DECISIONS.md, Integers); 7.0 is
+	// the integer 7 (JSON Schema's integers).
 	Seed *int `json:"seed,omitempty,omitzero"`
 }
 

@@ -95,7 +95,8 @@ type Feedback struct {
 	Component *Component `json:"component,omitempty,omitzero"`
 
 	// The decision context the rating belongs to (a task type, a goal); learn/rank
-	// ranks within a context. Empty: the global context only.
+	// ranks within a context. Empty: the global context only. No control characters
+	// (U+0000–U+001F, U+007F).
 	Context *string `json:"context,omitempty,omitzero"`
 
 	// What the right output would have been. Required when type is CORRECTIVE.
@@ -139,7 +140,8 @@ const FeedbackTypePOSITIVE FeedbackType = "POSITIVE"
 // all), optionally discounting older feedback by a half-life, so recent ratings
 // count more (docs/learn.md).
 type LearnAdaptReq struct {
-	// Rebuild this context only; absent: every context.
+	// Rebuild this context only; absent: every context. No control characters
+	// (U+0000–U+001F, U+007F).
 	Context *string `json:"context,omitempty,omitzero"`
 
 	// A feedback of age a counts 2^(-a/half_life_s); 0 or absent: every feedback
@@ -246,7 +248,7 @@ type LearnRankReq struct {
 	// Candidates corresponds to the JSON schema field "candidates".
 	Candidates []Component `json:"candidates,omitempty,omitzero"`
 
-	// Context corresponds to the JSON schema field "context".
+	// No control characters (U+0000–U+001F, U+007F).
 	Context *string `json:"context,omitempty,omitzero"`
 
 	// UCB1's exploration constant c in mean + c·sqrt(ln N / n); default sqrt(2).

@@ -84,7 +84,7 @@ class Move:
     ``snapshot_id`` and ``restored`` (the plugins whose state came back)
     name what the new session restored: the newest snapshot of
     ``from_session``. When that session left no snapshot (the host answered
-    ``unknown_snapshot`` for ``snapshot_wait`` seconds) the move fails with
+    ``not_found`` for ``snapshot_wait`` seconds) the move fails with
     ``error`` a NoSnapshot, unless the client was made with ``fresh=True``:
     then ``fresh`` is True, the new session carries on empty, and the state
     of the lost one is gone. ``cause`` is how the old session was lost;
@@ -608,13 +608,15 @@ class AsyncClient(AsyncMethods):
                                              None, may_move=False)
                 return r.snapshot_id, list(r.restored or [])
             except ProtocolError as e:
-                if _reason(e) != "unknown_snapshot":
+                # not_found; hosts before it said unknown_snapshot, and a
+                # fleet in a rolling upgrade may still hold one.
+                if _reason(e) not in ("not_found", "unknown_snapshot"):
                     raise
                 if time.monotonic() + _SNAPSHOT_POLL > until:
                     if self.fresh:
                         return None, []  # it left none: this session stays, fresh
                     raise NoSnapshot(f"the lost session left no snapshot ({NoSnapshot.reason}): the host answered "
-                                     f"unknown_snapshot for {self.snapshot_wait:g}s ({e})") from e
+                                     f"not_found for {self.snapshot_wait:g}s ({e})") from e
                 await asyncio.sleep(_SNAPSHOT_POLL)
 
     def _fail_all(self, err: BaseException) -> None:

@@ -101,7 +101,7 @@ class MoveFailed(ConnectionClosed):
 
 class NoSnapshot(AEPError):
     """Why a move failed when the lost session left no snapshot to restore:
-    the host answered ``unknown_snapshot`` for ``snapshot_wait`` seconds
+    the host answered ``not_found`` for ``snapshot_wait`` seconds
     (its host died without draining, or drained without
     operator.snapshot_on_drain). The move's ``error`` and the cause of the
     client's MoveFailed; ``fresh=True`` carries on in the new, empty

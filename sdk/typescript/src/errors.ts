@@ -77,7 +77,7 @@ export class MoveFailedError extends ConnectionError {
 
 /**
  * Why a move failed when the lost session left no snapshot to restore: the
- * host answered `unknown_snapshot` for `snapshotWaitSeconds` (its host died
+ * host answered `not_found` for `snapshotWaitSeconds` (its host died
  * without draining, or drained without operator.snapshot_on_drain). The
  * move's `error` and the `cause` of the client's MoveFailedError;
  * `moveFresh: true` carries on in the new, empty session instead.
