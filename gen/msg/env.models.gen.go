@@ -63,7 +63,8 @@ type DataPart struct {
 	// Destination, relative to the session's data root.
 	Path string `json:"path"`
 
-	// Lower-case hex SHA-256 of the file; the copy is verified against it.
+	// Hex SHA-256 of the file (64 hex digits, either case); the copy is verified
+	// against it.
 	Sha256 string `json:"sha256"`
 
 	// Size in bytes; the copy is verified against it.

@@ -85,8 +85,9 @@ type Experience struct {
 // One rating (spec §2.11 feedback types). `score` is in [-1, 1] (-1 worst, 1
 // best); when absent it follows the type: POSITIVE 1, NEGATIVE -1, NEUTRAL 0,
 // CORRECTIVE -0.5 (docs/learn.md). A CORRECTIVE feedback must carry its
-// `correction`. `component` may be left out when `correlation_id` names an audited
-// call: the call's component is rated.
+// `correction`. A feedback names the component it rates, or a `correlation_id`
+// instead: the component of the audited call it names is rated, and a
+// correlation_id naming no audited call of the tenant is runtime_error not_found.
 type Feedback struct {
 	// Comment corresponds to the JSON schema field "comment".
 	Comment *string `json:"comment,omitempty,omitzero"`

@@ -250,9 +250,15 @@ class ChainEventMessage(Model):
 
 
 class ChainNode(Model):
-    """One node of a chain (spec §2.11 node kinds). Settings by kind — action:
-    request; branch: condition; map: items and request; gather: none;
-    reduce: items, expr and initial.
+    """One node of a chain (spec §2.11 node kinds). Settings by kind, required
+    as the allOf states — action: request; branch: condition; map: items and
+    request; gather: none; reduce: items, expr (and initial, null when
+    absent). fallback goes with on_error fallback and only with it. The
+    rules of the graph as a whole (ids unique, edges and fallbacks naming
+    nodes of the chain, an entry node, no cycle, request types a chain may
+    send, expressions that compile) no schema states: a chain breaking one
+    is schema_violation before any node runs (schemas/edges/README.md, Rules
+    in words).
     """
 
     #: branch: an expr-lang expression over input and nodes; edges from the
@@ -478,7 +484,8 @@ class DataPart(Model):
 
     #: Destination, relative to the session's data root.
     path: str
-    #: Lower-case hex SHA-256 of the file; the copy is verified against it.
+    #: Hex SHA-256 of the file (64 hex digits, either case); the copy is
+    #: verified against it.
     sha256: str
     #: Size in bytes; the copy is verified against it.
     size: int
@@ -1398,8 +1405,10 @@ class Feedback(Model):
     """One rating (spec §2.11 feedback types). `score` is in [-1, 1] (-1 worst,
     1 best); when absent it follows the type: POSITIVE 1, NEGATIVE -1,
     NEUTRAL 0, CORRECTIVE -0.5 (docs/learn.md). A CORRECTIVE feedback must
-    carry its `correction`. `component` may be left out when
-    `correlation_id` names an audited call: the call's component is rated.
+    carry its `correction`. A feedback names the component it rates, or a
+    `correlation_id` instead: the component of the audited call it names is
+    rated, and a correlation_id naming no audited call of the tenant is
+    runtime_error not_found.
     """
 
     #: spec §2.11, upper case.
