@@ -369,6 +369,20 @@ func readContract(sources []source) (*contract, error) {
 		}
 		m.body = b.(map[string]any)
 	}
+	// A def's own selector rules (Feedback: component or correlation_id)
+	// are restated as a message's are (requiredChoice).
+	for _, name := range sortedKeys(c.defs) {
+		d, ok := c.defs[name].(map[string]any)
+		if !ok {
+			continue
+		}
+		for _, kw := range []string{"anyOf", "oneOf"} {
+			if rules, ok := requiredChoice(kw, d[kw]); ok {
+				delete(d, kw)
+				d["allOf"] = append(asList(d["allOf"]), rules...)
+			}
+		}
+	}
 	if err := c.sides(); err != nil {
 		return nil, err
 	}
