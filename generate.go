@@ -9,5 +9,6 @@ package aep
 //go:generate go run ./tools/tsgen -contract gen/contract -out sdk/typescript/src/messages.gen.ts
 //go:generate go run ./tools/pygen -bundle gen/contract/aep.schema.json -out sdk/python/aep
 //go:generate go tool oapi-codegen -config httpapi.cfg.yaml openapi.yaml
+//go:generate go tool oapi-codegen -config adminapi.cfg.yaml openapi.yaml
 //go:generate go run ./tools/retrygen -table schemas/errors/retryable.json -codes schemas/core.json -out wire/retryable.gen.go
 //go:generate go run ./tools/configgen -schemas schemas/config -root . -docs docs/config.md

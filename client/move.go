@@ -2,12 +2,15 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
@@ -221,6 +224,9 @@ func (c *Client) moveRequest(ctx context.Context, req wire.Message) (wire.Messag
 					return nil, fmt.Errorf("%w: %w", ErrInterrupted, err)
 				}
 				return nil, err
+			case "terminated": // the operator ended the session: never moved
+				c.end(err)
+				return nil, err
 			default:
 				return m, err
 			}
@@ -230,6 +236,28 @@ func (c *Client) moveRequest(ctx context.Context, req wire.Message) (wire.Messag
 		}
 		// Not run: send it again once the move has found a new session.
 	}
+}
+
+// CloseTerminated is the WebSocket close code of a session the operator
+// terminated (the admin API, docs/operating.md).
+const CloseTerminated websocket.StatusCode = 4410
+
+// Terminated reports whether err says the operator terminated the session
+// (the admin API): a reply with detail.reason terminated, or a WebSocket
+// closed with [CloseTerminated]. A client that moves ends instead.
+func Terminated(err error) bool {
+	if wire.ReasonOf(wireDetail(err)) == "terminated" || websocket.CloseStatus(err) == CloseTerminated {
+		return true
+	}
+	// A transport id the host answers 404 terminated (openapi.yaml).
+	var se *statusError
+	if errors.As(err, &se) && se.status == http.StatusNotFound {
+		var body struct {
+			Error string `json:"error"`
+		}
+		return json.Unmarshal([]byte(se.body), &body) == nil && body.Error == "terminated"
+	}
+	return false
 }
 
 func wireDetail(err error) any {
@@ -320,6 +348,12 @@ func notRun(err error) bool {
 // or is closing ends instead. It reports whether the client moves (or
 // already moved) away from gen.
 func (c *Client) lost(gen uint64, cause error) bool {
+	if Terminated(cause) {
+		// The operator ended the session on purpose: moving would bring
+		// it back elsewhere.
+		c.end(cause)
+		return false
+	}
 	c.mu.Lock()
 	if c.mv == nil || c.hs == nil || c.closing {
 		current := gen == c.gen && c.moving == nil
@@ -470,7 +504,18 @@ func (c *Client) restoreFrom(ctx context.Context, t Transport, gen uint64, from 
 			m.SnapshotID, m.Restored = resp.SnapshotID, resp.Restored
 			return nil
 		}
-		if !snapshotNotFound(err) {
+		switch {
+		case snapshotNotFound(err):
+		case wire.ReasonOf(wireDetail(err)) == "store_unavailable":
+			// The store is down and the host waited for it already: ask
+			// again until the move's deadline, never settle for less.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("restore: %w", err)
+			case <-time.After(time.Second):
+			}
+			continue
+		default:
 			return fmt.Errorf("restore: %w", err)
 		}
 		if !time.Now().Before(deadline) {

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -508,6 +509,21 @@ func TestMoveConcurrent(t *testing.T) {
 			var answered, interrupted sync.Map
 			errc := make(chan error, workers)
 			stop := make(chan struct{})
+			// answers counts the requests answered so far; progress
+			// wakes the test at each, which waits for answers, not for
+			// time, before the drain and after the move.
+			var answers atomic.Int64
+			progress := make(chan struct{}, 1)
+			waitAnswers := func(n int64, when string) {
+				t.Helper()
+				for answers.Load() < n {
+					select {
+					case <-progress:
+					case <-ctx.Done():
+						t.Fatalf("%s: %d requests answered, waiting for %d", when, answers.Load(), n)
+					}
+				}
+			}
 			var wg sync.WaitGroup
 			for w := range workers {
 				wg.Add(1)
@@ -525,6 +541,11 @@ func TestMoveConcurrent(t *testing.T) {
 						switch {
 						case err == nil:
 							answered.Store(id, true)
+							answers.Add(1)
+							select {
+							case progress <- struct{}{}:
+							default:
+							}
 						case errors.Is(err, client.ErrInterrupted):
 							interrupted.Store(id, true)
 						default:
@@ -534,10 +555,12 @@ func TestMoveConcurrent(t *testing.T) {
 					}
 				}()
 			}
-			time.Sleep(100 * time.Millisecond)
+			// Requests flow before the drain, and again after the move:
+			// as many answers as workers each time.
+			waitAnswers(workers, "before the drain")
 			p.drain(t, "ha")
 			a.move(t)
-			time.Sleep(100 * time.Millisecond)
+			waitAnswers(answers.Load()+workers, "after the move")
 			close(stop)
 			wg.Wait()
 			for range workers {

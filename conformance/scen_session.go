@@ -130,6 +130,7 @@ func (k *kit) fork(ctx context.Context, s *session, handle, mid, key string) {
 	k.expect(f, h != "" && h != handle, "the fork's handle %q is empty or the sender's", h)
 	if k.target.Attach == nil {
 		k.skip("needs "+needAttach, f) // only when nothing else counted
+		k.transportBranch("no attach")
 		return
 	}
 	conn, err := k.target.Attach(ctx, id)

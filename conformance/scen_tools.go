@@ -21,6 +21,7 @@ func (k *kit) capabilityScenarios() []scenario {
 		{[]string{CheckMCPServers, CheckMCPServer}, k.mcp},
 		{[]string{CheckSubagents, CheckSubagentsErrors, CheckSubagentGating}, k.subagents},
 		{[]string{CheckSessionInfo, CheckSessionSnapshot, CheckSessionFork, CheckSessionTrajectory}, k.sessionNS},
+		{[]string{CheckSessionOperator}, k.operatorSession},
 	}
 }
 

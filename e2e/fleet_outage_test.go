@@ -146,14 +146,17 @@ func (h *host) readyz() int {
 // automatic snapshots on: the hosts cannot take new sessions meanwhile
 // (/readyz 503), but no session is routed away from its live host, so no
 // client ends and none moves onto an older snapshot; every write
-// answered is kept, and writes go on after the store is back.
+// answered is kept, and writes go on after the store is back. A snapshot
+// asked for early in the outage waits store_wait (3 s) and fails with a
+// retryable store_unavailable; one asked late waits for the store and is
+// taken.
 func TestFleetStoreOutage(t *testing.T) {
 	for _, k := range proxies {
 		t.Run(k.name, func(t *testing.T) {
 			findBinary(t, k.bin)
 			link := startStoreLink(t, "127.0.0.1:5432")
 			dsn := link.dsn(t, pgtest.DSN(t, "aep_e2e_outage_"+k.name))
-			hosts := startFleetOn(t, dsn, "  snapshots:\n    auto_interval: 2s\n", "")
+			hosts := startFleetOn(t, dsn, "  snapshots:\n    auto_interval: 2s\n    store_wait: 3s\n", "")
 			base := startProxy(t, k, hosts)
 			storeOutage(t, base, hosts, link)
 		})
@@ -218,6 +221,12 @@ func storeOutage(t *testing.T, base string, hosts []*host, link *storeLink) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rs := agentsOn(t, ctx, base, 12, nil)
+	probe := agentsOn(t, ctx, base, 1, nil)[0].c
+	snapshot := func() (time.Duration, error) {
+		t0 := time.Now()
+		_, err := probe.SessionSnapshot(ctx, &msg.SessionSnapshotReq{Target: msg.SessionSnapshotReqTargetSQL})
+		return time.Since(t0), err
+	}
 	stop := make(chan struct{})
 	var never atomic.Bool
 	var wg sync.WaitGroup
@@ -239,6 +248,16 @@ func storeOutage(t *testing.T, base string, hosts []*host, link *storeLink) {
 		}
 	}
 	during := roundsOf(rs)
+	took, err := snapshot()
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeRuntimeError || wire.ReasonOf(we.Detail) != "store_unavailable" || !we.Retryable() {
+		t.Errorf("a snapshot in the outage: %v after %v, want runtime_error store_unavailable, retryable", err, took)
+	} else if took < 2500*time.Millisecond {
+		t.Errorf("a snapshot in the outage failed after %v, without waiting store_wait", took)
+	}
+	time.Sleep(8*time.Second - time.Since(cutAt))
+	late := make(chan error, 1)
+	go func() { _, err := snapshot(); late <- err }()
 	time.Sleep(10*time.Second - time.Since(cutAt))
 	// Sessions went on serving through it (working memory, episodes).
 	waitRounds(t, ctx, rs, during, 10)
@@ -251,6 +270,9 @@ func storeOutage(t *testing.T, base string, hosts []*host, link *storeLink) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+	if err := <-late; err != nil {
+		t.Errorf("a snapshot asked 2 s before the store came back did not wait for it: %v", err)
 	}
 	waitRounds(t, ctx, rs, roundsOf(rs), 20)
 	close(stop)

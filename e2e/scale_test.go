@@ -513,7 +513,7 @@ func TestDrainMidRun(t *testing.T) {
 			findBinary(t, k.bin)
 			hosts := startFleetWith(t, "aep_e2e_drainrun_"+k.name, "  drain_timeout: 10s\n")
 			base := startProxy(t, k, hosts)
-			drainMidRun(t, k, base, hosts)
+			drainMidRun(t, k, base, hosts, sigtermDrain)
 		})
 	}
 }
@@ -684,7 +684,34 @@ func (r *runner) run(ctx context.Context, stop <-chan struct{}, draining *atomic
 	}
 }
 
-func drainMidRun(t *testing.T, k proxyKind, base string, hosts []*host) {
+// drainer drains host h (named id), which holds sessions sessions, while
+// the agents run, and returns once it is drained: its sessions saved and
+// ended, so their clients move.
+type drainer func(ctx context.Context, t *testing.T, h *host, id string, sessions int)
+
+// sigtermDrain drains a host as an orchestrator does: SIGTERM, and the
+// host exits once its sessions are snapshotted.
+func sigtermDrain(ctx context.Context, t *testing.T, h *host, id string, sessions int) {
+	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- h.cmd.Wait() }()
+	var exitErr error
+	select {
+	case exitErr = <-exited:
+	case <-ctx.Done():
+		t.Fatalf("%s did not exit after SIGTERM", id)
+	}
+	if exitErr != nil {
+		t.Fatalf("%s after SIGTERM: %v", id, exitErr)
+	}
+	if want := fmt.Sprintf("snapshots=%d", sessions); !strings.Contains(h.stderr.String(), want) {
+		t.Errorf("%s did not log %s:\n%s", id, want, tail(h.stderr.String(), 2000))
+	}
+}
+
+func drainMidRun(t *testing.T, k proxyKind, base string, hosts []*host, drain drainer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const agents = 30
@@ -755,22 +782,9 @@ func drainMidRun(t *testing.T, k proxyKind, base string, hosts []*host) {
 	}
 	time.Sleep(time.Second) // a few dozen rounds each before the drain
 	draining.Store(true)
-	if err := drained.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- drained.cmd.Wait() }()
-	// Run on until the drained host is gone and every agent it held has
-	// done some rounds in its new session.
-	var exitErr error
-	select {
-	case exitErr = <-exited:
-	case <-ctx.Done():
-		t.Fatalf("%s did not exit after SIGTERM", drainedID)
-	}
-	if exitErr != nil {
-		t.Fatalf("%s after SIGTERM: %v", drainedID, exitErr)
-	}
+	// Run on until the host is drained and every agent it held has done
+	// some rounds in its new session.
+	drain(ctx, t, drained, drainedID, spread[drainedID])
 	for _, r := range rs {
 		if hostOf(t, r.first) != drainedID {
 			continue
@@ -789,9 +803,6 @@ func drainMidRun(t *testing.T, k proxyKind, base string, hosts []*host) {
 	close(stop)
 	wg.Wait()
 
-	if want := fmt.Sprintf("snapshots=%d", spread[drainedID]); !strings.Contains(drained.stderr.String(), want) {
-		t.Errorf("%s did not log %s:\n%s", drainedID, want, tail(drained.stderr.String(), 2000))
-	}
 	var issued, answered, interrupted, moved int
 	for _, r := range rs {
 		for _, e := range r.errs {

@@ -6773,6 +6773,7 @@ type SnapshotMutation struct {
 	files          *[]byte
 	files_bytes    *int64
 	addfiles_bytes *int64
+	tenant         *string
 	clearedFields  map[string]struct{}
 	done           bool
 	oldValue       func(context.Context) (*Snapshot, error)
@@ -7168,6 +7169,42 @@ func (m *SnapshotMutation) ResetFilesBytes() {
 	m.addfiles_bytes = nil
 }
 
+// SetTenant sets the "tenant" field.
+func (m *SnapshotMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *SnapshotMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the Snapshot entity.
+// If the Snapshot object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SnapshotMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *SnapshotMutation) ResetTenant() {
+	m.tenant = nil
+}
+
 // Where appends a list predicates to the SnapshotMutation builder.
 func (m *SnapshotMutation) Where(ps ...predicate.Snapshot) {
 	m.predicates = append(m.predicates, ps...)
@@ -7202,7 +7239,7 @@ func (m *SnapshotMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *SnapshotMutation) Fields() []string {
-	fields := make([]string, 0, 7)
+	fields := make([]string, 0, 8)
 	if m.session_id != nil {
 		fields = append(fields, snapshot.FieldSessionID)
 	}
@@ -7223,6 +7260,9 @@ func (m *SnapshotMutation) Fields() []string {
 	}
 	if m.files_bytes != nil {
 		fields = append(fields, snapshot.FieldFilesBytes)
+	}
+	if m.tenant != nil {
+		fields = append(fields, snapshot.FieldTenant)
 	}
 	return fields
 }
@@ -7246,6 +7286,8 @@ func (m *SnapshotMutation) Field(name string) (ent.Value, bool) {
 		return m.Files()
 	case snapshot.FieldFilesBytes:
 		return m.FilesBytes()
+	case snapshot.FieldTenant:
+		return m.Tenant()
 	}
 	return nil, false
 }
@@ -7269,6 +7311,8 @@ func (m *SnapshotMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldFiles(ctx)
 	case snapshot.FieldFilesBytes:
 		return m.OldFilesBytes(ctx)
+	case snapshot.FieldTenant:
+		return m.OldTenant(ctx)
 	}
 	return nil, fmt.Errorf("unknown Snapshot field %s", name)
 }
@@ -7326,6 +7370,13 @@ func (m *SnapshotMutation) SetField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetFilesBytes(v)
+		return nil
+	case snapshot.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	}
 	return fmt.Errorf("unknown Snapshot field %s", name)
@@ -7421,6 +7472,9 @@ func (m *SnapshotMutation) ResetField(name string) error {
 	case snapshot.FieldFilesBytes:
 		m.ResetFilesBytes()
 		return nil
+	case snapshot.FieldTenant:
+		m.ResetTenant()
+		return nil
 	}
 	return fmt.Errorf("unknown Snapshot field %s", name)
 }
@@ -7485,6 +7539,7 @@ type TrajectoryRecordMutation struct {
 	addseq        *int64
 	data          *[]byte
 	created_at    *time.Time
+	tenant        *string
 	clearedFields map[string]struct{}
 	done          bool
 	oldValue      func(context.Context) (*TrajectoryRecord, error)
@@ -7789,6 +7844,42 @@ func (m *TrajectoryRecordMutation) ResetCreatedAt() {
 	m.created_at = nil
 }
 
+// SetTenant sets the "tenant" field.
+func (m *TrajectoryRecordMutation) SetTenant(s string) {
+	m.tenant = &s
+}
+
+// Tenant returns the value of the "tenant" field in the mutation.
+func (m *TrajectoryRecordMutation) Tenant() (r string, exists bool) {
+	v := m.tenant
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTenant returns the old "tenant" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldTenant(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTenant is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTenant requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTenant: %w", err)
+	}
+	return oldValue.Tenant, nil
+}
+
+// ResetTenant resets all changes to the "tenant" field.
+func (m *TrajectoryRecordMutation) ResetTenant() {
+	m.tenant = nil
+}
+
 // Where appends a list predicates to the TrajectoryRecordMutation builder.
 func (m *TrajectoryRecordMutation) Where(ps ...predicate.TrajectoryRecord) {
 	m.predicates = append(m.predicates, ps...)
@@ -7823,7 +7914,7 @@ func (m *TrajectoryRecordMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TrajectoryRecordMutation) Fields() []string {
-	fields := make([]string, 0, 5)
+	fields := make([]string, 0, 6)
 	if m.owner != nil {
 		fields = append(fields, trajectoryrecord.FieldOwner)
 	}
@@ -7838,6 +7929,9 @@ func (m *TrajectoryRecordMutation) Fields() []string {
 	}
 	if m.created_at != nil {
 		fields = append(fields, trajectoryrecord.FieldCreatedAt)
+	}
+	if m.tenant != nil {
+		fields = append(fields, trajectoryrecord.FieldTenant)
 	}
 	return fields
 }
@@ -7857,6 +7951,8 @@ func (m *TrajectoryRecordMutation) Field(name string) (ent.Value, bool) {
 		return m.Data()
 	case trajectoryrecord.FieldCreatedAt:
 		return m.CreatedAt()
+	case trajectoryrecord.FieldTenant:
+		return m.Tenant()
 	}
 	return nil, false
 }
@@ -7876,6 +7972,8 @@ func (m *TrajectoryRecordMutation) OldField(ctx context.Context, name string) (e
 		return m.OldData(ctx)
 	case trajectoryrecord.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
+	case trajectoryrecord.FieldTenant:
+		return m.OldTenant(ctx)
 	}
 	return nil, fmt.Errorf("unknown TrajectoryRecord field %s", name)
 }
@@ -7919,6 +8017,13 @@ func (m *TrajectoryRecordMutation) SetField(name string, value ent.Value) error 
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetCreatedAt(v)
+		return nil
+	case trajectoryrecord.FieldTenant:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTenant(v)
 		return nil
 	}
 	return fmt.Errorf("unknown TrajectoryRecord field %s", name)
@@ -7998,6 +8103,9 @@ func (m *TrajectoryRecordMutation) ResetField(name string) error {
 		return nil
 	case trajectoryrecord.FieldCreatedAt:
 		m.ResetCreatedAt()
+		return nil
+	case trajectoryrecord.FieldTenant:
+		m.ResetTenant()
 		return nil
 	}
 	return fmt.Errorf("unknown TrajectoryRecord field %s", name)

@@ -287,6 +287,10 @@ func init() {
 	snapshotDescFilesBytes := snapshotFields[7].Descriptor()
 	// snapshot.DefaultFilesBytes holds the default value on creation for the files_bytes field.
 	snapshot.DefaultFilesBytes = snapshotDescFilesBytes.Default.(int64)
+	// snapshotDescTenant is the schema descriptor for tenant field.
+	snapshotDescTenant := snapshotFields[8].Descriptor()
+	// snapshot.DefaultTenant holds the default value on creation for the tenant field.
+	snapshot.DefaultTenant = snapshotDescTenant.Default.(string)
 	// snapshotDescID is the schema descriptor for id field.
 	snapshotDescID := snapshotFields[0].Descriptor()
 	// snapshot.IDValidator is a validator for the "id" field. It is called by the builders before save.
@@ -309,4 +313,8 @@ func init() {
 	trajectoryrecordDescCreatedAt := trajectoryrecordFields[4].Descriptor()
 	// trajectoryrecord.DefaultCreatedAt holds the default value on creation for the created_at field.
 	trajectoryrecord.DefaultCreatedAt = trajectoryrecordDescCreatedAt.Default.(func() time.Time)
+	// trajectoryrecordDescTenant is the schema descriptor for tenant field.
+	trajectoryrecordDescTenant := trajectoryrecordFields[5].Descriptor()
+	// trajectoryrecord.DefaultTenant holds the default value on creation for the tenant field.
+	trajectoryrecord.DefaultTenant = trajectoryrecordDescTenant.Default.(string)
 }

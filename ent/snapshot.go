@@ -30,7 +30,9 @@ type Snapshot struct {
 	// Files holds the value of the "files" field.
 	Files []byte `json:"files,omitempty"`
 	// FilesBytes holds the value of the "files_bytes" field.
-	FilesBytes   int64 `json:"files_bytes,omitempty"`
+	FilesBytes int64 `json:"files_bytes,omitempty"`
+	// Tenant holds the value of the "tenant" field.
+	Tenant       string `json:"tenant,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -43,7 +45,7 @@ func (*Snapshot) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case snapshot.FieldFilesBytes:
 			values[i] = new(sql.NullInt64)
-		case snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID, snapshot.FieldKind:
+		case snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID, snapshot.FieldKind, snapshot.FieldTenant:
 			values[i] = new(sql.NullString)
 		case snapshot.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -110,6 +112,12 @@ func (_m *Snapshot) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.FilesBytes = value.Int64
 			}
+		case snapshot.FieldTenant:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field tenant", values[i])
+			} else if value.Valid {
+				_m.Tenant = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -166,6 +174,9 @@ func (_m *Snapshot) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("files_bytes=")
 	builder.WriteString(fmt.Sprintf("%v", _m.FilesBytes))
+	builder.WriteString(", ")
+	builder.WriteString("tenant=")
+	builder.WriteString(_m.Tenant)
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -86,6 +86,20 @@ func (_c *SnapshotCreate) SetNillableFilesBytes(v *int64) *SnapshotCreate {
 	return _c
 }
 
+// SetTenant sets the "tenant" field.
+func (_c *SnapshotCreate) SetTenant(v string) *SnapshotCreate {
+	_c.mutation.SetTenant(v)
+	return _c
+}
+
+// SetNillableTenant sets the "tenant" field if the given value is not nil.
+func (_c *SnapshotCreate) SetNillableTenant(v *string) *SnapshotCreate {
+	if v != nil {
+		_c.SetTenant(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *SnapshotCreate) SetID(v string) *SnapshotCreate {
 	_c.mutation.SetID(v)
@@ -139,6 +153,10 @@ func (_c *SnapshotCreate) defaults() {
 		v := snapshot.DefaultFilesBytes
 		_c.mutation.SetFilesBytes(v)
 	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		v := snapshot.DefaultTenant
+		_c.mutation.SetTenant(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -170,6 +188,9 @@ func (_c *SnapshotCreate) check() error {
 	}
 	if _, ok := _c.mutation.FilesBytes(); !ok {
 		return &ValidationError{Name: "files_bytes", err: errors.New(`ent: missing required field "Snapshot.files_bytes"`)}
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "Snapshot.tenant"`)}
 	}
 	if v, ok := _c.mutation.ID(); ok {
 		if err := snapshot.IDValidator(v); err != nil {
@@ -238,6 +259,10 @@ func (_c *SnapshotCreate) createSpec() (*Snapshot, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.FilesBytes(); ok {
 		_spec.SetField(snapshot.FieldFilesBytes, field.TypeInt64, value)
 		_node.FilesBytes = value
+	}
+	if value, ok := _c.mutation.Tenant(); ok {
+		_spec.SetField(snapshot.FieldTenant, field.TypeString, value)
+		_node.Tenant = value
 	}
 	return _node, _spec
 }

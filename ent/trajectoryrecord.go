@@ -26,7 +26,9 @@ type TrajectoryRecord struct {
 	// Data holds the value of the "data" field.
 	Data []byte `json:"data,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
-	CreatedAt    time.Time `json:"created_at,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitempty"`
+	// Tenant holds the value of the "tenant" field.
+	Tenant       string `json:"tenant,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -39,7 +41,7 @@ func (*TrajectoryRecord) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case trajectoryrecord.FieldID, trajectoryrecord.FieldSeq:
 			values[i] = new(sql.NullInt64)
-		case trajectoryrecord.FieldOwner, trajectoryrecord.FieldHandle:
+		case trajectoryrecord.FieldOwner, trajectoryrecord.FieldHandle, trajectoryrecord.FieldTenant:
 			values[i] = new(sql.NullString)
 		case trajectoryrecord.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -94,6 +96,12 @@ func (_m *TrajectoryRecord) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.CreatedAt = value.Time
 			}
+		case trajectoryrecord.FieldTenant:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field tenant", values[i])
+			} else if value.Valid {
+				_m.Tenant = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -144,6 +152,9 @@ func (_m *TrajectoryRecord) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("created_at=")
 	builder.WriteString(_m.CreatedAt.Format(time.ANSIC))
+	builder.WriteString(", ")
+	builder.WriteString("tenant=")
+	builder.WriteString(_m.Tenant)
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -58,6 +58,20 @@ func (_c *TrajectoryRecordCreate) SetNillableCreatedAt(v *time.Time) *Trajectory
 	return _c
 }
 
+// SetTenant sets the "tenant" field.
+func (_c *TrajectoryRecordCreate) SetTenant(v string) *TrajectoryRecordCreate {
+	_c.mutation.SetTenant(v)
+	return _c
+}
+
+// SetNillableTenant sets the "tenant" field if the given value is not nil.
+func (_c *TrajectoryRecordCreate) SetNillableTenant(v *string) *TrajectoryRecordCreate {
+	if v != nil {
+		_c.SetTenant(*v)
+	}
+	return _c
+}
+
 // Mutation returns the TrajectoryRecordMutation object of the builder.
 func (_c *TrajectoryRecordCreate) Mutation() *TrajectoryRecordMutation {
 	return _c.mutation
@@ -97,6 +111,10 @@ func (_c *TrajectoryRecordCreate) defaults() {
 		v := trajectoryrecord.DefaultCreatedAt()
 		_c.mutation.SetCreatedAt(v)
 	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		v := trajectoryrecord.DefaultTenant
+		_c.mutation.SetTenant(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -130,6 +148,9 @@ func (_c *TrajectoryRecordCreate) check() error {
 	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		return &ValidationError{Name: "created_at", err: errors.New(`ent: missing required field "TrajectoryRecord.created_at"`)}
+	}
+	if _, ok := _c.mutation.Tenant(); !ok {
+		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "TrajectoryRecord.tenant"`)}
 	}
 	return nil
 }
@@ -176,6 +197,10 @@ func (_c *TrajectoryRecordCreate) createSpec() (*TrajectoryRecord, *sqlgraph.Cre
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(trajectoryrecord.FieldCreatedAt, field.TypeTime, value)
 		_node.CreatedAt = value
+	}
+	if value, ok := _c.mutation.Tenant(); ok {
+		_spec.SetField(trajectoryrecord.FieldTenant, field.TypeString, value)
+		_node.Tenant = value
 	}
 	return _node, _spec
 }

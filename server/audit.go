@@ -40,6 +40,12 @@ type AuditRecord struct {
 	// Target is what the request acts on, for types whose schema names it
 	// (x-aep-audit-target: tool/call's tool_name); written only when set.
 	Target string `json:"target,omitempty"`
+
+	// Actor is who acted when it was not an agent with its tenant's
+	// secret: "operator" for an admin API action (type admin/…) and for
+	// every request of a session the operator opened (admin.go); written
+	// only when set.
+	Actor string `json:"actor,omitempty"`
 }
 
 // Auditor receives audit records. Record must not block and must not fail
@@ -277,6 +283,10 @@ func appendRecord(buf []byte, r AuditRecord) []byte {
 	if r.Target != "" {
 		buf = append(buf, `,"target":`...)
 		buf = wire.AppendString(buf, r.Target)
+	}
+	if r.Actor != "" {
+		buf = append(buf, `,"actor":`...)
+		buf = wire.AppendString(buf, r.Actor)
 	}
 	return append(buf, "}\n"...)
 }

@@ -18,6 +18,7 @@ func TestAppendRecordMatchesJSON(t *testing.T) {
 			Plugin: "p", Success: true, ErrorCode: "", DurationMS: 1.25, InputBytes: 10, OutputBytes: 20, Target: "read_\"file\""},
 		{TS: ts, ReqID: "bad\xffutf8", Declined: true, Success: true, DurationMS: 1e-7},
 		{TS: ts, ErrorCode: "runtime_error", DurationMS: 123456789.5, InputBytes: math.MaxInt32},
+		{TS: ts, SessionID: "h-1", Tenant: "team-a", Type: "admin/session.terminate", Success: true, Actor: "operator"},
 	}
 	for i, r := range cases {
 		got := appendRecord(nil, r)

@@ -45,9 +45,9 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// DefaultBudgets are server.budgets for keys a configuration leaves out
+// defaultBudgets are server.budgets for keys a configuration leaves out
 // (schemas/config/kernel.json).
-var DefaultBudgets = BudgetConfig{
+var defaultBudgets = BudgetConfig{
 	Files:                     50000,
 	LeafWork:                  16,
 	LeafWait:                  Duration(30 * time.Second),
@@ -64,16 +64,6 @@ var DefaultBudgets = BudgetConfig{
 const (
 	diskPoll     = 100 * time.Millisecond
 	diskPollNear = 20 * time.Millisecond
-)
-
-// Budget reasons (detail.reason; schemas/errors/retryable.json).
-const (
-	reasonLeafWork       = "leaf_work_budget"
-	reasonSandboxMemory  = "sandbox_memory_budget"
-	reasonDisk           = "disk_budget"
-	reasonFiles          = "files_budget"
-	reasonPersistent     = "persistent_memory_budget"
-	reasonHostPersistent = "host_persistent_memory_budget"
 )
 
 // The refusals of the budgets: runtime_error with detail.reason naming the
@@ -101,20 +91,6 @@ func errPersistent(limit int64, format string, args ...any) *wire.Error {
 
 func errHostPersistent(limit int64, format string, args ...any) *wire.Error {
 	return &wire.Error{Code: wire.CodeRuntimeError, Message: fmt.Sprintf(format, args...), Detail: map[string]any{"reason": "host_persistent_memory_budget", "limit": limit}}
-}
-
-// IsBudget reports whether err is the refusal of one of the session's
-// budgets, and which.
-func IsBudget(err error) (reason string, ok bool) {
-	var we *wire.Error
-	if !errors.As(err, &we) {
-		return "", false
-	}
-	switch r := wire.ReasonOf(we.Detail); r {
-	case reasonLeafWork, reasonSandboxMemory, reasonDisk, reasonFiles, reasonPersistent, reasonHostPersistent:
-		return r, true
-	}
-	return "", false
 }
 
 // budget is the leaf work, sandbox memory and persistent memory of one
@@ -532,9 +508,6 @@ func (h *Host) ChargePersistent(sessionID string, n int64) error {
 	return nil
 }
 
-// WorkingMemoryBudget is the bytes a session's working memory may hold.
-func (h *Host) WorkingMemoryBudget() int64 { return h.cfg.Server.Budgets.WorkingMemoryBytes }
-
 // WorkingMemoryBudgetOf is the bytes sessionID's working memory may hold:
 // its tenant's budget, else the host's.
 func (h *Host) WorkingMemoryBudgetOf(sessionID string) int64 {
@@ -543,10 +516,6 @@ func (h *Host) WorkingMemoryBudgetOf(sessionID string) int64 {
 	}
 	return h.cfg.Server.Budgets.WorkingMemoryBytes
 }
-
-// ProcessMemory is the memory limit of a process whose capability sets
-// none (server.budgets.process_memory_bytes).
-func (h *Host) ProcessMemory() int64 { return h.cfg.Server.Budgets.ProcessMemoryBytes }
 
 // BudgetReporter is implemented by plugins that hold part of a session's
 // budget (the memory plugin: working memory): session/info reports what

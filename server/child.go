@@ -26,9 +26,9 @@ var (
 	// ErrNotWaitingChild is returned when connecting to a session that is
 	// not a child session waiting for its handshake.
 	ErrNotWaitingChild = errors.New("not a child session waiting for its handshake")
-	// ErrAttached is returned when connecting in process to a waiting child
+	// errAttached is returned when connecting in process to a waiting child
 	// that another connection already reaches.
-	ErrAttached = errors.New("session already has a connection")
+	errAttached = errors.New("session already has a connection")
 )
 
 // ChildOptions describes a child session to [Host.SpawnChild].
@@ -177,15 +177,6 @@ func (s *Session) Depth() int {
 	return s.child.depth
 }
 
-// DepthLimit returns the deepest depth the session's subtree may reach, or
-// 0 when it has no limit of its own (a top-level session).
-func (s *Session) DepthLimit() int {
-	if s.child == nil {
-		return 0
-	}
-	return s.child.depthLimit
-}
-
 // Children returns the session's child sessions that have not ended.
 func (s *Session) Children() []*Session {
 	s.mu.Lock()
@@ -287,8 +278,27 @@ func (h *Host) attachChild(id string, sink Sink) (*Session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sink != nil {
-		return nil, fmt.Errorf("session %q: %w", id, ErrAttached)
+		return nil, fmt.Errorf("session %q: %w", id, errAttached)
 	}
 	s.sink = sink
 	return s, nil
+}
+
+// closeOrDetach ends the connection of sink to s. A session the host made
+// (a child, a fork, an operator's) that has not handshaken yet only loses
+// the connection and waits on for its handshake, until its handshake
+// timeout: whoever attached and failed to handshake — another tenant
+// holding its id, say — leaves it as it was for the one it was made for.
+// Any other session ends with its connection.
+func (s *Session) closeOrDetach(sink Sink) {
+	if s.HostMade() && sessionState(s.state.Load()) == stateNew {
+		s.mu.Lock()
+		if s.sink == sink && sessionState(s.state.Load()) == stateNew {
+			s.sink = nil
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+	s.Close()
 }

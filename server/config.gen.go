@@ -209,15 +209,18 @@ type OpenEnvFaceConfig struct {
 }
 
 // OperatorConfig is the operator section: the operator's surface
-// (docs/operating.md): the separate listen address of /metrics, tracing, and
-// the drain on SIGTERM.
+// (docs/operating.md): the separate listen address of /metrics and the admin
+// API, tracing, and the drain on SIGTERM or `aep admin drain`.
 type OperatorConfig struct {
-	// Listen: The operator address serving GET /metrics, host:port; empty serves
-	// none. An address that is not loopback needs token: aep refuses to start
-	// without one. Default: "".
+	// Listen: The operator address serving GET /metrics and the admin API
+	// (/admin/, `aep admin`), host:port; empty serves none. An address that is not
+	// loopback needs token: aep refuses to start without one. Default: "".
 	Listen string `yaml:"listen"`
-	// Token: The bearer token /metrics requires (Authorization: Bearer …);
-	// required when listen is not loopback.
+	// Token: The bearer token of the operator listener (Authorization: Bearer
+	// …): /metrics requires it when set, and it is required when listen is not
+	// loopback; the admin API always requires it, on loopback too, and is off
+	// without one. At least 16 bytes. `aep admin` reads it from
+	// AEP_OPERATOR_TOKEN.
 	Token string `yaml:"token"`
 	// MaxToolLabels: Bounds the distinct tool names metrics label; further tools
 	// count under other. Default: 100.
@@ -226,11 +229,13 @@ type OperatorConfig struct {
 	// host:port (plain HTTP) or an http(s):// URL; empty records no spans.
 	// Default: "".
 	OTLPEndpoint string `yaml:"otlp_endpoint"`
-	// DrainTimeout: Bounds how long SIGTERM waits for requests in flight. Default:
-	// "30s".
+	// DrainTimeout: Bounds how long a drain (SIGTERM, or the admin API's unless it
+	// says otherwise) waits for requests in flight. Default: "30s".
 	DrainTimeout Duration `yaml:"drain_timeout"`
 	// SnapshotOnDrain: Snapshots every live session to the store (target sql)
-	// before the host exits on SIGTERM. Default: false.
+	// before the host exits on SIGTERM; also what an admin drain does unless it
+	// says otherwise, ending each session it saved so its client moves. Default:
+	// false.
 	SnapshotOnDrain bool `yaml:"snapshot_on_drain"`
 }
 
@@ -292,8 +297,8 @@ type ServerConfig struct {
 	// ToolPolicy: Which tools may be listed and called, whichever plugin serves
 	// them (spec §5 rule 6).
 	ToolPolicy ToolPolicy `yaml:"tool_policy"`
-	// Isolation: Session directories and contained processes (server/sessionfs.go,
-	// docs/SECURITY.md).
+	// Isolation: Session directories and contained processes
+	// (server/persist/dirs.go, docs/SECURITY.md).
 	Isolation IsolationConfig `yaml:"isolation"`
 	// Budgets: One budget per session (docs/SECURITY.md, Budgets): what a session
 	// and its subagents may use together, whatever path uses it.
@@ -309,10 +314,10 @@ type ServerConfig struct {
 	// requests is used. Default: false.
 	ProxyProtocol bool `yaml:"proxy_protocol"`
 	// Snapshots: How long snapshots are kept and what they carry
-	// (server/snapshotlist.go).
+	// (server/persist/stored.go).
 	Snapshots SnapshotConfig `yaml:"snapshots"`
 	// Trajectories: Which sessions' trajectories are recorded and how long they
-	// are kept (server/trajectory.go).
+	// are kept (server/persist/trajectory.go).
 	Trajectories TrajectoryConfig `yaml:"trajectories"`
 	// HostID: Names this host inside every transport session id it issues,
 	// s-<host_id>-<32 hex>, so a proxy in front of several hosts routes a
@@ -332,8 +337,8 @@ type SnapshotConfig struct {
 	// keeps them. Default: "0s".
 	MaxAge Duration `yaml:"max_age"`
 	// FilesMaxBytes: Bounds the session directory a sql snapshot carries
-	// (server/snapfiles.go): a directory holding more bytes of regular files is
-	// not stored, and the snapshot says so (files: omitted); 0: sql snapshots
+	// (server/persist/archive.go): a directory holding more bytes of regular files
+	// is not stored, and the snapshot says so (files: omitted); 0: sql snapshots
 	// carry no files. At most 1 GiB: the archive is held in memory. Default:
 	// 67108864.
 	FilesMaxBytes *int64 `yaml:"files_max_bytes"`
@@ -342,9 +347,15 @@ type SnapshotConfig struct {
 	FilesMaxEntries int `yaml:"files_max_entries"`
 	// AutoInterval: Snapshots every live top-level session to the store (target
 	// sql, with its files) this often, keeping the newest automatic snapshot of
-	// each (server/autosnap.go); 0s takes none, else at least 1s. With several
-	// hosts on one store, e.g. 5m. Default: "0s".
+	// each (server/persist/autosnap.go); 0s takes none, else at least 1s. With
+	// several hosts on one store, e.g. 5m. Default: "0s".
 	AutoInterval Duration `yaml:"auto_interval"`
+	// StoreWait: How long a snapshot, restore, listing or trajectory export an
+	// agent asked for waits for a store that does not answer before it fails with
+	// runtime_error, reason store_unavailable (retryable); never a fallback to
+	// another snapshot (server/persist/storewait.go). Automatic snapshot rounds do
+	// not wait. Default: "10s".
+	StoreWait Duration `yaml:"store_wait"`
 }
 
 // StoreConfig is the store section: the persistent store of snapshots,

@@ -79,8 +79,15 @@ func Defaults() Config {
 	}
 }
 
+// minOperatorToken is the shortest operator.token accepted.
+const minOperatorToken = 16
+
 // defaultDrainTimeout is operator.drain_timeout when unset.
 const defaultDrainTimeout = 30 * time.Second
+
+// defaultStoreWait is server.snapshots.store_wait when unset (the same as
+// server/persist's own default).
+const defaultStoreWait = 10 * time.Second
 
 // withDefaults fills zero values of c from Defaults.
 func (c Config) withDefaults() Config {
@@ -149,10 +156,11 @@ func (c Config) withDefaults() Config {
 		s.Isolation.Sandbox = sandbox.ModeAuto
 	}
 	if s.Isolation.SessionQuotaBytes <= 0 {
-		s.Isolation.SessionQuotaBytes = DefaultSessionQuota
+		s.Isolation.SessionQuotaBytes = defaultSessionQuota
 	}
-	orInt(&s.Snapshots.FilesMaxEntries, DefaultFilesMaxEntries)
-	b, db := &s.Budgets, DefaultBudgets
+	orInt(&s.Snapshots.FilesMaxEntries, defaultFilesMaxEntries)
+	orDur(&s.Snapshots.StoreWait, Duration(defaultStoreWait))
+	b, db := &s.Budgets, defaultBudgets
 	orInt(&b.Files, db.Files)
 	orInt(&b.LeafWork, db.LeafWork)
 	orDur(&b.LeafWait, db.LeafWait)
@@ -164,7 +172,7 @@ func (c Config) withDefaults() Config {
 	if s.Trajectories.Record == "" {
 		s.Trajectories.Record = "opt_in"
 	}
-	orInt(&s.Trajectories.MaxRecordsPerSession, DefaultMaxTrajectoryRecords)
+	orInt(&s.Trajectories.MaxRecordsPerSession, defaultMaxTrajectoryRecords)
 	orInt(&c.Operator.MaxToolLabels, defaultMaxToolLabels)
 	orDur(&c.Operator.DrainTimeout, Duration(defaultDrainTimeout))
 	if c.MCPFace.AgentID == "" {
@@ -217,20 +225,14 @@ func orDur(v *Duration, d Duration) {
 }
 
 // ParseConfig checks and decodes a configuration given as text; see
-// [LoadConfig].
+// [LoadConfigFile].
 func ParseConfig(data []byte) (Config, error) {
 	cfg, _, err := ParseConfigFile("", data)
 	return cfg, err
 }
 
-// LoadConfig reads a YAML configuration file, checks it and decodes it;
-// see [ParseConfigFile].
-func LoadConfig(path string) (Config, error) {
-	cfg, _, err := LoadConfigFile(path)
-	return cfg, err
-}
-
-// LoadConfigFile is [LoadConfig] that also returns the parsed document, so
+// LoadConfigFile reads a YAML configuration file, checks it and decodes
+// it (see [ParseConfigFile]), and returns the parsed document too, so
 // a later check ([CheckConfig]) can name the lines of its problems
 // ([configcheck.Document.Place]).
 func LoadConfigFile(path string) (Config, *configcheck.Document, error) {
@@ -315,7 +317,7 @@ func (c Config) check() error {
 		add("server.proxy_protocol", "needs server.trusted_proxies: the proxies whose header is read")
 	}
 	for i, p := range c.Server.TrustedProxies {
-		if _, err := ParseTrustedProxy(p); err != nil {
+		if _, err := parseTrustedProxy(p); err != nil {
 			add(fmt.Sprintf("server.trusted_proxies[%d]", i), "%v", err)
 		}
 	}
@@ -333,6 +335,11 @@ func (c Config) check() error {
 	// tools it runs: beyond loopback it needs a token (docs/operating.md).
 	if l := c.Operator.Listen; l != "" && c.Operator.Token == "" && !configcheck.Loopback(l) {
 		add("operator.token", "required: operator.listen %s is not a loopback address, and /metrics there would be open to anyone who reaches it; set operator.token (e.g. ${AEP_OPERATOR_TOKEN}) or listen on 127.0.0.1", l)
+	}
+	// The token opens the admin API, which acts as any tenant: a short
+	// one is refused rather than guessed (docs/SECURITY.md, Admin API).
+	if tok := c.Operator.Token; tok != "" && len(tok) < minOperatorToken {
+		add("operator.token", "%d bytes: want at least %d; it opens the admin API, which acts as any tenant (e.g. `openssl rand -hex 24`)", len(tok), minOperatorToken)
 	}
 	probs = append(probs, c.Server.Trajectories.check()...)
 	probs = append(probs, c.Server.Snapshots.check()...)

@@ -150,7 +150,7 @@ func TestLoadConfig(t *testing.T) {
 	if err := os.WriteFile(good, []byte("server:\n  auth_token: t\n  max_parallel: 2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := server.LoadConfig(good)
+	cfg, _, err := server.LoadConfigFile(good)
 	if err != nil || cfg.Server.MaxParallel != 2 || cfg.Server.AuthToken != "t" {
 		t.Fatalf("LoadConfig = %+v, %v", cfg.Server, err)
 	}
@@ -158,10 +158,10 @@ func TestLoadConfig(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("server:\n  nope: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := server.LoadConfig(bad); err == nil || !strings.Contains(err.Error(), bad+":2: server.nope") {
+	if _, _, err := server.LoadConfigFile(bad); err == nil || !strings.Contains(err.Error(), bad+":2: server.nope") {
 		t.Errorf("LoadConfig(bad) = %v, want the path and line", err)
 	}
-	if _, err := server.LoadConfig(filepath.Join(dir, "missing.yaml")); err == nil {
+	if _, _, err := server.LoadConfigFile(filepath.Join(dir, "missing.yaml")); err == nil {
 		t.Error("LoadConfig of a missing file: want an error")
 	}
 }

@@ -161,7 +161,7 @@ func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req, resp wire.Mes
 	// secret the session may know: an agent may put one anywhere.
 	secrets := h.knownSecrets(c.s)
 	rec := &AuditRecord{
-		TS: t0, SessionID: c.s.handle, Tenant: c.s.Tenant(), ReqID: scrub(c.id, secrets), Type: e.Type, Capability: e.Capability,
+		TS: t0, SessionID: c.s.handle, Tenant: c.s.Tenant(), Actor: c.s.actor(), ReqID: scrub(c.id, secrets), Type: e.Type, Capability: e.Capability,
 		Success: err == nil, InputBytes: c.inBytes,
 		DurationMS: float64(time.Since(t0).Microseconds()) / 1000,
 	}
@@ -180,7 +180,7 @@ func (h *Host) auditRecord(c *call, p *plugin, e *wire.Entry, req, resp wire.Mes
 	case err != nil:
 		rec.ErrorCode = string(wire.AsError(err).Code)
 	case c.wasCancelled():
-		rec.Success, rec.ErrorCode = false, string(wire.CodeCancelled)
+		rec.Success, rec.ErrorCode = false, string(c.cancelledWith().Code)
 	default:
 		if tr, ok := resp.(*msg.ToolCallResp); ok && !tr.Result.Success {
 			rec.Success = false

@@ -299,7 +299,7 @@ func TestPluginLifecycle(t *testing.T) {
 }
 
 // TestPluginEnv: a plugin's data directory is named by its instance key
-// (its module ID), not its configured name (server/snapshotlist.go).
+// (its module ID), not its configured name (server/datadir.go).
 func TestPluginEnv(t *testing.T) {
 	var log []string
 	dir := t.TempDir()

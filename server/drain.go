@@ -10,9 +10,6 @@ import (
 // ErrDraining is returned by [Host.NewSession] while the host drains.
 var ErrDraining = errors.New("host is draining; no new sessions")
 
-// Draining reports whether [Host.Drain] has begun.
-func (h *Host) Draining() bool { return h.draining.Load() }
-
 // DrainResult says what a drain did.
 type DrainResult struct {
 	// Unfinished is how many requests were still in flight at the deadline.
@@ -28,6 +25,9 @@ type DrainResult struct {
 	Took time.Duration
 }
 
+// Draining reports whether [Host.Drain] has begun.
+func (h *Host) Draining() bool { return h.draining.Load() }
+
 // drainPoll is how often Drain looks at the requests in flight.
 const drainPoll = 20 * time.Millisecond
 
@@ -36,7 +36,7 @@ const drainPoll = 20 * time.Millisecond
 // is: it belongs to work in flight), requests in flight are waited for
 // until ctx ends, and then, when snapshot is set and the host has a store,
 // every live session is snapshotted to it (target sql, with a copy of its
-// files, snapfiles.go) so it can be restored elsewhere. Sessions stay open; [Host.Close] ends them.
+// files, server/persist/archive.go) so it can be restored elsewhere. Sessions stay open; [Host.Close] ends them.
 //
 // A drain that snapshots seals the host first: no session admits another
 // request (each is answered shutting_down, so its client knows it never
@@ -89,29 +89,11 @@ func (h *Host) drain(ctx context.Context, snapshot bool) (DrainResult, error) {
 	if res.Unfinished > 0 {
 		h.cancelInFlight()
 	}
-	res.Snapshots = map[string]string{}
-	var errs []error
-	for _, s := range h.sessionList() {
-		if !s.Live() || s.parent != nil {
-			continue // a child is saved with its own records by its parent's plugins
-		}
-		// Snapshots get their own short deadline: the drain timeout may be spent.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		t, err := h.takeSnapshot(sctx, s, "sql", kindDrain)
-		if err == nil && h.auto != nil {
-			// The drain's snapshot is newer: the automatic one goes.
-			h.deleteAutoSnapshots(sctx, t.owner, "")
-		}
-		cancel()
-		if err != nil {
-			res.NotSaved++
-			errs = append(errs, fmt.Errorf("snapshot of session %s: %w", s.Handle(), err))
-			continue
-		}
-		res.Snapshots[s.Handle()] = t.id
-		h.log.Info("session snapshotted on drain", "session", s.Handle(), "snapshot_id", t.id, "files", t.files.State)
-	}
-	return res, errors.Join(errs...)
+	// A child is saved with its own records by its parent's plugins; each
+	// snapshot gets its own short deadline, the drain's may be spent.
+	var err error
+	res.Snapshots, res.NotSaved, err = h.persist.DrainSnapshots(ctx)
+	return res, err
 }
 
 // cancelInFlight cancels every admitted request of every session, as

@@ -90,21 +90,20 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 		h.sessionTokens.Store(s.id, req.AuthToken)
 		s.scrub.Store(nil)
 	}
-	var allowed map[string]bool
-	if s.parent != nil {
-		allowed = s.childCaps
-	}
+	// A child's capabilities are a subset of its parent's; an operator's
+	// session may be narrowed when it is opened (admin.go).
+	allowed := s.childCaps
 	// session/ is served to every session, asked for or not, a subagent's
 	// too: its entry says so rather than enabled false for a namespace
 	// whose requests are answered (spec §2.2, §7 condition 3).
-	enabled := map[string]bool{SessionCapability: true}
+	enabled := map[string]bool{sessionCapability: true}
 	accepted := make([]msg.CapabilityEntry, 0, len(req.AgentCaps))
 	for _, name := range req.AgentCaps {
 		c := CanonicalCapability(name)
 		// A capability the tenant lacks is answered enabled: false, as one
 		// the host does not serve (spec §2.2, §7 condition 3); session is
 		// the kernel's own, served to every session.
-		on := c == SessionCapability || h.served[c] && (allowed == nil || allowed[c]) && (s.tenant == nil || s.tenant.allows(c))
+		on := c == sessionCapability || h.served[c] && (allowed == nil || allowed[c]) && (s.tenant == nil || s.tenant.allows(c))
 		if on {
 			enabled[c] = true
 		}
@@ -122,9 +121,8 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 	}
 	id := s.id
 	resp := &msg.HandshakeResp{Ok: true, SessionID: &id, AcceptedCaps: accepted}
-	if h.recording(req) {
-		r := newTrajRec(s)
-		r.agent("request", env, req)
+	if r := h.recorderFor(s, req); r != nil {
+		r.Agent("request", env, req)
 		s.rec.Store(r)
 		on := true
 		resp.RecordTrajectory = &on

@@ -22,12 +22,12 @@ import (
 // capabilityAliases maps the prior SDK's spellings to ours (docs/DECISIONS.md, Wire).
 var capabilityAliases = map[string]string{"learning": "learn", "skill": "skills"}
 
-// SessionCapability names the kernel's own session/ namespace. It is always
+// sessionCapability names the kernel's own session/ namespace. It is always
 // on (docs/DECISIONS.md, Wire): every handshaken session, a subagent's
 // included, may send session/* whatever it requested, so a handshake that
 // requests it reports it enabled, and [Session.Enabled] says so for every
 // session (docs/DECISIONS.md, Capability gating: session is always on).
-const SessionCapability = "session"
+const sessionCapability = "session"
 
 // CanonicalCapability returns the capability name an agent's spelling means.
 func CanonicalCapability(name string) string {
@@ -86,17 +86,14 @@ type Host struct {
 	routes  map[string]*route
 	served  map[string]bool // capabilities some plugin serves
 
-	// The optional interfaces of the loaded plugins, found once at start.
+	// The optional interfaces of the loaded plugins, found once at start
+	// (server/persist finds its own: Host.persist).
 	observers       []pluginAs[SessionObserver]
 	childObservers  []pluginAs[ChildObserver]
-	snapshotters    []pluginAs[Snapshotter]
-	fileHolders     []pluginAs[FileHolder]
 	budgetReporters []pluginAs[BudgetReporter]
-	secretHolders   []pluginAs[SecretHolder]
 
 	hooksMu    sync.Mutex
 	stateHooks map[string][]func(sessionID string) // plugin name → SessionState drops
-	goroutines sync.WaitGroup                      // PluginEnv.Go
 	token      [32]byte
 	started    time.Time
 
@@ -127,12 +124,12 @@ type Host struct {
 	persistentTotal atomic.Int64
 	// tenants are the host's named secrets (tenant.go).
 	tenants tenants
+	// tombstones remember the sessions the operator terminated (admin.go).
+	tombstones tombstones
 
 	subsMu sync.RWMutex
 	subs   map[int]func(AuditRecord)
 	subSeq int
-
-	fs sessionFS // session directories (server/sessionfs.go)
 
 	// The operator's surface (server/observe.go, server/drain.go).
 	met      *metrics
@@ -143,15 +140,13 @@ type Host struct {
 	// nothing is answered that the snapshots do not hold (drain.go).
 	sealed atomic.Bool
 
-	// keys holds each plugin's instance key by name, and lineage the
-	// earlier sessions each session owns through restores
-	// (server/snapshotlist.go).
-	keys    map[string]string
-	lineage sync.Map // session id → []string
+	// keys holds each plugin's instance key by name (datadir.go).
+	keys map[string]string
 
-	traj *trajWriter // recorded trajectories on their way to the store (trajectory.go)
-
-	auto *autoSnapper // automatic snapshots, nil when off (autosnap.go)
+	// persist keeps what outlives sessions' connections: snapshots,
+	// forks, trajectories, automatic snapshots and the session
+	// directories (server/persistence.go).
+	persist persistence
 }
 
 // New provisions the plugins of cfg and returns a running host. On error
@@ -179,6 +174,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	}
 	// Whatever field of a request a secret arrives in, no log line holds it.
 	h.log = slog.New(&scrubHandler{inner: o.logger.Handler(), h: h})
+	h.persist = h.newPersistence()
 	h.logIsolation()
 	h.pending.max = cfg.Server.Limits.MaxPendingSessions
 	h.throttle = newHandshakeThrottle(cfg.Server.Limits.FailedHandshakeBurst, time.Duration(cfg.Server.Limits.FailedHandshakeInterval))
@@ -208,10 +204,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	}
 	h.observers = implementing[SessionObserver](h.plugins)
 	h.childObservers = implementing[ChildObserver](h.plugins)
-	h.snapshotters = implementing[Snapshotter](h.plugins)
-	h.fileHolders = implementing[FileHolder](h.plugins)
 	h.budgetReporters = implementing[BudgetReporter](h.plugins)
-	h.secretHolders = implementing[SecretHolder](h.plugins)
 	h.routes = buildRoutes(h.reg, h.plugins)
 	h.met = newMetrics(h, cfg.Operator.MaxToolLabels)
 	// A capability is served when some plugin's handlers answer its
@@ -222,8 +215,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 			h.served[r.entry.Capability] = true
 		}
 	}
-	h.startTrajectories()
-	h.startAutoSnapshots()
+	h.startPersistence()
 	h.janitor.Add(1)
 	go h.expire()
 	return h, nil
@@ -339,8 +331,9 @@ func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *child
 	for _, o := range opts {
 		o(s)
 	}
-	if parent != nil || s.forked {
-		// A child or a fork is made by a live agent: it counts from the start.
+	if parent != nil || s.forked || s.operatorOpened {
+		// A child or a fork is made by a live agent, and an operator's
+		// session by the operator: it counts from the start.
 		if err := h.countLocked(s); err != nil {
 			return nil, err
 		}
@@ -389,17 +382,21 @@ func (h *Host) forget(s *Session) {
 	h.releaseLocked(s)
 	h.mu.Unlock()
 	if r := s.rec.Load(); r != nil {
-		r.close() // before the session's secrets are forgotten: they redact it
+		r.Close() // before the session's secrets are forgotten: they redact it
 	}
 	h.sessionTokens.Delete(s.id)
-	h.lineage.Delete(s.id)
 	h.dropState("", s.handle)
 	h.forgetSecrets(s.handle)
 	for _, o := range h.observers {
 		o.v.SessionClosed(s.handle)
 	}
-	h.releaseSessionDir(s.handle)
-	h.autoSessionEnded(s)
+	// Its directory goes now that its processes are gone; on a host that
+	// is closing or draining, its automatic snapshot stays: it is what the
+	// session may move with (server/persist/autosnap.go).
+	h.mu.Lock()
+	going := h.closed || h.draining.Load()
+	h.mu.Unlock()
+	h.persist.SessionEnded(s.view(), going)
 }
 
 // expire closes sessions that stayed idle or never handshook (docs/DECISIONS.md, Dispatch defaults).
@@ -449,6 +446,7 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	h.mu.Unlock()
 	close(h.stop)
+	h.persist.Stop()
 	h.janitor.Wait()
 	for _, s := range sessions {
 		s.Close()
@@ -463,29 +461,14 @@ func (h *Host) Close(ctx context.Context) error {
 			break
 		}
 	}
-	if werr := h.traj.close(wctx); werr != nil {
+	if werr := h.persist.Close(wctx); werr != nil {
 		h.log.Warn("closing without writing every trajectory record", "err", werr)
-	}
-	if werr := waitGroup(wctx, &h.goroutines); werr != nil {
-		h.log.Warn("closing without waiting for a plugin goroutine", "err", werr)
 	}
 	err := cleanup(h.plugins)
 	if c, ok := h.auditor.(interface{ Close(context.Context) error }); ok {
 		err = errors.Join(err, c.Close(ctx))
 	}
 	return err
-}
-
-// waitGroup waits for wg or ctx, whichever ends first.
-func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // tokenOK compares in constant time: both sides are hashed first, so neither

@@ -167,7 +167,7 @@ func (p *LinePipe) DeliverLines(deliver func([]byte), ended func(error)) bool {
 
 // Close ends the session.
 func (p *LinePipe) Close() error {
-	p.s.Close()
+	p.s.closeOrDetach(lineSink{p.q})
 	return nil
 }
 
@@ -226,6 +226,6 @@ func (p *DirectPipe) Deliver(deliver func(*wire.Packet), ended func(error)) bool
 
 // Close ends the session.
 func (p *DirectPipe) Close() error {
-	p.s.Close()
+	p.s.closeOrDetach(directSink{p.q})
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 // Plugin is a capability implementation. Its [ModuleInfo] says which module
 // it is; which capabilities it serves follows from the generated handler
-// interfaces it implements ([ServedBy]), so a config can never claim more
+// interfaces it implements ([servedBy]), so a config can never claim more
 // than the code does.
 type Plugin interface {
 	Module() ModuleInfo
@@ -75,8 +75,8 @@ func Modules() []ModuleInfo {
 	return out
 }
 
-// ModuleIDs returns the registered module IDs, sorted.
-func ModuleIDs() []string {
+// moduleIDs returns the registered module IDs, sorted.
+func moduleIDs() []string {
 	ms := Modules()
 	out := make([]string, len(ms))
 	for i, m := range ms {
@@ -92,9 +92,9 @@ func lookupModule(id string) (ModuleInfo, bool) {
 	return m, ok
 }
 
-// ServedBy returns the capabilities whose namespace handlers p implements
+// servedBy returns the capabilities whose namespace handlers p implements
 // in reg, sorted. The always-on session namespace counts as "session".
-func ServedBy(reg *wire.Registry, p Plugin) []string {
+func servedBy(reg *wire.Registry, p Plugin) []string {
 	seen := map[string]bool{}
 	for _, e := range reg.Entries() {
 		if e.Kind != wire.KindRequest || e.Kernel || e.Handles == nil || !e.Handles(p) {
@@ -123,7 +123,7 @@ func checkType(reg *wire.Registry, spec PluginSpec) error {
 		return nil
 	}
 	want := CanonicalCapability(spec.Type)
-	served := ServedBy(reg, spec.Impl)
+	served := servedBy(reg, spec.Impl)
 	for _, c := range served {
 		if c == want {
 			return nil

@@ -63,7 +63,6 @@ type metrics struct {
 	// sessions it left without a snapshot; read at scrape time.
 	drainNanos    atomic.Int64
 	drainNotSaved atomic.Int64
-	drained       atomic.Bool
 }
 
 // requestBuckets resolve the microsecond steps of an RL environment and a
@@ -326,7 +325,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 	ch <- prometheus.MustNewConstMetric(descBuffered, prometheus.GaugeValue, float64(held))
 	d := 0.0
-	if h.Draining() {
+	if h.draining.Load() {
 		d = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, d)

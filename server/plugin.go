@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +25,7 @@ type PluginEnv struct {
 	Type string
 	// DataDir is the plugin's own directory, <data dir>/<instance key>:
 	// named by its module, not its name, so a rename keeps it
-	// (server/snapshotlist.go); "" on a host without a data directory.
+	// (server/datadir.go); "" on a host without a data directory.
 	DataDir string
 	Logger  *slog.Logger
 	// Claims is the host's register of owned names (tools, environments…).
@@ -61,14 +60,6 @@ type CleanerUpper interface {
 // SessionClosed runs when a session ends for any reason.
 type SessionObserver interface {
 	SessionClosed(sessionID string)
-}
-
-// Snapshotter is implemented by plugins whose per-session state is saved in
-// snapshots. Snapshot must leave out secrets; Restore replaces the session's
-// state with the saved one.
-type Snapshotter interface {
-	Snapshot(ctx context.Context, sessionID string) ([]byte, error)
-	Restore(ctx context.Context, sessionID string, state []byte) error
 }
 
 // PluginSpec describes one plugin instance to the host: from a config entry,
@@ -126,10 +117,10 @@ func instantiate(cfg Config) ([]PluginSpec, []int, error) {
 		m, ok := lookupModule(pc.Cls)
 		if !ok {
 			msg := fmt.Sprintf("unknown cls %q", pc.Cls)
-			if near := configcheck.Suggest(pc.Cls, ModuleIDs()); near != "" {
+			if near := configcheck.Suggest(pc.Cls, moduleIDs()); near != "" {
 				msg += " (did you mean " + near + "?)"
 			}
-			probs = append(probs, configcheck.At(fmt.Sprintf("plugins[%d].cls", i), "plugin %q: %s; registered: %s", pc.Name, msg, strings.Join(ModuleIDs(), ", ")))
+			probs = append(probs, configcheck.At(fmt.Sprintf("plugins[%d].cls", i), "plugin %q: %s; registered: %s", pc.Name, msg, strings.Join(moduleIDs(), ", ")))
 			continue
 		}
 		impl := m.New()
@@ -283,28 +274,4 @@ func buildRoutes(reg *wire.Registry, ps []*plugin) map[string]*route {
 		routes[e.Type] = r
 	}
 	return routes
-}
-
-// DecodeState decodes a [Snapshotter]'s state into v strictly (a field this
-// build does not know is refused, not guessed at) after checking that its
-// "version" field is version. what names the plugin in errors.
-func DecodeState(what string, state []byte, version int, v any) error {
-	var head struct {
-		Version *int `json:"version"`
-	}
-	if err := json.Unmarshal(state, &head); err != nil {
-		return fmt.Errorf("%s state: %w", what, err)
-	}
-	if head.Version == nil {
-		return fmt.Errorf("%s state has no version; this host reads version %d", what, version)
-	}
-	if *head.Version != version {
-		return fmt.Errorf("%s state version %d; this host reads version %d", what, *head.Version, version)
-	}
-	dec := json.NewDecoder(bytes.NewReader(state))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%s state: %w", what, err)
-	}
-	return nil
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,7 +9,7 @@ import (
 )
 
 // The kernel's services for plugins: per-session state that the kernel
-// cleans up, panic-safe goroutines, and a logger that is never nil. They
+// cleans up, panic-safe code, and a logger that is never nil. They
 // replace the copies each stateful plugin used to carry.
 
 // SessionState holds one value of type T per session for one plugin. The
@@ -170,28 +169,6 @@ func Recovered(log *slog.Logger, what string, v any) *PanicError {
 	}
 	log.Error("panic", "correlation", corr, "in", what, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 	return &PanicError{Correlation: corr, What: what}
-}
-
-// Go runs fn on its own goroutine for a session: fn's context ends with
-// the session (or the host), a panic is recovered by [Protect], and an
-// error — a panic's included — is logged with the session it belongs to.
-// The host waits for these goroutines when it closes.
-func (e PluginEnv) Go(sessionID, what string, fn func(ctx context.Context) error) {
-	ctx := context.Background()
-	if e.Host != nil {
-		if s, ok := e.Host.SessionByHandle(sessionID); ok {
-			ctx = s.Context()
-		}
-		e.Host.goroutines.Add(1)
-	}
-	go func() {
-		if e.Host != nil {
-			defer e.Host.goroutines.Done()
-		}
-		if err := Protect(e.Logger, what, func() error { return fn(ctx) }); err != nil && ctx.Err() == nil {
-			e.Logger.Warn("session goroutine failed", "in", what, "session", sessionID, "err", err)
-		}
-	}()
 }
 
 func newCorrelation() string { return "err-" + rand16() }

@@ -59,9 +59,20 @@ type Session struct {
 	// childCaps limits a child session to a subset of its parent's capabilities.
 	childCaps map[string]bool
 	child     *childInfo // set for child sessions (child.go)
-	// forked marks a session made by session/fork (fork.go): top-level,
+	// forked marks a session made by session/fork (server/persist/fork.go): top-level,
 	// counted from its creation and attached like a child.
-	forked  bool
+	forked bool
+	// operatorOpened marks a session the operator opened for a tenant
+	// through the admin API (admin.go): top-level, its tenant set, counted
+	// from its creation, attached like a child and handshaken with the
+	// token the host issued for it alone.
+	operatorOpened bool
+	// terminated is set when the operator terminated the session (admin.go):
+	// what is in flight, and whatever arrives after, is answered
+	// errTerminated.
+	terminated atomic.Bool
+	// newest is the newest snapshot this host wrote of the session.
+	newest  atomic.Pointer[SnapshotNote]
 	steps   atomic.Int64 // requests a child session has made (child.go)
 	created time.Time
 	remote  netip.Addr // the client's address, when the transport knows it
@@ -74,7 +85,7 @@ type Session struct {
 	state      atomic.Int32
 	lastActive atomic.Int64 // unix nanos
 	enabled    atomic.Pointer[map[string]bool]
-	rec        atomic.Pointer[trajRec] // set when the trajectory is recorded (trajectory.go)
+	rec        atomic.Pointer[recorder] // set when the trajectory is recorded (server/persist/trajectory.go)
 
 	mu       sync.Mutex
 	sink     Sink
@@ -127,6 +138,12 @@ func (s *Session) ID() string { return s.id }
 // Parent returns the parent session of a child session, or nil.
 func (s *Session) Parent() *Session { return s.parent }
 
+// HostMade reports whether the host made the session for an agent to
+// attach to: a subagent's child, a fork, or a session the operator opened
+// (admin.go). Transports attach a client to such a session by its id
+// while it waits for its handshake.
+func (s *Session) HostMade() bool { return s.parent != nil || s.forked || s.operatorOpened }
+
 // Live reports whether the session has handshaken and not ended.
 func (s *Session) Live() bool { return sessionState(s.state.Load()) == stateLive }
 
@@ -171,7 +188,7 @@ func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
 
 func (s *Session) send(p *wire.Packet) int {
 	if r := s.rec.Load(); r != nil {
-		r.host(p)
+		r.Host(p)
 	}
 	s.mu.Lock()
 	sink := s.sink
@@ -211,7 +228,7 @@ func errorMessage(e *wire.Error) *msg.Error {
 // namespaces, and session. A capability a module brings from outside
 // schemas/ is not the contract's, so its errors carry no capability_name.
 var contractCapabilities = sync.OnceValue(func() map[string]bool {
-	out := map[string]bool{SessionCapability: true}
+	out := map[string]bool{sessionCapability: true}
 	for _, c := range msg.Registry().Capabilities() {
 		out[c] = true
 	}
@@ -331,9 +348,6 @@ func (s *Session) RejectOversized(n int) {
 		Detail:  map[string]any{"reason": "too_large", "limit": max}})
 }
 
-// MaxMessageBytes returns the line limit of server.limits.max_message_bytes.
-func (s *Session) MaxMessageBytes() int { return s.h.cfg.Server.Limits.MaxMessageBytes }
-
 // ReceivePacket handles one typed message of the direct codec, validated by
 // the generated validators like a decoded line.
 func (s *Session) ReceivePacket(env *wire.Envelope, m wire.Message) { s.receivePacket(env, m, here{}) }
@@ -372,7 +386,7 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		if e.Kind == wire.KindRequest {
 			kind = "request"
 		}
-		r.agent(kind, env, m)
+		r.Agent(kind, env, m)
 	}
 	switch e.Type {
 	case "handshake/req":
@@ -387,6 +401,10 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 	st := sessionState(s.state.Load())
 	if st == stateNew {
 		s.refuse(e, env, now, &wire.Error{Code: wire.CodeUnauthorized, Message: "handshake required before " + e.Type})
+		return
+	}
+	if s.terminated.Load() {
+		s.refuse(e, env, now, errTerminated())
 		return
 	}
 	if st != stateLive || s.h.sealed.Load() {
@@ -562,8 +580,8 @@ func (s *Session) run(c *call) {
 			err = wire.Public(fmt.Errorf("request exceeded %s: %w", time.Duration(s.h.cfg.Server.Limits.RequestTimeout), wire.ErrTimeout))
 		}
 		we := s.h.wireError(c, err)
-		if c.wasCancelled() {
-			we = wire.AsError(wire.ErrCancelled) // what the agent was answered
+		if ce := c.cancelledWith(); ce != nil {
+			we = ce // what the agent was answered
 		}
 		c.replyError(we)
 		d := since(t0)
@@ -579,8 +597,8 @@ func (s *Session) run(c *call) {
 	d := since(t0)
 	tm.latency.Observe(d.Seconds())
 	code := ""
-	if c.wasCancelled() {
-		code = string(wire.CodeCancelled)
+	if ce := c.cancelledWith(); ce != nil {
+		code = string(ce.Code)
 	}
 	tm.count(code)
 	s.h.met.countTenant(s.tenant, code)
@@ -645,7 +663,14 @@ func (s *Session) Close() {
 	sink := s.sink
 	s.mu.Unlock()
 	if sink != nil {
-		sink.Close()
+		if hc, ok := sink.(ConnectionSink); ok && s.terminated.Load() && hc.HoldsConnection() {
+			// The client's connection stays a while, so its next
+			// request is answered that the session was terminated
+			// rather than finding the connection gone (admin.go).
+			time.AfterFunc(terminatedLinger, sink.Close)
+		} else {
+			sink.Close()
+		}
 	}
 	close(s.done)
 }
@@ -682,8 +707,11 @@ type call struct {
 	mu        sync.Mutex
 	started   bool
 	cancelled bool
-	replied   bool
-	seq       int
+	// byOperator says a cancelled call was answered errTerminated, not
+	// `cancelled` (a bool, beside the others: no larger call per request).
+	byOperator bool
+	replied    bool
+	seq        int
 }
 
 var _ wire.Scope = (*call)(nil)
@@ -715,15 +743,43 @@ func (c *call) wasCancelled() bool {
 	return c.cancelled
 }
 
-func (c *call) cancelNow() {
+// cancelledWith is the error a cancelled call was answered (nil when the
+// call was not cancelled): `cancelled`, or the operator's termination.
+func (c *call) cancelledWith() *wire.Error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.cancelled {
+		return nil
+	}
+	if c.byOperator {
+		return errTerminated()
+	}
+	return wire.AsError(wire.ErrCancelled)
+}
+
+func (c *call) cancelNow() {
+	c.cancelWith(c.s.terminated.Load())
+}
+
+// cancelWith stops the call, answering it at once: `cancelled` for a
+// `cancel` or a drain, errTerminated when the operator terminated the
+// session (byOperator).
+func (c *call) cancelWith(byOperator bool) {
+	e := wire.AsError(wire.ErrCancelled)
+	if byOperator {
+		e = errTerminated()
+	}
+	c.mu.Lock()
+	if !c.cancelled {
+		c.byOperator = byOperator
+	}
 	c.cancelled = true
 	running := c.started
 	c.mu.Unlock()
 	// Answer before the handler's context ends: a handler that returns
 	// ctx.Err() at once would otherwise race this reply with its own
 	// runtime_error, and `cancel` is promised a `cancelled` (docs/DECISIONS.md, Wire).
-	c.replyError(wire.AsError(wire.ErrCancelled))
+	c.replyError(e)
 	if running {
 		c.ctx.cancel()
 	}

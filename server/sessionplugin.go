@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/wire"
@@ -33,25 +34,24 @@ func (p *sessionPlugin) SessionInfo(ctx context.Context, sc wire.Scope, req *msg
 		ph := s.parent.handle
 		resp.ParentHandle = &ph
 	}
+	if s.operatorOpened {
+		on := true
+		resp.OperatorOpened = &on
+	}
 	resp.Budgets = p.h.budgetUse(s)
 	return resp, nil
 }
 
-// SessionSnapshot saves the session's state (spec §1.6; see snapshot.go).
+// The session namespace's other requests keep sessions beyond their
+// connection: server/persist answers them for the session they came from.
+
+// SessionSnapshot saves the session's state (spec §1.6).
 func (p *sessionPlugin) SessionSnapshot(ctx context.Context, sc wire.Scope, req *msg.SessionSnapshotReq) (*msg.SessionSnapshotResp, error) {
 	s, ok := p.h.SessionByHandle(sc.SessionID())
 	if !ok {
 		return nil, errSessionEnded
 	}
-	target := string(req.Target)
-	if target == "" {
-		target = string(msg.SessionSnapshotReqTargetFile) // the schema's default
-	}
-	t, err := p.h.takeSnapshot(ctx, s, target, kindRequest)
-	if err != nil {
-		return nil, err
-	}
-	return &msg.SessionSnapshotResp{SnapshotID: t.id, Bytes: t.bytes, Target: msg.SessionSnapshotRespTarget(target), Files: t.files}, nil
+	return p.h.persist.SessionSnapshot(ctx, s.view(), req)
 }
 
 // SessionRestore restores a snapshot into the current session (spec §3).
@@ -60,21 +60,7 @@ func (p *sessionPlugin) SessionRestore(ctx context.Context, sc wire.Scope, req *
 	if !ok {
 		return nil, errSessionEnded
 	}
-	var id string
-	switch {
-	case req.SnapshotID != nil:
-		id = *req.SnapshotID
-	case req.FromSession != nil:
-		var err error
-		if id, err = p.h.newestSnapshotOf(ctx, *req.FromSession); err != nil {
-			return nil, err
-		}
-	}
-	restored, files, err := p.h.restoreSession(ctx, s, id)
-	if err != nil {
-		return nil, err
-	}
-	return &msg.SessionRestoreResp{SnapshotID: id, Restored: restored, Files: files}, nil
+	return p.h.persist.SessionRestore(ctx, s.view(), req)
 }
 
 func rand16() string { return wire.RandomHex(8) }
@@ -83,24 +69,49 @@ func rand16() string { return wire.RandomHex(8) }
 // retry on that session can succeed.
 var errSessionEnded = &wire.Error{Code: wire.CodeRuntimeError, Message: "session ended", Detail: map[string]any{"reason": "session_ended"}}
 
-// SessionFork forks the session count ways (fork.go).
+// SessionFork forks the session count ways.
 func (p *sessionPlugin) SessionFork(ctx context.Context, sc wire.Scope, req *msg.SessionForkReq) (*msg.SessionForkResp, error) {
 	s, ok := p.h.SessionByHandle(sc.SessionID())
 	if !ok {
 		return nil, errSessionEnded
 	}
-	snap := ""
-	if req.SnapshotID != nil {
-		snap = *req.SnapshotID
-	}
-	return p.h.forkSession(ctx, s, req.Count, snap)
+	return p.h.persist.SessionFork(ctx, s.view(), req)
 }
 
-// SessionTrajectoryExport exports recorded trajectory records (trajectory.go).
+// SessionSnapshotList lists the snapshots the session may see.
+func (p *sessionPlugin) SessionSnapshotList(ctx context.Context, sc wire.Scope, req *msg.SessionSnapshotListReq) (*msg.SessionSnapshotListResp, error) {
+	s, err := p.h.sessionOf(sc)
+	if err != nil {
+		return nil, err
+	}
+	return p.h.persist.SessionSnapshotList(ctx, s.view(), req)
+}
+
+// SessionSnapshotDelete deletes a snapshot the session may list.
+func (p *sessionPlugin) SessionSnapshotDelete(ctx context.Context, sc wire.Scope, req *msg.SessionSnapshotDeleteReq) (*msg.SessionSnapshotDeleteResp, error) {
+	s, err := p.h.sessionOf(sc)
+	if err != nil {
+		return nil, err
+	}
+	return p.h.persist.SessionSnapshotDelete(ctx, s.view(), req)
+}
+
+// SessionTrajectoryExport exports recorded trajectory records.
 func (p *sessionPlugin) SessionTrajectoryExport(ctx context.Context, sc wire.Scope, req *msg.SessionTrajectoryExportReq) (*msg.SessionTrajectoryExportResp, error) {
 	s, ok := p.h.SessionByHandle(sc.SessionID())
 	if !ok {
 		return nil, errSessionEnded
 	}
-	return p.h.exportTrajectory(ctx, s, req)
+	return p.h.persist.SessionTrajectoryExport(ctx, s.view(), req)
+}
+
+// sessionOf is the session a request came from: plugins know sessions by
+// handle, but ownership of snapshots is proven by transport ids, which
+// server/persist reads from it.
+func (h *Host) sessionOf(sc wire.Scope) (*Session, error) {
+	s, ok := h.SessionByHandle(sc.SessionID())
+	if !ok {
+		return nil, fmt.Errorf("%w: the session ended", ErrSessionEnded)
+	}
+	return s, nil
 }

@@ -79,12 +79,12 @@ func TestSnapshotRefusesChildToken(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			plug.m[tc.s.handle] = []byte(tc.state)
-			id, _, err := h.snapshotSession(ctx, tc.s, "file")
+			resp, err := h.persist.SessionSnapshot(ctx, tc.s.view(), &msg.SessionSnapshotReq{Target: msg.SessionSnapshotReqTargetFile})
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := os.Stat(filepath.Join(dir, snapshotDir, id+".json")); err != nil {
+				if _, err := os.Stat(filepath.Join(dir, "snapshots", resp.SnapshotID+".json")); err != nil {
 					t.Fatal(err)
 				}
 				return
@@ -98,29 +98,6 @@ func TestSnapshotRefusesChildToken(t *testing.T) {
 	<-child.Done()
 	if _, ok := h.sessionTokens.Load(child.id); ok {
 		t.Fatal("the child's token outlived its session")
-	}
-}
-
-// TestWriteFileAtomic: the file appears whole with mode 0600 and no temp
-// file is left behind.
-func TestWriteFileAtomic(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "snapshots")
-	for _, data := range []string{"first", "second, longer"} {
-		if err := writeFileAtomic(dir, "x.json", []byte(data)); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Join(dir, "x.json"))
-		if err != nil || string(b) != data {
-			t.Fatalf("read %q, %v", b, err)
-		}
-		fi, _ := os.Stat(filepath.Join(dir, "x.json"))
-		if fi.Mode().Perm() != 0o600 {
-			t.Fatalf("mode %v", fi.Mode().Perm())
-		}
-		entries, _ := os.ReadDir(dir)
-		if len(entries) != 1 {
-			t.Fatalf("%d entries in the directory", len(entries))
-		}
 	}
 }
 

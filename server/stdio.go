@@ -38,7 +38,7 @@ func ServeStdio(ctx context.Context, h *Host, in io.Reader, out io.Writer) error
 	h.log.Info("stdio session started", "session", s.handle)
 	readDone := make(chan error, 1)
 	go func() {
-		readDone <- readLines(bufio.NewReaderSize(in, 64<<10), s.MaxMessageBytes(), s.ReceiveLine, s.RejectOversized)
+		readDone <- readLines(bufio.NewReaderSize(in, 64<<10), s.h.cfg.Server.Limits.MaxMessageBytes, s.ReceiveLine, s.RejectOversized)
 	}()
 
 	var readErr error

@@ -167,7 +167,7 @@ func (h *Host) configureTenants(cfg Config) ([]*tenant, error) {
 func tenantLimits(cfg Config, b TenantBudgets) budgetLimits {
 	lim := budgetLimits{BudgetConfig: cfg.Server.Budgets, DiskBytes: cfg.Server.Isolation.SessionQuotaBytes}
 	if lim.DiskBytes <= 0 {
-		lim.DiskBytes = DefaultSessionQuota
+		lim.DiskBytes = defaultSessionQuota
 	}
 	set64 := func(v *int64, o int64) {
 		if o > 0 {

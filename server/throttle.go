@@ -10,9 +10,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// ParseTrustedProxy parses one entry of server.trusted_proxies: a CIDR
+// parseTrustedProxy parses one entry of server.trusted_proxies: a CIDR
 // ("10.0.0.0/8") or a single address, which means that address alone.
-func ParseTrustedProxy(s string) (netip.Prefix, error) {
+func parseTrustedProxy(s string) (netip.Prefix, error) {
 	s = strings.TrimSpace(s)
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
@@ -36,7 +36,7 @@ type TrustedProxies []netip.Prefix
 func ParseTrustedProxies(entries []string) (TrustedProxies, error) {
 	out := make(TrustedProxies, 0, len(entries))
 	for _, e := range entries {
-		p, err := ParseTrustedProxy(e)
+		p, err := parseTrustedProxy(e)
 		if err != nil {
 			return nil, err
 		}

@@ -36,12 +36,13 @@ type tenantRig struct {
 	dataDir string
 	mcpURL  string
 	secrets map[string]string
+	ids     map[*client.Client]string // each session's transport id
 }
 
 func newTenantRig(t *testing.T) *tenantRig {
 	t.Helper()
 	ctx := context.Background()
-	r := &tenantRig{dataDir: t.TempDir(), secrets: map[string]string{"team-a": "cross-secret-a-5e4d3c2b", "team-b": "cross-secret-b-7a6b5c4d"}}
+	r := &tenantRig{dataDir: t.TempDir(), ids: map[*client.Client]string{}, secrets: map[string]string{"team-a": "cross-secret-a-5e4d3c2b", "team-b": "cross-secret-b-7a6b5c4d"}}
 	mcpSrv := mcpserver.NewMCPServer("a-tools", "1.0.0", mcpserver.WithToolCapabilities(true))
 	mcpSrv.AddTool(mcp.NewTool("echo", mcp.WithString("message", mcp.Required())),
 		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -89,12 +90,23 @@ func newTenantRig(t *testing.T) *tenantRig {
 // connect opens a session of the tenant.
 func (r *tenantRig) connect(t *testing.T, tenant string) *client.Client {
 	t.Helper()
-	c, err := client.InProcess(r.h, client.JSON, nil)
+	return r.connectRecording(t, tenant, false)
+}
+
+// connectRecording opens a session of the tenant that records its
+// trajectory when record is set.
+func (r *tenantRig) connectRecording(t *testing.T, tenant string, record bool) *client.Client {
+	t.Helper()
+	pipe, err := r.h.ConnectLines(64)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := client.New(client.Lines(pipe, nil))
+	r.ids[c] = pipe.Session().ID()
 	t.Cleanup(func() { c.Close() })
-	if hs, err := c.Handshake(aeptest.Context(t), "agent-"+tenant, r.secrets[tenant], crossTenantCaps...); err != nil || !hs.Ok {
+	hs, err := c.Client.Handshake(aeptest.Context(t), &msg.HandshakeReq{AgentID: "agent-" + tenant, AuthToken: r.secrets[tenant],
+		AgentCaps: crossTenantCaps, RecordTrajectory: &record})
+	if err != nil || !hs.Ok {
 		t.Fatalf("%s: %+v %v", tenant, hs, err)
 	}
 	return c
@@ -357,6 +369,111 @@ func TestNothingCrossesTenants(t *testing.T) {
 		res := sqlRun(t, ctx, a, "SELECT v FROM t")
 		if b, _ := json.Marshal(res); !res.Success || !strings.Contains(string(b), `"A"`) {
 			t.Fatalf("team-a's database after team-b's requests: %s", b)
+		}
+	})
+}
+
+// TestNothingCrossesTenantsPersisted: snapshots (by id and by
+// from_session), their listing and deletion, forks from them, the forks'
+// sessions and recorded trajectories are kept to their tenant; within a
+// tenant a snapshot id restores for any session that holds it, as before.
+func TestNothingCrossesTenantsPersisted(t *testing.T) {
+	r := newTenantRig(t)
+	ctx := aeptest.Context(t)
+	a, a2, b := r.connectRecording(t, "team-a", true), r.connect(t, "team-a"), r.connect(t, "team-b")
+	if res, err := a.CallTool(ctx, &msg.ToolCallReq{ToolName: "write_file", Arguments: map[string]any{"path": "a.txt", "content": "A's"}}); err != nil || !res.Success {
+		t.Fatalf("%+v %v", res, err)
+	}
+	snaps := map[string]string{}
+	for _, target := range []msg.SessionSnapshotReqTarget{msg.SessionSnapshotReqTargetSQL, msg.SessionSnapshotReqTargetFile} {
+		sr, err := a.SessionSnapshot(ctx, &msg.SessionSnapshotReq{Target: target})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps[string(target)] = sr.SnapshotID
+	}
+	aID := r.ids[a]
+	madeID := "s-vm-" + strings.Repeat("0f", 16)
+
+	t.Run("snapshots by id", func(t *testing.T) {
+		for target, id := range snaps {
+			made := target + "-" + strings.Repeat("ab", 16)
+			got, gotErr := b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: &id})
+			want, wantErr := b.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: &made})
+			sameReply(t, "session/restore "+target, got, gotErr, id, want, wantErr, made)
+			gotF, gotErr := b.SessionFork(ctx, &msg.SessionForkReq{Count: 1, SnapshotID: &id})
+			wantF, wantErr := b.SessionFork(ctx, &msg.SessionForkReq{Count: 1, SnapshotID: &made})
+			sameReply(t, "session/fork from "+target, gotF, gotErr, id, wantF, wantErr, made)
+			gotD, gotErr := b.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: id, SessionIds: []string{aID}})
+			wantD, wantErr := b.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: made, SessionIds: []string{madeID}})
+			sameReply(t, "session/snapshot/delete "+target, gotD, gotErr, id, wantD, wantErr, made)
+			// Within the tenant the id restores, as a bearer secret does.
+			if rr, err := a2.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: &id}); err != nil || rr.SnapshotID != id {
+				t.Fatalf("team-a's second session restores %s: %+v %v", id, rr, err)
+			}
+		}
+	})
+
+	t.Run("from_session and listing", func(t *testing.T) {
+		got, gotErr := b.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: &aID})
+		want, wantErr := b.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: &madeID})
+		sameReply(t, "session/restore from_session", got, gotErr, aID, want, wantErr, madeID)
+		gotL, gotErr := b.SessionSnapshotList(ctx, &msg.SessionSnapshotListReq{SessionIds: []string{aID}})
+		wantL, wantErr := b.SessionSnapshotList(ctx, &msg.SessionSnapshotListReq{SessionIds: []string{madeID}})
+		sameReply(t, "session/snapshot/list", gotL, gotErr, aID, wantL, wantErr, madeID)
+		if gotErr != nil || len(gotL.Snapshots) != 0 {
+			t.Fatalf("team-b lists team-a's snapshots: %+v %v", gotL, gotErr)
+		}
+		// A's own session lists both, and a second session of team-a
+		// presenting A's id too.
+		for _, c := range []*client.Client{a, a2} {
+			l, err := c.SessionSnapshotList(ctx, &msg.SessionSnapshotListReq{SessionIds: []string{aID}})
+			if err != nil || len(l.Snapshots) != 2 {
+				t.Fatalf("team-a lists %+v %v", l, err)
+			}
+		}
+		if rr, err := a2.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: &aID}); err != nil || rr.SnapshotID == "" {
+			t.Fatalf("team-a restores from_session: %+v %v", rr, err)
+		}
+	})
+
+	t.Run("trajectories", func(t *testing.T) {
+		got, gotErr := b.SessionTrajectoryExport(ctx, &msg.SessionTrajectoryExportReq{SessionIds: []string{aID}})
+		want, wantErr := b.SessionTrajectoryExport(ctx, &msg.SessionTrajectoryExportReq{SessionIds: []string{madeID}})
+		sameReply(t, "session/trajectory/export", got, gotErr, aID, want, wantErr, madeID)
+		if gotErr != nil || len(got.Lines) != 0 {
+			t.Fatalf("team-b exports team-a's trajectory: %d lines, %v", len(got.Lines), gotErr)
+		}
+		own, err := a2.SessionTrajectoryExport(ctx, &msg.SessionTrajectoryExportReq{SessionIds: []string{aID}})
+		if err != nil || len(own.Lines) == 0 {
+			t.Fatalf("team-a exports its own recorded session: %+v %v", own, err)
+		}
+	})
+
+	t.Run("forks", func(t *testing.T) {
+		forks, err := a.SessionFork(ctx, &msg.SessionForkReq{Count: 2})
+		if err != nil || len(forks.Forks) != 2 {
+			t.Fatalf("fork: %+v %v", forks, err)
+		}
+		handshake := func(id, secret string) (*msg.HandshakeResp, error) {
+			tr, err := client.InProcessAttach(r.h, client.JSON, nil)(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			c := client.New(tr)
+			defer c.Close()
+			return c.Handshake(ctx, "intruder", secret, "session")
+		}
+		// Team-b's own secret on team-a's fork is refused as a made-up
+		// secret is: a fork is its source tenant's.
+		got, gotErr := handshake(forks.Forks[0].SessionID, r.secrets["team-b"])
+		want, wantErr := handshake(forks.Forks[0].SessionID, "made-up-secret-0000")
+		sameReply(t, "handshake on another tenant's fork", got, gotErr, r.secrets["team-b"], want, wantErr, "made-up-secret-0000")
+		if gotErr == nil && got.Ok {
+			t.Fatal("team-b handshook into team-a's fork")
+		}
+		if hs, err := handshake(forks.Forks[1].SessionID, r.secrets["team-a"]); err != nil || !hs.Ok {
+			t.Fatalf("team-a's fork with team-a's secret: %+v %v", hs, err)
 		}
 	})
 }

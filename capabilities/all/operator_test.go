@@ -82,7 +82,7 @@ func TestMetricsAfterScriptedSession(t *testing.T) {
 	go wait()
 	<-echo.Started
 	go wait()
-	ops := httptest.NewServer(httpapi.OperatorHandler(h, "op-token"))
+	ops := httptest.NewServer(httpapi.OperatorHandler(h, httpapi.OperatorOptions{Token: "op-token"}))
 	defer ops.Close()
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(scrape(t, ops.URL, "op-token"), "\naep_queue_depth 2\n"); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -63,7 +63,7 @@ func checkDatabase(t *testing.T, ctx context.Context, c *client.Client, what str
 // fork taken meanwhile: every copy passes PRAGMA integrity_check, and
 // later snapshots hold at least as many rows as earlier ones. The kernel
 // holds the toolkit's worker (checkpointed) while it copies the files
-// (server/sessionfs.go, FileHolder).
+// (server/persist/dirs.go, FileHolder).
 func TestSQLiteCopiesWhileWriting(t *testing.T) {
 	ctx := aeptest.Context(t)
 	r := newForkRig(t, nil)

@@ -16,6 +16,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/server/store"
 )
 
@@ -135,7 +136,7 @@ func TestTrajectoryRoundTrip(t *testing.T) {
 		after = *page.Next
 	}
 	var operator bytes.Buffer
-	n, err := server.ExportTrajectories(ctx, st2, handle, "jsonl", &operator)
+	n, err := persist.ExportTrajectories(ctx, st2, handle, "jsonl", &operator)
 	if err != nil || n != len(lines) {
 		t.Fatalf("operator export: %d records (%v), the agent's %d", n, err, len(lines))
 	}
@@ -148,7 +149,7 @@ func TestTrajectoryRoundTrip(t *testing.T) {
 		if r := schema.Validate(line); !r.IsValid() {
 			t.Fatalf("record %d does not validate: %v\n%s", i, r.Errors, line)
 		}
-		var rec server.TrajectoryRecord
+		var rec persist.TrajectoryRecord
 		if err := json.Unmarshal(line, &rec); err != nil {
 			t.Fatal(err)
 		}

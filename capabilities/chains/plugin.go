@@ -16,6 +16,7 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/wire"
 )
 
@@ -131,8 +132,8 @@ func (p *Plugin) ChainRun(ctx context.Context, s wire.Scope, req *msg.ChainRunRe
 }
 
 var (
-	_ msg.ChainHandler   = (*Plugin)(nil)
-	_ server.Provisioner = (*Plugin)(nil)
-	_ server.Validator   = (*Plugin)(nil)
-	_ server.Snapshotter = (*Plugin)(nil)
+	_ msg.ChainHandler    = (*Plugin)(nil)
+	_ server.Provisioner  = (*Plugin)(nil)
+	_ server.Validator    = (*Plugin)(nil)
+	_ persist.Snapshotter = (*Plugin)(nil)
 )

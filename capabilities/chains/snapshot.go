@@ -8,7 +8,7 @@ import (
 	"slices"
 
 	"github.com/aephost/aep/gen/msg"
-	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 )
 
 // savedState is the chains part of a session snapshot: the definitions
@@ -41,7 +41,7 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 // Restore; the session's entry is replaced whole anyway, for a direct caller.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var st savedState
-	if err := server.DecodeState("chains", state, stateVersion, &st); err != nil {
+	if err := persist.DecodeState("chains", state, stateVersion, &st); err != nil {
 		return err
 	}
 	if len(st.Chains) > p.MaxDefinitions {

@@ -59,7 +59,7 @@ var ErrReadOnlyData = fmt.Errorf("the data root is read-only for a restricted su
 // and names that directory in it (temporary directories go beside it, on
 // the same file system, so the final renames are atomic). Under a host
 // with the default data root the data directory is data/ in the session's
-// directory (server/sessionfs.go), which every sandbox shows at
+// directory (server/persist/dirs.go), which every sandbox shows at
 // /workspace/data (spec §2.11); a subagent's follows its memory scope:
 // shared → its parent's (a reset is refused), restricted → its parent's,
 // read-only (add and reset refused), isolated → its own, snapshot → its

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/wire"
 )
 
@@ -655,5 +656,5 @@ var (
 	_ msg.EnvHandler      = (*Plugin)(nil)
 	_ server.Provisioner  = (*Plugin)(nil)
 	_ server.CleanerUpper = (*Plugin)(nil)
-	_ server.Snapshotter  = (*Plugin)(nil)
+	_ persist.Snapshotter = (*Plugin)(nil)
 )

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 )
 
 // savedEpisode is one episode in a session snapshot.
@@ -65,7 +65,7 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 // anyway (a direct caller) are closed as replaced.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var saved savedSession
-	if err := server.DecodeState("env", state, 1, &saved); err != nil {
+	if err := persist.DecodeState("env", state, 1, &saved); err != nil {
 		return err
 	}
 	fresh := newSessionEnvs(sessionID)

@@ -26,6 +26,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/egress"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/server/toolrun"
 	"github.com/aephost/aep/wire"
 )
@@ -644,7 +645,7 @@ var (
 	_ msg.McpHandler      = (*Plugin)(nil)
 	_ msg.ToolHandler     = (*Plugin)(nil)
 	_ server.Provisioner  = (*Plugin)(nil)
-	_ server.Snapshotter  = (*Plugin)(nil)
+	_ persist.Snapshotter = (*Plugin)(nil)
 	_ server.CleanerUpper = (*Plugin)(nil)
 )
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/wire"
 )
 
@@ -612,6 +613,6 @@ var (
 	_ server.Provisioner   = (*Plugin)(nil)
 	_ server.Validator     = (*Plugin)(nil)
 	_ server.CleanerUpper  = (*Plugin)(nil)
-	_ server.Snapshotter   = (*Plugin)(nil)
+	_ persist.Snapshotter  = (*Plugin)(nil)
 	_ server.ChildObserver = (*Plugin)(nil)
 )

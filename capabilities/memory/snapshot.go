@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 )
 
 // savedSession is the memory plugin's part of a session snapshot: the
@@ -49,7 +49,7 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 // rollback, which restores the state taken just before, fail too.
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var saved savedSession
-	if err := server.DecodeState("memory", state, 1, &saved); err != nil {
+	if err := persist.DecodeState("memory", state, 1, &saved); err != nil {
 		return err
 	}
 	sm, err := p.sessions.GetOrCreate(sessionID)

@@ -26,6 +26,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
 )
@@ -219,7 +220,7 @@ func (p *Plugin) lookup(sessionID, id string) (*process, error) {
 	return pr, nil
 }
 
-// workdir resolves cwd inside the session's directory (server/sessionfs.go;
+// workdir resolves cwd inside the session's directory (server/persist/dirs.go;
 // without a host, <Workspace>/<session id>); symlinks may not lead out.
 // readOnly is set for a restricted subagent, whose processes see their
 // parent's files read-only.
@@ -733,5 +734,5 @@ var (
 	_ msg.ProcHandler     = (*Plugin)(nil)
 	_ server.Provisioner  = (*Plugin)(nil)
 	_ server.CleanerUpper = (*Plugin)(nil)
-	_ server.Snapshotter  = (*Plugin)(nil)
+	_ persist.Snapshotter = (*Plugin)(nil)
 )

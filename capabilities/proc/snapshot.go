@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
-	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 )
 
 // savedProc is one process in a session snapshot: only what its record
@@ -94,4 +94,4 @@ func (p *Plugin) RestoreFork(ctx context.Context, sessionID string, state []byte
 	return out, nil
 }
 
-var _ server.Forker = (*Plugin)(nil)
+var _ persist.Forker = (*Plugin)(nil)

@@ -142,19 +142,23 @@ func get(t testing.TB, c *client.Client, id, key string) string {
 	return s
 }
 
-// waitGone waits until the session with id no longer exists on h.
+// waitGone waits until the session with id (a transport id or a handle)
+// no longer exists on h: until it has ended, which it has once it is
+// gone from the host.
 func waitGone(t testing.TB, h *server.Host, id string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		_, byID := h.Session(id)
-		_, byHandle := h.SessionByHandle(id)
-		if !byID && !byHandle {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	s, ok := h.Session(id)
+	if !ok {
+		s, ok = h.SessionByHandle(id)
 	}
-	t.Fatalf("session %s still exists", id)
+	if !ok {
+		return
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("session %s still exists", id)
+	}
 }
 
 // handle returns the public handle of c's session.

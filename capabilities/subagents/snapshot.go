@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
-	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/wire"
 )
 
@@ -47,7 +47,7 @@ func (p *Plugin) Snapshot(ctx context.Context, sessionID string) ([]byte, error)
 // snapshot, which all come back ended (live subagents stay).
 func (p *Plugin) Restore(ctx context.Context, sessionID string, state []byte) error {
 	var st savedState
-	if err := server.DecodeState("subagents", state, stateVersion, &st); err != nil {
+	if err := persist.DecodeState("subagents", state, stateVersion, &st); err != nil {
 		return err
 	}
 	for i := range st.Subagents {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/wire"
 )
 
@@ -441,5 +442,5 @@ var (
 	_ server.Provisioner     = (*Plugin)(nil)
 	_ server.Validator       = (*Plugin)(nil)
 	_ server.SessionObserver = (*Plugin)(nil)
-	_ server.Snapshotter     = (*Plugin)(nil)
+	_ persist.Snapshotter    = (*Plugin)(nil)
 )

@@ -8,12 +8,14 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aephost/aep/capabilities/subagents"
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/wire"
 )
 
@@ -404,10 +406,20 @@ func TestParentCloseCascades(t *testing.T) {
 		waitDone(t, cb, "grandchild")
 		waitDone(t, ca, "child over HTTP")
 	})
-	t.Run("expiry", func(t *testing.T) {
+	// In a bubble of its own (testing/synctest) the host's clock is
+	// fake: the child's requests every 100 ms and the 300 ms idle
+	// expiry are exactly that, however loaded the machine.
+	t.Run("expiry", func(t *testing.T) { synctest.Test(t, testExpiryCascades) })
+}
+
+func testExpiryCascades(t *testing.T) {
+	{
 		h := newHost(t, nil, func(c *server.Config) {
 			c.Server.Limits.IdleTimeout = server.Duration(300 * time.Millisecond)
 			c.Server.Limits.HandshakeTimeout = server.Duration(time.Minute)
+			// No process runs here, and none is made ready: a spare
+			// sandbox init's I/O is no event a fake clock can wait for.
+			c.Server.Isolation.Sandbox = sandbox.ModeSupervised
 		})
 		p := root(t, h)
 		ra := spawn(t, p, &msg.SubagentSpawnReq{Name: "busy"})
@@ -429,7 +441,7 @@ func TestParentCloseCascades(t *testing.T) {
 		waitGone(t, h, ra.SubagentID)
 		waitGone(t, h, rw.SubagentID)
 		waitDone(t, ca, "child")
-	})
+	}
 }
 
 // A subagent reached over HTTP (a real loopback server, X-Session-Id) and

@@ -14,6 +14,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/egress"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/server/sandbox"
 	"github.com/aephost/aep/server/toolrun"
 	"github.com/aephost/aep/wire"
@@ -473,8 +474,8 @@ var (
 	_ msg.ToolHandler     = (*Plugin)(nil)
 	_ server.Provisioner  = (*Plugin)(nil)
 	_ server.Claimer      = (*Plugin)(nil)
-	_ server.Snapshotter  = (*Plugin)(nil)
-	_ server.Forker       = (*Plugin)(nil)
+	_ persist.Snapshotter = (*Plugin)(nil)
+	_ persist.Forker      = (*Plugin)(nil)
 	_ server.CleanerUpper = (*Plugin)(nil)
-	_ server.FileHolder   = (*Plugin)(nil)
+	_ persist.FileHolder  = (*Plugin)(nil)
 )

@@ -121,7 +121,7 @@ func newEnv(t testing.TB, codec client.Codec, policy server.ToolPolicy, maxOut i
 	})
 	t.Cleanup(unsub)
 	e.c = aeptest.ConnectWith(t, h, codec, nil, "tools")
-	// The workspace is the session's own directory (server/sessionfs.go).
+	// The workspace is the session's own directory (server/persist/dirs.go).
 	d, err := h.SessionDir(aeptest.Handle(t, e.c))
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ type Plugin struct {
 	custom bool
 	opts   toolrun.Options
 	ws     *workspace   // without a host: the one workspace at Root
-	host   *server.Host // with one: each session's directory (server/sessionfs.go)
+	host   *server.Host // with one: each session's directory (server/persist/dirs.go)
 }
 
 // NewPlugin returns a plugin serving reg's tools instead of the built-ins.

@@ -7,8 +7,8 @@ package tools
 // list_dir, run_command…).
 type Settings struct {
 	// Root: Workspace of a plugin provisioned without a host; under a host each
-	// session works in its own session directory (server/sessionfs.go) and root is
-	// unused. Default: "<data-dir>/workspace".
+	// session works in its own session directory (server/persist/dirs.go) and root
+	// is unused. Default: "<data-dir>/workspace".
 	Root string `yaml:"root"`
 	// MaxOutputBytes: Caps result.data of a tool call; longer output is truncated.
 	// Default: 1048576.

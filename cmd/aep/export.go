@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/server/store"
 )
 
@@ -57,7 +57,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer file.Close()
 		w = file
 	}
-	n, err := server.ExportTrajectories(ctx, st, *handle, *format, w)
+	n, err := persist.ExportTrajectories(ctx, st, *handle, *format, w)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,9 @@ import (
 // openenv_face.enabled is false (docs/openenv.md).
 func init() {
 	serveHTTP = serveHTTPWithFaces
-	serveOperator = httpapi.ServeOperator
+	serveOperator = func(ctx context.Context, h *server.Host, listen string, o operatorOptions) error {
+		return httpapi.ServeOperator(ctx, h, listen, httpapi.OperatorOptions{Token: o.token, Reload: o.reload, Stopping: o.stopping, Logger: o.log})
+	}
 }
 
 func serveHTTPWithFaces(ctx context.Context, h *server.Host, listen string) error {

@@ -23,6 +23,7 @@ Usage:
   aep schema [--sources | --asyncapi | --out DIR] [NAME...]
   aep conformance (--url URL | --stdio CMD) [--token TOKEN] [--json]
   aep export trajectories --session HANDLE [--format jsonl|chat] [--data-dir DIR]
+  aep admin list|inspect|terminate|snapshot|drain|undrain|reload|open [--addr ADDR] [--json]
   aep version
 
 Run "aep <command> -h" for a command's flags.
@@ -57,6 +58,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdConformance(ctx, args[1:], stdout, stderr)
 	case "export":
 		err = cmdExport(ctx, args[1:], stdout, stderr)
+	case "admin":
+		err = cmdAdmin(ctx, args[1:], stdout, stderr)
 	case "version":
 		err = cmdVersion(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

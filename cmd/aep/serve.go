@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,9 +28,18 @@ import (
 // in. A build without it refuses to serve HTTP instead of pretending to.
 var serveHTTP func(ctx context.Context, h *server.Host, listen string) error
 
-// serveOperator runs the operator endpoint (/metrics) until ctx is done;
-// http.go links it in.
-var serveOperator func(ctx context.Context, h *server.Host, listen, token string, log *slog.Logger) error
+// serveOperator runs the operator endpoint (/metrics and the admin API)
+// until ctx is done; http.go links it in.
+var serveOperator func(ctx context.Context, h *server.Host, listen string, o operatorOptions) error
+
+// operatorOptions say how the operator endpoint serves (see
+// httpapi.OperatorOptions).
+type operatorOptions struct {
+	token    string
+	reload   func(context.Context) error // nil: no configuration file
+	stopping <-chan struct{}
+	log      *slog.Logger
+}
 
 // drainLinger is how long the transports keep serving after a drain
 // finished, so replies already queued reach their readers (an SSE stream,
@@ -160,22 +170,18 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	log.Info("host started", "version", v.Version, "commit", v.Commit, "host_id", h.Config().Server.HostID, "instance_id", instanceID,
 		"plugins", strings.Join(h.Plugins(), ","), "capabilities", strings.Join(h.Served(), ","), "data_dir", *dataDir,
 		"tenants", strings.Join(h.TenantNames(), ","))
-	// SIGHUP reloads the tenants of the configuration file (its other
-	// settings need a restart): a secret added is accepted and one removed
-	// refused at once, with no restart.
+	// SIGHUP and the admin API's reload both reload the tenants of the
+	// configuration file (its other settings need a restart): a secret
+	// added is accepted and one removed refused at once, with no restart.
+	var reload func(context.Context) error
 	if *configPath != "" {
+		reload = tenantReloader(h, *configPath, cfg.Server.AuthToken)
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		token := cfg.Server.AuthToken
 		go func() {
 			for range hup {
-				next, _, err := loadServeConfig(*configPath)
-				if err == nil {
-					next.Server.AuthToken = token // the default tenant's, as started
-					err = h.ReloadTenants(next)
-				}
-				if err != nil {
+				if err := reload(context.Background()); err != nil {
 					log.Error("SIGHUP: tenants not reloaded; the running ones stay", "err", err)
 				}
 			}
@@ -206,7 +212,8 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		go func() {
 			defer close(opDone)
-			if err := serveOperator(serveCtx, h, cfg.Operator.Listen, cfg.Operator.Token, log); err != nil && serveCtx.Err() == nil {
+			o := operatorOptions{token: cfg.Operator.Token, reload: reload, stopping: ctx.Done(), log: log}
+			if err := serveOperator(serveCtx, h, cfg.Operator.Listen, o); err != nil && serveCtx.Err() == nil {
 				log.Error("operator endpoint stopped; stopping the host", "err", err)
 				opErr = err
 				endServe()
@@ -239,6 +246,26 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	endServe()
 	<-opDone
 	return errors.Join(opErr, serveErr, closeErr)
+}
+
+// tenantReloader returns the reload of the tenants of the configuration
+// file at path, as SIGHUP and POST /admin/reload make it: the file is read
+// and checked again as at start-up, and its tenants applied
+// (server.Host.ReloadTenants); server.auth_token stays the one the host
+// started with. A file that fails its checks changes nothing. Reloads run
+// one at a time.
+func tenantReloader(h *server.Host, path, startToken string) func(context.Context) error {
+	var mu sync.Mutex
+	return func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		next, _, err := loadServeConfig(path)
+		if err != nil {
+			return err
+		}
+		next.Server.AuthToken = startToken // the default tenant's, as started
+		return h.ReloadTenants(next)
+	}
 }
 
 // loadServeConfig reads path, or builds the default configuration when

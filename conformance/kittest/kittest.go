@@ -13,6 +13,7 @@ package kittest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -32,6 +33,45 @@ import (
 
 // Token is the auth token of the hosts started here.
 const Token = "aep-kittest-token-0123456789abcdef"
+
+// OperatorToken is the operator token of the hosts [Serve] starts.
+const OperatorToken = "aep-kittest-operator-token-5f2e"
+
+// operators maps the HTTP base of each host [Serve] started to its
+// operator listener, for [Run]'s operator's sessions.
+var operators sync.Map // base URL → operator base URL
+
+// OperatorSession returns the way to open a session for aep's default
+// tenant through the admin API of the host [Serve] started at base
+// (conformance.Options.OperatorSession), or nil for another target.
+func OperatorSession(base string) func(context.Context) (string, string, error) {
+	v, ok := operators.Load(base)
+	if !ok {
+		return nil
+	}
+	ops := v.(string)
+	return func(ctx context.Context) (string, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ops+"/admin/sessions", strings.NewReader(`{"tenant":"default"}`))
+		if err != nil {
+			return "", "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+OperatorToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", "", err
+		}
+		defer resp.Body.Close()
+		var o struct {
+			SessionID string `json:"session_id"`
+			Token     string `json:"token"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&o); err != nil || resp.StatusCode != http.StatusCreated {
+			return "", "", fmt.Errorf("POST /admin/sessions: %d %v", resp.StatusCode, err)
+		}
+		return o.SessionID, o.Token, nil
+	}
+}
 
 // Dir returns the absolute path of conformance/aep: aep's configuration,
 // fixture and baseline for its own conformance run.
@@ -100,8 +140,22 @@ func Baseline(tb testing.TB) *conformance.Baseline {
 // configuration, one process per session, sharing one data directory.
 func Stdio(tb testing.TB) conformance.Target {
 	tb.Helper()
+	return stdio(tb, Env(tb))
+}
+
+// StdioWithoutMCP is Stdio with the mcp capability left out
+// (AEP_CONFORMANCE_MCP=false): each stdio session starts a host, and each
+// host with the mcp capability its MCP server, a node process (about half
+// a second); a suite of many runs that do not touch mcp saves that.
+func StdioWithoutMCP(tb testing.TB) conformance.Target {
+	tb.Helper()
+	return stdio(tb, append(Env(tb), "AEP_CONFORMANCE_MCP=false"))
+}
+
+func stdio(tb testing.TB, full []string) conformance.Target {
+	tb.Helper()
 	var env strings.Builder
-	for _, kv := range Env(tb)[len(os.Environ()):] {
+	for _, kv := range full[len(os.Environ()):] {
 		k, v, _ := strings.Cut(kv, "=")
 		fmt.Fprintf(&env, "%s=%s ", k, shellQuote(v))
 	}
@@ -124,8 +178,14 @@ func Serve(tb testing.TB) string {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	ol, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opAddr := ol.Addr().String()
+	ol.Close()
 	cmd := exec.Command(aepbin.Build(tb), "serve", "--listen", addr, "--config", filepath.Join(Dir(), "aep.yaml"), "--data-dir", tb.TempDir())
-	cmd.Env = Env(tb)
+	cmd.Env = append(Env(tb), "AEP_KIT_OPERATOR_LISTEN="+opAddr, "AEP_KIT_OPERATOR_TOKEN="+OperatorToken)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -148,6 +208,7 @@ func Serve(tb testing.TB) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				operators.Store(base, "http://"+opAddr)
 				return base
 			}
 		}
@@ -188,6 +249,9 @@ func Run(tb testing.TB, target conformance.Target, opts conformance.Options) *co
 	if opts.Timeout == 0 {
 		opts.Timeout = 20 * time.Second
 	}
+	if opts.OperatorSession == nil {
+		opts.OperatorSession = OperatorSession(target.HTTP)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := conformance.Run(ctx, target, opts)
@@ -195,6 +259,47 @@ func Run(tb testing.TB, target conformance.Target, opts conformance.Options) *co
 		tb.Fatal(err)
 	}
 	return rep
+}
+
+// Compare runs the kit over each of targets, as Run does, and compares
+// their answers (conformance.Compare).
+func Compare(tb testing.TB, targets []conformance.Target, opts conformance.Options) *conformance.Comparison {
+	tb.Helper()
+	if opts.Token == "" {
+		opts.Token = Token
+	}
+	if opts.Fixture == nil {
+		opts.Fixture = Fixture(tb)
+	}
+	if opts.Baseline == nil {
+		opts.Baseline = Baseline(tb)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 20 * time.Second
+	}
+	// The operator's sessions of the host Serve started, where a target
+	// reaches one; a transport that cannot reach a session by id skips
+	// that check either way.
+	for _, t := range targets {
+		if opts.OperatorSession == nil {
+			opts.OperatorSession = OperatorSession(t.HTTP)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := conformance.Compare(ctx, targets, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// LogComparison writes a comparison's reports and verdict to the test log.
+func LogComparison(tb testing.TB, c *conformance.Comparison) {
+	tb.Helper()
+	var b strings.Builder
+	_ = c.WriteText(&b)
+	tb.Log("\n" + b.String())
 }
 
 // Log writes the report to the test log.

@@ -323,6 +323,9 @@ func capabilityMutants() []Mutant {
 				}
 				return Same(m)
 			}},
+		{Name: "operator-session-unmarked", Bug: "session/info of a session the operator opened does not say operator_opened",
+			Catch: c(conformance.CheckSessionOperator), Run: c(conformance.CheckSessionOperator),
+			Host: onType("session/info/resp", func(_ *State, m Msg) { delete(m, "operator_opened") })},
 		{Name: "info-not-in-flight", Bug: "session/info does not count itself in flight",
 			Catch: c(conformance.CheckSessionInfo), Run: c(conformance.CheckSessionInfo),
 			Host: onType("session/info/resp", func(_ *State, m Msg) { m["in_flight"] = json.Number("0") })},

@@ -272,6 +272,7 @@ var (
 		{Name: "kind", Type: field.TypeString, Default: "request"},
 		{Name: "files", Type: field.TypeBytes, Nullable: true},
 		{Name: "files_bytes", Type: field.TypeInt64, Default: 0},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 	}
 	// SnapshotsTable holds the schema information for the "snapshots" table.
 	SnapshotsTable = &schema.Table{
@@ -294,6 +295,7 @@ var (
 		{Name: "seq", Type: field.TypeInt64},
 		{Name: "data", Type: field.TypeBytes},
 		{Name: "created_at", Type: field.TypeTime},
+		{Name: "tenant", Type: field.TypeString, Default: ""},
 	}
 	// TrajectoryRecordsTable holds the schema information for the "trajectory_records" table.
 	TrajectoryRecordsTable = &schema.Table{

@@ -33,18 +33,23 @@ func (Snapshot) Fields() []ent.Field {
 		// Kind says why the snapshot was taken: "request" (session/snapshot),
 		// "drain" (operator.snapshot_on_drain) or "auto" (the periodic
 		// snapshots of server.snapshots.auto_interval), so a host keeps only
-		// the newest automatic one of each session (server/autosnap.go).
+		// the newest automatic one of each session (server/persist/autosnap.go).
 		// Added after the first release: the column has a default, so
 		// adding it to a store with rows is one ALTER TABLE.
 		field.String("kind").Default("request").Immutable(),
 		// Files is the archive of the session directory taken with the
-		// snapshot (server/snapfiles.go), verified against the checksum
+		// snapshot (server/persist/archive.go), verified against the checksum
 		// the payload records; NULL when the snapshot carries no files.
 		// It is read only by a restore or a fork, never by a listing.
 		field.Bytes("files").Optional().Immutable(),
 		// FilesBytes is len(files), so a listing sizes a snapshot without
 		// reading the archive.
 		field.Int64("files_bytes").Default(0).Immutable(),
+		// Tenant is the saved session's tenant (server.StorageTenant: ""
+		// for the default one). Only a session of the same tenant restores,
+		// forks, lists or deletes it; to any other it does not exist.
+		// Added after the first release, with a default: one ALTER TABLE.
+		field.String("tenant").Default("").Immutable(),
 	}
 }
 

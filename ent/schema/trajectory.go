@@ -9,7 +9,7 @@ import (
 )
 
 // TrajectoryRecord is one record of a session's recorded trajectory
-// (server/trajectory.go, schemas/records/trajectory.json): a request, a
+// (server/persist/trajectory.go, schemas/records/trajectory.json): a request, a
 // reply, an event or an error the session exchanged, body included, with
 // every secret the kernel knew redacted before it was written.
 type TrajectoryRecord struct {
@@ -19,7 +19,7 @@ type TrajectoryRecord struct {
 // Fields of the TrajectoryRecord.
 func (TrajectoryRecord) Fields() []ent.Field {
 	return []ent.Field{
-		// Owner is the owner key of the session (server/snapshotlist.go,
+		// Owner is the owner key of the session (server/persist/stored.go,
 		// ownerKey): a digest of its transport id, which is never stored.
 		field.String("owner").NotEmpty().Immutable(),
 		// Handle is the session's public handle, what the operator exports by.
@@ -29,6 +29,9 @@ func (TrajectoryRecord) Fields() []ent.Field {
 		// Data is the record as JSON, one line of the export.
 		field.Bytes("data").NotEmpty().Immutable(),
 		field.Time("created_at").Default(time.Now).Immutable(),
+		// Tenant is the session's tenant (server.StorageTenant: "" for
+		// the default one); an export reads only its own tenant's.
+		field.String("tenant").Default("").Immutable(),
 	}
 }
 

@@ -27,6 +27,8 @@ const (
 	FieldFiles = "files"
 	// FieldFilesBytes holds the string denoting the files_bytes field in the database.
 	FieldFilesBytes = "files_bytes"
+	// FieldTenant holds the string denoting the tenant field in the database.
+	FieldTenant = "tenant"
 	// Table holds the table name of the snapshot in the database.
 	Table = "snapshots"
 )
@@ -41,6 +43,7 @@ var Columns = []string{
 	FieldKind,
 	FieldFiles,
 	FieldFilesBytes,
+	FieldTenant,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -64,6 +67,8 @@ var (
 	DefaultKind string
 	// DefaultFilesBytes holds the default value on creation for the "files_bytes" field.
 	DefaultFilesBytes int64
+	// DefaultTenant holds the default value on creation for the "tenant" field.
+	DefaultTenant string
 	// IDValidator is a validator for the "id" field. It is called by the builders before save.
 	IDValidator func(string) error
 )
@@ -99,4 +104,9 @@ func ByKind(opts ...sql.OrderTermOption) OrderOption {
 // ByFilesBytes orders the results by the files_bytes field.
 func ByFilesBytes(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldFilesBytes, opts...).ToFunc()
+}
+
+// ByTenant orders the results by the tenant field.
+func ByTenant(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTenant, opts...).ToFunc()
 }

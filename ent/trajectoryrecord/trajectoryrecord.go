@@ -23,6 +23,8 @@ const (
 	FieldData = "data"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
 	FieldCreatedAt = "created_at"
+	// FieldTenant holds the string denoting the tenant field in the database.
+	FieldTenant = "tenant"
 	// Table holds the table name of the trajectoryrecord in the database.
 	Table = "trajectory_records"
 )
@@ -35,6 +37,7 @@ var Columns = []string{
 	FieldSeq,
 	FieldData,
 	FieldCreatedAt,
+	FieldTenant,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -56,6 +59,8 @@ var (
 	DataValidator func([]byte) error
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
+	// DefaultTenant holds the default value on creation for the "tenant" field.
+	DefaultTenant string
 )
 
 // OrderOption defines the ordering options for the TrajectoryRecord queries.
@@ -84,4 +89,9 @@ func BySeq(opts ...sql.OrderTermOption) OrderOption {
 // ByCreatedAt orders the results by the created_at field.
 func ByCreatedAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldCreatedAt, opts...).ToFunc()
+}
+
+// ByTenant orders the results by the tenant field.
+func ByTenant(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldTenant, opts...).ToFunc()
 }

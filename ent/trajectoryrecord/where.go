@@ -79,6 +79,11 @@ func CreatedAt(v time.Time) predicate.TrajectoryRecord {
 	return predicate.TrajectoryRecord(sql.FieldEQ(FieldCreatedAt, v))
 }
 
+// Tenant applies equality check predicate on the "tenant" field. It's identical to TenantEQ.
+func Tenant(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldTenant, v))
+}
+
 // OwnerEQ applies the EQ predicate on the "owner" field.
 func OwnerEQ(v string) predicate.TrajectoryRecord {
 	return predicate.TrajectoryRecord(sql.FieldEQ(FieldOwner, v))
@@ -327,6 +332,71 @@ func CreatedAtLT(v time.Time) predicate.TrajectoryRecord {
 // CreatedAtLTE applies the LTE predicate on the "created_at" field.
 func CreatedAtLTE(v time.Time) predicate.TrajectoryRecord {
 	return predicate.TrajectoryRecord(sql.FieldLTE(FieldCreatedAt, v))
+}
+
+// TenantEQ applies the EQ predicate on the "tenant" field.
+func TenantEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldTenant, v))
+}
+
+// TenantNEQ applies the NEQ predicate on the "tenant" field.
+func TenantNEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNEQ(FieldTenant, v))
+}
+
+// TenantIn applies the In predicate on the "tenant" field.
+func TenantIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldIn(FieldTenant, vs...))
+}
+
+// TenantNotIn applies the NotIn predicate on the "tenant" field.
+func TenantNotIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNotIn(FieldTenant, vs...))
+}
+
+// TenantGT applies the GT predicate on the "tenant" field.
+func TenantGT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGT(FieldTenant, v))
+}
+
+// TenantGTE applies the GTE predicate on the "tenant" field.
+func TenantGTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGTE(FieldTenant, v))
+}
+
+// TenantLT applies the LT predicate on the "tenant" field.
+func TenantLT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLT(FieldTenant, v))
+}
+
+// TenantLTE applies the LTE predicate on the "tenant" field.
+func TenantLTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLTE(FieldTenant, v))
+}
+
+// TenantContains applies the Contains predicate on the "tenant" field.
+func TenantContains(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContains(FieldTenant, v))
+}
+
+// TenantHasPrefix applies the HasPrefix predicate on the "tenant" field.
+func TenantHasPrefix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasPrefix(FieldTenant, v))
+}
+
+// TenantHasSuffix applies the HasSuffix predicate on the "tenant" field.
+func TenantHasSuffix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasSuffix(FieldTenant, v))
+}
+
+// TenantEqualFold applies the EqualFold predicate on the "tenant" field.
+func TenantEqualFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEqualFold(FieldTenant, v))
+}
+
+// TenantContainsFold applies the ContainsFold predicate on the "tenant" field.
+func TenantContainsFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContainsFold(FieldTenant, v))
 }
 
 // And groups predicates with the AND operator between them.

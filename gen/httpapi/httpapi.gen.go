@@ -27,7 +27,7 @@ type AgentMessage = json.RawMessage
 
 // Error A transport-level error. Protocol errors never use it; they arrive on the stream.
 type Error struct {
-	// Error bad_request, forbidden, not_found, too_large, unavailable or internal.
+	// Error bad_request, forbidden, not_found, too_large, unavailable or internal; terminated (with 404) for the id of a session the operator terminated in the last 10 minutes, so that a client knows not to move it; on the admin API also unauthorized, off (no operator.token), conflict and invalid.
 	Error   string `json:"error"`
 	Message string `json:"message"`
 	Ok      bool   `json:"ok"`

@@ -128,6 +128,12 @@ type SessionInfoResp struct {
 	// MaxParallel corresponds to the JSON schema field "max_parallel".
 	MaxParallel int `json:"max_parallel"`
 
+	// Present, and true, when the operator opened the session through the admin API
+	// for a tenant (docs/operating.md, Admin API): its handshake used a token the
+	// host issued for this session alone, never a tenant's secret. Absent for a
+	// session an agent opened with its own secret.
+	OperatorOpened *bool `json:"operator_opened,omitempty,omitzero"`
+
 	// The public handle of the session that spawned this subagent's session (never
 	// its transport id).
 	ParentHandle *string `json:"parent_handle,omitempty,omitzero"`

@@ -62,7 +62,8 @@ func parseAccept(h string) exchangeMode {
 // exchangeMiddleware takes POST /send's Accept header, which the strict
 // server interface does not see (content negotiation is not a parameter in
 // OpenAPI, so openapi.yaml describes it by response types), and answers a
-// single exchange itself; the default mode goes on to [api.Send].
+// single exchange itself; the default mode goes on to [api.send] as
+// [api.Send] would, which is never called.
 //
 // The generated handler asks for the middleware on every request, with a
 // new f each time; for Send f only calls [api.Send], so the handler made

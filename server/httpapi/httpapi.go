@@ -450,8 +450,12 @@ func (a *api) CreateSession(ctx context.Context, _ gen.CreateSessionRequestObjec
 	return gen.CreateSession200JSONResponse{SessionId: st.id}, nil
 }
 
-// Send implements POST /send: the body goes to the kernel as one line,
-// whatever it holds; its answer, or its parse_error, arrives on the stream.
+// Send is POST /send in the generated strict interface, which requires
+// it; no request reaches it: the strict middleware hands every POST /send
+// to sendHandler instead (exchange.go, exchangeMiddleware), which reads
+// the headers the interface does not carry. In the stream mode it stands
+// for, the body goes to the kernel as one line, whatever it holds; its
+// answer, or its parse_error, arrives on the stream.
 func (a *api) Send(ctx context.Context, req gen.SendRequestObject) (gen.SendResponseObject, error) {
 	return a.send(ctx, req, modeStream, "")
 }
@@ -461,7 +465,7 @@ func (a *api) Send(ctx context.Context, req gen.SendRequestObject) (gen.SendResp
 func (a *api) send(ctx context.Context, req gen.SendRequestObject, mode exchangeMode, traceparent string) (gen.SendResponseObject, error) {
 	st, ok := a.lookup(req.Params.XSessionId)
 	if !ok {
-		return gen.Send404JSONResponse{NotFoundJSONResponse: notFound(req.Params.XSessionId)}, nil
+		return gen.Send404JSONResponse{NotFoundJSONResponse: a.notFound(req.Params.XSessionId)}, nil
 	}
 	var line []byte
 	if req.TextBody != nil {
@@ -498,7 +502,14 @@ func (accepted) VisitSendResponse(w http.ResponseWriter) error {
 
 var _ gen.SendResponseObject = accepted{}
 
-func notFound(id string) gen.NotFoundJSONResponse {
+// notFound answers a session id no session has: not_found, or terminated
+// for a session the operator terminated a short while ago, so that a
+// client knows it was ended on purpose and must not move it
+// (server/admin.go).
+func (a *api) notFound(id string) gen.NotFoundJSONResponse {
+	if a.h.WasTerminated(id) {
+		return gen.NotFoundJSONResponse{Ok: false, Error: "terminated", Message: "the operator terminated this session"}
+	}
 	return gen.NotFoundJSONResponse{Ok: false, Error: "not_found", Message: "no session " + strconv.Quote(id)}
 }
 
@@ -518,7 +529,7 @@ func (a *api) Stream(ctx context.Context, req gen.StreamRequestObject) (gen.Stre
 	}
 	st, ok := a.lookup(req.Params.XSessionId)
 	if !ok {
-		return gen.Stream404JSONResponse{NotFoundJSONResponse: notFound(req.Params.XSessionId)}, nil
+		return gen.Stream404JSONResponse{NotFoundJSONResponse: a.notFound(req.Params.XSessionId)}, nil
 	}
 	return gen.Stream200TexteventStreamCharsetUtf8Response{Body: st.reader(ctx, after),
 		Headers: gen.Stream200ResponseHeaders{CacheControl: &noCache}}, nil

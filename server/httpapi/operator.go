@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -72,20 +73,43 @@ func (hub *wsHub) bufferedBytes() int64 {
 	return n
 }
 
+// OperatorOptions say how the operator listener serves.
+type OperatorOptions struct {
+	// Token is operator.token. With one, every request must carry
+	// "Authorization: Bearer <token>" (compared in constant time); without
+	// one, /metrics is open (the caller must bind a loopback address,
+	// ServeOperator enforces it) and the admin API is off.
+	Token string
+	// Reload reloads the tenants from the configuration file, as SIGHUP
+	// does (POST /admin/reload); nil when there is no file.
+	Reload func(context.Context) error
+	// Stopping is closed once the host stops (SIGTERM): the admin API then
+	// refuses to drain or undrain, as the host drains on its own.
+	Stopping <-chan struct{}
+	// Logger defaults to the host's.
+	Logger *slog.Logger
+}
+
 // OperatorHandler serves the operator's surface of h: GET /metrics in the
-// Prometheus text format. With a token, every request must carry
-// "Authorization: Bearer <token>" (compared in constant time); without
-// one, the caller must bind a loopback address (ServeOperator enforces it).
-func OperatorHandler(h *server.Host, token string) http.Handler {
+// Prometheus text format, behind the token when there is one, and the
+// admin API under /admin/ (admin.go), always behind the token.
+func OperatorHandler(h *server.Host, o OperatorOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.MetricsRegistry(), promhttp.HandlerOpts{}))
-	if token == "" {
+	adm := adminHandler(h, o)
+	mux.Handle("/admin/", adm)
+	mux.Handle("/admin", adm)
+	if o.Token == "" {
 		return mux
 	}
-	want := []byte("Bearer " + token)
+	want := []byte("Bearer " + o.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="aep operator"`)
+			if strings.HasPrefix(r.URL.Path, "/admin") {
+				adminError(w, http.StatusUnauthorized, "unauthorized", "the operator token is required (Authorization: Bearer <operator.token>)")
+				return
+			}
 			http.Error(w, "operator token required", http.StatusUnauthorized)
 			return
 		}
@@ -96,20 +120,28 @@ func OperatorHandler(h *server.Host, token string) http.Handler {
 // ServeOperator serves [OperatorHandler] on listenAddr until ctx ends. An
 // address that is not loopback is refused without a token: metrics tell
 // an outsider how busy the host is and which tools it runs.
-func ServeOperator(ctx context.Context, h *server.Host, listenAddr, token string, log *slog.Logger) error {
+func ServeOperator(ctx context.Context, h *server.Host, listenAddr string, o OperatorOptions) error {
+	log := o.Logger
+	if log == nil {
+		log = h.Logger()
+	}
 	ln, err := net.Listen("tcp", listenAddr)
 	if err != nil {
 		return fmt.Errorf("operator listen on %s: %w", listenAddr, err)
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && token == "" {
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && o.Token == "" {
 		ln.Close()
 		return fmt.Errorf("operator.listen %s is not loopback: operator.token is required", listenAddr)
 	}
-	srv := &http.Server{Handler: OperatorHandler(h, token), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: OperatorHandler(h, o), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("operator endpoint serving /metrics", "addr", ln.Addr().String())
+	adminAPI := "/admin/"
+	if o.Token == "" {
+		adminAPI = "off: operator.token is not set"
+	}
+	log.Info("operator endpoint serving /metrics", "addr", ln.Addr().String(), "admin_api", adminAPI)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("operator serve: %w", err)

@@ -60,6 +60,9 @@ const (
 	closeTooSlow  = websocket.StatusPolicyViolation
 	closeNoReplay = websocket.StatusCode(4409) // re-attach asked for messages no longer held
 	closeNotFound = websocket.StatusCode(4404) // attach frame names no session
+	// closeTerminated ends the connection of a session the operator
+	// terminated (server/admin.go), so a client that moves knows not to.
+	closeTerminated = websocket.StatusCode(4410)
 )
 
 // addWebSocket serves GET /ws beside the generated routes.
@@ -113,7 +116,8 @@ func (hub *wsHub) serve(w http.ResponseWriter, r *http.Request) {
 			// Refused before the upgrade, like an unknown X-Session-Id on
 			// /send; the id stays out of the URL (docs/DECISIONS.md,
 			// WebSocket transport).
-			a.fail(w, r, &statusError{http.StatusNotFound, "not_found", "no session " + strconv.Quote(id)})
+			nf := a.notFound(id)
+			a.fail(w, r, &statusError{http.StatusNotFound, nf.Error, nf.Message})
 			return
 		}
 	}
@@ -327,6 +331,13 @@ func (ws *wsSession) wake() {
 // Send implements [server.Sink].
 // Transport names the sink for the by-transport session gauge.
 func (*wsSession) Transport() string { return "websocket" }
+
+// HoldsConnection implements [server.ConnectionSink]: a terminated
+// session's connection stays a while, so the client's next request is
+// answered why its session is gone.
+func (*wsSession) HoldsConnection() bool { return true }
+
+var _ server.ConnectionSink = (*wsSession)(nil)
 
 func (ws *wsSession) Send(p *wire.Packet) (int, error) {
 	line, err := wire.Encode(&p.Envelope, p.Msg)
@@ -739,7 +750,11 @@ func (conn *wsConn) writeLoop() {
 			continue
 		} else if !ws.writing && ws.closed {
 			ws.mu.Unlock()
-			conn.closeWith(websocket.StatusNormalClosure, "session ended")
+			if ws.sess.Terminated() {
+				conn.closeWith(closeTerminated, "session terminated by the operator")
+			} else {
+				conn.closeWith(websocket.StatusNormalClosure, "session ended")
+			}
 			return
 		}
 		if ws.notify == nil {

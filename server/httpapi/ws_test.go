@@ -156,7 +156,7 @@ func TestWebSocketReattach(t *testing.T) {
 			w.send(`{"type":"echo/wait/req","id":"w1","proto":"1.0","ts":1,"gate":"g1"}`)
 			waitGate(t, plug.Started, "g1")
 			w.send(pingLine("p1")) // answered, but this client never reads the pong
-			time.Sleep(100 * time.Millisecond)
+			waitAnswered(t, h, "ping", 1)
 			seen := w.seen
 			w.c.CloseNow() // a drop, not a close handshake
 			plug.Release("g1")
@@ -197,15 +197,8 @@ func TestWebSocketGraceEnds(t *testing.T) {
 	w := mustDialWS(t, base, nil)
 	sid := w.handshake()
 	w.c.CloseNow()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := h.Session(sid); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the session outlived its grace period")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !waitEnded(h, sid, 5*time.Second) {
+		t.Fatal("the session outlived its grace period")
 	}
 	_, resp, err := dialWS(t, base, http.Header{"X-Session-Id": {sid}})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusNotFound {
@@ -236,15 +229,8 @@ func TestWebSocketNeverReadsIsClosed(t *testing.T) {
 		}
 		sent <- nil
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, ok := h.Session(sid); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a client that never reads was not closed")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !waitEnded(h, sid, 20*time.Second) {
+		t.Fatal("a client that never reads was not closed")
 	}
 	// Its connection is closed: reading through what was written ends in an
 	// error (the close frame with the reason, when the socket had room for it).
@@ -283,10 +269,16 @@ func TestWebSocketSlowRequestKeepsReading(t *testing.T) {
 		t.Fatalf("while w1 runs: %+v, want the pong", m)
 	}
 	w.send(`{"type":"echo/wait/req","id":"w2","proto":"1.0","ts":1,"gate":"g2"}`)
+	// Once the pong to a ping sent after w2 is back, w2 was read and
+	// admitted: queued, not started, with w1 running and max_parallel 1.
+	w.send(pingLine("p2"))
+	if m := w.next(); m.Type != "pong" || m.ReqID != "p2" {
+		t.Fatalf("after w2: %+v, want the pong", m)
+	}
 	select {
 	case g := <-plug.Started:
 		t.Fatalf("%s started while w1 runs with max_parallel 1", g)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	w.send(`{"type":"cancel","id":"c1","proto":"1.0","ts":1,"req_id":"w1"}`)
 	if m := w.next(); m.Type != "error" || m.ReqID != "w1" || m.Code != "cancelled" {
@@ -296,6 +288,9 @@ func TestWebSocketSlowRequestKeepsReading(t *testing.T) {
 	plug.Release("g2")
 	if m := w.next(); m.Type != "echo/wait/resp" || m.ReqID != "w2" {
 		t.Fatalf("w2: %+v", m)
+	}
+	if n := plug.MaxRunning(); n != 1 {
+		t.Fatalf("%d echo/wait ran at once with max_parallel 1", n)
 	}
 	// Back to quick requests, on whichever goroutine reads now.
 	for i := range 20 {
@@ -329,25 +324,63 @@ func TestWebSocketSlowRequestsOnManyConnections(t *testing.T) {
 			}
 		}
 	}
+	// Every request has an id of its own (spec §2.1: unique correlation
+	// identifiers): an id sent again as soon as its reply is read may
+	// find the request still being finished on the host, and be refused.
 	for round := range 2 {
 		for i, w := range slow {
 			gate := fmt.Sprintf("g%d-%d", round, i)
-			w.send(`{"type":"echo/wait/req","id":"w","proto":"1.0","ts":1,"gate":"` + gate + `"}`)
+			w.send(`{"type":"echo/wait/req","id":"w` + gate + `","proto":"1.0","ts":1,"gate":"` + gate + `"}`)
 			waitGate(t, plug.Started, gate)
 			quickTrips(fmt.Sprintf("q%d-%d-", round, i))
 		}
 		for i, w := range slow {
-			w.send(pingLine("p"))
-			if m := w.next(); m.Type != "pong" || m.ReqID != "p" {
+			p := fmt.Sprintf("p%d", round)
+			w.send(pingLine(p))
+			if m := w.next(); m.Type != "pong" || m.ReqID != p {
 				t.Fatalf("round %d, connection %d, while its request runs: %+v, want the pong", round, i, m)
 			}
 		}
 		for i, w := range slow {
-			plug.Release(fmt.Sprintf("g%d-%d", round, i))
-			if m := w.next(); m.Type != "echo/wait/resp" || m.ReqID != "w" {
+			gate := fmt.Sprintf("g%d-%d", round, i)
+			plug.Release(gate)
+			if m := w.next(); m.Type != "echo/wait/resp" || m.ReqID != "w"+gate {
 				t.Fatalf("round %d, connection %d: %+v", round, i, m)
 			}
 		}
 		quickTrips(fmt.Sprintf("after%d-", round))
+	}
+}
+
+// waitAnswered waits until the host has answered n requests of type typ:
+// aep_messages_total counts each once its reply is in the session's
+// sink, so the reply is then in the replay buffer whether or not it was
+// read. It looks every millisecond; the bound is for a hung test only.
+func waitAnswered(tb testing.TB, h *server.Host, typ string, n float64) {
+	tb.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for metric(tb, h, "aep_messages_total", "type", typ) < n {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			tb.Fatalf("the host did not answer %v %s", n, typ)
+		}
+	}
+}
+
+// waitEnded waits for the session with transport id sid to end, at most
+// within; it reports whether it did.
+func waitEnded(h *server.Host, sid string, within time.Duration) bool {
+	s, ok := h.Session(sid)
+	if !ok {
+		return true
+	}
+	select {
+	case <-s.Done():
+		return true
+	case <-time.After(within):
+		return false
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/aephost/aep/capabilities/env"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/openenv"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/wire"
 )
 
@@ -365,11 +366,11 @@ func TestTrajectoriesRecordedAndExported(t *testing.T) {
 			closedWith(t, w)
 			r.h.Close(context.Background()) // writes the queued records
 			var jsonl, chat bytes.Buffer
-			n, err := server.ExportTrajectories(context.Background(), r.st, handle, "jsonl", &jsonl)
+			n, err := persist.ExportTrajectories(context.Background(), r.st, handle, "jsonl", &jsonl)
 			if err != nil || n == 0 {
 				t.Fatalf("export jsonl: %d records, %v", n, err)
 			}
-			if _, err := server.ExportTrajectories(context.Background(), r.st, handle, "chat", &chat); err != nil {
+			if _, err := persist.ExportTrajectories(context.Background(), r.st, handle, "chat", &chat); err != nil {
 				t.Fatal(err)
 			}
 			all := jsonl.String() + chat.String()
@@ -378,7 +379,7 @@ func TestTrajectoriesRecordedAndExported(t *testing.T) {
 			}
 			var types []string
 			for _, l := range strings.Split(strings.TrimSpace(jsonl.String()), "\n") {
-				var rec server.TrajectoryRecord
+				var rec persist.TrajectoryRecord
 				if err := json.Unmarshal([]byte(l), &rec); err != nil {
 					t.Fatal(err)
 				}

@@ -12,7 +12,7 @@ from . import _models as models
 from ._models import AgentMessage, ErrorCode, EventMessage, HostMessage
 from .client import AsyncClient, Call, Client, Forks, Move, SyncCall
 from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError,
-                     RequestInterrupted, RequestTimeout, SessionLost)
+                     RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport
 
 __version__ = "0.1.0"
@@ -20,5 +20,5 @@ __version__ = "0.1.0"
 __all__ = [
     "AEPError", "AgentMessage", "AsyncClient", "Call", "Client", "ConnectionClosed", "ErrorCode",
     "EventMessage", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "ProtocolError",
-    "RequestInterrupted", "RequestTimeout", "SessionLost", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
+    "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
 ]

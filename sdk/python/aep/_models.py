@@ -3795,6 +3795,11 @@ class SessionInfoRespMessage(Model):
     #: Requests admitted and not yet answered, this one included.
     in_flight: int
     max_parallel: int
+    #: Present, and true, when the operator opened the session through the
+    #: admin API for a tenant (docs/operating.md, Admin API): its handshake
+    #: used a token the host issued for this session alone, never a tenant's
+    #: secret. Absent for a session an agent opened with its own secret.
+    operator_opened: Optional[bool] = None
     #: The public handle of the session that spawned this subagent's session
     #: (never its transport id).
     parent_handle: Optional[str] = None

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from . import _models as m
 from ._methods import AsyncMethods, EventCallback, SyncMethods
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError, RequestInterrupted,
-                     RequestTimeout, SessionLost)
+                     RequestTimeout, SessionLost, SessionTerminated)
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
 
 # A request refused unread (e.g. 404 or 503 to POST /send, or a
@@ -341,6 +341,8 @@ class AsyncClient(AsyncMethods):
         return msg.model_dump_json(by_alias=True, exclude_unset=True)
 
     async def _notify(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any]) -> None:
+        if isinstance(self._closed, SessionTerminated):
+            raise SessionTerminated(str(self._closed))
         if self._closed is not None:
             raise ConnectionClosed(str(self._closed))
         if self._lost is not None:
@@ -363,6 +365,8 @@ class AsyncClient(AsyncMethods):
                     # A new exception for this request, with the move's
                     # cause (e.g. NoSnapshot) kept.
                     raise MoveFailed(str(self._closed)) from self._closed.__cause__
+                if isinstance(self._closed, SessionTerminated):
+                    raise SessionTerminated(str(self._closed))
                 raise ConnectionClosed(str(self._closed))
             try:
                 return await self._send_request(model, required, optional, reply, call_timeout, on_event,
@@ -391,6 +395,11 @@ class AsyncClient(AsyncMethods):
         try:
             try:
                 await self.transport.send(self._encode(msg))
+            except SessionTerminated as e:
+                _settled(fut)
+                if self._closed is None:
+                    self._closed = e
+                raise
             except SessionLost as e:
                 _settled(fut)
                 if not self._movable():
@@ -481,6 +490,12 @@ class AsyncClient(AsyncMethods):
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # noqa: BLE001 - every waiter learns why
+            if isinstance(e, SessionTerminated):
+                # Ended on purpose by the operator: never moved.
+                if self._closed is None:
+                    self._closed = e
+                self._fail_all(self._closed)
+                return
             if self.move and self._closed is None and self.handshake_reply is not None:
                 self._session_lost(gen, e)
                 return
@@ -608,6 +623,11 @@ class AsyncClient(AsyncMethods):
                                              None, may_move=False)
                 return r.snapshot_id, list(r.restored or [])
             except ProtocolError as e:
+                if _reason(e) == "store_unavailable" and time.monotonic() + 1 < deadline:
+                    # The store is down and the host waited for it already:
+                    # ask again until the move's deadline, never settle for less.
+                    await asyncio.sleep(1)
+                    continue
                 # not_found; hosts before it said unknown_snapshot, and a
                 # fleet in a rolling upgrade may still hold one.
                 if _reason(e) not in ("not_found", "unknown_snapshot"):
@@ -648,6 +668,13 @@ class AsyncClient(AsyncMethods):
         if t == "error":
             err = ProtocolError.from_message(msg)
             reason = _reason(err)
+            if reason == "terminated":
+                # The operator ended the session: the client ends with it
+                # rather than move it elsewhere.
+                if self._closed is None:
+                    self._closed = SessionTerminated(f"the operator terminated session {self.session_id}")
+                p.future.set_exception(err)
+                return
             if err.code == "cancelled" and rid not in self._cancel_sent:
                 # Cancelled by the host, not by us: it closes the session.
                 reason = "session_ended"

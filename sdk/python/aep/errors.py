@@ -76,6 +76,15 @@ class SessionLost(ConnectionClosed):
         self.delivered = delivered
 
 
+class SessionTerminated(ConnectionClosed):
+    """The operator terminated the session (the host's admin API): a
+    request was answered ``runtime_error`` with ``detail.reason``
+    ``terminated``, the WebSocket closed with code 4410, or the host answers
+    the session's id 404 ``terminated``. The session and its processes are
+    gone on purpose, so a client made with ``move=True`` does not move it:
+    the client ends, and every later request fails with this error."""
+
+
 class RequestInterrupted(ConnectionClosed):
     """A request was in flight when its session was lost, and the client
     (made with ``move=True``) moved to a new session. The request may or may

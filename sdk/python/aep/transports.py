@@ -22,7 +22,21 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Optional, Sequence
 
-from .errors import ConnectionClosed, SessionLost
+from .errors import ConnectionClosed, SessionLost, SessionTerminated
+
+# The WebSocket close code of a session the operator terminated.
+_CLOSE_TERMINATED = 4410
+
+
+def _terminated_body(status: int, body: bytes) -> bool:
+    """Whether an HTTP answer says the session was terminated by the
+    operator: 404 with error "terminated" (openapi.yaml)."""
+    if status != 404:
+        return False
+    try:
+        return json.loads(body).get("error") == "terminated"
+    except (ValueError, AttributeError):
+        return False
 
 # The host's message limit is 1 MiB (docs/DECISIONS.md, Dispatch); replies
 # carrying tool output may be as large, so readers allow well beyond it.
@@ -211,6 +225,8 @@ class HTTPTransport(Transport):
         if resp.status != 200:
             body = resp.read()[:200]
             conn.close()
+            if _terminated_body(resp.status, body):
+                raise SessionTerminated(f"GET /stream: the operator terminated session {self.session_id}")
             raise ConnectionClosed(f"GET /stream: status {resp.status}: {body!r}")
         return conn, resp
 
@@ -229,6 +245,9 @@ class HTTPTransport(Transport):
             try:
                 conn, resp = self._open_stream()
             except Exception as e:  # noqa: BLE001 - reported to the reader
+                if isinstance(e, SessionTerminated) and not first:
+                    self._deliver(e)
+                    return
                 if first:
                     self._loop.call_soon_threadsafe(_set_exc, ready, e)
                     return
@@ -287,6 +306,8 @@ class HTTPTransport(Transport):
             raise SessionLost(f"POST /send: {e}", delivered=False) from e
         except (OSError, http.client.HTTPException) as e:
             raise ConnectionClosed(f"POST /send: {e}") from e
+        if _terminated_body(status, body):
+            raise SessionTerminated(f"POST /send: the operator terminated session {self.session_id}")
         if status in (404, 503):
             # No such session here, or a host that takes no more: the line
             # was refused, not run.
@@ -471,6 +492,8 @@ class WebSocketTransport(Transport):
             try:
                 frame = await ws.recv()
             except wse.ConnectionClosed as e:
+                if getattr(getattr(e, "rcvd", None), "code", getattr(e, "code", None)) == _CLOSE_TERMINATED:
+                    raise SessionTerminated(f"WebSocket closed: the operator terminated session {self.session_id}") from e
                 if not self._dropped(e):
                     raise SessionLost(f"WebSocket closed: {e}") from e
                 await self._reattach(ws, e)

@@ -65,15 +65,22 @@ def _free_port() -> int:
 
 
 class HTTPHost:
-    """`aep serve` on a free loopback port with a fresh data directory."""
+    """`aep serve` on a free loopback port with a fresh data directory;
+    config, when given, is its configuration file."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: Optional[str] = None) -> None:
         self.data = tempfile.mkdtemp(prefix="aep-py-data-")
         self.log = open(os.path.join(self.data, "host.log"), "wb")
+        extra: list[str] = []
+        if config is not None:
+            path = os.path.join(self.data, "aep.yaml")
+            with open(path, "w") as f:
+                f.write(config)
+            extra = ["--config", path]
         for _ in range(5):
             self.port = _free_port()
             self.proc = subprocess.Popen(
-                [binary(), "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data],
+                [binary(), "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data, *extra],
                 env={"PATH": os.environ.get("PATH", ""), "HOME": self.data, "AEP_AUTH_TOKEN": TOKEN},
                 stdout=self.log, stderr=self.log, cwd=self.data)
             if self._ready():

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { AepError, ConnectionError, MoveFailedError, NoSnapshotError, RequestInterruptedError, SessionLostError } from "./errors.js";
+import { AepError, ConnectionError, MoveFailedError, NoSnapshotError, RequestInterruptedError, SessionLostError, SessionTerminatedError } from "./errors.js";
 import {
   Methods,
   requestTable,
@@ -302,6 +302,10 @@ export class AepClient extends Methods<RequestOptions> {
   #sendFailed(id: string, err: unknown, mayMove: boolean) {
     const p = this.#pending.get(id);
     if (!p) return;
+    if (err instanceof SessionTerminatedError) {
+      this.#end(err);
+      return p.reject(err);
+    }
     if (!this.#movable() || !(err instanceof ConnectionError)) return p.reject(err);
     // Perhaps sent, perhaps not: the session may live on; the transport's end tells.
     if (!(err instanceof SessionLostError)) return p.reject(new RequestInterruptedError(id, this.#sessionId, err));
@@ -412,7 +416,10 @@ export class AepClient extends Methods<RequestOptions> {
       },
       (err) => {
         const e = err ?? new ConnectionError("connection closed");
-        if (this.#movable()) this.#sessionLost(gen, e);
+        // A session the operator terminated is never moved.
+        if (e instanceof SessionTerminatedError) {
+          if (gen === this.#gen) this.#end(e);
+        } else if (this.#movable()) this.#sessionLost(gen, e);
         else if (gen === this.#gen) this.#end(e);
       },
     );
@@ -448,6 +455,12 @@ export class AepClient extends Methods<RequestOptions> {
       const e = AepError.fromMessage(m);
       // Cancelled by the host, not by us: it closes the session.
       const reason = e.code === "cancelled" && !p.cancelSent ? "session_ended" : reasonOf(e.detail);
+      if (reason === "terminated") {
+        // The operator ended the session: the client ends with it rather than move it.
+        p.reject(e);
+        this.#end(new SessionTerminatedError("the operator terminated the session", { cause: e }));
+        return;
+      }
       if ((reason === "shutting_down" || reason === "session_ended") && this.#movable() && p.gen === this.#gen) {
         const gen = p.gen;
         if (reason === "shutting_down") {
@@ -575,6 +588,12 @@ export class AepClient extends Methods<RequestOptions> {
         const r = await within(this.#send("session/restore/req", { from_session: from }, {}, false), deadline);
         return { snapshotId: r.snapshot_id, restored: r.restored };
       } catch (e) {
+        if (e instanceof AepError && reasonOf(e.detail) === "store_unavailable" && Date.now() + 1000 < deadline) {
+          // The store is down and the host waited for it already: ask again
+          // until the move's deadline, never settle for less.
+          await new Promise((r) => setTimeout(r, 1000));
+          continue;
+        }
         // not_found; hosts before it said unknown_snapshot, and a fleet in
         // a rolling upgrade may still hold one.
         const reason = e instanceof AepError ? reasonOf(e.detail) : undefined;

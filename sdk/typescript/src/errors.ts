@@ -64,6 +64,18 @@ export class SessionLostError extends ConnectionError {
 }
 
 /**
+ * The operator terminated the session (the host's admin API): a request
+ * was answered `runtime_error` with `detail.reason` `terminated`, the
+ * WebSocket closed with code 4410, or the host answers the session's id
+ * 404 `terminated`. The session and its processes are gone on purpose, so a
+ * client made with `{ move: true }` does not move it: the client ends, and
+ * every later request rejects with this error.
+ */
+export class SessionTerminatedError extends ConnectionError {
+  override readonly name: string = "SessionTerminatedError";
+}
+
+/**
  * A client made with `{ move: true }` lost its session and could not move:
  * no new session opened before the move's deadline, the handshake was
  * refused, the restore failed, or the lost session left no snapshot and

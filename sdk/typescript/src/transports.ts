@@ -5,7 +5,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import { setTimeout as delay } from "node:timers/promises";
 import WebSocket from "ws";
-import { ConnectionError, SessionLostError } from "./errors.js";
+import { ConnectionError, SessionLostError, SessionTerminatedError } from "./errors.js";
 
 /** Carries one session's lines between a client and a host. */
 export interface Transport {
@@ -86,6 +86,19 @@ class UpgradeFailed extends ConnectionError {
 
 /** The code ws gives a connection that ended without a close frame (none can carry it): a drop, after which the session may live on. */
 const closedAbnormally = 1006;
+
+/** The close code of a session the operator terminated (the admin API). */
+const closedTerminated = 4410;
+
+/** Whether an HTTP answer says the operator terminated the session: 404 with error "terminated" (openapi.yaml). */
+function terminatedBody(status: number, text: string): boolean {
+  if (status !== 404) return false;
+  try {
+    return (JSON.parse(text) as { error?: unknown }).error === "terminated";
+  } catch {
+    return false;
+  }
+}
 
 /** How often a send waits for the connection to come back (its close, then a re-attach) before it gives up. */
 const maxSendWaits = 8;
@@ -204,6 +217,10 @@ class WebSocketLine implements WebSocketTransport {
 
   /** The connection in use ended: a drop is re-attached; a close the host sent, or ours, ends the transport. */
   #closedConn(code: number, reason: Buffer, err: Error | undefined) {
+    if (code === closedTerminated && !this.#closing) {
+      this.#end(new SessionTerminatedError(`websocket closed: the operator terminated the session (${code})`));
+      return;
+    }
     if (this.#closing || code !== closedAbnormally || !this.#sessionId) {
       this.#end(err ? new SessionLostError(`websocket: ${err.message}`, { cause: err }) : new SessionLostError(`websocket closed (${code}${reason.length ? " " + reason.toString() : ""})`));
       return;
@@ -354,7 +371,9 @@ export async function openHttp(baseUrl: string, opts: HttpOptions = {}): Promise
     if (lastEventId) headers["Last-Event-ID"] = lastEventId;
     const resp = await fetch(base + "/stream", { headers, signal: signal ? AbortSignal.any([signal, stop.signal]) : stop.signal });
     if (resp.status !== 200 || !resp.body) {
-      throw new ConnectionError(`open stream: HTTP ${resp.status}: ${(await resp.text()).trim()}`);
+      const text = (await resp.text()).trim();
+      if (terminatedBody(resp.status, text)) throw new SessionTerminatedError("open stream: the operator terminated the session");
+      throw new ConnectionError(`open stream: HTTP ${resp.status}: ${text}`);
     }
     return resp.body;
   };
@@ -422,6 +441,7 @@ export async function openHttp(baseUrl: string, opts: HttpOptions = {}): Promise
               err = e;
             }
           }
+          if (err instanceof SessionTerminatedError) return onClose(err);
           if (!reopened) return onClose(new SessionLostError(`stream ended: ${err === undefined ? "the host closed it" : String(err)}`, { cause: err }));
           tries = 0;
         }
@@ -442,6 +462,7 @@ export async function openHttp(baseUrl: string, opts: HttpOptions = {}): Promise
       }
       const text = await resp.text(); // read whole, so the connection is reused
       if (resp.status === 202) return;
+      if (terminatedBody(resp.status, text)) throw new SessionTerminatedError("send: the operator terminated the session");
       // 404: no such session here; 503: a host that takes no more. The
       // line was refused, not run. 502: a proxy lost the session's host,
       // perhaps after passing the line on.

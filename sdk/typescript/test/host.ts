@@ -54,9 +54,10 @@ export interface NetHost {
   stop(): Promise<void>;
 }
 
-export async function startNetHost(bin: string): Promise<NetHost> {
+/** extraArgs are more arguments of `aep serve` (a --config FILE). */
+export async function startNetHost(bin: string, extraArgs: string[] = []): Promise<NetHost> {
   const port = await freePort();
-  const child: ChildProcess = spawn(bin, ["serve", "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir(), "--log-level", "warn"], {
+  const child: ChildProcess = spawn(bin, ["serve", "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir(), "--log-level", "warn", ...extraArgs], {
     env: { ...process.env, AEP_AUTH_TOKEN: token },
     stdio: ["ignore", "ignore", "inherit"],
   });

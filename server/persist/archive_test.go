@@ -1,4 +1,4 @@
-package server
+package persist
 
 import (
 	"archive/tar"
@@ -191,14 +191,14 @@ func TestArchiveOmitted(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		lim     filesLimits
-		secrets []namedSecret
+		secrets []Secret
 		reason  string
 		limit   int64
 	}{
 		{"disabled", filesLimits{maxBytes: 0, maxEntries: 10}, nil, omitDisabled, 0},
 		{"too large", filesLimits{maxBytes: 20, maxEntries: 10}, nil, omitTooLarge, 20},
 		{"too many", filesLimits{maxBytes: 1 << 20, maxEntries: 2}, nil, omitTooMany, 2},
-		{"secret", testLimits, []namedSecret{{"a test secret", "secret-canary"}}, omitSecret, 0},
+		{"secret", testLimits, []Secret{{"a test secret", "secret-canary"}}, omitSecret, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			archive, info := archiveDir(src, tc.lim, tc.secrets)

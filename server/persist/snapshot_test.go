@@ -1,4 +1,4 @@
-package server_test
+package persist_test
 
 import (
 	"bytes"
@@ -23,6 +23,7 @@ import (
 	"github.com/aephost/aep/internal/pgtest"
 	"github.com/aephost/aep/internal/testproto"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/persist"
 	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
@@ -67,8 +68,8 @@ func init() {
 
 var (
 	_ testproto.EchoHandler = (*notesPlugin)(nil)
-	_ server.Snapshotter    = (*notesPlugin)(nil)
-	_ server.SecretHolder   = (*notesPlugin)(nil)
+	_ persist.Snapshotter   = (*notesPlugin)(nil)
+	_ persist.SecretHolder  = (*notesPlugin)(nil)
 )
 
 func (p *notesPlugin) state(sid string) *notesState {
@@ -337,29 +338,7 @@ func TestSnapshotRestoreAcrossRestart(t *testing.T) {
 				t.Fatalf("snapshot resp %+v", snap)
 			}
 			// The stored size is what the response reports.
-			switch target {
-			case "file":
-				fi, err := os.Stat(filepath.Join(dir, "snapshots", snap.SnapshotID+".json"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if fi.Mode().Perm() != 0o600 || int(fi.Size()) != snap.Bytes {
-					t.Fatalf("snapshot file mode %v size %d, want 0600 and %d", fi.Mode().Perm(), fi.Size(), snap.Bytes)
-				}
-			case "sql":
-				var n int
-				// The document and the files archive stored beside it.
-				q := "SELECT length(data) + coalesce(length(files), 0) FROM snapshots WHERE id = ?"
-				if r1.st.Dialect() == "postgres" {
-					q = strings.Replace(q, "?", "$1", 1)
-				}
-				if err := r1.st.DB().QueryRowContext(ctx, q, snap.SnapshotID).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				if n != snap.Bytes {
-					t.Fatalf("sql row holds %d bytes, response says %d", n, snap.Bytes)
-				}
-			}
+			checkStoredSize(t, ctx, r1, target, snap)
 			a1.say(t, ctx, "after-snapshot") // lost by the restore below
 			r1.close(ctx)
 
@@ -400,6 +379,35 @@ func TestSnapshotRestoreAcrossRestart(t *testing.T) {
 				t.Fatalf("audit has no restore line (%v): %s", err, audit)
 			}
 		})
+	}
+}
+
+// checkStoredSize checks that snapshot snap of rig r takes the bytes its
+// reply says where target keeps it.
+func checkStoredSize(t *testing.T, ctx context.Context, r *rig, target string, snap *msg.SessionSnapshotResp) {
+	t.Helper()
+	switch target {
+	case "file":
+		fi, err := os.Stat(filepath.Join(r.dir, "snapshots", snap.SnapshotID+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 || int(fi.Size()) != snap.Bytes {
+			t.Fatalf("snapshot file mode %v size %d, want 0600 and %d", fi.Mode().Perm(), fi.Size(), snap.Bytes)
+		}
+	case "sql":
+		var n int
+		// The document and the files archive stored beside it.
+		q := "SELECT length(data) + coalesce(length(files), 0) FROM snapshots WHERE id = ?"
+		if r.st.Dialect() == "postgres" {
+			q = strings.Replace(q, "?", "$1", 1)
+		}
+		if err := r.st.DB().QueryRowContext(ctx, q, snap.SnapshotID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != snap.Bytes {
+			t.Fatalf("sql row holds %d bytes, response says %d", n, snap.Bytes)
+		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package server
+package persist
 
 import (
 	"bytes"
@@ -8,6 +8,21 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 )
+
+// writeCloneSource writes the tree TestCloneTree clones: files big and
+// small, one empty, and a symbolic link.
+func writeCloneSource(t *testing.T, src string, big []byte) {
+	t.Helper()
+	for p, b := range map[string][]byte{"a.txt": []byte("a"), "sub/deep/b.bin": big, "empty": nil} {
+		os.MkdirAll(filepath.Dir(filepath.Join(src, p)), 0o700)
+		if err := os.WriteFile(filepath.Join(src, p), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(src, "link")); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // cloneTree copies a session directory: files and directories, never a
 // symbolic link; each copy is the fork's own. On a file system with
@@ -33,15 +48,7 @@ func TestCloneTree(t *testing.T) {
 			defer os.RemoveAll(root)
 			src, dst := filepath.Join(root, "src"), filepath.Join(root, "dst")
 			big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
-			for p, b := range map[string][]byte{"a.txt": []byte("a"), "sub/deep/b.bin": big, "empty": nil} {
-				os.MkdirAll(filepath.Dir(filepath.Join(src, p)), 0o700)
-				if err := os.WriteFile(filepath.Join(src, p), b, 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := os.Symlink("/etc/passwd", filepath.Join(src, "link")); err != nil {
-				t.Fatal(err)
-			}
+			writeCloneSource(t, src, big)
 			mode, err := cloneTree(src, dst)
 			if err != nil {
 				t.Fatal(err)

@@ -1,4 +1,4 @@
-package server_test
+package persist_test
 
 import (
 	"context"
@@ -151,6 +151,14 @@ func TestSnapshotListAndDelete(t *testing.T) {
 	aFile, aSQL := snap(t, ctx, a, "file"), snap(t, ctx, a, "sql")
 	bFile := snap(t, ctx, b, "file")
 
+	listsOwned(t, ctx, a, b, aFile, aSQL, bFile)
+	deletesOwned(t, ctx, a, b, aFile, aSQL)
+	ownedThroughRestores(t, ctx, r, a, b, bFile)
+}
+
+// listsOwned: a session lists its own snapshots, newest first, and those
+// of a session whose id it presents.
+func listsOwned(t *testing.T, ctx context.Context, a, b *agent, aFile, aSQL, bFile string) {
 	la := listSnaps(t, ctx, a)
 	if !slices.Equal(snapIDs(la), sorted(aFile, aSQL)) || !la[0].Own || la[0].Bytes <= 0 || la[0].Created <= 0 || la[0].AgentID == nil {
 		t.Fatalf("a lists %+v", la)
@@ -173,6 +181,10 @@ func TestSnapshotListAndDelete(t *testing.T) {
 	if got := snapIDs(listSnaps(t, ctx, b, "not-a-session")); !slices.Equal(got, []string{bFile}) {
 		t.Fatalf("b with a made-up id lists %v", got)
 	}
+}
+
+// deletesOwned: a session deletes only the snapshots it may list.
+func deletesOwned(t *testing.T, ctx context.Context, a, b *agent, aFile, aSQL string) {
 	// Delete: b cannot delete a's snapshot without proof; the answer is
 	// the unknown snapshot's.
 	_, err := b.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: aFile})
@@ -198,7 +210,11 @@ func TestSnapshotListAndDelete(t *testing.T) {
 	_, err = a.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: "../etc/passwd"})
 	aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 
-	// Ownership through restores, passed on by the snapshots taken after.
+}
+
+// ownedThroughRestores: ownership passes through restores, and on by the
+// snapshots taken after.
+func ownedThroughRestores(t *testing.T, ctx context.Context, r *rig, a, b *agent, bFile string) {
 	a2 := snap(t, ctx, a, "file")
 	c := r.connect(t, ctx)
 	if _, err := c.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(a2)}); err != nil {
