@@ -81,9 +81,10 @@ const runs = {
   go: ["-s", "schema", "-l", "go", "--package", "main", "--omit-empty", "-o", path.join(work, "go", "aep.go"), input],
   ts: ["-s", "schema", "-l", "typescript", "--runtime-typecheck-ignore-unknown-properties", "-o", path.join(work, "ts", "aep.ts"), input],
   py: ["-s", "schema", "-l", "python", "--python-version", "3.7", "-o", path.join(work, "py", "aep.py"), input],
+  rust: ["-s", "schema", "-l", "rust", "--skip-serializing-none", "--visibility", "public", "-o", path.join(work, "rust", "src", "aep.rs"), input],
 };
 for (const [lang, args] of Object.entries(runs)) {
-  mkdirSync(path.join(work, lang), { recursive: true });
+  mkdirSync(path.dirname(args.at(-2)), { recursive: true });
   console.log(`quicktype ${args.map((a) => (a.startsWith(work) ? path.relative(work, a) : a === input ? "aep.schema.json#/$defs/" : a)).join(" ")}`);
   // quicktype's Go output notes each field of any JSON value on stderr
   // ("cannot infer this type"): interface{}, as the contract means.
@@ -124,6 +125,25 @@ writeFileSync(path.join(work, "ts", "tsconfig.json"), JSON.stringify({
   files: ["send.ts", "aep.ts"],
 }, null, 1));
 writeFileSync(path.join(work, "ts", "package.json"), JSON.stringify({ type: "module" }));
+
+// Rust: a cargo package built offline against Debian's crates
+// (/usr/share/cargo/registry, librust-serde-json-dev), the driver, and the
+// table of every def an agent sends.
+const rs = path.join(work, "rust");
+mkdirSync(path.join(rs, ".cargo"), { recursive: true });
+writeFileSync(path.join(rs, "Cargo.toml"), '[package]\nname = "aepclient"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nserde = { version = "1", features = ["derive"] }\nserde_json = "1"\n');
+writeFileSync(path.join(rs, ".cargo", "config.toml"), '[source.crates-io]\nreplace-with = "debian"\n\n[source.debian]\ndirectory = "/usr/share/cargo/registry"\n\n[net]\noffline = true\n');
+copyFileSync(path.join(here, "rust", "main.rs"), path.join(rs, "src", "main.rs"));
+const rsNames = new Map();
+for (const m of readFileSync(path.join(rs, "src", "aep.rs"), "utf8").matchAll(/^pub struct (\w+)/gm)) rsNames.set(m[1].toLowerCase(), m[1]);
+let rsTable = "// Written by .ci/contract/clients/clients.mjs: each agent message's\n// generated type, by def name, decoding a line and serializing it again.\n\nfn rt<T: serde::de::DeserializeOwned + serde::Serialize>(line: &str) -> Result<String, String> {\n    let v: T = serde_json::from_str(line).map_err(|e| e.to_string())?;\n    serde_json::to_string(&v).map_err(|e| e.to_string())\n}\n\npub fn codec(def: &str, line: &str) -> Option<Result<String, String>> {\n    match def {\n";
+for (const def of [...new Set(agent.map((a) => a.def))].sort()) {
+  const name = rsNames.get(def.toLowerCase());
+  if (!name) throw new Error(`quicktype's Rust has no struct for ${def}`);
+  rsTable += `        ${JSON.stringify(def)} => Some(rt::<crate::aep::${name}>(line)),\n`;
+}
+rsTable += "        _ => None,\n    }\n}\n";
+writeFileSync(path.join(rs, "src", "table.rs"), rsTable);
 
 // Python: the driver beside the generated module.
 copyFileSync(path.join(here, "py", "send.py"), path.join(work, "py", "send.py"));

@@ -596,8 +596,7 @@ export class AepClient extends Methods<RequestOptions> {
         }
         // not_found; hosts before it said unknown_snapshot, and a fleet in
         // a rolling upgrade may still hold one.
-        const reason = e instanceof AepError ? reasonOf(e.detail) : undefined;
-        if (reason !== "not_found" && reason !== "unknown_snapshot") throw e;
+        if (!(e instanceof AepError) || (e.reason !== "not_found" && e.reason !== "unknown_snapshot")) throw e;
         if (Date.now() + 200 > until) {
           if (this.#moveFresh) return { snapshotId: undefined, restored: [] }; // it left none: this session stays, fresh
           throw new NoSnapshotError(`the lost session left no snapshot (no_snapshot): the host answered not_found for ${this.#snapshotWaitMs / 1000}s (${e.message})`, { cause: e });
