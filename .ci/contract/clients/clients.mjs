@@ -131,7 +131,7 @@ writeFileSync(path.join(work, "ts", "package.json"), JSON.stringify({ type: "mod
 // table of every def an agent sends.
 const rs = path.join(work, "rust");
 mkdirSync(path.join(rs, ".cargo"), { recursive: true });
-writeFileSync(path.join(rs, "Cargo.toml"), '[package]\nname = "aepclient"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nserde = { version = "1", features = ["derive"] }\nserde_json = "1"\n');
+writeFileSync(path.join(rs, "Cargo.toml"), '[package]\nname = "aepclient"\nversion = "0.1.0"\nedition = "2021"\n\n# No debug info: the driver never needs a debugger, and the build is shorter.\n[profile.dev]\ndebug = false\n\n[dependencies]\nserde = { version = "1", features = ["derive"] }\nserde_json = "1"\n');
 writeFileSync(path.join(rs, ".cargo", "config.toml"), '[source.crates-io]\nreplace-with = "debian"\n\n[source.debian]\ndirectory = "/usr/share/cargo/registry"\n\n[net]\noffline = true\n');
 copyFileSync(path.join(here, "rust", "main.rs"), path.join(rs, "src", "main.rs"));
 const rsNames = new Map();
