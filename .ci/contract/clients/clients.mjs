@@ -1,14 +1,14 @@
 // Clients that stock generators make from the contract, sending to a real
 // host (docs/contract.md, Generated clients): quicktype turns every def of
 // gen/contract/aep.schema.json (the input "aep.schema.json#/$defs/") into
-// one type per message in Go, TypeScript and Python, with the options
-// docs/contract.md names; this script runs it and writes, into a scratch
-// directory, what each language's driver (go/main.go, ts/send.ts,
-// py/send.py, beside this file) needs: requests.json, one line of every
-// message type an agent sends (every valid example of schemas/examples
-// for each type; the handshake first, with the
-// host's token and every capability; shutdown last), and, for Go, the
-// table from a def's name to its generated Unmarshal and Marshal.
+// one type per message in Go, TypeScript, Python, Rust and Java, with the
+// options docs/contract.md names; this script runs it and writes, into a
+// scratch directory, what each language's driver (go/main.go, ts/send.ts,
+// py/send.py, rust/main.rs, java/Send.java, beside this file) needs:
+// requests.json, one line of every message type an agent sends (every
+// valid example of schemas/examples for each type; the handshake first,
+// with the host's token and every capability; shutdown last), and, for
+// Go, Rust and Java, the table from a def's name to its generated type.
 //
 // usage: node clients.mjs <gen/contract dir> <schemas/examples dir> <work dir> <token>
 import { spawnSync } from "node:child_process";
@@ -82,6 +82,7 @@ const runs = {
   ts: ["-s", "schema", "-l", "typescript", "--runtime-typecheck-ignore-unknown-properties", "-o", path.join(work, "ts", "aep.ts"), input],
   py: ["-s", "schema", "-l", "python", "--python-version", "3.7", "-o", path.join(work, "py", "aep.py"), input],
   rust: ["-s", "schema", "-l", "rust", "--skip-serializing-none", "--visibility", "public", "-o", path.join(work, "rust", "src", "aep.rs"), input],
+  java: ["-s", "schema", "-l", "java", "--package", "aep", "-o", path.join(work, "java", "src", "aep", "Aep.java"), input],
 };
 for (const [lang, args] of Object.entries(runs)) {
   mkdirSync(path.dirname(args.at(-2)), { recursive: true });
@@ -144,6 +145,20 @@ for (const def of [...new Set(agent.map((a) => a.def))].sort()) {
 }
 rsTable += "        _ => None,\n    }\n}\n";
 writeFileSync(path.join(rs, "src", "table.rs"), rsTable);
+
+// Java: the driver, and each def's generated class (one file per class,
+// named as quicktype spells it), for Send.java to load by name.
+const jv = path.join(work, "java");
+copyFileSync(path.join(here, "java", "Send.java"), path.join(jv, "src", "Send.java"));
+const jvNames = new Map();
+for (const f of readdirSync(path.join(jv, "src", "aep"))) if (f.endsWith(".java")) jvNames.set(f.slice(0, -5).toLowerCase(), f.slice(0, -5));
+let jvTable = "";
+for (const def of [...new Set(agent.map((a) => a.def))].sort()) {
+  const name = jvNames.get(def.toLowerCase());
+  if (!name) throw new Error(`quicktype's Java has no class for ${def}`);
+  jvTable += `${def}\t${name}\n`;
+}
+writeFileSync(path.join(jv, "classes.tsv"), jvTable);
 
 // Python: the driver beside the generated module.
 copyFileSync(path.join(here, "py", "send.py"), path.join(work, "py", "send.py"));
