@@ -229,9 +229,9 @@ func hostVerdict(t *testing.T, h *server.Host, r edgeRecord) (malformed bool, co
 	if err := p.WriteLine(ctx, []byte(r.Line)); err != nil {
 		return false, "", "", err
 	}
-	if err := p.WriteLine(ctx, []byte(`{"type":"ping","id":"edge-ping","proto":"1.0","ts":1712345678.5}`)); err != nil {
-		return false, "", "", err
-	}
+	// A line that ends the session (shutdown) may close it before the ping
+	// is written: what the host sent before the end is read all the same.
+	_ = p.WriteLine(ctx, []byte(`{"type":"ping","id":"edge-ping","proto":"1.0","ts":1712345678.5}`))
 	for {
 		l, err := p.ReadLine(ctx)
 		if err != nil {
