@@ -138,7 +138,7 @@ func (c *Client) Handshake(ctx context.Context, agentID, token string, caps ...s
 	if !resp.Ok {
 		e := &wire.Error{Code: wire.CodeUnauthorized, Message: "handshake refused"}
 		if resp.Error != nil {
-			e.Code, e.Message = wire.Code(resp.Error.Code), resp.Error.Message
+			e.Code, e.Message, e.Detail = wire.Code(resp.Error.Code), resp.Error.Message, resp.Error.Detail
 		}
 		return resp, e
 	}

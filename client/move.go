@@ -470,7 +470,7 @@ func (c *Client) openSession(ctx context.Context, hs *msg.HandshakeReq) (Transpo
 					_ = t.Close()
 					e := &wire.Error{Code: wire.CodeUnauthorized, Message: "handshake refused"}
 					if resp.Error != nil {
-						e.Code, e.Message = wire.Code(resp.Error.Code), resp.Error.Message
+						e.Code, e.Message, e.Detail = wire.Code(resp.Error.Code), resp.Error.Message, resp.Error.Detail
 					}
 					return nil, 0, "", e
 				case resp.SessionID == nil:
@@ -504,9 +504,9 @@ func (c *Client) restoreFrom(ctx context.Context, t Transport, gen uint64, from 
 			m.SnapshotID, m.Restored = resp.SnapshotID, resp.Restored
 			return nil
 		}
-		switch wire.ReasonOf(wireDetail(err)) {
-		case "unknown_snapshot":
-		case "store_unavailable":
+		switch {
+		case snapshotNotFound(err):
+		case wire.ReasonOf(wireDetail(err)) == "store_unavailable":
 			// The store is down and the host waited for it already: ask
 			// again until the move's deadline, never settle for less.
 			select {
@@ -531,4 +531,16 @@ func (c *Client) restoreFrom(ctx context.Context, t Transport, gen uint64, from 
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// snapshotNotFound reports the host's answer to a restore that finds no
+// snapshot: runtime_error with detail.reason "not_found" (docs/DECISIONS.md,
+// Errors of state); hosts before that answered reason "unknown_snapshot",
+// which a fleet in a rolling upgrade may still send.
+func snapshotNotFound(err error) bool {
+	switch wire.ReasonOf(wireDetail(err)) {
+	case "not_found", "unknown_snapshot":
+		return true
+	}
+	return false
 }

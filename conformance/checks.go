@@ -119,7 +119,7 @@ const (
 
 var catalogue = []CheckInfo{
 	// The handshake and the traffic rules every message is held to.
-	{CheckHandshake, Must, "spec §2.4, §2.2, §4.2", "a handshake with the token opens a session: ok, session_id, max_parallel, one accepted_caps entry per requested name in order, enabled false where nothing serves it", ""},
+	{CheckHandshake, Must, "spec §2.4, §2.2, §4.2; schemas/errors/retryable.json", "a handshake with the token opens a session: ok, session_id, max_parallel, one accepted_caps entry per requested name in order, enabled false where nothing serves it; a second handshake on it is ok false with runtime_error, reason already_handshaken, and the session goes on", ""},
 	{CheckHandshakeFailures, Must, "spec §5 rule 3, §9 rule 2, §3; schemas/core.json HandshakeResp.session_id", "a wrong token is unauthorized, another proto version_mismatch, a malformed handshake schema_violation, each with ok false and no session (nor session_id); a request before a handshake is unauthorized", ""},
 	{CheckReplyOnce, Must, "spec §2.1; docs/DECISIONS.md, Wire", "every request gets exactly one reply, of its reply type or error (a type the contract does not have: error), with req_id its id; a notification gets none", ""},
 	{CheckDirection, Must, "spec §2.1; docs/DECISIONS.md, Wire", "a host sends only replies and events; a type only a host sends, sent by an agent, is parse_error", ""},
@@ -127,7 +127,7 @@ var catalogue = []CheckInfo{
 	{CheckHostClosed, Must, "schemas/*.json; docs/DECISIONS.md, The contract for third parties", "no object a host sends, at any depth, holds a field its schema does not declare (objects the schemas leave open, such as data, info and detail, stay open)", ""},
 	{CheckEnvelopeProto, Must, "spec §9 rule 1; schemas/envelope.json Envelope.proto", "after the handshake, a request with another proto is refused with an error and the session goes on", ""},
 	{CheckEnvelopeProtoCode, Should, "schemas/envelope.json Envelope.proto", "that refusal is version_mismatch", ""},
-	{CheckEnvelopeID, Must, "spec §2.1; schemas/core.json Error.req_id", "a request without an id, or with an empty one, is refused with an error whose req_id is empty, and the session goes on", ""},
+	{CheckEnvelopeID, Must, "spec §2.1; schemas/core.json Error.req_id; schemas/envelope.json", "a request without an id, or with an empty one, is refused with an error whose req_id is empty, and the session goes on; a req_id that is not a string is schema_violation", ""},
 	{CheckHostIDs, Must, "spec §2.1; schemas/envelope.json Envelope.id", "every message a host sends in a session has an id of its own", ""},
 	{CheckPing, Must, "schemas/core.json Ping, Pong", "a ping is answered by pong whose uptime_seconds is never negative and never goes back within a session", ""},
 	{CheckRetryable, Must, "spec §7; schemas/errors/retryable.json", "every error's retryable is the contract's value for its code and detail.reason", ""},

@@ -577,7 +577,9 @@ func (k *judge) loadBundle() error {
 		return err
 	}
 	k.hostDefs, k.closedDefs = map[string]*jsonschema.Schema{}, map[string]*jsonschema.Schema{}
-	for _, ref := range union.Defs["HostMessage"].OneOf {
+	// AnyHostMessage: HostMessage's members as a oneOf (HostMessage itself
+	// dispatches on type with if/then).
+	for _, ref := range union.Defs["AnyHostMessage"].OneOf {
 		name := strings.TrimPrefix(ref.Ref, "#/$defs/")
 		typ := union.Defs[name].Properties["type"].Const
 		if typ == "" || name == ref.Ref {
@@ -647,22 +649,28 @@ func (k *judge) loadBundle() error {
 // additionalProperties, sees the properties of allOf, $ref and if/then
 // beside it, so a composed shape is not refused its own fields.
 func closeObjects(doc any) {
-	var walk func(s any)
+	// partial is true for a schema that states a part of the shape of the
+	// value the one holding it describes (allOf, if, then, else, not):
+	// closing it would refuse the fields the rest states (HostMessage's
+	// "if type is t then message t", handshake/resp's "else session_id").
+	// Its own property values are closed as any are. A oneOf or anyOf
+	// branch is an alternative shape of the value, closed like one.
+	var walk func(s any, partial bool)
 	walkMap := func(m any) {
 		if mm, ok := m.(map[string]any); ok {
 			for _, v := range mm {
-				walk(v)
+				walk(v, false)
 			}
 		}
 	}
-	walkList := func(l any) {
+	walkList := func(l any, partial bool) {
 		if ll, ok := l.([]any); ok {
 			for _, v := range ll {
-				walk(v)
+				walk(v, partial)
 			}
 		}
 	}
-	walk = func(s any) {
+	walk = func(s any, partial bool) {
 		m, ok := s.(map[string]any)
 		if !ok {
 			return
@@ -670,21 +678,24 @@ func closeObjects(doc any) {
 		_, props := m["properties"]
 		_, addl := m["additionalProperties"]
 		_, uneval := m["unevaluatedProperties"]
-		if props && !addl && !uneval {
+		if props && !addl && !uneval && !partial {
 			m["unevaluatedProperties"] = false
 		}
 		walkMap(m["properties"])
 		walkMap(m["patternProperties"])
 		walkMap(m["$defs"])
-		walkList(m["allOf"])
-		walkList(m["anyOf"])
-		walkList(m["oneOf"])
-		walkList(m["prefixItems"])
-		for _, key := range []string{"items", "additionalProperties", "if", "then", "else", "not", "contains", "unevaluatedItems"} {
-			walk(m[key])
+		walkList(m["allOf"], true)
+		walkList(m["anyOf"], false)
+		walkList(m["oneOf"], false)
+		walkList(m["prefixItems"], false)
+		for _, key := range []string{"if", "then", "else", "not"} {
+			walk(m[key], true)
+		}
+		for _, key := range []string{"items", "additionalProperties", "contains", "unevaluatedItems"} {
+			walk(m[key], false)
 		}
 	}
-	walk(doc)
+	walk(doc, false)
 }
 
 // capabilities are every capability some type of the contract needs.

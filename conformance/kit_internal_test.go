@@ -101,7 +101,10 @@ func TestCloseObjects(t *testing.T) {
 				"data": {"type": "object"},
 				"env": {"type": "object", "additionalProperties": {"type": "string"}, "properties": {"a": {}}},
 				"list": {"type": "array", "items": {"type": "object", "properties": {"x": {}}}},
-				"either": {"oneOf": [{"type": "object", "properties": {"y": {}}}, {"type": "null"}]}
+				"either": {"oneOf": [{"type": "object", "properties": {"y": {}}}, {"type": "null"}]},
+				"ruled": {"type": "object", "properties": {"ok": {"type": "boolean"}, "id": {}},
+					"if": {"properties": {"ok": {"const": true}}}, "then": {"properties": {"id": {}}, "required": ["id"]},
+					"allOf": [{"properties": {"ok": {}}, "required": ["ok"]}]}
 			}},
 			"R": {"type": "object", "properties": {"n": {"type": "integer"}}}
 		}}`), &doc); err != nil {
@@ -116,6 +119,11 @@ func TestCloseObjects(t *testing.T) {
 		"$defs.M.properties.env.unevaluatedProperties":            nil,
 		"$defs.M.properties.list.items.unevaluatedProperties":     false,
 		"$defs.M.properties.either.oneOf.0.unevaluatedProperties": false,
+		// The parts of one value's shape stay open: the whole is closed.
+		"$defs.M.properties.ruled.unevaluatedProperties":         false,
+		"$defs.M.properties.ruled.if.unevaluatedProperties":      nil,
+		"$defs.M.properties.ruled.then.unevaluatedProperties":    nil,
+		"$defs.M.properties.ruled.allOf.0.unevaluatedProperties": nil,
 	} {
 		got, ok := get(doc, path)
 		if want == nil && ok || want != nil && got != want {

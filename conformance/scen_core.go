@@ -81,6 +81,22 @@ func (k *kit) handshake(ctx context.Context) error {
 	if p := s.call(ctx, "ping", nil); !p.is("pong") {
 		k.fail(CheckHandshake, "a ping after the handshake: %s", p)
 	}
+	// A second, well-formed handshake is refused for the session's state,
+	// not its shape: handshake/resp with ok false and runtime_error, reason
+	// already_handshaken (schemas/errors/retryable.json); the session goes
+	// on as it was.
+	k.count(CheckHandshake)
+	again, err := s.handshake(ctx, k.opts.Caps, k.opts.Token)
+	switch {
+	case err != nil:
+		k.fail(CheckHandshake, "a second handshake: %v", err)
+	case again.Type != "handshake/resp" || again.OK == nil || *again.OK || again.Error == nil ||
+		again.Error.Code != "runtime_error" || reason(again.Error.Detail) != "already_handshaken":
+		k.fail(CheckHandshake, "a second handshake: %s, want handshake/resp with ok false and error runtime_error, detail.reason already_handshaken", clip(again.raw))
+	}
+	if info := s.call(ctx, "session/info/req", nil); !info.is("session/info/resp") || info.SessionID != m.SessionID {
+		k.fail(CheckHandshake, "after a second handshake, session/info: %s, want the session %q as it was", info, m.SessionID)
+	}
 	return nil
 }
 
@@ -230,6 +246,18 @@ func (k *kit) envelope(ctx context.Context) error {
 		}
 	}
 	k.expect(CheckEnvelopeID, s.call(ctx, "ping", nil).is("pong"), "the session does not go on after a request without an id")
+
+	// Envelope fields are strings (schemas/envelope.json): a req_id of
+	// another JSON type breaks the shape, whatever message carries it.
+	id = k.nextID("c")
+	if err := s.send(ctx, fmt.Appendf(nil, `{"type":"ping","id":%q,"proto":"1.0","ts":1,"req_id":7}`, id)); err != nil {
+		return err
+	}
+	if m, err := s.await(ctx, id); err != nil {
+		k.fail(CheckEnvelopeID, "ping with a numeric req_id: %v", err)
+	} else {
+		k.expect(CheckEnvelopeID, m.isError("schema_violation"), "ping with a numeric req_id: answered %s, want error schema_violation", m)
+	}
 
 	if k.target.HTTP != "" && k.target.Name != "websocket" {
 		k.skip("over HTTP, http.size checks the limit (413)", CheckTransportSize)

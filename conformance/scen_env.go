@@ -30,8 +30,8 @@ func (k *kit) env(ctx context.Context) error {
 			}
 		}
 	}
-	k.wantError(CheckEnvErrors, s.call(ctx, "env/reset/req", map[string]any{"env_name": k.name("no-such-env")}), "env/reset of an unknown environment")
-	k.wantError(CheckEnvErrors, s.call(ctx, "env/step/req", map[string]any{"episode_id": k.name("no-such-episode"), "action": 0}), "env/step of an unknown episode")
+	k.wantNotFound(CheckEnvErrors, s.call(ctx, "env/reset/req", map[string]any{"env_name": k.name("no-such-env")}), "env/reset of an unknown environment")
+	k.wantNotFound(CheckEnvErrors, s.call(ctx, "env/step/req", map[string]any{"episode_id": k.name("no-such-episode"), "action": 0}), "env/step of an unknown episode")
 
 	var ep *EpisodeFixture
 	if f := k.opts.Fixture.Env; f != nil {
@@ -126,8 +126,10 @@ func (k *kit) env(ctx context.Context) error {
 		closed, _ := boolean(cl.body, "closed")
 		k.expect(c, closed && str(cl.body, "episode_id") == e1, "env/close: %s, want closed true for %s", cl, e1)
 	}
-	k.wantError(c, s.call(ctx, "env/step/req", map[string]any{"episode_id": e1, "action": ep.Action}), "env/step of a closed episode")
-	k.wantError(CheckEnvErrors, s.call(ctx, "env/observe/req", map[string]any{"episode_id": e1}), "env/observe of a closed episode")
+	// A closed episode is a condition of state: runtime_error, never a
+	// schema_violation (the request is well-formed).
+	k.wantError(c, s.call(ctx, "env/step/req", map[string]any{"episode_id": e1, "action": ep.Action}), "env/step of a closed episode", "runtime_error")
+	k.wantError(CheckEnvErrors, s.call(ctx, "env/observe/req", map[string]any{"episode_id": e1}), "env/observe of a closed episode", "runtime_error")
 	if e2 != "" {
 		s.call(ctx, "env/close/req", map[string]any{"episode_id": e2})
 	}

@@ -41,7 +41,7 @@ func (k *kit) mcp(ctx context.Context) error {
 		ok, _ := boolean(m.body, "ok")
 		k.expect(c, !ok && str(m.body, "error") != "", "registering http://127.0.0.1:9/aep-conformance: %s, want ok false with an error", m)
 	}
-	k.wantError(c, s.call(ctx, "mcp/resource/list/req", map[string]any{"server_id": none}), "mcp/resource/list of an unknown server")
+	k.wantNotFound(c, s.call(ctx, "mcp/resource/list/req", map[string]any{"server_id": none}), "mcp/resource/list of an unknown server")
 
 	f := k.opts.Fixture.MCP
 	if f == nil {

@@ -98,7 +98,7 @@ func (k *kit) memory(ctx context.Context) error {
 	}
 
 	e := CheckMemoryErrors
-	k.wantError(e, s.call(ctx, "memory/retrieve/req", map[string]any{"memory_id": k.name("no-such-memory"), "keys": []any{work}}), "memory/retrieve with an unknown memory_id")
+	k.wantNotFound(e, s.call(ctx, "memory/retrieve/req", map[string]any{"memory_id": k.name("no-such-memory"), "keys": []any{work}}), "memory/retrieve with an unknown memory_id")
 	k.wantError(e, s.call(ctx, "memory/forget/req", map[string]any{"memory_id": mid}), "memory/forget without a selector", "schema_violation")
 	return nil
 }

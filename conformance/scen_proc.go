@@ -19,9 +19,9 @@ func (k *kit) proc(ctx context.Context) error {
 	defer s.close(ctx)
 	e := CheckProcErrors
 	none := k.name("no-such-proc")
-	k.wantError(e, s.call(ctx, "proc/status/req", map[string]any{"proc_id": none}), "proc/status of an unknown proc_id")
-	k.wantError(e, s.call(ctx, "proc/read/req", map[string]any{"proc_id": none}), "proc/read of an unknown proc_id")
-	k.wantError(e, s.call(ctx, "proc/kill/req", map[string]any{"proc_id": none}), "proc/kill of an unknown proc_id")
+	k.wantNotFound(e, s.call(ctx, "proc/status/req", map[string]any{"proc_id": none}), "proc/status of an unknown proc_id")
+	k.wantNotFound(e, s.call(ctx, "proc/read/req", map[string]any{"proc_id": none}), "proc/read of an unknown proc_id")
+	k.wantNotFound(e, s.call(ctx, "proc/kill/req", map[string]any{"proc_id": none}), "proc/kill of an unknown proc_id")
 	k.want(e, s.call(ctx, "proc/list/req", nil), "proc/list/resp", "proc/list")
 
 	pf := k.opts.Fixture.Proc

@@ -100,7 +100,7 @@ func (k *kit) sessionNS(ctx context.Context) error {
 		}
 	}
 	setWorking("changed")
-	k.wantError(sn, s.call(ctx, "session/restore/req", map[string]any{"snapshot_id": snap}), "restoring a deleted snapshot")
+	k.wantNotFound(sn, s.call(ctx, "session/restore/req", map[string]any{"snapshot_id": snap}), "restoring a deleted snapshot")
 	if mid != "" {
 		got := working("the working entry after a refused restore")
 		k.expect(sn, got == "changed", "a refused restore changed the working entry to %q", got)

@@ -31,7 +31,7 @@ func (k *kit) skills(ctx context.Context) error {
 	}
 	e := CheckSkillsErrors
 	none := k.name("no-such-skill")
-	k.wantError(e, s.call(ctx, "skill/get/req", map[string]any{"name": none}), "skill/get of an unknown skill")
+	k.wantNotFound(e, s.call(ctx, "skill/get/req", map[string]any{"name": none}), "skill/get of an unknown skill")
 	k.wantRefusal(e, s.call(ctx, "skill/call/req", map[string]any{"name": none}), "skill/call/resp", "skill/call of an unknown skill")
 
 	var call *SkillCall

@@ -87,12 +87,12 @@ func (k *kit) subagents(ctx context.Context) error {
 	}
 
 	e := CheckSubagentsErrors
-	k.wantError(e, s.call(ctx, "subagent/status/req", map[string]any{"subagent_id": k.name("no-such-subagent")}), "subagent/status of an unknown id")
+	k.wantNotFound(e, s.call(ctx, "subagent/status/req", map[string]any{"subagent_id": k.name("no-such-subagent")}), "subagent/status of an unknown id")
 	k.wantRefusal(e, s.call(ctx, "subagent/terminate/req", map[string]any{"subagent_id": k.name("no-such-subagent")}), "subagent/terminate/resp", "subagent/terminate of an unknown id")
 	if grant != "" {
 		only := k.sessionFor(ctx, e, "subagents only", []string{"subagents"})
 		if only != nil {
-			k.wantError(e, only.call(ctx, "subagent/spawn/req", map[string]any{"name": k.name("over"), "capabilities": []any{grant}}), "granting "+grant+", which the sender does not hold", "schema_violation")
+			k.wantError(e, only.call(ctx, "subagent/spawn/req", map[string]any{"name": k.name("over"), "capabilities": []any{grant}}), "granting "+grant+", which the sender does not hold", "runtime_error")
 			only.close(ctx)
 		}
 	}

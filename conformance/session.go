@@ -569,6 +569,15 @@ func (k *kit) wantError(check string, m *msg, what string, codes ...string) bool
 	return k.expect(check, m.isError(codes...), "%s: answered %s, want %s", what, m, want)
 }
 
+// wantNotFound counts a case of check: m must be the one answer to a
+// request naming something that does not exist for the session, whoever's
+// it may be: error runtime_error with detail.reason not_found
+// (schemas/errors/retryable.json; docs/DECISIONS.md, Errors of state).
+func (k *kit) wantNotFound(check string, m *msg, what string) bool {
+	return k.expect(check, m.isError("runtime_error") && reason(m.Detail) == "not_found",
+		"%s: answered %s, want error runtime_error with detail.reason not_found", what, m)
+}
+
 // wantRefusal counts a case of check: m must not be the success reply
 // typ — an error, or a reply that says it refused (ok false, status error,
 // success false).

@@ -244,7 +244,7 @@ func rulesOf(files map[string]map[string]any, file string, n map[string]any, pat
 		n = cur.(map[string]any)
 	}
 	p := strings.Join(path, ".")
-	for _, kw := range []string{"enum", "const", "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "uniqueItems", "anyOf", "oneOf"} {
+	for _, kw := range []string{"enum", "const", "minLength", "maxLength", "pattern", "not", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "uniqueItems", "anyOf", "oneOf"} {
 		if _, ok := n[kw]; ok {
 			out[rule{kw, p}] = true
 		}

@@ -102,7 +102,7 @@ func (h *Host) SpawnChild(ctx context.Context, parent *Session, opts ChildOption
 	caps := map[string]bool{}
 	for _, c := range opts.Capabilities {
 		if !parent.Enabled(c) {
-			return nil, "", fmt.Errorf("spawn: capability %q: %w: it is not enabled for the parent session, and a child gets a subset of its parent's", c, wire.ErrInvalid)
+			return nil, "", fmt.Errorf("spawn: capability %q: %w: it is not enabled for the parent session, and a child gets a subset of its parent's", c, wire.ErrDenied)
 		}
 		caps[c] = true
 	}

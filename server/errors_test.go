@@ -50,7 +50,7 @@ func TestHandlerErrorsNeverLeak(t *testing.T) {
 		{"plain error", errors.New(secretText), wire.CodeRuntimeError, ""},
 		{"wrapped plain error", fmt.Errorf("say: %w", errors.New(secretText)), wire.CodeRuntimeError, ""},
 		{"public", wire.Publicf("the echo service is busy"), wire.CodeRuntimeError, "the echo service is busy"},
-		{"not found", fmt.Errorf("no voice named %q: %w", "v1", wire.ErrNotFound), wire.CodeSchemaViolation, `no voice named "v1"`},
+		{"not found", fmt.Errorf("no voice named %q: %w", "v1", wire.ErrNotFound), wire.CodeRuntimeError, `no voice named "v1"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -33,7 +33,10 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 	fail := func(code wire.Code, reason string) { refuse(&wire.Error{Code: code, Message: reason}) }
 	switch {
 	case sessionState(s.state.Load()) != stateNew:
-		fail(wire.CodeSchemaViolation, "this session has already handshaken")
+		// A well-formed handshake on a live session is a condition of state,
+		// not of shape: runtime_error with a reason, never schema_violation
+		// (docs/DECISIONS.md, Errors of state). The session stays as it was.
+		refuse(alreadyHandshaken())
 		return code
 	case env.Proto == "":
 		fail(wire.CodeSchemaViolation, `missing field "proto"`)
@@ -113,7 +116,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 	s.mu.Unlock()
 	s.enabled.Store(&enabled)
 	if !s.state.CompareAndSwap(int32(stateNew), int32(stateLive)) {
-		fail(wire.CodeSchemaViolation, "this session has already handshaken")
+		refuse(alreadyHandshaken())
 		return code
 	}
 	id := s.id
@@ -140,4 +143,11 @@ func (s *Session) handshakeRefused(reqID string, e *wire.Error) {
 		Ok: false, Reason: &reason, MaxParallel: s.h.cfg.Server.MaxParallel, AcceptedCaps: []msg.CapabilityEntry{},
 		Error: &msg.ErrorBody{Code: string(e.Code), Message: e.Message, Detail: e.Detail, Retryable: e.Code.Retryable()},
 	}})
+}
+
+// alreadyHandshaken answers a handshake/req on a session that has already
+// handshaken: the handshake changes nothing, and repeating it cannot help.
+func alreadyHandshaken() *wire.Error {
+	return &wire.Error{Code: wire.CodeRuntimeError, Message: "this session has already handshaken; it goes on as it was",
+		Detail: map[string]any{"reason": "already_handshaken"}}
 }

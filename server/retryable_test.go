@@ -284,7 +284,7 @@ func TestRetryableTable(t *testing.T) {
 	}
 	// Conditions no retry can cure are false (spec §2.3: whether retrying can succeed).
 	// retry column, are false.
-	for _, r := range []string{"step_limit", "depth_limit", "unknown_snapshot", "staging_root_unset", "program_not_found", "denied"} {
+	for _, r := range []string{"step_limit", "depth_limit", "not_found", "staging_root_unset", "program_not_found", "denied"} {
 		if wire.AsError(&wire.Error{Code: wire.CodeRuntimeError, Detail: map[string]any{"reason": r}}).Retryable() {
 			t.Errorf("runtime_error/%s is retryable", r)
 		}

@@ -216,12 +216,24 @@ func (s *Session) sendError(reqID string, e *wire.Error) int {
 
 func errorMessage(e *wire.Error) *msg.Error {
 	m := &msg.Error{Code: string(e.Code), Message: e.Message, Detail: e.Detail, Retryable: e.Retryable()}
-	if e.Capability != "" {
+	if e.Capability != "" && contractCapabilities()[e.Capability] {
 		c := e.Capability
 		m.CapabilityName = &c
 	}
 	return m
 }
+
+// contractCapabilities are the names an error's capability_name may hold
+// (schemas/core.json CapabilityName): the capabilities of the protocol's
+// namespaces, and session. A capability a module brings from outside
+// schemas/ is not the contract's, so its errors carry no capability_name.
+var contractCapabilities = sync.OnceValue(func() map[string]bool {
+	out := map[string]bool{sessionCapability: true}
+	for _, c := range msg.Registry().Capabilities() {
+		out[c] = true
+	}
+	return out
+})
 
 // ReceiveLine handles one line of the JSON codec. It never blocks on a
 // handler: requests are queued for the session's workers.

@@ -230,6 +230,14 @@ func (reg *Registry) DecodeScanned(line []byte, sc *Scanned) (*Entry, Message, e
 	if err := checkEnvelope(sc); err != nil {
 		return e, nil, err
 	}
+	for _, f := range []struct {
+		bad  bool
+		name string
+	}{{sc.ReqIDNotString, "req_id"}, {sc.TraceparentNotString, "traceparent"}} {
+		if f.bad {
+			return e, nil, &Error{Code: CodeSchemaViolation, Message: fmt.Sprintf("field %q must be a string", f.name), Detail: map[string]any{"field": f.name}}
+		}
+	}
 	for _, f := range e.Required {
 		k, ok := sc.lookup(f)
 		if !ok {

@@ -70,9 +70,14 @@ var (
 	ErrNotInFlight = errors.New("request is no longer in flight")
 	// ErrTimeout marks an operation that ran out of time.
 	ErrTimeout = errors.New("timed out")
-	// ErrInvalid marks input that violates a message's contract.
+	// ErrInvalid marks input that violates a message's contract: a rule
+	// of its shape, stated by schemas/ (or, where no static schema can
+	// state it, by the schema's description), never a condition of state.
 	ErrInvalid = errors.New("invalid input")
-	// ErrNotFound marks a reference to something that does not exist.
+	// ErrNotFound marks a reference to something that does not exist for
+	// the session: never issued, another session's or tenant's, or gone.
+	// Each of these gets the same reply (docs/DECISIONS.md, No existence
+	// oracle), so a plugin wraps it with the same text for all of them.
 	ErrNotFound = errors.New("not found")
 	// ErrDenied marks an operation refused by policy or scope.
 	ErrDenied = errors.New("denied")
@@ -116,9 +121,11 @@ func (e *publicError) Unwrap() error { return e.err }
 
 // AsError maps any error to the protocol error that answers it. This is the
 // one place where causes become wire codes. Sentinels mark text a plugin
-// wrote for the agent: ErrInvalid and ErrNotFound (schema_violation: the
-// request names something wrong or absent, so repeating it cannot help),
-// ErrDenied (runtime_error with detail.reason "denied"), and [Public].
+// wrote for the agent: ErrInvalid (schema_violation: the request breaks a
+// rule of its own shape), ErrNotFound (runtime_error with detail.reason
+// "not_found": the request names something that does not exist for the
+// session, a condition of state, which no schema can see), ErrDenied
+// (runtime_error with detail.reason "denied"), and [Public].
 func AsError(err error) *Error {
 	var we *Error
 	if errors.As(err, &we) {
@@ -142,7 +149,7 @@ func AsError(err error) *Error {
 	case errors.Is(err, ErrOverloaded):
 		return &Error{Code: CodeRuntimeError, Message: "session overloaded", Detail: map[string]any{"reason": "overloaded"}, Err: err}
 	case errors.Is(err, ErrNotFound):
-		return &Error{Code: CodeSchemaViolation, Message: Text(err), Detail: map[string]any{"reason": "not_found"}, Err: err}
+		return &Error{Code: CodeRuntimeError, Message: Text(err), Detail: map[string]any{"reason": "not_found"}, Err: err}
 	case errors.Is(err, ErrDenied):
 		return &Error{Code: CodeRuntimeError, Message: Text(err), Detail: map[string]any{"reason": "denied"}, Err: err}
 	case errors.As(err, &pe):

@@ -39,7 +39,7 @@ func TestAsError(t *testing.T) {
 		{"sandbox crash, internal", fmt.Errorf("init /usr/local/bin/aep: %w", wire.ErrSandboxCrash), wire.CodeSandboxCrash, "the sandbox crashed"},
 		{"cancelled", wire.ErrCancelled, wire.CodeCancelled, "request cancelled"},
 		{"overloaded", wire.ErrOverloaded, wire.CodeRuntimeError, "session overloaded"},
-		{"not found", fmt.Errorf("proc %q: %w", "p1", wire.ErrNotFound), wire.CodeSchemaViolation, `proc "p1"`},
+		{"not found", fmt.Errorf("proc %q: %w", "p1", wire.ErrNotFound), wire.CodeRuntimeError, `proc "p1"`},
 		{"denied", fmt.Errorf("episode limit reached: %w", wire.ErrDenied), wire.CodeRuntimeError, "episode limit reached"},
 		{"public", fmt.Errorf("chain: %w", wire.Public(errors.New("no node n1"))), wire.CodeRuntimeError, "chain: no node n1"},
 		{"reason", wire.Reason("step_limit", errors.New("step limit 3 reached")), wire.CodeRuntimeError, "step limit 3 reached"},

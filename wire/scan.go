@@ -28,7 +28,11 @@ type Scanned struct {
 	TypeNotString bool
 	// IDNotString is set when `id` is present but not a string.
 	IDNotString bool
-	HasID       bool
+	// ReqIDNotString and TraceparentNotString are set when `req_id` or
+	// `traceparent` is present but not a string: the envelope declares both
+	// strings (schemas/envelope.json), so such a line is refused.
+	ReqIDNotString, TraceparentNotString bool
+	HasID                                bool
 	// HasProto and HasTS are set when the line has those keys; TSValid
 	// when ts is a JSON number that is a finite float64.
 	HasProto, HasTS, TSValid bool
@@ -498,7 +502,8 @@ func (s *scanner) envelopeValue(key span) error {
 	switch name {
 	case "traceparent":
 		if !isString {
-			return s.value(1) // not a traceparent: ignored, as W3C Trace Context asks
+			s.out.TraceparentNotString = true
+			return s.value(1)
 		}
 		sp, err := s.str()
 		if err != nil {
@@ -520,6 +525,8 @@ func (s *scanner) envelopeValue(key span) error {
 				s.out.TypeNotString = true
 			case "id":
 				s.out.HasID, s.out.IDNotString = true, true
+			case "req_id":
+				s.out.ReqIDNotString = true
 			}
 			return s.value(1)
 		}

@@ -212,7 +212,7 @@ func TestNothingCrossesTenants(t *testing.T) {
 		sameReply(t, "memory/retrieve by id", gotB, errB, idA, wantB, errW, "m-0123456789abcdef")
 		// A namespace cannot spell another tenant's storage prefix.
 		_, err = b.MemoryInit(ctx, &msg.MemoryInitReq{Namespace: "\x1ft:team-a\x1fteam-notes"})
-		aeptest.WantError(t, err, wire.CodeSchemaViolation, "control characters")
+		aeptest.WantError(t, err, wire.CodeSchemaViolation, `field "namespace"`)
 	})
 
 	t.Run("learn", func(t *testing.T) {
@@ -288,7 +288,7 @@ func TestNothingCrossesTenants(t *testing.T) {
 		// A context cannot spell another tenant's storage prefix.
 		spelled := "\x1ft:team-a\x1fctx-a"
 		_, err = b.LearnRank(ctx, &msg.LearnRankReq{Context: &spelled})
-		aeptest.WantError(t, err, wire.CodeSchemaViolation, "control characters")
+		aeptest.WantError(t, err, wire.CodeSchemaViolation, `field "context"`)
 	})
 
 	t.Run("mcp registrations", func(t *testing.T) {

@@ -497,8 +497,8 @@ func TestForkLimitsAndSnapshots(t *testing.T) {
 		reason string
 	}{
 		{"beyond max_sessions", msg.SessionForkReq{Count: 4}, wire.CodeRuntimeError, "too_many_sessions"},
-		{"unknown snapshot", msg.SessionForkReq{Count: 1, SnapshotID: aeptest.Ptr("sql-00000000000000000000000000000000")}, wire.CodeRuntimeError, "unknown_snapshot"},
-		{"not a snapshot id", msg.SessionForkReq{Count: 1, SnapshotID: aeptest.Ptr("../x")}, wire.CodeSchemaViolation, ""},
+		{"unknown snapshot", msg.SessionForkReq{Count: 1, SnapshotID: aeptest.Ptr("sql-00000000000000000000000000000000")}, wire.CodeRuntimeError, "not_found"},
+		{"not a snapshot id", msg.SessionForkReq{Count: 1, SnapshotID: aeptest.Ptr("../x")}, wire.CodeRuntimeError, "not_found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parent.SessionFork(ctx, &tc.req)

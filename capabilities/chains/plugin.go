@@ -116,7 +116,7 @@ func (p *Plugin) ChainRun(ctx context.Context, s wire.Scope, req *msg.ChainRunRe
 			sc.mu.Unlock()
 		}
 		if g == nil {
-			return nil, fmt.Errorf("%w: no chain named %q is defined in this session", wire.ErrInvalid, *req.Name)
+			return nil, fmt.Errorf("%w: no chain named %q is defined in this session", wire.ErrNotFound, *req.Name)
 		}
 	default:
 		var err error

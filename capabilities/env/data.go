@@ -198,7 +198,7 @@ func copyVerified(staging, root *os.Root, part msg.DataPart, dst string) (msg.Da
 	src, err := staging.Open(part.Source)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return msg.DataFile{}, fmt.Errorf("source %q does not exist in the staging root: %w", part.Source, wire.ErrInvalid)
+			return msg.DataFile{}, fmt.Errorf("source %q does not exist in the staging root: %w", part.Source, wire.ErrNotFound)
 		}
 		if e := rootErr("source", part.Source, err); e != err {
 			return msg.DataFile{}, e
@@ -341,7 +341,7 @@ func (p *Plugin) EnvDataGet(ctx context.Context, s wire.Scope, req *msg.EnvDataG
 		fi, err := sroot.Lstat(rel)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("path %q does not exist in the data root: %w", *req.Path, wire.ErrInvalid)
+				return nil, fmt.Errorf("path %q does not exist in the data root: %w", *req.Path, wire.ErrNotFound)
 			}
 			return nil, rootErr("path", *req.Path, err)
 		}

@@ -86,7 +86,7 @@ func TestDataPlane(t *testing.T) {
 				{"checksum mismatch", msg.DataPart{Path: "x.txt", Source: good.Source, Sha256: sum("other"), Size: good.Size}, wire.CodeSchemaViolation, "sha256 mismatch"},
 				{"size too small", msg.DataPart{Path: "x.txt", Source: good.Source, Sha256: good.Sha256, Size: good.Size - 1}, wire.CodeSchemaViolation, "size mismatch"},
 				{"size too large", msg.DataPart{Path: "x.txt", Source: good.Source, Sha256: good.Sha256, Size: good.Size + 5}, wire.CodeSchemaViolation, "size mismatch"},
-				{"missing source", msg.DataPart{Path: "x.txt", Source: "in/none.txt", Sha256: good.Sha256, Size: 1}, wire.CodeSchemaViolation, "does not exist"},
+				{"missing source", msg.DataPart{Path: "x.txt", Source: "in/none.txt", Sha256: good.Sha256, Size: 1}, wire.CodeRuntimeError, "does not exist"},
 				{"dest dotdot", msg.DataPart{Path: "../escape.txt", Source: good.Source, Sha256: good.Sha256, Size: good.Size}, wire.CodeSchemaViolation, `".."`},
 				{"dest nested dotdot", msg.DataPart{Path: "a/../../escape.txt", Source: good.Source, Sha256: good.Sha256, Size: good.Size}, wire.CodeSchemaViolation, `".."`},
 				{"dest absolute", msg.DataPart{Path: "/tmp/escape.txt", Source: good.Source, Sha256: good.Sha256, Size: good.Size}, wire.CodeSchemaViolation, "absolute"},
@@ -148,7 +148,7 @@ func TestDataPlane(t *testing.T) {
 				}
 			}
 			_, err = c.EnvDataGet(ctx, &msg.EnvDataGetReq{Path: aeptest.Ptr("in/none.txt")})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "does not exist")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "does not exist")
 
 			// An episode reset never touches the data root; a data reset
 			// never touches episodes (spec §3).

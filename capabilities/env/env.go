@@ -26,7 +26,8 @@ import (
 // its methods from one goroutine at a time.
 //
 // An error an Env returns is its answer to the agent: its text reaches the
-// wire as a runtime_error (or a schema_violation for [ErrBadAction]), so it
+// wire as a runtime_error (with detail.reason "invalid_action" for
+// [ErrBadAction]), so it
 // must not name host paths or secrets. A panic is not an answer: the agent
 // gets a generic error with a correlation id and the episode is closed.
 type Env[A any] interface {
@@ -83,9 +84,11 @@ type Spec struct {
 	Inline bool
 }
 
-// ErrBadAction marks an action the environment cannot apply; it reaches the
-// wire as schema_violation.
-var ErrBadAction = fmt.Errorf("bad action: %w", wire.ErrInvalid)
+// ErrBadAction marks an action (or reset options) the environment cannot
+// take. Its action space is the environment's, not the contract's, so it
+// reaches the wire as runtime_error with detail.reason "invalid_action",
+// never schema_violation (docs/DECISIONS.md, Errors of state).
+var ErrBadAction = wire.Reason("invalid_action", errors.New("bad action"))
 
 // JSON encodes v for an Obs or Step field; it panics only on values that
 // cannot be JSON (channels, functions), which are programming errors.

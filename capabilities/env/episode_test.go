@@ -95,7 +95,7 @@ func TestEveryEpisodeMessage(t *testing.T) {
 				t.Fatalf("env/close: %+v %v", cl, err)
 			}
 			_, err = c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: json.RawMessage("1")})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "closed by env/close")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "closed by env/close")
 		})
 	}
 }
@@ -154,31 +154,31 @@ func TestEpisodeErrors(t *testing.T) {
 		{"unknown episode", func() error {
 			_, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: "ep-nope", Action: json.RawMessage("1")})
 			return err
-		}, wire.CodeSchemaViolation, "unknown episode"},
+		}, wire.CodeRuntimeError, "unknown episode"},
 		{"closed episode", func() error {
 			_, err := c.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: closed.EpisodeID})
 			return err
-		}, wire.CodeSchemaViolation, "episode is closed"},
+		}, wire.CodeRuntimeError, "episode is closed"},
 		{"finished episode", func() error {
 			_, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: done.EpisodeID, Action: json.RawMessage("0")})
 			return err
-		}, wire.CodeSchemaViolation, "is terminated"},
+		}, wire.CodeRuntimeError, "is terminated"},
 		{"unknown env", func() error {
 			_, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: "nope"})
 			return err
-		}, wire.CodeSchemaViolation, "unknown environment"},
+		}, wire.CodeRuntimeError, "unknown environment"},
 		{"bad action", func() error {
 			_, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: open.EpisodeID, Action: json.RawMessage(`"five"`)})
 			return err
-		}, wire.CodeSchemaViolation, "bad action"},
+		}, wire.CodeRuntimeError, "bad action"},
 		{"bad options", func() error {
 			_, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: env.GuessName, EpisodeID: &open.EpisodeID, Options: rawp(`{"high":0}`)})
 			return err
-		}, wire.CodeSchemaViolation, "high"},
+		}, wire.CodeRuntimeError, "high"},
 		{"reset with another env", func() error {
 			_, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: "test/sleep", EpisodeID: &open.EpisodeID})
 			return err
-		}, wire.CodeSchemaViolation, "runs"},
+		}, wire.CodeRuntimeError, "runs"},
 		{"episode cap", func() error {
 			_, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: env.GuessName})
 			return err
@@ -219,7 +219,7 @@ func TestStepTimeoutClosesEpisode(t *testing.T) {
 	_, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: json.RawMessage("5000")})
 	aeptest.WantError(t, err, wire.CodeTimeout, "step timeout")
 	_, err = c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: json.RawMessage("1")})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "step timeout")
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "step timeout")
 }
 
 func TestAutoresetModes(t *testing.T) {
@@ -272,7 +272,7 @@ func TestAutoresetModes(t *testing.T) {
 
 			// disabled: both are finished now, so the batch is refused whole.
 			_, err = batch("disabled")
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "autoreset is disabled")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "autoreset is disabled")
 			for _, id := range []string{a, b} {
 				if _, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: env.GuessName, EpisodeID: &id, Options: rawp(`{"high":1,"max_steps":3}`)}); err != nil {
 					t.Fatal(err)
@@ -286,7 +286,7 @@ func TestAutoresetModes(t *testing.T) {
 				t.Fatalf("disabled batch 1, a: %+v", x)
 			}
 			_, err = batch("disabled")
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "autoreset is disabled")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "autoreset is disabled")
 			ob, _ := c.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: b})
 			if ob.Step != 1 {
 				t.Fatalf("a refused batch stepped b: %+v", ob)
@@ -339,7 +339,7 @@ func TestOtherSessionsEpisodesAreInvisible(t *testing.T) {
 		},
 	}
 	for name, call := range calls {
-		t.Run(name, func(t *testing.T) { aeptest.WantError(t, call(), wire.CodeSchemaViolation, "unknown episode") })
+		t.Run(name, func(t *testing.T) { aeptest.WantError(t, call(), wire.CodeRuntimeError, "unknown episode") })
 	}
 	if ob, err := a.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: ep}); err != nil || ob.Step != 0 {
 		t.Fatalf("owner lost its episode: %+v %v", ob, err)

@@ -295,7 +295,7 @@ func TestExternalEnvironment(t *testing.T) {
 	// An action the environment refuses is the agent's fault; the episode goes on.
 	r := reset(t, c, "walk", 0, "")
 	_, err = step(t, c, r.EpisodeID, 101)
-	if we := wire.AsError(err); we.Code != wire.CodeSchemaViolation || !strings.Contains(we.Message, "up to 100") {
+	if we := wire.AsError(err); wire.ReasonOf(we.Detail) != "invalid_action" || !strings.Contains(we.Message, "up to 100") {
 		t.Fatalf("bad action: %v", err)
 	}
 	_, err = step(t, c, r.EpisodeID, -5)
@@ -349,7 +349,7 @@ func TestExternalEnvironmentFailures(t *testing.T) {
 				t.Fatalf("the failed process should be gone: %d processes, %d before", got, before)
 			}
 			// The episode ended: stepping needs a reset, which starts a fresh process.
-			if _, err := step(t, c, r.EpisodeID, 1); wire.AsError(err).Code != wire.CodeSchemaViolation {
+			if _, err := step(t, c, r.EpisodeID, 1); wire.ReasonOf(wire.AsError(err).Detail) != "episode_closed" {
 				t.Fatalf("stepping an ended episode: %v", err)
 			}
 			obs, err := c.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: r.EpisodeID})
@@ -485,7 +485,7 @@ func TestExternalPythonCartPole(t *testing.T) {
 				break
 			}
 		}
-		if _, err := step(t, c, r.EpisodeID, 2); wire.AsError(err).Code != wire.CodeSchemaViolation {
+		if _, err := step(t, c, r.EpisodeID, 2); wire.ReasonOf(wire.AsError(err).Detail) != "invalid_action" {
 			t.Fatalf("an action outside Discrete(2): %v", err)
 		}
 		return got

@@ -133,7 +133,7 @@ func TestFailingEnvironmentAlwaysAnswers(t *testing.T) {
 			}
 			wantPanic(ask("s-panic", "env/step/req", epField+`,"action":2`))
 			o2 := ask("o2", "env/observe/req", epField)
-			wantError(o2, "schema_violation", "closed")
+			wantError(o2, "runtime_error", "closed")
 			if b, _ := json.Marshal(o2); strings.Contains(string(b), "faulty:") {
 				t.Fatalf("the closed episode's reason holds the panic value: %s", b)
 			}

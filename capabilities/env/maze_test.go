@@ -79,7 +79,7 @@ func checkEnv(t *testing.T, c *client.Client, name, options string, actions []in
 			}
 			out = append(out, fmt.Sprintf("%s %s %v %v %v", a, st.Observation, st.Reward, st.Terminated, st.Truncated))
 			if st.Terminated || st.Truncated {
-				if _, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: a}); wire.AsError(err).Code != wire.CodeSchemaViolation {
+				if _, err := c.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: r.EpisodeID, Action: a}); wire.ReasonOf(wire.AsError(err).Detail) != "episode_closed" {
 					t.Fatalf("a step after the end: %v", err)
 				}
 				break

@@ -217,13 +217,14 @@ func (p *Plugin) session(id string) *sessionEnvs {
 	return se
 }
 
-// Errors of episode lookups. They wrap wire.ErrInvalid: retrying the same
-// request cannot succeed.
+// Errors of episode lookups: conditions of state, which no schema can see,
+// so never schema_violation (docs/DECISIONS.md, Errors of state). Retrying
+// the same request cannot succeed.
 var (
-	ErrUnknownEpisode = fmt.Errorf("unknown episode: %w", wire.ErrInvalid)
-	ErrClosedEpisode  = fmt.Errorf("episode is closed: %w", wire.ErrInvalid)
-	ErrFinished       = fmt.Errorf("episode is finished; reset it before stepping: %w", wire.ErrInvalid)
-	ErrUnknownEnv     = fmt.Errorf("unknown environment: %w", wire.ErrInvalid)
+	ErrUnknownEpisode = fmt.Errorf("unknown episode: %w", wire.ErrNotFound)
+	ErrClosedEpisode  = wire.Reason("episode_closed", errors.New("episode is closed"))
+	ErrFinished       = wire.Reason("episode_closed", errors.New("episode is finished; reset it before stepping"))
+	ErrUnknownEnv     = fmt.Errorf("unknown environment: %w", wire.ErrNotFound)
 	ErrEpisodeCap     = fmt.Errorf("episode limit reached; close an episode first: %w", wire.ErrDenied)
 )
 
@@ -442,7 +443,7 @@ func (p *Plugin) EnvReset(ctx context.Context, s wire.Scope, req *msg.EnvResetRe
 			return nil, err
 		}
 		if ep.envName != req.EnvName {
-			return nil, fmt.Errorf("episode %q runs %q, not %q: %w", ep.id, ep.envName, req.EnvName, wire.ErrInvalid)
+			return nil, wire.Reason("wrong_environment", fmt.Errorf("episode %q runs %q, not %q", ep.id, ep.envName, req.EnvName))
 		}
 		ep.mu.Lock()
 		defer ep.mu.Unlock()

@@ -71,7 +71,7 @@ func TestSnapshotRestoresEpisodes(t *testing.T) {
 				t.Fatalf("restored trajectory differs:\n got %s\nwant %s", got, want)
 			}
 			_, err = c.EnvObserve(ctx, &msg.EnvObserveReq{EpisodeID: task})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "cannot save its state")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "cannot save its state")
 		})
 	}
 }

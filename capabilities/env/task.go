@@ -20,6 +20,7 @@ import (
 	"github.com/aephost/aep/internal/confine"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/sandbox"
+	"github.com/aephost/aep/wire"
 )
 
 // A task is a folder of TasksDir (docs/env.md):
@@ -288,11 +289,12 @@ func (t *taskEnv) Step(ctx context.Context, a TaskAction) (Step, error) {
 	return st, nil
 }
 
+// pathErr answers a file operation of a task action that failed: a path
+// the action names is the action's, judged by the environment, so even a
+// path leaving the work directory is invalid_action (docs/DECISIONS.md,
+// Errors of state), never schema_violation.
 func pathErr(err error) error {
-	if errors.Is(err, ErrPath) {
-		return err
-	}
-	return fmt.Errorf("%v: %w", err, ErrBadAction)
+	return fmt.Errorf("%s: %w", wire.Text(err), ErrBadAction)
 }
 
 // grade runs the grader: the last line of its output, if a number, is the

@@ -107,15 +107,15 @@ func TestTaskEnvironmentEndToEnd(t *testing.T) {
 			}
 			// Paths stay inside the work directory.
 			_, _, err = act(r.EpisodeID, env.TaskAction{Op: "write", Path: "../escape.txt", Content: "x"})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, `".."`)
+			aeptest.WantError(t, err, wire.CodeRuntimeError, `".."`)
 			_, _, err = act(r.EpisodeID, env.TaskAction{Op: "read", Path: "/etc/passwd"})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "absolute")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "absolute")
 			outside := t.TempDir()
 			if _, _, err := act(r.EpisodeID, env.TaskAction{Op: "run", Command: "ln -s " + outside + " out"}); err != nil {
 				t.Fatal(err)
 			}
 			_, _, err = act(r.EpisodeID, env.TaskAction{Op: "write", Path: "out/x.txt", Content: "x"})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "symbolic link")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "symbolic link")
 			if ents, _ := os.ReadDir(outside); len(ents) != 0 {
 				t.Fatalf("a write escaped through a symlink: %v", ents)
 			}

@@ -83,7 +83,7 @@ func TestFeedbackWire(t *testing.T) {
 		{"lower-case type", `{"type":"positive",` + comp + `}`, "schema_violation", "feedbacks[0].type", 0},
 		{"score above 1", `{"type":"POSITIVE","score":1.5,` + comp + `}`, "schema_violation", "feedbacks[0].score", 0},
 		{"component without name", `{"type":"POSITIVE","component":{"kind":"tool"}}`, "schema_violation", "feedbacks[0].component.name", 0},
-		{"no component and no call", `{"type":"POSITIVE","correlation_id":"nothing-has-this"}`, "schema_violation", "feedbacks[0].component", 0},
+		{"no component and no call", `{"type":"POSITIVE","correlation_id":"nothing-has-this"}`, "runtime_error", "not_found", 0},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,9 +107,15 @@ func TestFeedbackWire(t *testing.T) {
 			if r["type"] != "error" || r["code"] != tc.code || r["retryable"] != false {
 				t.Fatalf("want %s, got %v", tc.code, r)
 			}
+			// A malformed feedback names its field; a correlation_id naming
+			// no audited call is a condition of state, named by its reason.
 			d, _ := r["detail"].(map[string]any)
-			if d["field"] != tc.field {
-				t.Fatalf("want field %s, got %v", tc.field, r)
+			key := "field"
+			if tc.code == "runtime_error" {
+				key = "reason"
+			}
+			if d[key] != tc.field {
+				t.Fatalf("want %s %s, got %v", key, tc.field, r)
 			}
 			// The schema files refuse what the decoder refuses (the if/then of
 			// Feedback is schema-visible, not a handler rule), except the
@@ -519,7 +525,7 @@ func TestExportFile(t *testing.T) {
 		}
 	}
 	_, err := c.LearnExport(ctx, &msg.LearnExportReq{What: "feedback", Cursor: aeptest.Ptr("x")})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "cursor")
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 }
 
 // TestPersistsAcrossRestart records feedback, experience and calls, stops

@@ -215,8 +215,14 @@ func (p *Plugin) LearnFeedback(ctx context.Context, s wire.Scope, req *msg.Learn
 				kind, name = f.Component.Kind, f.Component.Name
 			case call != nil:
 				kind, name = call.Kind, call.Name
-			default:
+			case f.CorrelationID == nil:
+				// The schema's anyOf: a decoded request always has one.
 				return &wire.FieldError{Field: fmt.Sprintf("feedbacks[%d].component", i), Reason: "required unless correlation_id names an audited call"}
+			default:
+				// A correlation_id that names no audited call of the
+				// tenant: a condition of state (docs/DECISIONS.md, Errors
+				// of state), the same answer whoever's call it might be.
+				return fmt.Errorf("%w: feedbacks[%d].correlation_id %q names no audited call", wire.ErrNotFound, i, *f.CorrelationID)
 			}
 			score := defaultScore[string(f.Type)]
 			if f.Score != nil {

@@ -326,7 +326,9 @@ func (p *Plugin) LearnExport(ctx context.Context, s wire.Scope, req *msg.LearnEx
 	if c := str(req.Cursor); c != "" {
 		n, err := strconv.Atoi(c)
 		if err != nil || n < 0 {
-			return nil, &wire.FieldError{Field: "cursor", Reason: "not a cursor of learn/export"}
+			// A cursor the plugin never issued names no position: not
+			// found, a condition of state (docs/DECISIONS.md, Errors of state).
+			return nil, fmt.Errorf("%w: cursor %q is not a cursor of learn/export", wire.ErrNotFound, c)
 		}
 		after = n
 	}

@@ -312,7 +312,7 @@ func TestResourcesAndPrompts(t *testing.T) {
 	if err != nil || len(pg.Messages) != 1 || pg.Messages[0].Role != "user" || pg.Messages[0].Content["text"] != "hello bob" {
 		t.Fatalf("prompt: %+v %v", pg, err)
 	}
-	if _, err := e.c.McpResourceList(ctx, &msg.MCPResourceListReq{ServerID: "nope"}); err == nil || !strings.Contains(err.Error(), "server_id") {
+	if _, err := e.c.McpResourceList(ctx, &msg.MCPResourceListReq{ServerID: "nope"}); err == nil || wire.ReasonOf(wire.AsError(err).Detail) != "not_found" || !strings.Contains(err.Error(), `no MCP server "nope"`) {
 		t.Fatalf("unknown server: %v", err)
 	}
 }

@@ -372,7 +372,7 @@ func (p *Plugin) McpServerUnregister(ctx context.Context, s wire.Scope, req *msg
 func (p *Plugin) server(ctx context.Context, sessionID, id string) (*conn, *mcpClient, error) {
 	c := p.find(sessionID, id)
 	if c == nil {
-		return nil, nil, &wire.FieldError{Field: "server_id", Reason: fmt.Sprintf("no MCP server %q in this session", id)}
+		return nil, nil, fmt.Errorf("%w: no MCP server %q in this session", wire.ErrNotFound, id)
 	}
 	cli, err := c.client(ctx)
 	if err != nil {

@@ -144,8 +144,8 @@ func testBadInputChangesNothing(t *testing.T, dsn string) {
 					{"unknown tier", id, []msg.MemoryEntry{ok, ent("cosmic", "k", "v", 0)}, wire.CodeSchemaViolation, "entries[1].tier"},
 					{"missing key", id, []msg.MemoryEntry{ok, ent(tier, "", "v", 0)}, wire.CodeSchemaViolation, "entries[1].key"},
 					{"content over cap", id, []msg.MemoryEntry{ok, ent(tier, "k", big, 0)}, wire.CodeSchemaViolation, "over the cap of 64 bytes"},
-					{"unknown memory_id", "mem-nope", []msg.MemoryEntry{ok}, wire.CodeSchemaViolation, "unknown memory_id"},
-					{"another session's memory_id", otherID, []msg.MemoryEntry{ok}, wire.CodeSchemaViolation, "unknown memory_id"},
+					{"unknown memory_id", "mem-nope", []msg.MemoryEntry{ok}, wire.CodeRuntimeError, "unknown memory_id"},
+					{"another session's memory_id", otherID, []msg.MemoryEntry{ok}, wire.CodeRuntimeError, "unknown memory_id"},
 				} {
 					_, err := c.MemoryStore(ctx, &msg.MemoryStoreReq{MemoryID: tc.id, Entries: tc.entries})
 					if err == nil {
@@ -159,20 +159,20 @@ func testBadInputChangesNothing(t *testing.T, dsn string) {
 			}
 			// Reads and forget with a bad memory_id or tier.
 			_, err := c.MemoryRetrieve(ctx, &msg.MemoryRetrieveReq{MemoryID: "mem-nope", Keys: []string{"keep"}})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "unknown memory_id")
 			_, err = c.MemoryRetrieve(ctx, &msg.MemoryRetrieveReq{MemoryID: id, Keys: []string{"keep"}, Tier: tierp("cosmic")})
 			aeptest.WantError(t, err, wire.CodeSchemaViolation, "tier")
 			_, err = c.MemoryRecall(ctx, &msg.MemoryRecallReq{MemoryID: otherID, Query: aeptest.Ptr("keep"), Limit: 5, Order: "relevance"})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "unknown memory_id")
 			_, err = c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: id})
 			aeptest.WantError(t, err, wire.CodeSchemaViolation, "tier or older_than is required")
 			// An empty list is no selector (schemas/memory.json's anyOf).
 			_, err = c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: id, Keys: []string{}, Tags: []string{}})
 			aeptest.WantError(t, err, wire.CodeSchemaViolation, "keys (at least 1 item)")
 			_, err = c.MemoryForget(ctx, &msg.MemoryForgetReq{MemoryID: "mem-nope", Keys: []string{"keep"}})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "unknown memory_id")
 			_, err = c.MemoryStats(ctx, &msg.MemoryStatsReq{MemoryID: "mem-nope"})
-			aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown memory_id")
+			aeptest.WantError(t, err, wire.CodeRuntimeError, "unknown memory_id")
 			if after := stats(t, c, id); !reflect.DeepEqual(after, before) {
 				t.Fatalf("stats changed: %v → %v", before, after)
 			}

@@ -50,7 +50,7 @@ const (
 
 // Errors of memory requests. Those a retry cannot fix wrap wire.ErrInvalid.
 var (
-	ErrUnknownMemory = fmt.Errorf("unknown memory_id; call memory/init first: %w", wire.ErrInvalid)
+	ErrUnknownMemory = fmt.Errorf("unknown memory_id; call memory/init first: %w", wire.ErrNotFound)
 	ErrWorkingFull   = fmt.Errorf("working memory full: %w", wire.ErrInvalid)
 	ErrNoStore       = errors.New("the episodic and semantic tiers need the host's store, and this host has none")
 )

@@ -29,9 +29,11 @@ const (
 	ScopeSnapshot Scope = "snapshot"
 )
 
-// Errors of scope views. They wrap wire.ErrInvalid: retrying cannot succeed.
+// Errors of scope views; retrying cannot succeed. A write the session's
+// scope does not allow is refused by scope (denied), a condition of the
+// session, never schema_violation (docs/DECISIONS.md, Errors of state).
 var (
-	ErrReadOnly = fmt.Errorf("working memory is read-only in a restricted scope: %w", wire.ErrInvalid)
+	ErrReadOnly = fmt.Errorf("working memory is read-only in a restricted scope: %w", wire.ErrDenied)
 	ErrNoParent = fmt.Errorf("the parent session is gone: %w", wire.ErrInvalid)
 	ErrBadScope = fmt.Errorf("unknown memory scope (shared, restricted, isolated, snapshot): %w", wire.ErrInvalid)
 )

@@ -182,9 +182,9 @@ func TestScopeViews(t *testing.T) {
 	}
 	// A restricted child's write fails with the named error, changing nothing.
 	_, err := restricted.c.MemoryStore(aeptest.Context(t), &msg.MemoryStoreReq{MemoryID: restricted.id, Entries: []msg.MemoryEntry{ent("working", "plan", "hijack", 0)}})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "read-only in a restricted scope")
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "read-only in a restricted scope")
 	_, err = restricted.c.MemoryForget(aeptest.Context(t), &msg.MemoryForgetReq{MemoryID: restricted.id, Keys: []string{"plan"}})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "read-only in a restricted scope")
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "read-only in a restricted scope")
 	if got := get(t, parent, pid, "working", "plan"); !reflect.DeepEqual(got, []string{"step two"}) {
 		t.Fatalf("parent's plan after a restricted write: %q", got)
 	}
@@ -201,7 +201,7 @@ func TestScopeViews(t *testing.T) {
 		t.Fatalf("grandchild reads %q", got)
 	}
 	_, err = gc.MemoryStore(aeptest.Context(t), &msg.MemoryStoreReq{MemoryID: gid, Entries: []msg.MemoryEntry{ent("working", "x", "y", 0)}})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "read-only")
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "read-only")
 
 	// The plugin refuses a scope it does not know, whoever calls it.
 	if err := p.ChildSpawned(aeptest.Context(t), aeptest.Handle(t, isolated.c), aeptest.Handle(t, parent), "borrowed"); !errors.Is(err, memory.ErrBadScope) {

@@ -98,7 +98,7 @@ func TestRestoreReportsLost(t *testing.T) {
 		t.Fatalf("restored process: %+v %v", st, err)
 	}
 	_, err = c.ProcStatus(ctx, &msg.ProcStatusReq{ProcID: after.ProcID})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown proc_id")
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 	// The processes running at the restore are gone, the snapshot's were never brought back.
 	for _, pid := range []int{before.Pid, after.Pid} {
 		deadline := time.Now().Add(10 * time.Second)

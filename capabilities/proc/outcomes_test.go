@@ -16,16 +16,16 @@ import (
 func TestSignals(t *testing.T) {
 	c := aeptest.Connect(t, newHost(t, &proc.Plugin{}), "proc")
 	cases := []struct {
-		signal string
+		signal msg.ProcSignalReqSignal
 		state  msg.ProcRecordState
 		name   string
 	}{
 		{"TERM", msg.ProcRecordStateSignaled, "SIGTERM"},
 		{"SIGINT", msg.ProcRecordStateSignaled, "SIGINT"},
-		{"kill", msg.ProcRecordStateSignaled, "SIGKILL"},
+		{"KILL", msg.ProcRecordStateSignaled, "SIGKILL"},
 	}
 	for _, cs := range cases {
-		t.Run(cs.signal, func(t *testing.T) {
+		t.Run(string(cs.signal), func(t *testing.T) {
 			rec := spawn(t, c, "sleep", "1000")
 			if _, err := c.ProcSignal(aeptest.Context(t), &msg.ProcSignalReq{ProcID: rec.ProcID, Signal: cs.signal}); err != nil {
 				t.Fatal(err)
@@ -41,7 +41,7 @@ func TestSignals(t *testing.T) {
 	}
 	rec := spawn(t, c, "sleep", "1000")
 	_, err := c.ProcSignal(aeptest.Context(t), &msg.ProcSignalReq{ProcID: rec.ProcID, Signal: "SIGBOGUS"})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown signal")
+	aeptest.WantError(t, err, wire.CodeSchemaViolation, `"signal": must be one of`)
 	k, err := c.ProcKill(aeptest.Context(t), &msg.ProcKillReq{ProcID: rec.ProcID})
 	if err != nil || k.Process.State != msg.ProcRecordStateSignaled {
 		t.Fatalf("kill: %+v %v", k, err)

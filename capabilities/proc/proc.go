@@ -197,7 +197,7 @@ func killAll(procs []*process) {
 }
 
 // ErrUnknownProc is the cause for a proc_id the session does not have.
-var ErrUnknownProc = fmt.Errorf("unknown proc_id: %w", wire.ErrInvalid)
+var ErrUnknownProc = fmt.Errorf("unknown proc_id: %w", wire.ErrNotFound)
 
 // Errors of a program that cannot be started, the agent's mistake: they
 // name only the argv[0] it sent.
@@ -618,7 +618,7 @@ func waitAny(chs []<-chan struct{}) <-chan struct{} {
 
 // ProcSignal answers proc/signal/req.
 func (p *Plugin) ProcSignal(ctx context.Context, s wire.Scope, req *msg.ProcSignalReq) (*msg.ProcSignalResp, error) {
-	sig, ok := sandbox.ParseSignal(req.Signal)
+	sig, ok := sandbox.ParseSignal(string(req.Signal))
 	if !ok {
 		return nil, &wire.FieldError{Field: "signal", Reason: fmt.Sprintf("unknown signal %q", req.Signal)}
 	}

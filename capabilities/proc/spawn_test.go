@@ -78,7 +78,7 @@ func TestSpawnRules(t *testing.T) {
 		t.Fatalf("list: %+v %v", l, err)
 	}
 	_, err = c.ProcStatus(ctx, &msg.ProcStatusReq{ProcID: "p-nope"})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown proc_id")
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 }
 
 // TestEnvironmentAllowlist: a process inherits only the host variables on

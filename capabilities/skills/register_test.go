@@ -57,7 +57,7 @@ func TestRegisterOffByDefault(t *testing.T) {
 	_, err := c.SkillRegister(aeptest.Context(t), greet("1.0.0"))
 	aeptest.WantReason(t, err, wire.CodeRuntimeError, "register_disabled")
 	_, err = c.SkillGet(aeptest.Context(t), &msg.SkillGetReq{Name: "greet"})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown skill")
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "unknown skill")
 }
 
 // TestRegisterThenCall: a session registers a skill and calls it; another
@@ -97,7 +97,7 @@ func TestRegisterThenCall(t *testing.T) {
 	}
 	// The other session: unknown, the same answer as a skill that never was.
 	_, err = call(b, "")
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown skill")
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "unknown skill")
 	if d, err := b.SkillDiscover(ctx, &msg.SkillDiscoverReq{Name: aeptest.Ptr("greet")}); err != nil || len(d.Skills) != 0 {
 		t.Fatalf("discover from another session: %+v %v", d, err)
 	}
@@ -249,7 +249,7 @@ func TestRegisteredSkillSubagentScope(t *testing.T) {
 				t.Fatalf("%s child calling %s: %+v %v", tc.scope, name, res, err)
 			}
 			if !want {
-				aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown skill")
+				aeptest.WantError(t, err, wire.CodeRuntimeError, "unknown skill")
 			}
 		}
 	}

@@ -309,7 +309,7 @@ func (sk *skill) definition(withInstructions bool) msg.SkillDefinition {
 }
 
 // ErrUnknownSkill is the cause for a name or version the host does not have.
-var ErrUnknownSkill = fmt.Errorf("unknown skill: %w", wire.ErrInvalid)
+var ErrUnknownSkill = fmt.Errorf("unknown skill: %w", wire.ErrNotFound)
 
 // find returns the version asked for, or the newest, of the skills session
 // sid may call.

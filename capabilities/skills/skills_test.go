@@ -92,7 +92,7 @@ func TestDiscoverAndVersions(t *testing.T) {
 		t.Fatalf("get: %+v %v", g, err)
 	}
 	_, err = c.SkillGet(ctx, &msg.SkillGetReq{Name: "echo", Version: aeptest.Ptr("2.0.0")})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "have 1.10.0, 1.9.0, 1.2.0")
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "have 1.10.0, 1.9.0, 1.2.0")
 }
 
 func TestBadManifestStopsTheHost(t *testing.T) {
@@ -177,7 +177,7 @@ func TestCallFailures(t *testing.T) {
 		aeptest.WantError(t, err, wire.CodeSchemaViolation, "input_schema")
 	}
 	_, err := c.SkillCall(ctx, &msg.SkillCallReq{Name: "nope"})
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "unknown skill")
+	aeptest.WantError(t, err, wire.CodeRuntimeError, "unknown skill")
 	// Output that is not valid is a failed result.
 	for name, sub := range map[string]string{"badout": "output_schema at /", "notjson": "not JSON"} {
 		r, err := c.SkillCall(ctx, &msg.SkillCallReq{Name: name})

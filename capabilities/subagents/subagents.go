@@ -62,7 +62,7 @@ const (
 
 // ErrUnknownSubagent is the cause when an id is not one of the sender's
 // descendants (spec §5 rule 4: others' subagents are not visible).
-var ErrUnknownSubagent = fmt.Errorf("unknown subagent_id: not a subagent of this session: %w", wire.ErrInvalid)
+var ErrUnknownSubagent = fmt.Errorf("unknown subagent_id: not a subagent of this session: %w", wire.ErrNotFound)
 
 // Plugin serves the subagent namespace. Its exported fields with yaml tags
 // are its settings.
@@ -227,8 +227,9 @@ func (p *Plugin) capsFor(parent *server.Session, names []string) ([]string, erro
 	for i, n := range names {
 		c := server.CanonicalCapability(n)
 		if !parent.Enabled(c) {
-			return nil, &wire.FieldError{Field: fmt.Sprintf("capabilities[%d]", i),
-				Reason: fmt.Sprintf("%q is not enabled for this session; a subagent gets a subset of its parent's capabilities", n)}
+			// What the sender holds is state, not shape: denied, never
+			// schema_violation (docs/DECISIONS.md, Errors of state).
+			return nil, fmt.Errorf("capabilities[%d]: %q is not enabled for this session; a subagent gets a subset of its parent's capabilities: %w", i, n, wire.ErrDenied)
 		}
 		if !seen[c] {
 			seen[c] = true

@@ -308,7 +308,7 @@ func TestChildTokens(t *testing.T) {
 	refused(top, a.AuthToken, "child token on a top-level session")
 	// The parent's own (live) session does not take it either.
 	_, err = p.Handshake(aeptest.Context(t), "x", a.AuthToken, "memory")
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "already_handshaken")
 
 	cb := inprocJSON.dial(t, h, b.SessionID)
 	refused(cb, a.AuthToken, "sibling's token")
@@ -343,9 +343,9 @@ func TestTerminateCascade(t *testing.T) {
 	// Visibility: c knows neither its sibling nor its parent.
 	for _, id := range []string{ra.SubagentID, rb.SubagentID, p.SessionID(), handle(t, p), ra.SessionID} {
 		_, err := cc.SubagentTerminate(aeptest.Context(t), &msg.SubagentTerminateReq{SubagentID: id})
-		aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
+		aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 		_, err = cc.SubagentStatus(aeptest.Context(t), &msg.SubagentStatusReq{SubagentID: id})
-		aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
+		aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 	}
 	if got := len(list(t, ca, false)); got != 2 {
 		t.Fatalf("a lists %d, want its 2", got)

@@ -416,6 +416,23 @@ func Independent() []Mutant {
 					m["max_parallel"] = num(0)
 				}
 			})},
+		{Name: "second-handshake-malformed", Bug: "a well-formed second handshake on a live session is answered schema_violation, a code of shape, for a condition of state",
+			Kind: KindHandshake, Run: run(conformance.CheckHandshake),
+			Host: onType("handshake/resp", func(_ *State, m Msg) {
+				e, _ := m["error"].(map[string]any)
+				if d, _ := e["detail"].(map[string]any); d != nil && d["reason"] == "already_handshaken" {
+					e["code"] = "schema_violation"
+					e["detail"] = map[string]any{"field": "type"}
+				}
+			})},
+		{Name: "req-id-number-accepted", Bug: "a request whose req_id is a number is served (the envelope's req_id is not checked to be a string)",
+			Kind: KindEnvelope, Run: run(conformance.CheckEnvelopeID),
+			Agent: func(_ *State, m Msg) []Msg {
+				if _, ok := m["req_id"].(json.Number); ok && Type(m) == "ping" {
+					delete(m, "req_id")
+				}
+				return Same(m)
+			}},
 		{Name: "learn-ungated", Bug: "a session that asked for no capability is served learn/stats",
 			Kind: KindGating, Capability: "learn", Run: run(conformance.CheckCapability),
 			Host: errorsOf(func(_ *State, req Msg) bool { return Type(req) == "learn/stats/req" }, func(_ *State, req, _ Msg) Msg {

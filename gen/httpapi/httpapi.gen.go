@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/oapi-codegen/runtime"
 )
@@ -20,6 +21,9 @@ import (
 type Accepted struct {
 	Ok bool `json:"ok"`
 }
+
+// AgentMessage One message an agent sends, any of the contract's (gen/contract/aep.schema.json AnyAgentMessage, a oneOf discriminated by type). The server hands the bytes to the kernel, which decodes them as it does text/plain.
+type AgentMessage = json.RawMessage
 
 // Error A transport-level error. Protocol errors never use it; they arrive on the stream.
 type Error struct {
@@ -37,15 +41,8 @@ type Health struct {
 	Sessions int `json:"sessions"`
 }
 
-// Message One protocol message (schemas/envelope.json and docs/protocol.md); in single-exchange mode the reply to the request sent.
-type Message struct {
-	Id                   string                 `json:"id"`
-	Proto                string                 `json:"proto"`
-	ReqId                *string                `json:"req_id,omitempty"`
-	Ts                   float32                `json:"ts"`
-	Type                 string                 `json:"type"`
-	AdditionalProperties map[string]interface{} `json:"-"`
-}
+// HostMessage One message a host sends, any of the contract's (gen/contract/aep.schema.json AnyHostMessage, a oneOf discriminated by type); in single-exchange mode the reply to the request sent, an error message included.
+type HostMessage = json.RawMessage
 
 // SessionCreated defines model for SessionCreated.
 type SessionCreated struct {
@@ -80,128 +77,11 @@ type StreamParams struct {
 	LastEventID *string   `json:"Last-Event-ID,omitempty"`
 }
 
+// SendJSONRequestBody defines body for Send for application/json ContentType.
+type SendJSONRequestBody = AgentMessage
+
 // SendTextRequestBody defines body for Send for text/plain ContentType.
 type SendTextRequestBody = SendTextBody
-
-// Getter for additional properties for Message. Returns the specified
-// element and whether it was found
-func (a Message) Get(fieldName string) (value interface{}, found bool) {
-	if a.AdditionalProperties != nil {
-		value, found = a.AdditionalProperties[fieldName]
-	}
-	return
-}
-
-// Setter for additional properties for Message
-func (a *Message) Set(fieldName string, value interface{}) {
-	if a.AdditionalProperties == nil {
-		a.AdditionalProperties = make(map[string]interface{})
-	}
-	a.AdditionalProperties[fieldName] = value
-}
-
-// Override default JSON handling for Message to handle AdditionalProperties
-func (a *Message) UnmarshalJSON(b []byte) error {
-	object := make(map[string]json.RawMessage)
-	err := json.Unmarshal(b, &object)
-	if err != nil {
-		return err
-	}
-
-	if raw, found := object["id"]; found {
-		err = json.Unmarshal(raw, &a.Id)
-		if err != nil {
-			return fmt.Errorf("error reading 'id': %w", err)
-		}
-		delete(object, "id")
-	}
-
-	if raw, found := object["proto"]; found {
-		err = json.Unmarshal(raw, &a.Proto)
-		if err != nil {
-			return fmt.Errorf("error reading 'proto': %w", err)
-		}
-		delete(object, "proto")
-	}
-
-	if raw, found := object["req_id"]; found {
-		err = json.Unmarshal(raw, &a.ReqId)
-		if err != nil {
-			return fmt.Errorf("error reading 'req_id': %w", err)
-		}
-		delete(object, "req_id")
-	}
-
-	if raw, found := object["ts"]; found {
-		err = json.Unmarshal(raw, &a.Ts)
-		if err != nil {
-			return fmt.Errorf("error reading 'ts': %w", err)
-		}
-		delete(object, "ts")
-	}
-
-	if raw, found := object["type"]; found {
-		err = json.Unmarshal(raw, &a.Type)
-		if err != nil {
-			return fmt.Errorf("error reading 'type': %w", err)
-		}
-		delete(object, "type")
-	}
-
-	if len(object) != 0 {
-		a.AdditionalProperties = make(map[string]interface{})
-		for fieldName, fieldBuf := range object {
-			var fieldVal interface{}
-			err := json.Unmarshal(fieldBuf, &fieldVal)
-			if err != nil {
-				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
-			}
-			a.AdditionalProperties[fieldName] = fieldVal
-		}
-	}
-	return nil
-}
-
-// Override default JSON handling for Message to handle AdditionalProperties
-func (a Message) MarshalJSON() ([]byte, error) {
-	var err error
-	object := make(map[string]json.RawMessage)
-
-	object["id"], err = json.Marshal(a.Id)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'id': %w", err)
-	}
-
-	object["proto"], err = json.Marshal(a.Proto)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'proto': %w", err)
-	}
-
-	if a.ReqId != nil {
-		object["req_id"], err = json.Marshal(a.ReqId)
-		if err != nil {
-			return nil, fmt.Errorf("error marshaling 'req_id': %w", err)
-		}
-	}
-
-	object["ts"], err = json.Marshal(a.Ts)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'ts': %w", err)
-	}
-
-	object["type"], err = json.Marshal(a.Type)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'type': %w", err)
-	}
-
-	for fieldName, field := range a.AdditionalProperties {
-		object[fieldName], err = json.Marshal(field)
-		if err != nil {
-			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
-		}
-	}
-	return json.Marshal(object)
-}
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -602,15 +482,16 @@ func (response Readyz503JSONResponse) VisitReadyzResponse(w http.ResponseWriter)
 }
 
 type SendRequestObject struct {
-	Params SendParams
-	Body   *SendTextRequestBody
+	Params   SendParams
+	JSONBody *SendJSONRequestBody
+	TextBody *SendTextRequestBody
 }
 
 type SendResponseObject interface {
 	VisitSendResponse(w http.ResponseWriter) error
 }
 
-type Send200JSONResponse Message
+type Send200JSONResponse HostMessage
 
 func (response Send200JSONResponse) VisitSendResponse(w http.ResponseWriter) error {
 
@@ -1012,14 +893,25 @@ func (sh *strictHandler) Send(w http.ResponseWriter, r *http.Request, params Sen
 	var request SendRequestObject
 
 	request.Params = params
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 
-	data, err := io.ReadAll(r.Body)
-	if err != nil {
-		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't read body: %w", err))
-		return
+		var body SendJSONRequestBody
+		if err := runtime.BindJSONBody(r, &body); err != nil {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+		request.JSONBody = &body
+
 	}
-	body := SendTextRequestBody(data)
-	request.Body = &body
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "text/plain") {
+		data, err := io.ReadAll(r.Body)
+		if err != nil {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't read body: %w", err))
+			return
+		}
+		body := SendTextRequestBody(data)
+		request.TextBody = &body
+	}
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.Send(ctx, request.(SendRequestObject))

@@ -54,9 +54,14 @@ type ChainEdge struct {
 	When *bool `json:"when,omitempty,omitzero"`
 }
 
-// One node of a chain (spec §2.11 node kinds). Settings by kind — action: request;
-// branch: condition; map: items and request; gather: none; reduce: items, expr and
-// initial.
+// One node of a chain (spec §2.11 node kinds). Settings by kind, required as the
+// allOf states — action: request; branch: condition; map: items and request;
+// gather: none; reduce: items, expr (and initial, null when absent). fallback goes
+// with on_error fallback and only with it. The rules of the graph as a whole (ids
+// unique, edges and fallbacks naming nodes of the chain, an entry node, no cycle,
+// request types a chain may send, expressions that compile) no schema states: a
+// chain breaking one is schema_violation before any node runs
+// (schemas/edges/README.md, Rules in words).
 type ChainNode struct {
 	// branch: an expr-lang expression over input and nodes; edges from the branch
 	// with when=true are taken when it is true, when=false otherwise.

@@ -21,7 +21,8 @@ type CapabilityEntry struct {
 // A failure (spec §2.3, part 7). req_id names the request; it is empty when the
 // line had no readable id.
 type Error struct {
-	// Capability concerned.
+	// Capability concerned: the canonical name of the capability of the request's
+	// namespace (spec §2.3).
 	CapabilityName *string `json:"capability_name,omitempty,omitzero"`
 
 	// Error code (spec §7).
@@ -39,7 +40,8 @@ type Error struct {
 
 // The fields of an error (spec §2.3), also embedded in a failed handshake/resp.
 type ErrorBody struct {
-	// Capability concerned.
+	// Capability concerned: the canonical name of the capability of the request's
+	// namespace (spec §2.3).
 	CapabilityName *string `json:"capability_name,omitempty,omitzero"`
 
 	// Error code (spec §7).
@@ -106,8 +108,9 @@ type HandshakeResp struct {
 	// One entry per requested capability (spec §2.2).
 	AcceptedCaps []CapabilityEntry `json:"accepted_caps"`
 
-	// The failure's code: unauthorized, version_mismatch or schema_violation
-	// (docs/DECISIONS.md, Wire).
+	// The failure: unauthorized, version_mismatch, schema_violation (a malformed
+	// handshake), or runtime_error with detail.reason (throttled, too_many_sessions,
+	// tenant_sessions, already_handshaken) (docs/DECISIONS.md, Wire).
 	Error *ErrorBody `json:"error,omitempty,omitzero"`
 
 	// Maximum concurrent requests of the session (spec §8).
@@ -123,7 +126,7 @@ type HandshakeResp struct {
 	// handshake/req, or every session by the operator's server.trajectories.record).
 	RecordTrajectory *bool `json:"record_trajectory,omitempty,omitzero"`
 
-	// Identifier of the session; absent on failure.
+	// Identifier of the session: present exactly when ok is true.
 	SessionID *string `json:"session_id,omitempty,omitzero"`
 }
 
@@ -132,7 +135,8 @@ type Ping struct{}
 
 // Answer to ping.
 type Pong struct {
-	// Seconds since the host started.
+	// Seconds since the host started; never negative, and never smaller than an
+	// earlier pong's in the same session.
 	UptimeSeconds float64 `json:"uptime_seconds"`
 }
 

@@ -63,7 +63,8 @@ type DataPart struct {
 	// Destination, relative to the session's data root.
 	Path string `json:"path"`
 
-	// Lower-case hex SHA-256 of the file; the copy is verified against it.
+	// Hex SHA-256 of the file (64 hex digits, either case); the copy is verified
+	// against it.
 	Sha256 string `json:"sha256"`
 
 	// Size in bytes; the copy is verified against it.
@@ -223,8 +224,9 @@ type EnvResetReq struct {
 	// Environment-specific reset options.
 	Options *json.RawMessage `json:"options,omitempty,omitzero"`
 
-	// Seeds the episode's random state: any int64; 7.0 is the integer 7 (JSON
-	// Schema's integers).
+	// Seeds the episode's random state: any integer of magnitude at most 2^53 − 1,
+	// which every JSON library holds exactly (docs/DECISIONS.md, Integers); 7.0 is
+	// the integer 7 (JSON Schema's integers).
 	Seed *int `json:"seed,omitempty,omitzero"`
 }
 

@@ -85,8 +85,9 @@ type Experience struct {
 // One rating (spec §2.11 feedback types). `score` is in [-1, 1] (-1 worst, 1
 // best); when absent it follows the type: POSITIVE 1, NEGATIVE -1, NEUTRAL 0,
 // CORRECTIVE -0.5 (docs/learn.md). A CORRECTIVE feedback must carry its
-// `correction`. `component` may be left out when `correlation_id` names an audited
-// call: the call's component is rated.
+// `correction`. A feedback names the component it rates, or a `correlation_id`
+// instead: the component of the audited call it names is rated, and a
+// correlation_id naming no audited call of the tenant is runtime_error not_found.
 type Feedback struct {
 	// Comment corresponds to the JSON schema field "comment".
 	Comment *string `json:"comment,omitempty,omitzero"`
@@ -95,7 +96,8 @@ type Feedback struct {
 	Component *Component `json:"component,omitempty,omitzero"`
 
 	// The decision context the rating belongs to (a task type, a goal); learn/rank
-	// ranks within a context. Empty: the global context only.
+	// ranks within a context. Empty: the global context only. No control characters
+	// (U+0000–U+001F, U+007F).
 	Context *string `json:"context,omitempty,omitzero"`
 
 	// What the right output would have been. Required when type is CORRECTIVE.
@@ -139,7 +141,8 @@ const FeedbackTypePOSITIVE FeedbackType = "POSITIVE"
 // all), optionally discounting older feedback by a half-life, so recent ratings
 // count more (docs/learn.md).
 type LearnAdaptReq struct {
-	// Rebuild this context only; absent: every context.
+	// Rebuild this context only; absent: every context. No control characters
+	// (U+0000–U+001F, U+007F).
 	Context *string `json:"context,omitempty,omitzero"`
 
 	// A feedback of age a counts 2^(-a/half_life_s); 0 or absent: every feedback
@@ -246,7 +249,7 @@ type LearnRankReq struct {
 	// Candidates corresponds to the JSON schema field "candidates".
 	Candidates []Component `json:"candidates,omitempty,omitzero"`
 
-	// Context corresponds to the JSON schema field "context".
+	// No control characters (U+0000–U+001F, U+007F).
 	Context *string `json:"context,omitempty,omitzero"`
 
 	// UCB1's exploration constant c in mean + c·sqrt(ln N / n); default sqrt(2).

@@ -105,7 +105,8 @@ type MemoryInitReq struct {
 	// Metadata corresponds to the JSON schema field "metadata".
 	Metadata *json.RawMessage `json:"metadata,omitempty,omitzero"`
 
-	// Namespace corresponds to the JSON schema field "namespace".
+	// Names the persistent memory shared by the sessions that use it; no control
+	// characters (U+0000–U+001F, U+007F).
 	Namespace string `json:"namespace,omitempty,omitzero"`
 
 	// Scope keys. `agent` narrows the persistent tiers to one agent within the

@@ -132,17 +132,51 @@ const ProcRecordStateRunning ProcRecordState = "running"
 const ProcRecordStateSignaled ProcRecordState = "signaled"
 const ProcRecordStateTimeout ProcRecordState = "timeout"
 
-// Sends a signal by name (with or without the SIG prefix) to the process group;
-// for a sandboxed process, to the command inside the sandbox. A process it ends is
-// signaled, never crashed.
+// Sends a signal by name (upper case, with or without the SIG prefix) to the
+// process group; for a sandboxed process, to the command inside the sandbox. A
+// process it ends is signaled, never crashed.
 type ProcSignalReq struct {
 	// ProcID corresponds to the JSON schema field "proc_id".
 	ProcID string `json:"proc_id"`
 
-	// HUP, INT, QUIT, ABRT, KILL, USR1, SEGV, USR2, PIPE, ALRM, TERM, CONT, STOP,
-	// TSTP, XCPU, WINCH.
-	Signal string `json:"signal"`
+	// The signal's name, upper case, with or without the SIG prefix.
+	Signal ProcSignalReqSignal `json:"signal"`
 }
+
+type ProcSignalReqSignal string
+
+const ProcSignalReqSignalABRT ProcSignalReqSignal = "ABRT"
+const ProcSignalReqSignalALRM ProcSignalReqSignal = "ALRM"
+const ProcSignalReqSignalCONT ProcSignalReqSignal = "CONT"
+const ProcSignalReqSignalHUP ProcSignalReqSignal = "HUP"
+const ProcSignalReqSignalINT ProcSignalReqSignal = "INT"
+const ProcSignalReqSignalKILL ProcSignalReqSignal = "KILL"
+const ProcSignalReqSignalPIPE ProcSignalReqSignal = "PIPE"
+const ProcSignalReqSignalQUIT ProcSignalReqSignal = "QUIT"
+const ProcSignalReqSignalSEGV ProcSignalReqSignal = "SEGV"
+const ProcSignalReqSignalSIGABRT ProcSignalReqSignal = "SIGABRT"
+const ProcSignalReqSignalSIGALRM ProcSignalReqSignal = "SIGALRM"
+const ProcSignalReqSignalSIGCONT ProcSignalReqSignal = "SIGCONT"
+const ProcSignalReqSignalSIGHUP ProcSignalReqSignal = "SIGHUP"
+const ProcSignalReqSignalSIGINT ProcSignalReqSignal = "SIGINT"
+const ProcSignalReqSignalSIGKILL ProcSignalReqSignal = "SIGKILL"
+const ProcSignalReqSignalSIGPIPE ProcSignalReqSignal = "SIGPIPE"
+const ProcSignalReqSignalSIGQUIT ProcSignalReqSignal = "SIGQUIT"
+const ProcSignalReqSignalSIGSEGV ProcSignalReqSignal = "SIGSEGV"
+const ProcSignalReqSignalSIGSTOP ProcSignalReqSignal = "SIGSTOP"
+const ProcSignalReqSignalSIGTERM ProcSignalReqSignal = "SIGTERM"
+const ProcSignalReqSignalSIGTSTP ProcSignalReqSignal = "SIGTSTP"
+const ProcSignalReqSignalSIGUSR1 ProcSignalReqSignal = "SIGUSR1"
+const ProcSignalReqSignalSIGUSR2 ProcSignalReqSignal = "SIGUSR2"
+const ProcSignalReqSignalSIGWINCH ProcSignalReqSignal = "SIGWINCH"
+const ProcSignalReqSignalSIGXCPU ProcSignalReqSignal = "SIGXCPU"
+const ProcSignalReqSignalSTOP ProcSignalReqSignal = "STOP"
+const ProcSignalReqSignalTERM ProcSignalReqSignal = "TERM"
+const ProcSignalReqSignalTSTP ProcSignalReqSignal = "TSTP"
+const ProcSignalReqSignalUSR1 ProcSignalReqSignal = "USR1"
+const ProcSignalReqSignalUSR2 ProcSignalReqSignal = "USR2"
+const ProcSignalReqSignalWINCH ProcSignalReqSignal = "WINCH"
+const ProcSignalReqSignalXCPU ProcSignalReqSignal = "XCPU"
 
 type ProcSignalResp struct {
 	// Process corresponds to the JSON schema field "process".

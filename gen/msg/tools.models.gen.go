@@ -100,7 +100,7 @@ const ToolEventKindStatus ToolEventKind = "status"
 // Lists tools (spec §4.2 Tool list). Filters combine with AND; several tags match
 // a tool having any of them (docs/DECISIONS.md). Each plugin answers with its own
 // page of at most `limit` matches after `cursor`, sorted by name; the kernel
-// merges them into one exact page of the whole host (x-aep-merge).
+// merges them into one exact page of the whole host.
 type ToolListReq struct {
 	// next_cursor of the previous page: the last tool name it held.
 	Cursor *string `json:"cursor,omitempty,omitzero"`

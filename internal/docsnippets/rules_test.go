@@ -138,6 +138,7 @@ var notRun = map[string][]string{
 	"docs/chains.md": {"an outline, elided with ..."},
 	"docs/contract.md": {
 		"pipx and npx fetch these tools from PyPI and npm as they run, and PyPI is unreachable in CI; .ci/run's contract step checks the bundle with pinned json-schema-to-typescript, ajv and tsc",
+		`npx fetches quicktype as it runs; .ci/run's "clients generated from the contract" step runs these commands with quicktype 26.0.0 pinned in .ci/package-lock.json (.ci/contract/clients/clients.mjs)`,
 		`names a host's own command and files; the block above runs against the README's host, and the one in "aep's own run" with aep's fixture and baseline`,
 		`an example of a baseline's content; conformance/aep/baseline.json, which the snippet of "aep's own run" loads, is a real one`,
 		"a sample of the output",

@@ -249,6 +249,14 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f == nil || f.Upgrade == nil || !f.Upgrade(r) {
 		g.deadlines(rw, r)
 	}
+	if r.URL.Path == "/send" && f == nil {
+		// openapi.yaml declares the body application/json (typed, for
+		// generated clients) or text/plain; either way, or with any other
+		// Content-Type or none, the kernel decodes the bytes as they came
+		// (parse_error, schema_violation), never the HTTP layer: the
+		// generated handler reads them raw only as text/plain.
+		r.Header.Set("Content-Type", "text/plain")
+	}
 	if r.URL.Path == "/session" || r.URL.Path == "/ws" || f != nil {
 		// The routes that open sessions, the only ones that ask
 		// (SessionOptions); the others are spared the request's copy.
@@ -460,11 +468,12 @@ func (a *api) send(ctx context.Context, req gen.SendRequestObject, mode exchange
 		return gen.Send404JSONResponse{NotFoundJSONResponse: a.notFound(req.Params.XSessionId)}, nil
 	}
 	var line []byte
-	if req.Body != nil {
+	if req.TextBody != nil {
 		// The body's bytes, not a copy: the line is only read (scanned
 		// and decoded, whose models copy what they keep), and the string
 		// the generated handler made of the body is this request's alone.
-		line = unsafe.Slice(unsafe.StringData(*req.Body), len(*req.Body))
+		// Every body arrives as TextBody (guard sets the Content-Type).
+		line = unsafe.Slice(unsafe.StringData(*req.TextBody), len(*req.TextBody))
 	}
 	if mode != modeStream {
 		return a.sendExchange(ctx, st, line, mode, traceparent), nil

@@ -105,12 +105,17 @@ func (f *Face) refuseHTTP(w http.ResponseWriter, err error) {
 }
 
 // failHTTP answers an aep error of a reset or step: the agent's fault
-// (schema_violation) is 422 with the location given, any other is 500
+// (schema_violation, or an action outside the action space: invalid_action)
+// is 422 with the location given, any other is 500
 // with the aep code, as an exception in OpenEnv's environment is.
 func failHTTP(w http.ResponseWriter, err error, loc []any) {
 	var e *aepError
-	if errors.As(err, &e) && e.code == string(wire.CodeSchemaViolation) {
-		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"detail": []pyError{{Type: "value_error", Loc: loc, Msg: e.message}}, "aep_code": e.code})
+	if errors.As(err, &e) && e.agentFault() {
+		body := map[string]any{"detail": []pyError{{Type: "value_error", Loc: loc, Msg: e.message}}, "aep_code": e.code}
+		if r := e.reason(); r != "" {
+			body["aep_reason"] = r
+		}
+		writeJSON(w, http.StatusUnprocessableEntity, body)
 		return
 	}
 	if errors.As(err, &e) {

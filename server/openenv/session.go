@@ -93,6 +93,14 @@ func (e *aepError) reason() string {
 	return r
 }
 
+// agentFault reports an error that is the agent's to fix in what it sent:
+// a malformed request, or an action (or reset options) outside the
+// environment's action space, which aep answers runtime_error with
+// detail.reason "invalid_action" as the contract cannot state it.
+func (e *aepError) agentFault() bool {
+	return e.code == string(wire.CodeSchemaViolation) || e.code == string(wire.CodeRuntimeError) && e.reason() == "invalid_action"
+}
+
 func fromMsg(m *msg.Error) *aepError {
 	d, _ := m.Detail.(map[string]any)
 	return &aepError{code: m.Code, message: m.Message, detail: d, retryable: m.Retryable}

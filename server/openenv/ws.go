@@ -541,7 +541,7 @@ func (c *wsConn) reset(fr *frame) {
 	}
 	m, err := c.b.do(c.ctx, req)
 	var e *aepError
-	if err != nil && req.EpisodeID != nil && c.ep.broken && errors.As(err, &e) && e.code == string(wire.CodeSchemaViolation) {
+	if err != nil && req.EpisodeID != nil && c.ep.broken && errors.As(err, &e) && e.reason() == "episode_closed" {
 		// The episode was closed under a failure (a step that overran
 		// its timeout, a panic): a new one.
 		req.EpisodeID = nil
@@ -549,7 +549,7 @@ func (c *wsConn) reset(fr *frame) {
 	}
 	if err != nil {
 		code := codeExecution
-		if errors.As(err, &e) && e.code == string(wire.CodeSchemaViolation) {
+		if errors.As(err, &e) && e.agentFault() {
 			code = codeValidation
 		}
 		c.fail(code, err)
@@ -576,7 +576,7 @@ func (c *wsConn) step(fr *frame) {
 	if err != nil {
 		var e *aepError
 		code := codeExecution
-		if errors.As(err, &e) && e.code == string(wire.CodeSchemaViolation) && !c.ep.done && !c.ep.broken {
+		if errors.As(err, &e) && e.agentFault() && !c.ep.done && !c.ep.broken {
 			code = codeValidation // the action: the episode itself was steppable
 		} else {
 			c.ep.broken = c.ep.broken || !c.ep.done

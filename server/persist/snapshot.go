@@ -50,7 +50,7 @@ var snapshotIDPattern = regexp.MustCompile(`^(file|sql)-[0-9a-f]{32}$`)
 
 var (
 	// ErrSnapshotNotFound is the cause when no snapshot has the requested id.
-	ErrSnapshotNotFound = wire.Reason("unknown_snapshot", errors.New("unknown snapshot"))
+	ErrSnapshotNotFound = fmt.Errorf("%w: unknown snapshot", wire.ErrNotFound)
 	// ErrSnapshotCorrupt is the cause when a stored snapshot fails to decode or verify.
 	ErrSnapshotCorrupt = wire.Reason("corrupt_snapshot", errors.New("corrupt snapshot"))
 	// ErrSnapshotSecret is the cause when a snapshot would contain a secret
@@ -293,7 +293,9 @@ func (p *Keeper) openSnapshot(ctx context.Context, tenant, id string) (*snapshot
 		if len(id) > 80 {
 			id = id[:80] + "…"
 		}
-		return nil, fmt.Errorf("%w: snapshot_id %q is not a snapshot id; one is \"file-\" or \"sql-\" and 32 lower-case hex digits", wire.ErrInvalid, id)
+		// An id the host could never have issued names nothing: not_found,
+		// as any unknown id (docs/DECISIONS.md, Errors of state).
+		return nil, fmt.Errorf("%w %q: a snapshot id is \"file-\" or \"sql-\" and 32 lower-case hex digits", ErrSnapshotNotFound, id)
 	}
 	doc, err := p.loadSnapshot(ctx, m[1], id)
 	if err != nil {

@@ -188,7 +188,7 @@ func deletesOwned(t *testing.T, ctx context.Context, a, b *agent, aFile, aSQL st
 	// Delete: b cannot delete a's snapshot without proof; the answer is
 	// the unknown snapshot's.
 	_, err := b.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: aFile})
-	aeptest.WantReason(t, err, wire.CodeRuntimeError, "unknown_snapshot")
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 	if got := snapIDs(listSnaps(t, ctx, a)); !slices.Equal(got, sorted(aFile, aSQL)) {
 		t.Fatalf("a's snapshots after b's refused delete: %v", got)
 	}
@@ -205,10 +205,10 @@ func deletesOwned(t *testing.T, ctx context.Context, a, b *agent, aFile, aSQL st
 	}
 	for _, id := range []string{aFile, aSQL} {
 		_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(id)})
-		aeptest.WantReason(t, err, wire.CodeRuntimeError, "unknown_snapshot")
+		aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 	}
 	_, err = a.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: "../etc/passwd"})
-	aeptest.WantReason(t, err, wire.CodeRuntimeError, "unknown_snapshot")
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 
 }
 
@@ -310,7 +310,7 @@ func TestSnapshotRestoresOnAnotherHost(t *testing.T) {
 				t.Fatalf("notes restored from_session %v", got)
 			}
 			_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: new(b.SessionID())})
-			aeptest.WantReason(t, err, wire.CodeRuntimeError, "unknown_snapshot")
+			aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 			_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: new(a.SessionID()), SnapshotID: new(id)})
 			aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 			_, err = c.SessionRestore(ctx, &msg.SessionRestoreReq{})
@@ -323,7 +323,7 @@ func TestSnapshotRestoresOnAnotherHost(t *testing.T) {
 				t.Fatalf("delete on the other host: %+v %v", del, err)
 			}
 			_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(id)})
-			aeptest.WantReason(t, err, wire.CodeRuntimeError, "unknown_snapshot")
+			aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 		})
 	}
 }

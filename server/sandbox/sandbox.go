@@ -248,9 +248,12 @@ func SignalName(sig syscall.Signal) string {
 	return fmt.Sprintf("signal %d", int(sig))
 }
 
-// ParseSignal accepts a signal name with or without the SIG prefix, in any case.
+// ParseSignal accepts a signal name, upper case, with or without the SIG prefix.
 func ParseSignal(name string) (syscall.Signal, bool) {
-	n := strings.ToUpper(name)
+	// Exactly the names schemas/proc.json lists (upper case, SIG optional):
+	// no case folding, whose Unicode rules would take names the contract
+	// refuses ("ſigterm").
+	n := name
 	if !strings.HasPrefix(n, "SIG") {
 		n = "SIG" + n
 	}

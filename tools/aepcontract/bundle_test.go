@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -111,15 +112,38 @@ func TestEveryType(t *testing.T) {
 			OneOf    []struct {
 				Ref string `json:"$ref"`
 			} `json:"oneOf"`
+			AllOf []struct {
+				If struct {
+					Properties map[string]struct {
+						Const string `json:"const"`
+					} `json:"properties"`
+				} `json:"if"`
+				Then struct {
+					Ref string `json:"$ref"`
+				} `json:"then"`
+			} `json:"allOf"`
 		} `json:"$defs"`
 	}
 	if err := json.Unmarshal(generated(t)[bundleFile], &doc); err != nil {
 		t.Fatal(err)
 	}
+	// The union a validator takes dispatches on type (if/then), the one a
+	// generator takes (Any…) is a oneOf; both hold the same members.
 	members := func(union string) map[string]bool {
 		out := map[string]bool{}
-		for _, r := range doc.Defs[union].OneOf {
+		for _, r := range doc.Defs["Any"+union].OneOf {
 			out[strings.TrimPrefix(r.Ref, "#/$defs/")] = true
+		}
+		dispatched := map[string]bool{}
+		for _, rule := range doc.Defs[union].AllOf {
+			def := strings.TrimPrefix(rule.Then.Ref, "#/$defs/")
+			dispatched[def] = true
+			if typ := rule.If.Properties["type"].Const; doc.Defs[def].Properties["type"].Const != typ {
+				t.Errorf("%s: the rule for type %q applies %s", union, typ, def)
+			}
+		}
+		if !maps.Equal(out, dispatched) {
+			t.Errorf("%s dispatches to %d messages, Any%s holds %d", union, len(dispatched), union, len(out))
 		}
 		return out
 	}

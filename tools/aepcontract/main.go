@@ -64,7 +64,11 @@ func generate(schemaDir string) (map[string][]byte, error) {
 	if err := c.applyRetryTable(table); err != nil {
 		return nil, err
 	}
-	bundle, err := marshal(c.bundle())
+	doc := c.bundle()
+	if err := noOurKeywords(doc, "aep.schema.json#"); err != nil {
+		return nil, err
+	}
+	bundle, err := marshal(doc)
 	if err != nil {
 		return nil, err
 	}

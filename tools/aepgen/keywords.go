@@ -19,6 +19,7 @@ const (
 	inIf                       // if, and the property conditions inside it
 	inThen                     // then and else
 	inRow                      // an entry of allOf
+	inNot                      // the schema of not
 )
 
 var placeNames = []struct {
@@ -26,7 +27,7 @@ var placeNames = []struct {
 	name string
 }{
 	{inFile, "file"}, {inDef, "def"}, {inValue, "value"}, {inBranch, "branch"},
-	{inIf, "if"}, {inThen, "then/else"}, {inRow, "allOf entry"},
+	{inIf, "if"}, {inThen, "then/else"}, {inRow, "allOf entry"}, {inNot, "not"},
 }
 
 func (p place) String() string {
@@ -76,7 +77,8 @@ var keywords = []keyword{
 	{"const", inValue | inIf | inThen, "strings and booleans: an equality check in `Validate()`; in `if`: a condition; envelope.json's `proto` const: `wire.ProtoVersion`", "strings.json", true},
 	{"minLength", inValue, "a check of the length in characters (`utf8.RuneCountInString`)", "strings.json", true},
 	{"maxLength", inValue, "a check of the length in characters", "strings.json", true},
-	{"pattern", inValue, "a package-level `regexp.MustCompile` and a `MatchString` check; the pattern must compile in Go's RE2 syntax (no lookaround or back-references), whose meaning matches ECMA-262's for the constructs RE2 has", "strings.json", true},
+	{"pattern", inValue | inNot, "a package-level `regexp.MustCompile` and a `MatchString` check; the pattern must compile in Go's RE2 syntax (no lookaround or back-references), whose meaning matches ECMA-262's for the constructs RE2 has; in `not`: the value must hold no match", "strings.json", true},
+	{"not", inValue, "only `{\"pattern\": p}` on a string: no match of p anywhere in the value (p searched, unanchored). The portable way to refuse characters: Python's `re`, which python-jsonschema uses, lets `$` match before a final newline, so `^[^…]*$` would let one through there", "strings.json", true},
 	{"format", inValue, "only `password`: marks a secret (docs/protocol.md); any other format fails generation", "strings.json", false},
 	{"writeOnly", inValue, "marks a secret (docs/protocol.md)", "strings.json", false},
 	// Numbers.
@@ -170,6 +172,8 @@ func walkKeywords(path, loc string, at place, node map[string]any) error {
 			err = walkOne(path, here, inIf, v)
 		case "then", "else":
 			err = walkOne(path, here, inThen, v)
+		case "not":
+			err = walkOne(path, here, inNot, v)
 		}
 		if err != nil {
 			return err

@@ -42,25 +42,28 @@ type schemaNode struct {
 	PrefixItems []*schemaNode          `json:"prefixItems"`
 	// AdditionalProperties is a schema (the values of a map) or true (an
 	// object open to fields it does not name).
-	AdditionalProperties *additional   `json:"additionalProperties"`
-	Enum                 []any         `json:"enum"`
-	Const                any           `json:"const"`
-	Default              any           `json:"default"`
-	MinLength            *int          `json:"minLength"`
-	MaxLength            *int          `json:"maxLength"`
-	Pattern              *string       `json:"pattern"`
-	Minimum              *json.Number  `json:"minimum"`
-	Maximum              *json.Number  `json:"maximum"`
-	ExclusiveMinimum     *json.Number  `json:"exclusiveMinimum"`
-	ExclusiveMaximum     *json.Number  `json:"exclusiveMaximum"`
-	MinItems             *int          `json:"minItems"`
-	MaxItems             *int          `json:"maxItems"`
-	UniqueItems          bool          `json:"uniqueItems"`
-	Format               string        `json:"format"`
-	WriteOnly            bool          `json:"writeOnly"`
-	AnyOf                []*schemaNode `json:"anyOf"`
-	OneOf                []*schemaNode `json:"oneOf"`
-	AllOf                []*schemaNode `json:"allOf"`
+	AdditionalProperties *additional `json:"additionalProperties"`
+	Enum                 []any       `json:"enum"`
+	Const                any         `json:"const"`
+	Default              any         `json:"default"`
+	MinLength            *int        `json:"minLength"`
+	MaxLength            *int        `json:"maxLength"`
+	Pattern              *string     `json:"pattern"`
+	// Not is JSON Schema's `not`; aepgen takes only {"pattern": p} in it: a
+	// string with no match of p anywhere.
+	Not              *schemaNode   `json:"not"`
+	Minimum          *json.Number  `json:"minimum"`
+	Maximum          *json.Number  `json:"maximum"`
+	ExclusiveMinimum *json.Number  `json:"exclusiveMinimum"`
+	ExclusiveMaximum *json.Number  `json:"exclusiveMaximum"`
+	MinItems         *int          `json:"minItems"`
+	MaxItems         *int          `json:"maxItems"`
+	UniqueItems      bool          `json:"uniqueItems"`
+	Format           string        `json:"format"`
+	WriteOnly        bool          `json:"writeOnly"`
+	AnyOf            []*schemaNode `json:"anyOf"`
+	OneOf            []*schemaNode `json:"oneOf"`
+	AllOf            []*schemaNode `json:"allOf"`
 	// If, Then and Else are JSON Schema's conditional (2020-12 §10.2.2).
 	If   *schemaNode `json:"if"`
 	Then *schemaNode `json:"then"`

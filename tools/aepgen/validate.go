@@ -222,6 +222,17 @@ func (v *validatorGen) value(f *schemaFile, where string, n *schemaNode, expr, g
 			return "", fmt.Errorf("%s: const must be a string or a boolean", where)
 		}
 	}
+	if n.Not != nil {
+		if kind != "string" || n.Not.Pattern == nil {
+			return "", bad("not (only {\"pattern\": …} on a string)")
+		}
+		if _, err := regexp.Compile(*n.Not.Pattern); err != nil {
+			return "", fmt.Errorf("%s: pattern %q is not RE2 syntax: %w", where, *n.Not.Pattern, err)
+		}
+		name := v.patternName(where) + "Not"
+		v.patterns = append(v.patterns, patternVar{name: name, expr: *n.Not.Pattern})
+		fmt.Fprintf(&w, "if %s.MatchString(string(%s)) {\n%s}\n", name, expr, v.fail(field, "must not contain a match of the pattern "+*n.Not.Pattern))
+	}
 	if n.MinLength != nil || n.MaxLength != nil || n.Pattern != nil {
 		if kind != "string" {
 			return "", bad("minLength/maxLength/pattern")

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/aephost/aep/tools/internal/sdkform"
 )
 
 // header starts every generated file (the form `go generate` drift checks
@@ -49,6 +51,10 @@ type gen struct {
 }
 
 func generate(bundle []byte) (map[string][]byte, error) {
+	bundle, err := sdkform.ForSDK(bundle)
+	if err != nil {
+		return nil, err
+	}
 	var root schema
 	dec := json.NewDecoder(bytes.NewReader(bundle))
 	dec.UseNumber()

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/aephost/aep/tools/internal/sdkform"
 )
 
 func main() {
@@ -49,8 +51,12 @@ func run(contractDir, out string) error {
 // generate returns the TypeScript source for a bundle and its AsyncAPI
 // document (both as gen/contract holds them).
 func generate(bundle, asyncapi []byte) ([]byte, error) {
+	form, err := sdkform.ForSDK(bundle)
+	if err != nil {
+		return nil, err
+	}
 	var root schema
-	if err := json.Unmarshal(bundle, &root); err != nil {
+	if err := json.Unmarshal(form, &root); err != nil {
 		return nil, fmt.Errorf("parse bundle: %w", err)
 	}
 	reqs, err := requestTable(asyncapi)

@@ -48,7 +48,7 @@ class Move:
     ``snapshot_id`` and ``restored`` (the plugins whose state came back)
     name what the new session restored: the newest snapshot of
     ``from_session``. When that session left no snapshot (the host answered
-    ``unknown_snapshot`` for ``snapshot_wait`` seconds) the move fails with
+    ``not_found`` for ``snapshot_wait`` seconds) the move fails with
     ``error`` a NoSnapshot, unless the client was made with ``fresh=True``:
     then ``fresh`` is True, the new session carries on empty, and the state
     of the lost one is gone. ``cause`` is how the old session was lost;

@@ -599,14 +599,14 @@ class AsyncMethods:
         self,
         *,
         proc_id: str,
-        signal: str,
+        signal: Literal["HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "SEGV", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP", "TSTP", "XCPU", "WINCH", "SIGHUP", "SIGINT", "SIGQUIT", "SIGABRT", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGXCPU", "SIGWINCH"],
         traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcSignalRespMessage:
         """``proc/signal/req`` → ``proc/signal/resp``. Sends a signal by name
-        (with or without the SIG prefix) to the process group; for a
-        sandboxed process, to the command inside the sandbox.
+        (upper case, with or without the SIG prefix) to the process group;
+        for a sandboxed process, to the command inside the sandbox.
         """
         return await self._request(m.ProcSignalReqMessage, {"proc_id": proc_id, "signal": signal}, {"traceparent": traceparent}, m.ProcSignalRespMessage, call_timeout, on_event)
 
@@ -1569,14 +1569,14 @@ class SyncMethods:
         self,
         *,
         proc_id: str,
-        signal: str,
+        signal: Literal["HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "SEGV", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP", "TSTP", "XCPU", "WINCH", "SIGHUP", "SIGINT", "SIGQUIT", "SIGABRT", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGXCPU", "SIGWINCH"],
         traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
         on_event: Optional[EventCallback] = None,
     ) -> m.ProcSignalRespMessage:
         """``proc/signal/req`` → ``proc/signal/resp``. Sends a signal by name
-        (with or without the SIG prefix) to the process group; for a
-        sandboxed process, to the command inside the sandbox.
+        (upper case, with or without the SIG prefix) to the process group;
+        for a sandboxed process, to the command inside the sandbox.
         """
         return self._request(m.ProcSignalReqMessage, {"proc_id": proc_id, "signal": signal}, {"traceparent": traceparent}, m.ProcSignalRespMessage, call_timeout, on_event)
 

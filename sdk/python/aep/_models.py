@@ -46,6 +46,13 @@ class Model(BaseModel):
                                        exclude_unset=exclude_unset, **kw)
 
 
+CapabilityName = Literal["tools", "toolkits", "memory", "env", "proc", "learn", "skills", "chains", "mcp", "subagents", "session"]
+"""A capability's canonical name (spec §1 table, §2.2): the nine of the spec,
+subagents, and session, which every session is served. An error's
+capability_name is one of these, whatever spelling the agent asked for
+(`learning` is reported `learn`, `skill` `skills`).
+"""
+
 ErrorCode = Literal["cancelled", "capability_missing", "out_of_memory", "parse_error", "runtime_error", "sandbox_crash", "schema_violation", "timeout", "unauthorized", "version_mismatch"]
 """An error's code (spec §7). Retryable: out_of_memory, runtime_error,
 sandbox_crash, timeout. Not retryable: cancelled, capability_missing,
@@ -95,7 +102,10 @@ class CancelMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -137,7 +147,10 @@ class ChainDefineReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
@@ -170,7 +183,10 @@ class ChainDefineRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -221,7 +237,10 @@ class ChainEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -231,9 +250,15 @@ class ChainEventMessage(Model):
 
 
 class ChainNode(Model):
-    """One node of a chain (spec §2.11 node kinds). Settings by kind — action:
-    request; branch: condition; map: items and request; gather: none;
-    reduce: items, expr and initial.
+    """One node of a chain (spec §2.11 node kinds). Settings by kind, required
+    as the allOf states — action: request; branch: condition; map: items and
+    request; gather: none; reduce: items, expr (and initial, null when
+    absent). fallback goes with on_error fallback and only with it. The
+    rules of the graph as a whole (ids unique, edges and fallbacks naming
+    nodes of the chain, an entry node, no cycle, request types a chain may
+    send, expressions that compile) no schema states: a chain breaking one
+    is schema_violation before any node runs (schemas/edges/README.md, Rules
+    in words).
     """
 
     #: branch: an expr-lang expression over input and nodes; edges from the
@@ -315,7 +340,10 @@ class ChainRunReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
@@ -356,7 +384,10 @@ class ChainRunRespMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: Nodes that ran to the end, in the order they finished.
     ran: list[str]
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Nodes skipped: on a branch not taken, below a skipped node, or not
     #: started because the chain stopped.
@@ -420,7 +451,10 @@ class CoreEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -450,7 +484,8 @@ class DataPart(Model):
 
     #: Destination, relative to the session's data root.
     path: str
-    #: Lower-case hex SHA-256 of the file; the copy is verified against it.
+    #: Hex SHA-256 of the file (64 hex digits, either case); the copy is
+    #: verified against it.
     sha256: str
     #: Size in bytes; the copy is verified against it.
     size: int
@@ -472,7 +507,10 @@ class EnvCloseReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -502,7 +540,10 @@ class EnvCloseRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -526,7 +567,10 @@ class EnvDataAddMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -560,7 +604,10 @@ class EnvDataAddReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -589,7 +636,10 @@ class EnvDataAddRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -620,7 +670,10 @@ class EnvDataGetMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -661,7 +714,10 @@ class EnvDataGetReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -690,7 +746,10 @@ class EnvDataGetRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -711,7 +770,10 @@ class EnvDataResetMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -742,7 +804,10 @@ class EnvDataResetReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -770,7 +835,10 @@ class EnvDataResetRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Files re-staged from the baseline; 0 when the host has none.
     restored: int
@@ -799,7 +867,10 @@ class EnvEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -836,7 +907,10 @@ class EnvListReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -865,7 +939,10 @@ class EnvListRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -886,7 +963,10 @@ class EnvObserveReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -917,7 +997,10 @@ class EnvObserveRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Episode lifecycle (docs/env.md): running until a step terminates or
     #: truncates it; a reset makes it running again; close removes it.
@@ -941,7 +1024,10 @@ class EnvRenderReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -970,7 +1056,10 @@ class EnvRenderRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     text: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -999,10 +1088,14 @@ class EnvResetReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
-    #: Seeds the episode's random state: any int64; 7.0 is the integer 7
-    #: (JSON Schema's integers).
+    #: Seeds the episode's random state: any integer of magnitude at most
+    #: 2^53 − 1, which every JSON library holds exactly (docs/DECISIONS.md,
+    #: Integers); 7.0 is the integer 7 (JSON Schema's integers).
     seed: Optional[int] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -1036,7 +1129,10 @@ class EnvResetRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -1059,7 +1155,10 @@ class EnvSpacesReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -1090,7 +1189,10 @@ class EnvSpacesRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -1120,7 +1222,10 @@ class EnvStepBatchReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -1148,7 +1253,10 @@ class EnvStepBatchRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     results: list[BatchStep]
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -1173,7 +1281,10 @@ class EnvStepReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -1206,7 +1317,10 @@ class EnvStepRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     reward: float
     #: Steps taken in this episode since its reset, this one included.
@@ -1225,8 +1339,7 @@ class ErrorBody(Model):
     handshake/resp.
     """
 
-    #: Capability concerned.
-    capability_name: Optional[str] = None
+    capability_name: Optional[CapabilityName] = None
     code: ErrorCode
     #: Additional detail: any JSON value.
     detail: Any = None
@@ -1244,8 +1357,7 @@ class ErrorMessage(Model):
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["error"] = "error"
-    #: Capability concerned.
-    capability_name: Optional[str] = None
+    capability_name: Optional[CapabilityName] = None
     code: ErrorCode
     #: Additional detail, any JSON value, e.g. {"field": …} for
     #: schema_violation.
@@ -1258,7 +1370,10 @@ class ErrorMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Whether retrying can succeed (spec §7 table).
     retryable: bool
@@ -1290,8 +1405,10 @@ class Feedback(Model):
     """One rating (spec §2.11 feedback types). `score` is in [-1, 1] (-1 worst,
     1 best); when absent it follows the type: POSITIVE 1, NEGATIVE -1,
     NEUTRAL 0, CORRECTIVE -0.5 (docs/learn.md). A CORRECTIVE feedback must
-    carry its `correction`. `component` may be left out when
-    `correlation_id` names an audited call: the call's component is rated.
+    carry its `correction`. A feedback names the component it rates, or a
+    `correlation_id` instead: the component of the audited call it names is
+    rated, and a correlation_id naming no audited call of the tenant is
+    runtime_error not_found.
     """
 
     #: spec §2.11, upper case.
@@ -1299,7 +1416,8 @@ class Feedback(Model):
     comment: Optional[str] = None
     component: Optional[Component] = None
     #: The decision context the rating belongs to (a task type, a goal);
-    #: learn/rank ranks within a context. Empty: the global context only.
+    #: learn/rank ranks within a context. Empty: the global context only. No
+    #: control characters (U+0000–U+001F, U+007F).
     context: Optional[str] = None
     #: What the right output would have been. Required when type is
     #: CORRECTIVE.
@@ -1351,7 +1469,10 @@ class HandshakeReqMessage(Model):
     #: host's store (docs/DECISIONS.md, Trajectories). handshake/resp's
     #: record_trajectory says whether it does.
     record_trajectory: Optional[bool] = None
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -1396,9 +1517,12 @@ class HandshakeRespMessage(Model):
     #: handshake/req, or every session by the operator's
     #: server.trajectories.record).
     record_trajectory: Optional[bool] = None
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
-    #: Identifier of the session; absent on failure.
+    #: Identifier of the session: present exactly when ok is true.
     session_id: Optional[str] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -1415,7 +1539,8 @@ class LearnAdaptReqMessage(Model):
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/adapt/req"] = "learn/adapt/req"
-    #: Rebuild this context only; absent: every context.
+    #: Rebuild this context only; absent: every context. No control
+    #: characters (U+0000–U+001F, U+007F).
     context: Optional[str] = None
     #: A feedback of age a counts 2^(-a/half_life_s); 0 or absent: every
     #: feedback counts fully.
@@ -1425,7 +1550,10 @@ class LearnAdaptReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -1455,7 +1583,10 @@ class LearnAdaptRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -1483,7 +1614,10 @@ class LearnEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -1508,7 +1642,10 @@ class LearnExperienceReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -1537,7 +1674,10 @@ class LearnExperienceRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     stored: int
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -1568,7 +1708,10 @@ class LearnExportReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     to_file: bool = False
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -1607,7 +1750,10 @@ class LearnExportRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -1630,7 +1776,10 @@ class LearnFeedbackReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -1663,7 +1812,10 @@ class LearnFeedbackRespMessage(Model):
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
     recorded: int
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -1684,6 +1836,7 @@ class LearnRankReqMessage(Model):
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["learn/rank/req"] = "learn/rank/req"
     candidates: Optional[list[Component]] = None
+    #: No control characters (U+0000–U+001F, U+007F).
     context: Optional[str] = None
     #: UCB1's exploration constant c in mean + c·sqrt(ln N / n); default
     #: sqrt(2).
@@ -1695,7 +1848,10 @@ class LearnRankReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Seeds Thompson sampling, for a reproducible ranking.
     seed: Optional[int] = None
@@ -1728,7 +1884,10 @@ class LearnRankRespMessage(Model):
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
     ranked: list[RankedComponent]
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     strategy: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -1751,7 +1910,10 @@ class LearnStatsReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -1780,7 +1942,10 @@ class LearnStatsRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -1880,7 +2045,10 @@ class McpEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -1905,7 +2073,10 @@ class McpPromptGetReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     server_id: str
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -1936,7 +2107,10 @@ class McpPromptGetRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     server_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -1958,7 +2132,10 @@ class McpPromptListReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     server_id: str
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -1989,7 +2166,10 @@ class McpPromptListRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     server_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -2012,7 +2192,10 @@ class McpResourceListReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     server_id: str
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -2043,7 +2226,10 @@ class McpResourceListRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     resources: list[MCPResource]
     server_id: str
@@ -2065,7 +2251,10 @@ class McpResourceReadReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     server_id: str
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -2096,7 +2285,10 @@ class McpResourceReadRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     server_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -2117,7 +2309,10 @@ class McpServerListReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Only servers with this status.
     status_filter: Optional[str] = None
@@ -2147,7 +2342,10 @@ class McpServerListRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     servers: list[MCPServerInfo]
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -2175,7 +2373,10 @@ class McpServerRegisterReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Lower-case letters, digits and '-', starting with a letter or digit;
     #: unique among the session's servers and the configured ones.
@@ -2217,7 +2418,10 @@ class McpServerRegisterRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     server: Optional[MCPServerInfo] = None
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -2238,7 +2442,10 @@ class McpServerUnregisterReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     server_id: str
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -2270,7 +2477,10 @@ class McpServerUnregisterRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     server_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -2329,7 +2539,10 @@ class MemoryEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -2357,7 +2570,10 @@ class MemoryForgetReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     tags: Optional[list[str]] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
@@ -2388,7 +2604,10 @@ class MemoryForgetRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -2423,11 +2642,16 @@ class MemoryInitReqMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     metadata: Optional[dict[str, Any]] = None
+    #: Names the persistent memory shared by the sessions that use it; no
+    #: control characters (U+0000–U+001F, U+007F).
     namespace: str = "default"
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Scope keys. `agent` narrows the persistent tiers to one agent within
     #: the namespace; other keys are kept and echoed.
@@ -2463,7 +2687,10 @@ class MemoryInitRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     success: bool
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -2497,7 +2724,10 @@ class MemoryRecallReqMessage(Model):
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
     query: Optional[str] = None
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     since: Optional[float] = None
     tags: Optional[list[str]] = None
@@ -2530,7 +2760,10 @@ class MemoryRecallRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -2553,7 +2786,10 @@ class MemoryRetrieveReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     tier: Optional[Literal["working", "episodic", "semantic"]] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -2584,7 +2820,10 @@ class MemoryRetrieveRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -2603,7 +2842,10 @@ class MemoryStatsReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -2633,7 +2875,10 @@ class MemoryStatsRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     tiers: list[MemoryTierStats]
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -2658,7 +2903,10 @@ class MemoryStoreReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -2689,7 +2937,10 @@ class MemoryStoreRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: The keys stored, in request order.
     stored: list[str]
@@ -2732,7 +2983,10 @@ class PingMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -2760,12 +3014,16 @@ class PongMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
     ts: float
-    #: Seconds since the host started.
+    #: Seconds since the host started; never negative, and never smaller than
+    #: an earlier pong's in the same session.
     uptime_seconds: float
 
 
@@ -2789,7 +3047,10 @@ class ProcEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -2812,7 +3073,10 @@ class ProcKillReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -2841,7 +3105,10 @@ class ProcKillRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -2862,7 +3129,10 @@ class ProcListReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     running_only: bool = False
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -2892,7 +3162,10 @@ class ProcListRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -2924,7 +3197,10 @@ class ProcReadReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     stderr_cursor: int = 0
     stdout_cursor: int = 0
@@ -2955,7 +3231,10 @@ class ProcReadRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: The record's state when the reply was made.
     state: str
@@ -3000,9 +3279,9 @@ class ProcRecord(Model):
 
 
 class ProcSignalReqMessage(Model):
-    """`proc/signal/req` (request). Sends a signal by name (with or without the
-    SIG prefix) to the process group; for a sandboxed process, to the
-    command inside the sandbox. A process it ends is signaled, never
+    """`proc/signal/req` (request). Sends a signal by name (upper case, with or
+    without the SIG prefix) to the process group; for a sandboxed process,
+    to the command inside the sandbox. A process it ends is signaled, never
     crashed.
     """
 
@@ -3015,11 +3294,13 @@ class ProcSignalReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
-    #: HUP, INT, QUIT, ABRT, KILL, USR1, SEGV, USR2, PIPE, ALRM, TERM, CONT,
-    #: STOP, TSTP, XCPU, WINCH.
-    signal: str
+    #: The signal's name, upper case, with or without the SIG prefix.
+    signal: Literal["HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "SEGV", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP", "TSTP", "XCPU", "WINCH", "SIGHUP", "SIGINT", "SIGQUIT", "SIGABRT", "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGXCPU", "SIGWINCH"]
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
     #: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`): the host's
@@ -3047,7 +3328,10 @@ class ProcSignalRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -3077,7 +3361,10 @@ class ProcSpawnReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
@@ -3113,7 +3400,10 @@ class ProcSpawnRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -3132,7 +3422,10 @@ class ProcStatusReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -3161,7 +3454,10 @@ class ProcStatusRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -3202,7 +3498,10 @@ class ProcWaitReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Seconds to wait at most; absent: until the request is cancelled. When
     #: it passes, the reply has the running record and timed_out true.
@@ -3234,7 +3533,10 @@ class ProcWaitRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: The wait's own timeout passed; the process still runs.
     timed_out: bool
@@ -3260,7 +3562,10 @@ class ProcWriteReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -3291,7 +3596,10 @@ class ProcWriteRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -3346,7 +3654,10 @@ class SessionEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -3377,7 +3688,10 @@ class SessionForkReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Fork from this snapshot (restoring it needs only its id, so forking
     #: from it does too) instead of the current state; the files are those of
@@ -3425,7 +3739,10 @@ class SessionForkRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -3445,7 +3762,10 @@ class SessionInfoReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -3492,7 +3812,10 @@ class SessionInfoRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: The sender's own transport id, as the handshake reported it: a bearer
     #: secret (docs/SECURITY.md, Secrets and session ids).
@@ -3523,7 +3846,10 @@ class SessionRestoreReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     snapshot_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -3553,7 +3879,10 @@ class SessionRestoreRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: The plugins whose state was restored.
     restored: list[str]
@@ -3577,7 +3906,10 @@ class SessionSnapshotDeleteReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Ids of earlier sessions of the sender, as proof that their snapshots
     #: are the sender's.
@@ -3610,7 +3942,10 @@ class SessionSnapshotDeleteRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     snapshot_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -3636,7 +3971,10 @@ class SessionSnapshotListReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Ids of earlier sessions of the sender, as proof that their snapshots
     #: are the sender's.
@@ -3669,7 +4007,10 @@ class SessionSnapshotListRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     snapshots: list[SnapshotInfo]
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -3691,7 +4032,10 @@ class SessionSnapshotReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Where the snapshot is stored: a file under the data directory or the
     #: embedded SQL store.
@@ -3725,7 +4069,10 @@ class SessionSnapshotRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     snapshot_id: str
     target: Literal["file", "sql"]
@@ -3781,7 +4128,10 @@ class SessionTrajectoryExportReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Ids of earlier sessions of the sender whose records to export, instead
     #: of this session's own.
@@ -3828,7 +4178,10 @@ class SessionTrajectoryExportRespMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: How many records the page holds.
     records: int
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
     #: finite number from 1970 to the end of year 9999.
@@ -3849,7 +4202,10 @@ class ShutdownMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Seconds to wait for requests in flight before cancelling them; absent
     #: means 10. Zero cancels at once.
@@ -3888,7 +4244,10 @@ class SkillCallReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: When true (or absent), events also go on the wire as skill/event
     #: before the reply; false keeps them in the result only.
@@ -3922,7 +4281,10 @@ class SkillCallRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     result: SkillResult
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -3970,7 +4332,10 @@ class SkillDiscoverReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -3999,7 +4364,10 @@ class SkillDiscoverRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Sorted by name, then newest version first; without instructions.
     skills: list[SkillDefinition]
@@ -4033,7 +4401,10 @@ class SkillEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -4071,7 +4442,10 @@ class SkillGetReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -4100,7 +4474,10 @@ class SkillGetRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     skill: SkillDefinition
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -4145,7 +4522,10 @@ class SkillRegisterReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     scope: Literal["session", "subagents"] = "session"
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -4174,7 +4554,10 @@ class SkillRegisterRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     skill: SkillDefinition
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -4266,7 +4649,10 @@ class SubagentEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -4289,7 +4675,10 @@ class SubagentListReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Only subagents whose session has not ended.
     running_only: bool = False
@@ -4319,7 +4708,10 @@ class SubagentListRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     subagents: list[SubagentRecord]
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -4399,7 +4791,10 @@ class SubagentSpawnReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
@@ -4435,7 +4830,10 @@ class SubagentSpawnRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: The child session's transport id: X-Session-Id over HTTP, the id an
     #: in-process connection attaches to. A bearer secret, like auth_token:
@@ -4464,7 +4862,10 @@ class SubagentStatusReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     subagent_id: str
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -4495,7 +4896,10 @@ class SubagentStatusRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     subagent: SubagentRecord
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -4520,7 +4924,10 @@ class SubagentTerminateReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: Kept in the records.
     reason: Optional[str] = None
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     subagent_id: str
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
@@ -4549,7 +4956,10 @@ class SubagentTerminateRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     subagent_id: str
     #: Handles of the sessions this request ended: the subagent, then its
@@ -4579,7 +4989,10 @@ class ToolCallReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: When true, the tool's events also go on the wire as tool/event before
     #: the reply (docs/DECISIONS.md, Wire).
@@ -4614,7 +5027,10 @@ class ToolCallRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     result: ToolResult
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -4681,7 +5097,10 @@ class ToolEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -4695,7 +5114,7 @@ class ToolListReqMessage(Model):
     combine with AND; several tags match a tool having any of them
     (docs/DECISIONS.md). Each plugin answers with its own page of at most
     `limit` matches after `cursor`, sorted by name; the kernel merges them
-    into one exact page of the whole host (x-aep-merge).
+    into one exact page of the whole host.
     """
 
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
@@ -4714,7 +5133,10 @@ class ToolListReqMessage(Model):
     proto: Literal["1.0"] = "1.0"
     #: Case-insensitive substring over name, description and tags.
     query: Optional[str] = None
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Matches tools having any of these tags.
     tags: Optional[list[str]] = None
@@ -4746,7 +5168,10 @@ class ToolListRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: Tool definitions, sorted by name.
     tools: list[ToolDefinition]
@@ -4815,7 +5240,10 @@ class ToolkitConfigureReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Must be the sender's session when present (docs/DECISIONS.md, Wire).
     session_id: Optional[str] = None
@@ -4847,7 +5275,10 @@ class ToolkitConfigureRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     status: Literal["ok", "error"]
     toolkit_name: str
@@ -4903,7 +5334,10 @@ class ToolkitEventMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     #: 0, 1, 2 … per request.
     seq: int
@@ -4927,7 +5361,10 @@ class ToolkitListReqMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: Optional[str] = None
     #: Optional. The agent's W3C Trace Context `traceparent` (version 00:
     #: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, e.g.
@@ -4955,7 +5392,10 @@ class ToolkitListRespMessage(Model):
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
-    #: On replies and events: the id of the request answered (spec §2.1).
+    #: On replies and events: the id of the request answered (spec §2.1). An
+    #: agent's message needs none, but one it carries is a string like any
+    #: envelope field (the host answers schema_violation to any other JSON
+    #: type).
     req_id: str
     toolkits: list[ToolkitDefinition]
     #: Time of the message, Unix epoch seconds (docs/DECISIONS.md, Wire): a
@@ -5049,8 +5489,10 @@ AgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""Any message an agent sends: requests and notifications. `type` tells them
-apart.
+"""Any message an agent sends: requests and notifications, told apart by
+`type`: the message of that type applies (if/then), so a validator reports
+what is wrong with it alone. Generators take AnyAgentMessage, the same
+messages as a oneOf.
 """
 
 
@@ -5061,7 +5503,7 @@ ChainAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace chain an agent sends."""
+"""The messages of namespace chain an agent sends, told apart by `type`."""
 
 
 ChainHostMessage = Annotated[
@@ -5072,7 +5514,9 @@ ChainHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace chain a host sends (error is core's)."""
+"""The messages of namespace chain a host sends (error is core's), told apart
+by `type`.
+"""
 
 
 CoreAgentMessage = Annotated[
@@ -5084,7 +5528,7 @@ CoreAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace core an agent sends."""
+"""The messages of namespace core an agent sends, told apart by `type`."""
 
 
 CoreHostMessage = Annotated[
@@ -5096,7 +5540,9 @@ CoreHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace core a host sends (error is core's)."""
+"""The messages of namespace core a host sends (error is core's), told apart by
+`type`.
+"""
 
 
 EnvAgentMessage = Annotated[
@@ -5118,7 +5564,7 @@ EnvAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace env an agent sends."""
+"""The messages of namespace env an agent sends, told apart by `type`."""
 
 
 EnvHostMessage = Annotated[
@@ -5138,7 +5584,9 @@ EnvHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace env a host sends (error is core's)."""
+"""The messages of namespace env a host sends (error is core's), told apart by
+`type`.
+"""
 
 
 HostMessage = Annotated[
@@ -5221,7 +5669,11 @@ HostMessage = Annotated[
     Field(discriminator="type"),
 ]
 """Any message a host sends: replies (error included) and events, each with
-req_id. `type` tells them apart.
+req_id, told apart by `type`: the message of that type applies (if/then).
+Closed at every depth where the protocol names the fields: a client that
+wants to accept fields of a later host must not validate with it
+(docs/contract.md). Generators take AnyHostMessage, the same messages as a
+oneOf.
 """
 
 
@@ -5236,7 +5688,7 @@ LearnAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace learn an agent sends."""
+"""The messages of namespace learn an agent sends, told apart by `type`."""
 
 
 LearnHostMessage = Annotated[
@@ -5251,7 +5703,9 @@ LearnHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace learn a host sends (error is core's)."""
+"""The messages of namespace learn a host sends (error is core's), told apart
+by `type`.
+"""
 
 
 McpAgentMessage = Annotated[
@@ -5266,7 +5720,7 @@ McpAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace mcp an agent sends."""
+"""The messages of namespace mcp an agent sends, told apart by `type`."""
 
 
 McpHostMessage = Annotated[
@@ -5282,7 +5736,9 @@ McpHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace mcp a host sends (error is core's)."""
+"""The messages of namespace mcp a host sends (error is core's), told apart by
+`type`.
+"""
 
 
 MemoryAgentMessage = Annotated[
@@ -5296,7 +5752,7 @@ MemoryAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace memory an agent sends."""
+"""The messages of namespace memory an agent sends, told apart by `type`."""
 
 
 MemoryHostMessage = Annotated[
@@ -5311,7 +5767,9 @@ MemoryHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace memory a host sends (error is core's)."""
+"""The messages of namespace memory a host sends (error is core's), told apart
+by `type`.
+"""
 
 
 ProcAgentMessage = Annotated[
@@ -5327,7 +5785,7 @@ ProcAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace proc an agent sends."""
+"""The messages of namespace proc an agent sends, told apart by `type`."""
 
 
 ProcHostMessage = Annotated[
@@ -5344,7 +5802,9 @@ ProcHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace proc a host sends (error is core's)."""
+"""The messages of namespace proc a host sends (error is core's), told apart by
+`type`.
+"""
 
 
 SessionAgentMessage = Annotated[
@@ -5359,7 +5819,7 @@ SessionAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace session an agent sends."""
+"""The messages of namespace session an agent sends, told apart by `type`."""
 
 
 SessionHostMessage = Annotated[
@@ -5375,7 +5835,9 @@ SessionHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace session a host sends (error is core's)."""
+"""The messages of namespace session a host sends (error is core's), told apart
+by `type`.
+"""
 
 
 SkillAgentMessage = Annotated[
@@ -5387,7 +5849,7 @@ SkillAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace skill an agent sends."""
+"""The messages of namespace skill an agent sends, told apart by `type`."""
 
 
 SkillHostMessage = Annotated[
@@ -5400,7 +5862,9 @@ SkillHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace skill a host sends (error is core's)."""
+"""The messages of namespace skill a host sends (error is core's), told apart
+by `type`.
+"""
 
 
 SubagentAgentMessage = Annotated[
@@ -5412,7 +5876,7 @@ SubagentAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace subagent an agent sends."""
+"""The messages of namespace subagent an agent sends, told apart by `type`."""
 
 
 SubagentHostMessage = Annotated[
@@ -5425,7 +5889,9 @@ SubagentHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace subagent a host sends (error is core's)."""
+"""The messages of namespace subagent a host sends (error is core's), told
+apart by `type`.
+"""
 
 
 ToolAgentMessage = Annotated[
@@ -5435,7 +5901,7 @@ ToolAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace tool an agent sends."""
+"""The messages of namespace tool an agent sends, told apart by `type`."""
 
 
 ToolHostMessage = Annotated[
@@ -5446,7 +5912,9 @@ ToolHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace tool a host sends (error is core's)."""
+"""The messages of namespace tool a host sends (error is core's), told apart by
+`type`.
+"""
 
 
 ToolkitAgentMessage = Annotated[
@@ -5456,7 +5924,7 @@ ToolkitAgentMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace toolkit an agent sends."""
+"""The messages of namespace toolkit an agent sends, told apart by `type`."""
 
 
 ToolkitHostMessage = Annotated[
@@ -5467,7 +5935,9 @@ ToolkitHostMessage = Annotated[
     ],
     Field(discriminator="type"),
 ]
-"""The messages of namespace toolkit a host sends (error is core's)."""
+"""The messages of namespace toolkit a host sends (error is core's), told apart
+by `type`.
+"""
 
 
 EventMessage = Union[

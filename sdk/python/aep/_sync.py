@@ -808,13 +808,15 @@ class Client(SyncMethods):
                     # ask again until the move's deadline, never settle for less.
                     time.sleep(1)
                     continue
-                if reason(e) != "unknown_snapshot":
+                # not_found; hosts before it said unknown_snapshot, and a
+                # fleet in a rolling upgrade may still hold one.
+                if reason(e) not in ("not_found", "unknown_snapshot"):
                     raise
                 if time.monotonic() + SNAPSHOT_POLL > until:
                     if self.fresh:
                         return None, []
                     raise NoSnapshot(f"the lost session left no snapshot ({NoSnapshot.reason}): the host answered "
-                                     f"unknown_snapshot for {self.snapshot_wait:g}s ({e})") from e
+                                     f"not_found for {self.snapshot_wait:g}s ({e})") from e
                 time.sleep(SNAPSHOT_POLL)
 
 

@@ -673,13 +673,15 @@ class AsyncClient(AsyncMethods):
                     # ask again until the move's deadline, never settle for less.
                     await asyncio.sleep(1)
                     continue
-                if _reason(e) != "unknown_snapshot":
+                # not_found; hosts before it said unknown_snapshot, and a
+                # fleet in a rolling upgrade may still hold one.
+                if _reason(e) not in ("not_found", "unknown_snapshot"):
                     raise
                 if time.monotonic() + _SNAPSHOT_POLL > until:
                     if self.fresh:
                         return None, []  # it left none: this session stays, fresh
                     raise NoSnapshot(f"the lost session left no snapshot ({NoSnapshot.reason}): the host answered "
-                                     f"unknown_snapshot for {self.snapshot_wait:g}s ({e})") from e
+                                     f"not_found for {self.snapshot_wait:g}s ({e})") from e
                 await asyncio.sleep(_SNAPSHOT_POLL)
 
     def _fail_all(self, err: BaseException) -> None:

@@ -21,7 +21,15 @@ class ProtocolError(AEPError):
     """The host answered a request with ``error`` (spec §2.3).
 
     ``code`` is one of aep.ErrorCode; ``retryable`` is the host's word on
-    whether the same request can succeed later (spec §7 table).
+    whether the same request can succeed later (spec §7 table); ``reason``
+    is ``detail.reason``, the condition behind the code
+    (schemas/errors/retryable.json). ``parse_error`` and ``schema_violation``
+    mean the line breaks the contract (gen/contract/aep.schema.json, or a
+    rule it states in words); a well-formed request refused for the
+    session's state is ``runtime_error`` with a reason: ``not_found`` for
+    an id or name that exists nowhere the session can see (the same answer
+    for another session's or tenant's), ``episode_closed``,
+    ``invalid_action``, ``denied``, ``already_handshaken`` …
     """
 
     def __init__(self, code: str, message: str = "", *, retryable: bool = False, detail: Any = None,
@@ -34,6 +42,19 @@ class ProtocolError(AEPError):
         self.capability_name = capability_name
         self.req_id = req_id
 
+    @property
+    def reason(self) -> Optional[str]:
+        """``detail.reason``, or None when the detail names none."""
+        d = self.detail
+        r = d.get("reason") if isinstance(d, dict) else None
+        return r if isinstance(r, str) else None
+
+    @property
+    def not_found(self) -> bool:
+        """True when the request named something that does not exist for the
+        session (``runtime_error`` with reason ``not_found``)."""
+        return self.code == "runtime_error" and self.reason == "not_found"
+
     @classmethod
     def from_message(cls, msg: Any) -> "ProtocolError":
         """Builds the exception from an ErrorMessage model."""
@@ -43,8 +64,11 @@ class ProtocolError(AEPError):
 
 class HandshakeError(ProtocolError):
     """The handshake was refused (``handshake/resp`` with ok false): wrong
-    token (``unauthorized``), another protocol version (``version_mismatch``)
-    or a malformed request (``schema_violation``). No session exists."""
+    token (``unauthorized``), another protocol version (``version_mismatch``),
+    a malformed request (``schema_violation``), or ``runtime_error`` with a
+    reason (``throttled``, ``too_many_sessions``). No session exists then;
+    a handshake on a session that has one already is ``runtime_error`` with
+    reason ``already_handshaken``, and that session goes on."""
 
     def __init__(self, reply: Any) -> None:
         err = reply.error
@@ -110,7 +134,7 @@ class MoveFailed(ConnectionClosed):
 
 class NoSnapshot(AEPError):
     """Why a move failed when the lost session left no snapshot to restore:
-    the host answered ``unknown_snapshot`` for ``snapshot_wait`` seconds
+    the host answered ``not_found`` for ``snapshot_wait`` seconds
     (its host died without draining, or drained without
     operator.snapshot_on_drain). The move's ``error`` and the cause of the
     client's MoveFailed; ``fresh=True`` carries on in the new, empty

@@ -152,7 +152,7 @@ class Move:
         self: unittest.TestCase  # type: ignore[no-redef]
         c, moves, first, mid = self._drain_without_snapshot()  # type: ignore[attr-defined]
         # The move opens a session on B, the restore finds nothing
-        # (unknown_snapshot) for snapshot_wait, and without fresh=True the
+        # (not_found) for snapshot_wait, and without fresh=True the
         # move fails: the client ends rather than go on without its state.
         with self.assertRaises(aep.MoveFailed) as cm:
             c.ping()
@@ -165,7 +165,7 @@ class Move:
         self.assertIsInstance(mv.error, aep.NoSnapshot)
         assert isinstance(mv.error, aep.NoSnapshot)
         self.assertEqual(mv.error.reason, "no_snapshot")
-        self.assertIn("unknown_snapshot", str(mv.error))
+        self.assertIn("not_found", str(mv.error))
         self.assertIsInstance(mv.error.__cause__, aep.ProtocolError)
         # Ended for good: every later request fails the same way, and
         # no further move is tried.

@@ -121,6 +121,12 @@ class Scenario:
             with self.assertRaises(aep.ProtocolError) as cm:
                 c.proc_list()
             self.assertEqual((cm.exception.code, cm.exception.retryable), ("capability_missing", False))
+            # Something that exists nowhere is a condition of state, not
+            # of shape: runtime_error with reason not_found, not retryable.
+            with self.assertRaises(aep.ProtocolError) as cm:
+                c.session_restore(snapshot_id="sql-" + "0" * 32)
+            e = cm.exception
+            self.assertEqual((e.code, e.reason, e.retryable, e.not_found), ("runtime_error", "not_found", False, True))
             self.assertEqual(c.ping().type, "pong")
 
     def test_scenario_async(self) -> None:
@@ -163,7 +169,8 @@ class Scenario:
 
                 with self.assertRaises(aep.ProtocolError) as cm:
                     await c.env_step(episode_id="no-such-episode", action=1)
-                self.assertEqual(cm.exception.code, "schema_violation")
+                self.assertEqual((cm.exception.code, cm.exception.reason), ("runtime_error", "not_found"))
+                self.assertTrue(cm.exception.not_found)
                 self.assertEqual((await c.ping()).type, "pong")
 
         asyncio.run(run())

@@ -125,7 +125,7 @@ export interface Move {
   restored: string[];
   /**
    * True when fromSession left no snapshot (the host answered
-   * `unknown_snapshot` for snapshotWaitSeconds) and the client was made
+   * `not_found` for snapshotWaitSeconds) and the client was made
    * with `moveFresh`: the new session carries on empty, and the lost
    * session's state is gone. Without `moveFresh` such a move fails with a
    * NoSnapshotError as its `error`.
@@ -640,10 +640,12 @@ export class AepClient extends Methods<RequestOptions> {
           await new Promise((r) => setTimeout(r, 1000));
           continue;
         }
-        if (!(e instanceof AepError && reasonOf(e.detail) === "unknown_snapshot")) throw e;
+        // not_found; hosts before it said unknown_snapshot, and a fleet in
+        // a rolling upgrade may still hold one.
+        if (!(e instanceof AepError) || (e.reason !== "not_found" && e.reason !== "unknown_snapshot")) throw e;
         if (Date.now() + 200 > until) {
           if (this.#moveFresh) return { snapshotId: undefined, restored: [] }; // it left none: this session stays, fresh
-          throw new NoSnapshotError(`the lost session left no snapshot (no_snapshot): the host answered unknown_snapshot for ${this.#snapshotWaitMs / 1000}s (${e.message})`, { cause: e });
+          throw new NoSnapshotError(`the lost session left no snapshot (no_snapshot): the host answered not_found for ${this.#snapshotWaitMs / 1000}s (${e.message})`, { cause: e });
         }
         await new Promise((r) => setTimeout(r, 200));
       }

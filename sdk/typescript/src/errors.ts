@@ -4,7 +4,13 @@ import { errorRetryable, type ErrorCode, type ErrorMessage, type JsonValue } fro
  * An `error` reply of the host (spec §7), or a refused handshake: the
  * request failed with `code`; `retryable` says whether sending it again can
  * succeed; `detail` is the host's machine-readable detail, such as
- * `{ field }` for schema_violation.
+ * `{ field }` for schema_violation, and `reason` its `detail.reason`, the
+ * condition behind the code (schemas/errors/retryable.json).
+ * parse_error and schema_violation mean the line breaks the contract; a
+ * well-formed request refused for the session's state is runtime_error
+ * with a reason: `not_found` for an id or name that exists nowhere the
+ * session can see (the same answer for another session's or tenant's),
+ * `episode_closed`, `invalid_action`, `denied`, `already_handshaken` …
  */
 export class AepError extends Error {
   override readonly name = "AepError";
@@ -24,6 +30,18 @@ export class AepError extends Error {
     this.detail = opts.detail;
     this.reqId = opts.reqId ?? "";
     this.capabilityName = opts.capabilityName;
+  }
+
+  /** `detail.reason`, when the detail names one. */
+  get reason(): string | undefined {
+    const d = this.detail;
+    const r = typeof d === "object" && d !== null && !Array.isArray(d) ? d["reason"] : undefined;
+    return typeof r === "string" ? r : undefined;
+  }
+
+  /** The request named something that does not exist for the session (runtime_error, reason not_found). */
+  get notFound(): boolean {
+    return this.code === "runtime_error" && this.reason === "not_found";
   }
 
   /** The error an `error` message carries. */
@@ -89,7 +107,7 @@ export class MoveFailedError extends ConnectionError {
 
 /**
  * Why a move failed when the lost session left no snapshot to restore: the
- * host answered `unknown_snapshot` for `snapshotWaitSeconds` (its host died
+ * host answered `not_found` for `snapshotWaitSeconds` (its host died
  * without draining, or drained without operator.snapshot_on_drain). The
  * move's `error` and the `cause` of the client's MoveFailedError;
  * `moveFresh: true` carries on in the new, empty session instead.

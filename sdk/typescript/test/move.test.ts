@@ -147,7 +147,7 @@ for (const kind of ["http", "websocket"]) {
     test("a session that left no snapshot ends the client", async (t) => {
       const { c, first, mid } = await drainWithoutSnapshot(t, kind, {});
       // The move opens a session on B, the restore finds nothing
-      // (unknown_snapshot) for snapshotWaitSeconds, and without moveFresh
+      // (not_found) for snapshotWaitSeconds, and without moveFresh
       // the move fails: the client ends rather than go on without its state.
       const err = await c.ping().then(() => undefined, (e: unknown) => e);
       assert.ok(err instanceof MoveFailedError, String(err));
@@ -158,7 +158,7 @@ for (const kind of ["http", "websocket"]) {
       assert.deepEqual([m.fromSession, m.sessionId, m.fresh, m.snapshotId, m.restored], [first, undefined, false, undefined, []]);
       assert.ok(m.error instanceof NoSnapshotError, String(m.error));
       assert.equal(m.error.reason, "no_snapshot");
-      assert.match(m.error.message, /unknown_snapshot/);
+      assert.match(m.error.message, /not_found/);
       assert.ok(m.error.cause instanceof AepError);
       // Ended for good: every later request rejects the same way, and no
       // further move is tried.
@@ -170,7 +170,7 @@ for (const kind of ["http", "websocket"]) {
 
     test("with moveFresh a session that left no snapshot moves to a fresh one", async (t) => {
       const { c, first, mid } = await drainWithoutSnapshot(t, kind, { moveFresh: true });
-      // The restore finds nothing (unknown_snapshot): the new session stays, fresh.
+      // The restore finds nothing (not_found): the new session stays, fresh.
       assert.equal((await c.ping()).type, "pong");
       assert.equal(c.moves.length, 1);
       const m = c.moves[0]!;

@@ -130,8 +130,10 @@ for (const tr of transports) {
       assert.equal(last.terminated, true);
       assert.equal(last.truncated, false);
       assert.equal(last.reward, 1);
-      // Stepping a finished episode is an error of the contract's catalogue.
-      await assert.rejects(c.envStep({ episode_id: reset.episode_id, action: 0 }), AepError);
+      // Stepping a finished episode is a condition of state: runtime_error
+      // with reason episode_closed, never schema_violation.
+      await assert.rejects(c.envStep({ episode_id: reset.episode_id, action: 0 }),
+        (e: unknown) => e instanceof AepError && e.code === "runtime_error" && e.reason === "episode_closed" && !e.retryable);
     });
 
     test("a toolkit configure error", async () => {
@@ -176,6 +178,15 @@ for (const tr of transports) {
       });
       // A capability the session did not ask for.
       await assert.rejects(c.procList(), (e: unknown) => e instanceof AepError && e.code === "capability_missing");
+      // Something that exists nowhere: a condition of state, not of shape.
+      await assert.rejects(c.sessionRestore({ snapshot_id: "sql-" + "0".repeat(32) }), (e: unknown) => {
+        assert.ok(e instanceof AepError);
+        assert.equal(e.code, "runtime_error");
+        assert.equal(e.reason, "not_found");
+        assert.equal(e.notFound, true);
+        assert.equal(e.retryable, false);
+        return true;
+      });
       // A broken line names no request: its error reaches onStray.
       const stray = new Promise<HostMessage>((resolve) => {
         const stop = c.onStray((m) => {
