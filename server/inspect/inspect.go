@@ -107,14 +107,14 @@ type Secrets struct {
 
 // View is one view the operator opened, for its audit line.
 type View struct {
-	// Action names it: inspector.host (the host's sessions) or
-	// inspector.session (one session's timeline).
+	// Action names it: host (the host's sessions) or session (one
+	// session's timeline); the audit line's type is inspector/<action>.
 	Action string
 	// Session is the public handle viewed and Tenant its tenant.
 	Session, Tenant string
 	// Target says what else was shown (live, recorded).
 	Target string
-	// Code is "" when the view opened, else why not (not_found).
+	// Code is "" when the view opened, else why not (not_found, busy).
 	Code    string
 	Started time.Time
 }
