@@ -98,7 +98,7 @@ function renderHost(v) {
     tr.appendChild(el("td", "num", String(s.in_flight)));
     tr.appendChild(el("td", "num rps", s.rps.toFixed(1)));
     const errText = s.errors + (s.tool_failed ? " (+" + s.tool_failed + " tool)" : "") + (s.last_error ? " " + s.last_error : "");
-    tr.appendChild(el("td", s.errors ? "num err" : "num", errText));
+    tr.appendChild(el("td", s.errors ? "num errs err" : "num errs", errText));
     tr.appendChild(el("td", "budgets", budgetText(s.budgets)));
     rows.push(tr);
   }
@@ -182,6 +182,12 @@ function addEntries(list) {
       if (r !== undefined) {
         const q = tl.all[r];
         q.answer = e.kind === "error" ? (e.code || "error") : "ok";
+        // A tool that ran and failed answers with success false.
+        const res = e.message && e.message.result;
+        if (e.kind === "reply" && res && res.success === false) {
+          q.answer = "tool failed" + (res.error_code ? ": " + res.error_code : "");
+          e.toolFailed = q.answer;
+        }
         if (e.duration_ms !== undefined) q.latency = e.duration_ms;
         e.request = r;
       }
@@ -231,7 +237,8 @@ function statusOf(e) {
   }
   if (e.request !== undefined) {
     const lat = e.duration_ms !== undefined ? " " + e.duration_ms.toFixed(1) + " ms" : "";
-    return ["↳ " + (tl.all[e.request].type || "") + lat, e.kind === "error" ? "status-err" : "status-ok"];
+    const bad = e.kind === "error" || e.toolFailed;
+    return ["↳ " + (tl.all[e.request].type || "") + lat + (e.toolFailed ? " · " + e.toolFailed : ""), bad ? "status-err" : "status-ok"];
   }
   if (e.kind === "error") return [e.code || "error", "status-err"];
   return ["", ""];
