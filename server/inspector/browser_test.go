@@ -1,9 +1,9 @@
-//go:build browser
+//go:build aepbrowser
 
 package inspector_test
 
 // The inspector in a real headless Chromium (Debian's chromium), driven
-// with chromedp: `go test -tags browser ./server/inspector/` (.ci/run runs
+// with chromedp: `go test -tags aepbrowser ./server/inspector/` (.ci/run runs
 // it as a heavy suite). With AEP_INSPECTOR_SCREENSHOTS=DIR the tests save
 // the screenshots of docs/inspector.md there.
 
