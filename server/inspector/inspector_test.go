@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
+	"github.com/aephost/aep/server/httpapi"
 )
 
 // TestAccess: the inspector is behind the operator token whatever asks —
@@ -242,6 +244,24 @@ func TestPagesLeaveNoTap(t *testing.T) {
 		res.Body.Close()
 		if res.StatusCode != want {
 			t.Errorf("handle %q: %d, want %d", path, res.StatusCode, want)
+		}
+	}
+}
+
+// TestOffWithoutToken: an operator listener configured without a token
+// serves /metrics on loopback but no inspector, as it serves no admin API.
+func TestOffWithoutToken(t *testing.T) {
+	h := aeptest.NewHost(t, aeptest.Config(nil), nil)
+	srv := httptest.NewServer(httpapi.OperatorHandler(h, httpapi.OperatorOptions{}))
+	defer srv.Close()
+	for path, want := range map[string]int{"/inspector/": 403, "/inspector/api/host": 403, "/inspector/?token=x": 403, "/metrics": 200} {
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("%s: %d, want %d", path, res.StatusCode, want)
 		}
 	}
 }
