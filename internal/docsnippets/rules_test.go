@@ -142,6 +142,7 @@ var notRun = map[string][]string{
 		"needs an XFS file system with reflinks mounted at /mnt/xfs-reflink",
 		"run A's benchmark again in five processes, one after another; run A is run",
 		"compares the test binaries of two commits with benchstat; BenchmarkEchoDirect itself runs in the Operator surface block above",
+		"compares the test binaries of two commits with benchstat on a loaded machine; the benchmarks themselves are the transports' own",
 	},
 	"docs/chains.md": {"an outline, elided with ..."},
 	"docs/contract.md": {
