@@ -190,6 +190,15 @@ func TestTimelineShowsNoSecret(t *testing.T) {
 	if recorded == 0 || live == 0 {
 		t.Fatalf("%d recorded, %d live entries", recorded, live)
 	}
+	cancelled := false
+	for _, e := range entries {
+		if e["src"] == "live" && e["kind"] == "error" && e["code"] == "cancelled" {
+			cancelled = true
+		}
+	}
+	if !cancelled || !types["cancel"] {
+		t.Error("no cancel and cancelled answer on the timeline")
+	}
 	for _, want := range []string{"tool/call/req", "tool/call/resp", "proc/event", "memory/store/req", "env/step/resp", "toolkit/configure/req", "pong"} {
 		if !types[want] {
 			t.Errorf("no %s on the timeline (%v)", want, types)

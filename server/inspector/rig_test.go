@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/aephost/aep/capabilities/all"
 	"github.com/aephost/aep/client"
@@ -155,6 +156,19 @@ func (r *rig) script(t testing.TB, c *client.Client, pipe *server.LinePipe) []st
 	}
 	if streamed == 0 {
 		t.Fatal("the command streamed no events")
+	}
+	// A request the agent cancels: the host answers it cancelled.
+	sleeper, err := c.ProcSpawn(ctx, &msg.ProcSpawnReq{Argv: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if _, err := c.ProcWait(cctx, &msg.ProcWaitReq{ProcID: sleeper.Process.ProcID}); err == nil {
+		t.Fatal("the wait was not cancelled")
+	}
+	cancel()
+	if _, err := c.ProcKill(ctx, &msg.ProcKillReq{ProcID: sleeper.Process.ProcID}); err != nil {
+		t.Fatal(err)
 	}
 	// An env episode.
 	reset, err := c.EnvReset(ctx, &msg.EnvResetReq{EnvName: "guess", Seed: aeptest.Ptr(7)})
