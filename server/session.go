@@ -72,7 +72,7 @@ type Session struct {
 	// errTerminated.
 	terminated atomic.Bool
 	// newest is the newest snapshot this host wrote of the session.
-	newest  atomic.Pointer[SnapshotNote]
+	newest  atomic.Pointer[snapshotNote]
 	steps   atomic.Int64 // requests a child session has made (child.go)
 	created time.Time
 	remote  netip.Addr // the client's address, when the transport knows it
@@ -669,10 +669,11 @@ func (s *Session) Close() {
 	sink := s.sink
 	s.mu.Unlock()
 	if sink != nil {
-		if hc, ok := sink.(ConnectionSink); ok && s.terminated.Load() && hc.HoldsConnection() {
+		if hc, ok := sink.(connectionSink); ok && s.terminated.Load() {
 			// The client's connection stays a while, so its next
 			// request is answered that the session was terminated
 			// rather than finding the connection gone (admin.go).
+			hc.SessionTerminated()
 			time.AfterFunc(terminatedLinger, sink.Close)
 		} else {
 			sink.Close()
