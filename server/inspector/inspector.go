@@ -34,7 +34,7 @@ const Prefix = "/inspector/"
 var assets embed.FS
 
 // Session is one row of the host view: a live session as the admin API
-// reports it (server/admin.go, SessionReport).
+// reports it (server/operator, SessionReport).
 type Session struct {
 	Handle         string    `json:"handle"`
 	Tenant         string    `json:"tenant"`
