@@ -145,7 +145,7 @@ func inspectorHandler(h *server.Host, o OperatorOptions) http.Handler {
 		log = h.Logger()
 	}
 	op := h.Operator()
-	return inspector.New(inspector.Options{Host: h.Inspect(), Token: o.Token, Draining: h.Draining,
+	return inspector.New(inspector.Options{Host: op.Inspect(), Token: o.Token, Draining: h.Draining,
 		AllowHost: allow.host, AllowOrigin: allow.origin, Logger: log,
 		Sessions: func() []inspector.Session {
 			list, _, _ := op.Sessions(defaultListLimit)

@@ -53,7 +53,7 @@ type Session struct {
 
 // Options say what the inspector serves and to whom.
 type Options struct {
-	// Host is the kernel's inspector accessor (server.Host.Inspect).
+	// Host is the kernel's inspector accessor (operator.Host.Inspect).
 	Host inspect.Host
 	// Token is operator.token; without one the inspector is off.
 	Token string
