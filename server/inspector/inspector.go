@@ -230,6 +230,30 @@ type hub struct {
 	pages int
 	stop  func()
 	stats map[string]*sessionStats
+
+	// The session list, shared by the host pages: listing measures each
+	// session's directory (its disk budget), so it is made at most once
+	// per tick for all pages, and less often when it is slow — at most a
+	// tenth of the time is spent on it.
+	listMu    sync.Mutex
+	list      []Session
+	listAt    time.Time
+	listEvery time.Duration
+}
+
+// sessions returns the session list, made again when it is older than
+// the interval its last making set.
+func (b *hub) sessions(fetch func() []Session) []Session {
+	b.listMu.Lock()
+	defer b.listMu.Unlock()
+	if !b.listAt.IsZero() && time.Since(b.listAt) < b.listEvery {
+		return b.list
+	}
+	t0 := time.Now()
+	b.list = fetch()
+	took := time.Since(t0)
+	b.listAt, b.listEvery = time.Now(), max(hostTick*9/10, 10*took)
+	return b.list
 }
 
 // sessionStats are a session's answers since the watch began.

@@ -90,7 +90,7 @@ func (h *Handler) hostStream(w http.ResponseWriter, r *http.Request) {
 		}
 		var list []Session
 		if h.o.Sessions != nil {
-			list = h.o.Sessions()
+			list = h.hub.sessions(h.o.Sessions)
 		}
 		dt := now.Sub(prevAt).Seconds()
 		next := make(map[string]uint64, len(list))
