@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -117,7 +118,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "host not allowed", http.StatusForbidden)
 		return
 	}
-	if or := r.Header.Get("Origin"); or != "" && h.o.AllowOrigin != nil && !h.o.AllowOrigin(or) {
+	if or := r.Header.Get("Origin"); or != "" && (h.o.AllowOrigin != nil && !h.o.AllowOrigin(or) || !sameOrigin(or, r)) {
+		// Beyond the listener's rules, only the inspector's own pages: a
+		// page of another port on loopback is the same site to a cookie.
 		http.Error(w, "origin not allowed", http.StatusForbidden)
 		return
 	}
@@ -130,6 +133,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// sameOrigin reports whether origin is the origin r was sent to.
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return strings.EqualFold(u.Scheme, scheme) && strings.EqualFold(u.Host, r.Host)
 }
 
 // authorized reports whether r carries the operator token, as a bearer
