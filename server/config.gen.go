@@ -212,14 +212,17 @@ type OpenEnvFaceConfig struct {
 // (docs/operating.md): the separate listen address of /metrics and the admin
 // API, tracing, and the drain on SIGTERM or `aep admin drain`.
 type OperatorConfig struct {
-	// Listen: The operator address serving GET /metrics and the admin API
-	// (/admin/, `aep admin`), host:port; empty serves none. An address that is not
-	// loopback needs token: aep refuses to start without one. Default: "".
+	// Listen: The operator address serving GET /metrics, the admin API (/admin/,
+	// `aep admin`) and the web inspector (/inspector/, docs/inspector.md),
+	// host:port. Empty: `aep serve` over HTTP opens one on an ephemeral loopback
+	// port, printed at start-up, with token or else a token made for the run; a
+	// port it cannot have never stops the host. An address that is not loopback
+	// needs token: aep refuses to start without one. Default: "".
 	Listen string `yaml:"listen"`
 	// Token: The bearer token of the operator listener (Authorization: Bearer
 	// …): /metrics requires it when set, and it is required when listen is not
-	// loopback; the admin API always requires it, on loopback too, and is off
-	// without one. At least 16 bytes. `aep admin` reads it from
+	// loopback; the admin API and the inspector always require it, on loopback
+	// too, and are off without one. At least 16 bytes. `aep admin` reads it from
 	// AEP_OPERATOR_TOKEN.
 	Token string `yaml:"token"`
 	// MaxToolLabels: Bounds the distinct tool names metrics label; further tools

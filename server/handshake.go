@@ -86,6 +86,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 		// before now did not hold it.
 		h.sessionTokens.Store(s.id, req.AuthToken)
 		s.scrub.Store(nil)
+		h.sessionsChanged()
 	}
 	// A child's capabilities are a subset of its parent's; an operator's
 	// session may be narrowed when it is opened (admin.go).

@@ -117,6 +117,10 @@ type Host struct {
 
 	// declared holds the secrets plugins declared (secrets.go).
 	declared secretStore
+	// inspect guards the inspector's taps and watches; watch is the
+	// latter, nil while no page shows the host (inspect.go).
+	inspect inspectHooks
+	watch   atomic.Pointer[watchList]
 	// dirs are the session directories with running processes, watched
 	// for their disk budget; persistentTotal the bytes of persistent
 	// memory the store holds (budget.go).
@@ -347,6 +351,7 @@ func (h *Host) newSession(sink Sink, parent *Session, token *[32]byte, ci *child
 	}
 	h.sessions[s.id] = s
 	h.handles[s.handle] = s
+	h.sessionsChanged()
 	return s, nil
 }
 
@@ -381,7 +386,9 @@ func (h *Host) forget(s *Session) {
 	if r := s.rec.Load(); r != nil {
 		r.Close() // before the session's secrets are forgotten: they redact it
 	}
+	h.inspectEnded(s) // likewise: an inspector page cuts them from what it shows
 	h.sessionTokens.Delete(s.id)
+	h.sessionsChanged()
 	h.dropState("", s.handle)
 	h.forgetSecrets(s.handle)
 	for _, o := range h.observers {

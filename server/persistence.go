@@ -10,6 +10,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -46,6 +47,9 @@ type persistence interface {
 	// Recorder is the trajectory recorder of a session that handshook,
 	// or nil (handshake.go).
 	Recorder(s persist.Session, asked bool) *persist.Recorder
+	// RecordedTail is the newest records of a session's recorded
+	// trajectory, by its handle, for the web inspector (inspect.go).
+	RecordedTail(ctx context.Context, handle string, limit int) (recs []json.RawMessage, more bool, err error)
 	// DrainSnapshots saves every live top-level session on a drain
 	// (drain.go).
 	DrainSnapshots(ctx context.Context) (saved map[string]string, notSaved int, err error)

@@ -86,6 +86,7 @@ type Session struct {
 	lastActive atomic.Int64 // unix nanos
 	enabled    atomic.Pointer[map[string]bool]
 	rec        atomic.Pointer[recorder] // set when the trajectory is recorded (server/persist/trajectory.go)
+	tap        atomic.Pointer[tapList]  // set while an inspector page follows the session (inspect.go)
 
 	mu       sync.Mutex
 	sink     Sink
@@ -189,6 +190,12 @@ func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
 func (s *Session) send(p *wire.Packet) int {
 	if r := s.rec.Load(); r != nil {
 		r.Host(p)
+	}
+	if t := s.tap.Load(); t != nil {
+		t.host(s, p)
+	}
+	if w := s.h.watch.Load(); w != nil {
+		w.sent(s, p)
 	}
 	s.mu.Lock()
 	sink := s.sink
@@ -304,6 +311,9 @@ func (s *Session) receiveLine(line []byte, h here) {
 // costs no scan of its own.
 func (s *Session) receiveDecoded(line []byte, sc *wire.Scanned, e *wire.Entry, m wire.Message, err error, h here) {
 	if err != nil {
+		if t := s.tap.Load(); t != nil {
+			t.invalid(s, line, sc.ID)
+		}
 		we := wire.AsError(err)
 		if sc.Type == "handshake/req" && we.Code == wire.CodeSchemaViolation {
 			// handshake/resp always answers a handshake (docs/DECISIONS.md, Wire).
@@ -364,17 +374,25 @@ func (s *Session) receivePacket(env *wire.Envelope, m wire.Message, h here) {
 	s.receive(e, env, m, 0, bodySession, h)
 }
 
+// agentKind is request or notification, as trajectories and taps name
+// what an agent sent.
+func agentKind(e *wire.Entry) string {
+	if e.Kind == wire.KindRequest {
+		return "request"
+	}
+	return "notification"
+}
+
 func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, size int, bodySession string, h here) {
 	// One reading of the clock for the request's arrival, its deadline
 	// and its latency when it runs at once (time.Now is some 60 ns here).
 	now := time.Now()
 	s.touchAt(now)
 	if r := s.rec.Load(); r != nil {
-		kind := "notification"
-		if e.Kind == wire.KindRequest {
-			kind = "request"
-		}
-		r.Agent(kind, env, m)
+		r.Agent(agentKind(e), env, m)
+	}
+	if t := s.tap.Load(); t != nil {
+		t.agent(s, agentKind(e), env, m, now)
 	}
 	switch e.Type {
 	case "handshake/req":

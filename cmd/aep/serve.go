@@ -39,6 +39,9 @@ type operatorOptions struct {
 	reload   func(context.Context) error // nil: no configuration file
 	stopping <-chan struct{}
 	log      *slog.Logger
+	// listening is told the address bound (the implicit listener's
+	// ephemeral port).
+	listening func(addr string)
 }
 
 // drainLinger is how long the transports keep serving after a drain
@@ -217,6 +220,32 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 				log.Error("operator endpoint stopped; stopping the host", "err", err)
 				opErr = err
 				endServe()
+			}
+		}()
+	} else if !useStdio && serveOperator != nil {
+		// No operator listener configured: one on an ephemeral loopback
+		// port serves the inspector (docs/inspector.md) behind a token of
+		// this run's, printed with its address. A port that cannot be had
+		// never stops the host: only a configured listener is one the
+		// operator asked for (docs/DECISIONS.md, The inspector).
+		tok := cfg.Operator.Token
+		announce := func(addr string) {
+			fmt.Fprintf(stderr, "aep: inspector at http://%[1]s/inspector/ (operator listener %[1]s, operator token operator.token)\n", addr)
+		}
+		if tok == "" {
+			// Printed once, to stderr and never to the log, as the
+			// generated auth token is.
+			tok = server.GenerateToken()
+			announce = func(addr string) {
+				fmt.Fprintf(stderr, "aep: inspector at http://%[1]s/inspector/ (operator listener %[1]s); operator token for this run:\n\n"+
+					"    AEP_OPERATOR_TOKEN=%[2]s\n\n  open http://%[1]s/inspector/?token=%[2]s\n\n", addr, tok)
+			}
+		}
+		go func() {
+			defer close(opDone)
+			o := operatorOptions{token: tok, reload: reload, stopping: ctx.Done(), log: log, listening: announce}
+			if err := serveOperator(serveCtx, h, "127.0.0.1:0", o); err != nil && serveCtx.Err() == nil {
+				log.Warn("inspector not served; the host runs on", "err", err)
 			}
 		}()
 	} else {

@@ -133,11 +133,16 @@ var notRun = map[string][]string{
 	"sdk/typescript/README.md": {
 		"needs hosts behind a proxy at proxy:8700; test/move.test.ts runs this against real hosts behind a forwarder",
 	},
+	"docs/inspector.md": {
+		"the lines serve prints at start-up; TestBrowserHostAndTimeline opens the same page",
+		`needs Chromium; .ci/run's "inspector in Chromium" step runs the same test`,
+	},
 	"docs/PERFORMANCE.md": {
 		`the Python SDK suite, which .ci/run's "Python SDK" step runs, printing these figures`,
 		"needs an XFS file system with reflinks mounted at /mnt/xfs-reflink",
 		"run A's benchmark again in five processes, one after another; run A is run",
 		"compares the test binaries of two commits with benchstat; BenchmarkEchoDirect itself runs in the Operator surface block above",
+		"compares the test binaries of two commits with benchstat on a loaded machine; the benchmarks themselves are the transports' own",
 	},
 	"docs/chains.md": {"an outline, elided with ..."},
 	"docs/contract.md": {

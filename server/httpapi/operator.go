@@ -15,6 +15,7 @@ import (
 
 	gen "github.com/aephost/aep/gen/httpapi"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/inspector"
 )
 
 // Readyz implements GET /readyz: 503 while draining, closed, or when the
@@ -88,22 +89,28 @@ type OperatorOptions struct {
 	Stopping <-chan struct{}
 	// Logger defaults to the host's.
 	Logger *slog.Logger
+	// Listening, when set, is told the address the listener is bound to
+	// (an ephemeral port is chosen only then).
+	Listening func(addr string)
 }
 
 // OperatorHandler serves the operator's surface of h: GET /metrics in the
-// Prometheus text format, behind the token when there is one, and the
-// admin API under /admin/ (admin.go), always behind the token.
+// Prometheus text format, behind the token when there is one, the admin
+// API under /admin/ (admin.go) and the web inspector under /inspector/
+// (server/inspector), both always behind the token. The inspector checks
+// the token itself: a browser carries it as a login cookie.
 func OperatorHandler(h *server.Host, o OperatorOptions) http.Handler {
+	insp := inspectorHandler(h, o)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.MetricsRegistry(), promhttp.HandlerOpts{}))
 	adm := adminHandler(h, o)
 	mux.Handle("/admin/", adm)
 	mux.Handle("/admin", adm)
 	if o.Token == "" {
-		return mux
+		return withInspector(insp, mux)
 	}
 	want := []byte("Bearer " + o.Token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return withInspector(insp, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="aep operator"`)
 			if strings.HasPrefix(r.URL.Path, "/admin") {
@@ -114,7 +121,44 @@ func OperatorHandler(h *server.Host, o OperatorOptions) http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
+	}))
+}
+
+// withInspector routes /inspector and below to the inspector, the rest to
+// next.
+func withInspector(insp, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/inspector" || strings.HasPrefix(r.URL.Path, inspector.Prefix) {
+			insp.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
+}
+
+// inspectorHandler is the web inspector of h, with the listener's Host and
+// Origin rules and the admin API's session list.
+func inspectorHandler(h *server.Host, o OperatorOptions) http.Handler {
+	allow := parseAllowList(h.Config().Server.AllowedOrigins)
+	log := o.Logger
+	if log == nil {
+		log = h.Logger()
+	}
+	return inspector.New(inspector.Options{Host: h.Inspect(), Token: o.Token, Draining: h.Draining,
+		AllowHost: allow.host, AllowOrigin: allow.origin, Logger: log,
+		Sessions: func() []inspector.Session {
+			list, _, _ := h.AdminSessions(defaultListLimit)
+			out := make([]inspector.Session, len(list))
+			for i, s := range list {
+				out[i] = inspector.Session{Handle: s.Handle, Tenant: s.Tenant, AgentID: s.AgentID, State: s.State,
+					Transport: s.Transport, Created: s.Created, LastActive: s.LastActive, InFlight: s.InFlight,
+					Parent: s.ParentHandle, OperatorOpened: s.OperatorOpened, Forked: s.Forked}
+				if s.Budgets != nil {
+					out[i].Budgets = s.Budgets
+				}
+			}
+			return out
+		}})
 }
 
 // ServeOperator serves [OperatorHandler] on listenAddr until ctx ends. An
@@ -137,11 +181,15 @@ func ServeOperator(ctx context.Context, h *server.Host, listenAddr string, o Ope
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	adminAPI := "/admin/"
+	adminAPI, insp := "/admin/", "http://"+ln.Addr().String()+inspector.Prefix
 	if o.Token == "" {
 		adminAPI = "off: operator.token is not set"
+		insp = adminAPI
 	}
-	log.Info("operator endpoint serving /metrics", "addr", ln.Addr().String(), "admin_api", adminAPI)
+	log.Info("operator endpoint serving /metrics", "addr", ln.Addr().String(), "admin_api", adminAPI, "inspector", insp)
+	if o.Listening != nil {
+		o.Listening(ln.Addr().String())
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("operator serve: %w", err)
