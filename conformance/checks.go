@@ -93,6 +93,7 @@ const (
 	CheckSessionInfo       = "session.info"
 	CheckSessionSnapshot   = "session.snapshot"
 	CheckSessionFork       = "session.fork"
+	CheckSessionLineage    = "session.lineage"
 	CheckSessionTrajectory = "session.trajectory"
 	CheckSessionOperator   = "session.operator"
 
@@ -201,6 +202,7 @@ var catalogue = []CheckInfo{
 	{CheckSessionInfo, Must, "schemas/session.json SessionInfoResp", "session/info names the session's id, agent_id, accepted_caps and max_parallel as the handshake did, and counts itself in flight", ""},
 	{CheckSessionSnapshot, Must, "spec §1.6, §3 (snapshot, restore); schemas/session.json", "a snapshot restores the state it saved (working memory); it is listed as the session's own until deleted; restoring an unknown snapshot is an error that changes nothing", ""},
 	{CheckSessionFork, Must, "schemas/session.json SessionForkReq", "a fork is a new session of its own id, which opens with the host's token and holds a copy of the sender's state", ""},
+	{CheckSessionLineage, Must, "schemas/session.json SessionForkResp.group, SessionTrajectoryExportReq.group; schemas/records/trajectory.json", "a fork's reply names its sibling group (g-…); the sender's export of that group is an export whose lines each name their episode, the fork's records naming the group and the sender as parent; a made-up group exports nothing, as an empty export", ""},
 	{CheckSessionTrajectory, Must, "schemas/session.json SessionTrajectoryExportResp", "a trajectory export counts the lines it returns", ""},
 	{CheckSessionOperator, Must, "spec §5; docs/operating.md, Admin API; schemas/session.json SessionInfoResp.operator_opened", "a session the operator opened for a tenant refuses the tenant's secret, opens with the token issued for it, and says operator_opened true in session/info; that token opens no other session, and an agent's own session does not say operator_opened", needOperator},
 

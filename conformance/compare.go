@@ -278,11 +278,12 @@ func newNormalizer(r *Report, uniqs []string) *normalizer {
 
 // isIDKey says whether a field names something a host makes up per run:
 // the envelope's id and req_id, a session's id, handle and token, a
-// process's pid, and any other *_id or *_ids but those that name what the
-// agent or the host's configuration chose.
+// process's pid, a fork's sibling group and the handles of a lineage
+// (schemas/records/trajectory.json), and any other *_id or *_ids but
+// those that name what the agent or the host's configuration chose.
 func isIDKey(key string) bool {
 	switch key {
-	case "id", "ids", "req_id", "handle", "auth_token", "token", "pid":
+	case "id", "ids", "req_id", "handle", "auth_token", "token", "pid", "group", "root", "parent", "episode":
 		return true
 	case "agent_id", "server_id", "correlation_id":
 		return false

@@ -155,6 +155,7 @@ var catalogueKinds = map[string]struct{ kind, capability string }{
 	"info-not-in-flight":                {KindReply, "session"},
 	"operator-session-unmarked":         {KindReply, "session"},
 	"fork-is-sender":                    {KindReply, "session"},
+	"fork-group-dropped":                {KindReply, "session"},
 	"trajectory-miscounts":              {KindReply, "session"},
 	"no-session-header":                 {KindEdge, ""},
 	"oversize-line-served":              {KindEdge, ""},

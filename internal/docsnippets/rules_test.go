@@ -91,7 +91,7 @@ var rules = []rule{
 		want: []string{"… hello", "hello\n"}},
 	{file: "sdk/python/README.md", lang: "python", contains: "AsyncClient.websocket", kind: kindPython, needsHost: true,
 		want: []string{"tool/event"}},
-	{file: "sdk/python/README.md", lang: "python", contains: "c.fork(8)", kind: kindPython, needsHost: true, want: []string{"[]"}},
+	{file: "sdk/python/README.md", lang: "python", contains: "c.fork(8)", kind: kindPython, needsHost: true, want: []string{"[]", "8 complete"}},
 	{file: "sdk/python/README.md", lang: "python", contains: "AEPVectorEnv", kind: kindPython, needsHost: true, want: []string{"reward 1.0"}},
 
 	// sdk/typescript/README.md
@@ -159,7 +159,7 @@ var notRun = map[string][]string{
 		"a client's configuration file, naming /usr/local/bin/aep and /etc/aep; the Inspector snippets below spawn the same command",
 		"a client's configuration file; the Inspector snippets below make the same requests",
 	},
-	"docs/trajectories.md": {"a sample of the output, elided with …"},
+	"docs/trajectories.md": {"needs a running host; internal/aepbin/testdata/lineage/grpo.py runs this workflow", "a sample of the output, elided with …"},
 	"docs/openenv.md": {
 		"needs openenv-core, which PyPI would supply and CI cannot reach; internal/aepbin/testdata/openenv's client sends what this one does",
 	},

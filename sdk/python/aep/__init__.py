@@ -13,6 +13,7 @@ from ._models import AgentMessage, ErrorCode, EventMessage, HostMessage
 from .client import AsyncClient, Call, Client, Forks, Move, SyncCall
 from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
+from .trajectories import TrajectoryExport, export_line
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport
 
 __version__ = "0.1.0"
@@ -20,5 +21,6 @@ __version__ = "0.1.0"
 __all__ = [
     "AEPError", "AgentMessage", "AsyncClient", "Call", "Client", "ConnectionClosed", "ErrorCode",
     "EventMessage", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "ProtocolError",
-    "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
+    "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "TrajectoryExport", "Transport", "WebSocketTransport",
+    "export_line", "models",
 ]

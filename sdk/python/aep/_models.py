@@ -3408,6 +3408,12 @@ class SessionForkRespMessage(Model):
     #: copy (bytes copied), none (no files).
     copy_: Optional[Literal["reflink", "copy", "none"]] = Field(None, alias="copy")
     forks: list[ForkInfo]
+    #: The forks' sibling group, new for each session/fork/req: every record
+    #: of a fork's recorded trajectory carries it
+    #: (schemas/records/trajectory.json `group`), and
+    #: session/trajectory/export `group` exports the group's episodes. Absent
+    #: from hosts older than lineage.
+    group: Optional[str] = None
     #: Seconds within which each fork must handshake, or it is closed
     #: (server.limits.handshake_timeout).
     handshake_timeout: float
@@ -3734,7 +3740,10 @@ class SessionTrajectoryExportReqMessage(Model):
     schemas/records/trajectory.json describes) of this session and of the
     earlier sessions whose ids it presents in `session_ids` (a session id is
     a bearer secret, so holding one proves the session was the sender's),
-    oldest first, a page at a time.
+    oldest first, a page at a time. A fork's export is its whole episode:
+    its ancestors' records before each fork point (the prefix), then its
+    own. Lineage is the authorization: a session may also export its
+    descendants (`descendants`, `group`), never another tenant's.
     """
 
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
@@ -3743,14 +3752,29 @@ class SessionTrajectoryExportReqMessage(Model):
     #: Export records after this cursor (the `next` of the previous page); 0:
     #: from the start.
     after: int = 0
+    #: Export also every recorded descendant of the exported sessions (their
+    #: forks, the forks' forks…), one episode each.
+    descendants: bool = False
     #: jsonl: the records themselves; chat: each session's records of the
     #: page converted to one chat sample (messages with tool calls, as TRL
     #: and verl read multi-turn rollouts).
     format: Literal["jsonl", "chat"] = "jsonl"
+    #: Export the episodes of this sibling group (session/fork/resp `group`)
+    #: instead: one per fork, each complete. Only a session the group
+    #: descends from (its parent, or an ancestor of it) gets them; for any
+    #: other, or a made-up id, the export is empty.
+    group: Optional[str] = None
     #: Unique id of the message (spec §2.1).
     id: str
     #: At most this many records per page.
     limit: int = 1000
+    #: How a fork's prefix (its ancestors' records before its fork point) is
+    #: exported: repeat, in every episode (each jsonl line then names its
+    #: `episode`; each chat sample holds the prefix's messages first); once,
+    #: each record once over the whole export (a chat sample then holds its
+    #: own messages, after a sample of the prefix); none, not at all (each
+    #: session's own records, the format before lineage).
+    prefix: Literal["repeat", "once", "none"] = "repeat"
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3788,6 +3812,14 @@ class SessionTrajectoryExportRespMessage(Model):
     lines: list[dict[str, Any]]
     #: The cursor of the next page; absent on the last page.
     next: Optional[int] = None
+    #: Present when an exported episode has a prefix: complete, or missing
+    #: when the prefix of one or more was never recorded (a parent that did
+    #: not record, a fork from a snapshot) or is no longer kept;
+    #: `prefix_missing` names them. Their episodes are exported all the same,
+    #: each marked `prefix: missing`.
+    prefix: Optional[Literal["complete", "missing"]] = None
+    #: The handles of the exported episodes whose prefix is missing.
+    prefix_missing: Optional[list[str]] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"

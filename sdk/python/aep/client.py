@@ -36,6 +36,7 @@ from ._methods import AsyncMethods, EventCallback, SyncMethods
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError, RequestInterrupted,
                      RequestTimeout, SessionLost, SessionTerminated)
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
+from .trajectories import TrajectoryExport, export_line
 
 # A request refused unread (e.g. 404 or 503 to POST /send, or a
 # ``shutting_down`` reply) is sent again in the next session, this often.
@@ -314,6 +315,35 @@ class AsyncClient(AsyncMethods):
                 await c.aclose()
             raise
         return out
+
+    async def export_trajectories(self, out: Optional[Any] = None, **req: Any) -> TrajectoryExport:
+        """Exports recorded trajectories (``session/trajectory/export``,
+        docs/trajectories.md), every page from ``after``: this session's,
+        a fork's whole episode, a fork group's episodes (``group=``) or a
+        session's descendants (``descendants=True``), with the prefix
+        repeated, once or not at all (``prefix=``), as records or chat
+        samples (``format=``). The lines are the bytes the host's
+        ``aep export trajectories`` and the Go client write; ``out`` (a
+        text file) gets them too."""
+        lines: list[dict[str, Any]] = []
+        text: list[str] = []
+        records, prefix, missing = 0, None, []
+        while True:
+            page = await self.session_trajectory_export(**req)
+            for line in page.lines:
+                lines.append(line)
+                text.append(export_line(line))
+            records += page.records
+            if page.prefix is not None and prefix != "missing":
+                prefix = page.prefix
+            missing.extend(page.prefix_missing or [])
+            if page.next is None:
+                break
+            req["after"] = page.next
+        exp = TrajectoryExport(text="".join(text), lines=lines, records=records, prefix=prefix, prefix_missing=missing)
+        if out is not None:
+            out.write(exp.text)
+        return exp
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -806,6 +836,10 @@ class Client(SyncMethods):
         async def go() -> Call:
             return self.aio.start(method, *args, **kwargs)
         return SyncCall(self, self._run(go()))
+
+    def export_trajectories(self, out: Optional[Any] = None, **req: Any) -> TrajectoryExport:
+        """See AsyncClient.export_trajectories."""
+        return self._run(self.aio.export_trajectories(out, **req))
 
     def fork(self, count: int, *, snapshot_id: Optional[str] = None, **connect_kw: Any) -> "Forks[Client]":
         """Forks this session ``count`` ways and connects a Client to each

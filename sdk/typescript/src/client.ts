@@ -14,6 +14,7 @@ import {
   type RequestTypes,
 } from "./messages.gen.js";
 import { forkSession, type ForkHandshake, type ForkOptions, type Forks } from "./fork.js";
+import { exportTrajectories, type TrajectoryExport, type TrajectoryExportRequest } from "./trajectories.js";
 import { openHttp, openWebSocket, spawnStdio, type HttpOptions, type StdioSpawnOptions, type Transport, type WebSocketOptions } from "./transports.js";
 
 /** Options of one request. */
@@ -225,6 +226,18 @@ export class AepClient extends Methods<RequestOptions> {
    */
   fork(count: number, opts?: ForkOptions): Promise<Forks> {
     return forkSession(this, this.#t, (t) => new AepClient(t), this.#hello, count, opts);
+  }
+
+  /**
+   * Exports recorded trajectories (session/trajectory/export,
+   * docs/trajectories.md), every page: this session's, a fork's whole
+   * episode, a fork group's episodes (`group`) or a session's descendants
+   * (`descendants`), the prefix repeated, once or not at all (`prefix`),
+   * as records or chat samples (`format`). `text` is the bytes `aep export
+   * trajectories` and the other clients write.
+   */
+  exportTrajectories(req?: TrajectoryExportRequest, opts?: RequestOptions): Promise<TrajectoryExport> {
+    return exportTrajectories(this, req, opts);
   }
 
   override request<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions = {}): Promise<RequestTypes[T]["reply"]> {
