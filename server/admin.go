@@ -27,6 +27,10 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
+// operatorActor is operator.Actor for the kernel's other files, which
+// reach the operator package only through this one.
+const operatorActor = operator.Actor
+
 // Operator returns the host as its operator acts on it: the admin API's
 // entry points (server/operator).
 func (h *Host) Operator() operator.Host { return operatorView{h} }

@@ -186,7 +186,7 @@ func (v inspectView) Recorded(ctx context.Context, handle string, limit int) ([]
 func (v inspectView) Audit(a inspect.View) {
 	v.h.auditor.Record(AuditRecord{TS: a.Started, SessionID: a.Session, Tenant: a.Tenant, Type: "inspector/" + a.Action,
 		Success: a.Code == "", ErrorCode: a.Code, DurationMS: float64(time.Since(a.Started).Microseconds()) / 1000,
-		Target: a.Target, Actor: OperatorActor})
+		Target: a.Target, Actor: operatorActor})
 }
 
 // sessionsChanged marks the sessions, or their own tokens, changed, for

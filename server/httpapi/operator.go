@@ -147,7 +147,7 @@ func inspectorHandler(h *server.Host, o OperatorOptions) http.Handler {
 	return inspector.New(inspector.Options{Host: h.Inspect(), Token: o.Token, Draining: h.Draining,
 		AllowHost: allow.host, AllowOrigin: allow.origin, Logger: log,
 		Sessions: func() []inspector.Session {
-			list, _, _ := h.AdminSessions(defaultListLimit)
+			list, _, _ := h.Operator().Sessions(defaultListLimit)
 			out := make([]inspector.Session, len(list))
 			for i, s := range list {
 				out[i] = inspector.Session{Handle: s.Handle, Tenant: s.Tenant, AgentID: s.AgentID, State: s.State,
