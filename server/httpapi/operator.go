@@ -16,6 +16,8 @@ import (
 	gen "github.com/aephost/aep/gen/httpapi"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/inspector"
+	"github.com/aephost/aep/server/operator"
+	"github.com/aephost/aep/wire"
 )
 
 // Readyz implements GET /readyz: 503 while draining, closed, or when the
@@ -158,7 +160,46 @@ func inspectorHandler(h *server.Host, o OperatorOptions) http.Handler {
 				}
 			}
 			return out
+		},
+		Tenants: func() []string {
+			cfg := h.Config().Server
+			var names []string
+			if cfg.AuthToken != "" {
+				names = append(names, "default")
+			}
+			for _, t := range cfg.Tenants {
+				names = append(names, t.Name)
+			}
+			return names
+		},
+		Open: func(tenant string, caps []string) (inspector.Opened, error) {
+			return openForInspector(h, tenant, caps)
 		}})
+}
+
+// openForInspector opens a session for a tenant as POST /admin/sessions
+// does, audited as that action is, and attaches an in-process pipe to it
+// for the inspector, which handshakes with the token it returns.
+func openForInspector(h *server.Host, tenant string, caps []string) (inspector.Opened, error) {
+	t0 := time.Now()
+	op := h.Operator()
+	o, err := op.Open(tenant, caps)
+	if err != nil {
+		op.Audit(operator.Action{Action: "session.open", Tenant: wire.Clip(tenant), Target: "inspector", Code: "refused",
+			Started: t0, Duration: time.Since(t0)})
+		return inspector.Opened{}, err
+	}
+	pipe, err := h.ConnectLinesTo(o.ID, 256)
+	if err != nil {
+		return inspector.Opened{}, fmt.Errorf("attach to the opened session: %w", err)
+	}
+	op.Audit(operator.Action{Action: "session.open", Session: o.Handle, Tenant: o.Tenant, Target: "inspector",
+		Started: t0, Duration: time.Since(t0)})
+	ask := caps
+	if ask == nil {
+		ask = h.Served() // the handshake then accepts what the tenant may use
+	}
+	return inspector.Opened{Handle: o.Handle, Tenant: o.Tenant, Token: o.Token, Caps: ask, Conn: pipe}, nil
 }
 
 // ServeOperator serves [OperatorHandler] on listenAddr until ctx ends. An

@@ -65,6 +65,13 @@ type Options struct {
 	// rules (server/httpapi, allowList).
 	AllowHost, AllowOrigin func(string) bool
 	Logger                 *slog.Logger
+	// Open opens an agent session for a tenant as the admin API's
+	// POST /admin/sessions does (server/operator, Host.Open), with caps
+	// narrowing its capabilities when not nil, and attaches to it in the
+	// host; nil: the page drives no session (drive.go).
+	Open func(tenant string, caps []string) (Opened, error)
+	// Tenants names the host's tenants, for the page's open form.
+	Tenants func() []string
 }
 
 // Handler serves the inspector under [Prefix].
@@ -73,6 +80,7 @@ type Handler struct {
 	cookie []byte // the value of the cookie a login sets
 	mux    *http.ServeMux
 	hub    hub
+	drive  drivers
 }
 
 // cookieName is the inspector's login cookie: an HMAC of the operator
@@ -95,6 +103,13 @@ func New(o Options) *Handler {
 	mux.HandleFunc("GET /inspector/app.css", h.asset("assets/app.css", "text/css; charset=utf-8"))
 	mux.HandleFunc("GET /inspector/api/host", h.authed(h.hostStream))
 	mux.HandleFunc("GET /inspector/api/session", h.authed(h.sessionStream))
+	mux.HandleFunc("GET /inspector/form.js", h.asset("assets/form.js", "text/javascript; charset=utf-8"))
+	mux.HandleFunc("GET /inspector/views.js", h.asset("assets/views.js", "text/javascript; charset=utf-8"))
+	mux.HandleFunc("GET /inspector/api/contract", h.authed(h.contractBundle))
+	mux.HandleFunc("GET /inspector/api/drive", h.authed(h.driveTenants))
+	mux.HandleFunc("POST /inspector/api/drive/open", h.authed(h.driveOpen))
+	mux.HandleFunc("POST /inspector/api/drive/send", h.authed(h.driveSend))
+	mux.HandleFunc("POST /inspector/api/drive/close", h.authed(h.driveClose))
 	h.mux = mux
 	return h
 }
