@@ -259,9 +259,9 @@ func (h *Handler) driveOpen(w http.ResponseWriter, r *http.Request) {
 	}
 	ans, err := d.send(r.Context(), hs)
 	var hr struct {
-		Ok           bool     `json:"ok"`
+		Ok           bool              `json:"ok"`
 		AcceptedCaps []json.RawMessage `json:"accepted_caps"`
-		Reason       string   `json:"reason"`
+		Reason       string            `json:"reason"`
 	}
 	if err == nil {
 		err = json.Unmarshal(ans, &hr)
