@@ -23,13 +23,10 @@ import (
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server/inspect"
 	"github.com/aephost/aep/server/operator"
 	"github.com/aephost/aep/wire"
 )
-
-// operatorActor is operator.Actor for the kernel's other files, which
-// reach the operator package only through this one.
-const operatorActor = operator.Actor
 
 // Operator returns the host as its operator acts on it: the admin API's
 // entry points (server/operator).
@@ -39,6 +36,14 @@ func (h *Host) Operator() operator.Host { return operatorView{h} }
 type operatorView struct{ h *Host }
 
 var _ operator.Host = operatorView{}
+
+// Inspect returns the host as the web inspector sees it (inspect.go): the
+// inspector is the operator's, so it is handed out here.
+func (v operatorView) Inspect() inspect.Host { return inspectView(v) }
+
+// operatorActor is the actor of the operator's audit lines, for the
+// kernel's files that do not name server/operator.
+const operatorActor = operator.Actor
 
 // snapshotNote names a snapshot of a session (Session.newest,
 // persistence.go's snapshotsOf).

@@ -90,9 +90,11 @@ func TestKernelReachesPersistenceThroughOneInterface(t *testing.T) {
 
 // TestKernelServesTheOperatorThroughOneInterface: the kernel names
 // server/operator in one file, admin.go, where operatorView implements
-// operator.Host; server/operator imports no package of the host, so its
-// reports and errors are the operator's and the kernel's internals stay
-// out of them (docs/architecture.md, The kernel and the operator).
+// operator.Host; server/operator imports no package of the host but
+// server/inspect (the web inspector's view, handed out by operator.Host),
+// and server/inspect none at all, so their reports and errors are the
+// operator's and the kernel's internals stay out of them
+// (docs/architecture.md, The kernel and the operator).
 func TestKernelServesTheOperatorThroughOneInterface(t *testing.T) {
 	for name, f := range sources(t, ".") {
 		if slices.Contains(imports(f), "github.com/aephost/aep/server/operator") && name != "admin.go" {
@@ -101,8 +103,15 @@ func TestKernelServesTheOperatorThroughOneInterface(t *testing.T) {
 	}
 	for name, f := range sources(t, "operator") {
 		for _, p := range imports(f) {
-			if strings.HasPrefix(p, "github.com/aephost/aep/server") {
+			if strings.HasPrefix(p, "github.com/aephost/aep/server") && p != "github.com/aephost/aep/server/inspect" {
 				t.Errorf("server/operator/%s imports %s: the operator reaches the kernel only through operator.Host", name, p)
+			}
+		}
+	}
+	for name, f := range sources(t, "inspect") {
+		for _, p := range imports(f) {
+			if strings.HasPrefix(p, "github.com/aephost/aep/server") {
+				t.Errorf("server/inspect/%s imports %s: the inspector reaches the kernel only through inspect.Host", name, p)
 			}
 		}
 	}

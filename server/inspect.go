@@ -3,7 +3,7 @@ package server
 // The kernel's side of the web inspector (docs/inspector.md): taps on one
 // session's messages, a watch on every answer, the secrets a page must
 // never be shown, a session's recorded trajectory and the audit line of a
-// view, behind the one accessor [Host.Inspect] (server/inspect says what
+// view, behind the one accessor operator.Host.Inspect (server/inspect says what
 // each promises). The hooks cost a message one atomic load of a nil
 // pointer each while no page looks (Session.tap in receive and send,
 // Host.watch in send): a tap is installed when a page subscribes to a
@@ -49,9 +49,6 @@ type inspectHooks struct {
 	// inspect.Secrets.Gen (with the declared secrets' generation).
 	gen atomic.Uint64
 }
-
-// Inspect returns the host as the web inspector sees it.
-func (h *Host) Inspect() inspect.Host { return inspectView{h} }
 
 // inspectView implements inspect.Host over the kernel.
 type inspectView struct{ h *Host }

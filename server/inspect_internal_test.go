@@ -26,16 +26,16 @@ func TestInspectHooksRemoved(t *testing.T) {
 	s := p.Session()
 	var taps []inspect.Tapped
 	for range inspect.MaxTaps {
-		tp, err := h.Inspect().Tap(s.handle, func(inspect.Message) {})
+		tp, err := h.Operator().Inspect().Tap(s.handle, func(inspect.Message) {})
 		if err != nil {
 			t.Fatal(err)
 		}
 		taps = append(taps, tp)
 	}
-	if _, err := h.Inspect().Tap(s.handle, func(inspect.Message) {}); err != inspect.ErrTooManyTaps {
+	if _, err := h.Operator().Inspect().Tap(s.handle, func(inspect.Message) {}); err != inspect.ErrTooManyTaps {
 		t.Fatalf("tap beyond the bound: %v", err)
 	}
-	stop := h.Inspect().Watch(func(inspect.Event) {})
+	stop := h.Operator().Inspect().Watch(func(inspect.Event) {})
 	if s.tap.Load() == nil || h.watch.Load() == nil {
 		t.Fatal("hooks not installed")
 	}

@@ -20,7 +20,7 @@ func TestInspectTapAndWatch(t *testing.T) {
 	c := aeptest.Connect(t, h)
 	ctx := aeptest.Context(t)
 	handle := aeptest.Handle(t, c)
-	in := h.Inspect()
+	in := h.Operator().Inspect()
 
 	var mu sync.Mutex
 	var got []inspect.Message

@@ -139,17 +139,18 @@ func withInspector(insp, next http.Handler) http.Handler {
 }
 
 // inspectorHandler is the web inspector of h, with the listener's Host and
-// Origin rules and the admin API's session list.
+// Origin rules and the admin API's session list (server/operator).
 func inspectorHandler(h *server.Host, o OperatorOptions) http.Handler {
 	allow := parseAllowList(h.Config().Server.AllowedOrigins)
 	log := o.Logger
 	if log == nil {
 		log = h.Logger()
 	}
-	return inspector.New(inspector.Options{Host: h.Inspect(), Token: o.Token, Draining: h.Draining,
+	op := h.Operator()
+	return inspector.New(inspector.Options{Host: op.Inspect(), Token: o.Token, Draining: h.Draining,
 		AllowHost: allow.host, AllowOrigin: allow.origin, Logger: log,
 		Sessions: func() []inspector.Session {
-			list, _, _ := h.Operator().Sessions(defaultListLimit)
+			list, _, _ := op.Sessions(defaultListLimit)
 			out := make([]inspector.Session, len(list))
 			for i, s := range list {
 				out[i] = inspector.Session{Handle: s.Handle, Tenant: s.Tenant, AgentID: s.AgentID, State: s.State,

@@ -3,7 +3,7 @@
 // answer the host sends, what the host knows to be secret, the recorded
 // trajectory of a session, and the audit line of each view. The kernel
 // (package server) implements [Host] with a type of its own and hands it
-// out as server.Host.Inspect; this package imports no kernel package, so
+// out through operator.Host.Inspect; this package imports no kernel package, so
 // the dependency runs one way: server → server/inspect, and the inspector
 // (server/inspector) needs only this package and the admin API.
 //

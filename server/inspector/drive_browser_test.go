@@ -178,7 +178,7 @@ func TestBrowserDriveByHand(t *testing.T) {
 	// Nothing the host holds secret reached the page: the session's own
 	// token and transport id among them.
 	text := b.everything(t)
-	known := r.h.Inspect().Secrets().Values
+	known := r.h.Operator().Inspect().Secrets().Values
 	if len(known) < 4 {
 		t.Fatalf("the host knows %d secrets: the check would prove little", len(known))
 	}

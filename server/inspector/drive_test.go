@@ -120,7 +120,7 @@ func TestDriveAPI(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("ping: %d %s", code, info)
 	}
-	known := r.h.Inspect().Secrets().Values
+	known := r.h.Operator().Inspect().Secrets().Values
 	all := body + info
 	for _, s := range append(known, tenantSecret, operatorToken, hostToken) {
 		if strings.Contains(all, s) {

@@ -34,7 +34,7 @@ const Prefix = "/inspector/"
 var assets embed.FS
 
 // Session is one row of the host view: a live session as the admin API
-// reports it (server/admin.go, SessionReport).
+// reports it (server/operator, SessionReport).
 type Session struct {
 	Handle         string    `json:"handle"`
 	Tenant         string    `json:"tenant"`
@@ -53,7 +53,7 @@ type Session struct {
 
 // Options say what the inspector serves and to whom.
 type Options struct {
-	// Host is the kernel's inspector accessor (server.Host.Inspect).
+	// Host is the kernel's inspector accessor (operator.Host.Inspect).
 	Host inspect.Host
 	// Token is operator.token; without one the inspector is off.
 	Token string
@@ -245,6 +245,30 @@ type hub struct {
 	pages int
 	stop  func()
 	stats map[string]*sessionStats
+
+	// The session list, shared by the host pages: listing measures each
+	// session's directory (its disk budget), so it is made at most once
+	// per tick for all pages, and less often when it is slow — at most a
+	// tenth of the time is spent on it.
+	listMu    sync.Mutex
+	list      []Session
+	listAt    time.Time
+	listEvery time.Duration
+}
+
+// sessions returns the session list, made again when it is older than
+// the interval its last making set.
+func (b *hub) sessions(fetch func() []Session) []Session {
+	b.listMu.Lock()
+	defer b.listMu.Unlock()
+	if !b.listAt.IsZero() && time.Since(b.listAt) < b.listEvery {
+		return b.list
+	}
+	t0 := time.Now()
+	b.list = fetch()
+	took := time.Since(t0)
+	b.listAt, b.listEvery = time.Now(), max(hostTick*9/10, 10*took)
+	return b.list
 }
 
 // sessionStats are a session's answers since the watch began.

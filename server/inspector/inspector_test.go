@@ -3,6 +3,7 @@ package inspector_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
 	"github.com/aephost/aep/server/httpapi"
+	"github.com/aephost/aep/server/inspector"
 )
 
 // TestAccess: the inspector is behind the operator token whatever asks —
@@ -272,5 +274,64 @@ func TestOffWithoutToken(t *testing.T) {
 		if res.StatusCode != want {
 			t.Errorf("%s: %d, want %d", path, res.StatusCode, want)
 		}
+	}
+}
+
+// TestHostFeedShowsDrain: the host view says when the host drains.
+func TestHostFeedShowsDrain(t *testing.T) {
+	r := newRig(t)
+	ctx := aeptest.Context(t)
+	first := func() string {
+		res := r.get(t, ctx, "/inspector/api/host")
+		defer res.Body.Close()
+		ev := readEvents(res.Body, func(event) bool { return true })
+		if len(ev) != 1 || ev[0].name != "host" {
+			t.Fatalf("host feed %+v", ev)
+		}
+		return ev[0].data
+	}
+	if v := first(); !strings.Contains(v, `"draining":false`) {
+		t.Fatalf("before the drain: %s", v)
+	}
+	if _, err := r.h.Drain(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if v := first(); !strings.Contains(v, `"draining":true`) {
+		t.Fatalf("during the drain: %s", v)
+	}
+}
+
+// TestSlowPageIsToldWhatItMissed: a page that reads slower than its
+// session talks never slows the session: messages beyond its queue are
+// dropped, the page is told how many, and it still learns of the end.
+func TestSlowPageIsToldWhatItMissed(t *testing.T) {
+	defer inspector.SetQueueBounds(8, 1<<20)()
+	r := newRig(t)
+	ctx := aeptest.Context(t)
+	c, _ := r.agent(t, "agent", hostToken)
+	handle := aeptest.Handle(t, c)
+	res := r.get(t, ctx, "/inspector/api/session?handle="+handle)
+	defer res.Body.Close()
+	// The page reads nothing while the session writes some 10 MB.
+	big := strings.Repeat("x", 128<<10)
+	for i := range 80 {
+		if r, err := c.CallTool(ctx, &msg.ToolCallReq{ToolName: "write_file", Arguments: map[string]any{"path": fmt.Sprintf("f%d", i), "content": big}}); err != nil || !r.Success {
+			t.Fatalf("write_file %d: %+v %v", i, r, err)
+		}
+	}
+	c.Close()
+	events := readEvents(res.Body, func(e event) bool { return e.name == "end" })
+	var dropped int
+	for _, e := range events {
+		if e.name == "dropped" {
+			var d struct{ Count int }
+			if err := json.Unmarshal([]byte(e.data), &d); err != nil {
+				t.Fatal(err)
+			}
+			dropped += d.Count
+		}
+	}
+	if dropped == 0 || events[len(events)-1].name != "end" {
+		t.Fatalf("%d dropped, last event %q of %d", dropped, events[len(events)-1].name, len(events))
 	}
 }

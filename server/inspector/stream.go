@@ -90,7 +90,7 @@ func (h *Handler) hostStream(w http.ResponseWriter, r *http.Request) {
 		}
 		var list []Session
 		if h.o.Sessions != nil {
-			list = h.o.Sessions()
+			list = h.hub.sessions(h.o.Sessions)
 		}
 		dt := now.Sub(prevAt).Seconds()
 		next := make(map[string]uint64, len(list))
@@ -142,11 +142,15 @@ var handlePattern = regexp.MustCompile(`^h-[0-9a-f]{32}$`)
 // (beyond them messages are dropped and the page told how many), the
 // messages sent to the page in one event.
 const (
-	maxRecorded   = 10000
-	maxQueued     = 16384
-	maxQueueBytes = 32 << 20
-	batchSize     = 500
-	maxPending    = 10000
+	maxRecorded = 10000
+	batchSize   = 500
+	maxPending  = 10000
+)
+
+// The queue's bounds: variables so that a test can make them small.
+var (
+	maxQueued           = 16384
+	maxQueueBytes int64 = 32 << 20
 )
 
 // entry is one message as the page shows it.
@@ -280,6 +284,7 @@ func (h *Handler) sessionStream(w http.ResponseWriter, r *http.Request) {
 	pending := map[string]time.Time{}
 	keep := time.NewTicker(15 * time.Second)
 	defer keep.Stop()
+	done, over := tapped.Done, false
 	for {
 		var first inspect.Message
 		select {
@@ -291,6 +296,16 @@ func (h *Handler) sessionStream(w http.ResponseWriter, r *http.Request) {
 			}
 			continue
 		case first = <-q:
+		case <-done:
+			// The session ended. Its last message to the tap says so, but a
+			// full queue may have dropped it: what is queued is sent, then
+			// the end.
+			done, over = nil, true
+			select {
+			case first = <-q:
+			default:
+				first = inspect.Message{Kind: "end"}
+			}
 		}
 		red.refresh()
 		batch := []entry{}
@@ -314,6 +329,9 @@ func (h *Handler) sessionStream(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				break
 			}
+		}
+		if over && len(q) == 0 {
+			ended = true
 		}
 		if !s.sendEntries(batch) {
 			return

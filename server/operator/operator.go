@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
+	"github.com/aephost/aep/server/inspect"
 )
 
 // Host is what the operator may do to a host's sessions. Every session is
@@ -80,6 +81,10 @@ type Host interface {
 	// its actor and type admin/<action>. It goes to the audit log only:
 	// in-process audit subscribers follow agents' requests.
 	Audit(a Action)
+	// Inspect is the host as the web inspector sees it (server/inspect,
+	// docs/inspector.md): taps on a session's messages, a watch on its
+	// answers, what is secret, recorded trajectories.
+	Inspect() inspect.Host
 }
 
 // ErrNoSuchSession is the answer for a handle no session has.

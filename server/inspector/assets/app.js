@@ -239,8 +239,10 @@ function statusOf(e) {
   if (e.request !== undefined) {
     const lat = e.duration_ms !== undefined ? " " + e.duration_ms.toFixed(1) + " ms" : "";
     const bad = e.kind === "error" || e.toolFailed;
-    return ["↳ " + (tl.all[e.request].type || "") + lat + (e.toolFailed ? " · " + e.toolFailed : ""), bad ? "status-err" : "status-ok"];
+    const why = e.toolFailed ? " · " + e.toolFailed : e.kind === "error" ? " · " + (e.code || "error") : "";
+    return ["↳ " + (tl.all[e.request].type || "") + lat + why, bad ? "status-err" : "status-ok"];
   }
+  if (e.type === "cancel" && e.message && e.message.req_id) return ["cancels #" + e.message.req_id, "status-pending"];
   if (e.kind === "error") return [e.code || "error", "status-err"];
   return ["", ""];
 }
