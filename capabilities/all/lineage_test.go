@@ -254,10 +254,18 @@ func TestLineageGroupExport(t *testing.T) {
 	if len(once) != len(lines)-3*prefixLen || once[0]["session"] != rootHandle || once[prefixLen]["session"] != handles[0] {
 		t.Fatalf("once: %d lines, repeat %d, prefix %d", len(once), len(lines), prefixLen)
 	}
-	// Paged by whole episodes.
+	// Paged by whole episodes, the prefix once over all the pages too.
 	paged, _ := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Group: &group, Limit: 1})
 	if !equalJSON(paged, lines) {
 		t.Fatal("the paged export differs")
+	}
+	if pagedOnce, _ := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Group: &group, Limit: 1, Prefix: msg.SessionTrajectoryExportReqPrefixOnce}); !equalJSON(pagedOnce, once) {
+		t.Fatal("the paged export with the prefix once differs")
+	}
+	chatOnce, _ := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Group: &group, Format: msg.SessionTrajectoryExportReqFormatChat, Prefix: msg.SessionTrajectoryExportReqPrefixOnce})
+	if len(chatOnce) != 5 || chatOnce[0]["part"] != "prefix" || chatOnce[0]["session"] != rootHandle || chatOnce[1]["prefix_messages"] != nil ||
+		len(chatOnce[0]["messages"].([]any))+len(chatOnce[1]["messages"].([]any)) != len(chat[0]["messages"].([]any)) {
+		t.Fatalf("chat with the prefix once: %d samples, the first %v", len(chatOnce), chatOnce[0])
 	}
 	// The root with its descendants: its own episode and the forks'.
 	desc, _ := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Descendants: true, Format: msg.SessionTrajectoryExportReqFormatChat})
@@ -323,6 +331,47 @@ func TestLineagePrefixMissing(t *testing.T) {
 			if l["prefix"] != "missing" {
 				t.Fatalf("%s: a line of an episode without its prefix: %v", format, l)
 			}
+		}
+	}
+}
+
+// A fork made from a snapshot of a recorded session records as its parent
+// does, but which of the parent's records led to the snapshot is not
+// known: its prefix is missing, and the export says so.
+func TestLineageForkFromSnapshot(t *testing.T) {
+	ctx := aeptest.Context(t)
+	r := lineageRig(t)
+	root, _ := r.root(t, ctx, true)
+	reset, err := root.EnvReset(ctx, &msg.EnvResetReq{EnvName: "guess", Seed: aeptest.Ptr(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := root.SessionSnapshot(ctx, &msg.SessionSnapshotReq{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(t, ctx, root, reset.EpisodeID, 50)
+	fr, err := root.SessionFork(ctx, &msg.SessionForkReq{Count: 1, SnapshotID: &snap.SnapshotID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe, err := r.h.ConnectLinesTo(fr.Forks[0].SessionID, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := client.New(client.Lines(pipe, nil))
+	defer fc.Close()
+	if hs, err := fc.Client.Handshake(ctx, &msg.HandshakeReq{AgentID: "grpo", AgentCaps: lineageCaps, AuthToken: aeptest.Token}); err != nil || hs.RecordTrajectory == nil {
+		t.Fatalf("the fork of a recorded session does not record: %+v %v", hs, err)
+	}
+	step(t, ctx, fc, reset.EpisodeID, 25)
+	lines, resp := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Group: fr.Group})
+	if resp.Prefix == nil || *resp.Prefix != msg.SessionTrajectoryExportRespPrefixMissing || len(lines) == 0 {
+		t.Fatalf("prefix %v, %d lines", resp.Prefix, len(lines))
+	}
+	for _, l := range lines {
+		if l["prefix"] != "missing" || l["fork_point"] != nil || l["session"] != fr.Forks[0].Handle {
+			t.Fatalf("a line of the snapshot fork's episode: %v", l)
 		}
 	}
 }

@@ -267,7 +267,7 @@ const SessionSnapshotRespTargetSQL SessionSnapshotRespTarget = "sql"
 // `group`), never another tenant's.
 type SessionTrajectoryExportReq struct {
 	// Export records after this cursor (the `next` of the previous page); 0: from the
-	// start.
+	// start. For whole episodes the cursor counts the episodes given.
 	After int `json:"after,omitempty,omitzero"`
 
 	// Export also every recorded descendant of the exported sessions (their forks,
@@ -285,7 +285,9 @@ type SessionTrajectoryExportReq struct {
 	// export is empty.
 	Group *string `json:"group,omitempty,omitzero"`
 
-	// At most this many records per page.
+	// At most this many records per page; a page of whole episodes (a fork's, a
+	// group's, descendants') ends at the first episode past it, so holds one episode
+	// at least.
 	Limit int `json:"limit,omitempty,omitzero"`
 
 	// How a fork's prefix (its ancestors' records before its fork point) is exported:

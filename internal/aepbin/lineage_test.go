@@ -106,6 +106,26 @@ func TestGRPOGroupExportThroughSDK(t *testing.T) {
 				}
 				checkGroupExport(t, format, sdk, r.Handle, r.Group, r.Forks, wantPrefix == "missing")
 			}
+			if tc.name != "recorded" {
+				return
+			}
+			// The parent's whole tree: its own episode, then the forks'.
+			var goc, cli bytes.Buffer
+			c := h.Connect(t, "", aepbin.Token, "session")
+			if _, err := c.ExportTrajectories(ctx, msg.SessionTrajectoryExportReq{SessionIds: []string{r.SessionID}, Descendants: true,
+				Format: msg.SessionTrajectoryExportReqFormatChat}, &goc); err != nil {
+				t.Fatal(err)
+			}
+			x := exec.CommandContext(ctx, bin, "export", "trajectories", "--session", r.Handle, "--descendants", "--format", "chat", "--data-dir", h.DataDir)
+			x.Stdout = &cli
+			if err := x.Run(); err != nil {
+				t.Fatal(err)
+			}
+			var first struct{ Session string }
+			_ = json.Unmarshal(bytes.SplitN(cli.Bytes(), []byte("\n"), 2)[0], &first)
+			if !bytes.Equal(goc.Bytes(), cli.Bytes()) || bytes.Count(cli.Bytes(), []byte("\n")) != 9 || first.Session != r.Handle {
+				t.Fatalf("the tree's export: Go client %d bytes, CLI %d:\n%s", goc.Len(), cli.Len(), cli.Bytes())
+			}
 		})
 	}
 }

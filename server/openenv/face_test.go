@@ -366,9 +366,9 @@ func TestTrajectoriesRecordedAndExported(t *testing.T) {
 			closedWith(t, w)
 			r.h.Close(context.Background()) // writes the queued records
 			var jsonl, chat bytes.Buffer
-			res, err := persist.ExportTrajectories(context.Background(), r.st, persist.ExportOptions{Handle: handle, Format: "jsonl"}, &jsonl)
-			if err != nil || res.Records == 0 {
-				t.Fatalf("export jsonl: %d records, %v", res.Records, err)
+			exp, err := persist.ExportTrajectories(context.Background(), r.st, persist.ExportOptions{Handle: handle, Format: "jsonl"}, &jsonl)
+			if err != nil || exp.Records == 0 {
+				t.Fatalf("export jsonl: %d records, %v", exp.Records, err)
 			}
 			if _, err := persist.ExportTrajectories(context.Background(), r.st, persist.ExportOptions{Handle: handle, Format: "chat"}, &chat); err != nil {
 				t.Fatal(err)

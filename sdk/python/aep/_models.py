@@ -3750,7 +3750,8 @@ class SessionTrajectoryExportReqMessage(Model):
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/trajectory/export/req"] = "session/trajectory/export/req"
     #: Export records after this cursor (the `next` of the previous page); 0:
-    #: from the start.
+    #: from the start. For whole episodes the cursor counts the episodes
+    #: given.
     after: int = 0
     #: Export also every recorded descendant of the exported sessions (their
     #: forks, the forks' forks…), one episode each.
@@ -3766,7 +3767,9 @@ class SessionTrajectoryExportReqMessage(Model):
     group: Optional[str] = None
     #: Unique id of the message (spec §2.1).
     id: str
-    #: At most this many records per page.
+    #: At most this many records per page; a page of whole episodes (a
+    #: fork's, a group's, descendants') ends at the first episode past it, so
+    #: holds one episode at least.
     limit: int = 1000
     #: How a fork's prefix (its ancestors' records before its fork point) is
     #: exported: repeat, in every episode (each jsonl line then names its
