@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/inspector"
 	"github.com/aephost/aep/server/operator"
+	"github.com/aephost/aep/server/persist"
+	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
 
@@ -94,6 +97,9 @@ type OperatorOptions struct {
 	// Listening, when set, is told the address the listener is bound to
 	// (an ephemeral port is chosen only then).
 	Listening func(addr string)
+	// Store is the host's store: the inspector reads lineages and exports
+	// trajectories from it as `aep export` does; nil: it shows none.
+	Store *store.Store
 }
 
 // OperatorHandler serves the operator's surface of h: GET /metrics in the
@@ -175,7 +181,38 @@ func inspectorHandler(h *server.Host, o OperatorOptions) http.Handler {
 		},
 		Open: func(tenant string, caps []string) (inspector.Opened, error) {
 			return openForInspector(h, tenant, caps)
-		}})
+		},
+		Lineage: lineageFor(o.Store),
+		Export:  exportFor(o.Store),
+	})
+}
+
+// lineageFor reads a lineage's tree from st (server/persist, LineageTree).
+func lineageFor(st *store.Store) func(context.Context, string) ([]inspector.LineageNode, bool, error) {
+	if st == nil {
+		return nil
+	}
+	return func(ctx context.Context, handle string) ([]inspector.LineageNode, bool, error) {
+		nodes, more, err := persist.LineageTree(ctx, st, handle)
+		out := make([]inspector.LineageNode, len(nodes))
+		for i, n := range nodes {
+			out[i] = inspector.LineageNode{Handle: n.Handle, Parent: n.Parent, ForkPoint: n.ForkPoint, Group: n.Group,
+				Records: n.Records, Steps: n.Steps, Return: n.Return, EpisodeReturn: n.EpisodeReturn}
+		}
+		return out, more, err
+	}
+}
+
+// exportFor exports from st exactly as `aep export trajectories` does.
+func exportFor(st *store.Store) func(context.Context, inspector.ExportRequest, io.Writer) (int, error) {
+	if st == nil {
+		return nil
+	}
+	return func(ctx context.Context, r inspector.ExportRequest, w io.Writer) (int, error) {
+		res, err := persist.ExportTrajectories(ctx, st, persist.ExportOptions{Handle: r.Handle, Group: r.Group,
+			Descendants: r.Descendants, Prefix: r.Prefix, Format: r.Format}, w)
+		return res.Records, err
+	}
 }
 
 // openForInspector opens a session for a tenant as POST /admin/sessions

@@ -13,11 +13,13 @@
 package inspector
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -72,6 +74,11 @@ type Options struct {
 	Open func(tenant string, caps []string) (Opened, error)
 	// Tenants names the host's tenants, for the page's open form.
 	Tenants func() []string
+	// Lineage reads the recorded tree of the lineage a session belongs
+	// to, and Export writes an export as `aep export trajectories` does,
+	// returning the records written (lineage.go); nil without a store.
+	Lineage func(ctx context.Context, handle string) (nodes []LineageNode, truncated bool, err error)
+	Export  func(ctx context.Context, r ExportRequest, w io.Writer) (records int, err error)
 }
 
 // Handler serves the inspector under [Prefix].
@@ -110,6 +117,8 @@ func New(o Options) *Handler {
 	mux.HandleFunc("POST /inspector/api/drive/open", h.authed(h.driveOpen))
 	mux.HandleFunc("POST /inspector/api/drive/send", h.authed(h.driveSend))
 	mux.HandleFunc("POST /inspector/api/drive/close", h.authed(h.driveClose))
+	mux.HandleFunc("GET /inspector/api/lineage", h.authed(h.lineage))
+	mux.HandleFunc("GET /inspector/api/export", h.authed(h.export))
 	h.mux = mux
 	return h
 }

@@ -305,16 +305,107 @@ function drawEpisodes() {
   box.replaceChildren(...parts);
 }
 
+// ---- lineage ----
+
+let lineageHandle = "";
+let exportURL = "";
+
+function fmtNum(x) { return String(Math.round(x * 1000) / 1000); }
+
+async function drawLineage() {
+  const box = document.getElementById("lineage-tree");
+  let j;
+  try {
+    j = await api("lineage?handle=" + encodeURIComponent(lineageHandle));
+  } catch (e) {
+    box.replaceChildren(el("p", "note", "No lineage: " + e.message));
+    return;
+  }
+  if (j.nodes.length === 0) {
+    box.replaceChildren(el("p", "note", "This session recorded nothing: its lineage is not in the store."));
+    return;
+  }
+  const kids = new Map();
+  const known = new Set(j.nodes.map((n) => n.handle));
+  for (const n of j.nodes) {
+    const p = n.parent && known.has(n.parent) ? n.parent : "";
+    if (!kids.has(p)) kids.set(p, []);
+    kids.get(p).push(n);
+  }
+  const node = (n) => {
+    const li = el("li", "node" + (n.handle === lineageHandle ? " this" : ""));
+    li.dataset.handle = n.handle;
+    li.dataset.return = String(n.episode_return);
+    const a = el("a", "", n.handle);
+    a.href = "#/session/" + n.handle;
+    li.appendChild(a);
+    const fp = n.parent ? (n.fork_point !== undefined ? " · forked at record " + n.fork_point : " · prefix missing") : " · root";
+    li.appendChild(el("span", "meta", fp + " · " + n.steps + " steps · return " + fmtNum(n.return) +
+      (n.parent ? " · episode return " + fmtNum(n.episode_return) : "")));
+    const sub = kids.get(n.handle) || [];
+    if (sub.length) li.appendChild(groups(sub));
+    return li;
+  };
+  const groups = (list) => {
+    const ul = el("ul", "tree");
+    const byGroup = new Map();
+    for (const n of list) {
+      const g = n.group || "";
+      if (!byGroup.has(g)) byGroup.set(g, []);
+      byGroup.get(g).push(n);
+    }
+    for (const [g, ns] of byGroup) {
+      if (!g) { for (const n of ns) ul.appendChild(node(n)); continue; }
+      const gl = el("li", "group");
+      gl.dataset.group = g;
+      const rets = ns.map((n) => n.episode_return);
+      gl.appendChild(el("span", "gname", "group " + g + " · " + ns.length + " branches · returns " +
+        fmtNum(Math.min(...rets)) + " to " + fmtNum(Math.max(...rets))));
+      const b = el("button", "export-group", "export group");
+      b.type = "button";
+      b.addEventListener("click", () => exportLines("group=" + encodeURIComponent(g), "group " + g));
+      gl.appendChild(b);
+      const inner = el("ul", "tree");
+      for (const n of ns) inner.appendChild(node(n));
+      gl.appendChild(inner);
+      ul.appendChild(gl);
+    }
+    return ul;
+  };
+  const parts = [groups(kids.get("") || [])];
+  if (j.truncated) parts.unshift(el("p", "banner", "This lineage has more records than the tree reads: counts are of the first."));
+  box.replaceChildren(...parts);
+}
+
+async function exportLines(query, what) {
+  const box = document.getElementById("export-box");
+  const out = document.getElementById("export-out");
+  box.hidden = false;
+  document.getElementById("export-title").textContent = "export of " + what + " (jsonl, prefix repeat)";
+  out.textContent = "exporting…";
+  out.dataset.done = "";
+  const r = await fetch("/inspector/api/export?" + query + "&format=jsonl&prefix=repeat");
+  const text = await r.text();
+  out.textContent = text;
+  out.dataset.done = r.ok ? "ok" : "error";
+  out.dataset.records = r.headers.get("X-Aep-Records") || "";
+  if (exportURL) URL.revokeObjectURL(exportURL);
+  exportURL = URL.createObjectURL(new Blob([text], { type: "application/jsonl" }));
+  document.getElementById("export-save").href = exportURL;
+}
+
 function showTab(which) {
-  const eps = which === "episodes";
-  document.getElementById("episodes").hidden = !eps;
-  document.getElementById("timeline-view").hidden = eps;
-  document.getElementById("tab-episodes").classList.toggle("on", eps);
-  document.getElementById("tab-timeline").classList.toggle("on", !eps);
-  if (eps) drawEpisodes();
+  for (const [tab, view] of [["timeline", "timeline-view"], ["episodes", "episodes"], ["lineage", "lineage"]]) {
+    document.getElementById(view).hidden = tab !== which;
+    document.getElementById("tab-" + tab).classList.toggle("on", tab === which);
+  }
+  if (which === "episodes") drawEpisodes();
+  if (which === "lineage") drawLineage();
 }
 
 async function routed(handle) {
+  lineageHandle = handle;
+  document.getElementById("export-box").hidden = true;
   showTab("timeline");
   await refreshDriveInfo();
   if (handle) showDrive(handle);
@@ -335,4 +426,5 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   document.getElementById("tab-timeline").addEventListener("click", () => showTab("timeline"));
   document.getElementById("tab-episodes").addEventListener("click", () => showTab("episodes"));
+  document.getElementById("tab-lineage").addEventListener("click", () => showTab("lineage"));
 });
