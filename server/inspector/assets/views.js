@@ -252,12 +252,13 @@ function plot(id, series, names) {
   return s;
 }
 
-let episodesQueued = false;
+let redrawQueued = false;
 
+// entriesChanged redraws the derived view on show, once a frame at most.
 function entriesChanged() {
-  if (document.getElementById("episodes").hidden || episodesQueued) return;
-  episodesQueued = true;
-  requestAnimationFrame(() => { episodesQueued = false; drawEpisodes(); });
+  if (redrawQueued || (currentTab !== "episodes" && currentTab !== "memory" && currentTab !== "processes")) return;
+  redrawQueued = true;
+  requestAnimationFrame(() => { redrawQueued = false; if (currentTab !== "lineage") redrawTab(); });
 }
 
 function drawEpisodes() {
@@ -394,13 +395,167 @@ async function exportLines(query, what) {
   document.getElementById("export-save").href = exportURL;
 }
 
+// ---- memory ----
+
+// memoryOf reads what the session stored from its messages: each store
+// that was answered, less what a forget that was answered removed.
+function memoryOf() {
+  const mems = new Map(); // memory_id → Map(tier → Map(key → [entry]))
+  const recalls = [];
+  const ok = (e) => e.answer === "ok";
+  for (const e of tl.all) {
+    const m = e.message || {};
+    if (e.kind !== "request" || !ok(e)) continue;
+    if (e.type === "memory/store/req" && Array.isArray(m.entries)) {
+      if (!mems.has(m.memory_id)) mems.set(m.memory_id, new Map());
+      const tiers = mems.get(m.memory_id);
+      for (const en of m.entries) {
+        if (!tiers.has(en.tier)) tiers.set(en.tier, new Map());
+        const keys = tiers.get(en.tier);
+        // Episodic events append; the other tiers upsert by key.
+        if (en.tier === "episodic" && keys.has(en.key)) keys.get(en.key).push(en);
+        else keys.set(en.key, [en]);
+      }
+    } else if (e.type === "memory/forget/req" && mems.has(m.memory_id)) {
+      for (const [tier, keys] of mems.get(m.memory_id)) {
+        if (m.tier && m.tier !== tier) continue;
+        if (Array.isArray(m.keys)) for (const k of m.keys) keys.delete(k);
+        else if (!m.tags && m.older_than === undefined) keys.clear();
+      }
+    } else if (e.type === "memory/recall/req") {
+      const r = tl.all.find((x) => x.request === e.n && x.kind === "reply");
+      recalls.push({ query: m.query || "", tier: m.tier || "", hits: (r && r.message && r.message.hits) || [] });
+    }
+  }
+  return { mems, recalls };
+}
+
+function entryText(en) {
+  return en.key + " " + (en.tags || []).join(" ") + " " + (typeof en.content === "string" ? en.content : JSON.stringify(en.content));
+}
+
+function drawMemory() {
+  const q = document.getElementById("memory-search").value.trim().toLowerCase();
+  const { mems, recalls } = memoryOf();
+  const parts = [];
+  let shown = 0, total = 0;
+  for (const [id, tiers] of mems) {
+    const d = el("div", "memory");
+    d.dataset.memory = id;
+    d.appendChild(el("h3", "", "memory " + id));
+    for (const tier of ["working", "episodic", "semantic"]) {
+      const keys = tiers.get(tier);
+      if (!keys || keys.size === 0) continue;
+      const t = el("table", "entries");
+      t.dataset.tier = tier;
+      const cap = el("caption", "", tier);
+      t.appendChild(cap);
+      for (const [key, list] of keys) {
+        for (const en of list) {
+          total++;
+          const hit = q !== "" && entryText(en).toLowerCase().includes(q);
+          if (q !== "" && !hit) continue;
+          shown++;
+          const tr = el("tr", "entry" + (hit ? " hit" : ""));
+          tr.dataset.key = key;
+          tr.appendChild(el("td", "key", key));
+          tr.appendChild(el("td", "tags", (en.tags || []).join(", ")));
+          tr.appendChild(el("td", "content", typeof en.content === "string" ? en.content : JSON.stringify(en.content)));
+          t.appendChild(tr);
+        }
+      }
+      d.appendChild(t);
+    }
+    parts.push(d);
+  }
+  if (mems.size === 0) parts.push(el("p", "note", "No memory stored in this timeline yet."));
+  document.getElementById("memory-list").replaceChildren(...parts);
+  document.getElementById("memory-count").textContent = q ? shown + " of " + total + " entries match" : total + " entries";
+  const rs = recalls.slice(-50).reverse().map((r) => {
+    const d = el("div", "recall");
+    d.appendChild(el("span", "", "“" + r.query + "”" + (r.tier ? " in " + r.tier : "") + ": " + r.hits.length + " hits"));
+    const ul = el("ul");
+    for (const h of r.hits.slice(0, 20)) {
+      const en = h.entry || h;
+      ul.appendChild(el("li", "", (en.key || "") + ": " + (typeof en.content === "string" ? en.content : JSON.stringify(en.content))));
+    }
+    d.appendChild(ul);
+    return d;
+  });
+  document.getElementById("memory-recalls").replaceChildren(...rs);
+}
+
+// ---- processes ----
+
+// processesOf reads the session's processes from its messages: spawns,
+// every answer that describes one, and their output, streamed as
+// proc/event artifacts of a following read or returned by a read.
+function processesOf() {
+  const procs = new Map();
+  const order = [];
+  const get = (id) => {
+    let p = procs.get(id);
+    if (!p) { p = { id, argv: [], state: "", exit: undefined, out: [] }; procs.set(id, p); order.push(p); }
+    return p;
+  };
+  for (const e of tl.all) {
+    const m = e.message || {};
+    if (m.process && m.process.proc_id) {
+      const p = get(m.process.proc_id);
+      if (m.process.argv) p.argv = m.process.argv;
+      if (m.process.state) p.state = m.process.state;
+      if (m.process.exit_code !== undefined && m.process.exit_code !== null) p.exit = m.process.exit_code;
+    }
+    if (e.type === "proc/event" && e.request === undefined) {
+      // An event names its read by req_id.
+      const r = tl.byReq.get(e.req_id);
+      const req = r !== undefined ? tl.all[r].message || {} : {};
+      if (req.proc_id && m.data && typeof m.data.chunk === "string") get(req.proc_id).out.push([m.data.name || "stdout", m.data.chunk]);
+    } else if (e.type === "proc/read/resp" && m.proc_id) {
+      const p = get(m.proc_id);
+      if (m.state) p.state = m.state;
+      if (!m.streamed) {
+        for (const name of ["stdout", "stderr"]) {
+          const s = m[name];
+          if (s && typeof s.data === "string" && s.data !== "") p.out.push([name, s.data]);
+        }
+      }
+    }
+  }
+  return order;
+}
+
+function drawProcesses() {
+  const parts = processesOf().map((p) => {
+    const d = el("div", "proc");
+    d.dataset.proc = p.id;
+    d.appendChild(el("h3", "", p.id + " · " + p.argv.join(" ") + " · " + (p.state || "?") + (p.exit !== undefined ? " · exit " + p.exit : "")));
+    const pre = el("pre", "proc-out");
+    for (const [name, text] of p.out) pre.appendChild(el("span", name, text));
+    d.appendChild(pre);
+    return d;
+  });
+  if (parts.length === 0) parts.push(el("p", "note", "No process in this timeline yet."));
+  document.getElementById("proc-list").replaceChildren(...parts);
+}
+
+const TABS = [["timeline", "timeline-view"], ["episodes", "episodes"], ["lineage", "lineage"], ["memory", "memory"], ["processes", "processes"]];
+let currentTab = "timeline";
+
 function showTab(which) {
-  for (const [tab, view] of [["timeline", "timeline-view"], ["episodes", "episodes"], ["lineage", "lineage"]]) {
+  currentTab = which;
+  for (const [tab, view] of TABS) {
     document.getElementById(view).hidden = tab !== which;
     document.getElementById("tab-" + tab).classList.toggle("on", tab === which);
   }
-  if (which === "episodes") drawEpisodes();
-  if (which === "lineage") drawLineage();
+  redrawTab();
+}
+
+function redrawTab() {
+  if (currentTab === "episodes") drawEpisodes();
+  if (currentTab === "lineage") drawLineage();
+  if (currentTab === "memory") drawMemory();
+  if (currentTab === "processes") drawProcesses();
 }
 
 async function routed(handle) {
@@ -427,4 +582,7 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("tab-timeline").addEventListener("click", () => showTab("timeline"));
   document.getElementById("tab-episodes").addEventListener("click", () => showTab("episodes"));
   document.getElementById("tab-lineage").addEventListener("click", () => showTab("lineage"));
+  document.getElementById("tab-memory").addEventListener("click", () => showTab("memory"));
+  document.getElementById("tab-processes").addEventListener("click", () => showTab("processes"));
+  document.getElementById("memory-search").addEventListener("input", drawMemory);
 });
