@@ -133,9 +133,12 @@ func TestBrowserDriveByHand(t *testing.T) {
 	if ep == "" {
 		t.Fatalf("env/reset answer %v", ans)
 	}
+	// A binary search by hand: the last step finds the secret (reward 1).
 	var rewards []float64
-	for _, guess := range []string{"50", "25", "75", "60"} {
-		ans = send("env/step/req", fmt.Sprintf(`t_set('episode_id', %q); t_set('action', %q)`, ep, guess))
+	lo, hi := 0, 100
+	for range 20 {
+		g := (lo + hi) / 2
+		ans = send("env/step/req", fmt.Sprintf(`t_set('episode_id', %q); t_set('action', '%d')`, ep, g))
 		if ans["type"] != "env/step/resp" {
 			t.Fatalf("env/step answer %v", ans)
 		}
@@ -144,6 +147,14 @@ func TestBrowserDriveByHand(t *testing.T) {
 		if ans["terminated"] == true {
 			break
 		}
+		if obs, _ := ans["observation"].(map[string]any); obs["hint"] == -1.0 {
+			hi = g
+		} else {
+			lo = g + 1
+		}
+	}
+	if len(rewards) < 2 || rewards[len(rewards)-1] != 1 {
+		t.Fatalf("the search by hand ended with rewards %v", rewards)
 	}
 	send("env/render/req", fmt.Sprintf(`t_set('episode_id', %q)`, ep))
 
