@@ -141,6 +141,29 @@ func (ds *drivers) reap() int {
 	return len(ds.list)
 }
 
+// idle ends d once no page used it for drivenIdle.
+func (ds *drivers) idle(d *driven) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-t.C:
+		}
+		ds.mu.Lock()
+		stale := time.Since(d.last) > drivenIdle
+		if stale && ds.list[d.handle] == d {
+			delete(ds.list, d.handle)
+		}
+		ds.mu.Unlock()
+		if stale {
+			d.close()
+			return
+		}
+	}
+}
+
 // apiError answers a page's call with a status and a sentence.
 func apiError(w http.ResponseWriter, status int, reason, message string) {
 	w.Header().Set("Content-Type", "application/json")
@@ -251,6 +274,7 @@ func (h *Handler) driveOpen(w http.ResponseWriter, r *http.Request) {
 	d := &driven{handle: o.Handle, tenant: o.Tenant, conn: o.Conn, waiting: map[string]chan []byte{}, last: time.Now(),
 		done: make(chan struct{})}
 	go d.read()
+	go h.drive.idle(d)
 	// The handshake: the session's own token, which the page never sees.
 	hs := map[string]any{"type": "handshake/req", "id": newID(), "proto": "1.0", "ts": nowTS(), "agent_id": agentID,
 		"auth_token": o.Token, "agent_caps": o.Caps}

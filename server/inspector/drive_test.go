@@ -1,6 +1,7 @@
 package inspector_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -8,7 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aephost/aep/client"
+	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aeptest"
+	"github.com/aephost/aep/server/persist"
+	"github.com/aephost/aep/server/store"
 )
 
 // post calls the drive API as the page does: JSON, with the listener's
@@ -146,5 +151,91 @@ func TestDriveAPI(t *testing.T) {
 	}
 	if code, _ = send(`{"type":"ping"}`); code != 404 {
 		t.Fatalf("a send after the close: %d", code)
+	}
+}
+
+// TestLineageAndExportAPI: a recorded session that forks 3 ways after a
+// step of guess; each fork steps once. The lineage feed lists the root
+// and its 3 forks under one group with their fork point and returns; the
+// group's export is, byte for byte, persist.ExportTrajectories' (what
+// `aep export trajectories --group` writes); a malformed group or handle
+// is refused, and each view is audited.
+func TestLineageAndExportAPI(t *testing.T) {
+	r := newRig(t)
+	ctx := aeptest.Context(t)
+	root, _ := r.agent(t, "grpo", tenantSecret)
+	handle := aeptest.Handle(t, root)
+	ep, err := root.EnvReset(ctx, &msg.EnvResetReq{EnvName: "guess", Seed: aeptest.Ptr(7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: ep.EpisodeID, Action: json.RawMessage("50")}); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := root.SessionFork(ctx, &msg.SessionForkReq{Count: 3})
+	if err != nil || len(fr.Forks) != 3 || fr.Group == nil {
+		t.Fatalf("fork %+v %v", fr, err)
+	}
+	for _, f := range fr.Forks {
+		pipe, err := r.h.ConnectLinesTo(f.SessionID, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := client.New(client.Lines(pipe, nil))
+		t.Cleanup(func() { fc.Close() })
+		if hs, err := fc.Client.Handshake(ctx, &msg.HandshakeReq{AgentID: "grpo", AgentCaps: rigCaps, AuthToken: tenantSecret}); err != nil || !hs.Ok {
+			t.Fatalf("fork handshake %+v %v", hs, err)
+		}
+		if _, err := fc.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: ep.EpisodeID, Action: json.RawMessage("25")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := r.get(t, ctx, "/inspector/api/lineage?handle="+handle)
+	var tree struct {
+		Nodes []struct {
+			Handle, Parent, Group string
+			ForkPoint             *int64 `json:"fork_point"`
+			Steps                 int
+		}
+	}
+	err = json.NewDecoder(res.Body).Decode(&tree)
+	res.Body.Close()
+	if err != nil || len(tree.Nodes) != 4 || tree.Nodes[0].Handle != handle || tree.Nodes[0].Steps != 1 {
+		t.Fatalf("lineage %+v %v", tree, err)
+	}
+	for _, n := range tree.Nodes[1:] {
+		if n.Parent != handle || n.Group != *fr.Group || n.ForkPoint == nil || *n.ForkPoint == 0 || n.Steps != 1 {
+			t.Fatalf("fork node %+v", n)
+		}
+	}
+	res = r.get(t, ctx, "/inspector/api/export?group="+*fr.Group+"&format=jsonl&prefix=repeat")
+	page, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var want bytes.Buffer
+	st, err := store.Open(ctx, "", r.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := persist.ExportTrajectories(ctx, st, persist.ExportOptions{Group: *fr.Group}, &want); err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 || want.Len() == 0 || !bytes.Equal(page, want.Bytes()) {
+		t.Fatalf("export %d: %d bytes, the store's %d:\n%.1000s", res.StatusCode, len(page), want.Len(), page)
+	}
+	for _, bad := range []string{"/inspector/api/export?group=g-x", "/inspector/api/export", "/inspector/api/export?group=" + *fr.Group + "&handle=" + handle,
+		"/inspector/api/lineage?handle=h-x", "/inspector/api/export?group=" + *fr.Group + "&format=csv"} {
+		res := r.get(t, ctx, bad)
+		res.Body.Close()
+		if res.StatusCode != 400 {
+			t.Errorf("%s: %d, want 400", bad, res.StatusCode)
+		}
+	}
+	raw, err := os.ReadFile(r.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"inspector/lineage"`) || !strings.Contains(string(raw), `"inspector/export"`) {
+		t.Fatal("the lineage and export views were not audited")
 	}
 }
