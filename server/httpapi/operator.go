@@ -184,6 +184,14 @@ func inspectorHandler(h *server.Host, o OperatorOptions) http.Handler {
 		},
 		Lineage: lineageFor(o.Store),
 		Export:  exportFor(o.Store),
+		Snapshots: func(ctx context.Context, handle string) ([]inspector.SnapshotRef, error) {
+			list, err := op.Snapshots(ctx, handle, 50)
+			out := make([]inspector.SnapshotRef, len(list))
+			for i, n := range list {
+				out[i] = inspector.SnapshotRef{ID: n.ID, Target: n.Target, Kind: n.Kind, At: n.At, Bytes: n.Bytes}
+			}
+			return out, err
+		},
 	})
 }
 

@@ -79,6 +79,9 @@ type Options struct {
 	// returning the records written (lineage.go); nil without a store.
 	Lineage func(ctx context.Context, handle string) (nodes []LineageNode, truncated bool, err error)
 	Export  func(ctx context.Context, r ExportRequest, w io.Writer) (records int, err error)
+	// Snapshots lists the stored snapshots a live session may restore,
+	// newest first (server/operator, Host.Snapshots).
+	Snapshots func(ctx context.Context, handle string) ([]SnapshotRef, error)
 }
 
 // Handler serves the inspector under [Prefix].

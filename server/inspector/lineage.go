@@ -30,6 +30,16 @@ type LineageNode struct {
 	EpisodeReturn float64 `json:"episode_return"`
 }
 
+// SnapshotRef is a stored snapshot a live session may restore (its own
+// or its lineage's; server/operator, SnapshotNote).
+type SnapshotRef struct {
+	ID     string    `json:"id"`
+	Target string    `json:"target"`
+	Kind   string    `json:"kind"`
+	At     time.Time `json:"at"`
+	Bytes  int       `json:"bytes"`
+}
+
 // ExportRequest is what the page asks to export: a session (with its
 // descendants) or a group, as `aep export trajectories` takes them.
 type ExportRequest struct {
@@ -65,11 +75,17 @@ func (h *Handler) lineage(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusServiceUnavailable, "unavailable", "the store did not answer")
 		return
 	}
+	snaps := []SnapshotRef{}
+	if h.o.Snapshots != nil {
+		if s, err := h.o.Snapshots(r.Context(), handle); err == nil {
+			snaps = append(snaps, s...)
+		}
+	}
 	h.o.Host.Audit(inspect.View{Action: "lineage", Session: handle, Started: start})
 	if nodes == nil {
 		nodes = []LineageNode{}
 	}
-	writeJSON(w, map[string]any{"handle": handle, "nodes": nodes, "truncated": more}, newRedactor(h.o.Host))
+	writeJSON(w, map[string]any{"handle": handle, "nodes": nodes, "truncated": more, "snapshots": snaps}, newRedactor(h.o.Host))
 }
 
 // export streams an export as `aep export trajectories` writes it. A line

@@ -17,10 +17,10 @@ import (
 	"github.com/aephost/aep/internal/aeptest"
 )
 
-// TestBrowserLineageForkGroup: a recorded session of guess forks 8 ways
-// after one wrong guess; half the forks guess the secret (return 1), half
+// TestBrowserLineageForkGroup: a recorded session of guess takes a
+// snapshot and forks 8 ways after one wrong guess; half the forks guess the secret (return 1), half
 // do not (return 0). The session's lineage shows the root with one group
-// of 8 branches, each with its fork point and return; the group exported
+// of 8 branches, each with its fork point and return, and the snapshot; the group exported
 // from the page is, byte for byte, what `aep export trajectories --group`
 // writes from the same store.
 func TestBrowserLineageForkGroup(t *testing.T) {
@@ -64,6 +64,10 @@ func TestBrowserLineageForkGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := root.EnvStep(ctx, &msg.EnvStepReq{EpisodeID: rep.EpisodeID, Action: json.RawMessage(fmt.Sprint(wrong))}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := root.SessionSnapshot(ctx, &msg.SessionSnapshotReq{Target: "sql"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	fr, err := root.SessionFork(ctx, &msg.SessionForkReq{Count: 8})
@@ -114,6 +118,8 @@ func TestBrowserLineageForkGroup(t *testing.T) {
 	if ones != 4 {
 		t.Fatalf("%d branches returned 1, want 4", ones)
 	}
+	// The snapshot the root took, which it (and any session) may restore.
+	b.waitFor(t, "the root's snapshot", fmt.Sprintf(`document.querySelector('li.snapshot[data-snapshot=%q]')`, snap.SnapshotID))
 	b.do(t, "export the group", chromedp.Click(chromedp.CSS(fmt.Sprintf(`li.group[data-group=%q] > button.export-group`, group))))
 	b.waitFor(t, "the export", `document.getElementById('export-out').dataset.done === 'ok'`)
 	b.screenshot(t, "inspector-lineage.png")

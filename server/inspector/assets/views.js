@@ -322,7 +322,7 @@ async function drawLineage() {
     box.replaceChildren(el("p", "note", "No lineage: " + e.message));
     return;
   }
-  if (j.nodes.length === 0) {
+  if (j.nodes.length === 0 && !(j.snapshots && j.snapshots.length)) {
     box.replaceChildren(el("p", "note", "This session recorded nothing: its lineage is not in the store."));
     return;
   }
@@ -374,6 +374,16 @@ async function drawLineage() {
     return ul;
   };
   const parts = [groups(kids.get("") || [])];
+  if (j.snapshots && j.snapshots.length) {
+    parts.push(el("h3", "", "Snapshots this session may restore"));
+    const ul = el("ul", "snapshots");
+    for (const s of j.snapshots) {
+      const li = el("li", "snapshot", s.id + " · " + s.target + " · " + s.kind + " · " + new Date(s.at).toLocaleString() + " · " + bytes(s.bytes));
+      li.dataset.snapshot = s.id;
+      ul.appendChild(li);
+    }
+    parts.push(ul);
+  }
   if (j.truncated) parts.unshift(el("p", "banner", "This lineage has more records than the tree reads: counts are of the first."));
   box.replaceChildren(...parts);
 }
