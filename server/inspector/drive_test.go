@@ -2,6 +2,7 @@ package inspector_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -133,14 +134,6 @@ func TestDriveAPI(t *testing.T) {
 		}
 	}
 
-	raw, err := os.ReadFile(r.audit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	audit := string(raw)
-	if !strings.Contains(audit, `"admin/session.open"`) || !strings.Contains(audit, `"inspector/drive"`) {
-		t.Fatalf("audit lacks the open and the drive:\n%s", audit)
-	}
 	if code, body = r.post(t, "/inspector/api/drive/close", `{"handle":"`+opened.Handle+`"}`, nil); code != 200 {
 		t.Fatalf("close: %d %s", code, body)
 	}
@@ -151,6 +144,15 @@ func TestDriveAPI(t *testing.T) {
 	}
 	if code, _ = send(`{"type":"ping"}`); code != 404 {
 		t.Fatalf("a send after the close: %d", code)
+	}
+	_ = r.h.Close(context.Background()) // writes the audit lines
+	raw, err := os.ReadFile(r.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := string(raw)
+	if !strings.Contains(audit, `"admin/session.open"`) || !strings.Contains(audit, `"inspector/drive"`) {
+		t.Fatalf("audit lacks the open and the drive:\n%s", audit)
 	}
 }
 
@@ -231,6 +233,7 @@ func TestLineageAndExportAPI(t *testing.T) {
 			t.Errorf("%s: %d, want 400", bad, res.StatusCode)
 		}
 	}
+	_ = r.h.Close(context.Background()) // writes the audit lines
 	raw, err := os.ReadFile(r.audit)
 	if err != nil {
 		t.Fatal(err)
