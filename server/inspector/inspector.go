@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -144,7 +145,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "host not allowed", http.StatusForbidden)
 		return
 	}
-	if or := r.Header.Get("Origin"); or != "" && h.o.AllowOrigin != nil && !h.o.AllowOrigin(or) {
+	if or := r.Header.Get("Origin"); or != "" && (h.o.AllowOrigin != nil && !h.o.AllowOrigin(or) || !sameOrigin(or, r)) {
+		// Beyond the listener's rules, only the inspector's own pages: a
+		// page of another port on loopback is the same site to a cookie.
 		http.Error(w, "origin not allowed", http.StatusForbidden)
 		return
 	}
@@ -157,6 +160,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// sameOrigin reports whether origin is the origin r was sent to.
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return strings.EqualFold(u.Scheme, scheme) && strings.EqualFold(u.Host, r.Host)
 }
 
 // authorized reports whether r carries the operator token, as a bearer
