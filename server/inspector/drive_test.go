@@ -61,6 +61,7 @@ func TestDriveAPI(t *testing.T) {
 		{"wrong token", map[string]string{"Authorization": "Bearer " + hostToken}, `{"tenant":"acme"}`, 401},
 		{"no origin", map[string]string{"Origin": ""}, `{"tenant":"acme"}`, 403},
 		{"foreign origin", map[string]string{"Origin": "https://evil.example"}, `{"tenant":"acme"}`, 403},
+		{"another loopback port", map[string]string{"Origin": "http://127.0.0.1:1"}, `{"tenant":"acme"}`, 403},
 		{"a form, not JSON", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, `tenant=acme`, 415},
 		{"not JSON", nil, `{"tenant":`, 400},
 		{"no tenant", nil, `{}`, 400},
