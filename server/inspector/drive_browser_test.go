@@ -162,6 +162,10 @@ func TestBrowserDriveByHand(t *testing.T) {
 	renders := len(sentOf("env/render/req"))
 	b.do(t, "send again", chromedp.Evaluate[chromedp.Void](`document.getElementById('drive-answer').dataset.answered = ''; document.querySelector('#drive-history-list li .resend').click(); true`))
 	b.waitFor(t, "the request sent again", fmt.Sprintf(`tl.all.filter(e => e.kind === 'request' && e.type === 'env/render/req').length === %d`, renders+1))
+	// The form of a nested array of objects, for the screenshot.
+	b.do(t, "a form to show", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`t_pick('memory/store/req'); t_set('memory_id', %q); t_add('entries'); t_add('entries');
+		t_set('entries[0].key', 'greeting'); t_set('entries[0].tier', '"working"'); t_set('entries[0].content', '"hello"');
+		t_set('entries[1].key', 'plan'); t_set('entries[1].tier', '"episodic"'); t_set('entries[1].content', '{"next": "step"}'); true`, memID)))
 	b.screenshot(t, "inspector-drive.png")
 
 	// The episode view: its steps and one point per step.

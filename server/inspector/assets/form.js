@@ -255,7 +255,7 @@ const AEPForm = (() => {
     const list = el("div", "items");
     box.appendChild(list);
     const items = [];
-    const add = el("button", "add", "+ " + name.replace(/s$/, ""));
+    const add = el("button", "add", "+ add to " + name);
     add.type = "button";
     add.dataset.path = path;
     const addItem = () => {
