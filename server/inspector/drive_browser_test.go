@@ -184,8 +184,16 @@ func TestBrowserDriveByHand(t *testing.T) {
 	if txt := eval[string](t, b, fmt.Sprintf(`document.querySelector('.episode[data-episode=%q]').innerText`, ep)); !strings.Contains(txt, "render after step") {
 		t.Fatalf("no text render in the episode: %s", txt)
 	}
-	if n := eval[int](t, b, `document.querySelectorAll('#returns-plot g.series').length`); n != 1 {
-		t.Fatalf("%d series in the returns chart", n)
+	// A second episode joins the returns chart: a series per episode, a
+	// point per step.
+	b.do(t, "back to the timeline", chromedp.Click(chromedp.CSS(`#tab-timeline`)))
+	ans = send("env/reset/req", `t_set('env_name', 'guess'); t_set('seed', '8')`)
+	ep2, _ := ans["episode_id"].(string)
+	send("env/step/req", fmt.Sprintf(`t_set('episode_id', %q); t_set('action', '1')`, ep2))
+	b.do(t, "episodes again", chromedp.Click(chromedp.CSS(`#tab-episodes`)))
+	b.waitFor(t, "two series", `document.querySelectorAll('#returns-plot g.series').length === 2`)
+	if got := eval[[]int](t, b, `[...document.querySelectorAll('#returns-plot g.series')].map(g => g.querySelectorAll('circle.pt').length)`); len(got) != 2 || got[0] != len(rewards) || got[1] != 1 {
+		t.Fatalf("points per series %v, want [%d 1]", got, len(rewards))
 	}
 	b.do(t, "scroll to the episodes", chromedp.Evaluate[chromedp.Void](`document.querySelector('.tabs').scrollIntoView(); true`))
 	b.screenshot(t, "inspector-episode.png")
