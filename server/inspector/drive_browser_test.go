@@ -126,6 +126,28 @@ func TestBrowserDriveByHand(t *testing.T) {
 		document.getElementById('drive-json').value = '{"tool_name": 5}'; t_send(); true`))
 	b.waitFor(t, "the JSON refused", `/tool_name: want string/.test(document.getElementById('drive-errors').textContent)`)
 	b.do(t, "back to the form", chromedp.Evaluate[chromedp.Void](`document.getElementById('drive-raw').click(); true`))
+	// The validator against the bundle's schemas, keyword by keyword: each
+	// bad message names its field, each good one passes.
+	checks := eval[[]string](t, b, `(() => {
+		const env = {id: "x", proto: "1.0", ts: 1};
+		const v = (name, m) => AEPForm.validate({$ref: "#/$defs/" + name}, Object.assign({}, env, m)).join("; ");
+		return [
+			v("MemoryRecallReqMessage", {type: "memory/recall/req", memory_id: "m", order: "sideways"}),
+			v("EnvResetReqMessage", {type: "env/reset/req", env_name: "guess", seed: 1.5}),
+			v("MemoryStoreReqMessage", {type: "memory/store/req", memory_id: "m", entries: []}),
+			v("MemoryStoreReqMessage", {type: "memory/store/req", memory_id: "m", entries: [{key: "k", tier: "working"}]}),
+			v("ToolCallReqMessage", {type: "tool/call/req", tool_name: "t", proto: "2.0"}),
+			v("ToolCallReqMessage", {type: "tool/call/req", tool_name: "t", arguments: [1]}),
+			v("MemoryStoreReqMessage", {type: "memory/store/req", memory_id: "m", entries: [{key: "k", tier: "working", content: {a: [1]}}]}),
+		];
+	})()`)
+	wantChecks := []string{"order: want one of", "seed: want integer", "entries: at least 1 items", "entries[0].content: required",
+		"proto: want \"1.0\"", "arguments: want object or null", ""}
+	for i, w := range wantChecks {
+		if (w == "") != (checks[i] == "") || !strings.Contains(checks[i], w) {
+			t.Errorf("validation %d: %q, want %q", i, checks[i], w)
+		}
+	}
 
 	// 5. A free-form JSON field: an episode of guess, by hand.
 	ans = send("env/reset/req", `t_set('env_name', 'guess'); t_set('seed', '7')`)
