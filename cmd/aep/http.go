@@ -17,7 +17,7 @@ import (
 func init() {
 	serveHTTP = serveHTTPWithFaces
 	serveOperator = func(ctx context.Context, h *server.Host, listen string, o operatorOptions) error {
-		return httpapi.ServeOperator(ctx, h, listen, httpapi.OperatorOptions{Token: o.token, Reload: o.reload, Stopping: o.stopping, Logger: o.log, Listening: o.listening})
+		return httpapi.ServeOperator(ctx, h, listen, httpapi.OperatorOptions{Token: o.token, Reload: o.reload, Stopping: o.stopping, Logger: o.log, Listening: o.listening, Store: o.store})
 	}
 }
 

@@ -42,6 +42,8 @@ type operatorOptions struct {
 	// listening is told the address bound (the implicit listener's
 	// ephemeral port).
 	listening func(addr string)
+	// store is the host's, for the inspector's lineage and exports.
+	store *store.Store
 }
 
 // drainLinger is how long the transports keep serving after a drain
@@ -212,7 +214,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		go func() {
 			defer close(opDone)
-			o := operatorOptions{token: cfg.Operator.Token, reload: reload, stopping: ctx.Done(), log: log}
+			o := operatorOptions{token: cfg.Operator.Token, reload: reload, stopping: ctx.Done(), log: log, store: st}
 			if err := serveOperator(serveCtx, h, cfg.Operator.Listen, o); err != nil && serveCtx.Err() == nil {
 				log.Error("operator endpoint stopped; stopping the host", "err", err)
 				opErr = err
@@ -240,7 +242,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		go func() {
 			defer close(opDone)
-			o := operatorOptions{token: tok, reload: reload, stopping: ctx.Done(), log: log, listening: announce}
+			o := operatorOptions{token: tok, reload: reload, stopping: ctx.Done(), log: log, listening: announce, store: st}
 			if err := serveOperator(serveCtx, h, "127.0.0.1:0", o); err != nil && serveCtx.Err() == nil {
 				log.Warn("inspector not served; the host runs on", "err", err)
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,10 @@ import (
 	gen "github.com/aephost/aep/gen/httpapi"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/inspector"
+	"github.com/aephost/aep/server/operator"
+	"github.com/aephost/aep/server/persist"
+	"github.com/aephost/aep/server/store"
+	"github.com/aephost/aep/wire"
 )
 
 // Readyz implements GET /readyz: 503 while draining, closed, or when the
@@ -92,6 +97,9 @@ type OperatorOptions struct {
 	// Listening, when set, is told the address the listener is bound to
 	// (an ephemeral port is chosen only then).
 	Listening func(addr string)
+	// Store is the host's store: the inspector reads lineages and exports
+	// trajectories from it as `aep export` does; nil: it shows none.
+	Store *store.Store
 }
 
 // OperatorHandler serves the operator's surface of h: GET /metrics in the
@@ -159,7 +167,85 @@ func inspectorHandler(h *server.Host, o OperatorOptions) http.Handler {
 				}
 			}
 			return out
-		}})
+		},
+		Tenants: func() []string {
+			cfg := h.Config().Server
+			var names []string
+			if cfg.AuthToken != "" {
+				names = append(names, "default")
+			}
+			for _, t := range cfg.Tenants {
+				names = append(names, t.Name)
+			}
+			return names
+		},
+		Open: func(tenant string, caps []string) (inspector.Opened, error) {
+			return openForInspector(h, tenant, caps)
+		},
+		Lineage: lineageFor(o.Store),
+		Export:  exportFor(o.Store),
+		Snapshots: func(ctx context.Context, handle string) ([]inspector.SnapshotRef, error) {
+			list, err := op.Snapshots(ctx, handle, 50)
+			out := make([]inspector.SnapshotRef, len(list))
+			for i, n := range list {
+				out[i] = inspector.SnapshotRef{ID: n.ID, Target: n.Target, Kind: n.Kind, At: n.At, Bytes: n.Bytes}
+			}
+			return out, err
+		},
+	})
+}
+
+// lineageFor reads a lineage's tree from st (server/persist, LineageTree).
+func lineageFor(st *store.Store) func(context.Context, string) ([]inspector.LineageNode, bool, error) {
+	if st == nil {
+		return nil
+	}
+	return func(ctx context.Context, handle string) ([]inspector.LineageNode, bool, error) {
+		nodes, more, err := persist.LineageTree(ctx, st, handle)
+		out := make([]inspector.LineageNode, len(nodes))
+		for i, n := range nodes {
+			out[i] = inspector.LineageNode{Handle: n.Handle, Parent: n.Parent, ForkPoint: n.ForkPoint, Group: n.Group,
+				Records: n.Records, Steps: n.Steps, Return: n.Return, EpisodeReturn: n.EpisodeReturn}
+		}
+		return out, more, err
+	}
+}
+
+// exportFor exports from st exactly as `aep export trajectories` does.
+func exportFor(st *store.Store) func(context.Context, inspector.ExportRequest, io.Writer) (int, error) {
+	if st == nil {
+		return nil
+	}
+	return func(ctx context.Context, r inspector.ExportRequest, w io.Writer) (int, error) {
+		res, err := persist.ExportTrajectories(ctx, st, persist.ExportOptions{Handle: r.Handle, Group: r.Group,
+			Descendants: r.Descendants, Prefix: r.Prefix, Format: r.Format}, w)
+		return res.Records, err
+	}
+}
+
+// openForInspector opens a session for a tenant as POST /admin/sessions
+// does, audited as that action is, and attaches an in-process pipe to it
+// for the inspector, which handshakes with the token it returns.
+func openForInspector(h *server.Host, tenant string, caps []string) (inspector.Opened, error) {
+	t0 := time.Now()
+	op := h.Operator()
+	o, err := op.Open(tenant, caps)
+	if err != nil {
+		op.Audit(operator.Action{Action: "session.open", Tenant: wire.Clip(tenant), Target: "inspector", Code: "refused",
+			Started: t0, Duration: time.Since(t0)})
+		return inspector.Opened{}, err
+	}
+	pipe, err := h.ConnectLinesTo(o.ID, 256)
+	if err != nil {
+		return inspector.Opened{}, fmt.Errorf("attach to the opened session: %w", err)
+	}
+	op.Audit(operator.Action{Action: "session.open", Session: o.Handle, Tenant: o.Tenant, Target: "inspector",
+		Started: t0, Duration: time.Since(t0)})
+	ask := caps
+	if ask == nil {
+		ask = h.Served() // the handshake then accepts what the tenant may use
+	}
+	return inspector.Opened{Handle: o.Handle, Tenant: o.Tenant, Token: o.Token, Caps: ask, Conn: pipe}, nil
 }
 
 // ServeOperator serves [OperatorHandler] on listenAddr until ctx ends. An

@@ -13,11 +13,13 @@
 package inspector
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -66,6 +68,21 @@ type Options struct {
 	// rules (server/httpapi, allowList).
 	AllowHost, AllowOrigin func(string) bool
 	Logger                 *slog.Logger
+	// Open opens an agent session for a tenant as the admin API's
+	// POST /admin/sessions does (server/operator, Host.Open), with caps
+	// narrowing its capabilities when not nil, and attaches to it in the
+	// host; nil: the page drives no session (drive.go).
+	Open func(tenant string, caps []string) (Opened, error)
+	// Tenants names the host's tenants, for the page's open form.
+	Tenants func() []string
+	// Lineage reads the recorded tree of the lineage a session belongs
+	// to, and Export writes an export as `aep export trajectories` does,
+	// returning the records written (lineage.go); nil without a store.
+	Lineage func(ctx context.Context, handle string) (nodes []LineageNode, truncated bool, err error)
+	Export  func(ctx context.Context, r ExportRequest, w io.Writer) (records int, err error)
+	// Snapshots lists the stored snapshots a live session may restore,
+	// newest first (server/operator, Host.Snapshots).
+	Snapshots func(ctx context.Context, handle string) ([]SnapshotRef, error)
 }
 
 // Handler serves the inspector under [Prefix].
@@ -74,6 +91,7 @@ type Handler struct {
 	cookie []byte // the value of the cookie a login sets
 	mux    *http.ServeMux
 	hub    hub
+	drive  drivers
 }
 
 // cookieName is the inspector's login cookie: an HMAC of the operator
@@ -96,6 +114,15 @@ func New(o Options) *Handler {
 	mux.HandleFunc("GET /inspector/app.css", h.asset("assets/app.css", "text/css; charset=utf-8"))
 	mux.HandleFunc("GET /inspector/api/host", h.authed(h.hostStream))
 	mux.HandleFunc("GET /inspector/api/session", h.authed(h.sessionStream))
+	mux.HandleFunc("GET /inspector/form.js", h.asset("assets/form.js", "text/javascript; charset=utf-8"))
+	mux.HandleFunc("GET /inspector/views.js", h.asset("assets/views.js", "text/javascript; charset=utf-8"))
+	mux.HandleFunc("GET /inspector/api/contract", h.authed(h.contractBundle))
+	mux.HandleFunc("GET /inspector/api/drive", h.authed(h.driveTenants))
+	mux.HandleFunc("POST /inspector/api/drive/open", h.authed(h.driveOpen))
+	mux.HandleFunc("POST /inspector/api/drive/send", h.authed(h.driveSend))
+	mux.HandleFunc("POST /inspector/api/drive/close", h.authed(h.driveClose))
+	mux.HandleFunc("GET /inspector/api/lineage", h.authed(h.lineage))
+	mux.HandleFunc("GET /inspector/api/export", h.authed(h.export))
 	h.mux = mux
 	return h
 }

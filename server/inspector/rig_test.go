@@ -77,7 +77,7 @@ func newRig(t testing.TB) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.h.Close(context.Background()) })
-	r.srv = httptest.NewServer(httpapi.OperatorHandler(r.h, httpapi.OperatorOptions{Token: operatorToken}))
+	r.srv = httptest.NewServer(httpapi.OperatorHandler(r.h, httpapi.OperatorOptions{Token: operatorToken, Store: st}))
 	t.Cleanup(r.srv.Close)
 	return r
 }

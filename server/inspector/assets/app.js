@@ -205,6 +205,7 @@ function addEntries(list) {
   if (follow) box.scrollTop = box.scrollHeight;
   tl.drawn = "";
   draw();
+  if (typeof entriesChanged === "function") entriesChanged();
 }
 
 function refilter() {
@@ -294,6 +295,7 @@ function route() {
   const m = location.hash.match(/^#\/session\/(h-[0-9a-f]{32})$/);
   if (m) showSession(m[1]);
   else showHost();
+  if (typeof routed === "function") routed(m ? m[1] : "");
 }
 
 document.addEventListener("DOMContentLoaded", () => {
