@@ -21,10 +21,14 @@ const AEPForm = (() => {
   }
 
   // requestTypes lists the message types an agent sends, with their
-  // schema names, from AgentMessage.
+  // schema names, from AgentMessage: a union dispatched on type, written
+  // as allOf of if/then (one branch per type) or as oneOf.
   function requestTypes() {
     const out = [];
-    for (const r of (defs.AgentMessage && defs.AgentMessage.oneOf) || []) {
+    const u = defs.AgentMessage || {};
+    const refs = (u.allOf || []).map((b) => b.then).concat(u.oneOf || []);
+    for (const r of refs) {
+      if (!r || !r.$ref) continue;
       const name = r.$ref.replace("#/$defs/", "");
       const s = defs[name];
       const t = s && s.properties && s.properties.type && s.properties.type.const;
