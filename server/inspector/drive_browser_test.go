@@ -139,10 +139,12 @@ func TestBrowserDriveByHand(t *testing.T) {
 			v("ToolCallReqMessage", {type: "tool/call/req", tool_name: "t", proto: "2.0"}),
 			v("ToolCallReqMessage", {type: "tool/call/req", tool_name: "t", arguments: [1]}),
 			v("MemoryStoreReqMessage", {type: "memory/store/req", memory_id: "m", entries: [{key: "k", tier: "working", content: {a: [1]}}]}),
+			// The union dispatches on type (if/then) to the message's schema.
+			v("AgentMessage", {type: "memory/recall/req", memory_id: "m", order: "sideways"}),
 		];
 	})()`)
 	wantChecks := []string{"order: want one of", "seed: want integer", "entries: at least 1 items", "entries[0].content: required",
-		"proto: want \"1.0\"", "arguments: want object or null", ""}
+		"proto: want \"1.0\"", "arguments: want object or null", "", "order: want one of"}
 	for i, w := range wantChecks {
 		if (w == "") != (checks[i] == "") || !strings.Contains(checks[i], w) {
 			t.Errorf("validation %d: %q, want %q", i, checks[i], w)

@@ -106,6 +106,11 @@ const AEPForm = (() => {
       if (n !== 1) errs.push(at + (n === 0 ? ": matches none of its forms" : ": matches more than one of its forms"));
     }
     if (s.not && validate(s.not, v, path).length === 0) errs.push(at + ": a form it must not have");
+    // if/then/else: the bundle's dispatch on a discriminator.
+    if (s.if !== undefined) {
+      const branch = validate(s.if, v, path).length === 0 ? s.then : s.else;
+      if (branch !== undefined) validate(branch, v, path, errs);
+    }
     return errs;
   }
 
