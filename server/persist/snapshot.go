@@ -96,6 +96,18 @@ type snapshotPayload struct {
 	// Tenant is the saved session's tenant ("" for the default one):
 	// only a session of that tenant finds the snapshot (openSnapshot).
 	Tenant string `json:"tenant,omitempty"`
+	// Point is the session's point the snapshot covers (docs/DECISIONS.md,
+	// Points); nil in snapshots written before points were kept, which
+	// count as point 0.
+	Point *uint64 `json:"point,omitempty"`
+}
+
+// point is the point the snapshot covers: 0 when it recorded none.
+func (p *snapshotPayload) point() uint64 {
+	if p.Point == nil {
+		return 0
+	}
+	return *p.Point
 }
 
 // Why a snapshot was taken: the store row's kind, and what the kernel's
@@ -112,6 +124,7 @@ type snapshotTaken struct {
 	bytes int
 	owner string
 	files *msg.SnapshotFiles
+	point uint64
 }
 
 type pluginSnapshot struct {
@@ -168,8 +181,8 @@ func (p *Keeper) writeSnapshot(ctx context.Context, s Session, target, kind stri
 	if err := p.storeSnapshot(ctx, target, kind, pl, doc, archive); err != nil {
 		return snapshotTaken{}, fmt.Errorf("write snapshot: %w", err)
 	}
-	t := snapshotTaken{id: pl.SnapshotID, bytes: len(doc) + len(archive), owner: pl.Owner, files: pl.Files.taken()}
-	p.log.Info("snapshot written", "session", s.Handle(), "snapshot_id", pl.SnapshotID, "target", target, "kind", kind,
+	t := snapshotTaken{id: pl.SnapshotID, bytes: len(doc) + len(archive), owner: pl.Owner, files: pl.Files.taken(), point: pl.point()}
+	p.log.Info("snapshot written", "session", s.Handle(), "snapshot_id", pl.SnapshotID, "target", target, "kind", kind, "point", t.point,
 		"bytes", t.bytes, "plugins", len(pl.Plugins), "files", t.files.State, "files_bytes", t.files.Bytes, "files_skipped", pl.Files != nil && pl.Files.SkippedCount > 0)
 	// A snapshot without its files refers to the session's directory,
 	// which then outlives the session on this host; an automatic one never
@@ -233,7 +246,7 @@ func (p *Keeper) storeSnapshot(ctx context.Context, target, kind string, pl *sna
 	return p.storeCall(ctx, "snapshot", wait, func(ctx context.Context) error {
 		c := p.store.Client.Snapshot.Create().SetID(pl.SnapshotID).SetSessionID(pl.Owner).
 			SetAgentID(pl.AgentID).SetData(doc).SetCreatedAt(pl.Created).SetKind(kind).SetFilesBytes(int64(len(archive))).
-			SetTenant(pl.Tenant)
+			SetTenant(pl.Tenant).SetPoint(int64(pl.point()))
 		if archive != nil {
 			c.SetFiles(archive)
 		}
@@ -261,8 +274,11 @@ func (p *Keeper) filesLimits(maxBytes int64) filesLimits {
 // payload without a snapshot id, and the secrets it checked. Snapshots
 // store it; forks (fork.go) restore it into new sessions without storing it.
 func (p *Keeper) sessionState(ctx context.Context, s Session) (*snapshotPayload, []Secret, error) {
+	// The point first: a request answered after this may be in part in
+	// the state taken below, one answered before is in it whole.
+	point := s.Point()
 	agent, accepted := s.Identity()
-	pl := &snapshotPayload{SessionHandle: s.Handle(), AgentID: agent, AcceptedCaps: accepted}
+	pl := &snapshotPayload{SessionHandle: s.Handle(), AgentID: agent, AcceptedCaps: accepted, Point: &point}
 	pl.Created = time.Now().UTC()
 	pl.Plugins = []pluginSnapshot{}
 	pl.Owner = ownerKey(s.ID())

@@ -37,8 +37,12 @@ type message struct {
 	Reply     string // requests: the reply type
 	Def       string // its definition's name in the bundle
 	AliasOf   string // an alias's canonical type
-	body      map[string]any
-	file      string
+	// ChangesState marks a request whose success changes the session's
+	// state (x-aep-changes-state): its AsyncAPI operation carries the tag
+	// changes-state, which the SDK generators read.
+	ChangesState bool
+	body         map[string]any
+	file         string
 }
 
 // contract is everything read from schemas/: the bundle and the AsyncAPI
@@ -266,9 +270,10 @@ func readContract(sources []source) (*contract, error) {
 				ns, _ := s.raw["x-aep-namespace"].(string)
 				reply, _ := def["x-aep-reply"].(string)
 				aliases, _ := def["x-aep-aliases"].([]any)
+				changes, _ := def["x-aep-changes-state"].(bool)
 				for i, t := range append([]any{typ}, aliases...) {
 					t, _ := t.(string)
-					m := &message{Type: t, Kind: kind, Namespace: ns, Reply: reply, Def: typeName(t), body: def, file: s.name}
+					m := &message{Type: t, Kind: kind, Namespace: ns, Reply: reply, Def: typeName(t), body: def, file: s.name, ChangesState: changes}
 					if i > 0 {
 						m.AliasOf = typ
 					}

@@ -2749,6 +2749,21 @@ class PingMessage(Model):
     ts: float
 
 
+class PointGap(Model):
+    """Acknowledged state-changing requests a snapshot does not hold
+    (docs/DECISIONS.md, Points): those whose replies carried points from
+    `point` + 1 to `last_point`.
+    """
+
+    #: The client's last seen point.
+    last_point: int
+    #: How many acknowledged state-changing requests are lost: `last_point` −
+    #: `point`.
+    lost: int
+    #: The snapshot's point: the session resumed from it.
+    point: int
+
+
 class PongMessage(Model):
     """`pong` (reply). Answer to ping."""
 
@@ -3408,6 +3423,10 @@ class SessionForkRespMessage(Model):
     #: copy (bytes copied), none (no files).
     copy_: Optional[Literal["reflink", "copy", "none"]] = Field(None, alias="copy")
     forks: list[ForkInfo]
+    #: The point the forks start from: the sender's at the moment its state
+    #: was taken (or the snapshot's, with `snapshot_id`). Each fork's session
+    #: starts with it, which its handshake/resp also carries.
+    from_point: Optional[int] = None
     #: Seconds within which each fork must handshake, or it is closed
     #: (server.limits.handshake_timeout).
     handshake_timeout: float
@@ -3501,19 +3520,36 @@ class SessionRestoreReqMessage(Model):
     session (spec §3: Session saved → live): the one named by `snapshot_id`,
     or the newest snapshot of the session named by `from_session` (a session
     that moved when its host drained or died, docs/deploy.md). An unknown or
-    corrupt snapshot changes nothing.
+    corrupt snapshot changes nothing. The session's point (the envelope's
+    `point`) becomes the snapshot's. With `last_point`, a snapshot that
+    covers less than it is refused with runtime_error, detail.reason
+    `point_gap`, naming the gap (`point`, `last_point`, `lost`: the count of
+    acknowledged state-changing requests it does not hold), and nothing
+    changes, unless `accept_gap` is true: then it is restored and the
+    reply's `gap` says what was lost (docs/DECISIONS.md, Points). A client
+    that moves keeps asking while the gap lasts: a draining host writes its
+    snapshot after it stops admitting requests.
     """
 
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/req"] = "session/restore/req"
+    #: Restore even when the snapshot covers less than `last_point`; the
+    #: reply's `gap` says how much was lost. Default false.
+    accept_gap: Optional[bool] = None
     #: The id of an earlier session of the sender (a bearer secret, so
-    #: holding it proves the session was the sender's): its newest snapshot,
-    #: from a drain or an automatic snapshot, is restored, and the reply
-    #: names it.
+    #: holding it proves the session was the sender's): its newest snapshot
+    #: (the one taken last, from a drain, an automatic round or the session's
+    #: own request) is restored, and the reply names it.
     from_session: Optional[str] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: The highest point the client saw in the session it restores over or
+    #: moved from (the envelope's `point` of its replies): every
+    #: state-changing request acknowledged up to it must be in the snapshot,
+    #: or the restore is refused with reason point_gap (unless `accept_gap`).
+    #: Absent: no check.
+    last_point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3542,6 +3578,11 @@ class SessionRestoreRespMessage(Model):
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/resp"] = "session/restore/resp"
     files: Optional[SnapshotFiles] = None
+    #: The point the session resumed from: the snapshot's, now the session's,
+    #: which this reply's envelope `point` also carries (an older snapshot
+    #: that recorded none counts as 0).
+    from_point: Optional[int] = None
+    gap: Optional[PointGap] = None
     #: Unique id of the message (spec §2.1).
     id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
@@ -3713,6 +3754,11 @@ class SessionSnapshotRespMessage(Model):
     type: Literal["session/snapshot/resp"] = "session/snapshot/resp"
     #: Size of the stored snapshot.
     bytes: int
+    #: The point the snapshot covers (a body field: the envelope's `point` is
+    #: the session's own): every state-changing request answered before it
+    #: was taken, up to this point, is in it (a request still running as it
+    #: was taken may be in part).
+    covers_point: Optional[int] = None
     files: Optional[SnapshotFiles] = None
     #: Unique id of the message (spec §2.1).
     id: str
@@ -4198,6 +4244,9 @@ class SnapshotInfo(Model):
     agent_id: Optional[str] = None
     #: Size of the stored snapshot.
     bytes: int
+    #: The point it covers (see session/snapshot/resp `covers_point`); absent
+    #: for snapshots taken before points were kept.
+    covers_point: Optional[int] = None
     #: When it was taken, Unix epoch seconds.
     created: float
     #: Why it was taken: session/snapshot/req, a drain
