@@ -328,6 +328,17 @@ func readContract(sources []source) (*contract, error) {
 	}
 	sort.Slice(c.messages, func(i, j int) bool { return c.messages[i].Type < c.messages[j].Type })
 	for _, m := range c.messages {
+		// A body field named as an envelope field would be two fields of
+		// one name in one JSON object (the wire encoder splices both).
+		if props, ok := m.body["properties"].(map[string]any); ok && m.Kind != kindEvent {
+			for pk := range props {
+				_, env := c.envelope[pk]
+				_, reply := c.replyEnvelope[pk]
+				if (reply && !agentSends(m.Kind) && pk != "req_id") || (env && !slices.Contains([]string{"type", "id", "proto", "ts", "req_id"}, pk)) {
+					return nil, fmt.Errorf("%s (%s): body field %q is an envelope field (envelope.json); name it otherwise", m.Type, m.file, pk)
+				}
+			}
+		}
 		if m.Kind == kindRequest {
 			r, ok := c.byType[m.Reply]
 			if !ok || r.Kind != kindReply {
@@ -501,6 +512,14 @@ func (c *contract) wholeMessage(m *message) map[string]any {
 			continue
 		}
 		props[k] = v
+	}
+	if m.Kind == kindReply {
+		// Fields only a host's reply carries (point).
+		for k, v := range c.replyEnvelope {
+			if _, ok := props[k]; !ok {
+				props[k] = v
+			}
+		}
 	}
 	typeProp := map[string]any{"type": "string", "const": m.Type}
 	if d, ok := c.envelope["type"].(map[string]any)["description"]; ok {

@@ -167,6 +167,19 @@ class ChainDefineRespMessage(Model):
     name: str
     #: Number of nodes.
     nodes: int
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -351,6 +364,19 @@ class ChainRunRespMessage(Model):
     #: Output of every node that ran, by id: an action's reply body, a
     #: branch's boolean, a map's array, a gather's object, a reduce's acc.
     outputs: dict[str, Any]
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -499,6 +525,19 @@ class EnvCloseRespMessage(Model):
     episode_id: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -586,6 +625,19 @@ class EnvDataAddRespMessage(Model):
     added: list[DataFile]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -687,6 +739,19 @@ class EnvDataGetRespMessage(Model):
     files: list[DataFile]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -767,6 +832,19 @@ class EnvDataResetRespMessage(Model):
     type: Literal["env/data/reset/resp"] = "env/data/reset/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -862,6 +940,19 @@ class EnvListRespMessage(Model):
     envs: list[EnvInfo]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -914,6 +1005,19 @@ class EnvObserveRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     observation: Any
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -967,6 +1071,19 @@ class EnvRenderRespMessage(Model):
     episode_id: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1033,6 +1150,19 @@ class EnvResetRespMessage(Model):
     #: (as Gymnasium's reset and step always return one).
     info: dict[str, Any]
     observation: Any
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1087,6 +1217,19 @@ class EnvSpacesRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     observation_space: Any
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1145,6 +1288,19 @@ class EnvStepBatchRespMessage(Model):
     type: Literal["env/step_batch/resp"] = "env/step_batch/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1203,6 +1359,19 @@ class EnvStepRespMessage(Model):
     #: (as Gymnasium's reset and step always return one).
     info: dict[str, Any]
     observation: Any
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1255,6 +1424,19 @@ class ErrorMessage(Model):
     #: Human-readable text; never a stack trace or a secret
     #: (docs/DECISIONS.md, Wire).
     message: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1387,6 +1569,19 @@ class HandshakeRespMessage(Model):
     #: False means the session is invalid and the client cannot proceed (spec
     #: §2.4).
     ok: bool
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1452,6 +1647,19 @@ class LearnAdaptRespMessage(Model):
     feedbacks: int
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1534,6 +1742,19 @@ class LearnExperienceRespMessage(Model):
     batch_id: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1604,6 +1825,19 @@ class LearnExportRespMessage(Model):
     #: With to_file: the file written, relative to the plugin's data
     #: directory.
     path: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1659,6 +1893,19 @@ class LearnFeedbackRespMessage(Model):
     ids: list[int]
     #: How many feedbacks' correlation_id matched an audited call.
     linked: int
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1724,6 +1971,19 @@ class LearnRankRespMessage(Model):
     context: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1777,6 +2037,19 @@ class LearnStatsRespMessage(Model):
     components: list[ComponentStats]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1933,6 +2206,19 @@ class McpPromptGetRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     messages: list[MCPPromptMessage]
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1985,6 +2271,19 @@ class McpPromptListRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     next_cursor: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     prompts: list[MCPPrompt]
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -2040,6 +2339,19 @@ class McpResourceListRespMessage(Model):
     id: str
     #: Present when more follow.
     next_cursor: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2093,6 +2405,19 @@ class McpResourceReadRespMessage(Model):
     contents: list[MCPResourceContents]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2144,6 +2469,19 @@ class McpServerListRespMessage(Model):
     type: Literal["mcp/server/list/resp"] = "mcp/server/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2214,6 +2552,19 @@ class McpServerRegisterRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     ok: bool
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2267,6 +2618,19 @@ class McpServerUnregisterRespMessage(Model):
     id: str
     #: False when the session registered no server of this id.
     ok: bool
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2385,6 +2749,19 @@ class MemoryForgetRespMessage(Model):
     deleted: int
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2460,6 +2837,19 @@ class MemoryInitRespMessage(Model):
     id: str
     memory_id: str
     namespace: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2527,6 +2917,19 @@ class MemoryRecallRespMessage(Model):
     hits: list[MemoryHit]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2581,6 +2984,19 @@ class MemoryRetrieveRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     missing: list[str]
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2630,6 +3046,19 @@ class MemoryStatsRespMessage(Model):
     id: str
     memory_id: str
     namespace: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2686,6 +3115,19 @@ class MemoryStoreRespMessage(Model):
     evicted: Optional[int] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2772,6 +3214,19 @@ class PongMessage(Model):
     type: Literal["pong"] = "pong"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2852,6 +3307,19 @@ class ProcKillRespMessage(Model):
     type: Literal["proc/kill/resp"] = "proc/kill/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -2903,6 +3371,19 @@ class ProcListRespMessage(Model):
     type: Literal["proc/list/resp"] = "proc/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     processes: list[ProcRecord]
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -2966,6 +3447,19 @@ class ProcReadRespMessage(Model):
     type: Literal["proc/read/resp"] = "proc/read/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     proc_id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3058,6 +3552,19 @@ class ProcSignalRespMessage(Model):
     type: Literal["proc/signal/resp"] = "proc/signal/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3124,6 +3631,19 @@ class ProcSpawnRespMessage(Model):
     dropped_env: Optional[list[str]] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3172,6 +3692,19 @@ class ProcStatusRespMessage(Model):
     type: Literal["proc/status/resp"] = "proc/status/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3245,6 +3778,19 @@ class ProcWaitRespMessage(Model):
     type: Literal["proc/wait/resp"] = "proc/wait/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3302,6 +3848,19 @@ class ProcWriteRespMessage(Model):
     closed: Optional[bool] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     proc_id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3435,6 +3994,19 @@ class SessionForkRespMessage(Model):
     #: What of the sender's state the forks do not carry as it runs in the
     #: sender: the same for every fork.
     not_forked: list[NotForked]
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3502,6 +4074,19 @@ class SessionInfoRespMessage(Model):
     #: The public handle of the session that spawned this subagent's session
     #: (never its transport id).
     parent_handle: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3585,6 +4170,19 @@ class SessionRestoreRespMessage(Model):
     gap: Optional[PointGap] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3642,6 +4240,19 @@ class SessionSnapshotDeleteRespMessage(Model):
     deleted: bool
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3701,6 +4312,19 @@ class SessionSnapshotListRespMessage(Model):
     type: Literal["session/snapshot/list/resp"] = "session/snapshot/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3762,6 +4386,19 @@ class SessionSnapshotRespMessage(Model):
     files: Optional[SnapshotFiles] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3834,6 +4471,19 @@ class SessionTrajectoryExportRespMessage(Model):
     lines: list[dict[str, Any]]
     #: The cursor of the next page; absent on the last page.
     next: Optional[int] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3930,6 +4580,19 @@ class SkillCallRespMessage(Model):
     type: Literal["skill/call/resp"] = "skill/call/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4007,6 +4670,19 @@ class SkillDiscoverRespMessage(Model):
     type: Literal["skill/discover/resp"] = "skill/discover/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4108,6 +4784,19 @@ class SkillGetRespMessage(Model):
     type: Literal["skill/get/resp"] = "skill/get/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4182,6 +4871,19 @@ class SkillRegisterRespMessage(Model):
     type: Literal["skill/register/resp"] = "skill/register/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4330,6 +5032,19 @@ class SubagentListRespMessage(Model):
     type: Literal["subagent/list/resp"] = "subagent/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4446,6 +5161,19 @@ class SubagentSpawnRespMessage(Model):
     handshake_timeout: float
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4506,6 +5234,19 @@ class SubagentStatusRespMessage(Model):
     children: Optional[list[str]] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4560,6 +5301,19 @@ class SubagentTerminateRespMessage(Model):
     type: Literal["subagent/terminate/resp"] = "subagent/terminate/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4625,6 +5379,19 @@ class ToolCallRespMessage(Model):
     type: Literal["tool/call/resp"] = "tool/call/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4757,6 +5524,19 @@ class ToolListRespMessage(Model):
     id: str
     #: Present when more tools follow; pass it as cursor.
     next_cursor: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4858,6 +5638,19 @@ class ToolkitConfigureRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     message: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4966,6 +5759,19 @@ class ToolkitListRespMessage(Model):
     type: Literal["toolkit/list/resp"] = "toolkit/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
