@@ -111,7 +111,7 @@ func TestDrainOrderAndDeadline(t *testing.T) {
 			a := r.connect(t, ctx)
 			a.say(t, ctx, fmt.Sprint(i))
 			want = append([]string{r.handleOf(t, a)}, want...) // the newest first
-			time.Sleep(2 * time.Millisecond)                    // activity times apart
+			time.Sleep(2 * time.Millisecond)                   // activity times apart
 		}
 		res, err := r.h.Drain(ctx, true)
 		if err != nil || len(res.Snapshots) != 5 {
