@@ -50,9 +50,8 @@ import (
 
 // Files states a snapshot records (payload files.state).
 const (
-	filesStored  = "stored"  // the archive is in the store row
+	filesStored  = "stored"  // the archive is in the store row, or beside a file snapshot
 	filesOmitted = "omitted" // not stored; Reason says why
-	filesLocal   = "local"   // a file snapshot: the files stay on this host's disk
 )
 
 // Reasons a snapshot's files were omitted.
@@ -113,7 +112,8 @@ func (f *filesInfo) wire(state msg.SnapshotFilesState) *msg.SnapshotFiles {
 }
 
 // taken is what the reply to a snapshot says of the files of f: local
-// for a file snapshot, which has none (f nil).
+// for one that carries none (f nil: a file snapshot of a subagent that
+// works in its parent's directory, which stays on this host's disk).
 func (f *filesInfo) taken() *msg.SnapshotFiles {
 	if f == nil {
 		return &msg.SnapshotFiles{State: msg.SnapshotFilesStateLocal}
