@@ -40,6 +40,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -236,11 +237,25 @@ func (a *archiver) measureEntry(p string, e fs.DirEntry, err error) error {
 	return nil
 }
 
+// gzipWriters reuses the compressors of archives: a flate compressor is
+// some 1 MiB of tables, and a drain makes one per session at once
+// (server.snapshots.drain_parallel), whose garbage otherwise costs the
+// drain more than its store writes (docs/PERFORMANCE.md, Drain).
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+	return zw
+}}
+
 // write writes the archive of root (nil: an empty one), counting again:
 // the directory may change while it is read.
 func (a *archiver) write(root *os.Root) ([]byte, filesInfo) {
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	zw.Reset(&buf)
+	defer func() {
+		zw.Reset(io.Discard) // holds no reference to buf
+		gzipWriters.Put(zw)
+	}()
 	a.tw = tar.NewWriter(zw)
 	a.info.Entries, a.info.Bytes, a.info.Skipped, a.info.SkippedCount = 0, 0, nil, 0
 	if root != nil {

@@ -183,7 +183,7 @@ func startRigWith(t *testing.T, ctx context.Context, dir string, log *lockedBuff
 }
 
 // startRigConf is startRigDSN with serverYAML added under server:.
-func startRigConf(t *testing.T, ctx context.Context, dsn, dir string, log *lockedBuffer, names []string, extra, serverYAML string) *rig {
+func startRigConf(t testing.TB, ctx context.Context, dsn, dir string, log *lockedBuffer, names []string, extra, serverYAML string) *rig {
 	t.Helper()
 	var y strings.Builder
 	fmt.Fprintf(&y, "server:\n  auth_token: %s\n%splugins:\n", hostCanary, serverYAML)
@@ -234,7 +234,7 @@ type agent struct {
 	echo testproto.Client
 }
 
-func (r *rig) connect(t *testing.T, ctx context.Context) *agent {
+func (r *rig) connect(t testing.TB, ctx context.Context) *agent {
 	t.Helper()
 	c, err := client.InProcess(r.h, client.JSON, msg.Registry().Union(testproto.Registry()))
 	if err != nil {
