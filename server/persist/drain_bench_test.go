@@ -109,4 +109,3 @@ func BenchmarkDrain1000(b *testing.B) {
 		}
 	})
 }
-
