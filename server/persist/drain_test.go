@@ -11,6 +11,7 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/testproto"
+	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/wire"
 )
 
@@ -135,7 +136,13 @@ func TestDrainOrderAndDeadline(t *testing.T) {
 			a := r.connect(t, ctx)
 			a.say(t, ctx, fmt.Sprint(i))
 		}
-		const timeout = 150 * time.Millisecond
+		// 20 ms a snapshot, two at a time: 1.5 s for all, five times
+		// the drain's time.
+		p := r.plugin(t, "notes")
+		p.mu.Lock()
+		p.slow = 20 * time.Millisecond
+		p.mu.Unlock()
+		const timeout = 300 * time.Millisecond
 		dctx, dcancel := context.WithTimeout(ctx, timeout)
 		t0 := time.Now()
 		res, _ := r.h.Drain(dctx, true)
@@ -146,6 +153,9 @@ func TestDrainOrderAndDeadline(t *testing.T) {
 		// machine, far below a snapshot per session).
 		if took > timeout+time.Second {
 			t.Errorf("the drain took %v with a %v deadline", took, timeout)
+		}
+		if res.NotSaved == 0 || len(res.Snapshots) == 0 {
+			t.Errorf("%d saved, %d not saved: want the deadline to cut the phase short", len(res.Snapshots), res.NotSaved)
 		}
 		if len(res.Snapshots)+res.NotSaved != n {
 			t.Errorf("%d saved + %d not saved, want %d sessions accounted for", len(res.Snapshots), res.NotSaved, n)
@@ -158,4 +168,69 @@ func TestDrainOrderAndDeadline(t *testing.T) {
 		}
 		t.Logf("%d of %d sessions saved within %v (took %v)", len(res.Snapshots), n, timeout, took)
 	})
+}
+
+// TestDrainRefusalWaitsForTheSnapshot: while a drain's snapshot of a
+// session is being written, a request the sealed session refuses is not
+// answered yet; once it is written, the refusal names it. Past the
+// session's queue_size refusals waiting, one is answered at once with how
+// long to wait for the snapshot (snapshot_wait).
+func TestDrainRefusalWaitsForTheSnapshot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := startRigWith(t, ctx, t.TempDir(), &lockedBuffer{}, "  limits:\n    queue_size: 2\n")
+	a := r.connect(t, ctx)
+	a.say(t, ctx, "one")
+	p := r.plugin(t, "notes")
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	p.mu.Lock()
+	p.gate, p.entered = gate, entered
+	p.mu.Unlock()
+	drained := make(chan server.DrainResult, 1)
+	go func() {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer dcancel()
+		res, _ := r.h.Drain(dctx, true)
+		drained <- res
+	}()
+	<-entered // sealed, and the snapshot under way
+	type answer struct{ err error }
+	waiting := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			_, err := a.echo.EchoSay(ctx, &testproto.EchoSayReq{Text: "refused"})
+			waiting <- answer{err}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // both parked
+	// A third, past queue_size: answered at once, saying how long to wait.
+	_, err := a.echo.EchoSay(ctx, &testproto.EchoSayReq{Text: "refused too"})
+	var we *wire.Error
+	if !errors.As(err, &we) || wire.ReasonOf(we.Detail) != "shutting_down" {
+		t.Fatalf("the refusal past queue_size: %v", err)
+	}
+	d := we.Detail.(map[string]any)
+	if w, ok := d["snapshot_wait"].(float64); !ok || w <= 0 || w > 10 || d["snapshot_id"] != nil {
+		t.Errorf("the refusal past queue_size says %v, want snapshot_wait in (0, 10] and no snapshot yet", d)
+	}
+	select {
+	case a := <-waiting:
+		t.Fatalf("a refusal was answered before the session's snapshot was written: %v", a.err)
+	default:
+	}
+	p.mu.Lock()
+	p.gate = nil
+	p.mu.Unlock()
+	close(gate)
+	res := <-drained
+	want := res.Snapshots[r.handleOf(t, a)]
+	for range 2 {
+		got := <-waiting
+		if !errors.As(got.err, &we) || wire.ReasonOf(we.Detail) != "shutting_down" {
+			t.Fatalf("a parked refusal: %v", got.err)
+		}
+		if d := we.Detail.(map[string]any); d["snapshot_id"] != want || d["point"] != float64(1) {
+			t.Errorf("a parked refusal says %v, want the drain's snapshot %s at point 1", d, want)
+		}
+	}
 }

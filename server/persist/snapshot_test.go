@@ -46,6 +46,11 @@ type notesPlugin struct {
 	// FailRestore makes the next Restore fail after changing the state, to
 	// prove the rollback.
 	FailRestore atomic.Bool `yaml:"-"`
+	// gate, when set, holds every Snapshot until it is closed, telling
+	// entered first: a snapshot that takes its time.
+	gate, entered chan struct{}
+	// slow makes every Snapshot take that long.
+	slow time.Duration
 
 	mu       sync.Mutex
 	sessions map[string]*notesState
@@ -110,6 +115,17 @@ func (p *notesPlugin) EchoWait(ctx context.Context, s wire.Scope, req *testproto
 }
 
 func (p *notesPlugin) Snapshot(ctx context.Context, sid string) ([]byte, error) {
+	p.mu.Lock()
+	gate, entered, slow := p.gate, p.entered, p.slow
+	p.mu.Unlock()
+	time.Sleep(slow)
+	if gate != nil {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-gate
+	}
 	st := p.state(sid)
 	p.mu.Lock()
 	defer p.mu.Unlock()
