@@ -340,12 +340,12 @@ func (c *Client) end(err error) {
 func (c *Client) handle(p *wire.Packet) {
 	c.mu.Lock()
 	pc := c.pending[p.ReqID]
+	if pc != nil && p.HasPoint && !strings.HasSuffix(p.Type, "/event") {
+		c.notePoint(pc.gen, p)
+	}
 	c.mu.Unlock()
 	if pc == nil {
 		return // a reply to a request that gave up waiting
-	}
-	if p.HasPoint && !strings.HasSuffix(p.Type, "/event") {
-		c.notePoint(pc.gen, p)
 	}
 	var r result
 	switch m := p.Msg.(type) {
@@ -373,10 +373,8 @@ func (c *Client) handle(p *wire.Packet) {
 // generation gen: the highest one the current session's replies carried,
 // or, for a restore, the point the session resumed from. Replies on a
 // transport a move left or has not yet made current are not the
-// session's points.
+// session's points. c.mu is held.
 func (c *Client) notePoint(gen uint64, p *wire.Packet) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if gen != c.gen || c.moving != nil {
 		return
 	}
