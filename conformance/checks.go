@@ -93,6 +93,7 @@ const (
 	CheckSessionInfo       = "session.info"
 	CheckSessionSnapshot   = "session.snapshot"
 	CheckSessionFork       = "session.fork"
+	CheckSessionLineage    = "session.lineage"
 	CheckSessionTrajectory = "session.trajectory"
 	CheckSessionOperator   = "session.operator"
 	CheckSessionPoints     = "session.points"
@@ -102,6 +103,8 @@ const (
 	CheckHTTPSize      = "http.size"
 	CheckHTTPSession   = "http.session"
 	CheckTransportSize = "transport.size"
+
+	CheckTransportsAgree = "transports.agree"
 )
 
 // The needs of checks that need something; see CheckInfo.Needs.
@@ -109,6 +112,8 @@ const (
 	needAttach = "a transport that reaches a session by id (HTTP, WebSocket)"
 	needHTTP   = "the HTTP transport (--url)"
 	needStream = "fixture tools.streaming (or skills.call)"
+	// needTransports: the kit run over several transports of one host.
+	needTransports = "runs over two transports or more (--all-transports)"
 	// needOperator: the host's admin API, for the operator-opened session.
 	needOperator = "a session the operator opens (Options.OperatorSession; aep conformance --operator)"
 )
@@ -116,8 +121,8 @@ const (
 var catalogue = []CheckInfo{
 	// The handshake and the traffic rules every message is held to.
 	{CheckHandshake, Must, "spec §2.4, §2.2, §4.2", "a handshake with the token opens a session: ok, session_id, max_parallel, one accepted_caps entry per requested name in order, enabled false where nothing serves it", ""},
-	{CheckHandshakeFailures, Must, "spec §5 rule 3, §9 rule 2, §3", "a wrong token is unauthorized, another proto version_mismatch, a malformed handshake schema_violation, each with ok false and no session; a request before a handshake is unauthorized", ""},
-	{CheckReplyOnce, Must, "spec §2.1; docs/DECISIONS.md, Wire", "every request gets exactly one reply, of its reply type or error, with req_id its id; a notification gets none", ""},
+	{CheckHandshakeFailures, Must, "spec §5 rule 3, §9 rule 2, §3; schemas/core.json HandshakeResp.session_id", "a wrong token is unauthorized, another proto version_mismatch, a malformed handshake schema_violation, each with ok false and no session (nor session_id); a request before a handshake is unauthorized", ""},
+	{CheckReplyOnce, Must, "spec §2.1; docs/DECISIONS.md, Wire", "every request gets exactly one reply, of its reply type or error (a type the contract does not have: error), with req_id its id; a notification gets none", ""},
 	{CheckDirection, Must, "spec §2.1; docs/DECISIONS.md, Wire", "a host sends only replies and events; a type only a host sends, sent by an agent, is parse_error", ""},
 	{CheckHostStrict, Must, "spec §2.1; gen/contract/aep.schema.json HostMessage", "every line a host sends is one JSON object on one line that validates against the contract's HostMessage (no top-level field the contract does not name)", ""},
 	{CheckHostClosed, Must, "schemas/*.json; docs/DECISIONS.md, The contract for third parties", "no object a host sends, at any depth, holds a field its schema does not declare (objects the schemas leave open, such as data, info and detail, stay open)", ""},
@@ -166,7 +171,7 @@ var catalogue = []CheckInfo{
 
 	// proc.
 	{CheckProcLifecycle, Must, "schemas/proc.json", "a spawned process reads what is written to its stdin, its output is read back, wait sees it exit, status and list name it", "fixture proc.echo"},
-	{CheckProcKill, Must, "schemas/proc.json ProcKillReq, ProcRecord", "kill ends a running process, reported signaled", "fixture proc.long"},
+	{CheckProcKill, Must, "schemas/proc.json ProcKillReq, ProcSignalReq, ProcRecord", "kill ends a running process, reported signaled; so does a TERM signal", "fixture proc.long"},
 	{CheckProcErrors, Must, "schemas/proc.json", "an unknown proc_id is an error", ""},
 
 	// learn.
@@ -198,6 +203,7 @@ var catalogue = []CheckInfo{
 	{CheckSessionInfo, Must, "schemas/session.json SessionInfoResp", "session/info names the session's id, agent_id, accepted_caps and max_parallel as the handshake did, and counts itself in flight", ""},
 	{CheckSessionSnapshot, Must, "spec §1.6, §3 (snapshot, restore); schemas/session.json", "a snapshot restores the state it saved (working memory); it is listed as the session's own until deleted; restoring an unknown snapshot is an error that changes nothing", ""},
 	{CheckSessionFork, Must, "schemas/session.json SessionForkReq", "a fork is a new session of its own id, which opens with the host's token and holds a copy of the sender's state", ""},
+	{CheckSessionLineage, Must, "schemas/session.json SessionForkResp.group, SessionTrajectoryExportReq.group; schemas/records/trajectory.json", "a fork's reply names its sibling group (g-…); the sender's export of that group is an export whose lines each name their episode, the fork's records naming the group and the sender as parent; a made-up group exports nothing, as an empty export", ""},
 	{CheckSessionTrajectory, Must, "schemas/session.json SessionTrajectoryExportResp", "a trajectory export counts the lines it returns", ""},
 	{CheckSessionPoints, Must, "schemas/envelope.json Reply.point; schemas/session.json SessionRestoreReq; docs/DECISIONS.md, Points", "a host that keeps points (its replies carry `point`) moves it by one for each state-changing request answered and never for a read; a snapshot covers the point it was taken at; a restore below last_point is runtime_error point_gap naming what would be lost, and changes nothing; accept_gap restores it and says the gap; a restore resumes from the snapshot's point", ""},
 	{CheckSessionOperator, Must, "spec §5; docs/operating.md, Admin API; schemas/session.json SessionInfoResp.operator_opened", "a session the operator opened for a tenant refuses the tenant's secret, opens with the token issued for it, and says operator_opened true in session/info; that token opens no other session, and an agent's own session does not say operator_opened", needOperator},
@@ -208,6 +214,9 @@ var catalogue = []CheckInfo{
 	{CheckHTTPSize, Must, "openapi.yaml (413); docs/DECISIONS.md, Transports", "a POST /send body over the host's message limit is refused with 413 and the session goes on", needHTTP},
 	{CheckHTTPSession, Must, "openapi.yaml (400, 404)", "POST /send without X-Session-Id is 400, with an unknown one 404", needHTTP},
 	{CheckTransportSize, Should, "docs/DECISIONS.md, Wire (a line over the message limit)", "a line over the host's message limit is answered with an error and the connection goes on", ""},
+
+	// Across transports (Compare).
+	{CheckTransportsAgree, Must, "spec §1 rule 5; docs/transports.md (every transport carries the same protocol messages)", "the same request of the same scenario gets the same answer over every transport the host offers: reply type, error code, contents and events, ids, run-unique names and times aside", needTransports},
 }
 
 // Checks returns the kit's checks in report order.

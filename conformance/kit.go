@@ -63,6 +63,11 @@ type Report struct {
 	// list: the host is not conformant.
 	OK      bool    `json:"ok"`
 	Summary Summary `json:"summary"`
+
+	// What [Compare] holds to the other transports' runs: every answer
+	// of the run, and the run's unique names.
+	answers []answer
+	uniq    string
 }
 
 // Summary counts the results.
@@ -326,6 +331,15 @@ type kit struct {
 	notes    map[string]string
 	seq      int
 
+	// For the comparison across transports (compare.go): the scenario
+	// running (its first check), the sessions of each label it opened,
+	// and every answer, once per request.
+	scenario   string
+	branch     string // the transport's own paths the scenario took (transportBranch)
+	sessions   map[string]int
+	answers    []answer
+	answerKeys map[string]bool
+
 	// Learnt from the handshake check's session.
 	offered     map[string]bool // capabilities enabled when every one was asked for
 	handshakeOK bool
@@ -427,7 +441,9 @@ func Run(ctx context.Context, target Target, opts Options) (*Report, error) {
 			}
 		}
 	}
-	k := &kit{opts: opts, target: target, problems: map[string][]string{}, checked: map[string]int{}, notes: map[string]string{}, offered: map[string]bool{}}
+	k := &kit{opts: opts, target: target, problems: map[string][]string{}, checked: map[string]int{}, notes: map[string]string{}, offered: map[string]bool{},
+		sessions: map[string]int{}, answerKeys: map[string]bool{}}
+	k.skip("needs runs over two transports or more (Compare; aep conformance --all-transports): its result is the comparison's", CheckTransportsAgree)
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
 	k.uniq = hex.EncodeToString(rb[:])
@@ -459,6 +475,7 @@ func Run(ctx context.Context, target Target, opts Options) (*Report, error) {
 			k.skip("the handshake with the token failed (see handshake)", checkIDs()...)
 			break
 		}
+		k.scenario, k.branch = sc.checks[0], ""
 		if err := sc.run(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -470,7 +487,7 @@ func Run(ctx context.Context, target Target, opts Options) (*Report, error) {
 }
 
 func (k *kit) report() *Report {
-	rep := &Report{Transport: k.target.Name, OK: true}
+	rep := &Report{Transport: k.target.Name, OK: true, answers: k.answers, uniq: k.uniq}
 	if rep.Transport == "" {
 		rep.Transport = "host"
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aephost/aep/conformance"
 	"github.com/aephost/aep/conformance/kittest"
+	"github.com/aephost/aep/conformance/mutate"
 )
 
 // skipped returns the IDs of the checks the report skipped, sorted.
@@ -43,7 +44,8 @@ func needsFixture() []string {
 // SHOULD, over stdio, HTTP+SSE, single exchanges and WebSocket; the only
 // checks skipped are those the transport cannot carry (stdio reaches no
 // session by id and has no HTTP edge; over HTTP the size limit is
-// http.size's).
+// http.size's) and transports.agree, which is the comparison's: the four
+// runs compared answer every request alike.
 func TestAEPConforms(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the aep binary")
@@ -55,14 +57,14 @@ func TestAEPConforms(t *testing.T) {
 		"exchange":  {conformance.CheckTransportSize},
 		"websocket": nil,
 	}
-	for _, target := range kittest.Targets(t) {
-		t.Run(target.Name, func(t *testing.T) {
-			rep := kittest.Run(t, target, conformance.Options{})
+	c := kittest.Compare(t, kittest.Targets(t), conformance.Options{})
+	for _, rep := range c.Reports {
+		t.Run(rep.Transport, func(t *testing.T) {
 			kittest.Log(t, rep)
 			if !rep.OK || rep.Summary.FailShould > 0 || rep.Summary.ExpectedFail > 0 {
 				t.Fatalf("failed: %v", rep.Failed())
 			}
-			wantSkip := append([]string(nil), want[target.Name]...)
+			wantSkip := append([]string{conformance.CheckTransportsAgree}, want[rep.Transport]...)
 			if !mcp {
 				wantSkip = append(wantSkip, conformance.CheckMCPServers, conformance.CheckMCPServer)
 			}
@@ -72,6 +74,52 @@ func TestAEPConforms(t *testing.T) {
 			}
 		})
 	}
+	if c.Agree.Status != conformance.Pass || !c.OK || c.Agree.Checked < 500 {
+		kittest.LogComparison(t, c)
+		t.Fatalf("across the transports: %s, %d answers compared: %v", c.Agree.Status, c.Agree.Checked, c.Agree.Problems)
+	}
+	t.Logf("across the transports: %d answers compared", c.Agree.Checked)
+}
+
+// TestTransportDependentHost: a host whose session/info answers
+// differently over WebSocket (the catalogue's websocket-budget-differs,
+// on the WebSocket target only) passes every check over each transport
+// on its own, and fails transports.agree, which names the reply and the
+// transports.
+func TestTransportDependentHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the aep binary")
+	}
+	var mu mutate.Mutant
+	for _, m := range mutate.Catalogue() {
+		if m.Name == "websocket-budget-differs" {
+			mu = m
+		}
+	}
+	base := kittest.Serve(t)
+	targets := []conformance.Target{conformance.HTTPTarget(base, nil), conformance.ExchangeTarget(base, nil),
+		mutate.Wrap(conformance.WebSocketTarget("ws"+strings.TrimPrefix(base, "http")+"/ws", nil), mu)}
+	c := kittest.Compare(t, targets, conformance.Options{})
+	for _, rep := range c.Reports {
+		if !rep.OK || rep.Summary.FailShould > 0 {
+			kittest.Log(t, rep)
+			t.Fatalf("over %s alone the host fails %v", rep.Transport, rep.Failed())
+		}
+	}
+	if c.OK || c.Agree.Status != conformance.Fail || c.Agree.Level != conformance.Must {
+		kittest.LogComparison(t, c)
+		t.Fatalf("across the transports: %s (OK %v), want a MUST failure", c.Agree.Status, c.OK)
+	}
+	for _, p := range c.Agree.Problems {
+		if !strings.Contains(p, "(session/info/req)") || !strings.Contains(p, "budgets.leaf_work.limit") || !strings.Contains(p, "over websocket") {
+			t.Errorf("a difference other than the WebSocket one: %s", p)
+		}
+	}
+	var b strings.Builder
+	if err := c.WriteText(&b); err != nil || !strings.Contains(b.String(), "not conformant: transports.agree") {
+		t.Fatalf("the report does not say so: %v\n%s", err, b.String())
+	}
+	t.Logf("%d answers compared; %s", c.Agree.Checked, c.Agree.Problems[0])
 }
 
 // TestWithoutFixture: without a fixture file aep still passes; exactly
@@ -86,11 +134,11 @@ func TestWithoutFixture(t *testing.T) {
 	if !rep.OK || rep.Summary.FailShould > 0 {
 		t.Fatalf("failed: %v", rep.Failed())
 	}
-	want := needsFixture()
+	want := append(needsFixture(), conformance.CheckTransportsAgree)
 	if !kittest.MCP(t) {
 		want = append(want, conformance.CheckMCPServers)
-		sort.Strings(want)
 	}
+	sort.Strings(want)
 	if got := skipped(rep); !slices.Equal(got, want) {
 		t.Fatalf("skipped %v, want the checks that need a fixture key %v", got, want)
 	}

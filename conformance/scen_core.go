@@ -128,6 +128,12 @@ func (k *kit) handshakeFailures(ctx context.Context) error {
 			if m.Type != "handshake/resp" || m.OK == nil || *m.OK || m.Error == nil || m.Error.Code != tc.code {
 				k.fail(CheckHandshakeFailures, "%s: %s, want handshake/resp with ok false and error %s", tc.name, clip(m.raw), tc.code)
 			}
+			// No session: a refused handshake names none (schemas/core.json
+			// HandshakeResp.session_id, absent on failure).
+			k.count(CheckHandshakeFailures)
+			if m.Type == "handshake/resp" && m.SessionID != "" {
+				k.fail(CheckHandshakeFailures, "%s: refused, yet names the session_id %q", tc.name, m.SessionID)
+			}
 			// No session was created: requests are still unauthorized.
 			k.count(CheckHandshakeFailures)
 			if m := s.call(ctx, "session/info/req", nil); !m.isError("unauthorized") {
@@ -227,6 +233,7 @@ func (k *kit) envelope(ctx context.Context) error {
 
 	if k.target.HTTP != "" && k.target.Name != "websocket" {
 		k.skip("over HTTP, http.size checks the limit (413)", CheckTransportSize)
+		k.transportBranch("http size")
 		return nil
 	}
 	limit := k.maxMessage()
@@ -465,7 +472,7 @@ func (k *kit) negotiated(ctx context.Context) error {
 			if !ok {
 				continue
 			}
-			m := s.call(ctx, p.typ, p.body)
+			m := s.callAs(ctx, compareLoose, p.typ, p.body)
 			served := m.err == nil && !m.isError("capability_missing")
 			switch {
 			case m.err != nil:

@@ -32,6 +32,7 @@ func (k *kit) httpEdge(ctx context.Context) error {
 		k.skip("needs "+needHTTP, checks...)
 		return nil
 	}
+	k.transportBranch(k.target.Name)
 	base := k.target.HTTP
 	client := k.target.Client
 	if client == nil {

@@ -50,6 +50,23 @@ func (k *kit) proc(ctx context.Context) error {
 	if k.want(c, m, "proc/status/resp", "proc/status after kill") {
 		k.expect(c, str(m.body, "process.state") != "running", "a killed process is still running")
 	}
+	// A TERM signal ends it as well, and the process is then signaled
+	// (schemas/proc.json ProcSignalReq: never crashed).
+	m = s.call(ctx, "proc/spawn/req", map[string]any{"argv": pf.Long})
+	if !k.want(c, m, "proc/spawn/resp", "proc/spawn of the fixture's long command, to be signaled") {
+		return nil
+	}
+	id = str(m.body, "process.proc_id")
+	m = s.call(ctx, "proc/signal/req", map[string]any{"proc_id": id, "signal": "TERM"})
+	if k.want(c, m, "proc/signal/resp", "proc/signal TERM") {
+		k.expect(c, str(m.body, "process.proc_id") == id, "proc/signal names %q", str(m.body, "process.proc_id"))
+	}
+	m = s.call(ctx, "proc/wait/req", map[string]any{"proc_id": id, "timeout": 5})
+	if k.want(c, m, "proc/wait/resp", "proc/wait after TERM") {
+		timedOut, _ := boolean(m.body, "timed_out")
+		k.expect(c, !timedOut && str(m.body, "process.state") == "signaled", "the fixture's long command after TERM: %s, want signaled", m)
+	}
+	s.call(ctx, "proc/kill/req", map[string]any{"proc_id": id})
 	return nil
 }
 
@@ -79,7 +96,7 @@ func (k *kit) procEcho(ctx context.Context, s *session, argv []string) {
 	var out string
 	deadline := time.Now().Add(5 * time.Second)
 	for cursor := 0.0; ; {
-		m = s.call(ctx, "proc/read/req", map[string]any{"proc_id": id, "stdout_cursor": cursor})
+		m = s.callAs(ctx, comparePoll, "proc/read/req", map[string]any{"proc_id": id, "stdout_cursor": cursor})
 		if !k.want(c, m, "proc/read/resp", "proc/read") {
 			break
 		}

@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"strings"
 )
 
 // sessionNS: the always-on session namespace (schemas/session.json):
@@ -131,8 +133,12 @@ func (k *kit) fork(ctx context.Context, s *session, handle, mid, key string) {
 	id, h := str(forks[0], "session_id"), str(forks[0], "handle")
 	k.expect(f, id != "" && id != s.id, "the fork's session_id %q is empty or the sender's", id)
 	k.expect(f, h != "" && h != handle, "the fork's handle %q is empty or the sender's", h)
+	// After the fork's session has ended (fs.close runs first), so that
+	// its records are whole.
+	defer k.lineage(ctx, s, handle, h, str(m.body, "group"))
 	if k.target.Attach == nil {
 		k.skip("needs "+needAttach, f) // only when nothing else counted
+		k.transportBranch("no attach")
 		return
 	}
 	conn, err := k.target.Attach(ctx, id)
@@ -238,4 +244,36 @@ func (k *kit) points(ctx context.Context) error {
 	m = s.call(ctx, "session/restore/req", map[string]any{"snapshot_id": snap, "last_point": p0 + 2})
 	k.want(c, m, "session/restore/resp", "a restore that covers last_point")
 	return nil
+}
+
+// groupPattern is a sibling group's id (schemas/session.json
+// SessionForkResp.group).
+var groupPattern = regexp.MustCompile(`^g-[0-9a-f]{32}$`)
+
+// lineage: the fork's reply names its group, and the sender's export of
+// the group holds only the group's episodes (none when nothing is
+// recorded), each line naming its episode; a made-up group exports
+// nothing.
+func (k *kit) lineage(ctx context.Context, s *session, handle, fork, group string) {
+	l := CheckSessionLineage
+	if !k.expect(l, groupPattern.MatchString(group), "session/fork/resp group %q is not g- and 32 hex digits", group) {
+		return
+	}
+	m := s.call(ctx, "session/trajectory/export/req", map[string]any{"group": group})
+	if k.want(l, m, "session/trajectory/export/resp", "the export of the fork's group") {
+		lines := arr(m.body, "lines")
+		n, _ := num(m.body, "records")
+		k.expect(l, int(n) == len(lines), "the group's export counts %v records for %d lines", n, len(lines))
+		for _, x := range lines {
+			ep, sess := str(x, "episode"), str(x, "session")
+			k.expect(l, ep == fork, "a line of the group's export names episode %q, the group's fork is %q", ep, fork)
+			if sess == fork {
+				k.expect(l, str(x, "group") == group && str(x, "parent") == handle, "the fork's record names group %q and parent %q, want %q and %q", str(x, "group"), str(x, "parent"), group, handle)
+			}
+		}
+	}
+	made := "g-" + strings.Repeat("0", 32)
+	if m = s.call(ctx, "session/trajectory/export/req", map[string]any{"group": made}); k.want(l, m, "session/trajectory/export/resp", "the export of a made-up group") {
+		k.expect(l, len(arr(m.body, "lines")) == 0, "a made-up group exports %d lines", len(arr(m.body, "lines")))
+	}
 }

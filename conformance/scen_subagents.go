@@ -105,6 +105,7 @@ func (k *kit) childGating(ctx context.Context, sessionID, token, grant, parentHa
 	c := CheckSubagentGating
 	if k.target.Attach == nil {
 		k.skip("needs "+needAttach, c)
+		k.transportBranch("no attach")
 		return
 	}
 	conn, err := k.target.Attach(ctx, sessionID)
@@ -142,7 +143,7 @@ func (k *kit) childGating(ctx context.Context, sessionID, token, grant, parentHa
 		if !ok {
 			continue
 		}
-		r := child.call(ctx, p.typ, p.body)
+		r := child.callAs(ctx, compareLoose, p.typ, p.body)
 		served := r.err == nil && !r.isError("capability_missing")
 		k.expect(c, served == want, "the child's %s: %s (enabled %v in its accepted_caps)", p.typ, r, e.Enabled)
 	}

@@ -20,7 +20,7 @@ func (k *kit) capabilityScenarios() []scenario {
 		{[]string{CheckChainsRun, CheckChainsDefine, CheckChainsInvalid, CheckChainsFailure, CheckChainsFixture}, k.chains},
 		{[]string{CheckMCPServers, CheckMCPServer}, k.mcp},
 		{[]string{CheckSubagents, CheckSubagentsErrors, CheckSubagentGating}, k.subagents},
-		{[]string{CheckSessionInfo, CheckSessionSnapshot, CheckSessionFork, CheckSessionTrajectory}, k.sessionNS},
+		{[]string{CheckSessionInfo, CheckSessionSnapshot, CheckSessionFork, CheckSessionLineage, CheckSessionTrajectory}, k.sessionNS},
 		{[]string{CheckSessionOperator}, k.operatorSession},
 		{[]string{CheckSessionPoints}, k.points},
 	}

@@ -35,6 +35,12 @@ type session struct {
 	// stopped answering this session and later calls fail at once rather
 	// than each after a timeout.
 	stalled int
+	// key names the session among the run's for the comparison across
+	// transports (compare.go), sent counts its requests, noID the replies
+	// it got to lines whose id could not be read.
+	key               string
+	sent, noID, polls int
+	mode              compareMode // how the request being sent is compared (callAs)
 }
 
 // pending is a request in flight: what was asked and the events seen.
@@ -46,6 +52,11 @@ type pending struct {
 	// this request was sent: its own pong, if it is a ping, cannot be lower
 	// (replies of pipelined requests may arrive in any order).
 	uptime float64
+	// ord is the request's place among those its session sent; poll, of
+	// a poll's request, its place among the session's polls.
+	ord, poll int
+	// mode: how the comparison across transports holds its answer.
+	mode compareMode
 }
 
 func (k *kit) newSession(c Conn, label string) *session {
@@ -93,6 +104,9 @@ func (k *kit) sessionFor(ctx context.Context, check, label string, caps []string
 // send writes a line; a request with a string id is in flight until its
 // reply, a notification's id is remembered as never to be answered.
 func (s *session) send(ctx context.Context, line []byte) error {
+	if s.key == "" {
+		s.key = s.k.sessionKey(s.label)
+	}
 	if typ, id := lineID(line); id != "" {
 		ts, known := s.k.checker.types[typ]
 		switch {
@@ -103,7 +117,17 @@ func (s *session) send(ctx context.Context, line []byte) error {
 		default:
 			var body map[string]any
 			_ = json.Unmarshal(line, &body)
-			s.inflight[id] = &pending{typ: typ, body: body, uptime: s.uptime}
+			p := &pending{typ: typ, body: body, uptime: s.uptime, mode: s.mode}
+			if s.mode == comparePoll {
+				// A poll's requests are numbered apart, so those after
+				// it keep their place however many it took.
+				s.polls++
+				p.ord, p.poll = s.sent, s.polls
+			} else {
+				s.sent++
+				p.ord = s.sent
+			}
+			s.inflight[id] = p
 		}
 	}
 	if s.example == nil {
@@ -179,6 +203,15 @@ func (s *session) call(ctx context.Context, typ string, body map[string]any) *ms
 	return m
 }
 
+// callAs is call for a request whose answer legitimately differs from
+// run to run in a way mode sets aside (compare.go): the comparison across
+// transports holds it only to what mode keeps.
+func (s *session) callAs(ctx context.Context, mode compareMode, typ string, body map[string]any) *msg {
+	s.mode = mode
+	defer func() { s.mode = compareExact }()
+	return s.call(ctx, typ, body)
+}
+
 // handshake opens the session with caps; it returns the handshake/resp.
 func (s *session) handshake(ctx context.Context, caps []string, token string) (*msg, error) {
 	id, err := s.request(ctx, "handshake/req", map[string]any{"agent_id": s.k.opts.AgentID, "agent_caps": caps, "auth_token": token})
@@ -200,6 +233,9 @@ func (s *session) awaitFor(ctx context.Context, id string, d time.Duration) (*ms
 		m, err := s.next(ctx)
 		if err != nil {
 			s.stalled++
+			if p, ok := s.inflight[id]; ok {
+				s.k.answered(s, p, nil)
+			}
 			return nil, fmt.Errorf("waiting for the reply to %s: %w", id, err)
 		}
 		if m != nil && !strings.HasSuffix(m.Type, "/event") && m.reqID() == id {
@@ -304,7 +340,10 @@ func (s *session) next(ctx context.Context) (*msg, error) {
 		return m, nil
 	}
 	if id == "" {
-		return m, nil // an error answering a line without a readable id
+		// An error answering a line without a readable id.
+		s.noID++
+		s.k.answered(s, &pending{typ: "(a line without an id)", ord: -s.noID}, m)
+		return m, nil
 	}
 	k.count(CheckReplyOnce)
 	s.replies[id]++
@@ -323,9 +362,13 @@ func (s *session) next(ctx context.Context) (*msg, error) {
 	default:
 		if want := k.replyType(p.typ); want != "" && m.Type != want && m.Type != "error" {
 			k.fail(CheckReplyOnce, "%s: %s is answered by %s or error", clip(line), p.typ, want)
+		} else if _, known := k.checker.types[p.typ]; !known && p.typ != "" && m.Type != "error" {
+			// A type the contract does not have has no reply but an error.
+			k.fail(CheckReplyOnce, "%s: %s, a type the contract does not have, is answered by %s, not error", clip(line), p.typ, m.Type)
 		}
 		m.events = p.events
 		s.checkReply(p, m)
+		s.k.answered(s, p, m)
 	}
 	delete(s.inflight, id)
 	return m, nil

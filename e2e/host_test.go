@@ -86,6 +86,7 @@ const token = "e2e-token"
 type host struct {
 	base   string // http://127.0.0.1:port
 	addr   string // 127.0.0.1:port
+	id     string // server.host_id, where a test sets it
 	cmd    *exec.Cmd
 	stderr *syncBuf
 }
@@ -111,23 +112,20 @@ func (s *syncBuf) String() string {
 // dir (./aep-data, relative) and no config file when config is empty.
 func startHost(t testing.TB, config string) *host {
 	t.Helper()
-	return startHostAt(t, config, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return startHostAt(t, config, addr)
 }
 
-// startHostAt is startHost listening on addr ("" a free port): a host
-// restarted where a proxy expects it.
+// startHostAt is startHost listening on addr.
 func startHostAt(t testing.TB, config, addr string) *host {
 	t.Helper()
 	touchSources()
 	dir := t.TempDir()
-	if addr == "" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr = ln.Addr().String()
-		ln.Close()
-	}
 	args := []string{"serve", "--listen", addr}
 	if config != "" {
 		p := filepath.Join(dir, "aep.yaml")

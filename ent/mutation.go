@@ -7647,6 +7647,9 @@ type TrajectoryRecordMutation struct {
 	data          *[]byte
 	created_at    *time.Time
 	tenant        *string
+	root          *string
+	fork_group    *string
+	parent_owner  *string
 	clearedFields map[string]struct{}
 	done          bool
 	oldValue      func(context.Context) (*TrajectoryRecord, error)
@@ -7987,6 +7990,114 @@ func (m *TrajectoryRecordMutation) ResetTenant() {
 	m.tenant = nil
 }
 
+// SetRoot sets the "root" field.
+func (m *TrajectoryRecordMutation) SetRoot(s string) {
+	m.root = &s
+}
+
+// Root returns the value of the "root" field in the mutation.
+func (m *TrajectoryRecordMutation) Root() (r string, exists bool) {
+	v := m.root
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRoot returns the old "root" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldRoot(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRoot is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRoot requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRoot: %w", err)
+	}
+	return oldValue.Root, nil
+}
+
+// ResetRoot resets all changes to the "root" field.
+func (m *TrajectoryRecordMutation) ResetRoot() {
+	m.root = nil
+}
+
+// SetForkGroup sets the "fork_group" field.
+func (m *TrajectoryRecordMutation) SetForkGroup(s string) {
+	m.fork_group = &s
+}
+
+// ForkGroup returns the value of the "fork_group" field in the mutation.
+func (m *TrajectoryRecordMutation) ForkGroup() (r string, exists bool) {
+	v := m.fork_group
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldForkGroup returns the old "fork_group" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldForkGroup(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldForkGroup is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldForkGroup requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldForkGroup: %w", err)
+	}
+	return oldValue.ForkGroup, nil
+}
+
+// ResetForkGroup resets all changes to the "fork_group" field.
+func (m *TrajectoryRecordMutation) ResetForkGroup() {
+	m.fork_group = nil
+}
+
+// SetParentOwner sets the "parent_owner" field.
+func (m *TrajectoryRecordMutation) SetParentOwner(s string) {
+	m.parent_owner = &s
+}
+
+// ParentOwner returns the value of the "parent_owner" field in the mutation.
+func (m *TrajectoryRecordMutation) ParentOwner() (r string, exists bool) {
+	v := m.parent_owner
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldParentOwner returns the old "parent_owner" field's value of the TrajectoryRecord entity.
+// If the TrajectoryRecord object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *TrajectoryRecordMutation) OldParentOwner(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldParentOwner is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldParentOwner requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldParentOwner: %w", err)
+	}
+	return oldValue.ParentOwner, nil
+}
+
+// ResetParentOwner resets all changes to the "parent_owner" field.
+func (m *TrajectoryRecordMutation) ResetParentOwner() {
+	m.parent_owner = nil
+}
+
 // Where appends a list predicates to the TrajectoryRecordMutation builder.
 func (m *TrajectoryRecordMutation) Where(ps ...predicate.TrajectoryRecord) {
 	m.predicates = append(m.predicates, ps...)
@@ -8021,7 +8132,7 @@ func (m *TrajectoryRecordMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *TrajectoryRecordMutation) Fields() []string {
-	fields := make([]string, 0, 6)
+	fields := make([]string, 0, 9)
 	if m.owner != nil {
 		fields = append(fields, trajectoryrecord.FieldOwner)
 	}
@@ -8039,6 +8150,15 @@ func (m *TrajectoryRecordMutation) Fields() []string {
 	}
 	if m.tenant != nil {
 		fields = append(fields, trajectoryrecord.FieldTenant)
+	}
+	if m.root != nil {
+		fields = append(fields, trajectoryrecord.FieldRoot)
+	}
+	if m.fork_group != nil {
+		fields = append(fields, trajectoryrecord.FieldForkGroup)
+	}
+	if m.parent_owner != nil {
+		fields = append(fields, trajectoryrecord.FieldParentOwner)
 	}
 	return fields
 }
@@ -8060,6 +8180,12 @@ func (m *TrajectoryRecordMutation) Field(name string) (ent.Value, bool) {
 		return m.CreatedAt()
 	case trajectoryrecord.FieldTenant:
 		return m.Tenant()
+	case trajectoryrecord.FieldRoot:
+		return m.Root()
+	case trajectoryrecord.FieldForkGroup:
+		return m.ForkGroup()
+	case trajectoryrecord.FieldParentOwner:
+		return m.ParentOwner()
 	}
 	return nil, false
 }
@@ -8081,6 +8207,12 @@ func (m *TrajectoryRecordMutation) OldField(ctx context.Context, name string) (e
 		return m.OldCreatedAt(ctx)
 	case trajectoryrecord.FieldTenant:
 		return m.OldTenant(ctx)
+	case trajectoryrecord.FieldRoot:
+		return m.OldRoot(ctx)
+	case trajectoryrecord.FieldForkGroup:
+		return m.OldForkGroup(ctx)
+	case trajectoryrecord.FieldParentOwner:
+		return m.OldParentOwner(ctx)
 	}
 	return nil, fmt.Errorf("unknown TrajectoryRecord field %s", name)
 }
@@ -8131,6 +8263,27 @@ func (m *TrajectoryRecordMutation) SetField(name string, value ent.Value) error 
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.SetTenant(v)
+		return nil
+	case trajectoryrecord.FieldRoot:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRoot(v)
+		return nil
+	case trajectoryrecord.FieldForkGroup:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetForkGroup(v)
+		return nil
+	case trajectoryrecord.FieldParentOwner:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetParentOwner(v)
 		return nil
 	}
 	return fmt.Errorf("unknown TrajectoryRecord field %s", name)
@@ -8213,6 +8366,15 @@ func (m *TrajectoryRecordMutation) ResetField(name string) error {
 		return nil
 	case trajectoryrecord.FieldTenant:
 		m.ResetTenant()
+		return nil
+	case trajectoryrecord.FieldRoot:
+		m.ResetRoot()
+		return nil
+	case trajectoryrecord.FieldForkGroup:
+		m.ResetForkGroup()
+		return nil
+	case trajectoryrecord.FieldParentOwner:
+		m.ResetParentOwner()
 		return nil
 	}
 	return fmt.Errorf("unknown TrajectoryRecord field %s", name)

@@ -317,4 +317,16 @@ func init() {
 	trajectoryrecordDescTenant := trajectoryrecordFields[5].Descriptor()
 	// trajectoryrecord.DefaultTenant holds the default value on creation for the tenant field.
 	trajectoryrecord.DefaultTenant = trajectoryrecordDescTenant.Default.(string)
+	// trajectoryrecordDescRoot is the schema descriptor for root field.
+	trajectoryrecordDescRoot := trajectoryrecordFields[6].Descriptor()
+	// trajectoryrecord.DefaultRoot holds the default value on creation for the root field.
+	trajectoryrecord.DefaultRoot = trajectoryrecordDescRoot.Default.(string)
+	// trajectoryrecordDescForkGroup is the schema descriptor for fork_group field.
+	trajectoryrecordDescForkGroup := trajectoryrecordFields[7].Descriptor()
+	// trajectoryrecord.DefaultForkGroup holds the default value on creation for the fork_group field.
+	trajectoryrecord.DefaultForkGroup = trajectoryrecordDescForkGroup.Default.(string)
+	// trajectoryrecordDescParentOwner is the schema descriptor for parent_owner field.
+	trajectoryrecordDescParentOwner := trajectoryrecordFields[8].Descriptor()
+	// trajectoryrecord.DefaultParentOwner holds the default value on creation for the parent_owner field.
+	trajectoryrecord.DefaultParentOwner = trajectoryrecordDescParentOwner.Default.(string)
 }

@@ -28,7 +28,13 @@ type TrajectoryRecord struct {
 	// CreatedAt holds the value of the "created_at" field.
 	CreatedAt time.Time `json:"created_at,omitempty"`
 	// Tenant holds the value of the "tenant" field.
-	Tenant       string `json:"tenant,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	// Root holds the value of the "root" field.
+	Root string `json:"root,omitempty"`
+	// ForkGroup holds the value of the "fork_group" field.
+	ForkGroup string `json:"fork_group,omitempty"`
+	// ParentOwner holds the value of the "parent_owner" field.
+	ParentOwner  string `json:"parent_owner,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -41,7 +47,7 @@ func (*TrajectoryRecord) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case trajectoryrecord.FieldID, trajectoryrecord.FieldSeq:
 			values[i] = new(sql.NullInt64)
-		case trajectoryrecord.FieldOwner, trajectoryrecord.FieldHandle, trajectoryrecord.FieldTenant:
+		case trajectoryrecord.FieldOwner, trajectoryrecord.FieldHandle, trajectoryrecord.FieldTenant, trajectoryrecord.FieldRoot, trajectoryrecord.FieldForkGroup, trajectoryrecord.FieldParentOwner:
 			values[i] = new(sql.NullString)
 		case trajectoryrecord.FieldCreatedAt:
 			values[i] = new(sql.NullTime)
@@ -102,6 +108,24 @@ func (_m *TrajectoryRecord) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Tenant = value.String
 			}
+		case trajectoryrecord.FieldRoot:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field root", values[i])
+			} else if value.Valid {
+				_m.Root = value.String
+			}
+		case trajectoryrecord.FieldForkGroup:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field fork_group", values[i])
+			} else if value.Valid {
+				_m.ForkGroup = value.String
+			}
+		case trajectoryrecord.FieldParentOwner:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field parent_owner", values[i])
+			} else if value.Valid {
+				_m.ParentOwner = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -155,6 +179,15 @@ func (_m *TrajectoryRecord) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("tenant=")
 	builder.WriteString(_m.Tenant)
+	builder.WriteString(", ")
+	builder.WriteString("root=")
+	builder.WriteString(_m.Root)
+	builder.WriteString(", ")
+	builder.WriteString("fork_group=")
+	builder.WriteString(_m.ForkGroup)
+	builder.WriteString(", ")
+	builder.WriteString("parent_owner=")
+	builder.WriteString(_m.ParentOwner)
 	builder.WriteByte(')')
 	return builder.String()
 }

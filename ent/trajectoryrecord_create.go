@@ -72,6 +72,48 @@ func (_c *TrajectoryRecordCreate) SetNillableTenant(v *string) *TrajectoryRecord
 	return _c
 }
 
+// SetRoot sets the "root" field.
+func (_c *TrajectoryRecordCreate) SetRoot(v string) *TrajectoryRecordCreate {
+	_c.mutation.SetRoot(v)
+	return _c
+}
+
+// SetNillableRoot sets the "root" field if the given value is not nil.
+func (_c *TrajectoryRecordCreate) SetNillableRoot(v *string) *TrajectoryRecordCreate {
+	if v != nil {
+		_c.SetRoot(*v)
+	}
+	return _c
+}
+
+// SetForkGroup sets the "fork_group" field.
+func (_c *TrajectoryRecordCreate) SetForkGroup(v string) *TrajectoryRecordCreate {
+	_c.mutation.SetForkGroup(v)
+	return _c
+}
+
+// SetNillableForkGroup sets the "fork_group" field if the given value is not nil.
+func (_c *TrajectoryRecordCreate) SetNillableForkGroup(v *string) *TrajectoryRecordCreate {
+	if v != nil {
+		_c.SetForkGroup(*v)
+	}
+	return _c
+}
+
+// SetParentOwner sets the "parent_owner" field.
+func (_c *TrajectoryRecordCreate) SetParentOwner(v string) *TrajectoryRecordCreate {
+	_c.mutation.SetParentOwner(v)
+	return _c
+}
+
+// SetNillableParentOwner sets the "parent_owner" field if the given value is not nil.
+func (_c *TrajectoryRecordCreate) SetNillableParentOwner(v *string) *TrajectoryRecordCreate {
+	if v != nil {
+		_c.SetParentOwner(*v)
+	}
+	return _c
+}
+
 // Mutation returns the TrajectoryRecordMutation object of the builder.
 func (_c *TrajectoryRecordCreate) Mutation() *TrajectoryRecordMutation {
 	return _c.mutation
@@ -115,6 +157,18 @@ func (_c *TrajectoryRecordCreate) defaults() {
 		v := trajectoryrecord.DefaultTenant
 		_c.mutation.SetTenant(v)
 	}
+	if _, ok := _c.mutation.Root(); !ok {
+		v := trajectoryrecord.DefaultRoot
+		_c.mutation.SetRoot(v)
+	}
+	if _, ok := _c.mutation.ForkGroup(); !ok {
+		v := trajectoryrecord.DefaultForkGroup
+		_c.mutation.SetForkGroup(v)
+	}
+	if _, ok := _c.mutation.ParentOwner(); !ok {
+		v := trajectoryrecord.DefaultParentOwner
+		_c.mutation.SetParentOwner(v)
+	}
 }
 
 // check runs all checks and user-defined validators on the builder.
@@ -151,6 +205,15 @@ func (_c *TrajectoryRecordCreate) check() error {
 	}
 	if _, ok := _c.mutation.Tenant(); !ok {
 		return &ValidationError{Name: "tenant", err: errors.New(`ent: missing required field "TrajectoryRecord.tenant"`)}
+	}
+	if _, ok := _c.mutation.Root(); !ok {
+		return &ValidationError{Name: "root", err: errors.New(`ent: missing required field "TrajectoryRecord.root"`)}
+	}
+	if _, ok := _c.mutation.ForkGroup(); !ok {
+		return &ValidationError{Name: "fork_group", err: errors.New(`ent: missing required field "TrajectoryRecord.fork_group"`)}
+	}
+	if _, ok := _c.mutation.ParentOwner(); !ok {
+		return &ValidationError{Name: "parent_owner", err: errors.New(`ent: missing required field "TrajectoryRecord.parent_owner"`)}
 	}
 	return nil
 }
@@ -201,6 +264,18 @@ func (_c *TrajectoryRecordCreate) createSpec() (*TrajectoryRecord, *sqlgraph.Cre
 	if value, ok := _c.mutation.Tenant(); ok {
 		_spec.SetField(trajectoryrecord.FieldTenant, field.TypeString, value)
 		_node.Tenant = value
+	}
+	if value, ok := _c.mutation.Root(); ok {
+		_spec.SetField(trajectoryrecord.FieldRoot, field.TypeString, value)
+		_node.Root = value
+	}
+	if value, ok := _c.mutation.ForkGroup(); ok {
+		_spec.SetField(trajectoryrecord.FieldForkGroup, field.TypeString, value)
+		_node.ForkGroup = value
+	}
+	if value, ok := _c.mutation.ParentOwner(); ok {
+		_spec.SetField(trajectoryrecord.FieldParentOwner, field.TypeString, value)
+		_node.ParentOwner = value
 	}
 	return _node, _spec
 }

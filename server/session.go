@@ -73,7 +73,7 @@ type Session struct {
 	// errTerminated.
 	terminated atomic.Bool
 	// newest is the newest snapshot this host wrote of the session.
-	newest atomic.Pointer[SnapshotNote]
+	newest atomic.Pointer[snapshotNote]
 	// point is the session's point (docs/DECISIONS.md, Points): how many
 	// state-changing requests (wire.Entry.ChangesState) it answered, from
 	// the point it started or was restored at. Every reply carries it.
@@ -195,8 +195,10 @@ func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
 }
 
 func (s *Session) send(p *wire.Packet) int {
-	if !p.HasPoint && (p.ReqID != "" || p.Type == "error") && !strings.HasSuffix(p.Type, "/event") {
+	if !p.HasPoint && p.ReqID != "" && !strings.HasSuffix(p.Type, "/event") {
 		// A reply: it says where the session is (schemas/envelope.json).
+		// An error answering a line without a readable id answers no
+		// request of the session, and every transport sends it alike.
 		p.Point, p.HasPoint = s.point.Load(), true
 	}
 	if r := s.rec.Load(); r != nil {
@@ -667,10 +669,11 @@ func (s *Session) Close() {
 	sink := s.sink
 	s.mu.Unlock()
 	if sink != nil {
-		if hc, ok := sink.(ConnectionSink); ok && s.terminated.Load() && hc.HoldsConnection() {
+		if hc, ok := sink.(connectionSink); ok && s.terminated.Load() {
 			// The client's connection stays a while, so its next
 			// request is answered that the session was terminated
 			// rather than finding the connection gone (admin.go).
+			hc.SessionTerminated()
 			time.AfterFunc(terminatedLinger, sink.Close)
 		} else {
 			sink.Close()

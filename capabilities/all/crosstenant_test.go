@@ -1,6 +1,7 @@
 package all_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -450,6 +451,58 @@ func TestNothingCrossesTenantsPersisted(t *testing.T) {
 		}
 	})
 
+	// Lineage authorizes a root's exports of its forks, never across
+	// tenants: team-a's recording root asking for team-b's fork group, or
+	// for team-b's root's descendants by its id, gets what a made-up
+	// group or id gets — nothing.
+	t.Run("lineage exports", func(t *testing.T) {
+		bRoot := r.connectRecording(t, "team-b", true)
+		fr, err := bRoot.SessionFork(ctx, &msg.SessionForkReq{Count: 2})
+		if err != nil || fr.Group == nil {
+			t.Fatalf("fork: %+v %v", fr, err)
+		}
+		for _, f := range fr.Forks {
+			tr, err := client.InProcessAttach(r.h, client.JSON, nil)(ctx, f.SessionID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := client.New(tr)
+			defer c.Close()
+			if hs, err := c.Handshake(ctx, "agent-team-b", r.secrets["team-b"], crossTenantCaps...); err != nil || !hs.Ok || hs.RecordTrajectory == nil {
+				t.Fatalf("team-b's fork: %+v %v", hs, err)
+			}
+			if res, err := c.CallTool(ctx, &msg.ToolCallReq{ToolName: "write_file", Arguments: map[string]any{"path": "b.txt", "content": "B's fork"}}); err != nil || !res.Success {
+				t.Fatalf("%+v %v", res, err)
+			}
+		}
+		bGroup, bRootID := *fr.Group, r.ids[bRoot]
+		madeGroup := "g-" + strings.Repeat("5a", 16)
+		aRoot := r.connectRecording(t, "team-a", true)
+		for _, format := range []msg.SessionTrajectoryExportReqFormat{msg.SessionTrajectoryExportReqFormatJsonl, msg.SessionTrajectoryExportReqFormatChat} {
+			got, gotErr := aRoot.SessionTrajectoryExport(ctx, &msg.SessionTrajectoryExportReq{Group: &bGroup, Format: format})
+			want, wantErr := aRoot.SessionTrajectoryExport(ctx, &msg.SessionTrajectoryExportReq{Group: &madeGroup, Format: format})
+			sameReply(t, "session/trajectory/export group", got, gotErr, bGroup, want, wantErr, madeGroup)
+			if gotErr != nil || len(got.Lines) != 0 {
+				t.Fatalf("team-a exports team-b's group: %d lines, %v", len(got.Lines), gotErr)
+			}
+			got, gotErr = aRoot.SessionTrajectoryExport(ctx, &msg.SessionTrajectoryExportReq{SessionIds: []string{bRootID}, Descendants: true, Format: format})
+			want, wantErr = aRoot.SessionTrajectoryExport(ctx, &msg.SessionTrajectoryExportReq{SessionIds: []string{madeID}, Descendants: true, Format: format})
+			sameReply(t, "session/trajectory/export descendants", got, gotErr, bRootID, want, wantErr, madeID)
+			if gotErr != nil || len(got.Lines) != 0 {
+				t.Fatalf("team-a exports team-b's root's descendants: %d lines, %v", len(got.Lines), gotErr)
+			}
+			own, err := aRoot.SessionTrajectoryExport(ctx, &msg.SessionTrajectoryExportReq{Descendants: true, Format: format})
+			if err != nil || len(own.Lines) == 0 || bytes.Contains(mustJSON(t, own), []byte("B's fork")) {
+				t.Fatalf("team-a's root exports %+v %v", own, err)
+			}
+		}
+		// Team-b's root reads its group: the records are there.
+		mine, err := bRoot.SessionTrajectoryExport(ctx, &msg.SessionTrajectoryExportReq{Group: &bGroup})
+		if err != nil || !bytes.Contains(mustJSON(t, mine), []byte("B's fork")) {
+			t.Fatalf("team-b's root exports its group: %+v %v", mine, err)
+		}
+	})
+
 	t.Run("forks", func(t *testing.T) {
 		forks, err := a.SessionFork(ctx, &msg.SessionForkReq{Count: 2})
 		if err != nil || len(forks.Forks) != 2 {
@@ -485,3 +538,12 @@ func equalJSON(a, b any) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -136,9 +136,9 @@ func TestTrajectoryRoundTrip(t *testing.T) {
 		after = *page.Next
 	}
 	var operator bytes.Buffer
-	n, err := persist.ExportTrajectories(ctx, st2, handle, "jsonl", &operator)
-	if err != nil || n != len(lines) {
-		t.Fatalf("operator export: %d records (%v), the agent's %d", n, err, len(lines))
+	exp, err2 := persist.ExportTrajectories(ctx, st2, persist.ExportOptions{Handle: handle, Format: "jsonl"}, &operator)
+	if n := exp.Records; err2 != nil || n != len(lines) {
+		t.Fatalf("operator export: %d records (%v), the agent's %d", exp.Records, err2, len(lines))
 	}
 	kinds := map[string]int{}
 	var rewards []float64

@@ -265,4 +265,34 @@ func TestConformanceCommand(t *testing.T) {
 			t.Fatalf("%v: exit %d: %s", args, code, errOut)
 		}
 	}
+	for _, args := range [][]string{{"--all-transports", "--stdio", "x"}, {"--all-transports", "--url", "http://127.0.0.1:1", "--exchange"}} {
+		if _, errOut, code := runAEP(t, append([]string{"conformance"}, args...)...); code != 2 || !strings.Contains(errOut, "--all-transports") {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+}
+
+// TestConformanceAllTransports: --all-transports runs the kit over each
+// transport aep serve offers (HTTP+SSE, single exchanges, WebSocket) and
+// the --stdio command beside it, and compares the runs; from a ws:// URL
+// it finds the same three.
+func TestConformanceAllTransports(t *testing.T) {
+	// aep serve offers HTTP+SSE, single exchanges and WebSocket; with
+	// the stdio command beside it, four runs are compared.
+	base := startServeHTTP(t, t.TempDir())
+	stdioHost := fmt.Sprintf("AEP_AUTH_TOKEN=%s exec %s serve --stdio --data-dir %s", token, bin, t.TempDir())
+	out, errOut, code := runAEP(t, "conformance", "--all-transports", "--url", base, "--stdio", stdioHost, "--token", token, "--only", "memory,ping")
+	if code != 0 || !strings.Contains(out, "=== across stdio, http, exchange, websocket") ||
+		!regexp.MustCompile(`PASS +MUST +transports\.agree .*\(\d+ compared\)`).MatchString(out) || !strings.Contains(out, "conformant over every transport") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	out, errOut, code = runAEP(t, "conformance", "--all-transports", "--url", "ws"+strings.TrimPrefix(base, "http")+"/ws", "--token", token, "--only", "ping", "--json")
+	var c struct {
+		OK      bool
+		Reports []struct{ Transport string }
+		Agree   struct{ Check, Status string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &c) != nil || !c.OK || len(c.Reports) != 3 || c.Agree.Check != "transports.agree" || c.Agree.Status != "pass" {
+		t.Fatalf("--json from a ws:// URL: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
 }

@@ -22,7 +22,9 @@ var errNotConformant = errors.New("the host is not conformant")
 // cmdConformance runs the conformance kit against a running host
 // (conformance.Run): over HTTP+SSE or WebSocket (--url; --exchange for
 // single exchanges) or a command speaking stdio (--stdio, started once per
-// session), with the host's fixture and baseline files.
+// session), with the host's fixture and baseline files; with
+// --all-transports over each transport the host offers, compared
+// (conformance.Compare).
 func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("conformance", stderr)
 	url := f.String("url", "", "the host's `URL`: its HTTP base (http://127.0.0.1:8765) for HTTP+SSE, or its WebSocket endpoint (ws://127.0.0.1:8765/ws)")
@@ -43,8 +45,9 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	hostLog := f.Bool("host-log", false, "with --stdio: pass the host's stderr through (default: discarded)")
 	operator := f.String("operator", "", "the host's operator listener `ADDR` (operator.listen): session.operator opens a session there through the admin API, with the token of $AEP_OPERATOR_TOKEN, and reaches it over --url")
 	operatorTenant := f.String("operator-tenant", "default", "the `TENANT` the operator's session is opened for: the one --token is a secret of")
+	all := f.Bool("all-transports", false, "run the kit over every transport the host offers at --url (HTTP+SSE, single exchanges, WebSocket) and over --stdio too when given, and compare their answers (transports.agree)")
 	f.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: aep conformance (--url URL [--exchange] | --stdio CMD) [--token TOKEN] [--fixture FILE] [--baseline FILE] [--json] [flags]\n       aep conformance --list\n\nChecks a running host against the protocol: one result per check, MUST or SHOULD, with the spec\nsection or schema it cites (docs/contract.md). Exits 1 when a MUST check fails that the baseline\ndoes not list (with --strict, a SHOULD check too).\n\n")
+		fmt.Fprintf(stderr, "Usage: aep conformance (--url URL [--exchange] | --stdio CMD) [--token TOKEN] [--fixture FILE] [--baseline FILE] [--json] [flags]\n       aep conformance --all-transports --url URL [--stdio CMD] [flags]\n       aep conformance --list\n\nChecks a running host against the protocol: one result per check, MUST or SHOULD, with the spec\nsection or schema it cites (docs/contract.md). Exits 1 when a MUST check fails that the baseline\ndoes not list (with --strict, a SHOULD check too). With --all-transports it runs over each transport\nthe host offers and compares their answers: a difference is a MUST failure (transports.agree).\n\n")
 		f.PrintDefaults()
 	}
 	if err := parse(f, args); err != nil {
@@ -53,7 +56,19 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *list {
 		return listChecks(stdout, *asJSON)
 	}
-	if (*url == "") == (*stdio == "") || f.NArg() > 0 {
+	switch {
+	case f.NArg() > 0:
+		f.Usage()
+		return errUsage
+	case *all && *url == "":
+		fmt.Fprintln(stderr, "aep conformance: --all-transports needs --url (and takes --stdio beside it)")
+		f.Usage()
+		return errUsage
+	case *all && *exchange:
+		fmt.Fprintln(stderr, "aep conformance: --all-transports runs single exchanges among the others; leave --exchange out")
+		f.Usage()
+		return errUsage
+	case !*all && (*url == "") == (*stdio == ""):
 		fmt.Fprintln(stderr, "aep conformance: give exactly one of --url and --stdio")
 		f.Usage()
 		return errUsage
@@ -120,24 +135,6 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		defer rf.Close()
 		opts.Record = rf
 	}
-	var target conformance.Target
-	switch {
-	case strings.HasPrefix(*url, "ws://") || strings.HasPrefix(*url, "wss://"):
-		if *exchange {
-			return fmt.Errorf("--exchange is for an http:// --url")
-		}
-		target = conformance.WebSocketTarget(*url, nil)
-	case *url != "" && *exchange:
-		target = conformance.ExchangeTarget(*url, nil)
-	case *url != "":
-		target = conformance.HTTPTarget(*url, nil)
-	default:
-		var logs io.Writer = io.Discard
-		if *hostLog {
-			logs = stderr
-		}
-		target = conformance.StdioTarget(*stdio, logs)
-	}
 	if *operator != "" {
 		if *url == "" {
 			return fmt.Errorf("--operator needs --url: a stdio host serves one session, which nobody opens for it")
@@ -154,6 +151,27 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			return res.JSON201.SessionId, res.JSON201.Token, nil
 		}
 	}
+	var logs io.Writer = io.Discard
+	if *hostLog {
+		logs = stderr
+	}
+	if *all {
+		return compareTransports(ctx, *url, *stdio, logs, opts, *asJSON, *strict, stdout, stderr)
+	}
+	var target conformance.Target
+	switch {
+	case strings.HasPrefix(*url, "ws://") || strings.HasPrefix(*url, "wss://"):
+		if *exchange {
+			return fmt.Errorf("--exchange is for an http:// --url")
+		}
+		target = conformance.WebSocketTarget(*url, nil)
+	case *url != "" && *exchange:
+		target = conformance.ExchangeTarget(*url, nil)
+	case *url != "":
+		target = conformance.HTTPTarget(*url, nil)
+	default:
+		target = conformance.StdioTarget(*stdio, logs)
+	}
 	rep, err := conformance.Run(ctx, target, opts)
 	if err != nil {
 		return err
@@ -168,6 +186,48 @@ func cmdConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	if !rep.OK || *strict && rep.Summary.FailShould > 0 {
+		return errNotConformant
+	}
+	return nil
+}
+
+// compareTransports runs the kit over every transport the host at url
+// offers, and over the stdio command when given, and compares the runs
+// (conformance.Compare). A transport the host does not offer is named on
+// stderr and left out; fewer than two is an error.
+func compareTransports(ctx context.Context, url, stdio string, logs io.Writer, opts conformance.Options, asJSON, strict bool, stdout, stderr io.Writer) error {
+	var targets []conformance.Target
+	if stdio != "" {
+		targets = append(targets, conformance.StdioTarget(stdio, logs))
+	}
+	offered, missing := conformance.Transports(ctx, url, opts.Timeout)
+	targets = append(targets, offered...)
+	for _, name := range []string{"http", "exchange", "websocket"} {
+		if err := missing[name]; err != nil {
+			fmt.Fprintf(stderr, "aep conformance: %s: the host does not offer it (%v); left out of the comparison\n", name, err)
+		}
+	}
+	if len(targets) < 2 {
+		return fmt.Errorf("the host offers %d transport(s) the kit can reach: nothing to compare", len(targets))
+	}
+	c, err := conformance.Compare(ctx, targets, opts)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(c); err != nil {
+			return err
+		}
+	} else if err := c.WriteText(stdout); err != nil {
+		return err
+	}
+	should := 0
+	for _, r := range c.Reports {
+		should += r.Summary.FailShould
+	}
+	if !c.OK || strict && should > 0 {
 		return errNotConformant
 	}
 	return nil

@@ -140,8 +140,22 @@ func Baseline(tb testing.TB) *conformance.Baseline {
 // configuration, one process per session, sharing one data directory.
 func Stdio(tb testing.TB) conformance.Target {
 	tb.Helper()
+	return stdio(tb, Env(tb))
+}
+
+// StdioWithoutMCP is Stdio with the mcp capability left out
+// (AEP_CONFORMANCE_MCP=false): each stdio session starts a host, and each
+// host with the mcp capability its MCP server, a node process (about half
+// a second); a suite of many runs that do not touch mcp saves that.
+func StdioWithoutMCP(tb testing.TB) conformance.Target {
+	tb.Helper()
+	return stdio(tb, append(Env(tb), "AEP_CONFORMANCE_MCP=false"))
+}
+
+func stdio(tb testing.TB, full []string) conformance.Target {
+	tb.Helper()
 	var env strings.Builder
-	for _, kv := range Env(tb)[len(os.Environ()):] {
+	for _, kv := range full[len(os.Environ()):] {
 		k, v, _ := strings.Cut(kv, "=")
 		fmt.Fprintf(&env, "%s=%s ", k, shellQuote(v))
 	}
@@ -245,6 +259,47 @@ func Run(tb testing.TB, target conformance.Target, opts conformance.Options) *co
 		tb.Fatal(err)
 	}
 	return rep
+}
+
+// Compare runs the kit over each of targets, as Run does, and compares
+// their answers (conformance.Compare).
+func Compare(tb testing.TB, targets []conformance.Target, opts conformance.Options) *conformance.Comparison {
+	tb.Helper()
+	if opts.Token == "" {
+		opts.Token = Token
+	}
+	if opts.Fixture == nil {
+		opts.Fixture = Fixture(tb)
+	}
+	if opts.Baseline == nil {
+		opts.Baseline = Baseline(tb)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 20 * time.Second
+	}
+	// The operator's sessions of the host Serve started, where a target
+	// reaches one; a transport that cannot reach a session by id skips
+	// that check either way.
+	for _, t := range targets {
+		if opts.OperatorSession == nil {
+			opts.OperatorSession = OperatorSession(t.HTTP)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := conformance.Compare(ctx, targets, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// LogComparison writes a comparison's reports and verdict to the test log.
+func LogComparison(tb testing.TB, c *conformance.Comparison) {
+	tb.Helper()
+	var b strings.Builder
+	_ = c.WriteText(&b)
+	tb.Log("\n" + b.String())
 }
 
 // Log writes the report to the test log.

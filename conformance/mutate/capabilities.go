@@ -344,6 +344,9 @@ func capabilityMutants() []Mutant {
 				}
 				return Same(m)
 			}},
+		{Name: "fork-group-dropped", Bug: "session/fork/resp leaves out the forks' sibling group",
+			Catch: c(conformance.CheckSessionLineage), Run: c(conformance.CheckSessionLineage),
+			Host: onType("session/fork/resp", func(_ *State, m Msg) { delete(m, "group") })},
 		{Name: "trajectory-miscounts", Bug: "a trajectory export counts more records than it returns",
 			Catch: c(conformance.CheckSessionTrajectory), Run: c(conformance.CheckSessionTrajectory),
 			Host: onType("session/trajectory/export/resp", func(_ *State, m Msg) {

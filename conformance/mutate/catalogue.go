@@ -284,6 +284,20 @@ func missedAndRules() []Mutant {
 				return Same(m)
 			},
 		},
+		// A host whose answer depends on the transport: each transport's
+		// run passes, the comparison across them does not.
+		{
+			Name: "websocket-budget-differs", Bug: "over WebSocket, session/info reports the leaf_work budget at half its limit (the WebSocket handler builds sessions from another default)",
+			Catch: []string{conformance.CheckTransportsAgree}, Run: []string{conformance.CheckSessionInfo}, OnlyOver: "websocket",
+			Host: onType("session/info/resp", func(_ *State, m Msg) {
+				if b := Obj(Obj(m, "budgets"), "leaf_work"); b != nil {
+					if n, ok := b["limit"].(json.Number); ok {
+						i, _ := n.Int64()
+						b["limit"] = json.Number(fmt.Sprint(i / 2))
+					}
+				}
+			}),
+		},
 		// The HTTP edge: a proxy in front of the host breaks it.
 		{
 			Name: "origin-ignored", Bug: "requests from a foreign Origin are served",

@@ -40,6 +40,10 @@ type Mutant struct {
 	// the size limit, which HTTP refuses before any session sees it);
 	// empty: any.
 	Over string
+	// OnlyOver names the one transport the host is broken on: the mutant
+	// wraps that transport's target only, in a comparison with another
+	// (conformance.Compare), whose transports.agree must catch it.
+	OnlyOver string
 	// Host rewrites one message the host sent; it returns the messages
 	// to pass on in its place (none drops it). Nil passes all on.
 	Host func(s *State, m Msg) []Msg
@@ -49,6 +53,19 @@ type Mutant struct {
 	// HTTP wraps the host's HTTP handler in [Proxy]: bugs of the HTTP
 	// edge (Origin, Host, sizes).
 	HTTP func(next http.Handler) http.Handler
+
+	// For the mutation suite ([Suite]):
+	//
+	// Kind says what the bug breaks (KindReply …), Capability the
+	// capability whose messages it touches, if one.
+	Kind       string
+	Capability string
+	// Transports the suite runs it over; empty: stdio and websocket.
+	Transports []string
+	// Independent marks a mutant written as a host's plausible bug, not
+	// from a check of the kit (the catalogue's each name the check they
+	// break): the kill rate of these is the kit's measure.
+	Independent bool
 }
 
 // Checks returns the checks the kit is to run for m: Run, else Catch.

@@ -8,52 +8,14 @@ package mutate_test
 
 import (
 	"net/http"
-	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/aephost/aep/conformance"
 	"github.com/aephost/aep/conformance/kittest"
 	"github.com/aephost/aep/conformance/mutate"
-	"github.com/aephost/aep/internal/aepbin"
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	aepbin.Cleanup()
-	os.Exit(code)
-}
-
-// target puts mu in front of the aep at base, reached over the transport
-// named: an HTTP bug through a proxy, a message bug by wrapping the
-// target's connections.
-func target(t *testing.T, base, transport string, mu mutate.Mutant) conformance.Target {
-	t.Helper()
-	if mu.HTTP != nil {
-		b, stop, err := mutate.Proxy(base, mu)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
-		base = b
-	}
-	var tg conformance.Target
-	switch transport {
-	case "http":
-		tg = conformance.HTTPTarget(base, nil)
-	case "exchange":
-		tg = conformance.ExchangeTarget(base, nil)
-	case "websocket":
-		tg = conformance.WebSocketTarget("ws"+strings.TrimPrefix(base, "http")+"/ws", nil)
-	case "stdio":
-		tg = kittest.Stdio(t)
-	default:
-		t.Fatalf("transport %q", transport)
-	}
-	return mutate.Wrap(tg, mu)
-}
 
 // caught runs the kit's scenarios for mu and requires each check of
 // mu.Catch to fail.
@@ -72,6 +34,24 @@ func caught(t *testing.T, tg conformance.Target, mu mutate.Mutant) {
 	}
 }
 
+// caughtAcross runs the kit's scenarios for mu over HTTP+SSE, against
+// the host as it is, and over mu.OnlyOver with the mutant, compares the
+// runs, and requires each check of mu.Catch to fail: transports.agree of
+// the comparison, or a check of either run.
+func caughtAcross(t *testing.T, base string, mu mutate.Mutant) {
+	t.Helper()
+	plain := target(t, base, "http", mutate.Mutant{Name: "none"})
+	c := kittest.Compare(t, []conformance.Target{plain, target(t, base, mu.OnlyOver, mu)}, conformance.Options{Only: mu.Checks(), Timeout: 5 * time.Second})
+	failed := mutate.NewComparisonOutcome(mu, "http+"+mu.OnlyOver, c).Failed
+	for _, id := range mu.Catch {
+		if !slices.Contains(failed, id) {
+			kittest.LogComparison(t, c)
+			t.Fatalf("%s (%s): check %s does not fail (failed: %v)", mu.Name, mu.Bug, id, failed)
+		}
+	}
+	t.Logf("%s: %s fails: %s", mu.Name, mu.Catch, c.Agree.Problems)
+}
+
 // TestCatalogue: every mutant of the catalogue, put in front of a real
 // aep, fails the checks it names.
 func TestCatalogue(t *testing.T) {
@@ -82,37 +62,15 @@ func TestCatalogue(t *testing.T) {
 	for _, mu := range mutate.Catalogue() {
 		t.Run(mu.Name, func(t *testing.T) {
 			t.Parallel()
+			if mu.OnlyOver != "" {
+				caughtAcross(t, base, mu)
+				return
+			}
 			over := mu.Over
 			if over == "" {
 				over = "http"
 			}
 			caught(t, target(t, base, over, mu), mu)
-		})
-	}
-}
-
-// TestMissed: the bugs an earlier kit let through are each caught by a
-// named check over WebSocket too (TestCatalogue runs them over HTTP+SSE).
-func TestMissed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the aep binary")
-	}
-	byName := map[string]mutate.Mutant{}
-	for _, mu := range mutate.Catalogue() {
-		byName[mu.Name] = mu
-	}
-	if len(mutate.Missed) != 10 {
-		t.Fatalf("%d missed bugs, want the 8 missed and the 2 never provoked", len(mutate.Missed))
-	}
-	base := kittest.Serve(t)
-	for _, name := range mutate.Missed {
-		mu, ok := byName[name]
-		if !ok {
-			t.Fatalf("%s is not in the catalogue", name)
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			caught(t, target(t, base, "websocket", mu), mu)
 		})
 	}
 }

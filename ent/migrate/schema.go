@@ -297,6 +297,9 @@ var (
 		{Name: "data", Type: field.TypeBytes},
 		{Name: "created_at", Type: field.TypeTime},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "root", Type: field.TypeString, Default: ""},
+		{Name: "fork_group", Type: field.TypeString, Default: ""},
+		{Name: "parent_owner", Type: field.TypeString, Default: ""},
 	}
 	// TrajectoryRecordsTable holds the schema information for the "trajectory_records" table.
 	TrajectoryRecordsTable = &schema.Table{
@@ -318,6 +321,21 @@ var (
 				Name:    "trajectoryrecord_created_at",
 				Unique:  false,
 				Columns: []*schema.Column{TrajectoryRecordsColumns[5]},
+			},
+			{
+				Name:    "trajectoryrecord_tenant_root_seq",
+				Unique:  false,
+				Columns: []*schema.Column{TrajectoryRecordsColumns[6], TrajectoryRecordsColumns[7], TrajectoryRecordsColumns[3]},
+			},
+			{
+				Name:    "trajectoryrecord_tenant_fork_group_seq",
+				Unique:  false,
+				Columns: []*schema.Column{TrajectoryRecordsColumns[6], TrajectoryRecordsColumns[8], TrajectoryRecordsColumns[3]},
+			},
+			{
+				Name:    "trajectoryrecord_tenant_parent_owner",
+				Unique:  false,
+				Columns: []*schema.Column{TrajectoryRecordsColumns[6], TrajectoryRecordsColumns[9]},
 			},
 		},
 	}

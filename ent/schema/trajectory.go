@@ -32,6 +32,16 @@ func (TrajectoryRecord) Fields() []ent.Field {
 		// Tenant is the session's tenant (server.StorageTenant: "" for
 		// the default one); an export reads only its own tenant's.
 		field.String("tenant").Default("").Immutable(),
+		// Root is the handle of the session's lineage root (itself, or a
+		// fork's first ancestor); ForkGroup a fork's sibling group ("" for
+		// a root). An export finds a lineage's sessions and a group's
+		// forks by them (server/persist/trajexport.go).
+		field.String("root").Default("").Immutable(),
+		field.String("fork_group").Default("").Immutable(),
+		// ParentOwner is a fork's parent's owner key: a session presenting
+		// the parent's id reads the fork's records by lineage, even when
+		// the parent recorded nothing.
+		field.String("parent_owner").Default("").Immutable(),
 	}
 }
 
@@ -41,5 +51,8 @@ func (TrajectoryRecord) Indexes() []ent.Index {
 		index.Fields("owner", "seq"),
 		index.Fields("handle", "seq"),
 		index.Fields("created_at"),
+		index.Fields("tenant", "root", "seq"),
+		index.Fields("tenant", "fork_group", "seq"),
+		index.Fields("tenant", "parent_owner"),
 	}
 }

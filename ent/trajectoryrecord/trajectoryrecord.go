@@ -25,6 +25,12 @@ const (
 	FieldCreatedAt = "created_at"
 	// FieldTenant holds the string denoting the tenant field in the database.
 	FieldTenant = "tenant"
+	// FieldRoot holds the string denoting the root field in the database.
+	FieldRoot = "root"
+	// FieldForkGroup holds the string denoting the fork_group field in the database.
+	FieldForkGroup = "fork_group"
+	// FieldParentOwner holds the string denoting the parent_owner field in the database.
+	FieldParentOwner = "parent_owner"
 	// Table holds the table name of the trajectoryrecord in the database.
 	Table = "trajectory_records"
 )
@@ -38,6 +44,9 @@ var Columns = []string{
 	FieldData,
 	FieldCreatedAt,
 	FieldTenant,
+	FieldRoot,
+	FieldForkGroup,
+	FieldParentOwner,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -61,6 +70,12 @@ var (
 	DefaultCreatedAt func() time.Time
 	// DefaultTenant holds the default value on creation for the "tenant" field.
 	DefaultTenant string
+	// DefaultRoot holds the default value on creation for the "root" field.
+	DefaultRoot string
+	// DefaultForkGroup holds the default value on creation for the "fork_group" field.
+	DefaultForkGroup string
+	// DefaultParentOwner holds the default value on creation for the "parent_owner" field.
+	DefaultParentOwner string
 )
 
 // OrderOption defines the ordering options for the TrajectoryRecord queries.
@@ -94,4 +109,19 @@ func ByCreatedAt(opts ...sql.OrderTermOption) OrderOption {
 // ByTenant orders the results by the tenant field.
 func ByTenant(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldTenant, opts...).ToFunc()
+}
+
+// ByRoot orders the results by the root field.
+func ByRoot(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRoot, opts...).ToFunc()
+}
+
+// ByForkGroup orders the results by the fork_group field.
+func ByForkGroup(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldForkGroup, opts...).ToFunc()
+}
+
+// ByParentOwner orders the results by the parent_owner field.
+func ByParentOwner(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldParentOwner, opts...).ToFunc()
 }

@@ -84,6 +84,21 @@ func Tenant(v string) predicate.TrajectoryRecord {
 	return predicate.TrajectoryRecord(sql.FieldEQ(FieldTenant, v))
 }
 
+// Root applies equality check predicate on the "root" field. It's identical to RootEQ.
+func Root(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldRoot, v))
+}
+
+// ForkGroup applies equality check predicate on the "fork_group" field. It's identical to ForkGroupEQ.
+func ForkGroup(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldForkGroup, v))
+}
+
+// ParentOwner applies equality check predicate on the "parent_owner" field. It's identical to ParentOwnerEQ.
+func ParentOwner(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldParentOwner, v))
+}
+
 // OwnerEQ applies the EQ predicate on the "owner" field.
 func OwnerEQ(v string) predicate.TrajectoryRecord {
 	return predicate.TrajectoryRecord(sql.FieldEQ(FieldOwner, v))
@@ -397,6 +412,201 @@ func TenantEqualFold(v string) predicate.TrajectoryRecord {
 // TenantContainsFold applies the ContainsFold predicate on the "tenant" field.
 func TenantContainsFold(v string) predicate.TrajectoryRecord {
 	return predicate.TrajectoryRecord(sql.FieldContainsFold(FieldTenant, v))
+}
+
+// RootEQ applies the EQ predicate on the "root" field.
+func RootEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldRoot, v))
+}
+
+// RootNEQ applies the NEQ predicate on the "root" field.
+func RootNEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNEQ(FieldRoot, v))
+}
+
+// RootIn applies the In predicate on the "root" field.
+func RootIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldIn(FieldRoot, vs...))
+}
+
+// RootNotIn applies the NotIn predicate on the "root" field.
+func RootNotIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNotIn(FieldRoot, vs...))
+}
+
+// RootGT applies the GT predicate on the "root" field.
+func RootGT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGT(FieldRoot, v))
+}
+
+// RootGTE applies the GTE predicate on the "root" field.
+func RootGTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGTE(FieldRoot, v))
+}
+
+// RootLT applies the LT predicate on the "root" field.
+func RootLT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLT(FieldRoot, v))
+}
+
+// RootLTE applies the LTE predicate on the "root" field.
+func RootLTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLTE(FieldRoot, v))
+}
+
+// RootContains applies the Contains predicate on the "root" field.
+func RootContains(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContains(FieldRoot, v))
+}
+
+// RootHasPrefix applies the HasPrefix predicate on the "root" field.
+func RootHasPrefix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasPrefix(FieldRoot, v))
+}
+
+// RootHasSuffix applies the HasSuffix predicate on the "root" field.
+func RootHasSuffix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasSuffix(FieldRoot, v))
+}
+
+// RootEqualFold applies the EqualFold predicate on the "root" field.
+func RootEqualFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEqualFold(FieldRoot, v))
+}
+
+// RootContainsFold applies the ContainsFold predicate on the "root" field.
+func RootContainsFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContainsFold(FieldRoot, v))
+}
+
+// ForkGroupEQ applies the EQ predicate on the "fork_group" field.
+func ForkGroupEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldForkGroup, v))
+}
+
+// ForkGroupNEQ applies the NEQ predicate on the "fork_group" field.
+func ForkGroupNEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNEQ(FieldForkGroup, v))
+}
+
+// ForkGroupIn applies the In predicate on the "fork_group" field.
+func ForkGroupIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldIn(FieldForkGroup, vs...))
+}
+
+// ForkGroupNotIn applies the NotIn predicate on the "fork_group" field.
+func ForkGroupNotIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNotIn(FieldForkGroup, vs...))
+}
+
+// ForkGroupGT applies the GT predicate on the "fork_group" field.
+func ForkGroupGT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGT(FieldForkGroup, v))
+}
+
+// ForkGroupGTE applies the GTE predicate on the "fork_group" field.
+func ForkGroupGTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGTE(FieldForkGroup, v))
+}
+
+// ForkGroupLT applies the LT predicate on the "fork_group" field.
+func ForkGroupLT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLT(FieldForkGroup, v))
+}
+
+// ForkGroupLTE applies the LTE predicate on the "fork_group" field.
+func ForkGroupLTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLTE(FieldForkGroup, v))
+}
+
+// ForkGroupContains applies the Contains predicate on the "fork_group" field.
+func ForkGroupContains(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContains(FieldForkGroup, v))
+}
+
+// ForkGroupHasPrefix applies the HasPrefix predicate on the "fork_group" field.
+func ForkGroupHasPrefix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasPrefix(FieldForkGroup, v))
+}
+
+// ForkGroupHasSuffix applies the HasSuffix predicate on the "fork_group" field.
+func ForkGroupHasSuffix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasSuffix(FieldForkGroup, v))
+}
+
+// ForkGroupEqualFold applies the EqualFold predicate on the "fork_group" field.
+func ForkGroupEqualFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEqualFold(FieldForkGroup, v))
+}
+
+// ForkGroupContainsFold applies the ContainsFold predicate on the "fork_group" field.
+func ForkGroupContainsFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContainsFold(FieldForkGroup, v))
+}
+
+// ParentOwnerEQ applies the EQ predicate on the "parent_owner" field.
+func ParentOwnerEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEQ(FieldParentOwner, v))
+}
+
+// ParentOwnerNEQ applies the NEQ predicate on the "parent_owner" field.
+func ParentOwnerNEQ(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNEQ(FieldParentOwner, v))
+}
+
+// ParentOwnerIn applies the In predicate on the "parent_owner" field.
+func ParentOwnerIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldIn(FieldParentOwner, vs...))
+}
+
+// ParentOwnerNotIn applies the NotIn predicate on the "parent_owner" field.
+func ParentOwnerNotIn(vs ...string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldNotIn(FieldParentOwner, vs...))
+}
+
+// ParentOwnerGT applies the GT predicate on the "parent_owner" field.
+func ParentOwnerGT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGT(FieldParentOwner, v))
+}
+
+// ParentOwnerGTE applies the GTE predicate on the "parent_owner" field.
+func ParentOwnerGTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldGTE(FieldParentOwner, v))
+}
+
+// ParentOwnerLT applies the LT predicate on the "parent_owner" field.
+func ParentOwnerLT(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLT(FieldParentOwner, v))
+}
+
+// ParentOwnerLTE applies the LTE predicate on the "parent_owner" field.
+func ParentOwnerLTE(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldLTE(FieldParentOwner, v))
+}
+
+// ParentOwnerContains applies the Contains predicate on the "parent_owner" field.
+func ParentOwnerContains(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContains(FieldParentOwner, v))
+}
+
+// ParentOwnerHasPrefix applies the HasPrefix predicate on the "parent_owner" field.
+func ParentOwnerHasPrefix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasPrefix(FieldParentOwner, v))
+}
+
+// ParentOwnerHasSuffix applies the HasSuffix predicate on the "parent_owner" field.
+func ParentOwnerHasSuffix(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldHasSuffix(FieldParentOwner, v))
+}
+
+// ParentOwnerEqualFold applies the EqualFold predicate on the "parent_owner" field.
+func ParentOwnerEqualFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldEqualFold(FieldParentOwner, v))
+}
+
+// ParentOwnerContainsFold applies the ContainsFold predicate on the "parent_owner" field.
+func ParentOwnerContainsFold(v string) predicate.TrajectoryRecord {
+	return predicate.TrajectoryRecord(sql.FieldContainsFold(FieldParentOwner, v))
 }
 
 // And groups predicates with the AND operator between them.

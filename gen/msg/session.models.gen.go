@@ -105,6 +105,12 @@ type SessionForkResp struct {
 	// which its handshake/resp also carries.
 	FromPoint *int `json:"from_point,omitempty,omitzero"`
 
+	// The forks' sibling group, new for each session/fork/req: every record of a
+	// fork's recorded trajectory carries it (schemas/records/trajectory.json
+	// `group`), and session/trajectory/export `group` exports the group's episodes.
+	// Absent from hosts older than lineage.
+	Group *string `json:"group,omitempty,omitzero"`
+
 	// Seconds within which each fork must handshake, or it is closed
 	// (server.limits.handshake_timeout).
 	HandshakeTimeout float64 `json:"handshake_timeout"`
@@ -307,19 +313,42 @@ const SessionSnapshotRespTargetSQL SessionSnapshotRespTarget = "sql"
 // record as schemas/records/trajectory.json describes) of this session and of the
 // earlier sessions whose ids it presents in `session_ids` (a session id is a
 // bearer secret, so holding one proves the session was the sender's), oldest
-// first, a page at a time.
+// first, a page at a time. A fork's export is its whole episode: its ancestors'
+// records before each fork point (the prefix), then its own. Lineage is the
+// authorization: a session may also export its descendants (`descendants`,
+// `group`), never another tenant's.
 type SessionTrajectoryExportReq struct {
 	// Export records after this cursor (the `next` of the previous page); 0: from the
-	// start.
+	// start. For whole episodes the cursor counts the episodes given.
 	After int `json:"after,omitempty,omitzero"`
+
+	// Export also every recorded descendant of the exported sessions (their forks,
+	// the forks' forks…), one episode each.
+	Descendants bool `json:"descendants,omitempty,omitzero"`
 
 	// jsonl: the records themselves; chat: each session's records of the page
 	// converted to one chat sample (messages with tool calls, as TRL and verl read
 	// multi-turn rollouts).
 	Format SessionTrajectoryExportReqFormat `json:"format,omitempty,omitzero"`
 
-	// At most this many records per page.
+	// Export the episodes of this sibling group (session/fork/resp `group`) instead:
+	// one per fork, each complete. Only a session the group descends from (its
+	// parent, or an ancestor of it) gets them; for any other, or a made-up id, the
+	// export is empty.
+	Group *string `json:"group,omitempty,omitzero"`
+
+	// At most this many records per page; a page of whole episodes (a fork's, a
+	// group's, descendants') ends at the first episode past it, so holds one episode
+	// at least.
 	Limit int `json:"limit,omitempty,omitzero"`
+
+	// How a fork's prefix (its ancestors' records before its fork point) is exported:
+	// repeat, in every episode (each jsonl line then names its `episode`; each chat
+	// sample holds the prefix's messages first); once, each record once over the
+	// whole export (a chat sample then holds its own messages, after a sample of the
+	// prefix); none, not at all (each session's own records, the format before
+	// lineage).
+	Prefix SessionTrajectoryExportReqPrefix `json:"prefix,omitempty,omitzero"`
 
 	// Ids of earlier sessions of the sender whose records to export, instead of this
 	// session's own.
@@ -330,6 +359,12 @@ type SessionTrajectoryExportReqFormat string
 
 const SessionTrajectoryExportReqFormatChat SessionTrajectoryExportReqFormat = "chat"
 const SessionTrajectoryExportReqFormatJsonl SessionTrajectoryExportReqFormat = "jsonl"
+
+type SessionTrajectoryExportReqPrefix string
+
+const SessionTrajectoryExportReqPrefixNone SessionTrajectoryExportReqPrefix = "none"
+const SessionTrajectoryExportReqPrefixOnce SessionTrajectoryExportReqPrefix = "once"
+const SessionTrajectoryExportReqPrefixRepeat SessionTrajectoryExportReqPrefix = "repeat"
 
 type SessionTrajectoryExportResp struct {
 	// Format corresponds to the JSON schema field "format".
@@ -342,6 +377,15 @@ type SessionTrajectoryExportResp struct {
 	// The cursor of the next page; absent on the last page.
 	Next *int `json:"next,omitempty,omitzero"`
 
+	// Present when an exported episode has a prefix: complete, or missing when the
+	// prefix of one or more was never recorded (a parent that did not record, a fork
+	// from a snapshot) or is no longer kept; `prefix_missing` names them. Their
+	// episodes are exported all the same, each marked `prefix: missing`.
+	Prefix *SessionTrajectoryExportRespPrefix `json:"prefix,omitempty,omitzero"`
+
+	// The handles of the exported episodes whose prefix is missing.
+	PrefixMissing []string `json:"prefix_missing,omitempty,omitzero"`
+
 	// How many records the page holds.
 	Records int `json:"records"`
 }
@@ -352,6 +396,11 @@ const SessionTrajectoryExportRespFormatChat SessionTrajectoryExportRespFormat = 
 const SessionTrajectoryExportRespFormatJsonl SessionTrajectoryExportRespFormat = "jsonl"
 
 type SessionTrajectoryExportRespLinesElem map[string]interface{}
+
+type SessionTrajectoryExportRespPrefix string
+
+const SessionTrajectoryExportRespPrefixComplete SessionTrajectoryExportRespPrefix = "complete"
+const SessionTrajectoryExportRespPrefixMissing SessionTrajectoryExportRespPrefix = "missing"
 
 // The session directory in a snapshot (docs/DECISIONS.md, Sessions that move):
 // directories and regular files only, bounded by server.snapshots.files_max_bytes

@@ -88,6 +88,9 @@ type Options struct {
 	// Inherit are descriptors the host inherits from its parent without
 	// close-on-exec (fds 3, 4, …), as a careless parent would leave them.
 	Inherit []*os.File
+	// Binary is the aep binary to run; empty builds one ([Build]). The
+	// SDKs' benchmarks pass the one CI built for the SDK's step (AEP_BIN).
+	Binary string
 }
 
 // Host is a running `aep serve`.
@@ -123,7 +126,10 @@ func (s *syncBuffer) String() string {
 // command may see it.
 func Start(tb testing.TB, o Options) *Host {
 	tb.Helper()
-	bin := Build(tb)
+	bin := o.Binary
+	if bin == "" {
+		bin = Build(tb)
+	}
 	data, err := os.MkdirTemp("", "aepbin-data-")
 	if err != nil {
 		tb.Fatal(err)

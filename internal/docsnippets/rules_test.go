@@ -44,9 +44,6 @@ const (
 	// kindEnvproto decodes every → and ← line of a transcript with the
 	// envproto registry.
 	kindEnvproto kind = "envproto"
-	// kindNginx checks a configuration fragment with nginx -t, inside an
-	// http block with the upstream it names.
-	kindNginx kind = "nginx"
 )
 
 // rule says how the snippets of file whose text contains contains run; an
@@ -91,7 +88,7 @@ var rules = []rule{
 		want: []string{"… hello", "hello\n"}},
 	{file: "sdk/python/README.md", lang: "python", contains: "AsyncClient.websocket", kind: kindPython, needsHost: true,
 		want: []string{"tool/event"}},
-	{file: "sdk/python/README.md", lang: "python", contains: "c.fork(8)", kind: kindPython, needsHost: true, want: []string{"[]"}},
+	{file: "sdk/python/README.md", lang: "python", contains: "c.fork(8)", kind: kindPython, needsHost: true, want: []string{"[]", "8 complete"}},
 	{file: "sdk/python/README.md", lang: "python", contains: "AEPVectorEnv", kind: kindPython, needsHost: true, want: []string{"reward 1.0"}},
 
 	// sdk/typescript/README.md
@@ -105,9 +102,9 @@ var rules = []rule{
 	{file: "docs/chains.md", lang: "json", contains: `"chain/run/req"`, kind: kindMessage, want: []string{`"success":true`}},
 	{file: "docs/contract.md", lang: "sh", contains: "npx json-schema-to-typescript@16.0.0", kind: kindShell, npmProject: ".ci",
 		files: map[string]string{"aep.schema.json": `"HostMessage"`, "aep.ts": "export type HostMessage ="}},
-	{file: "docs/contract.md", lang: "sh", contains: "aep conformance --url", kind: kindShell, needsHost: true, want: []string{"conformant"}},
+	{file: "docs/contract.md", lang: "sh", contains: "aep conformance --url http://127.0.0.1:8765\n", kind: kindShell, needsHost: true, want: []string{"conformant"}},
+	{file: "docs/contract.md", lang: "sh", contains: "--all-transports", kind: kindShell, needsHost: true, want: []string{"=== across http, exchange, websocket", "conformant over every transport"}},
 	{file: "docs/contract.md", lang: "sh", contains: "conformance/aep/aep.yaml", kind: kindShell, want: []string{", 0 MUST failed, 0 SHOULD failed,", "\nconformant"}},
-	{file: "docs/deploy.md", lang: "nginx", contains: "map $http_x_session_id", kind: kindNginx, want: []string{"test is successful"}},
 	{file: "docs/env.md", lang: "go", contains: "type Mine struct", kind: kindGo, prelude: mineProgramPrelude, postlude: mineProgramPostlude,
 		want: []string{"at 10 after 10 steps, reward 10"}},
 	{file: "docs/env.md", lang: "", contains: "envproto/spec/req", kind: kindEnvproto},
@@ -143,15 +140,22 @@ var notRun = map[string][]string{
 		"pipx and npx fetch these tools from PyPI and npm as they run, and PyPI is unreachable in CI; .ci/run's contract step checks the bundle with pinned json-schema-to-typescript, ajv and tsc",
 		`names a host's own command and files; the block above runs against the README's host, and the one in "aep's own run" with aep's fixture and baseline`,
 		`an example of a baseline's content; conformance/aep/baseline.json, which the snippet of "aep's own run" loads, is a real one`,
+		"a sample of the output",
+		"rewrites conformance/mutate/caught.txt from a run; .ci/run's mutation suite step runs the same suite",
 	},
 	"docs/deploy.md": {
 		"needs several hosts behind a proxy at aep.example; client/move_test.go and e2e/ run client.Moving against real ones",
+	},
+	"docs/operating.md": {
+		"reads a host's store at /var/lib/aep/aep.db; e2e/backup_test.go runs the same commands under writes",
+		"needs the fleet's database at $AEP_STORE_DSN; e2e/backup_test.go runs the same commands under writes",
+		"needs a PostgreSQL server and a dump; e2e/backup_test.go runs the same commands",
 	},
 	"docs/mcp.md": {
 		"a client's configuration file, naming /usr/local/bin/aep and /etc/aep; the Inspector snippets below spawn the same command",
 		"a client's configuration file; the Inspector snippets below make the same requests",
 	},
-	"docs/trajectories.md": {"a sample of the output, elided with …"},
+	"docs/trajectories.md": {"needs a running host; internal/aepbin/testdata/lineage/grpo.py runs this workflow", "a sample of the output, elided with …"},
 	"docs/openenv.md": {
 		"needs openenv-core, which PyPI would supply and CI cannot reach; internal/aepbin/testdata/openenv's client sends what this one does",
 	},

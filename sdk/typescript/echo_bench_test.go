@@ -17,6 +17,7 @@ import (
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/internal/aepbin"
+	"github.com/aephost/aep/internal/sdkbench"
 )
 
 func TestMain(m *testing.M) {
@@ -90,4 +91,33 @@ func BenchmarkPingWebSocket(b *testing.B) {
 		}
 		b.ReportMetric(r.NsPerOp, "node-ns/op")
 	})
+}
+
+// BenchmarkTypeScriptSDK times the TypeScript SDK against one real `aep
+// serve` beside what Node itself does against the bare Go echo floor, in
+// the same process and interleaved (bench/bench.ts; internal/sdkbench):
+// ping and env step over WebSocket from one session and from 32 on one
+// event loop, and ping over the single exchange. x-floor is the SDK's
+// speed as a fraction of the floor's (docs/PERFORMANCE.md). Needs node and
+// build/bench/bench.js (npm ci, then npx tsc -p tsconfig.test.json).
+func BenchmarkTypeScriptSDK(b *testing.B) {
+	node := sdkbench.Need(b, "node")
+	script, _ := filepath.Abs(filepath.Join("build", "bench", "bench.js"))
+	if _, err := os.Stat(script); err != nil {
+		if os.Getenv("CI") != "" {
+			b.Fatalf("%s missing: build it with npx tsc -p tsconfig.test.json", script)
+		}
+		b.Skip("build/bench/bench.js missing: run npm ci and npx tsc -p tsconfig.test.json in sdk/typescript")
+	}
+	t := sdkbench.Start(b)
+	var cases []sdkbench.Case
+	for _, op := range []string{"ping", "step"} {
+		cases = append(cases,
+			sdkbench.Case{Op: op, Transport: "ws", Sessions: 1, Client: "node"},
+			sdkbench.Case{Op: op, Transport: "ws", Sessions: 32, Client: "node"})
+	}
+	cases = append(cases, sdkbench.Case{Op: "ping", Transport: "exchange", Sessions: 1, Client: "node"})
+	for _, c := range cases {
+		b.Run(c.Name(), func(b *testing.B) { t.Run(b, []string{node, script}, c) })
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/aephost/aep/capabilities/env"
+	"github.com/aephost/aep/internal/echofloor"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/httpapi"
 )
@@ -26,9 +26,10 @@ import (
 // Benchmarks of the WebSocket transport and the single-exchange mode of
 // POST /send, each beside its floor and mcp-go's streamable HTTP server,
 // all measured in one run (docs/PERFORMANCE.md):
-//   - WebSocket floor: a bare coder/websocket server echoing each text frame;
+//   - WebSocket floor: a bare coder/websocket server echoing each text frame
+//     (internal/echofloor, shared with the SDKs' benchmarks);
 //   - single-exchange floor: a bare net/http server answering each POST with
-//     its body;
+//     its body (internal/echofloor);
 //   - mcp-go: mcpBase/mcpCall of bench_test.go (one exchange per call).
 // The client side is the same raw code for aep and its floor.
 
@@ -64,27 +65,7 @@ func (w *wsBench) roundTrip(b *testing.B, line string, id string) []byte {
 }
 
 // wsFloorURL serves the WebSocket floor: read a frame, write it back.
-func wsFloorURL(b *testing.B) string {
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		c.SetReadLimit(-1)
-		for {
-			typ, d, err := c.Read(r.Context())
-			if err != nil {
-				return
-			}
-			if err := c.Write(r.Context(), typ, d); err != nil {
-				return
-			}
-		}
-	}))
-	b.Cleanup(ts.Close)
-	return "ws" + strings.TrimPrefix(ts.URL, "http")
-}
+func wsFloorURL(b *testing.B) string { return echofloor.WebSocketURL(b) }
 
 func aepWSURL(b *testing.B) string {
 	base := aepBase(b)
@@ -99,19 +80,10 @@ func aepWSSession(b *testing.B, url string) *wsBench {
 
 // exchangeFloorBase serves the single-exchange floor: the POST's body is the
 // answer.
-func exchangeFloorBase(b *testing.B) string {
-	ts := httptest.NewServer(exchangeFloor)
-	b.Cleanup(ts.Close)
-	return ts.URL
-}
+func exchangeFloorBase(b *testing.B) string { return echofloor.ExchangeURL(b) }
 
 // exchangeFloor is the single-exchange floor's handler.
-var exchangeFloor = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(body, '\n'))
-})
+var exchangeFloor = echofloor.Exchange()
 
 // exchangeSession posts lines with Accept: application/json.
 type exchangeSession struct{ base, sid string }

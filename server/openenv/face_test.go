@@ -366,11 +366,11 @@ func TestTrajectoriesRecordedAndExported(t *testing.T) {
 			closedWith(t, w)
 			r.h.Close(context.Background()) // writes the queued records
 			var jsonl, chat bytes.Buffer
-			n, err := persist.ExportTrajectories(context.Background(), r.st, handle, "jsonl", &jsonl)
-			if err != nil || n == 0 {
-				t.Fatalf("export jsonl: %d records, %v", n, err)
+			exp, err := persist.ExportTrajectories(context.Background(), r.st, persist.ExportOptions{Handle: handle, Format: "jsonl"}, &jsonl)
+			if err != nil || exp.Records == 0 {
+				t.Fatalf("export jsonl: %d records, %v", exp.Records, err)
 			}
-			if _, err := persist.ExportTrajectories(context.Background(), r.st, handle, "chat", &chat); err != nil {
+			if _, err := persist.ExportTrajectories(context.Background(), r.st, persist.ExportOptions{Handle: handle, Format: "chat"}, &chat); err != nil {
 				t.Fatal(err)
 			}
 			all := jsonl.String() + chat.String()

@@ -26,6 +26,9 @@
 //   - fork.go, clone.go: session/fork and its copy-on-write clones;
 //   - autosnap.go, drain.go: automatic snapshots and a drain's snapshots,
 //     what lets a session move to another host;
-//   - trajectory.go, trajexport.go: recorded trajectories and their export;
+//   - trajectory.go, trajexport.go: recorded trajectories with their
+//     lineage, their export, and chat samples with rewards from feedback;
+//   - episodes.go: whole episodes of forks (a fork, a group, a tree), and
+//     who may read them by lineage;
 //   - handlers.go: the session namespace's persistence requests.
 package persist

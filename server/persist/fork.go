@@ -60,6 +60,7 @@ func (p *Keeper) forkSession(ctx context.Context, s Session, count int, snapshot
 	f := &forking{p: p, s: s, src: src, steps: steps, count: count, copyMode: msg.SessionForkRespCopyNone,
 		resp: &msg.SessionForkResp{Forks: make([]msg.ForkInfo, 0, count), NotForked: []msg.NotForked{},
 			HandshakeTimeout: p.set.HandshakeTimeout.Seconds()}}
+	f.lineage(snapshotID)
 	if src.dir != "" {
 		// Every fork gets the same files, whole: plugins writing the
 		// directory from their own processes hold them until the copies
@@ -166,6 +167,29 @@ type forking struct {
 	resp     *msg.SessionForkResp
 	copyMode msg.SessionForkRespCopy
 	made     []Session
+	// lin is every fork's lineage; inherit says whether the source
+	// records its trajectory, so that the forks record theirs.
+	lin     lineage
+	inherit bool
+}
+
+// lineage sets the forks' lineage (trajectory.go): the source's root,
+// the source as parent, a new sibling group, and as fork point the
+// records the source has written so far. A fork from a snapshot has no
+// fork point: which of the source's records led to the snapshot is not
+// known, so its prefix is missing.
+func (f *forking) lineage(snapshotID string) {
+	root := f.p.lineageOfSession(f.s).Root
+	f.lin = lineage{Root: root, Parent: f.s.Handle(), Group: "g-" + wire.RandomHex(16), ParentOwner: ownerKey(f.s.ID())}
+	if r := f.p.recorderOf(f.s); r != nil {
+		f.inherit = true
+		if snapshotID == "" {
+			n := r.written()
+			f.lin.ForkPoint = &n
+		}
+	}
+	group := f.lin.Group
+	f.resp.Group = &group
 }
 
 // makeOne makes fork i: a new session with the source's files and
@@ -176,6 +200,7 @@ func (f *forking) makeOne(ctx context.Context, i int) error {
 		return err
 	}
 	f.made = append(f.made, fk)
+	f.p.forkLines.Store(fk.ID(), forkLineage{lin: f.lin, inherit: f.inherit})
 	// The fork starts where its source's state was taken: its handshake
 	// reply carries that point (docs/DECISIONS.md, Points).
 	fk.SetPoint(f.src.pl.point())

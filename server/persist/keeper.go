@@ -160,6 +160,12 @@ type Keeper struct {
 	// lineage holds the earlier sessions each live session owns through
 	// restores (stored.go): transport id → owner keys.
 	lineage sync.Map
+	// recorders are the live sessions' trajectory recorders (transport id
+	// → *Recorder), and forkLines the lineage of each live fork
+	// (transport id → forkLineage), both for the trajectories'
+	// lineage (trajectory.go).
+	recorders sync.Map
+	forkLines sync.Map
 
 	traj *trajWriter  // trajectory.go; nil until Start
 	auto *autoSnapper // autosnap.go; nil when off
@@ -212,6 +218,8 @@ func (p *Keeper) Close(ctx context.Context) error {
 // its automatic snapshot is deleted.
 func (p *Keeper) SessionEnded(s Session, hostGoing bool) {
 	p.lineage.Delete(s.ID())
+	p.recorders.Delete(s.ID())
+	p.forkLines.Delete(s.ID())
 	p.releaseDir(s.Handle())
 	p.autoSessionEnded(s, hostGoing)
 }

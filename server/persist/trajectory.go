@@ -45,6 +45,11 @@ var bearerFields = map[string]bool{"auth_token": true, "session_id": true, "sess
 type TrajectoryRecord struct {
 	// Session is the public handle of the session that exchanged it.
 	Session string `json:"session"`
+	// Root, Parent, ForkPoint and Group are the session's lineage.
+	Root      string `json:"root,omitempty"`
+	Parent    string `json:"parent,omitempty"`
+	ForkPoint *int64 `json:"fork_point,omitempty"`
+	Group     string `json:"group,omitempty"`
 	// Seq numbers the session's records from 0 in the order written.
 	Seq int64 `json:"seq"`
 	// Dir is agent (the agent sent it) or host.
@@ -59,15 +64,69 @@ type TrajectoryRecord struct {
 	DurationMS *float64 `json:"duration_ms,omitempty"`
 	// Message is the whole wire message, redacted.
 	Message map[string]any `json:"message"`
+	// Episode and Prefix are added by an export (trajexport.go): the
+	// episode a repeated prefix record is part of, and "missing" on the
+	// lines of an episode whose prefix is not there.
+	Episode string `json:"episode,omitempty"`
+	Prefix  string `json:"prefix,omitempty"`
+}
+
+// lineage is where a session stands among forks: the root of its
+// lineage, and for a fork its parent, how many of the parent's records
+// precede the fork (nil when the parent did not record, or the fork was
+// made from a snapshot: the prefix is missing) and its sibling group.
+type lineage struct {
+	Root, Parent, Group string
+	ForkPoint           *int64
+	// ParentOwner is the parent's owner key (stored.go), kept in the
+	// store beside the records, never in them.
+	ParentOwner string
+}
+
+// forkLineage is a live fork's lineage, and whether its parent recorded
+// (a fork then records too, whatever its handshake asks).
+type forkLineage struct {
+	lin     lineage
+	inherit bool
+}
+
+// lineageOfSession is the lineage of live session s.
+func (p *Keeper) lineageOfSession(s Session) lineage {
+	if v, ok := p.forkLines.Load(s.ID()); ok {
+		return v.(forkLineage).lin
+	}
+	return lineage{Root: s.Handle()}
+}
+
+// recorderOf is the recorder of live session s, or nil.
+func (p *Keeper) recorderOf(s Session) *Recorder {
+	if v, ok := p.recorders.Load(s.ID()); ok {
+		return v.(*Recorder)
+	}
+	return nil
+}
+
+// written is how many records r has written so far: a fork made now
+// has them as its prefix.
+func (r *Recorder) written() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq
 }
 
 // Recorder returns the recorder of session s, which handshook asking
 // (asked) or not for its trajectory to be recorded, or nil when it is not
 // recorded: no store, server.trajectories.record off, or opt_in and not
-// asked.
+// asked. A fork of a recorded session is recorded as its parent was,
+// asked or not: its trajectory continues the parent's.
 func (p *Keeper) Recorder(s Session, asked bool) *Recorder {
 	if p.store == nil {
 		return nil
+	}
+	lin := lineage{Root: s.Handle()}
+	if v, ok := p.forkLines.Load(s.ID()); ok {
+		fl := v.(forkLineage)
+		lin, asked = fl.lin, asked || fl.inherit
 	}
 	switch p.set.Trajectories.Record {
 	case "off":
@@ -78,7 +137,9 @@ func (p *Keeper) Recorder(s Session, asked bool) *Recorder {
 			return nil
 		}
 	}
-	return &Recorder{p: p, s: s, groups: map[string]*trajGroup{}, skip: map[string]bool{}}
+	r := &Recorder{p: p, s: s, lin: lin, groups: map[string]*trajGroup{}, skip: map[string]bool{}}
+	p.recorders.Store(s.ID(), r)
+	return r
 }
 
 // Recorder records one session's trajectory. The kernel hands it what the
@@ -87,6 +148,7 @@ func (p *Keeper) Recorder(s Session, asked bool) *Recorder {
 type Recorder struct {
 	p      *Keeper
 	s      Session
+	lin    lineage
 	mu     sync.Mutex
 	seq    int64
 	groups map[string]*trajGroup // by request id, until the reply
@@ -225,13 +287,15 @@ func (r *Recorder) flushLocked(recs []trajPending) {
 		}
 		redact(m, secrets)
 		rec := TrajectoryRecord{Session: r.s.Handle(), Seq: r.seq, Dir: pd.dir, Kind: pd.kind, Type: pd.typ,
-			TS: float64(pd.at.UnixMicro()) / 1e6, DurationMS: pd.dur, Message: m}
+			TS: float64(pd.at.UnixMicro()) / 1e6, DurationMS: pd.dur, Message: m,
+			Root: r.lin.Root, Parent: r.lin.Parent, ForkPoint: r.lin.ForkPoint, Group: r.lin.Group}
 		data, err := json.Marshal(rec)
 		if err != nil {
 			continue
 		}
 		r.seq++
-		rows = append(rows, trajRow{owner: owner, handle: r.s.Handle(), tenant: r.s.Tenant(), seq: rec.Seq, data: data, at: pd.at})
+		rows = append(rows, trajRow{owner: owner, handle: r.s.Handle(), tenant: r.s.Tenant(), root: r.lin.Root, group: r.lin.Group, parentOwner: r.lin.ParentOwner,
+			seq: rec.Seq, data: data, at: pd.at})
 	}
 	p.traj.add(rows)
 }
@@ -283,10 +347,11 @@ func redactBearer(v any) any {
 
 // trajRow is one record on its way to the store.
 type trajRow struct {
-	owner, handle, tenant string
-	seq           int64
-	data          []byte
-	at            time.Time
+	owner, handle, tenant    string
+	root, group, parentOwner string
+	seq                      int64
+	data                     []byte
+	at                       time.Time
 }
 
 // trajWriter writes records to the store in batches from one goroutine,
@@ -332,7 +397,7 @@ func (w *trajWriter) add(rows []trajRow) {
 	}
 }
 
-// trajBatch bounds one insert (SQLite allows 32766 variables; 5 per row).
+// trajBatch bounds one insert (SQLite allows 32766 variables; 9 per row).
 const trajBatch = 1000
 
 func (w *trajWriter) run() {
@@ -372,7 +437,8 @@ func (w *trajWriter) flush() {
 		bulk := make([]*ent.TrajectoryRecordCreate, len(rows))
 		for i, r := range rows {
 			bulk[i] = client.TrajectoryRecord.Create().SetOwner(r.owner).SetHandle(r.handle).
-				SetSeq(r.seq).SetData(r.data).SetCreatedAt(r.at).SetTenant(r.tenant)
+				SetSeq(r.seq).SetData(r.data).SetCreatedAt(r.at).SetTenant(r.tenant).
+				SetRoot(r.root).SetForkGroup(r.group).SetParentOwner(r.parentOwner)
 		}
 		if err := client.TrajectoryRecord.CreateBulk(bulk...).Exec(ctx); err != nil {
 			w.p.log.Error("trajectory: writing records failed; they are lost", "records", len(rows), "err", err)

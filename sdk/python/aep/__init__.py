@@ -10,15 +10,18 @@ Message models (generated from gen/contract/aep.schema.json) are in
 
 from . import _models as models
 from ._models import AgentMessage, ErrorCode, EventMessage, HostMessage
-from .client import AsyncClient, Call, Client, Forks, Move, SyncCall
+from ._common import BatchArrays, Forks, Move
+from .client import AsyncClient, Call, Client, SyncCall
 from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, PointGap, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
-from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport
+from .trajectories import TrajectoryExport, export_line
+from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AEPError", "AgentMessage", "AsyncClient", "Call", "Client", "ConnectionClosed", "ErrorCode",
-    "EventMessage", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "PointGap", "ProtocolError",
-    "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
+    "AEPError", "AgentMessage", "AsyncClient", "BatchArrays", "Call", "Client", "ConnectionClosed", "ErrorCode",
+    "EventMessage", "ExchangeTransport", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "PointGap", "ProtocolError",
+    "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "TrajectoryExport", "Transport", "WebSocketTransport",
+    "export_line", "models",
 ]

@@ -767,8 +767,11 @@ class AsyncMethods:
         self,
         *,
         after: Optional[int] = None,
+        descendants: Optional[bool] = None,
         format: Optional[Literal["jsonl", "chat"]] = None,
+        group: Optional[str] = None,
         limit: Optional[int] = None,
+        prefix: Optional[Literal["repeat", "once", "none"]] = None,
         session_ids: Optional[list[str]] = None,
         traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
@@ -782,7 +785,7 @@ class AsyncMethods:
         session id is a bearer secret, so holding one proves the session was
         the sender's), oldest first, a page at a time.
         """
-        return await self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "format": format, "limit": limit, "session_ids": session_ids, "traceparent": traceparent}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "descendants": descendants, "format": format, "group": group, "limit": limit, "prefix": prefix, "session_ids": session_ids, "traceparent": traceparent}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
 
     async def shutdown(
         self,
@@ -1736,8 +1739,11 @@ class SyncMethods:
         self,
         *,
         after: Optional[int] = None,
+        descendants: Optional[bool] = None,
         format: Optional[Literal["jsonl", "chat"]] = None,
+        group: Optional[str] = None,
         limit: Optional[int] = None,
+        prefix: Optional[Literal["repeat", "once", "none"]] = None,
         session_ids: Optional[list[str]] = None,
         traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
@@ -1751,7 +1757,7 @@ class SyncMethods:
         session id is a bearer secret, so holding one proves the session was
         the sender's), oldest first, a page at a time.
         """
-        return self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "format": format, "limit": limit, "session_ids": session_ids, "traceparent": traceparent}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
+        return self._request(m.SessionTrajectoryExportReqMessage, {}, {"after": after, "descendants": descendants, "format": format, "group": group, "limit": limit, "prefix": prefix, "session_ids": session_ids, "traceparent": traceparent}, m.SessionTrajectoryExportRespMessage, call_timeout, on_event)
 
     def shutdown(
         self,

@@ -167,14 +167,15 @@ class ChainDefineRespMessage(Model):
     name: str
     #: Number of nodes.
     nodes: int
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -364,14 +365,15 @@ class ChainRunRespMessage(Model):
     #: Output of every node that ran, by id: an action's reply body, a
     #: branch's boolean, a map's array, a gather's object, a reduce's acc.
     outputs: dict[str, Any]
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -525,14 +527,15 @@ class EnvCloseRespMessage(Model):
     episode_id: str
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -625,14 +628,15 @@ class EnvDataAddRespMessage(Model):
     added: list[DataFile]
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -739,14 +743,15 @@ class EnvDataGetRespMessage(Model):
     files: list[DataFile]
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -832,14 +837,15 @@ class EnvDataResetRespMessage(Model):
     type: Literal["env/data/reset/resp"] = "env/data/reset/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -940,14 +946,15 @@ class EnvListRespMessage(Model):
     envs: list[EnvInfo]
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1005,14 +1012,15 @@ class EnvObserveRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     observation: Any
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1071,14 +1079,15 @@ class EnvRenderRespMessage(Model):
     episode_id: str
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1150,14 +1159,15 @@ class EnvResetRespMessage(Model):
     #: (as Gymnasium's reset and step always return one).
     info: dict[str, Any]
     observation: Any
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1217,14 +1227,15 @@ class EnvSpacesRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     observation_space: Any
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1288,14 +1299,15 @@ class EnvStepBatchRespMessage(Model):
     type: Literal["env/step_batch/resp"] = "env/step_batch/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1359,14 +1371,15 @@ class EnvStepRespMessage(Model):
     #: (as Gymnasium's reset and step always return one).
     info: dict[str, Any]
     observation: Any
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1424,14 +1437,15 @@ class ErrorMessage(Model):
     #: Human-readable text; never a stack trace or a secret
     #: (docs/DECISIONS.md, Wire).
     message: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1569,14 +1583,15 @@ class HandshakeRespMessage(Model):
     #: False means the session is invalid and the client cannot proceed (spec
     #: §2.4).
     ok: bool
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1647,14 +1662,15 @@ class LearnAdaptRespMessage(Model):
     feedbacks: int
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1742,14 +1758,15 @@ class LearnExperienceRespMessage(Model):
     batch_id: str
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1825,14 +1842,15 @@ class LearnExportRespMessage(Model):
     #: With to_file: the file written, relative to the plugin's data
     #: directory.
     path: Optional[str] = None
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1893,14 +1911,15 @@ class LearnFeedbackRespMessage(Model):
     ids: list[int]
     #: How many feedbacks' correlation_id matched an audited call.
     linked: int
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -1971,14 +1990,15 @@ class LearnRankRespMessage(Model):
     context: str
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2037,14 +2057,15 @@ class LearnStatsRespMessage(Model):
     components: list[ComponentStats]
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2206,14 +2227,15 @@ class McpPromptGetRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     messages: list[MCPPromptMessage]
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2271,14 +2293,15 @@ class McpPromptListRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     next_cursor: Optional[str] = None
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2339,14 +2362,15 @@ class McpResourceListRespMessage(Model):
     id: str
     #: Present when more follow.
     next_cursor: Optional[str] = None
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2405,14 +2429,15 @@ class McpResourceReadRespMessage(Model):
     contents: list[MCPResourceContents]
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2469,14 +2494,15 @@ class McpServerListRespMessage(Model):
     type: Literal["mcp/server/list/resp"] = "mcp/server/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2552,14 +2578,15 @@ class McpServerRegisterRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     ok: bool
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2618,14 +2645,15 @@ class McpServerUnregisterRespMessage(Model):
     id: str
     #: False when the session registered no server of this id.
     ok: bool
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2749,14 +2777,15 @@ class MemoryForgetRespMessage(Model):
     deleted: int
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2837,14 +2866,15 @@ class MemoryInitRespMessage(Model):
     id: str
     memory_id: str
     namespace: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2917,14 +2947,15 @@ class MemoryRecallRespMessage(Model):
     hits: list[MemoryHit]
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -2984,14 +3015,15 @@ class MemoryRetrieveRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     missing: list[str]
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3046,14 +3078,15 @@ class MemoryStatsRespMessage(Model):
     id: str
     memory_id: str
     namespace: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3115,14 +3148,15 @@ class MemoryStoreRespMessage(Model):
     evicted: Optional[int] = None
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3214,14 +3248,15 @@ class PongMessage(Model):
     type: Literal["pong"] = "pong"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3307,14 +3342,15 @@ class ProcKillRespMessage(Model):
     type: Literal["proc/kill/resp"] = "proc/kill/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3371,14 +3407,15 @@ class ProcListRespMessage(Model):
     type: Literal["proc/list/resp"] = "proc/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3447,14 +3484,15 @@ class ProcReadRespMessage(Model):
     type: Literal["proc/read/resp"] = "proc/read/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3552,14 +3590,15 @@ class ProcSignalRespMessage(Model):
     type: Literal["proc/signal/resp"] = "proc/signal/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3631,14 +3670,15 @@ class ProcSpawnRespMessage(Model):
     dropped_env: Optional[list[str]] = None
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3692,14 +3732,15 @@ class ProcStatusRespMessage(Model):
     type: Literal["proc/status/resp"] = "proc/status/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3778,14 +3819,15 @@ class ProcWaitRespMessage(Model):
     type: Literal["proc/wait/resp"] = "proc/wait/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3848,14 +3890,15 @@ class ProcWriteRespMessage(Model):
     closed: Optional[bool] = None
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -3986,6 +4029,12 @@ class SessionForkRespMessage(Model):
     #: was taken (or the snapshot's, with `snapshot_id`). Each fork's session
     #: starts with it, which its handshake/resp also carries.
     from_point: Optional[int] = None
+    #: The forks' sibling group, new for each session/fork/req: every record
+    #: of a fork's recorded trajectory carries it
+    #: (schemas/records/trajectory.json `group`), and
+    #: session/trajectory/export `group` exports the group's episodes. Absent
+    #: from hosts older than lineage.
+    group: Optional[str] = None
     #: Seconds within which each fork must handshake, or it is closed
     #: (server.limits.handshake_timeout).
     handshake_timeout: float
@@ -3994,14 +4043,15 @@ class SessionForkRespMessage(Model):
     #: What of the sender's state the forks do not carry as it runs in the
     #: sender: the same for every fork.
     not_forked: list[NotForked]
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -4074,14 +4124,15 @@ class SessionInfoRespMessage(Model):
     #: The public handle of the session that spawned this subagent's session
     #: (never its transport id).
     parent_handle: Optional[str] = None
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -4170,14 +4221,15 @@ class SessionRestoreRespMessage(Model):
     gap: Optional[PointGap] = None
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -4240,14 +4292,15 @@ class SessionSnapshotDeleteRespMessage(Model):
     deleted: bool
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -4312,14 +4365,15 @@ class SessionSnapshotListRespMessage(Model):
     type: Literal["session/snapshot/list/resp"] = "session/snapshot/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -4386,14 +4440,15 @@ class SessionSnapshotRespMessage(Model):
     files: Optional[SnapshotFiles] = None
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -4417,23 +4472,44 @@ class SessionTrajectoryExportReqMessage(Model):
     schemas/records/trajectory.json describes) of this session and of the
     earlier sessions whose ids it presents in `session_ids` (a session id is
     a bearer secret, so holding one proves the session was the sender's),
-    oldest first, a page at a time.
+    oldest first, a page at a time. A fork's export is its whole episode:
+    its ancestors' records before each fork point (the prefix), then its
+    own. Lineage is the authorization: a session may also export its
+    descendants (`descendants`, `group`), never another tenant's.
     """
 
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/trajectory/export/req"] = "session/trajectory/export/req"
     #: Export records after this cursor (the `next` of the previous page); 0:
-    #: from the start.
+    #: from the start. For whole episodes the cursor counts the episodes
+    #: given.
     after: int = 0
+    #: Export also every recorded descendant of the exported sessions (their
+    #: forks, the forks' forks…), one episode each.
+    descendants: bool = False
     #: jsonl: the records themselves; chat: each session's records of the
     #: page converted to one chat sample (messages with tool calls, as TRL
     #: and verl read multi-turn rollouts).
     format: Literal["jsonl", "chat"] = "jsonl"
+    #: Export the episodes of this sibling group (session/fork/resp `group`)
+    #: instead: one per fork, each complete. Only a session the group
+    #: descends from (its parent, or an ancestor of it) gets them; for any
+    #: other, or a made-up id, the export is empty.
+    group: Optional[str] = None
     #: Unique id of the message (spec §2.1).
     id: str
-    #: At most this many records per page.
+    #: At most this many records per page; a page of whole episodes (a
+    #: fork's, a group's, descendants') ends at the first episode past it, so
+    #: holds one episode at least.
     limit: int = 1000
+    #: How a fork's prefix (its ancestors' records before its fork point) is
+    #: exported: repeat, in every episode (each jsonl line then names its
+    #: `episode`; each chat sample holds the prefix's messages first); once,
+    #: each record once over the whole export (a chat sample then holds its
+    #: own messages, after a sample of the prefix); none, not at all (each
+    #: session's own records, the format before lineage).
+    prefix: Literal["repeat", "once", "none"] = "repeat"
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4471,19 +4547,28 @@ class SessionTrajectoryExportRespMessage(Model):
     lines: list[dict[str, Any]]
     #: The cursor of the next page; absent on the last page.
     next: Optional[int] = None
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
     #: out.
     point: Optional[int] = None
+    #: Present when an exported episode has a prefix: complete, or missing
+    #: when the prefix of one or more was never recorded (a parent that did
+    #: not record, a fork from a snapshot) or is no longer kept;
+    #: `prefix_missing` names them. Their episodes are exported all the same,
+    #: each marked `prefix: missing`.
+    prefix: Optional[Literal["complete", "missing"]] = None
+    #: The handles of the exported episodes whose prefix is missing.
+    prefix_missing: Optional[list[str]] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4580,14 +4665,15 @@ class SkillCallRespMessage(Model):
     type: Literal["skill/call/resp"] = "skill/call/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -4670,14 +4756,15 @@ class SkillDiscoverRespMessage(Model):
     type: Literal["skill/discover/resp"] = "skill/discover/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -4784,14 +4871,15 @@ class SkillGetRespMessage(Model):
     type: Literal["skill/get/resp"] = "skill/get/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -4871,14 +4959,15 @@ class SkillRegisterRespMessage(Model):
     type: Literal["skill/register/resp"] = "skill/register/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -5032,14 +5121,15 @@ class SubagentListRespMessage(Model):
     type: Literal["subagent/list/resp"] = "subagent/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -5161,14 +5251,15 @@ class SubagentSpawnRespMessage(Model):
     handshake_timeout: float
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -5234,14 +5325,15 @@ class SubagentStatusRespMessage(Model):
     children: Optional[list[str]] = None
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -5301,14 +5393,15 @@ class SubagentTerminateRespMessage(Model):
     type: Literal["subagent/terminate/resp"] = "subagent/terminate/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -5379,14 +5472,15 @@ class ToolCallRespMessage(Model):
     type: Literal["tool/call/resp"] = "tool/call/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -5524,14 +5618,15 @@ class ToolListRespMessage(Model):
     id: str
     #: Present when more tools follow; pass it as cursor.
     next_cursor: Optional[str] = None
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -5638,14 +5733,15 @@ class ToolkitConfigureRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     message: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it
@@ -5759,14 +5855,15 @@ class ToolkitListRespMessage(Model):
     type: Literal["toolkit/list/resp"] = "toolkit/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
-    #: On replies (not events): the session's point after this reply
-    #: (docs/DECISIONS.md, Points). A session's point counts the
-    #: state-changing requests it answered: a reply to one whose type changes
-    #: the session's state (the asyncapi operation's `changes-state` tag)
-    #: takes the next point, any other reply carries the current one. A
-    #: snapshot records the point it covers, and a restore sets the session's
-    #: point to its snapshot's, which session/restore/resp and
-    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
     #: passes it as `last_point` when it restores or moves
     #: (session/restore/req): a host never resumes it from an earlier point
     #: without saying what was lost. Hosts that do not keep points leave it

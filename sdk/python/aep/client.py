@@ -10,70 +10,36 @@ reply (spec §6). An ``error`` reply raises ProtocolError.
 With ``move=True`` a client survives the loss of its session (its host
 drained or died; docs/deploy.md): it opens a new session through the same
 URL, handshakes as before and restores the old session's newest snapshot
-(``session/restore/req {from_session, last_point}``); requests in flight at
-the loss fail with RequestInterrupted and are not resent. A lost session
-that left no snapshot ends the client with MoveFailed (NoSnapshot) unless
-``fresh=True`` lets it carry on in the new, empty session; one whose
-newest snapshot covers less than the client saw acknowledged (its
-``point``, docs/DECISIONS.md, Points) ends it with MoveFailed (PointGap)
-unless ``accept_gap=True``: never a silent rollback.
+(``session/restore/req {from_session}``); requests in flight at the loss
+fail with RequestInterrupted and are not resent. A lost session that left
+no snapshot ends the client with MoveFailed (NoSnapshot) unless
+``fresh=True`` lets it carry on in the new, empty session.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import itertools
+import logging
 import os
 import subprocess
-import threading
 import time
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
 from pydantic import ValidationError
 
-from . import _models as m
-from ._methods import AsyncMethods, EventCallback, SyncMethods
+from . import _codec, _models as m
+from ._common import MAX_RESENDS, OPEN_BACKOFF as _OPEN_BACKOFF, SNAPSHOT_POLL as _SNAPSHOT_POLL, BatchArrays, Forks, Move
+from ._common import MoveCallback, Refused as _Refused, note_point as _note_point, reason as _reason, wait_hint as _wait_hint
+from ._methods import AsyncMethods, EventCallback
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, PointGap, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
-from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
+from .transports import (ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport,
+                         default_argv)
+from .trajectories import TrajectoryExport, _Pages
 
-# A request refused unread (e.g. 404 or 503 to POST /send, or a
-# ``shutting_down`` reply) is sent again in the next session, this often.
-MAX_RESENDS = 3
-# Back-off between tries to open a new session while moving.
-_OPEN_BACKOFF = (0.05, 1.0)
-# How often a move asks again for a snapshot the store does not have yet.
-_SNAPSHOT_POLL = 0.2
-
-
-class _Refused(Exception):
-    """Internal: the request was refused unread by a session that is lost;
-    it can go to the next session."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-def _wait_hint(cause: BaseException) -> float:
-    """How long a draining host said its snapshot of the session may take
-    (``shutting_down``'s ``detail.snapshot_wait``, seconds); 0 when it said
-    nothing."""
-    err = cause.cause if isinstance(cause, _Refused) else cause
-    d = getattr(err, "detail", None)
-    if _reason(err) != "shutting_down" or not isinstance(d, dict):
-        return 0.0
-    w = d.get("snapshot_wait")
-    return float(w) if isinstance(w, (int, float)) and 0 < w <= 3600 else 0.0
-
-
-def _reason(err: BaseException) -> Optional[str]:
-    d = getattr(err, "detail", None)
-    r = d.get("reason") if isinstance(d, dict) else None
-    return r if isinstance(r, str) else None
+_log = logging.getLogger("aep")
 
 
 # Set by AsyncClient.start so that _request can tell the Call its req_id.
@@ -89,42 +55,6 @@ class _Pending:
         self.on_event = on_event
         self.reply = reply
         self.gen = gen  # which of the client's sessions the request was sent on
-
-
-@dataclass(frozen=True)
-class Move:
-    """A move of a client made with ``move=True`` from a lost session to a
-    new one, passed to ``on_move`` and kept in ``moves``.
-
-    ``snapshot_id`` and ``restored`` (the plugins whose state came back)
-    name what the new session restored: the newest snapshot of
-    ``from_session``. When that session left no snapshot (the host answered
-    ``unknown_snapshot`` for ``snapshot_wait`` seconds) the move fails with
-    ``error`` a NoSnapshot, unless the client was made with ``fresh=True``:
-    then ``fresh`` is True, the new session carries on empty, and the state
-    of the lost one is gone. ``cause`` is how the old session was lost;
-    ``error`` is why the move failed (the client has then ended with
-    MoveFailed), None when it succeeded. Session ids are bearer secrets: do
-    not log them."""
-
-    from_session: str
-    session_id: Optional[str]
-    snapshot_id: Optional[str]
-    restored: tuple[str, ...]
-    fresh: bool
-    cause: BaseException
-    error: Optional[BaseException]
-    took: float
-    #: The client's last seen point in the lost session, which the restore
-    #: had to cover; ``point`` is the point the new session resumed from
-    #: (the snapshot's). ``gap``, set only with ``accept_gap=True``, is what
-    #: was lost: the host's PointGap (``point``, ``last_point``, ``lost``).
-    last_point: int = 0
-    point: int = 0
-    gap: Optional[m.PointGap] = None
-
-
-MoveCallback = Callable[[Move], Any]
 
 
 class Call:
@@ -200,6 +130,8 @@ class AsyncClient(AsyncMethods):
         self._reader: Optional["asyncio.Task[None]"] = None
         self._closed: Optional[BaseException] = None
         self._connect_kw: dict[str, Any] = {}
+        self._raw = 0  # requests in flight that want their reply as a dict
+        self._shut = False  # this client sent `shutdown`: the session is ending
 
     # --- opening and closing
 
@@ -246,7 +178,7 @@ class AsyncClient(AsyncMethods):
                              f"not {type(transport).__name__}")
         c = cls(transport, on_event=on_event)
         await transport.open()
-        c._reader = asyncio.get_running_loop().create_task(c._read_loop(transport, 0))
+        c._start_reading(transport, 0)
         try:
             reply = await c.handshake(agent_caps=list(caps), agent_id=agent_id, auth_token=token,
                                       record_trajectory=record_trajectory, call_timeout=timeout)
@@ -292,9 +224,16 @@ class AsyncClient(AsyncMethods):
 
     @classmethod
     async def websocket(cls, url: str, *, session_id: Optional[str] = None, **kw: Any) -> "AsyncClient":
-        """WebSocket to a host's ``/ws`` (``ws://127.0.0.1:8765/ws``); needs
-        the websockets package."""
+        """WebSocket to a host's ``/ws`` (``ws://127.0.0.1:8765/ws``): the
+        fastest transport over a network (docs/PERFORMANCE.md)."""
         return await cls.connect(WebSocketTransport(url, session_id=session_id), **kw)
+
+    @classmethod
+    async def exchange(cls, base_url: str, *, session_id: Optional[str] = None, **kw: Any) -> "AsyncClient":
+        """The single exchange to a host at base_url: each request one
+        ``POST /send`` answered with its reply (docs/transports.md), nothing
+        held open between requests."""
+        return await cls.connect(ExchangeTransport(base_url, session_id=session_id), **kw)
 
     @property
     def session_id(self) -> Optional[str]:
@@ -305,14 +244,15 @@ class AsyncClient(AsyncMethods):
         """Sends ``shutdown`` (the host answers what is in flight, then ends
         the session), waits for the in-flight replies up to timeout, and
         closes the transport."""
-        if shutdown and self._closed is None and self._lost is None:
+        if shutdown and self._closed is None and self._lost is None and not self._shut:
             try:
                 await self.shutdown()
-                pending = [p.future for p in self._pending.values()]
-                if pending:
-                    await asyncio.wait(pending, timeout=timeout)
             except ConnectionClosed:
                 pass
+        if shutdown and self._shut and self._closed is None:
+            pending = [p.future for p in self._pending.values()]
+            if pending:  # what is in flight gets its reply first
+                await asyncio.wait(pending, timeout=timeout)
         if self._closed is None:
             self._closed = ConnectionClosed("client closed")
         mt = self._move_task
@@ -354,6 +294,22 @@ class AsyncClient(AsyncMethods):
             raise
         return out
 
+    async def export_trajectories(self, out: Optional[Any] = None, **req: Any) -> TrajectoryExport:
+        """Exports recorded trajectories (``session/trajectory/export``,
+        docs/trajectories.md), every page from ``after``: this session's,
+        a fork's whole episode, a fork group's episodes (``group=``) or a
+        session's descendants (``descendants=True``), with the prefix
+        repeated, once or not at all (``prefix=``), as records or chat
+        samples (``format=``). The lines are the bytes the host's
+        ``aep export trajectories`` and the Go client write; ``out`` (a
+        text file) gets them too."""
+        pages = _Pages()
+        while True:
+            after = pages.add(await self.session_trajectory_export(**req))
+            if after is None:
+                return pages.result(out)
+            req["after"] = after
+
     async def __aenter__(self) -> "AsyncClient":
         return self
 
@@ -366,6 +322,8 @@ class AsyncClient(AsyncMethods):
         return f"{self._prefix}-{next(self._ids)}"
 
     def _build(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any]) -> m.Model:
+        """The message as a validated model (requests themselves are written
+        without one: _codec.encode_message)."""
         fields = model.model_fields
         body = dict(required)
         for k, v in optional.items():
@@ -390,11 +348,24 @@ class AsyncClient(AsyncMethods):
             raise SessionLost(f"session {self.session_id} was lost: {self._lost}")
         if model is m.CancelMessage:
             self._cancel_sent.add(required["req_id"])
-        await self.transport.send(self._encode(self._build(model, required, optional)))
+        await self.transport.send(_codec.encode_message(model, self._new_id(), required, optional))
+        if model is m.ShutdownMessage:
+            # The session ends: what is in flight gets its reply, and a new
+            # request would only be refused (or, with move, moved).
+            self._shut = True
 
-    async def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
-                       reply: type[m.Model], call_timeout: Optional[float],
-                       on_event: Optional[EventCallback]) -> Any:
+    def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
+                 reply: type[m.Model], call_timeout: Optional[float],
+                 on_event: Optional[EventCallback]) -> Awaitable[Any]:
+        if not self.move and self._closed is None and not self._shut:
+            # Nothing to wait for or resend: the request itself, with no
+            # coroutine around it.
+            return self._send_request(model, required, optional, reply, call_timeout, on_event, may_move=True)
+        return self._request_moving(model, required, optional, reply, call_timeout, on_event)
+
+    async def _request_moving(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
+                              reply: type[m.Model], call_timeout: Optional[float],
+                              on_event: Optional[EventCallback]) -> Any:
         for attempt in itertools.count():
             mt = self._move_task
             if mt is not None and not mt.done():
@@ -407,6 +378,8 @@ class AsyncClient(AsyncMethods):
                 if isinstance(self._closed, SessionTerminated):
                     raise SessionTerminated(str(self._closed))
                 raise ConnectionClosed(str(self._closed))
+            if self._shut:
+                raise ConnectionClosed("the session is shutting down: this client sent shutdown")
             try:
                 return await self._send_request(model, required, optional, reply, call_timeout, on_event,
                                                 may_move=True)
@@ -416,7 +389,7 @@ class AsyncClient(AsyncMethods):
         raise AssertionError("unreachable")
 
     def _movable(self) -> bool:
-        return self.move and self._closed is None and self.handshake_reply is not None
+        return self.move and self._closed is None and not self._shut and self.handshake_reply is not None
 
     async def _send_request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
                             reply: type[m.Model], call_timeout: Optional[float],
@@ -425,15 +398,35 @@ class AsyncClient(AsyncMethods):
         reply. With move, a session lost on the way raises
         RequestInterrupted, or _Refused when the request provably did not
         run and may_move allows sending it again."""
-        msg = self._build(model, required, optional)
-        rid: str = msg.id  # type: ignore[attr-defined]
+        rid = self._new_id()
+        line = _codec.encode_message(model, rid, required, optional)
         fut: "asyncio.Future[Any]" = asyncio.get_running_loop().create_future()
         gen = self._gen
         self._pending[rid] = _Pending(fut, on_event, reply, gen)
         call = _current_call.get()
         try:
             try:
-                await self.transport.send(self._encode(msg))
+                t = self.transport
+                if isinstance(t, ExchangeTransport):
+                    # The exchange's POST carries the reply: it is the wait.
+                    if call is not None:
+                        call.req_id = rid
+                        call._sent.set()
+                    send = t.send(line, events=on_event is not None or self.on_event is not None
+                                  or bool(self._subscribers))
+                    if call_timeout is None:
+                        await send
+                    else:
+                        try:
+                            await asyncio.wait_for(send, call_timeout)
+                        except asyncio.TimeoutError:
+                            # The POST was dropped, which cancels the request on the host.
+                            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                                return fut.result()
+                            fut.cancel()
+                            raise RequestTimeout(rid, call_timeout) from None
+                else:
+                    await t.send(line)
             except SessionTerminated as e:
                 _settled(fut)
                 if self._closed is None:
@@ -490,6 +483,21 @@ class AsyncClient(AsyncMethods):
             except (ConnectionClosed, asyncio.CancelledError):
                 pass
 
+    async def env_step_arrays(self, episode_ids: Sequence[str], actions: Any, *,
+                              autoreset_mode: Optional[str] = None, traceparent: Optional[str] = None,
+                              call_timeout: Optional[float] = None) -> BatchArrays:
+        """``env/step_batch/req`` with the reply as arrays; see
+        Client.env_step_arrays."""
+        self._raw += 1
+        try:
+            d = await self._request(m.EnvStepBatchReqMessage,
+                                    {"actions": actions, "episode_ids": list(episode_ids)},
+                                    {"autoreset_mode": autoreset_mode, "traceparent": traceparent},
+                                    _codec.Raw(m.EnvStepBatchRespMessage), call_timeout, None)  # type: ignore[arg-type]
+        finally:
+            self._raw -= 1
+        return BatchArrays.from_reply(d)
+
     def start(self, method: str, *args: Any, **kwargs: Any) -> Call:
         """Starts the typed request ``method`` (e.g. ``"tool_call"``) and
         returns its Call at once: ``await call`` for the reply,
@@ -521,6 +529,17 @@ class AsyncClient(AsyncMethods):
 
     # --- the reader
 
+    def _start_reading(self, transport: Transport, gen: int) -> None:
+        """Dispatches what transport receives: handed over as it arrives by
+        a transport that can (WebSocketTransport.listen), else read by a
+        task of the client's."""
+        listen = getattr(transport, "listen", None)
+        if callable(listen):
+            self._reader = None
+            listen(self._dispatch, lambda e: self._transport_ended(gen, e))
+        else:
+            self._reader = asyncio.get_running_loop().create_task(self._read_loop(transport, gen))
+
     async def _read_loop(self, transport: Transport, gen: int) -> None:
         try:
             while True:
@@ -529,18 +548,23 @@ class AsyncClient(AsyncMethods):
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # noqa: BLE001 - every waiter learns why
-            if isinstance(e, SessionTerminated):
-                # Ended on purpose by the operator: never moved.
-                if self._closed is None:
-                    self._closed = e
-                self._fail_all(self._closed)
-                return
-            if self.move and self._closed is None and self.handshake_reply is not None:
-                self._session_lost(gen, e)
-                return
+            self._transport_ended(gen, e)
+
+    def _transport_ended(self, gen: int, e: BaseException) -> None:
+        if gen != self._gen:
+            return  # an older session's end, already handled
+        if isinstance(e, SessionTerminated):
+            # Ended on purpose by the operator: never moved.
             if self._closed is None:
-                self._closed = e if isinstance(e, ConnectionClosed) else ConnectionClosed(str(e))
+                self._closed = e
             self._fail_all(self._closed)
+            return
+        if self._movable():
+            self._session_lost(gen, e)
+            return
+        if self._closed is None:
+            self._closed = e if isinstance(e, ConnectionClosed) else ConnectionClosed(str(e))
+        self._fail_all(self._closed)
 
     # --- moving (move=True)
 
@@ -611,8 +635,7 @@ class AsyncClient(AsyncMethods):
         try:
             self._call_back(self.on_move, mv)
         except Exception:  # noqa: BLE001 - a callback's failure is not the move's
-            import logging
-            logging.getLogger("aep").exception("on_move callback failed")
+            _log.exception("on_move callback failed")
 
     async def _drop_transport(self) -> None:
         if self._reader is not None:
@@ -635,7 +658,7 @@ class AsyncClient(AsyncMethods):
             self.transport = t
             try:
                 await asyncio.wait_for(t.open(), max(0.1, deadline - time.monotonic()))
-                self._reader = asyncio.get_running_loop().create_task(self._read_loop(t, gen))
+                self._start_reading(t, gen)
                 reply = await self._send_request(
                     m.HandshakeReqMessage,
                     {"agent_id": kw["agent_id"], "agent_caps": kw["caps"], "auth_token": kw["token"]},
@@ -709,8 +732,10 @@ class AsyncClient(AsyncMethods):
             q.put_nowait(err)
 
     def _dispatch(self, line: str) -> None:
+        if self._raw and self._dispatch_raw(line):
+            return
         try:
-            msg = m.HOST_MESSAGE.validate_json(line)
+            msg = _codec.decode(line)
         except ValidationError as e:
             self._undecodable(line, e)
             return
@@ -725,12 +750,9 @@ class AsyncClient(AsyncMethods):
             for q in self._subscribers:
                 q.put_nowait(msg)
             return
-        pt = getattr(msg, "point", None)
-        if isinstance(pt, int) and p is not None and p.gen == self._gen and self._lost is None:
-            # The current session's point (docs/DECISIONS.md, Points): the
-            # highest its replies carried; a restore resumes from its own.
-            if t == "session/restore/resp" or pt > self.point:
-                self.point = pt
+        if p is not None and p.gen == self._gen and self._lost is None:
+            # The current session's point (docs/DECISIONS.md, Points).
+            self.point = _note_point(self.point, t, getattr(msg, "point", None))
         if p is None or p.future.done():
             return  # the reply of a request given up on (cancelled, timed out)
         if t == "error":
@@ -754,12 +776,33 @@ class AsyncClient(AsyncMethods):
                 self._session_lost(p.gen, err)
                 return
             p.future.set_exception(err)
+        elif isinstance(p.reply, _codec.Raw):
+            if isinstance(msg, p.reply.model):
+                p.future.set_result(msg.model_dump(mode="json"))
+            else:
+                p.future.set_exception(ProtocolError(
+                    "parse_error", f"reply of type {t}, expected {p.reply.type}", req_id=rid))
         elif isinstance(msg, p.reply):
             p.future.set_result(msg)
         else:
             p.future.set_exception(ProtocolError(
                 "parse_error", f"reply of type {t}, expected {p.reply.model_fields['type'].default}",
                 req_id=rid))
+
+    def _dispatch_raw(self, line: str) -> bool:
+        """Settles the request that wants line as a dict (_codec.Raw),
+        without a model; False when line is not such a reply."""
+        _, rid = _codec.peek(line)
+        p = self._pending.get(rid) if rid is not None else None
+        if p is None or p.future.done() or not isinstance(p.reply, _codec.Raw):
+            return False
+        d = _codec.raw_reply(line, p.reply, rid)  # type: ignore[arg-type]
+        if d is None:
+            return False
+        if p.gen == self._gen and self._lost is None:
+            self.point = _note_point(self.point, str(d.get("type", "")), d.get("point"))
+        p.future.set_result(d)
+        return True
 
     def _undecodable(self, line: str, err: ValidationError) -> None:
         # A reply the models do not know (a newer host's type) or that does
@@ -777,175 +820,16 @@ class AsyncClient(AsyncMethods):
 
     @staticmethod
     def _call_back(cb: Callable[[Any], Any], msg: Any) -> None:
-        r = cb(msg)
-        if asyncio.iscoroutine(r):
-            asyncio.get_running_loop().create_task(r)
-
-
-class Client(SyncMethods):
-    """The synchronous client: the same methods as AsyncClient, blocking.
-    An asyncio loop runs in a background thread; callbacks (``on_event``)
-    run on that thread, in order. ``with`` shuts the session down on exit.
-    """
-
-    def __init__(self, make: Callable[[], Awaitable[AsyncClient]]) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="aep-client", daemon=True)
-        self._thread.start()
         try:
-            self.aio: AsyncClient = self._run(make())
-        except BaseException:
-            self._stop_loop()
-            raise
-
-    def _run(self, coro: Awaitable[Any], timeout: Optional[float] = None) -> Any:
-        if self._loop.is_closed():
-            coro.close()  # type: ignore[attr-defined]
-            raise ConnectionClosed("client closed")
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
-        try:
-            return fut.result(timeout)
-        except BaseException:
-            fut.cancel()
-            raise
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
-
-    @classmethod
-    def connect(cls, transport: Transport, **kw: Any) -> "Client":
-        return cls(lambda: AsyncClient.connect(transport, **kw))
-
-    @classmethod
-    def stdio(cls, argv: Optional[Sequence[str]] = None, **kw: Any) -> "Client":
-        return cls(lambda: AsyncClient.stdio(argv, **kw))
-
-    @classmethod
-    def http(cls, base_url: str, **kw: Any) -> "Client":
-        return cls(lambda: AsyncClient.http(base_url, **kw))
-
-    @classmethod
-    def websocket(cls, url: str, **kw: Any) -> "Client":
-        return cls(lambda: AsyncClient.websocket(url, **kw))
-
-    @property
-    def session_id(self) -> Optional[str]:
-        return self.aio.session_id
-
-    @property
-    def handshake_reply(self) -> Optional[m.HandshakeRespMessage]:
-        return self.aio.handshake_reply
-
-    @property
-    def point(self) -> int:
-        """The highest point the current session's replies carried
-        (docs/DECISIONS.md, Points)."""
-        return self.aio.point
-
-    @property
-    def on_event(self) -> Optional[EventCallback]:
-        return self.aio.on_event
-
-    @on_event.setter
-    def on_event(self, cb: Optional[EventCallback]) -> None:
-        self.aio.on_event = cb
-
-    @property
-    def on_move(self) -> Optional[MoveCallback]:
-        """Called with a Move after each move (``move=True``), on the
-        client's background thread."""
-        return self.aio.on_move
-
-    @on_move.setter
-    def on_move(self, cb: Optional[MoveCallback]) -> None:
-        self.aio.on_move = cb
-
-    @property
-    def moves(self) -> list[Move]:
-        """The moves made so far, oldest first."""
-        return list(self.aio.moves)
-
-    def _request(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any],
-                 reply: type[m.Model], call_timeout: Optional[float],
-                 on_event: Optional[EventCallback]) -> Any:
-        return self._run(self.aio._request(model, required, optional, reply, call_timeout, on_event))
-
-    def _notify(self, model: type[m.Model], required: dict[str, Any], optional: dict[str, Any]) -> None:
-        self._run(self.aio._notify(model, required, optional))
-
-    def start(self, method: str, *args: Any, **kwargs: Any) -> "SyncCall":
-        """Starts a typed request without waiting: ``.result(timeout)`` gives
-        the reply, ``.cancel()`` cancels it on the wire (the result is then
-        ProtocolError with code ``cancelled``)."""
-        async def go() -> Call:
-            return self.aio.start(method, *args, **kwargs)
-        return SyncCall(self, self._run(go()))
-
-    def fork(self, count: int, *, snapshot_id: Optional[str] = None, **connect_kw: Any) -> "Forks[Client]":
-        """Forks this session ``count`` ways and connects a Client to each
-        fork; see AsyncClient.fork. Each fork's Client has its own
-        background loop, so forks can be driven from separate threads."""
-        reply = self.session_fork(count, snapshot_id=snapshot_id)
-        kw = {**self.aio._connect_kw, **connect_kw}
-        out: Forks[Client] = Forks(reply)
-        try:
-            for f in reply.forks:
-                out.append(Client.connect(self.aio.transport.attach(f.session_id), **kw))
-        except BaseException:
-            for c in out:
-                c.close()
-            raise
-        return out
-
-    def close(self, *, shutdown: bool = True) -> None:
-        """Shuts the session down (see AsyncClient.aclose) and stops the
-        background loop."""
-        if self._loop.is_closed():
-            return
-        try:
-            self._run(self.aio.aclose(shutdown=shutdown))
-        finally:
-            self._stop_loop()
-
-    def __enter__(self) -> "Client":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+            r = cb(msg)
+            if asyncio.iscoroutine(r):
+                asyncio.get_running_loop().create_task(r)
+        except Exception:  # noqa: BLE001 - a callback's failure is not the client's
+            _log.exception("aep: event callback failed")
 
 
-class SyncCall:
-    """A request started with Client.start."""
+# The synchronous client, on its own socket (_sync.py); imported here so that
+# aep.client holds both clients, as it always has.
+from ._sync import Client, SyncCall  # noqa: E402
 
-    def __init__(self, client: Client, call: Call) -> None:
-        self._client = client
-        self._call = call
-
-    @property
-    def req_id(self) -> Optional[str]:
-        return self._call.req_id
-
-    def result(self, timeout: Optional[float] = None) -> Any:
-        async def wait() -> Any:
-            return await self._call
-        try:
-            return self._client._run(wait(), timeout)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"no reply within {timeout}s") from None
-
-    def cancel(self) -> None:
-        self._client._run(self._call.cancel())
-
-
-T = TypeVar("T")
-
-
-class Forks(List[T]):
-    """The connected forks of a session, in the order of the host's reply;
-    ``reply`` is that ``session/fork/resp``."""
-
-    def __init__(self, reply: m.SessionForkRespMessage) -> None:
-        super().__init__()
-        self.reply = reply
+__all__ = ["AsyncClient", "Call", "Client", "Forks", "Move", "MoveCallback", "SyncCall"]

@@ -240,19 +240,19 @@ class AEPVectorEnv:
     def step(self, actions: Sequence[Any]) -> tuple[Any, Any, Any, Any, dict]:
         if any(e is None for e in self.episode_ids):
             raise RuntimeError("AEPVectorEnv.step before reset")
-        r = self.client.env_step_batch(episode_ids=list(self.episode_ids),  # type: ignore[arg-type]
-                                       actions=[_plain(a) for a in actions], autoreset_mode=self.autoreset_mode)
-        res = r.results
-        infos = [dict(s.info) for s in res]
-        for i, s in enumerate(res):
-            if s.reset:
+        # The reply as arrays (Client.env_step_arrays): no model per episode.
+        b = self.client.env_step_arrays(self.episode_ids,  # type: ignore[arg-type]
+                                        actions if hasattr(actions, "tolist") else list(actions),
+                                        autoreset_mode=self.autoreset_mode)
+        infos = b.infos
+        for i in range(len(infos)):
+            if b.reset[i]:
                 infos[i]["reset"] = True
-            if self.autoreset_mode == "same_step" and (s.final_observation is not None or s.final_info is not None):
-                infos[i]["final_obs"] = s.final_observation
-                infos[i]["final_info"] = s.final_info or {}
-        return ([s.observation for s in res], _batch([s.reward for s in res], "float64"),
-                _batch([s.terminated for s in res], "bool"), _batch([s.truncated for s in res], "bool"),
-                _gather(infos))
+            if self.autoreset_mode == "same_step" and (b.final_observations[i] is not None or
+                                                       b.final_infos[i] is not None):
+                infos[i]["final_obs"] = b.final_observations[i]
+                infos[i]["final_info"] = b.final_infos[i] or {}
+        return b.observations, b.rewards, b.terminated, b.truncated, _gather(infos)
 
     def close(self) -> None:
         for i, eid in enumerate(self.episode_ids):

@@ -1,11 +1,12 @@
 """Real aep hosts for the tests: the binary named by $AEP_BIN (.ci/run
 builds it), else one built here with `go build` from this checkout. An HTTP
-host (`aep serve --listen 127.0.0.1:<free port>`) serves HTTP+SSE and
-WebSocket; stdio clients spawn `aep serve --stdio` each.
+host (`aep serve --listen 127.0.0.1:<free port>`) serves HTTP+SSE, the
+single exchange and WebSocket; stdio clients spawn `aep serve --stdio` each.
 
-The WebSocket transport needs the websockets package: without it those
-tests are skipped, unless $AEP_REQUIRE_WEBSOCKETS=1 (CI), where its absence
-fails them.
+The SDK itself needs only the standard library and pydantic for every
+transport. The websockets package is what the benchmarks' floor and the
+tests' scripted WebSocket peers are measured against elsewhere; it is not
+needed here.
 """
 
 from __future__ import annotations
@@ -49,13 +50,9 @@ def binary() -> str:
 
 
 def have_websockets() -> bool:
-    try:
-        import websockets  # noqa: F401
-        return True
-    except ImportError:
-        if os.environ.get("AEP_REQUIRE_WEBSOCKETS") == "1":
-            raise
-        return False
+    """Always: the WebSocket transport is the SDK's own (aep/_ws.py). Kept
+    for the tests that asked."""
+    return True
 
 
 def _free_port() -> int:
@@ -165,12 +162,12 @@ def stdio_factory() -> StdioFactory:
     return _stdio
 
 
-TRANSPORTS = ["stdio", "http", "websocket"]
+TRANSPORTS = ["stdio", "http", "websocket", "exchange"]
 
 
 def skip_unless_transport(tc: unittest.TestCase, name: str) -> None:
-    if name == "websocket" and not have_websockets():
-        tc.skipTest("websockets is not installed (pip install 'aep[websocket]' or apt install python3-websockets)")
+    if name not in TRANSPORTS:
+        tc.skipTest(f"no transport {name!r}")
 
 
 def sync_client(name: str, caps: Optional[list[str]] = None, token: str = TOKEN, **kw: Any) -> aep.Client:
@@ -181,6 +178,8 @@ def sync_client(name: str, caps: Optional[list[str]] = None, token: str = TOKEN,
         return aep.Client.http(http_host().url, token=token, caps=caps, **kw)
     if name == "websocket":
         return aep.Client.websocket(http_host().ws_url, token=token, caps=caps, **kw)
+    if name == "exchange":
+        return aep.Client.exchange(http_host().url, token=token, caps=caps, **kw)
     raise ValueError(name)
 
 
@@ -192,6 +191,8 @@ async def async_client(name: str, caps: Optional[list[str]] = None, token: str =
         return await aep.AsyncClient.http(http_host().url, token=token, caps=caps, **kw)
     if name == "websocket":
         return await aep.AsyncClient.websocket(http_host().ws_url, token=token, caps=caps, **kw)
+    if name == "exchange":
+        return await aep.AsyncClient.exchange(http_host().url, token=token, caps=caps, **kw)
     raise ValueError(name)
 
 
@@ -207,8 +208,8 @@ class PerTransport:
 
 
 def per_transport(base: type, namespace: dict[str, Any]) -> None:
-    """Defines ``<Base>Stdio``, ``<Base>Http`` and ``<Base>Websocket`` in
-    namespace: one unittest class per transport."""
+    """Defines ``<Base>Stdio``, ``<Base>Http``, ``<Base>Websocket`` and
+    ``<Base>Exchange`` in namespace: one unittest class per transport."""
     for name in TRANSPORTS:
         cls_name = base.__name__ + name.capitalize()
         namespace[cls_name] = type(cls_name, (PerTransport, base, unittest.TestCase),

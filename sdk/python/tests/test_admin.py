@@ -3,16 +3,18 @@
 session is attached by its id with the token the host issued for it alone
 (no tenant secret) and says so in session/info; a terminated session's next
 request fails with reason terminated, and a client made with move=True
-ends instead of moving it (the Go twin is client/terminate_test.go)."""
+ends instead of moving it, with either client over HTTP+SSE, the single
+exchange and WebSocket (the Go twin is client/terminate_test.go)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import unittest
 import urllib.request
 
-from tests.hosts import TOKEN, HTTPHost, have_websockets
+from tests.hosts import TOKEN, HTTPHost
 
 import aep
 
@@ -47,11 +49,12 @@ class Admin(unittest.TestCase):
             return json.loads(r.read())
 
     def transports(self) -> list[str]:
-        return ["http", "websocket"] if have_websockets() else ["http"]
+        return ["http", "exchange", "websocket"]
 
     def connect(self, name: str, **kw: object) -> aep.Client:
-        url = self.host.url if name == "http" else self.host.ws_url
-        return (aep.Client.http if name == "http" else aep.Client.websocket)(url, **kw)  # type: ignore[arg-type]
+        if name == "websocket":
+            return aep.Client.websocket(self.host.ws_url, **kw)  # type: ignore[arg-type]
+        return (aep.Client.http if name == "http" else aep.Client.exchange)(self.host.url, **kw)  # type: ignore[arg-type]
 
     def test_operator_opened_session(self) -> None:
         for name in self.transports():
@@ -83,6 +86,31 @@ class Admin(unittest.TestCase):
                     with self.assertRaises(aep.SessionTerminated):
                         c.ping()
                     self.assertEqual(c.moves, [])
+
+    def test_terminated_session_is_not_moved_async(self) -> None:
+        async def one(name: str) -> None:
+            url = self.host.ws_url if name == "websocket" else self.host.url
+            opener = {"http": aep.AsyncClient.http, "exchange": aep.AsyncClient.exchange,
+                      "websocket": aep.AsyncClient.websocket}[name]
+            c = await opener(url, token=TOKEN, caps=["tools", "session"], move=True)
+            try:
+                handle = (await c.session_info()).handle
+                await asyncio.to_thread(self.admin, "POST", f"/admin/sessions/{handle}/snapshot")
+                await asyncio.to_thread(self.admin, "POST", f"/admin/sessions/{handle}/terminate")
+                with self.assertRaises((aep.ProtocolError, aep.SessionTerminated)) as first:
+                    await asyncio.wait_for(c.ping(), 10)
+                if isinstance(first.exception, aep.ProtocolError):
+                    self.assertEqual((first.exception.code, (first.exception.detail or {}).get("reason")),
+                                     ("runtime_error", "terminated"))
+                with self.assertRaises(aep.SessionTerminated):
+                    await asyncio.wait_for(c.ping(), 10)
+                self.assertEqual(c.moves, [])
+            finally:
+                await c.aclose()
+
+        for name in self.transports():
+            with self.subTest(transport=name):
+                asyncio.run(one(name))
 
 
 if __name__ == "__main__":

@@ -40,14 +40,14 @@ class WebSocketReattach(unittest.TestCase):
         self.assertTrue(r.result.success, r)
         self.assertEqual(r.result.data["stdout"], "done\n")
         self.assertEqual(c.session_id, sid)
-        self.assertGreaterEqual(c.aio.transport.reattached, 1)
+        self.assertGreaterEqual(c.transport.reattached, 1)
         # A drop between calls: the next call goes out on the new connection.
         self.fwd.sever()
         time.sleep(0.2)
         r = c.tool_call("run_command", arguments={"argv": ["echo", "again"]})
         self.assertEqual(r.result.data["stdout"], "again\n")
         self.assertEqual(c.session_id, sid)
-        self.assertGreaterEqual(c.aio.transport.reattached, 2)
+        self.assertGreaterEqual(c.transport.reattached, 2)
 
     def test_host_closing_is_not_reattached(self) -> None:
         c = self.client()
@@ -56,7 +56,7 @@ class WebSocketReattach(unittest.TestCase):
             for _ in range(50):
                 c.tool_call("run_command", arguments={"argv": ["true"]}, call_timeout=5)
                 time.sleep(0.05)
-        self.assertEqual(c.aio.transport.reattached, 0)
+        self.assertEqual(c.transport.reattached, 0)
 
 
 if __name__ == "__main__":

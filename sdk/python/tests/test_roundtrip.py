@@ -18,16 +18,16 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import time
 import unittest
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 from unittest import mock
 
 from tests import hosts
 from tests.hosts import TOKEN
 
 import aep
-from aep import models as m
-from aep.client import AsyncClient
+from aep import _codec, _syncio, models as m
 
 BUNDLE = os.path.join(hosts.ROOT, "gen", "contract", "aep.schema.json")
 
@@ -127,16 +127,24 @@ def _plain_dump(msg: m.Model) -> str:
     return json.dumps(msg.model_dump())
 
 
+def _plain_encode(model: type[m.Model], msg_id: str, required: dict[str, Any], optional: dict[str, Any]) -> str:
+    """The client's encoder replaced by a user's: the message's model built
+    from the method's arguments, then _plain_dump."""
+    body = {**required, **{k: v for k, v in optional.items() if v is not None}}
+    return _plain_dump(model(id=msg_id, ts=time.time(), **body))
+
+
 class TestRoundTripThroughTheHost(unittest.TestCase):
     def test_session(self) -> None:
         host = hosts.http_host()
-        transport = aep.HTTPTransport(host.url)
+        transport = _syncio.SSE(host.url)  # HTTP+SSE, as aep.Client runs it
         received: list[str] = []
         recv = transport.recv
 
-        async def recording_recv() -> str:
-            line = await recv()
-            received.append(line)
+        def recording_recv(timeout: Optional[float]) -> Optional[str]:
+            line = recv(timeout)
+            if line is not None:
+                received.append(line)
             return line
 
         transport.recv = recording_recv  # type: ignore[method-assign]
@@ -149,7 +157,7 @@ class TestRoundTripThroughTheHost(unittest.TestCase):
                 errors.append(e)
                 return None
 
-        with mock.patch.object(AsyncClient, "_encode", staticmethod(_plain_dump)):
+        with mock.patch.object(_codec, "encode_message", _plain_encode):
             with aep.Client.connect(transport, token=TOKEN, caps=["tools", "memory", "env", "chains", "learn", "proc",
                                                                   "skills", "subagents", "toolkits", "mcp"]) as c:
                 c.ping()

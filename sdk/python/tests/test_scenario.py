@@ -183,7 +183,35 @@ class Scenario:
             c.ping()
         if self.transport == "stdio":
             # shutdown ended the session, and with it `aep serve --stdio`.
-            self.assertEqual(c.aio.transport.proc.returncode, 0)
+            self.assertEqual(c.transport.proc.returncode, 0)
+
+    def test_shutdown_ends_new_requests(self) -> None:
+        """Once a client sent shutdown its session is ending: a new request
+        fails at once with ConnectionClosed, and a client made with
+        move=True does not move the session it ended itself."""
+        self: unittest.TestCase  # type: ignore[no-redef]
+        move = self.transport != "stdio"
+        with sync_client(self.transport, move=move) as c:
+            c.ping()
+            c.shutdown()
+            started = time.monotonic()
+            with self.assertRaises(aep.ConnectionClosed):
+                c.ping()
+            self.assertLess(time.monotonic() - started, 1.0)
+            self.assertEqual(c.moves, [])
+
+        async def run() -> None:
+            ac = await async_client(self.transport, move=move)
+            try:
+                await ac.ping()
+                await ac.shutdown()
+                with self.assertRaises(aep.ConnectionClosed):
+                    await asyncio.wait_for(ac.ping(), 5)
+                self.assertEqual(ac.moves, [])
+            finally:
+                await ac.aclose()
+
+        asyncio.run(run())
 
 
 per_transport(Scenario, globals())

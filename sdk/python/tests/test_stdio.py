@@ -32,7 +32,7 @@ class TestStdioToken(unittest.TestCase):
 
     def check_host(self, c: aep.Client) -> int:
         self.assertTrue(c.handshake_reply is not None and c.handshake_reply.ok)
-        pid = c.aio.transport.proc.pid  # type: ignore[attr-defined]
+        pid = c.transport.proc.pid  # type: ignore[attr-defined]
         self.assertNotIn(TOKEN.encode(), _proc_file(pid, "cmdline"), "the token is on the host's command line")
         tokens = [kv for kv in _proc_file(pid, "environ").split(b"\0") if kv.startswith(b"AEP_AUTH_TOKEN=")]
         self.assertEqual(tokens, [b"AEP_AUTH_TOKEN=" + TOKEN.encode()])

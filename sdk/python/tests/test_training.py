@@ -1,8 +1,8 @@
-"""A training loop of 10,000 steps of the guess environment over WebSocket
-and over HTTP+SSE, with a random policy: each guess is drawn at random from
-the interval the episode's hints leave open. It checks that the loop
-completes and solves episodes and reports steps/s for
-docs/PERFORMANCE.md (printed, and appended to $AEP_PERF_OUT when set);
+"""A training loop of 10,000 steps of the guess environment over WebSocket,
+over HTTP+SSE and over the single exchange, with a random policy: each
+guess is drawn at random from the interval the episode's hints leave open.
+It checks that the loop completes and solves episodes and reports steps/s
+for docs/PERFORMANCE.md (printed, and appended to $AEP_PERF_OUT when set);
 speed is never asserted."""
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ class TestTrainingLoop(unittest.TestCase):
 
     def test_http_sse(self) -> None:
         self.check("http")
+
+    def test_exchange(self) -> None:
+        self.check("exchange")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import {
   type RequestTypes,
 } from "./messages.gen.js";
 import { forkSession, type ForkHandshake, type ForkOptions, type Forks } from "./fork.js";
-import { openHttp, openWebSocket, spawnStdio, type HttpOptions, type StdioSpawnOptions, type Transport, type WebSocketOptions } from "./transports.js";
+import { exportTrajectories, type TrajectoryExport, type TrajectoryExportRequest } from "./trajectories.js";
+import { openExchange, openHttp, openWebSocket, spawnStdio, type ExchangeOptions, type HttpOptions, type StdioSpawnOptions, type Transport, type WebSocketOptions } from "./transports.js";
 
 /** Options of one request. */
 export interface RequestOptions {
@@ -44,15 +45,39 @@ export interface RequestStream<T extends RequestType> {
   reply: Promise<RequestTypes[T]["reply"]>;
 }
 
-interface Pending {
-  type: RequestType;
-  resolve: (m: HostMessage) => void;
-  reject: (e: unknown) => void;
-  onEvent: ((e: EventMessage) => void) | undefined;
-  /** Which of the client's sessions the request was sent on; -1 once it is settled by a loss. */
-  gen: number;
+/** A request in flight: one object a request, its settling taking it out of the client's table. */
+class Pending {
   /** This client sent `cancel` for it. */
-  cancelSent?: boolean;
+  cancelSent = false;
+  /** The abort listener of the request's signal, removed when it settles. */
+  onAbort: (() => void) | undefined;
+
+  constructor(
+    readonly table: Map<string, Pending>,
+    readonly id: string,
+    readonly type: RequestType,
+    readonly res: (m: HostMessage) => void,
+    readonly rej: (e: unknown) => void,
+    readonly onEvent: ((e: EventMessage) => void) | undefined,
+    readonly signal: AbortSignal | undefined,
+    /** Which of the client's sessions the request was sent on; -1 once it is settled by a loss. */
+    public gen: number,
+  ) {}
+
+  resolve(m: HostMessage) {
+    this.#settle();
+    this.res(m);
+  }
+
+  reject(e: unknown) {
+    this.#settle();
+    this.rej(e);
+  }
+
+  #settle() {
+    this.table.delete(this.id);
+    if (this.onAbort) this.signal?.removeEventListener("abort", this.onAbort);
+  }
 }
 
 /** Options of a client. */
@@ -165,6 +190,8 @@ export class AepClient extends Methods<RequestOptions> {
   #ended: Error | undefined;
   #hello: ForkHandshake | undefined; // the handshake connect made, which forks repeat
   #closing = false;
+  /** This client sent `shutdown`: its session is ending, and it asks nothing more of it. */
+  #shut = false;
   /** Counts the sessions this client has had (a move starts the next). */
   #gen = 0;
   /** Why the current session was lost (move only), while a move runs. */
@@ -201,6 +228,15 @@ export class AepClient extends Methods<RequestOptions> {
   /** Connects over HTTP+SSE, e.g. "http://127.0.0.1:8765". */
   static async http(baseUrl: string, opts?: HttpOptions & ClientOptions): Promise<AepClient> {
     return new AepClient(await openHttp(baseUrl, opts), opts);
+  }
+
+  /**
+   * Connects over the single exchange, e.g. "http://127.0.0.1:8765": each
+   * request one POST /send answered with its reply, nothing held open
+   * between requests (openExchange).
+   */
+  static async exchange(baseUrl: string, opts?: ExchangeOptions & ClientOptions): Promise<AepClient> {
+    return new AepClient(await openExchange(baseUrl, opts), opts);
   }
 
   /**
@@ -255,8 +291,22 @@ export class AepClient extends Methods<RequestOptions> {
     return forkSession(this, this.#t, (t) => new AepClient(t), this.#hello, count, opts);
   }
 
+  /**
+   * Exports recorded trajectories (session/trajectory/export,
+   * docs/trajectories.md), every page: this session's, a fork's whole
+   * episode, a fork group's episodes (`group`) or a session's descendants
+   * (`descendants`), the prefix repeated, once or not at all (`prefix`),
+   * as records or chat samples (`format`). `text` is the bytes `aep export
+   * trajectories` and the other clients write.
+   */
+  exportTrajectories(req?: TrajectoryExportRequest, opts?: RequestOptions): Promise<TrajectoryExport> {
+    return exportTrajectories(this, req, opts);
+  }
+
   override request<T extends RequestType>(type: T, body: Body<RequestTypes[T]["request"]>, options: RequestOptions = {}): Promise<RequestTypes[T]["reply"]> {
     if (this.#ended) return Promise.reject(this.#ended);
+    // The host would only refuse it (or, with move, it would move the session this client ended).
+    if (this.#shut) return Promise.reject(new ConnectionError("the session is shutting down: this client sent shutdown"));
     if (options.signal?.aborted) return Promise.reject(options.signal.reason);
     if (type === "handshake/req") {
       return this.#send(type, body, options, true).then((r) => {
@@ -285,45 +335,33 @@ export class AepClient extends Methods<RequestOptions> {
     const { signal, onEvent, traceparent } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
     const id = this.#nextId();
-    return new Promise<RequestTypes[T]["reply"]>((resolve, reject) => {
-      let onAbort: (() => void) | undefined;
-      const settle = () => {
-        this.#pending.delete(id);
-        if (onAbort) signal?.removeEventListener("abort", onAbort);
-      };
-      this.#pending.set(id, {
-        type,
-        resolve: (m) => {
-          settle();
-          resolve(m as RequestTypes[T]["reply"]);
-        },
-        reject: (e) => {
-          settle();
-          reject(e);
-        },
-        onEvent,
-        gen: this.#gen,
-      });
+    const sent = new Promise<RequestTypes[T]["reply"]>((resolve, reject) => {
+      const p = new Pending(this.#pending, id, type, resolve as (m: HostMessage) => void, reject, onEvent, signal, this.#gen);
+      this.#pending.set(id, p);
       if (signal) {
-        onAbort = () => {
+        p.onAbort = () => {
           // The host answers the request `cancelled` (or its reply, if it
           // was already on its way); that answer settles the promise.
-          const p = this.#pending.get(id);
-          if (p) p.cancelSent = true;
+          p.cancelSent = true;
           this.notify("cancel", { req_id: id }).catch((e: unknown) => this.#pending.get(id)?.reject(e));
         };
-        signal.addEventListener("abort", onAbort, { once: true });
+        signal.addEventListener("abort", p.onAbort, { once: true });
       }
-      const line = JSON.stringify({ ...body, type, id, proto: "1.0", ts: Date.now() / 1000, ...(traceparent === undefined ? {} : { traceparent }) });
-      this.#t.send(line).catch((e: unknown) => this.#sendFailed(id, e, mayMove));
-    }).catch((e: unknown) => {
+      const line = encodeLine(body, type, id, traceparent);
+      const t = this.#t;
+      const failed = (e: unknown) => this.#sendFailed(id, e, mayMove);
+      if (!t.sendNow?.(line, failed)) t.send(line, { events: onEvent !== undefined || this.#eventListeners.size > 0 }).catch(failed);
+    });
+    // Only a client that moves is refused (Refused): no promise in between for the others.
+    if (!this.#move) return sent;
+    return sent.catch((e: unknown) => {
       // A refusal is for request() to act on; the move's own requests see the host's word.
       throw e instanceof Refused && !mayMove ? e.reason : e;
     });
   }
 
   #movable(): boolean {
-    return this.#move && !this.#closing && !this.#ended && this.#handshake !== undefined;
+    return this.#move && !this.#closing && !this.#shut && !this.#ended && this.#handshake !== undefined;
   }
 
   /** What a failed send means for its request; with move, a loss of the session. */
@@ -363,7 +401,10 @@ export class AepClient extends Methods<RequestOptions> {
     if (this.#ended) return Promise.reject(this.#ended);
     // cancel and shutdown: nothing to say to a lost session, and no reason to move for them.
     if (this.#lost) return Promise.reject(new SessionLostError(`session ${this.#sessionId} was lost: ${this.#lost.message}`, { cause: this.#lost }));
-    return this.#t.send(JSON.stringify({ ...body, type, id: this.#nextId(), proto: "1.0", ts: Date.now() / 1000 }));
+    const sent = this.#t.send(encodeLine(body, type, this.#nextId(), undefined));
+    // What is in flight gets its reply; a new request fails at once (request).
+    if (type === "shutdown") this.#shut = true;
+    return sent;
   }
 
   /**
@@ -375,7 +416,12 @@ export class AepClient extends Methods<RequestOptions> {
     return this.#t.send(line);
   }
 
-  /** Asks the host to drain and end this session (its requests get their replies first). */
+  /**
+   * Asks the host to drain and end this session (its requests get their
+   * replies first). Requests made afterwards reject at once with
+   * ConnectionError, and a client made with `{ move: true }` does not move
+   * away from the session it ended.
+   */
   shutdown(timeoutSeconds?: number): Promise<void> {
     return this.notify("shutdown", timeoutSeconds === undefined ? {} : { timeout: timeoutSeconds });
   }
@@ -678,6 +724,21 @@ function waitHint(cause: Error): number {
   if (!(e instanceof AepError) || reasonOf(e.detail) !== "shutting_down") return 0;
   const w = (e.detail as { snapshot_wait?: unknown }).snapshot_wait;
   return typeof w === "number" && w > 0 && w <= 3600 ? w * 1000 : 0;
+}
+
+/**
+ * One message's line: the envelope, then the body's fields (type and id
+ * are the SDK's own, ASCII without quotes), written out rather than through
+ * an object spread of both, which cost a request some microseconds: a new
+ * object of a new shape to stringify. A body that named an envelope field
+ * itself (only an untyped caller can) makes a duplicate key, which the host
+ * refuses (wire.Scan).
+ */
+function encodeLine(body: object, type: string, id: string, traceparent: string | undefined): string {
+  let env = `{"type":"${type}","id":"${id}","proto":"1.0","ts":${Date.now() / 1000}`;
+  if (traceparent !== undefined) env += `,"traceparent":${JSON.stringify(traceparent)}`;
+  const b = JSON.stringify(body);
+  return b.length > 2 ? `${env},${b.slice(1)}` : `${env}}`;
 }
 
 function reasonOf(detail: unknown): string | undefined {

@@ -4,5 +4,6 @@
 export { AepClient, type ClientOptions, type Move, type RequestOptions, type RequestStream } from "./client.js";
 export { AepError, ConnectionError, MoveFailedError, NoSnapshotError, PointGapError, RequestInterruptedError, SessionLostError, SessionTerminatedError } from "./errors.js";
 export { type ForkHandshake, type ForkOptions, type Forks } from "./fork.js";
-export { openHttp, openWebSocket, spawnStdio, type HttpOptions, type StdioSpawnOptions, type Transport, type WebSocketOptions, type WebSocketTransport } from "./transports.js";
+export { exportLine, type TrajectoryExport, type TrajectoryExportRequest } from "./trajectories.js";
+export { openExchange, openHttp, openWebSocket, spawnStdio, type ExchangeOptions, type HttpOptions, type SendOptions, type StdioSpawnOptions, type Transport, type WebSocketOptions, type WebSocketTransport } from "./transports.js";
 export * from "./messages.gen.js";

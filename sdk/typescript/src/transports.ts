@@ -1,7 +1,10 @@
-// The three transports of the SDK (docs/transports.md): WebSocket (GET
-// /ws), HTTP+SSE (POST /send, GET /stream) and stdio (`aep serve --stdio`).
-// Each carries one session's messages as lines of JSON both ways.
+// The transports of the SDK (docs/transports.md): WebSocket (GET /ws),
+// HTTP+SSE (POST /send, GET /stream), the single exchange (POST /send
+// answered with the reply) and stdio (`aep serve --stdio`). Each carries
+// one session's messages as lines of JSON both ways.
 import { spawn, type ChildProcess } from "node:child_process";
+import http from "node:http";
+import https from "node:https";
 import { createInterface } from "node:readline";
 import { setTimeout as delay } from "node:timers/promises";
 import WebSocket from "ws";
@@ -13,8 +16,19 @@ export interface Transport {
   readonly sessionId: string | undefined;
   /** Starts delivering the host's lines; onClose runs once, when no line can come any more. */
   start(onLine: (line: string) => void, onClose: (err?: Error) => void): void;
-  /** Sends one line (one JSON message, without its newline). */
-  send(line: string): Promise<void>;
+  /**
+   * Sends one line (one JSON message, without its newline). `events` says
+   * the request wants its events; only the single exchange, which carries
+   * them in the request's own answer, reads it.
+   */
+  send(line: string, opts?: SendOptions): Promise<void>;
+  /**
+   * Hands line to the connection at once when it can (open, nothing to
+   * wait for) and returns true; onError is then called if writing it
+   * fails. False: use send. A request costs no promise of the transport's
+   * this way (WebSocket has it).
+   */
+  sendNow?(line: string, onError: (err: ConnectionError) => void): boolean;
   /** Ends the transport; the host ends a stdio session, and keeps a network one for its grace period. */
   close(): Promise<void>;
   /**
@@ -30,6 +44,14 @@ export interface Transport {
    */
   newSession?(): Promise<Transport>;
 }
+
+/** How a line is sent; see Transport.send. */
+export interface SendOptions {
+  events?: boolean;
+}
+
+/** ws's options of a text frame, made once. */
+const textFrame = { binary: false };
 
 export interface WebSocketOptions {
   /** Attach to an existing session (a subagent's child session); sent in a header, never in the URL. */
@@ -281,6 +303,17 @@ class WebSocketLine implements WebSocketTransport {
     this.#tell();
   }
 
+  sendNow(line: string, onError: (err: ConnectionError) => void): boolean {
+    const ws = this.#ws;
+    if (!ws || this.#ended || this.#closing || this.#gap || ws.readyState !== WebSocket.OPEN) return false;
+    // Handed to the open connection: a failure to write it goes to onError
+    // (perhaps written, so not sent again).
+    ws.send(line, textFrame, (err) => {
+      if (err) onError(new ConnectionError(`websocket send: ${err.message}`, { cause: err }));
+    });
+    return true;
+  }
+
   async send(line: string): Promise<void> {
     for (let waits = 0; waits < maxSendWaits; waits++) {
       // Refused before a byte is written: the line did not reach the session.
@@ -300,7 +333,7 @@ class WebSocketLine implements WebSocketTransport {
         // Failed after it was handed to the connection: perhaps written,
         // so not sent again; whether the session lives on is for the
         // connection's end to tell, not this send.
-        ws.send(line, { binary: false }, (err) => (err ? reject(new ConnectionError(`websocket send: ${err.message}`, { cause: err })) : resolve()));
+        ws.send(line, textFrame, (err) => (err ? reject(new ConnectionError(`websocket send: ${err.message}`, { cause: err })) : resolve()));
       });
     }
     throw new SessionLostError("websocket kept dropping as it was re-attached", { delivered: false });
@@ -478,6 +511,147 @@ export async function openHttp(baseUrl: string, opts: HttpOptions = {}): Promise
     newSession() {
       return openHttp(baseUrl, opts.headers ? { headers: opts.headers } : {});
     },
+  };
+}
+
+export interface ExchangeOptions {
+  /** Attach to an existing session instead of creating one with POST /session. */
+  sessionId?: string;
+  /** More headers for every request. */
+  headers?: Record<string, string>;
+  /** Abort creating the session. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Opens aep's single exchange at baseUrl (e.g. "http://127.0.0.1:8765"):
+ * POST /session creates the session, and each line is one POST /send whose
+ * answer carries the reply (Accept: application/json) or, when the request
+ * wants events, its events and then its reply (Accept: text/event-stream).
+ * Nothing stays open between requests: for clients that cannot keep a
+ * socket or a stream open (serverless functions, proxies that buffer).
+ * Events of requests that did not ask for them are not sent (a tool's
+ * events are still in its result). Requests go over node:http with a
+ * keep-alive agent of the transport's own. A POST the host refuses with
+ * 404, 502 or 503, or that cannot connect, rejects with SessionLostError.
+ */
+export async function openExchange(baseUrl: string, opts: ExchangeOptions = {}): Promise<Transport> {
+  const base = new URL(baseUrl.replace(/\/+$/, ""));
+  const tls = base.protocol === "https:";
+  if (!tls && base.protocol !== "http:") throw new TypeError(`openExchange: ${baseUrl} is not an http(s) URL`);
+  const prefix = base.pathname.replace(/\/+$/, "");
+  const extra = opts.headers ?? {};
+  const agent = tls ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
+  const requester = tls ? https.request : http.request;
+  let onLine: ((line: string) => void) | undefined;
+  let onClose: ((err?: Error) => void) | undefined;
+  let closed = false;
+  const early: string[] = [];
+
+  /** One POST; resolves with the status, the content type and the body (or, with onData, hands the body over as it comes). */
+  const post = (path: string, body: string, headers: Record<string, string>, signal?: AbortSignal, onData?: (chunk: Buffer) => void) =>
+    new Promise<{ status: number; type: string; body: string }>((resolve, reject) => {
+      const req = requester(
+        {
+          protocol: base.protocol,
+          hostname: base.hostname,
+          port: base.port,
+          path: prefix + path,
+          method: "POST",
+          agent,
+          headers: { ...extra, ...headers, "Content-Length": Buffer.byteLength(body) },
+          ...(signal ? { signal } : {}),
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => (onData && res.statusCode === 200 ? onData(c) : chunks.push(c)));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, type: String(res.headers["content-type"] ?? ""), body: Buffer.concat(chunks).toString() }));
+          res.on("error", reject);
+        },
+      );
+      req.on("error", reject);
+      req.end(body);
+    });
+
+  let sid = opts.sessionId;
+  if (!sid) {
+    const r = await post("/session", "", {}, opts.signal).catch((e: unknown) => {
+      throw new ConnectionError(`create session: ${String(e)}`, { cause: e });
+    });
+    if (r.status !== 200) throw new ConnectionError(`create session: HTTP ${r.status}: ${r.body.trim()}`);
+    const created = JSON.parse(r.body) as { session_id?: string };
+    if (!created.session_id) throw new ConnectionError("create session: no session_id in the response");
+    sid = created.session_id;
+  }
+  const sessionId: string = sid;
+  const deliver = (line: string) => (onLine ? onLine(line) : early.push(line));
+
+  return {
+    sessionId,
+    start(lineFn, closeFn) {
+      onLine = lineFn;
+      onClose = closeFn;
+      for (const l of early.splice(0)) lineFn(l);
+      if (closed) closeFn(new ConnectionError("exchange closed"));
+    },
+    async send(line, sendOpts) {
+      if (closed) throw new SessionLostError("exchange is closed", { delivered: false });
+      const events = sendOpts?.events ?? false;
+      let sse = "";
+      let data: string[] = [];
+      let got = 0;
+      // The event stream's events go to the client as they come, before the reply.
+      const onData = events
+        ? (chunk: Buffer) => {
+            sse += chunk.toString();
+            let nl: number;
+            while ((nl = sse.indexOf("\n")) >= 0) {
+              const l = sse.slice(0, nl).replace(/\r$/, "");
+              sse = sse.slice(nl + 1);
+              if (l === "") {
+                if (data.length) {
+                  got++;
+                  deliver(data.join("\n"));
+                }
+                data = [];
+              } else if (l.startsWith("data:")) data.push(l.slice(l.startsWith("data: ") ? 6 : 5));
+            }
+          }
+        : undefined;
+      let r: { status: number; type: string; body: string };
+      try {
+        r = await post("/send", line, { "Content-Type": "text/plain", "X-Session-Id": sessionId, Accept: events ? "text/event-stream" : "application/json" }, undefined, onData);
+      } catch (e) {
+        // Nothing listens where the session was: its host is gone.
+        if ((e as { code?: unknown }).code === "ECONNREFUSED") throw new SessionLostError(`send: ${String(e)}`, { delivered: false, cause: e });
+        throw new ConnectionError(`send: ${String(e)}`, { cause: e });
+      }
+      if (r.status === 202) return; // a notification
+      if (terminatedBody(r.status, r.body)) throw new SessionTerminatedError("send: the operator terminated the session");
+      // 404: no such session here; 503: a host that takes no more. The
+      // line was refused, not run. 502: a proxy lost the session's host,
+      // perhaps after passing the line on.
+      if (r.status === 404 || r.status === 503 || r.status === 502) {
+        throw new SessionLostError(`send: HTTP ${r.status}: ${r.body.trim()}`, { delivered: r.status === 502 });
+      }
+      if (r.status !== 200) throw new ConnectionError(`send: HTTP ${r.status}: ${r.body.trim()}`);
+      const reply = r.body.trim();
+      if (reply && !r.type.startsWith("text/event-stream")) {
+        deliver(reply);
+        return;
+      }
+      // The host gave up on the request (it is closing, and cancelled what
+      // was running) without a reply.
+      if (!got) throw new ConnectionError("send: the host answered without a reply");
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      agent.destroy();
+      onClose?.(new ConnectionError("exchange closed"));
+    },
+    attach: (id: string) => openExchange(baseUrl, { ...(opts.headers ? { headers: opts.headers } : {}), sessionId: id }),
+    newSession: () => openExchange(baseUrl, opts.headers ? { headers: opts.headers } : {}),
   };
 }
 

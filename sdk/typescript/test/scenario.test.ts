@@ -4,21 +4,23 @@
 // call and protocol errors.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { AepClient, AepError, ConnectionError, type EventMessage, type HostMessage } from "../src/index.js";
+import { AepClient, AepError, ConnectionError, type ClientOptions, type EventMessage, type HostMessage } from "../src/index.js";
 import { aepBinary, dataDir, startNetHost, token, type NetHost } from "./host.js";
 
 const bin = aepBinary();
 
 interface Transport {
   name: string;
-  open(): Promise<AepClient>;
+  /** opts (move) only where the transport can open a new session: not stdio. */
+  open(opts?: ClientOptions): Promise<AepClient>;
 }
 
 let net: NetHost | undefined;
 const transports: Transport[] = [
   { name: "stdio", open: async () => AepClient.stdio(bin!, ["serve", "--stdio", "--data-dir", dataDir()], { env: { ...process.env, AEP_AUTH_TOKEN: token } }) },
-  { name: "websocket", open: () => AepClient.websocket(net!.base.replace(/^http/, "ws") + "/ws") },
-  { name: "http+sse", open: () => AepClient.http(net!.base) },
+  { name: "websocket", open: (opts) => AepClient.websocket(net!.base.replace(/^http/, "ws") + "/ws", opts) },
+  { name: "http+sse", open: (opts) => AepClient.http(net!.base, opts) },
+  { name: "exchange", open: (opts) => AepClient.exchange(net!.base, opts) },
 ];
 
 before(async () => {
@@ -195,6 +197,23 @@ for (const tr of transports) {
       await other.connect({ agentId: "closer", token });
       await other.close();
       await assert.rejects(other.ping(), ConnectionError);
+    });
+
+    test("after shutdown, requests fail at once with ConnectionError, and a moving client stays put", async () => {
+      // The session is ending: the host would only refuse a request, and a
+      // client made with move would take that for a loss and move.
+      const other = await tr.open(tr.name === "stdio" ? undefined : { move: true });
+      try {
+        await other.connect({ agentId: "shutter", token });
+        await other.ping();
+        await other.shutdown();
+        const started = Date.now();
+        await assert.rejects(other.ping(), (e: unknown) => e instanceof ConnectionError && /sent shutdown/.test(e.message));
+        assert.ok(Date.now() - started < 1000);
+        assert.deepEqual(other.moves, []);
+      } finally {
+        await other.close();
+      }
     });
 
     if (tr.name !== "stdio") {
