@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -67,6 +68,11 @@ type Client struct {
 	// closing is set by Close and Shutdown: the session's end is then the
 	// caller's doing, not a loss to move away from.
 	closing bool
+	// point is the highest point the replies of the current session
+	// carried (docs/DECISIONS.md, Points): what a move passes as
+	// last_point, so no host resumes the client from an earlier one
+	// without saying so.
+	point uint64
 
 	mv     *mover        // nil unless the client moves
 	moving chan struct{} // non-nil while a move runs; closed when it ends
@@ -122,6 +128,18 @@ func (c *Client) SessionID() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.sessionID
+}
+
+// Point returns the highest point the replies of the client's session
+// carried (schemas/envelope.json): every state-changing request answered
+// up to it is acknowledged work a restore must hold. A session/restore
+// reply sets it to the point the session resumed from; a move, to the
+// point of the snapshot it restored. Pass it as last_point when restoring
+// this session elsewhere (session/restore/req from_session).
+func (c *Client) Point() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.point
 }
 
 // Handshake opens the session (spec §2.4). A refused handshake returns the
@@ -247,13 +265,30 @@ func (c *Client) Shutdown(ctx context.Context, timeoutSeconds float64) error {
 // when it was closed, or a move failed).
 func (c *Client) Done() <-chan struct{} { return c.done }
 
-// Close ends the transport (and stops a move under way).
+// closeShutdownTimeout bounds the `shutdown` Close sends.
+const closeShutdownTimeout = 2 * time.Second
+
+// Close ends the client's session on the host — a `shutdown` with no
+// grace, so what is still in flight is cancelled — then the transport,
+// and stops a move under way. Over every transport the session ends now,
+// rather than when it idles out (HTTP, single exchange) or when its
+// WebSocket's re-attach grace passes: an abandoned session would
+// otherwise stay, and a drain would spend its time saving it. Use
+// [Client.Shutdown] first to let requests in flight finish.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closing = true
 	t := c.t
+	live := c.sessionID != "" && c.err == nil && c.moving == nil
 	c.mu.Unlock()
 	c.stop()
+	if live {
+		ctx, cancel := context.WithTimeout(context.Background(), closeShutdownTimeout)
+		now := 0.0
+		// Best effort: a session already gone needs no shutdown.
+		_ = t.Send(ctx, &wire.Envelope{Type: "shutdown", ID: wire.NewID(), Proto: wire.ProtoVersion, TS: wire.Now()}, &msg.Shutdown{Timeout: &now})
+		cancel()
+	}
 	return t.Close()
 }
 
@@ -305,6 +340,9 @@ func (c *Client) end(err error) {
 func (c *Client) handle(p *wire.Packet) {
 	c.mu.Lock()
 	pc := c.pending[p.ReqID]
+	if pc != nil && p.HasPoint && !strings.HasSuffix(p.Type, "/event") {
+		c.notePoint(pc.gen, p)
+	}
 	c.mu.Unlock()
 	if pc == nil {
 		return // a reply to a request that gave up waiting
@@ -328,6 +366,20 @@ func (c *Client) handle(p *wire.Packet) {
 	select {
 	case pc.reply <- r:
 	default: // a second reply; the host sends exactly one
+	}
+}
+
+// notePoint records the point of a reply that came on the transport of
+// generation gen: the highest one the current session's replies carried,
+// or, for a restore, the point the session resumed from. Replies on a
+// transport a move left or has not yet made current are not the
+// session's points. c.mu is held.
+func (c *Client) notePoint(gen uint64, p *wire.Packet) {
+	if gen != c.gen || c.moving != nil {
+		return
+	}
+	if p.Type == "session/restore/resp" || p.Point > c.point {
+		c.point = p.Point
 	}
 }
 

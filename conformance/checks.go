@@ -96,6 +96,7 @@ const (
 	CheckSessionLineage    = "session.lineage"
 	CheckSessionTrajectory = "session.trajectory"
 	CheckSessionOperator   = "session.operator"
+	CheckSessionPoints     = "session.points"
 
 	CheckHTTPOrigin    = "http.origin"
 	CheckHTTPHost      = "http.host"
@@ -204,6 +205,7 @@ var catalogue = []CheckInfo{
 	{CheckSessionFork, Must, "schemas/session.json SessionForkReq", "a fork is a new session of its own id, which opens with the host's token and holds a copy of the sender's state", ""},
 	{CheckSessionLineage, Must, "schemas/session.json SessionForkResp.group, SessionTrajectoryExportReq.group; schemas/records/trajectory.json", "a fork's reply names its sibling group (g-…); the sender's export of that group is an export whose lines each name their episode, the fork's records naming the group and the sender as parent; a made-up group exports nothing, as an empty export", ""},
 	{CheckSessionTrajectory, Must, "schemas/session.json SessionTrajectoryExportResp", "a trajectory export counts the lines it returns", ""},
+	{CheckSessionPoints, Must, "schemas/envelope.json Reply.point; schemas/session.json SessionRestoreReq; docs/DECISIONS.md, Points", "a host that keeps points (its replies carry `point`) moves it by one for each state-changing request answered and never for a read; a snapshot covers the point it was taken at; a restore below last_point is runtime_error point_gap naming what would be lost, and changes nothing; accept_gap restores it and says the gap; a restore resumes from the snapshot's point", ""},
 	{CheckSessionOperator, Must, "spec §5; docs/operating.md, Admin API; schemas/session.json SessionInfoResp.operator_opened", "a session the operator opened for a tenant refuses the tenant's secret, opens with the token issued for it, and says operator_opened true in session/info; that token opens no other session, and an agent's own session does not say operator_opened", needOperator},
 
 	// The HTTP transport's edge (openapi.yaml) and message sizes.

@@ -71,6 +71,9 @@ func (_u *SnapshotUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.FilesCleared() {
 		_spec.ClearField(snapshot.FieldFiles, field.TypeBytes)
 	}
+	if _u.mutation.PointCleared() {
+		_spec.ClearField(snapshot.FieldPoint, field.TypeInt64)
+	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{snapshot.Label}
@@ -164,6 +167,9 @@ func (_u *SnapshotUpdateOne) sqlSave(ctx context.Context) (_node *Snapshot, err 
 	}
 	if _u.mutation.FilesCleared() {
 		_spec.ClearField(snapshot.FieldFiles, field.TypeBytes)
+	}
+	if _u.mutation.PointCleared() {
+		_spec.ClearField(snapshot.FieldPoint, field.TypeInt64)
 	}
 	_node = &Snapshot{config: _u.config}
 	_spec.Assign = _node.assignValues

@@ -332,6 +332,8 @@ func (o operatorView) Undrain() bool {
 	h := o.h
 	was := h.draining.Swap(false)
 	h.sealed.Store(false)
+	h.drainNotes.Clear()
+	h.drainDeadline.Store(0)
 	if was {
 		h.log.Info("undrained: new sessions accepted again")
 	}

@@ -51,8 +51,8 @@ type persistence interface {
 	// trajectory, by its handle, for the web inspector (inspect.go).
 	RecordedTail(ctx context.Context, handle string, limit int) (recs []json.RawMessage, more bool, err error)
 	// DrainSnapshots saves every live top-level session on a drain
-	// (drain.go).
-	DrainSnapshots(ctx context.Context) (saved map[string]string, notSaved int, err error)
+	// (drain.go), telling done of each as it is saved or given up.
+	DrainSnapshots(ctx context.Context, done func(s persist.Session, snapshotID string, point uint64, err error)) (saved map[string]string, notSaved int, err error)
 	// SessionEnded is told of every session that ended (host.go, forget).
 	SessionEnded(s persist.Session, hostGoing bool)
 
@@ -84,6 +84,8 @@ type sessionDir = persist.Dir
 const (
 	defaultFilesMaxEntries      = persist.DefaultFilesMaxEntries
 	defaultMaxTrajectoryRecords = persist.DefaultMaxTrajectoryRecords
+	// defaultDrainParallel is server.snapshots.drain_parallel when unset.
+	defaultDrainParallel = persist.DefaultDrainParallel
 )
 
 // newPersistence makes the host's keeper from its configuration.
@@ -109,7 +111,7 @@ func (h *Host) startPersistence() {
 func (c SnapshotConfig) settings() persist.SnapshotSettings {
 	return persist.SnapshotSettings{KeepPerSession: c.KeepPerSession, MaxAge: time.Duration(c.MaxAge),
 		FilesMaxBytes: c.FilesMaxBytes, FilesMaxEntries: c.FilesMaxEntries, AutoInterval: time.Duration(c.AutoInterval),
-		StoreWait: time.Duration(c.StoreWait)}
+		StoreWait: time.Duration(c.StoreWait), DrainParallel: c.DrainParallel}
 }
 
 // check rejects settings that make no sense.
@@ -196,6 +198,14 @@ func (h *Host) prepareChildDir(child, parent *Session, scope string) error {
 		return nil
 	}
 	return h.persist.CopyForChild(child.view(), parent.view())
+}
+
+// drainSnapshots saves every live top-level session on a drain
+// (drain.go), each one's note told as it is saved or given up.
+func (h *Host) drainSnapshots(ctx context.Context) (map[string]string, int, error) {
+	return h.persist.DrainSnapshots(ctx, func(ps persist.Session, id string, point uint64, err error) {
+		h.drainNoteDone(ps.(*sessionView).session(), id, point, err)
+	})
 }
 
 // kernelView is the kernel as server/persist sees it.
@@ -285,11 +295,13 @@ func (s *Session) view() *sessionView { return (*sessionView)(s) }
 
 func (v *sessionView) session() *Session { return (*Session)(v) }
 
-func (v *sessionView) ID() string     { return v.id }
-func (v *sessionView) Handle() string { return v.handle }
-func (v *sessionView) TopLevel() bool { return v.parent == nil }
-func (v *sessionView) Tenant() string { return StorageTenant(v.session().Tenant()) }
-func (v *sessionView) Close()         { v.session().Close() }
+func (v *sessionView) ID() string        { return v.id }
+func (v *sessionView) Handle() string    { return v.handle }
+func (v *sessionView) TopLevel() bool    { return v.parent == nil }
+func (v *sessionView) Tenant() string    { return StorageTenant(v.session().Tenant()) }
+func (v *sessionView) Close()            { v.session().Close() }
+func (v *sessionView) Point() uint64     { return v.point.Load() }
+func (v *sessionView) SetPoint(p uint64) { v.point.Store(p) }
 
 func (v *sessionView) Identity() (string, []msg.CapabilityEntry) {
 	v.mu.Lock()

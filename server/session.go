@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,7 +73,14 @@ type Session struct {
 	// errTerminated.
 	terminated atomic.Bool
 	// newest is the newest snapshot this host wrote of the session.
-	newest  atomic.Pointer[snapshotNote]
+	newest atomic.Pointer[snapshotNote]
+	// point is the session's point (docs/DECISIONS.md, Points): how many
+	// state-changing requests (wire.Entry.ChangesState) it answered, from
+	// the point it started or was restored at. Every reply carries it.
+	point atomic.Uint64
+	// parked counts the refusals of a sealed session waiting for its
+	// drain's snapshot (drain.go, refuseSealed).
+	parked  atomic.Int32
 	steps   atomic.Int64 // requests a child session has made (child.go)
 	created time.Time
 	remote  netip.Addr // the client's address, when the transport knows it
@@ -188,6 +196,12 @@ func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
 }
 
 func (s *Session) send(p *wire.Packet) int {
+	if !p.HasPoint && p.ReqID != "" && !strings.HasSuffix(p.Type, "/event") {
+		// A reply: it says where the session is (schemas/envelope.json).
+		// An error answering a line without a readable id answers no
+		// request of the session, and every transport sends it alike.
+		p.Point, p.HasPoint = s.point.Load(), true
+	}
 	if r := s.rec.Load(); r != nil {
 		r.Host(p)
 	}
@@ -425,7 +439,11 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		s.refuse(e, env, now, errTerminated())
 		return
 	}
-	if st != stateLive || s.h.sealed.Load() {
+	if st == stateLive && s.h.sealed.Load() {
+		s.refuseSealed(e, env, now) // drain.go
+		return
+	}
+	if st != stateLive {
 		s.refuse(e, env, now, &wire.Error{Code: wire.CodeRuntimeError, Message: "session is shutting down", Detail: map[string]any{"reason": "shutting_down"}})
 		return
 	}
@@ -841,6 +859,13 @@ func (c *call) reply(m wire.Message) int {
 		typ = c.entry.Reply
 	}
 	c.out = wire.Packet{Envelope: wire.Envelope{Type: typ, ID: wire.NewID(), ReqID: c.id}, Msg: m}
+	if c.entry.ChangesState && c.parent == nil {
+		// Its state change is done (the handler returned): the reply
+		// takes the next point, so a snapshot that read the point before
+		// it holds everything answered up to there (docs/DECISIONS.md,
+		// Points).
+		c.out.Point, c.out.HasPoint = c.s.point.Add(1), true
+	}
 	return c.s.send(&c.out)
 }
 

@@ -153,8 +153,9 @@ func TestToolkitPasswordNeverInSnapshot(t *testing.T) {
 	if b, err := os.ReadFile(auditPath); err != nil || len(b) == 0 {
 		t.Fatalf("no audit lines were written (%v), so their check proves nothing", err)
 	}
-	snaps, _ := os.ReadDir(filepath.Join(dataDir, "snapshots"))
+	// A file snapshot is its document and, beside it, its files archive.
+	snaps, _ := filepath.Glob(filepath.Join(dataDir, "snapshots", "*.json"))
 	if len(snaps) != 1 {
-		t.Fatalf("%d snapshot files, want only the one taken before the copy", len(snaps))
+		t.Fatalf("%d snapshot documents, want only the one taken before the copy", len(snaps))
 	}
 }

@@ -352,6 +352,14 @@ func capabilityMutants() []Mutant {
 			Host: onType("session/trajectory/export/resp", func(_ *State, m Msg) {
 				m["records"] = json.Number(fmt.Sprint(len(list(m, "lines")) + 1))
 			})},
+		{Name: "silent-rollback", Bug: "a restore below the caller's last_point succeeds as if nothing were lost",
+			Catch: c(conformance.CheckSessionPoints), Run: c(conformance.CheckSessionPoints),
+			Agent: func(_ *State, m Msg) []Msg {
+				if Type(m) == "session/restore/req" {
+					delete(m, "last_point")
+				}
+				return Same(m)
+			}},
 		{Name: "no-session-header", Bug: "POST /send without X-Session-Id, or with an unknown one, is accepted",
 			Catch: c(conformance.CheckHTTPSession), Run: c(conformance.CheckHTTPSession),
 			HTTP: func(next http.Handler) http.Handler {

@@ -157,6 +157,7 @@ var catalogueKinds = map[string]struct{ kind, capability string }{
 	"fork-is-sender":                    {KindReply, "session"},
 	"fork-group-dropped":                {KindReply, "session"},
 	"trajectory-miscounts":              {KindReply, "session"},
+	"silent-rollback":                   {KindRefusal, "session"},
 	"no-session-header":                 {KindEdge, ""},
 	"oversize-line-served":              {KindEdge, ""},
 	"websocket-budget-differs":          {KindTransport, "session"},

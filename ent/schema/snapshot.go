@@ -50,6 +50,11 @@ func (Snapshot) Fields() []ent.Field {
 		// forks, lists or deletes it; to any other it does not exist.
 		// Added after the first release, with a default: one ALTER TABLE.
 		field.String("tenant").Default("").Immutable(),
+		// Point is the session's point the snapshot covers (the payload's
+		// point, docs/DECISIONS.md, Points), so a listing says it without
+		// reading the document. NULL for snapshots taken before points were
+		// kept. Added after the first release, nullable: one ALTER TABLE.
+		field.Int64("point").Optional().Nillable().Immutable(),
 	}
 }
 

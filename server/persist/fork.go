@@ -78,6 +78,8 @@ func (p *Keeper) forkSession(ctx context.Context, s Session, count int, snapshot
 		}
 	}
 	f.resp.Copy = &f.copyMode
+	point := int(src.pl.point())
+	f.resp.FromPoint = &point
 	handles := make([]string, len(f.made))
 	for i, fk := range f.made {
 		handles[i] = fk.Handle()
@@ -199,6 +201,9 @@ func (f *forking) makeOne(ctx context.Context, i int) error {
 	}
 	f.made = append(f.made, fk)
 	f.p.forkLines.Store(fk.ID(), forkLineage{lin: f.lin, inherit: f.inherit})
+	// The fork starts where its source's state was taken: its handshake
+	// reply carries that point (docs/DECISIONS.md, Points).
+	fk.SetPoint(f.src.pl.point())
 	if err := f.copyFiles(fk); err != nil {
 		return err
 	}

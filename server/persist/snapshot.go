@@ -8,8 +8,11 @@ package persist
 // The payload holds the snapshot's own id, the source session's agent id and
 // accepted capabilities, the creation time, and per plugin implementing
 // [Snapshotter] the bytes its Snapshot returned. Target "file" writes it to
-// <data-dir>/snapshots/<id>.json atomically; target "sql" stores it in the
-// ent Snapshot entity of the host's store. Restore (restore.go) decodes and
+// <data-dir>/snapshots/<id>.json atomically, and the archive of the
+// session's directory (archive.go) beside it, <id>.files, first; target
+// "sql" stores both in the ent Snapshot entity of the host's store. Both
+// carry the files, so a restore rolls the directory back with the rest
+// (docs/DECISIONS.md, File snapshots roll files back). Restore (restore.go) decodes and
 // verifies the whole document before any plugin is touched, so an unknown
 // or corrupt snapshot changes nothing.
 
@@ -38,6 +41,9 @@ const (
 	snapshotVersion = 1
 	// snapshotDir is the directory of file snapshots under the data directory.
 	snapshotDir = "snapshots"
+	// filesSuffix names a file snapshot's files archive beside its
+	// document: <id>.files.
+	filesSuffix = ".files"
 	// maxSnapshotBytes bounds what restore reads, so a huge or endless file
 	// cannot exhaust memory.
 	maxSnapshotBytes = 256 << 20
@@ -90,12 +96,25 @@ type snapshotPayload struct {
 	// or "auto" (the store row's kind says the same).
 	Kind string `json:"kind,omitempty"`
 	// Files says what the snapshot holds of the session directory
-	// (archive.go); a sql snapshot has it, a file snapshot does not: its
-	// files stay on the host's disk.
+	// (archive.go). Every snapshot has it now; file snapshots written
+	// before they carried files have none (their files stayed on the
+	// host's disk).
 	Files *filesInfo `json:"files,omitempty"`
 	// Tenant is the saved session's tenant ("" for the default one):
 	// only a session of that tenant finds the snapshot (openSnapshot).
 	Tenant string `json:"tenant,omitempty"`
+	// Point is the session's point the snapshot covers (docs/DECISIONS.md,
+	// Points); nil in snapshots written before points were kept, which
+	// count as point 0.
+	Point *uint64 `json:"point,omitempty"`
+}
+
+// point is the point the snapshot covers: 0 when it recorded none.
+func (p *snapshotPayload) point() uint64 {
+	if p.Point == nil {
+		return 0
+	}
+	return *p.Point
 }
 
 // Why a snapshot was taken: the store row's kind, and what the kernel's
@@ -112,6 +131,7 @@ type snapshotTaken struct {
 	bytes int
 	owner string
 	files *msg.SnapshotFiles
+	point uint64
 }
 
 type pluginSnapshot struct {
@@ -125,11 +145,10 @@ type pluginSnapshot struct {
 func newSnapshotID(target string) string { return target + "-" + wire.RandomHex(16) }
 
 // takeSnapshot saves the state of session s to target, for the reason
-// kind. A sql snapshot carries a copy of the session directory within
-// server.snapshots.files_max_bytes (archive.go); a file snapshot keeps
-// referring to the directory on this host's disk, which stays (pinned)
-// after the session ends. The kernel is told how it went, for its
-// metrics.
+// kind, with a copy of the session directory within
+// server.snapshots.files_max_bytes (archive.go): in the store row for a
+// sql snapshot, in a file beside the document for a file snapshot. The
+// kernel is told how it went, for its metrics.
 func (p *Keeper) takeSnapshot(ctx context.Context, s Session, target, kind string) (t snapshotTaken, err error) {
 	t0 := time.Now()
 	defer func() {
@@ -152,7 +171,10 @@ func (p *Keeper) writeSnapshot(ctx context.Context, s Session, target, kind stri
 		pl.Kind = kind
 	}
 	var archive []byte
-	if target == "sql" {
+	// A file snapshot of a subagent that works in its parent's directory
+	// carries no files, as before file snapshots carried any: restoring
+	// them would replace the parent's directory, which restore refuses.
+	if target == "sql" || p.DirOf(s).Owner == s.Handle() {
 		if archive, err = p.archiveSessionFiles(ctx, s, pl, secrets); err != nil {
 			return snapshotTaken{}, err
 		}
@@ -168,8 +190,8 @@ func (p *Keeper) writeSnapshot(ctx context.Context, s Session, target, kind stri
 	if err := p.storeSnapshot(ctx, target, kind, pl, doc, archive); err != nil {
 		return snapshotTaken{}, fmt.Errorf("write snapshot: %w", err)
 	}
-	t := snapshotTaken{id: pl.SnapshotID, bytes: len(doc) + len(archive), owner: pl.Owner, files: pl.Files.taken()}
-	p.log.Info("snapshot written", "session", s.Handle(), "snapshot_id", pl.SnapshotID, "target", target, "kind", kind,
+	t := snapshotTaken{id: pl.SnapshotID, bytes: len(doc) + len(archive), owner: pl.Owner, files: pl.Files.taken(), point: pl.point()}
+	p.log.Info("snapshot written", "session", s.Handle(), "snapshot_id", pl.SnapshotID, "target", target, "kind", kind, "point", t.point,
 		"bytes", t.bytes, "plugins", len(pl.Plugins), "files", t.files.State, "files_bytes", t.files.Bytes, "files_skipped", pl.Files != nil && pl.Files.SkippedCount > 0)
 	// A snapshot without its files refers to the session's directory,
 	// which then outlives the session on this host; an automatic one never
@@ -223,7 +245,18 @@ func (p *Keeper) archiveSessionFiles(ctx context.Context, s Session, pl *snapsho
 // to target.
 func (p *Keeper) storeSnapshot(ctx context.Context, target, kind string, pl *snapshotPayload, doc, archive []byte) error {
 	if target == "file" {
-		return writeFileAtomic(filepath.Join(p.dataDir, snapshotDir), pl.SnapshotID+".json", doc)
+		dir := filepath.Join(p.dataDir, snapshotDir)
+		if archive != nil {
+			// The archive first: a document names only files that exist.
+			if err := writeFileAtomic(dir, pl.SnapshotID+filesSuffix, archive); err != nil {
+				return err
+			}
+		}
+		if err := writeFileAtomic(dir, pl.SnapshotID+".json", doc); err != nil {
+			os.Remove(filepath.Join(dir, pl.SnapshotID+filesSuffix))
+			return err
+		}
+		return nil
 	}
 	wait := p.storeWait()
 	if kind == KindAuto {
@@ -233,7 +266,7 @@ func (p *Keeper) storeSnapshot(ctx context.Context, target, kind string, pl *sna
 	return p.storeCall(ctx, "snapshot", wait, func(ctx context.Context) error {
 		c := p.store.Client.Snapshot.Create().SetID(pl.SnapshotID).SetSessionID(pl.Owner).
 			SetAgentID(pl.AgentID).SetData(doc).SetCreatedAt(pl.Created).SetKind(kind).SetFilesBytes(int64(len(archive))).
-			SetTenant(pl.Tenant)
+			SetTenant(pl.Tenant).SetPoint(int64(pl.point()))
 		if archive != nil {
 			c.SetFiles(archive)
 		}
@@ -261,8 +294,11 @@ func (p *Keeper) filesLimits(maxBytes int64) filesLimits {
 // payload without a snapshot id, and the secrets it checked. Snapshots
 // store it; forks (fork.go) restore it into new sessions without storing it.
 func (p *Keeper) sessionState(ctx context.Context, s Session) (*snapshotPayload, []Secret, error) {
+	// The point first: a request answered after this may be in part in
+	// the state taken below, one answered before is in it whole.
+	point := s.Point()
 	agent, accepted := s.Identity()
-	pl := &snapshotPayload{SessionHandle: s.Handle(), AgentID: agent, AcceptedCaps: accepted}
+	pl := &snapshotPayload{SessionHandle: s.Handle(), AgentID: agent, AcceptedCaps: accepted, Point: &point}
 	pl.Created = time.Now().UTC()
 	pl.Plugins = []pluginSnapshot{}
 	pl.Owner = ownerKey(s.ID())

@@ -46,6 +46,11 @@ type notesPlugin struct {
 	// FailRestore makes the next Restore fail after changing the state, to
 	// prove the rollback.
 	FailRestore atomic.Bool `yaml:"-"`
+	// gate, when set, holds every Snapshot until it is closed, telling
+	// entered first: a snapshot that takes its time.
+	gate, entered chan struct{}
+	// slow makes every Snapshot take that long.
+	slow time.Duration
 
 	mu       sync.Mutex
 	sessions map[string]*notesState
@@ -110,6 +115,17 @@ func (p *notesPlugin) EchoWait(ctx context.Context, s wire.Scope, req *testproto
 }
 
 func (p *notesPlugin) Snapshot(ctx context.Context, sid string) ([]byte, error) {
+	p.mu.Lock()
+	gate, entered, slow := p.gate, p.entered, p.slow
+	p.mu.Unlock()
+	time.Sleep(slow)
+	if gate != nil {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-gate
+	}
 	st := p.state(sid)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -172,8 +188,21 @@ func startRig(t *testing.T, ctx context.Context, dir string, log *lockedBuffer, 
 // startRigDSN is startRig with the store at dsn ("" for SQLite under dir).
 func startRigDSN(t *testing.T, ctx context.Context, dsn, dir string, log *lockedBuffer, names []string, extra string) *rig {
 	t.Helper()
+	return startRigConf(t, ctx, dsn, dir, log, names, extra, "")
+}
+
+// startRigWith starts a host with one notes plugin and serverYAML (keys
+// under server:, indented two spaces) in its config.
+func startRigWith(t *testing.T, ctx context.Context, dir string, log *lockedBuffer, serverYAML string) *rig {
+	t.Helper()
+	return startRigConf(t, ctx, "", dir, log, []string{"notes"}, "", serverYAML)
+}
+
+// startRigConf is startRigDSN with serverYAML added under server:.
+func startRigConf(t testing.TB, ctx context.Context, dsn, dir string, log *lockedBuffer, names []string, extra, serverYAML string) *rig {
+	t.Helper()
 	var y strings.Builder
-	fmt.Fprintf(&y, "server:\n  auth_token: %s\nplugins:\n", hostCanary)
+	fmt.Fprintf(&y, "server:\n  auth_token: %s\n%splugins:\n", hostCanary, serverYAML)
 	for _, n := range names {
 		fmt.Fprintf(&y, "  - name: %s\n    type: echo\n    cls: aep.test.snapnotes\n    config:\n      secret: %s\n%s", n, pluginCanary, extra)
 	}
@@ -221,7 +250,7 @@ type agent struct {
 	echo testproto.Client
 }
 
-func (r *rig) connect(t *testing.T, ctx context.Context) *agent {
+func (r *rig) connect(t testing.TB, ctx context.Context) *agent {
 	t.Helper()
 	c, err := client.InProcess(r.h, client.JSON, msg.Registry().Union(testproto.Registry()))
 	if err != nil {
@@ -388,12 +417,20 @@ func checkStoredSize(t *testing.T, ctx context.Context, r *rig, target string, s
 	t.Helper()
 	switch target {
 	case "file":
-		fi, err := os.Stat(filepath.Join(r.dir, "snapshots", snap.SnapshotID+".json"))
-		if err != nil {
-			t.Fatal(err)
+		// The document and the files archive beside it.
+		size := int64(0)
+		for _, ext := range []string{".json", ".files"} {
+			fi, err := os.Stat(filepath.Join(r.dir, "snapshots", snap.SnapshotID+ext))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o600 {
+				t.Fatalf("snapshot file %s mode %v, want 0600", ext, fi.Mode().Perm())
+			}
+			size += fi.Size()
 		}
-		if fi.Mode().Perm() != 0o600 || int(fi.Size()) != snap.Bytes {
-			t.Fatalf("snapshot file mode %v size %d, want 0600 and %d", fi.Mode().Perm(), fi.Size(), snap.Bytes)
+		if int(size) != snap.Bytes {
+			t.Fatalf("snapshot files hold %d bytes, response says %d", size, snap.Bytes)
 		}
 	case "sql":
 		var n int

@@ -107,6 +107,7 @@ type storedSnapshot struct {
 	kind                       string // request, drain or auto
 	bytes                      int    // the document and the files archive
 	created                    time.Time
+	point                      *uint64 // nil: taken before points were kept
 }
 
 // anyTenant selects the snapshots of every tenant (the host's retention):
@@ -173,7 +174,11 @@ func (p *Keeper) fileSnapshots(ctx context.Context, tenant string, sessions []st
 			if kind == "" {
 				kind = KindRequest
 			}
-			out = append(out, storedSnapshot{id: id, target: "file", session: owner, agent: pl.AgentID, kind: kind, bytes: len(doc), created: pl.Created})
+			size := len(doc)
+			if pl.Files != nil {
+				size += int(pl.Files.ArchiveBytes)
+			}
+			out = append(out, storedSnapshot{id: id, target: "file", session: owner, agent: pl.AgentID, kind: kind, bytes: size, created: pl.Created, point: pl.Point})
 		}
 	}
 	return out, nil
@@ -193,7 +198,7 @@ func (p *Keeper) sqlSnapshots(ctx context.Context, tenant string, sessions []str
 	var rows []*ent.Snapshot
 	err := p.storeCall(ctx, "list snapshots", p.storeWait(), func(ctx context.Context) (err error) {
 		rows, err = q.Clone().Select(snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID, snapshot.FieldData,
-			snapshot.FieldCreatedAt, snapshot.FieldKind, snapshot.FieldFilesBytes).All(ctx)
+			snapshot.FieldCreatedAt, snapshot.FieldKind, snapshot.FieldFilesBytes, snapshot.FieldPoint).All(ctx)
 		return err
 	})
 	if errors.Is(err, ErrStoreUnavailable) {
@@ -204,8 +209,13 @@ func (p *Keeper) sqlSnapshots(ctx context.Context, tenant string, sessions []str
 	}
 	out := make([]storedSnapshot, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, storedSnapshot{id: r.ID, target: "sql", session: r.SessionID, agent: r.AgentID, kind: r.Kind,
-			bytes: len(r.Data) + int(r.FilesBytes), created: r.CreatedAt})
+		st := storedSnapshot{id: r.ID, target: "sql", session: r.SessionID, agent: r.AgentID, kind: r.Kind,
+			bytes: len(r.Data) + int(r.FilesBytes), created: r.CreatedAt}
+		if r.Point != nil {
+			pt := uint64(*r.Point)
+			st.point = &pt
+		}
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -237,6 +247,10 @@ func (p *Keeper) deleteSnapshot(ctx context.Context, st storedSnapshot) error {
 		err := os.Remove(filepath.Join(p.dataDir, snapshotDir, st.id+".json"))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("delete snapshot %s: %w", st.id, err)
+		}
+		// Its files archive, once the document that names it is gone.
+		if err := os.Remove(filepath.Join(p.dataDir, snapshotDir, st.id+filesSuffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			p.log.Warn("delete snapshot files", "snapshot_id", st.id, "err", err)
 		}
 	default:
 		err := p.storeCall(ctx, "delete snapshot", p.storeWait(), func(ctx context.Context) error {

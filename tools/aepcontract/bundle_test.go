@@ -403,3 +403,36 @@ func TestAsyncAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvelopeFieldInABody: a body field named as a field of the
+// envelope (a reply's point) would be a second member of that name in the
+// wire object the encoder splices: generation stops, naming it.
+func TestEnvelopeFieldInABody(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"envelope.json", "core.json", "tools.json", "errors/retryable.json"} {
+		b, err := os.ReadFile(filepath.Join("../../schemas", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "tools.json" {
+			// The first properties after the reply's type are its own.
+			i := bytes.Index(b, []byte(`"x-aep-type": "tool/list/resp"`))
+			j := bytes.Index(b[max(i, 0):], []byte(`"properties": {`))
+			if i < 0 || j < 0 {
+				t.Fatal("tools.json has no tool/list/resp with properties")
+			}
+			at := i + j + len(`"properties": {`)
+			b = append(b[:at:at], append([]byte(`"point": {"type": "integer"}, `), b[at:]...)...)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := generate(dir)
+	if err == nil || !strings.Contains(err.Error(), `body field "point" is an envelope field`) {
+		t.Fatalf("err = %v, want it to name the body field point", err)
+	}
+}

@@ -12,7 +12,7 @@ from . import _models as models
 from ._models import AgentMessage, ErrorCode, EventMessage, HostMessage
 from ._common import BatchArrays, Forks, Move
 from .client import AsyncClient, Call, Client, SyncCall
-from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError,
+from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, PointGap, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
 from .trajectories import TrajectoryExport, export_line
 from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AEPError", "AgentMessage", "AsyncClient", "BatchArrays", "Call", "Client", "ConnectionClosed", "ErrorCode",
-    "EventMessage", "ExchangeTransport", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "ProtocolError",
+    "EventMessage", "ExchangeTransport", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "PointGap", "ProtocolError",
     "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "TrajectoryExport", "Transport", "WebSocketTransport",
     "export_line", "models",
 ]

@@ -64,6 +64,13 @@ class Move:
     cause: BaseException
     error: Optional[BaseException]
     took: float
+    #: The client's last seen point in the lost session, which the restore
+    #: had to cover; ``point`` is the point the new session resumed from
+    #: (the snapshot's). ``gap``, set only with ``accept_gap=True``, is what
+    #: was lost: the host's PointGap (``point``, ``last_point``, ``lost``).
+    last_point: int = 0
+    point: int = 0
+    gap: Optional[Any] = None
 
 
 MoveCallback = Callable[[Move], Any]
@@ -123,3 +130,26 @@ class BatchArrays:
             return cls(ids, obs, _np.asarray(rewards, dtype=_np.float64), _np.asarray(term, dtype=bool),
                        _np.asarray(trunc, dtype=bool), _np.asarray(reset, dtype=bool), infos, steps, fobs, finfo, d)
         return cls(ids, obs, rewards, term, trunc, reset, infos, steps, fobs, finfo, d)
+
+
+def wait_hint(cause: BaseException) -> float:
+    """How long a draining host said its snapshot of the session may take
+    (``shutting_down``'s ``detail.snapshot_wait``, seconds); 0 when it said
+    nothing."""
+    err = cause.cause if isinstance(cause, Refused) else cause
+    d = getattr(err, "detail", None)
+    if reason(err) != "shutting_down" or not isinstance(d, dict):
+        return 0.0
+    w = d.get("snapshot_wait")
+    return float(w) if isinstance(w, (int, float)) and 0 < w <= 3600 else 0.0
+
+
+def note_point(current: int, reply_type: str, point: Any) -> int:
+    """The client's point after a reply of the current session carrying
+    point (docs/DECISIONS.md, Points): the highest seen, or for a restore
+    the point the session resumed from."""
+    if not isinstance(point, int) or isinstance(point, bool):
+        return current
+    if reply_type == "session/restore/resp" or point > current:
+        return point
+    return current

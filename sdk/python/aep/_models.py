@@ -180,6 +180,20 @@ class ChainDefineRespMessage(Model):
     name: str
     #: Number of nodes.
     nodes: int
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -379,6 +393,20 @@ class ChainRunRespMessage(Model):
     #: Output of every node that ran, by id: an action's reply body, a
     #: branch's boolean, a map's array, a gather's object, a reduce's acc.
     outputs: dict[str, Any]
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -537,6 +565,20 @@ class EnvCloseRespMessage(Model):
     episode_id: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -633,6 +675,20 @@ class EnvDataAddRespMessage(Model):
     added: list[DataFile]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -743,6 +799,20 @@ class EnvDataGetRespMessage(Model):
     files: list[DataFile]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -832,6 +902,20 @@ class EnvDataResetRespMessage(Model):
     type: Literal["env/data/reset/resp"] = "env/data/reset/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -936,6 +1020,20 @@ class EnvListRespMessage(Model):
     envs: list[EnvInfo]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -994,6 +1092,20 @@ class EnvObserveRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     observation: Any
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1053,6 +1165,20 @@ class EnvRenderRespMessage(Model):
     episode_id: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1126,6 +1252,20 @@ class EnvResetRespMessage(Model):
     #: (as Gymnasium's reset and step always return one).
     info: dict[str, Any]
     observation: Any
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1186,6 +1326,20 @@ class EnvSpacesRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     observation_space: Any
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1250,6 +1404,20 @@ class EnvStepBatchRespMessage(Model):
     type: Literal["env/step_batch/resp"] = "env/step_batch/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1314,6 +1482,20 @@ class EnvStepRespMessage(Model):
     #: (as Gymnasium's reset and step always return one).
     info: dict[str, Any]
     observation: Any
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1367,6 +1549,20 @@ class ErrorMessage(Model):
     #: Human-readable text; never a stack trace or a secret
     #: (docs/DECISIONS.md, Wire).
     message: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1508,6 +1704,20 @@ class HandshakeRespMessage(Model):
     #: False means the session is invalid and the client cannot proceed (spec
     #: §2.4).
     ok: bool
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1580,6 +1790,20 @@ class LearnAdaptRespMessage(Model):
     feedbacks: int
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1671,6 +1895,20 @@ class LearnExperienceRespMessage(Model):
     batch_id: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1747,6 +1985,20 @@ class LearnExportRespMessage(Model):
     #: With to_file: the file written, relative to the plugin's data
     #: directory.
     path: Optional[str] = None
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1808,6 +2060,20 @@ class LearnFeedbackRespMessage(Model):
     ids: list[int]
     #: How many feedbacks' correlation_id matched an audited call.
     linked: int
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1880,6 +2146,20 @@ class LearnRankRespMessage(Model):
     context: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1939,6 +2219,20 @@ class LearnStatsRespMessage(Model):
     components: list[ComponentStats]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2104,6 +2398,20 @@ class McpPromptGetRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     messages: list[MCPPromptMessage]
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2162,6 +2470,20 @@ class McpPromptListRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     next_cursor: Optional[str] = None
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     prompts: list[MCPPrompt]
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -2223,6 +2545,20 @@ class McpResourceListRespMessage(Model):
     id: str
     #: Present when more follow.
     next_cursor: Optional[str] = None
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2282,6 +2618,20 @@ class McpResourceReadRespMessage(Model):
     contents: list[MCPResourceContents]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2339,6 +2689,20 @@ class McpServerListRespMessage(Model):
     type: Literal["mcp/server/list/resp"] = "mcp/server/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2415,6 +2779,20 @@ class McpServerRegisterRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     ok: bool
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2474,6 +2852,20 @@ class McpServerUnregisterRespMessage(Model):
     id: str
     #: False when the session registered no server of this id.
     ok: bool
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2601,6 +2993,20 @@ class MemoryForgetRespMessage(Model):
     deleted: int
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2684,6 +3090,20 @@ class MemoryInitRespMessage(Model):
     id: str
     memory_id: str
     namespace: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2757,6 +3177,20 @@ class MemoryRecallRespMessage(Model):
     hits: list[MemoryHit]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2817,6 +3251,20 @@ class MemoryRetrieveRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     missing: list[str]
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2872,6 +3320,20 @@ class MemoryStatsRespMessage(Model):
     id: str
     memory_id: str
     namespace: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2934,6 +3396,20 @@ class MemoryStoreRespMessage(Model):
     evicted: Optional[int] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3003,6 +3479,21 @@ class PingMessage(Model):
     ts: float
 
 
+class PointGap(Model):
+    """Acknowledged state-changing requests a snapshot does not hold
+    (docs/DECISIONS.md, Points): those whose replies carried points from
+    `point` + 1 to `last_point`.
+    """
+
+    #: The client's last seen point.
+    last_point: int
+    #: How many acknowledged state-changing requests are lost: `last_point` −
+    #: `point`.
+    lost: int
+    #: The snapshot's point: the session resumed from it.
+    point: int
+
+
 class PongMessage(Model):
     """`pong` (reply). Answer to ping."""
 
@@ -3011,6 +3502,20 @@ class PongMessage(Model):
     type: Literal["pong"] = "pong"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3101,6 +3606,20 @@ class ProcKillRespMessage(Model):
     type: Literal["proc/kill/resp"] = "proc/kill/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3158,6 +3677,20 @@ class ProcListRespMessage(Model):
     type: Literal["proc/list/resp"] = "proc/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     processes: list[ProcRecord]
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3227,6 +3760,20 @@ class ProcReadRespMessage(Model):
     type: Literal["proc/read/resp"] = "proc/read/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     proc_id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3324,6 +3871,20 @@ class ProcSignalRespMessage(Model):
     type: Literal["proc/signal/resp"] = "proc/signal/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3396,6 +3957,20 @@ class ProcSpawnRespMessage(Model):
     dropped_env: Optional[list[str]] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3450,6 +4025,20 @@ class ProcStatusRespMessage(Model):
     type: Literal["proc/status/resp"] = "proc/status/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3529,6 +4118,20 @@ class ProcWaitRespMessage(Model):
     type: Literal["proc/wait/resp"] = "proc/wait/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3592,6 +4195,20 @@ class ProcWriteRespMessage(Model):
     closed: Optional[bool] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     proc_id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3722,6 +4339,10 @@ class SessionForkRespMessage(Model):
     #: copy (bytes copied), none (no files).
     copy_: Optional[Literal["reflink", "copy", "none"]] = Field(None, alias="copy")
     forks: list[ForkInfo]
+    #: The point the forks start from: the sender's at the moment its state
+    #: was taken (or the snapshot's, with `snapshot_id`). Each fork's session
+    #: starts with it, which its handshake/resp also carries.
+    from_point: Optional[int] = None
     #: The forks' sibling group, new for each session/fork/req: every record
     #: of a fork's recorded trajectory carries it
     #: (schemas/records/trajectory.json `group`), and
@@ -3736,6 +4357,20 @@ class SessionForkRespMessage(Model):
     #: What of the sender's state the forks do not carry as it runs in the
     #: sender: the same for every fork.
     not_forked: list[NotForked]
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3809,6 +4444,20 @@ class SessionInfoRespMessage(Model):
     #: The public handle of the session that spawned this subagent's session
     #: (never its transport id).
     parent_handle: Optional[str] = None
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3830,19 +4479,36 @@ class SessionRestoreReqMessage(Model):
     session (spec §3: Session saved → live): the one named by `snapshot_id`,
     or the newest snapshot of the session named by `from_session` (a session
     that moved when its host drained or died, docs/deploy.md). An unknown or
-    corrupt snapshot changes nothing.
+    corrupt snapshot changes nothing. The session's point (the envelope's
+    `point`) becomes the snapshot's. With `last_point`, a snapshot that
+    covers less than it is refused with runtime_error, detail.reason
+    `point_gap`, naming the gap (`point`, `last_point`, `lost`: the count of
+    acknowledged state-changing requests it does not hold), and nothing
+    changes, unless `accept_gap` is true: then it is restored and the
+    reply's `gap` says what was lost (docs/DECISIONS.md, Points). A client
+    that moves keeps asking while the gap lasts: a draining host writes its
+    snapshot after it stops admitting requests.
     """
 
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/req"] = "session/restore/req"
+    #: Restore even when the snapshot covers less than `last_point`; the
+    #: reply's `gap` says how much was lost. Default false.
+    accept_gap: Optional[bool] = None
     #: The id of an earlier session of the sender (a bearer secret, so
-    #: holding it proves the session was the sender's): its newest snapshot,
-    #: from a drain or an automatic snapshot, is restored, and the reply
-    #: names it.
+    #: holding it proves the session was the sender's): its newest snapshot
+    #: (the one taken last, from a drain, an automatic round or the session's
+    #: own request) is restored, and the reply names it.
     from_session: Optional[str] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: The highest point the client saw in the session it restores over or
+    #: moved from (the envelope's `point` of its replies): every
+    #: state-changing request acknowledged up to it must be in the snapshot,
+    #: or the restore is refused with reason point_gap (unless `accept_gap`).
+    #: Absent: no check.
+    last_point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3874,8 +4540,27 @@ class SessionRestoreRespMessage(Model):
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/resp"] = "session/restore/resp"
     files: Optional[SnapshotFiles] = None
+    #: The point the session resumed from: the snapshot's, now the session's,
+    #: which this reply's envelope `point` also carries (an older snapshot
+    #: that recorded none counts as 0).
+    from_point: Optional[int] = None
+    gap: Optional[PointGap] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3939,6 +4624,20 @@ class SessionSnapshotDeleteRespMessage(Model):
     deleted: bool
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4004,6 +4703,20 @@ class SessionSnapshotListRespMessage(Model):
     type: Literal["session/snapshot/list/resp"] = "session/snapshot/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4063,9 +4776,28 @@ class SessionSnapshotRespMessage(Model):
     type: Literal["session/snapshot/resp"] = "session/snapshot/resp"
     #: Size of the stored snapshot.
     bytes: int
+    #: The point the snapshot covers (a body field: the envelope's `point` is
+    #: the session's own): every state-changing request answered before it
+    #: was taken, up to this point, is in it (a request still running as it
+    #: was taken may be in part).
+    covers_point: Optional[int] = None
     files: Optional[SnapshotFiles] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4165,6 +4897,20 @@ class SessionTrajectoryExportRespMessage(Model):
     lines: list[dict[str, Any]]
     #: The cursor of the next page; absent on the last page.
     next: Optional[int] = None
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Present when an exported episode has a prefix: complete, or missing
     #: when the prefix of one or more was never recorded (a parent that did
     #: not record, a fork from a snapshot) or is no longer kept;
@@ -4278,6 +5024,20 @@ class SkillCallRespMessage(Model):
     type: Literal["skill/call/resp"] = "skill/call/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4361,6 +5121,20 @@ class SkillDiscoverRespMessage(Model):
     type: Literal["skill/discover/resp"] = "skill/discover/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4471,6 +5245,20 @@ class SkillGetRespMessage(Model):
     type: Literal["skill/get/resp"] = "skill/get/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4551,6 +5339,20 @@ class SkillRegisterRespMessage(Model):
     type: Literal["skill/register/resp"] = "skill/register/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4616,6 +5418,9 @@ class SnapshotInfo(Model):
     agent_id: Optional[str] = None
     #: Size of the stored snapshot.
     bytes: int
+    #: The point it covers (see session/snapshot/resp `covers_point`); absent
+    #: for snapshots taken before points were kept.
+    covers_point: Optional[int] = None
     #: When it was taken, Unix epoch seconds.
     created: float
     #: Why it was taken: session/snapshot/req, a drain
@@ -4705,6 +5510,20 @@ class SubagentListRespMessage(Model):
     type: Literal["subagent/list/resp"] = "subagent/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4827,6 +5646,20 @@ class SubagentSpawnRespMessage(Model):
     handshake_timeout: float
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4893,6 +5726,20 @@ class SubagentStatusRespMessage(Model):
     children: Optional[list[str]] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4953,6 +5800,20 @@ class SubagentTerminateRespMessage(Model):
     type: Literal["subagent/terminate/resp"] = "subagent/terminate/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -5024,6 +5885,20 @@ class ToolCallRespMessage(Model):
     type: Literal["tool/call/resp"] = "tool/call/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -5165,6 +6040,20 @@ class ToolListRespMessage(Model):
     id: str
     #: Present when more tools follow; pass it as cursor.
     next_cursor: Optional[str] = None
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -5272,6 +6161,20 @@ class ToolkitConfigureRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     message: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -5389,6 +6292,20 @@ class ToolkitListRespMessage(Model):
     type: Literal["toolkit/list/resp"] = "toolkit/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events, nor an error answering a line without a
+    #: readable id, which answers no request of a session): the session's
+    #: point after this reply (docs/DECISIONS.md, Points). A session's point
+    #: counts the state-changing requests it answered: a reply to one whose
+    #: type changes the session's state (the asyncapi operation's
+    #: `changes-state` tag) takes the next point, any other reply carries the
+    #: current one. A snapshot records the point it covers, and a restore
+    #: sets the session's point to its snapshot's, which session/restore/resp
+    #: and session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"

@@ -27,11 +27,12 @@ from typing import Any, Callable, Optional, Sequence
 from pydantic import ValidationError
 
 from . import _codec, _models as m
-from ._common import MAX_RESENDS, OPEN_BACKOFF, SNAPSHOT_POLL, BatchArrays, Forks, Move, MoveCallback, Refused, reason
+from ._common import (MAX_RESENDS, OPEN_BACKOFF, SNAPSHOT_POLL, BatchArrays, Forks, Move, MoveCallback, Refused, note_point,
+                      reason, wait_hint)
 from ._methods import EventCallback, SyncMethods
 from ._syncio import SSE, Exchange, FromAsync, Stdio, SyncTransport, WebSocket
-from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError, RequestInterrupted,
-                     RequestTimeout, SessionLost, SessionTerminated)
+from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, PointGap, ProtocolError,
+                     RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
 from .trajectories import TrajectoryExport, _Pages
 from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
 
@@ -103,6 +104,14 @@ class Client(SyncMethods):
         self.snapshot_wait = 5.0
         #: A move whose lost session left no snapshot carries on fresh.
         self.fresh = False
+        #: A move may restore a snapshot older than ``point`` once
+        #: snapshot_wait passed (Move.gap says what was lost); without it
+        #: such a move ends the client (PointGap).
+        self.accept_gap = False
+        #: The highest point the current session's replies carried
+        #: (docs/DECISIONS.md, Points); a restore's reply sets it to the
+        #: point the session resumed from.
+        self.point = 0
         self.handshake_reply: Optional[m.HandshakeRespMessage] = None
         self._moves: list[Move] = []
         self._gen = 0
@@ -129,7 +138,7 @@ class Client(SyncMethods):
                 caps: Sequence[str] = (), timeout: Optional[float] = 30.0,
                 on_event: Optional[EventCallback] = None, record_trajectory: Optional[bool] = None,
                 move: bool = False, on_move: Optional[MoveCallback] = None, snapshot_wait: float = 5.0,
-                fresh: bool = False) -> "Client":
+                fresh: bool = False, accept_gap: bool = False) -> "Client":
         """Opens transport and handshakes (spec §2.4); the arguments are
         AsyncClient.connect's. transport is one of the SDK's transports
         (aep.WebSocketTransport, HTTPTransport, ExchangeTransport,
@@ -154,11 +163,12 @@ class Client(SyncMethods):
         c.handshake_reply = reply
         c._connect_kw = dict(token=token, agent_id=agent_id, caps=list(caps), timeout=timeout,
                              record_trajectory=record_trajectory, move=move, snapshot_wait=snapshot_wait,
-                             fresh=fresh)
+                             fresh=fresh, accept_gap=accept_gap)
         c.move = move
         c.on_move = on_move
         c.snapshot_wait = snapshot_wait
         c.fresh = fresh
+        c.accept_gap = accept_gap
         _keeper.add(c)
         return c
 
@@ -618,6 +628,9 @@ class Client(SyncMethods):
             if cb is not None:
                 self._call_back(cb, msg)
             return
+        if slot is not None and slot.gen == self._gen and self._lost is None:
+            # The current session's point (docs/DECISIONS.md, Points).
+            self.point = note_point(self.point, t, getattr(msg, "point", None))
         if slot is None or slot.done:
             return  # the reply of a request given up on (cancelled, timed out)
         if t == "error":
@@ -664,6 +677,8 @@ class Client(SyncMethods):
         d = _codec.raw_reply(line, slot.reply, rid)  # type: ignore[arg-type]
         if d is None:
             return False
+        if slot.gen == self._gen and self._lost is None:
+            self.point = note_point(self.point, str(d.get("type", "")), d.get("point"))
         self._settle(slot, value=d)
         return True
 
@@ -711,6 +726,7 @@ class Client(SyncMethods):
         """Opens a new session and restores the lost one into it; on failure
         the client ends with MoveFailed. Never raises."""
         from_id = self.session_id or ""
+        last_point = self.point
         cause = self._lost or ConnectionClosed("session lost")
         started = time.monotonic()
         timeout = self._connect_kw.get("timeout") or 30.0
@@ -722,13 +738,13 @@ class Client(SyncMethods):
             pass
         try:
             reply = self._open_session(old, deadline)
-            snapshot_id, restored = self._restore_from(from_id, deadline)
+            snapshot_id, restored, resumed, gap = self._restore_from(from_id, last_point, wait_hint(cause), deadline)
         except BaseException as e:  # noqa: BLE001 - the client ends with it
             self._drop_transport()
             fail = MoveFailed(f"moving to a new session failed: {e}")  # not the lost id: a bearer secret
             fail.__cause__ = e
             mv = Move(from_session=from_id, session_id=None, snapshot_id=None, restored=(), fresh=False,
-                      cause=cause, error=e, took=time.monotonic() - started)
+                      cause=cause, error=e, took=time.monotonic() - started, last_point=last_point)
             self._moves.append(mv)
             with self._mu:
                 if self._closed is None:
@@ -739,10 +755,11 @@ class Client(SyncMethods):
             return
         mv = Move(from_session=from_id, session_id=reply.session_id, snapshot_id=snapshot_id,
                   restored=tuple(restored), fresh=snapshot_id is None, cause=cause, error=None,
-                  took=time.monotonic() - started)
+                  took=time.monotonic() - started, last_point=last_point, point=resumed, gap=gap)
         self._moves.append(mv)
         with self._mu:
             self.handshake_reply = reply
+            self.point = resumed
             self._lost = None
             self._cv.notify_all()
         self._report(mv)
@@ -791,22 +808,42 @@ class Client(SyncMethods):
                 raise HandshakeError(reply)
             return reply
 
-    def _restore_from(self, from_id: str, deadline: float) -> tuple[Optional[str], list[str]]:
-        """Restores the newest snapshot of from_id, waiting up to
-        snapshot_wait seconds for one to appear; then NoSnapshot, or with
-        fresh (None, [])."""
-        until = time.monotonic() + self.snapshot_wait
+    def _restore_from(self, from_id: str, last_point: int, hint: float, deadline: float
+                      ) -> tuple[Optional[str], list[str], int, Optional[m.PointGap]]:
+        """Restores the newest snapshot of from_id that covers last_point,
+        waiting up to snapshot_wait seconds (or the draining host's longer
+        hint) for one; then NoSnapshot (or with fresh (None, [], 0, None)),
+        or for an older one PointGap (or with accept_gap, that one and its
+        gap), as AsyncClient does."""
+        wait = max(self.snapshot_wait, hint)
+        until = time.monotonic() + wait
+        accept = False
         while True:
+            opt: dict[str, Any] = {"from_session": from_id, "last_point": last_point}
+            if accept:
+                opt["accept_gap"] = True
             try:
-                slot = self._send(m.SessionRestoreReqMessage, {}, {"from_session": from_id},
+                slot = self._send(m.SessionRestoreReqMessage, {}, opt,
                                   m.SessionRestoreRespMessage, None, None, may_move=False)
                 r = self._finish(slot, max(0.1, deadline - time.monotonic()), may_move=False)
-                return r.snapshot_id, list(r.restored or [])
+                resumed = r.from_point if r.from_point is not None else 0
+                return r.snapshot_id, list(r.restored or []), resumed, r.gap
             except ProtocolError as e:
                 if reason(e) == "store_unavailable" and time.monotonic() + 1 < deadline:
                     # The store is down and the host waited for it already:
                     # ask again until the move's deadline, never settle for less.
                     time.sleep(1)
+                    continue
+                if reason(e) == "point_gap":
+                    # An older snapshot than the client saw: the draining
+                    # host may not have written its own yet.
+                    if time.monotonic() + SNAPSHOT_POLL > until:
+                        if self.accept_gap:
+                            accept = True
+                            continue
+                        raise PointGap(f"the lost session's newest snapshot does not hold everything acknowledged "
+                                       f"({PointGap.reason}) after {wait:g}s: {e}", e.detail) from e
+                    time.sleep(SNAPSHOT_POLL)
                     continue
                 # not_found; hosts before it said unknown_snapshot, and a
                 # fleet in a rolling upgrade may still hold one.
@@ -814,9 +851,9 @@ class Client(SyncMethods):
                     raise
                 if time.monotonic() + SNAPSHOT_POLL > until:
                     if self.fresh:
-                        return None, []
+                        return None, [], 0, None
                     raise NoSnapshot(f"the lost session left no snapshot ({NoSnapshot.reason}): the host answered "
-                                     f"not_found for {self.snapshot_wait:g}s ({e})") from e
+                                     f"not_found for {wait:g}s ({e})") from e
                 time.sleep(SNAPSHOT_POLL)
 
 
