@@ -49,8 +49,18 @@ type persistence interface {
 	// DrainSnapshots saves every live top-level session on a drain
 	// (drain.go).
 	DrainSnapshots(ctx context.Context) (saved map[string]string, notSaved int, err error)
-	// SessionEnded is told of every session that ended (host.go, forget).
+	// SessionEnded is told of every session that ended (host.go, forget);
+	// SessionClosing before its plugins drop its state.
 	SessionEnded(s persist.Session, hostGoing bool)
+	SessionClosing(s persist.Session)
+
+	// The crash window (server/persist/crashwin.go): CrashWindow is 0
+	// when it is off; Changed is told of a top-level session whose first
+	// unsaved change was recorded (Session.changed); HoldForSave holds
+	// back a request of a session that is a window behind.
+	CrashWindow() time.Duration
+	Changed(s persist.Session)
+	HoldForSave(ctx context.Context, s persist.Session, now time.Time)
 
 	// Session directories: where they are, made on first use, and the
 	// copy a snapshot-scoped subagent starts from (child.go).
@@ -71,6 +81,10 @@ const (
 
 // recorder records one session's trajectory (Session.rec).
 type recorder = persist.Recorder
+
+// unsavedChanges is what of a session tree's changes its automatic
+// snapshot does not hold yet (Session.unsaved).
+type unsavedChanges = persist.Unsaved
 
 // sessionDir is a session's directory (Host.SessionDir).
 type sessionDir = persist.Dir
@@ -93,6 +107,36 @@ func (h *Host) newPersistence() persistence {
 	})
 }
 
+// root is the top-level session of s's tree.
+func (s *Session) root() *Session {
+	for s.parent != nil {
+		s = s.parent
+	}
+	return s
+}
+
+// changed records a change of s's session tree at now, for the crash
+// window (server/persist/crashwin.go): the root's oldest unsaved change,
+// set only when none is recorded, which is when the keeper is told. Off,
+// it is one branch on a constant.
+func (s *Session) changed(now time.Time) {
+	if !s.h.crashWindow {
+		return
+	}
+	r := s.root()
+	if r.unsaved.Since.Load() == 0 && r.unsaved.Since.CompareAndSwap(0, now.UnixNano()) {
+		s.h.persist.Changed(r.view())
+	}
+}
+
+// holdForSave holds back a request of s that arrived at now while its
+// tree is a crash window behind its save.
+func (s *Session) holdForSave(ctx context.Context, now time.Time) {
+	if s.h.crashWindow {
+		s.h.persist.HoldForSave(ctx, s.root().view(), now)
+	}
+}
+
 // startPersistence hands the keeper the loaded plugins, in start order.
 func (h *Host) startPersistence() {
 	ps := make([]persist.Plugin, len(h.plugins))
@@ -105,7 +149,7 @@ func (h *Host) startPersistence() {
 func (c SnapshotConfig) settings() persist.SnapshotSettings {
 	return persist.SnapshotSettings{KeepPerSession: c.KeepPerSession, MaxAge: time.Duration(c.MaxAge),
 		FilesMaxBytes: c.FilesMaxBytes, FilesMaxEntries: c.FilesMaxEntries, AutoInterval: time.Duration(c.AutoInterval),
-		StoreWait: time.Duration(c.StoreWait)}
+		CrashWindow: time.Duration(c.CrashWindow), StoreWait: time.Duration(c.StoreWait)}
 }
 
 // check rejects settings that make no sense.
@@ -286,6 +330,11 @@ func (v *sessionView) Handle() string { return v.handle }
 func (v *sessionView) TopLevel() bool { return v.parent == nil }
 func (v *sessionView) Tenant() string { return StorageTenant(v.session().Tenant()) }
 func (v *sessionView) Close()         { v.session().Close() }
+func (v *sessionView) Ended() bool    { return v.session().closing() }
+
+// Unsaved is the session tree's oldest unsaved change (changed): the
+// root's.
+func (v *sessionView) Unsaved() *persist.Unsaved { return &v.session().root().unsaved }
 
 func (v *sessionView) Identity() (string, []msg.CapabilityEntry) {
 	v.mu.Lock()

@@ -47,6 +47,10 @@ type notesPlugin struct {
 	// prove the rollback.
 	FailRestore atomic.Bool `yaml:"-"`
 
+	// hold, when set, makes Snapshot wait for it to be closed before it
+	// takes the plugin's lock: a save the store is slow to finish.
+	hold atomic.Pointer[chan struct{}]
+
 	mu       sync.Mutex
 	sessions map[string]*notesState
 	restores atomic.Int32
@@ -110,6 +114,13 @@ func (p *notesPlugin) EchoWait(ctx context.Context, s wire.Scope, req *testproto
 }
 
 func (p *notesPlugin) Snapshot(ctx context.Context, sid string) ([]byte, error) {
+	if h := p.hold.Load(); h != nil {
+		select {
+		case <-*h:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	st := p.state(sid)
 	p.mu.Lock()
 	defer p.mu.Unlock()

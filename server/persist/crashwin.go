@@ -1,0 +1,156 @@
+package persist
+
+// The crash window (server.snapshots.crash_window; docs/DECISIONS.md, A
+// declared crash-loss window). The kernel records, per top-level session
+// tree, the time of its oldest change not yet saved ([Session].Unsaved),
+// when a request starts and when it is answered, and tells the keeper
+// only when that time was clear ([Keeper.Changed]). The session is then
+// queued, and one of crashSavers saves it over its automatic snapshot
+// (autosnap.go) half a window later, whatever it answered meanwhile. A
+// request of a session whose oldest unsaved change is older than the
+// window waits for the save before it runs ([Keeper.HoldForSave]), up to
+// store_wait, so a slow store slows the session down instead of
+// stretching the window; a store that does not take writes at all holds
+// no one back (the saver retries every half window and logs), as the
+// host goes on serving its sessions through a store outage.
+
+import (
+	"context"
+	"time"
+)
+
+// crashSavers is how many sessions are saved at once.
+const crashSavers = 4
+
+// minCrashWindow is the shortest crash_window accepted: a save is a
+// store round trip, and half a window must leave room for it.
+const minCrashWindow = 200 * time.Millisecond
+
+// dueSave is a session waiting for its save, and when it is due.
+type dueSave struct {
+	s   Session
+	due time.Time
+}
+
+// CrashWindow is server.snapshots.crash_window when the crash saver runs
+// (a store and the setting), else 0: whether the kernel records changes.
+func (p *Keeper) CrashWindow() time.Duration {
+	if p.store == nil {
+		return 0
+	}
+	return p.set.Snapshots.CrashWindow
+}
+
+// Changed is told of a top-level session whose first change since its
+// last save was just recorded: the session is saved half a window later.
+func (p *Keeper) Changed(s Session) {
+	if p.auto == nil || p.auto.window <= 0 {
+		return
+	}
+	p.auto.push(s, time.Now().Add(p.auto.window/2))
+}
+
+func (a *autoSnapper) push(s Session, due time.Time) {
+	a.mu.Lock()
+	a.due = append(a.due, dueSave{s, due})
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next takes the session whose save is due first, waiting for one.
+func (a *autoSnapper) next(ctx context.Context) (dueSave, bool) {
+	for {
+		a.mu.Lock()
+		if len(a.due) > 0 {
+			d := a.due[0]
+			a.due[0] = dueSave{}
+			a.due = a.due[1:]
+			more := len(a.due) > 0
+			a.mu.Unlock()
+			if more {
+				select {
+				case a.wake <- struct{}{}:
+				default:
+				}
+			}
+			return d, true
+		}
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return dueSave{}, false
+		case <-a.wake:
+		}
+	}
+}
+
+// crashSaver is one of the goroutines that save queued sessions. Every
+// entry is due half a window after it was queued, so the queue is in the
+// order of due times, oldest first.
+func (p *Keeper) crashSaver(ctx context.Context) {
+	defer p.workers.Done()
+	for {
+		d, ok := p.auto.next(ctx)
+		if !ok {
+			return
+		}
+		if wait := time.Until(d.due); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		if d.s.Unsaved().Since.Load() == 0 {
+			continue // a round, or an earlier entry, saved it
+		}
+		if _, err := p.autoSave(ctx, d.s, false); err != nil && ctx.Err() == nil {
+			// Its unsaved time is back (autoSave); queue it again unless
+			// a later change did.
+			p.auto.push(d.s, time.Now().Add(p.auto.window/2))
+		}
+	}
+}
+
+// HoldForSave holds back a request of session s (top-level: a
+// subagent's tree's root) that arrived at now while the oldest change of
+// s not yet saved is older than the crash window: it returns once that
+// change is saved, the wait passed store_wait, the store fails the
+// saves, or ctx ends. Otherwise it returns at once: one atomic load.
+func (p *Keeper) HoldForSave(ctx context.Context, s Session, now time.Time) {
+	a := p.auto
+	if a == nil || a.window <= 0 {
+		return
+	}
+	u := s.Unsaved()
+	since := u.oldest()
+	if since == 0 || now.UnixNano()-since < int64(a.window) {
+		return
+	}
+	deadline := time.NewTimer(p.storeWait())
+	defer deadline.Stop()
+	for {
+		// The signal is taken before the check, so a save that ends
+		// between the two is not missed.
+		a.mu.Lock()
+		saved := a.saved
+		a.mu.Unlock()
+		if cur := u.oldest(); cur == 0 || cur > since || a.failing.Load() {
+			return
+		}
+		select {
+		case <-saved:
+		case <-deadline.C:
+			p.log.Warn("a request ran past the crash window: its session's save did not end within store_wait",
+				"session", s.Handle(), "unsaved_for", time.Since(time.Unix(0, since)).Round(time.Millisecond))
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
