@@ -111,6 +111,12 @@ func (s *syncBuf) String() string {
 // dir (./aep-data, relative) and no config file when config is empty.
 func startHost(t testing.TB, config string) *host {
 	t.Helper()
+	return startHostOf(t, bin, config)
+}
+
+// startHostOf is startHost with the aep binary at path (another build).
+func startHostOf(t testing.TB, path, config string) *host {
+	t.Helper()
 	touchSources()
 	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -127,7 +133,7 @@ func startHost(t testing.TB, config string) *host {
 		}
 		args = append(args, "--config", p)
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "AEP_AUTH_TOKEN="+token)
 	h := &host{base: "http://" + addr, addr: addr, cmd: cmd, stderr: &syncBuf{}}
