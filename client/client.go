@@ -67,6 +67,11 @@ type Client struct {
 	// closing is set by Close and Shutdown: the session's end is then the
 	// caller's doing, not a loss to move away from.
 	closing bool
+	// point is the highest point the replies of the current session
+	// carried (docs/DECISIONS.md, Points): what a move passes as
+	// last_point, so no host resumes the client from an earlier one
+	// without saying so.
+	point uint64
 
 	mv     *mover        // nil unless the client moves
 	moving chan struct{} // non-nil while a move runs; closed when it ends
@@ -122,6 +127,18 @@ func (c *Client) SessionID() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.sessionID
+}
+
+// Point returns the highest point the replies of the client's session
+// carried (schemas/envelope.json): every state-changing request answered
+// up to it is acknowledged work a restore must hold. A session/restore
+// reply sets it to the point the session resumed from; a move, to the
+// point of the snapshot it restored. Pass it as last_point when restoring
+// this session elsewhere (session/restore/req from_session).
+func (c *Client) Point() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.point
 }
 
 // Handshake opens the session (spec §2.4). A refused handshake returns the
@@ -309,6 +326,9 @@ func (c *Client) handle(p *wire.Packet) {
 	if pc == nil {
 		return // a reply to a request that gave up waiting
 	}
+	if p.HasPoint && !strings.HasSuffix(p.Type, "/event") {
+		c.notePoint(pc.gen, p)
+	}
 	var r result
 	switch m := p.Msg.(type) {
 	case *msg.Event:
@@ -328,6 +348,22 @@ func (c *Client) handle(p *wire.Packet) {
 	select {
 	case pc.reply <- r:
 	default: // a second reply; the host sends exactly one
+	}
+}
+
+// notePoint records the point of a reply that came on the transport of
+// generation gen: the highest one the current session's replies carried,
+// or, for a restore, the point the session resumed from. Replies on a
+// transport a move left or has not yet made current are not the
+// session's points.
+func (c *Client) notePoint(gen uint64, p *wire.Packet) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen || c.moving != nil {
+		return
+	}
+	if p.Type == "session/restore/resp" || p.Point > c.point {
+		c.point = p.Point
 	}
 }
 

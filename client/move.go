@@ -48,6 +48,15 @@ var ErrMoveFailed = errors.New("moving to a new session failed")
 // operator.snapshot_on_drain), unless [MoveOptions.Fresh] is set.
 var ErrNoSnapshot = errors.New("the lost session left no snapshot")
 
+// ErrPointGap is the cause of a failed move whose lost session's newest
+// snapshot covers less than the client saw (docs/DECISIONS.md, Points):
+// restoring it would silently roll back acknowledged work, so the move
+// fails rather than resume from an earlier point, unless
+// [MoveOptions.AcceptGap] is set. The wrapped *wire.Error's detail says
+// the snapshot's point, the last seen one and how many acknowledged
+// state-changing requests lie between.
+var ErrPointGap = errors.New("the lost session's newest snapshot does not hold everything the client saw acknowledged")
+
 // A Dialer opens a transport to a new session, e.g. through a proxy in
 // front of several hosts. [Moving] calls it for the first session and for
 // each move.
@@ -97,9 +106,19 @@ type MoveOptions struct {
 	// restore. Default 30s.
 	Timeout time.Duration
 	// SnapshotWait is how long a move keeps asking for the lost session's
-	// snapshot while the store has none: its host snapshots at the end of
-	// its drain, which a proxy's health check may see before. Default 5s.
+	// snapshot while the store has none, or none that covers the client's
+	// last seen point ([Client.Point]): its host snapshots as it drains,
+	// which a proxy's health check may see before. A draining host says
+	// how long its snapshot may take (shutting_down's
+	// detail.snapshot_wait); the move waits the longer of the two, within
+	// Timeout. Default 5s.
 	SnapshotWait time.Duration
+	// AcceptGap lets a move go on from a snapshot that covers less than
+	// the client saw, once SnapshotWait has passed without a newer one:
+	// [Move.Gap] then says what was lost. Without it such a move fails
+	// with [ErrPointGap]: the client is never resumed from an earlier
+	// point without saying so.
+	AcceptGap bool
 	// Fresh lets a move whose lost session left no snapshot carry on in
 	// the new, empty session, reported by [Move.Fresh]. Without it such a
 	// move fails with [ErrNoSnapshot]: state the caller relies on is gone.
@@ -135,6 +154,13 @@ type Move struct {
 	// Fresh reports a move that found no snapshot of From and went on in
 	// an empty session ([MoveOptions.Fresh]).
 	Fresh bool
+	// LastPoint is the client's last seen point in From, which the
+	// restore had to cover; Point is the point To resumed from (the
+	// snapshot's). Gap, when set, is what a move with
+	// [MoveOptions.AcceptGap] lost: the snapshot covered less than
+	// LastPoint.
+	LastPoint, Point uint64
+	Gap              *msg.PointGap
 	// Cause is why the session was taken for lost.
 	Cause error
 	// Err is why the move failed; nil when it succeeded.
@@ -381,9 +407,9 @@ func (c *Client) lost(gen uint64, cause error) bool {
 		return true
 	}
 	c.moving = make(chan struct{})
-	from, old, hs := c.sessionID, c.t, c.hs
+	from, old, hs, point := c.sessionID, c.t, c.hs, c.point
 	c.mu.Unlock()
-	go c.move(from, old, hs, cause)
+	go c.move(from, old, hs, point, cause)
 	return true
 }
 
@@ -397,15 +423,15 @@ func (c *Client) newGen() uint64 {
 
 // move finds a new session for the client and restores from's snapshot
 // into it, then makes it the client's session; on failure the client ends.
-func (c *Client) move(from string, old Transport, hs *msg.HandshakeReq, cause error) {
+func (c *Client) move(from string, old Transport, hs *msg.HandshakeReq, point uint64, cause error) {
 	go old.Close()
 	start := time.Now()
-	m := Move{From: from, Cause: cause}
+	m := Move{From: from, Cause: cause, LastPoint: point}
 	ctx, cancel := context.WithTimeout(c.life, c.mv.opts.timeout())
 	defer cancel()
 	t, gen, sid, err := c.openSession(ctx, hs)
 	if err == nil {
-		err = c.restoreFrom(ctx, t, gen, from, &m)
+		err = c.restoreFrom(ctx, t, gen, from, snapshotWaitHint(cause), &m)
 	}
 	m.Took = time.Since(start)
 	c.mu.Lock()
@@ -438,7 +464,7 @@ func (c *Client) move(from string, old Transport, hs *msg.HandshakeReq, cause er
 		return
 	}
 	m.To = sid
-	c.t, c.gen, c.sessionID = t, gen, sid
+	c.t, c.gen, c.sessionID, c.point = t, gen, sid, m.Point
 	c.mv.moves = append(c.mv.moves, m)
 	close(c.moving)
 	c.moving = nil
@@ -490,21 +516,64 @@ func (c *Client) openSession(ctx context.Context, hs *msg.HandshakeReq) (Transpo
 	}
 }
 
+// snapshotWaitHint is how long the host that refused a request as
+// shutting_down said its drain's snapshot may take to be written
+// (detail.snapshot_wait, seconds); 0 when it said nothing.
+func snapshotWaitHint(cause error) time.Duration {
+	d, ok := wireDetail(cause).(map[string]any)
+	if !ok || wire.ReasonOf(d) != "shutting_down" {
+		return 0
+	}
+	s, ok := d["snapshot_wait"].(float64)
+	if !ok || s <= 0 || s > 3600 {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
 // restoreFrom restores the newest snapshot of the session from into the
-// session on t, waiting up to SnapshotWait for one to appear.
-func (c *Client) restoreFrom(ctx context.Context, t Transport, gen uint64, from string, m *Move) error {
-	deadline := time.Now().Add(c.mv.opts.snapshotWait())
+// session on t, one that covers the client's last seen point
+// (m.LastPoint): it keeps asking, up to the longer of SnapshotWait and
+// the draining host's hint, while there is none or only an older one.
+func (c *Client) restoreFrom(ctx context.Context, t Transport, gen uint64, from string, hint time.Duration, m *Move) error {
+	deadline := time.Now().Add(max(c.mv.opts.snapshotWait(), hint))
+	last := int(m.LastPoint)
+	acceptGap := false
 	for {
-		r, err, _ := c.exchange(ctx, t, gen, &msg.SessionRestoreReq{FromSession: &from})
+		req := &msg.SessionRestoreReq{FromSession: &from, LastPoint: &last}
+		if acceptGap {
+			req.AcceptGap = &acceptGap
+		}
+		r, err, _ := c.exchange(ctx, t, gen, req)
 		if err == nil {
 			resp, ok := r.(*msg.SessionRestoreResp)
 			if !ok {
 				return fmt.Errorf("restore: unexpected reply %T", r)
 			}
-			m.SnapshotID, m.Restored = resp.SnapshotID, resp.Restored
+			m.SnapshotID, m.Restored, m.Gap = resp.SnapshotID, resp.Restored, resp.Gap
+			if resp.FromPoint != nil {
+				m.Point = uint64(*resp.FromPoint)
+			}
 			return nil
 		}
 		switch wire.ReasonOf(wireDetail(err)) {
+		case "point_gap":
+			// An older snapshot than the client saw: the host that drained
+			// may not have written its own yet. Never settle for it
+			// unless the caller said so.
+			if !time.Now().Before(deadline) {
+				if c.mv.opts.AcceptGap {
+					acceptGap = true
+					continue
+				}
+				return fmt.Errorf("%w: %w", ErrPointGap, err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %w", ErrPointGap, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
 		case "unknown_snapshot":
 		case "store_unavailable":
 			// The store is down and the host waited for it already: ask

@@ -229,7 +229,9 @@ var moveDialers = []struct {
 type agent struct {
 	*client.Client
 	mid, ep string
-	moves   chan client.Move
+	// lastSeen is the client's point a test noted before its host went.
+	lastSeen uint64
+	moves    chan client.Move
 }
 
 func newAgent(t *testing.T, ctx context.Context, dial client.Dialer, opts client.MoveOptions) *agent {
@@ -384,15 +386,16 @@ func TestMoveAfterDrain(t *testing.T) {
 // TestMoveInterruptsInFlight: a request in flight when the host becomes
 // unreachable (its machine died; nginx answers 502 for it) fails with
 // ErrInterrupted and is not sent again; the client moves, restores the
-// snapshot the agent took, and the next request is answered by the new
-// session.
+// snapshot the agent took — older than what the client saw acknowledged,
+// which it accepted (MoveOptions.AcceptGap) and the move reports (Gap) —
+// and the next request is answered by the new session.
 func TestMoveInterruptsInFlight(t *testing.T) {
 	for _, d := range moveDialers {
 		t.Run(d.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			p := newFleet(t, false, "ha", "hb")
-			a := newAgent(t, ctx, d.dial(p.url), client.MoveOptions{})
+			a := newAgent(t, ctx, d.dial(p.url), client.MoveOptions{AcceptGap: true, SnapshotWait: 300 * time.Millisecond})
 			first := a.SessionID()
 			a.store(t, ctx, "k", 42)
 			a.step(t, ctx)
@@ -423,6 +426,11 @@ func TestMoveInterruptsInFlight(t *testing.T) {
 			m := a.move(t)
 			if m.Err != nil || m.From != first || hostOf(m.To) != "hb" || m.Cause == nil {
 				t.Fatalf("move %+v", m)
+			}
+			// memory/init, memory/store, env/reset, env/step, memory/store:
+			// the snapshot covers 4 of the 5 acknowledged.
+			if m.Gap == nil || m.Gap.Lost != 1 || m.LastPoint != 5 || m.Point != 4 || a.Point() != 4 {
+				t.Fatalf("move lost what the client saw without saying so: %+v (gap %+v), client point %d", m, m.Gap, a.Point())
 			}
 			if got := a.step(t, ctx); got != 2 {
 				t.Fatalf("step after the move: %d, want 2", got)
@@ -472,6 +480,36 @@ func TestMoveWithoutSnapshot(t *testing.T) {
 				t.Fatalf("memory of the lost session after a fresh move: %v", err)
 			}
 		})
+	}
+}
+
+// TestMoveNeverRollsBackSilently: a host dies after the agent's snapshot
+// and before what came after it was saved. The moving client never
+// resumes from that earlier point as if nothing was lost: the move fails
+// with ErrPointGap, whose detail names the gap, and the client ends.
+func TestMoveNeverRollsBackSilently(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := newFleet(t, false, "ha", "hb")
+	a := newAgent(t, ctx, moveDialers[0].dial(p.url), client.MoveOptions{SnapshotWait: 300 * time.Millisecond})
+	a.store(t, ctx, "k", 1)
+	if _, err := a.SessionSnapshot(ctx, &msg.SessionSnapshotReq{Target: msg.SessionSnapshotReqTargetSQL}); err != nil {
+		t.Fatal(err)
+	}
+	a.store(t, ctx, "after", 2) // acknowledged, in no snapshot
+	a.lastSeen = a.Point()
+	p.kill("ha")
+	m := a.move(t)
+	var we *wire.Error
+	if !errors.Is(m.Err, client.ErrPointGap) || !errors.As(m.Err, &we) || wire.ReasonOf(we.Detail) != "point_gap" {
+		t.Fatalf("move onto an older snapshot: %+v, want ErrPointGap", m)
+	}
+	if d := we.Detail.(map[string]any); d["lost"] != float64(1) || d["last_point"] != float64(a.lastSeen) {
+		t.Errorf("gap detail %v, want 1 lost below the last seen point %d", d, a.lastSeen)
+	}
+	<-a.Done()
+	if _, err := a.MemoryStats(ctx, &msg.MemoryStatsReq{MemoryID: a.mid}); !errors.Is(err, client.ErrPointGap) {
+		t.Fatalf("request after the refused move: %v", err)
 	}
 }
 

@@ -6774,6 +6774,8 @@ type SnapshotMutation struct {
 	files_bytes    *int64
 	addfiles_bytes *int64
 	tenant         *string
+	point          *int64
+	addpoint       *int64
 	clearedFields  map[string]struct{}
 	done           bool
 	oldValue       func(context.Context) (*Snapshot, error)
@@ -7205,6 +7207,76 @@ func (m *SnapshotMutation) ResetTenant() {
 	m.tenant = nil
 }
 
+// SetPoint sets the "point" field.
+func (m *SnapshotMutation) SetPoint(i int64) {
+	m.point = &i
+	m.addpoint = nil
+}
+
+// Point returns the value of the "point" field in the mutation.
+func (m *SnapshotMutation) Point() (r int64, exists bool) {
+	v := m.point
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPoint returns the old "point" field's value of the Snapshot entity.
+// If the Snapshot object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SnapshotMutation) OldPoint(ctx context.Context) (v *int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPoint is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPoint requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPoint: %w", err)
+	}
+	return oldValue.Point, nil
+}
+
+// AddPoint adds i to the "point" field.
+func (m *SnapshotMutation) AddPoint(i int64) {
+	if m.addpoint != nil {
+		*m.addpoint += i
+	} else {
+		m.addpoint = &i
+	}
+}
+
+// AddedPoint returns the value that was added to the "point" field in this mutation.
+func (m *SnapshotMutation) AddedPoint() (r int64, exists bool) {
+	v := m.addpoint
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearPoint clears the value of the "point" field.
+func (m *SnapshotMutation) ClearPoint() {
+	m.point = nil
+	m.addpoint = nil
+	m.clearedFields[snapshot.FieldPoint] = struct{}{}
+}
+
+// PointCleared returns if the "point" field was cleared in this mutation.
+func (m *SnapshotMutation) PointCleared() bool {
+	_, ok := m.clearedFields[snapshot.FieldPoint]
+	return ok
+}
+
+// ResetPoint resets all changes to the "point" field.
+func (m *SnapshotMutation) ResetPoint() {
+	m.point = nil
+	m.addpoint = nil
+	delete(m.clearedFields, snapshot.FieldPoint)
+}
+
 // Where appends a list predicates to the SnapshotMutation builder.
 func (m *SnapshotMutation) Where(ps ...predicate.Snapshot) {
 	m.predicates = append(m.predicates, ps...)
@@ -7239,7 +7311,7 @@ func (m *SnapshotMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *SnapshotMutation) Fields() []string {
-	fields := make([]string, 0, 8)
+	fields := make([]string, 0, 9)
 	if m.session_id != nil {
 		fields = append(fields, snapshot.FieldSessionID)
 	}
@@ -7263,6 +7335,9 @@ func (m *SnapshotMutation) Fields() []string {
 	}
 	if m.tenant != nil {
 		fields = append(fields, snapshot.FieldTenant)
+	}
+	if m.point != nil {
+		fields = append(fields, snapshot.FieldPoint)
 	}
 	return fields
 }
@@ -7288,6 +7363,8 @@ func (m *SnapshotMutation) Field(name string) (ent.Value, bool) {
 		return m.FilesBytes()
 	case snapshot.FieldTenant:
 		return m.Tenant()
+	case snapshot.FieldPoint:
+		return m.Point()
 	}
 	return nil, false
 }
@@ -7313,6 +7390,8 @@ func (m *SnapshotMutation) OldField(ctx context.Context, name string) (ent.Value
 		return m.OldFilesBytes(ctx)
 	case snapshot.FieldTenant:
 		return m.OldTenant(ctx)
+	case snapshot.FieldPoint:
+		return m.OldPoint(ctx)
 	}
 	return nil, fmt.Errorf("unknown Snapshot field %s", name)
 }
@@ -7378,6 +7457,13 @@ func (m *SnapshotMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetTenant(v)
 		return nil
+	case snapshot.FieldPoint:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPoint(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Snapshot field %s", name)
 }
@@ -7389,6 +7475,9 @@ func (m *SnapshotMutation) AddedFields() []string {
 	if m.addfiles_bytes != nil {
 		fields = append(fields, snapshot.FieldFilesBytes)
 	}
+	if m.addpoint != nil {
+		fields = append(fields, snapshot.FieldPoint)
+	}
 	return fields
 }
 
@@ -7399,6 +7488,8 @@ func (m *SnapshotMutation) AddedField(name string) (ent.Value, bool) {
 	switch name {
 	case snapshot.FieldFilesBytes:
 		return m.AddedFilesBytes()
+	case snapshot.FieldPoint:
+		return m.AddedPoint()
 	}
 	return nil, false
 }
@@ -7415,6 +7506,13 @@ func (m *SnapshotMutation) AddField(name string, value ent.Value) error {
 		}
 		m.AddFilesBytes(v)
 		return nil
+	case snapshot.FieldPoint:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddPoint(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Snapshot numeric field %s", name)
 }
@@ -7425,6 +7523,9 @@ func (m *SnapshotMutation) ClearedFields() []string {
 	var fields []string
 	if m.FieldCleared(snapshot.FieldFiles) {
 		fields = append(fields, snapshot.FieldFiles)
+	}
+	if m.FieldCleared(snapshot.FieldPoint) {
+		fields = append(fields, snapshot.FieldPoint)
 	}
 	return fields
 }
@@ -7442,6 +7543,9 @@ func (m *SnapshotMutation) ClearField(name string) error {
 	switch name {
 	case snapshot.FieldFiles:
 		m.ClearFiles()
+		return nil
+	case snapshot.FieldPoint:
+		m.ClearPoint()
 		return nil
 	}
 	return fmt.Errorf("unknown Snapshot nullable field %s", name)
@@ -7474,6 +7578,9 @@ func (m *SnapshotMutation) ResetField(name string) error {
 		return nil
 	case snapshot.FieldTenant:
 		m.ResetTenant()
+		return nil
+	case snapshot.FieldPoint:
+		m.ResetPoint()
 		return nil
 	}
 	return fmt.Errorf("unknown Snapshot field %s", name)

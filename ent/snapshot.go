@@ -32,7 +32,9 @@ type Snapshot struct {
 	// FilesBytes holds the value of the "files_bytes" field.
 	FilesBytes int64 `json:"files_bytes,omitempty"`
 	// Tenant holds the value of the "tenant" field.
-	Tenant       string `json:"tenant,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	// Point holds the value of the "point" field.
+	Point        *int64 `json:"point,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -43,7 +45,7 @@ func (*Snapshot) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case snapshot.FieldData, snapshot.FieldFiles:
 			values[i] = new([]byte)
-		case snapshot.FieldFilesBytes:
+		case snapshot.FieldFilesBytes, snapshot.FieldPoint:
 			values[i] = new(sql.NullInt64)
 		case snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID, snapshot.FieldKind, snapshot.FieldTenant:
 			values[i] = new(sql.NullString)
@@ -118,6 +120,13 @@ func (_m *Snapshot) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Tenant = value.String
 			}
+		case snapshot.FieldPoint:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field point", values[i])
+			} else if value.Valid {
+				_m.Point = new(int64)
+				*_m.Point = value.Int64
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -177,6 +186,11 @@ func (_m *Snapshot) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("tenant=")
 	builder.WriteString(_m.Tenant)
+	builder.WriteString(", ")
+	if v := _m.Point; v != nil {
+		builder.WriteString("point=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -100,6 +100,20 @@ func (_c *SnapshotCreate) SetNillableTenant(v *string) *SnapshotCreate {
 	return _c
 }
 
+// SetPoint sets the "point" field.
+func (_c *SnapshotCreate) SetPoint(v int64) *SnapshotCreate {
+	_c.mutation.SetPoint(v)
+	return _c
+}
+
+// SetNillablePoint sets the "point" field if the given value is not nil.
+func (_c *SnapshotCreate) SetNillablePoint(v *int64) *SnapshotCreate {
+	if v != nil {
+		_c.SetPoint(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *SnapshotCreate) SetID(v string) *SnapshotCreate {
 	_c.mutation.SetID(v)
@@ -263,6 +277,10 @@ func (_c *SnapshotCreate) createSpec() (*Snapshot, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Tenant(); ok {
 		_spec.SetField(snapshot.FieldTenant, field.TypeString, value)
 		_node.Tenant = value
+	}
+	if value, ok := _c.mutation.Point(); ok {
+		_spec.SetField(snapshot.FieldPoint, field.TypeInt64, value)
+		_node.Point = &value
 	}
 	return _node, _spec
 }

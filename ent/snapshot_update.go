@@ -81,6 +81,33 @@ func (_u *SnapshotUpdate) AddFilesBytes(v int64) *SnapshotUpdate {
 	return _u
 }
 
+// SetPoint sets the "point" field.
+func (_u *SnapshotUpdate) SetPoint(v int64) *SnapshotUpdate {
+	_u.mutation.ResetPoint()
+	_u.mutation.SetPoint(v)
+	return _u
+}
+
+// SetNillablePoint sets the "point" field if the given value is not nil.
+func (_u *SnapshotUpdate) SetNillablePoint(v *int64) *SnapshotUpdate {
+	if v != nil {
+		_u.SetPoint(*v)
+	}
+	return _u
+}
+
+// AddPoint adds value to the "point" field.
+func (_u *SnapshotUpdate) AddPoint(v int64) *SnapshotUpdate {
+	_u.mutation.AddPoint(v)
+	return _u
+}
+
+// ClearPoint clears the value of the "point" field.
+func (_u *SnapshotUpdate) ClearPoint() *SnapshotUpdate {
+	_u.mutation.ClearPoint()
+	return _u
+}
+
 // Mutation returns the SnapshotMutation object of the builder.
 func (_u *SnapshotUpdate) Mutation() *SnapshotMutation {
 	return _u.mutation
@@ -153,6 +180,15 @@ func (_u *SnapshotUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if value, ok := _u.mutation.AddedFilesBytes(); ok {
 		_spec.AddField(snapshot.FieldFilesBytes, field.TypeInt64, value)
 	}
+	if value, ok := _u.mutation.Point(); ok {
+		_spec.SetField(snapshot.FieldPoint, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedPoint(); ok {
+		_spec.AddField(snapshot.FieldPoint, field.TypeInt64, value)
+	}
+	if _u.mutation.PointCleared() {
+		_spec.ClearField(snapshot.FieldPoint, field.TypeInt64)
+	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
 			err = &NotFoundError{snapshot.Label}
@@ -223,6 +259,33 @@ func (_u *SnapshotUpdateOne) SetNillableFilesBytes(v *int64) *SnapshotUpdateOne 
 // AddFilesBytes adds value to the "files_bytes" field.
 func (_u *SnapshotUpdateOne) AddFilesBytes(v int64) *SnapshotUpdateOne {
 	_u.mutation.AddFilesBytes(v)
+	return _u
+}
+
+// SetPoint sets the "point" field.
+func (_u *SnapshotUpdateOne) SetPoint(v int64) *SnapshotUpdateOne {
+	_u.mutation.ResetPoint()
+	_u.mutation.SetPoint(v)
+	return _u
+}
+
+// SetNillablePoint sets the "point" field if the given value is not nil.
+func (_u *SnapshotUpdateOne) SetNillablePoint(v *int64) *SnapshotUpdateOne {
+	if v != nil {
+		_u.SetPoint(*v)
+	}
+	return _u
+}
+
+// AddPoint adds value to the "point" field.
+func (_u *SnapshotUpdateOne) AddPoint(v int64) *SnapshotUpdateOne {
+	_u.mutation.AddPoint(v)
+	return _u
+}
+
+// ClearPoint clears the value of the "point" field.
+func (_u *SnapshotUpdateOne) ClearPoint() *SnapshotUpdateOne {
+	_u.mutation.ClearPoint()
 	return _u
 }
 
@@ -327,6 +390,15 @@ func (_u *SnapshotUpdateOne) sqlSave(ctx context.Context) (_node *Snapshot, err 
 	}
 	if value, ok := _u.mutation.AddedFilesBytes(); ok {
 		_spec.AddField(snapshot.FieldFilesBytes, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.Point(); ok {
+		_spec.SetField(snapshot.FieldPoint, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedPoint(); ok {
+		_spec.AddField(snapshot.FieldPoint, field.TypeInt64, value)
+	}
+	if _u.mutation.PointCleared() {
+		_spec.ClearField(snapshot.FieldPoint, field.TypeInt64)
 	}
 	_node = &Snapshot{config: _u.config}
 	_spec.Assign = _node.assignValues

@@ -389,6 +389,8 @@ func (h *Host) EndSessions(handles []string) int {
 func (h *Host) Undrain() bool {
 	was := h.draining.Swap(false)
 	h.sealed.Store(false)
+	h.drainNotes.Clear()
+	h.drainDeadline.Store(0)
 	if was {
 		h.log.Info("undrained: new sessions accepted again")
 	}

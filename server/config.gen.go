@@ -364,6 +364,13 @@ type SnapshotConfig struct {
 	// another snapshot (server/persist/storewait.go). Automatic snapshot rounds do
 	// not wait. Default: "10s".
 	StoreWait Duration `yaml:"store_wait"`
+	// DrainParallel: How many sessions a drain snapshots at once
+	// (operator.snapshot_on_drain), most recently active first, abandoned and idle
+	// ones last; the snapshot phase ends within operator.drain_timeout from the
+	// drain's start, and the sessions it could not save are logged and counted
+	// (aep_drain_sessions_not_saved). docs/deploy.md says how many sessions a
+	// grace period saves. Default: 16.
+	DrainParallel int `yaml:"drain_parallel"`
 }
 
 // StoreConfig is the store section: the persistent store of snapshots,

@@ -160,6 +160,7 @@ func (c Config) withDefaults() Config {
 	}
 	orInt(&s.Snapshots.FilesMaxEntries, defaultFilesMaxEntries)
 	orDur(&s.Snapshots.StoreWait, Duration(defaultStoreWait))
+	orInt(&s.Snapshots.DrainParallel, defaultDrainParallel)
 	b, db := &s.Budgets, defaultBudgets
 	orInt(&b.Files, db.Files)
 	orInt(&b.LeafWork, db.LeafWork)

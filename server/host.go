@@ -139,6 +139,11 @@ type Host struct {
 	// no session admits a request (they are answered shutting_down), so
 	// nothing is answered that the snapshots do not hold (drain.go).
 	sealed atomic.Bool
+	// drainNotes holds, by top-level *Session, what a snapshotting drain
+	// did with it (drain.go, drainNote); drainDeadline is when that drain
+	// ends (unix nanos, 0: no deadline).
+	drainNotes    sync.Map
+	drainDeadline atomic.Int64
 
 	// keys holds each plugin's instance key by name (datadir.go).
 	keys map[string]string

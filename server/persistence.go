@@ -47,8 +47,8 @@ type persistence interface {
 	// or nil (handshake.go).
 	Recorder(s persist.Session, asked bool) *persist.Recorder
 	// DrainSnapshots saves every live top-level session on a drain
-	// (drain.go).
-	DrainSnapshots(ctx context.Context) (saved map[string]string, notSaved int, err error)
+	// (drain.go), telling done of each as it is saved or given up.
+	DrainSnapshots(ctx context.Context, done func(s persist.Session, snapshotID string, point uint64, err error)) (saved map[string]string, notSaved int, err error)
 	// SessionEnded is told of every session that ended (host.go, forget);
 	// SessionClosing before its plugins drop its state.
 	SessionEnded(s persist.Session, hostGoing bool)
@@ -94,6 +94,8 @@ type sessionDir = persist.Dir
 const (
 	defaultFilesMaxEntries      = persist.DefaultFilesMaxEntries
 	defaultMaxTrajectoryRecords = persist.DefaultMaxTrajectoryRecords
+	// defaultDrainParallel is server.snapshots.drain_parallel when unset.
+	defaultDrainParallel = persist.DefaultDrainParallel
 )
 
 // newPersistence makes the host's keeper from its configuration.
@@ -149,7 +151,7 @@ func (h *Host) startPersistence() {
 func (c SnapshotConfig) settings() persist.SnapshotSettings {
 	return persist.SnapshotSettings{KeepPerSession: c.KeepPerSession, MaxAge: time.Duration(c.MaxAge),
 		FilesMaxBytes: c.FilesMaxBytes, FilesMaxEntries: c.FilesMaxEntries, AutoInterval: time.Duration(c.AutoInterval),
-		CrashWindow: time.Duration(c.CrashWindow), StoreWait: time.Duration(c.StoreWait)}
+		CrashWindow: time.Duration(c.CrashWindow), StoreWait: time.Duration(c.StoreWait), DrainParallel: c.DrainParallel}
 }
 
 // check rejects settings that make no sense.
@@ -236,6 +238,14 @@ func (h *Host) prepareChildDir(child, parent *Session, scope string) error {
 		return nil
 	}
 	return h.persist.CopyForChild(child.view(), parent.view())
+}
+
+// drainSnapshots saves every live top-level session on a drain
+// (drain.go), each one's note told as it is saved or given up.
+func (h *Host) drainSnapshots(ctx context.Context) (map[string]string, int, error) {
+	return h.persist.DrainSnapshots(ctx, func(ps persist.Session, id string, point uint64, err error) {
+		h.drainNoteDone(ps.(*sessionView).session(), id, point, err)
+	})
 }
 
 // kernelView is the kernel as server/persist sees it.
@@ -325,12 +335,14 @@ func (s *Session) view() *sessionView { return (*sessionView)(s) }
 
 func (v *sessionView) session() *Session { return (*Session)(v) }
 
-func (v *sessionView) ID() string     { return v.id }
-func (v *sessionView) Handle() string { return v.handle }
-func (v *sessionView) TopLevel() bool { return v.parent == nil }
-func (v *sessionView) Tenant() string { return StorageTenant(v.session().Tenant()) }
-func (v *sessionView) Close()         { v.session().Close() }
-func (v *sessionView) Ended() bool    { return v.session().closing() }
+func (v *sessionView) ID() string        { return v.id }
+func (v *sessionView) Handle() string    { return v.handle }
+func (v *sessionView) TopLevel() bool    { return v.parent == nil }
+func (v *sessionView) Tenant() string    { return StorageTenant(v.session().Tenant()) }
+func (v *sessionView) Close()            { v.session().Close() }
+func (v *sessionView) Point() uint64     { return v.point.Load() }
+func (v *sessionView) SetPoint(p uint64) { v.point.Store(p) }
+func (v *sessionView) Ended() bool       { return v.session().closing() }
 
 // Unsaved is the session tree's oldest unsaved change (changed): the
 // root's.

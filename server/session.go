@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,7 +73,14 @@ type Session struct {
 	// errTerminated.
 	terminated atomic.Bool
 	// newest is the newest snapshot this host wrote of the session.
-	newest  atomic.Pointer[SnapshotNote]
+	newest atomic.Pointer[SnapshotNote]
+	// point is the session's point (docs/DECISIONS.md, Points): how many
+	// state-changing requests (wire.Entry.ChangesState) it answered, from
+	// the point it started or was restored at. Every reply carries it.
+	point atomic.Uint64
+	// parked counts the refusals of a sealed session waiting for its
+	// drain's snapshot (drain.go, refuseSealed).
+	parked  atomic.Int32
 	steps   atomic.Int64 // requests a child session has made (child.go)
 	created time.Time
 	remote  netip.Addr // the client's address, when the transport knows it
@@ -191,6 +199,10 @@ func (s *Session) expired(now time.Time, handshake, idle time.Duration) bool {
 }
 
 func (s *Session) send(p *wire.Packet) int {
+	if !p.HasPoint && (p.ReqID != "" || p.Type == "error") && !strings.HasSuffix(p.Type, "/event") {
+		// A reply: it says where the session is (schemas/envelope.json).
+		p.Point, p.HasPoint = s.point.Load(), true
+	}
 	if r := s.rec.Load(); r != nil {
 		r.Host(p)
 	}
@@ -399,7 +411,11 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		s.refuse(e, env, now, errTerminated())
 		return
 	}
-	if st != stateLive || s.h.sealed.Load() {
+	if st == stateLive && s.h.sealed.Load() {
+		s.refuseSealed(e, env, now) // drain.go
+		return
+	}
+	if st != stateLive {
 		s.refuse(e, env, now, &wire.Error{Code: wire.CodeRuntimeError, Message: "session is shutting down", Detail: map[string]any{"reason": "shutting_down"}})
 		return
 	}
@@ -546,7 +562,9 @@ func (s *Session) finish(c *call) {
 	s.mu.Unlock()
 	now := time.Now()
 	s.touchAt(now)
-	s.changed(now) // what the request did is acknowledged now
+	if c.entry.ChangesState {
+		s.changed(now) // what the request did is acknowledged now
+	}
 }
 
 // run executes one admitted request on a worker.
@@ -564,8 +582,10 @@ func (s *Session) run(c *call) {
 		return // cancelled while queued; already answered
 	}
 	t0 := c.t0
-	s.holdForSave(ctx, t0)
-	s.changed(t0)
+	if c.entry.ChangesState {
+		s.holdForSave(ctx, t0)
+		s.changed(t0)
+	}
 	sctx, span := s.h.startRequestSpan(ctx, c, false)
 	resp, err := s.h.dispatch(sctx, c, c.entry, c.msg)
 	if ctx.Err() != nil && err == nil && resp == nil {
@@ -818,6 +838,13 @@ func (c *call) reply(m wire.Message) int {
 		typ = c.entry.Reply
 	}
 	c.out = wire.Packet{Envelope: wire.Envelope{Type: typ, ID: wire.NewID(), ReqID: c.id}, Msg: m}
+	if c.entry.ChangesState && c.parent == nil {
+		// Its state change is done (the handler returned): the reply
+		// takes the next point, so a snapshot that read the point before
+		// it holds everything answered up to there (docs/DECISIONS.md,
+		// Points).
+		c.out.Point, c.out.HasPoint = c.s.point.Add(1), true
+	}
 	return c.s.send(&c.out)
 }
 

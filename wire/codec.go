@@ -116,6 +116,9 @@ func (b *bodyEncoder) Write(p []byte) (int, error) {
 		if b.env.Traceparent != "" {
 			size += len(`,"traceparent":""`) + len(b.env.Traceparent)
 		}
+		if b.env.HasPoint {
+			size += len(`,"point":`) + 16
+		}
 		b.dst = make([]byte, 0, size)
 	}
 	b.dst = appendEnveloped(b.dst, &b.env, body)
@@ -144,6 +147,10 @@ func appendEnveloped(dst []byte, env *Envelope, body []byte) []byte {
 	if env.Traceparent != "" {
 		dst = append(dst, `,"traceparent":`...)
 		dst = appendString(dst, env.Traceparent)
+	}
+	if env.HasPoint {
+		dst = append(dst, `,"point":`...)
+		dst = strconv.AppendUint(dst, env.Point, 10)
 	}
 	if len(body) > 2 {
 		dst = append(dst, ',')

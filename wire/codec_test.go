@@ -479,6 +479,12 @@ func TestAppendEncode(t *testing.T) {
 			`{"type":"error","id":"e","proto":"1.0","ts":1,"req_id":"","code":"parse_error","message":"m","retryable":false}`},
 		{"empty id", wire.Envelope{Type: "pong", TS: 1}, &msg.Pong{},
 			`{"type":"pong","id":"","proto":"1.0","ts":1,"uptime_seconds":0}`},
+		{"reply with a point", wire.Envelope{Type: "pong", ID: "2", ReqID: "1", TS: 1, Point: 42, HasPoint: true}, &msg.Pong{},
+			`{"type":"pong","id":"2","proto":"1.0","ts":1,"req_id":"1","point":42,"uptime_seconds":0}`},
+		{"point 0 is carried", wire.Envelope{Type: "pong", ID: "2", ReqID: "1", TS: 1, HasPoint: true}, &msg.Pong{},
+			`{"type":"pong","id":"2","proto":"1.0","ts":1,"req_id":"1","point":0,"uptime_seconds":0}`},
+		{"the largest point", wire.Envelope{Type: "pong", ID: "2", ReqID: "1", TS: 1, Point: wire.MaxPoint, HasPoint: true}, &msg.Pong{},
+			`{"type":"pong","id":"2","proto":"1.0","ts":1,"req_id":"1","point":9007199254740991,"uptime_seconds":0}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -501,7 +507,7 @@ func TestAppendEncode(t *testing.T) {
 			if err := wire.Scan(line, &sc); err != nil {
 				t.Fatalf("Scan rejects the encoder's output %s: %v", line, err)
 			}
-			wantEnv := wire.Envelope{Type: valid(env.Type), ID: valid(env.ID), ReqID: valid(env.ReqID), TS: env.TS, Proto: wire.ProtoVersion}
+			wantEnv := wire.Envelope{Type: valid(env.Type), ID: valid(env.ID), ReqID: valid(env.ReqID), TS: env.TS, Proto: wire.ProtoVersion, Point: env.Point, HasPoint: env.HasPoint}
 			if sc.Envelope != wantEnv {
 				t.Errorf("scanned envelope %+v, want %+v", sc.Envelope, wantEnv)
 			}

@@ -28,7 +28,17 @@ type Envelope struct {
 	// the host's spans of this message join. Empty when absent or not a
 	// string; the host ignores a value it cannot parse.
 	Traceparent string
+	// Point is the session's point a host's reply carries
+	// (schemas/envelope.json, docs/DECISIONS.md, Points): how many
+	// state-changing requests the session has answered. HasPoint says the
+	// envelope carries it (0 is a point: a new session's).
+	Point    uint64
+	HasPoint bool
 }
+
+// MaxPoint is the largest point the envelope carries: JSON numbers are
+// exact integers up to 2^53 − 1 in every SDK's language.
+const MaxPoint = 1<<53 - 1
 
 // Packet is one message with its envelope, as it crosses a transport.
 type Packet struct {

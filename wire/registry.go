@@ -53,6 +53,10 @@ type Entry struct {
 	// handles the request alone: the request's AuditTarget names what is
 	// owned (x-aep-owner; tool/call is owned per tool name).
 	Owner string
+	// ChangesState marks a request whose success changes the session's
+	// state that a snapshot holds (x-aep-changes-state): its reply takes
+	// the session's next point (docs/DECISIONS.md, Points).
+	ChangesState bool
 	// Required lists the top-level fields that must be present.
 	Required []string
 	// NotNull lists the top-level fields whose schema does not allow null:

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -483,6 +484,8 @@ func (s *scanner) envelopeValue(key span) error {
 			name = "ts"
 		case "traceparent":
 			name = "traceparent"
+		case "point":
+			name = "point"
 		}
 	} else {
 		name = unquote(s.b[key.start:key.end])
@@ -555,6 +558,16 @@ func (s *scanner) envelopeValue(key span) error {
 		}
 		if f, err := strconv.ParseFloat(string(s.b[start:s.i]), 64); err == nil {
 			s.out.TS, s.out.TSValid = f, true
+		}
+		return nil
+	case "point":
+		// A host's reply: kept when it is an integer in range (7.0 is
+		// the integer 7), else ignored as a host that keeps no points.
+		if err := s.value(1); err != nil {
+			return err
+		}
+		if f, err := strconv.ParseFloat(string(s.b[start:s.i]), 64); err == nil && f >= 0 && f <= MaxPoint && f == math.Trunc(f) {
+			s.out.Point, s.out.HasPoint = uint64(f), true
 		}
 		return nil
 	}

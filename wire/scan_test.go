@@ -490,3 +490,37 @@ type emptyBody struct{}
 
 func (emptyBody) MessageType() string { return "ping" }
 func (emptyBody) Validate() error     { return nil }
+
+// TestScanPoint: a reply's point is read when it is an integer within
+// wire.MaxPoint (schemas/envelope.json), and anything else reads as a host
+// that keeps no points, never as a wrong point.
+func TestScanPoint(t *testing.T) {
+	cases := []struct {
+		name, line string
+		want       uint64
+		has        bool
+	}{
+		{"integer", `{"type":"pong","point":12}`, 12, true},
+		{"zero", `{"type":"pong","point":0}`, 0, true},
+		{"integral float", `{"type":"pong","point":7.0}`, 7, true},
+		{"largest", `{"type":"pong","point":9007199254740991}`, wire.MaxPoint, true},
+		{"escaped key", `{"type":"pong","p\u006fint":3}`, 3, true},
+		{"absent", `{"type":"pong"}`, 0, false},
+		{"beyond the largest", `{"type":"pong","point":9007199254740993}`, 0, false},
+		{"negative", `{"type":"pong","point":-1}`, 0, false},
+		{"fraction", `{"type":"pong","point":1.5}`, 0, false},
+		{"string", `{"type":"pong","point":"5"}`, 0, false},
+		{"nested is not the envelope's", `{"type":"pong","body":{"point":5}}`, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var sc wire.Scanned
+			if err := wire.Scan([]byte(c.line), &sc); err != nil {
+				t.Fatal(err)
+			}
+			if sc.Point != c.want || sc.HasPoint != c.has {
+				t.Errorf("point %d (has %v), want %d (has %v)", sc.Point, sc.HasPoint, c.want, c.has)
+			}
+		})
+	}
+}

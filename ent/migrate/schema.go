@@ -273,6 +273,7 @@ var (
 		{Name: "files", Type: field.TypeBytes, Nullable: true},
 		{Name: "files_bytes", Type: field.TypeInt64, Default: 0},
 		{Name: "tenant", Type: field.TypeString, Default: ""},
+		{Name: "point", Type: field.TypeInt64, Nullable: true},
 	}
 	// SnapshotsTable holds the schema information for the "snapshots" table.
 	SnapshotsTable = &schema.Table{

@@ -28,7 +28,7 @@ func (Snapshot) Fields() []ent.Field {
 		field.String("session_id").NotEmpty().Immutable(),
 		field.String("agent_id").Immutable(),
 		// Data is the snapshot envelope (JSON): format version, checksum, payload.
-		// Data, created_at, files and files_bytes change only in a
+		// Data, created_at, files, files_bytes and point change only in a
 		// session's automatic snapshot, which its host writes over in
 		// place, one statement at a time (server/persist/autosnap.go).
 		field.Bytes("data").NotEmpty(),
@@ -53,6 +53,12 @@ func (Snapshot) Fields() []ent.Field {
 		// forks, lists or deletes it; to any other it does not exist.
 		// Added after the first release, with a default: one ALTER TABLE.
 		field.String("tenant").Default("").Immutable(),
+		// Point is the session's point the snapshot covers (the payload's
+		// point, docs/DECISIONS.md, Points), so a listing says it without
+		// reading the document. NULL for snapshots taken before points were
+		// kept. Added after the first release, nullable: one ALTER TABLE.
+		// Written over with the document in an automatic snapshot.
+		field.Int64("point").Optional().Nillable(),
 	}
 }
 

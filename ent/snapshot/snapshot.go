@@ -29,6 +29,8 @@ const (
 	FieldFilesBytes = "files_bytes"
 	// FieldTenant holds the string denoting the tenant field in the database.
 	FieldTenant = "tenant"
+	// FieldPoint holds the string denoting the point field in the database.
+	FieldPoint = "point"
 	// Table holds the table name of the snapshot in the database.
 	Table = "snapshots"
 )
@@ -44,6 +46,7 @@ var Columns = []string{
 	FieldFiles,
 	FieldFilesBytes,
 	FieldTenant,
+	FieldPoint,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -109,4 +112,9 @@ func ByFilesBytes(opts ...sql.OrderTermOption) OrderOption {
 // ByTenant orders the results by the tenant field.
 func ByTenant(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldTenant, opts...).ToFunc()
+}
+
+// ByPoint orders the results by the point field.
+func ByPoint(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldPoint, opts...).ToFunc()
 }

@@ -104,6 +104,11 @@ func Tenant(v string) predicate.Snapshot {
 	return predicate.Snapshot(sql.FieldEQ(FieldTenant, v))
 }
 
+// Point applies equality check predicate on the "point" field. It's identical to PointEQ.
+func Point(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldEQ(FieldPoint, v))
+}
+
 // SessionIDEQ applies the EQ predicate on the "session_id" field.
 func SessionIDEQ(v string) predicate.Snapshot {
 	return predicate.Snapshot(sql.FieldEQ(FieldSessionID, v))
@@ -532,6 +537,56 @@ func TenantEqualFold(v string) predicate.Snapshot {
 // TenantContainsFold applies the ContainsFold predicate on the "tenant" field.
 func TenantContainsFold(v string) predicate.Snapshot {
 	return predicate.Snapshot(sql.FieldContainsFold(FieldTenant, v))
+}
+
+// PointEQ applies the EQ predicate on the "point" field.
+func PointEQ(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldEQ(FieldPoint, v))
+}
+
+// PointNEQ applies the NEQ predicate on the "point" field.
+func PointNEQ(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNEQ(FieldPoint, v))
+}
+
+// PointIn applies the In predicate on the "point" field.
+func PointIn(vs ...int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldIn(FieldPoint, vs...))
+}
+
+// PointNotIn applies the NotIn predicate on the "point" field.
+func PointNotIn(vs ...int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNotIn(FieldPoint, vs...))
+}
+
+// PointGT applies the GT predicate on the "point" field.
+func PointGT(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldGT(FieldPoint, v))
+}
+
+// PointGTE applies the GTE predicate on the "point" field.
+func PointGTE(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldGTE(FieldPoint, v))
+}
+
+// PointLT applies the LT predicate on the "point" field.
+func PointLT(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldLT(FieldPoint, v))
+}
+
+// PointLTE applies the LTE predicate on the "point" field.
+func PointLTE(v int64) predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldLTE(FieldPoint, v))
+}
+
+// PointIsNil applies the IsNil predicate on the "point" field.
+func PointIsNil() predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldIsNull(FieldPoint))
+}
+
+// PointNotNil applies the NotNil predicate on the "point" field.
+func PointNotNil() predicate.Snapshot {
+	return predicate.Snapshot(sql.FieldNotNull(FieldPoint))
 }
 
 // And groups predicates with the AND operator between them.

@@ -34,6 +34,20 @@ type NotForked struct {
 	Reason string `json:"reason"`
 }
 
+// Acknowledged state-changing requests a snapshot does not hold
+// (docs/DECISIONS.md, Points): those whose replies carried points from `point` + 1
+// to `last_point`.
+type PointGap struct {
+	// The client's last seen point.
+	LastPoint int `json:"last_point"`
+
+	// How many acknowledged state-changing requests are lost: `last_point` − `point`.
+	Lost int `json:"lost"`
+
+	// The snapshot's point: the session resumed from it.
+	Point int `json:"point"`
+}
+
 // A session's budgets.
 type SessionBudgets struct {
 	// Bytes of the session directory.
@@ -85,6 +99,11 @@ type SessionForkResp struct {
 
 	// Forks corresponds to the JSON schema field "forks".
 	Forks []ForkInfo `json:"forks"`
+
+	// The point the forks start from: the sender's at the moment its state was taken
+	// (or the snapshot's, with `snapshot_id`). Each fork's session starts with it,
+	// which its handshake/resp also carries.
+	FromPoint *int `json:"from_point,omitempty,omitzero"`
 
 	// Seconds within which each fork must handshake, or it is closed
 	// (server.limits.handshake_timeout).
@@ -146,12 +165,31 @@ type SessionInfoResp struct {
 // Restores a snapshot into the current session (spec §3: Session saved → live):
 // the one named by `snapshot_id`, or the newest snapshot of the session named by
 // `from_session` (a session that moved when its host drained or died,
-// docs/deploy.md). An unknown or corrupt snapshot changes nothing.
+// docs/deploy.md). An unknown or corrupt snapshot changes nothing. The session's
+// point (the envelope's `point`) becomes the snapshot's. With `last_point`, a
+// snapshot that covers less than it is refused with runtime_error, detail.reason
+// `point_gap`, naming the gap (`point`, `last_point`, `lost`: the count of
+// acknowledged state-changing requests it does not hold), and nothing changes,
+// unless `accept_gap` is true: then it is restored and the reply's `gap` says what
+// was lost (docs/DECISIONS.md, Points). A client that moves keeps asking while the
+// gap lasts: a draining host writes its snapshot after it stops admitting
+// requests.
 type SessionRestoreReq struct {
+	// Restore even when the snapshot covers less than `last_point`; the reply's `gap`
+	// says how much was lost. Default false.
+	AcceptGap *bool `json:"accept_gap,omitempty,omitzero"`
+
 	// The id of an earlier session of the sender (a bearer secret, so holding it
-	// proves the session was the sender's): its newest snapshot, from a drain or an
-	// automatic snapshot, is restored, and the reply names it.
+	// proves the session was the sender's): its newest snapshot (the one taken last,
+	// from a drain, an automatic round or the session's own request) is restored, and
+	// the reply names it.
 	FromSession *string `json:"from_session,omitempty,omitzero"`
+
+	// The highest point the client saw in the session it restores over or moved from
+	// (the envelope's `point` of its replies): every state-changing request
+	// acknowledged up to it must be in the snapshot, or the restore is refused with
+	// reason point_gap (unless `accept_gap`). Absent: no check.
+	LastPoint *int `json:"last_point,omitempty,omitzero"`
 
 	// SnapshotID corresponds to the JSON schema field "snapshot_id".
 	SnapshotID *string `json:"snapshot_id,omitempty,omitzero"`
@@ -160,10 +198,19 @@ type SessionRestoreReq struct {
 type SessionRestoreResp struct {
 	// What became of the session directory: restored (replaced by the snapshot's
 	// copy), omitted (the snapshot was taken without files, for the reason given: the
-	// directory was left as it was), kept (the snapshot carries no files, a file
-	// snapshot or one from before files were carried: the directory was left as it
-	// was).
+	// directory was left as it was), kept (the snapshot carries no files, one taken
+	// by a host that kept a file snapshot's files on its disk (`local`) or from
+	// before files were carried: the directory was left as it was).
 	Files *SnapshotFiles `json:"files,omitempty,omitzero"`
+
+	// The point the session resumed from: the snapshot's, now the session's, which
+	// this reply's envelope `point` also carries (an older snapshot that recorded
+	// none counts as 0).
+	FromPoint *int `json:"from_point,omitempty,omitzero"`
+
+	// Present when `last_point` was above the snapshot's point and `accept_gap` let
+	// the restore go on: what was lost.
+	Gap *PointGap `json:"gap,omitempty,omitzero"`
 
 	// The plugins whose state was restored.
 	Restored []string `json:"restored"`
@@ -233,10 +280,15 @@ type SessionSnapshotResp struct {
 	// Size of the stored snapshot.
 	Bytes int `json:"bytes"`
 
-	// What the snapshot holds of the session directory: stored (a sql snapshot
-	// carries a copy of it, taken now), omitted (a sql snapshot taken without them,
-	// with the reason), local (a file snapshot refers to the directory on this host's
-	// disk).
+	// The point the snapshot covers (a body field: the envelope's `point` is the
+	// session's own): every state-changing request answered before it was taken, up
+	// to this point, is in it (a request still running as it was taken may be in
+	// part).
+	CoversPoint *int `json:"covers_point,omitempty,omitzero"`
+
+	// What the snapshot holds of the session directory: stored (a copy of it, taken
+	// now: a sql snapshot carries it in the store, a file snapshot in a file beside
+	// its own), omitted (taken without them, with the reason).
 	Files *SnapshotFiles `json:"files,omitempty,omitzero"`
 
 	// SnapshotID corresponds to the JSON schema field "snapshot_id".
@@ -344,6 +396,10 @@ type SnapshotInfo struct {
 
 	// Size of the stored snapshot.
 	Bytes int `json:"bytes"`
+
+	// The point it covers (see session/snapshot/resp `covers_point`); absent for
+	// snapshots taken before points were kept.
+	CoversPoint *int `json:"covers_point,omitempty,omitzero"`
 
 	// When it was taken, Unix epoch seconds.
 	Created float64 `json:"created"`

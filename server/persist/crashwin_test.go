@@ -128,6 +128,10 @@ func TestCrashWindow(t *testing.T) {
 			if err != nil || res.SnapshotID != id {
 				t.Fatalf("from_session: %+v %v", res, err)
 			}
+			// It resumed from the point of the last acknowledged request.
+			if res.FromPoint == nil || *res.FromPoint != len(want) {
+				t.Fatalf("from_session resumed from point %v, want %d", res.FromPoint, len(want))
+			}
 			if got := b.notes(t, ctx); !slices.Equal(got, want) {
 				t.Fatalf("restored %v, want %v", got, want)
 			}

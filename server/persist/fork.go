@@ -77,6 +77,8 @@ func (p *Keeper) forkSession(ctx context.Context, s Session, count int, snapshot
 		}
 	}
 	f.resp.Copy = &f.copyMode
+	point := int(src.pl.point())
+	f.resp.FromPoint = &point
 	handles := make([]string, len(f.made))
 	for i, fk := range f.made {
 		handles[i] = fk.Handle()
@@ -174,6 +176,9 @@ func (f *forking) makeOne(ctx context.Context, i int) error {
 		return err
 	}
 	f.made = append(f.made, fk)
+	// The fork starts where its source's state was taken: its handshake
+	// reply carries that point (docs/DECISIONS.md, Points).
+	fk.SetPoint(f.src.pl.point())
 	if err := f.copyFiles(fk); err != nil {
 		return err
 	}

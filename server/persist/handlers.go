@@ -24,7 +24,8 @@ func (p *Keeper) SessionSnapshot(ctx context.Context, s Session, req *msg.Sessio
 	if err != nil {
 		return nil, err
 	}
-	return &msg.SessionSnapshotResp{SnapshotID: t.id, Bytes: t.bytes, Target: msg.SessionSnapshotRespTarget(target), Files: t.files}, nil
+	point := int(t.point)
+	return &msg.SessionSnapshotResp{SnapshotID: t.id, Bytes: t.bytes, Target: msg.SessionSnapshotRespTarget(target), Files: t.files, CoversPoint: &point}, nil
 }
 
 // SessionRestore restores a snapshot into session s (spec §3; restore.go):
@@ -41,11 +42,20 @@ func (p *Keeper) SessionRestore(ctx context.Context, s Session, req *msg.Session
 			return nil, err
 		}
 	}
-	restored, files, err := p.restoreSession(ctx, s, id)
+	var gate *pointGate
+	if req.LastPoint != nil {
+		gate = &pointGate{last: uint64(*req.LastPoint), accept: req.AcceptGap != nil && *req.AcceptGap}
+	}
+	r, err := p.restoreSession(ctx, s, id, gate)
 	if err != nil {
 		return nil, err
 	}
-	return &msg.SessionRestoreResp{SnapshotID: id, Restored: restored, Files: files}, nil
+	point := int(r.point)
+	resp := &msg.SessionRestoreResp{SnapshotID: id, Restored: r.restored, Files: r.files, FromPoint: &point}
+	if r.gap != nil {
+		resp.Gap = &msg.PointGap{Point: int(r.gap.point), LastPoint: int(r.gap.last), Lost: int(r.gap.last - r.gap.point)}
+	}
+	return resp, nil
 }
 
 // SessionFork forks session s count ways (fork.go).
@@ -79,6 +89,10 @@ func (p *Keeper) SessionSnapshotList(ctx context.Context, s Session, req *msg.Se
 		if st.agent != "" {
 			a := st.agent
 			in.AgentID = &a
+		}
+		if st.point != nil {
+			pt := int(*st.point)
+			in.CoversPoint = &pt
 		}
 		resp.Snapshots[i] = in
 	}

@@ -68,6 +68,9 @@ type SnapshotSettings struct {
 	// StoreWait bounds how long a request waits for a store that does not
 	// answer (storewait.go); 0 is [DefaultStoreWait].
 	StoreWait time.Duration
+	// DrainParallel is how many sessions a drain snapshots at once
+	// (drain.go); 0 is [DefaultDrainParallel].
+	DrainParallel int
 }
 
 // TrajectorySettings are server.trajectories.

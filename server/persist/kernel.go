@@ -70,6 +70,14 @@ type Session interface {
 	Activity() (lastActive int64, busy bool)
 	// Close ends the session (a fork that cannot be completed).
 	Close()
+	// Point is the session's point (docs/DECISIONS.md, Points): how many
+	// state-changing requests it answered. A snapshot records the point
+	// read before its state is taken, so it holds everything answered up
+	// to there.
+	Point() uint64
+	// SetPoint sets the session's point: a restore's or a fork's
+	// snapshot's, which its next replies carry.
+	SetPoint(point uint64)
 	// Ended reports whether the session has begun to end.
 	Ended() bool
 	// Unsaved is, for a top-level session, what of its tree's changes

@@ -31,45 +31,92 @@ type restoreStep struct {
 	prev  []byte
 }
 
-// restoreSession restores snapshot id into session s and returns the names
-// of the plugins whose state it restored and what became of the session's
-// files. On any error nothing has changed (see the file comment).
-func (p *Keeper) restoreSession(ctx context.Context, s Session, id string) ([]string, *msg.SnapshotFiles, error) {
+// pointGate is what a restore checks the snapshot's point against
+// (docs/DECISIONS.md, Points): the client's last seen point, and whether
+// it accepts to lose what the snapshot does not hold.
+type pointGate struct {
+	last   uint64
+	accept bool
+}
+
+// pointGap is a gap a restore went on with: the snapshot's point and the
+// client's last seen one.
+type pointGap struct{ point, last uint64 }
+
+// errPointGap refuses a restore whose snapshot of point covers less than
+// the client's last seen point: runtime_error, detail.reason point_gap,
+// naming what would be lost. The detail says the snapshot's point, the
+// client's and how many acknowledged state-changing requests lie
+// between; nothing was changed.
+func errPointGap(id string, point, last uint64) error {
+	return &wire.Error{Code: wire.CodeRuntimeError,
+		Message: fmt.Sprintf("snapshot %s covers the session up to point %d, and you saw point %d: restoring it would lose %d acknowledged state-changing requests (points %d to %d); nothing was restored. Ask again for a newer snapshot (a draining host writes its own), or pass accept_gap to restore it anyway", id, point, last, last-point, point+1, last),
+		Detail:  map[string]any{"reason": "point_gap", "snapshot_id": id, "point": point, "last_point": last, "lost": last - point}}
+}
+
+// restored is what a restore did: the plugins whose state came back,
+// what became of the files, the point the session resumed from, and the
+// gap the caller accepted, if any.
+type restored struct {
+	restored []string
+	files    *msg.SnapshotFiles
+	point    uint64
+	gap      *pointGap
+}
+
+// restoreSession restores snapshot id into session s; with gate, a
+// snapshot that covers less than the client's last seen point is refused
+// unless the client accepts the gap. On any error nothing has changed
+// (see the file comment).
+func (p *Keeper) restoreSession(ctx context.Context, s Session, id string, gate *pointGate) (restored, error) {
 	pl, err := p.openSnapshot(ctx, s.Tenant(), id)
 	if err != nil {
-		return nil, nil, err
+		return restored{}, err
+	}
+	var gap *pointGap
+	if point := pl.point(); gate != nil && point < gate.last {
+		if !gate.accept {
+			p.log.Info("restore refused: the snapshot covers less than the client saw", "session", s.Handle(), "snapshot_id", id, "point", point, "last_point", gate.last)
+			return restored{}, errPointGap(id, point, gate.last)
+		}
+		gap = &pointGap{point: point, last: gate.last}
 	}
 	steps, err := p.restoreSteps(id, pl)
 	if err != nil {
-		return nil, nil, err
+		return restored{}, err
 	}
 	staged, files, err := p.stageSnapshotFiles(ctx, s, id, pl)
 	if err != nil {
-		return nil, nil, err
+		return restored{}, err
 	}
 	if staged != nil {
 		defer staged.discard() // a no-op once committed
 	}
 	r := &restoreRun{p: p, s: s, id: id, steps: steps}
 	if err := r.saveCurrent(ctx); err != nil {
-		return nil, nil, err
+		return restored{}, err
 	}
-	restored, err := r.apply(ctx)
+	names, err := r.apply(ctx)
 	if err != nil {
-		return nil, nil, err
+		return restored{}, err
 	}
 	if staged != nil {
 		if err := r.commitFiles(ctx, staged); err != nil {
-			return nil, nil, err
+			return restored{}, err
 		}
 	}
+	s.SetPoint(pl.point())
 	p.inherit(s.ID(), pl.owner(), pl.Owned)
-	p.log.Info("snapshot restored", "session", s.Handle(), "snapshot_id", id, "from_session", pl.SessionHandle, "plugins", len(restored),
-		"files", files.State, "files_bytes", files.Bytes, "files_entries", files.Entries)
+	p.log.Info("snapshot restored", "session", s.Handle(), "snapshot_id", id, "from_session", pl.SessionHandle, "plugins", len(names),
+		"files", files.State, "files_bytes", files.Bytes, "files_entries", files.Entries, "point", pl.point())
 	if files.State == msg.SnapshotFilesStateOmitted {
 		p.log.Warn("restored a snapshot taken without its files; the session's directory was left as it was", "session", s.Handle(), "snapshot_id", id, "reason", deref(files.Reason))
 	}
-	return restored, files, nil
+	if gap != nil {
+		p.log.Warn("restored a snapshot that covers less than the client saw, as it accepted", "session", s.Handle(), "snapshot_id", id,
+			"point", gap.point, "last_point", gap.last, "lost", gap.last-gap.point)
+	}
+	return restored{restored: names, files: files, point: pl.point(), gap: gap}, nil
 }
 
 // restoreSteps matches every saved state of snapshot id (payload pl) to a

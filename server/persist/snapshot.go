@@ -97,6 +97,18 @@ type snapshotPayload struct {
 	// Tenant is the saved session's tenant ("" for the default one):
 	// only a session of that tenant finds the snapshot (openSnapshot).
 	Tenant string `json:"tenant,omitempty"`
+	// Point is the session's point the snapshot covers (docs/DECISIONS.md,
+	// Points); nil in snapshots written before points were kept, which
+	// count as point 0.
+	Point *uint64 `json:"point,omitempty"`
+}
+
+// point is the point the snapshot covers: 0 when it recorded none.
+func (p *snapshotPayload) point() uint64 {
+	if p.Point == nil {
+		return 0
+	}
+	return *p.Point
 }
 
 // Why a snapshot was taken: the store row's kind, and what the kernel's
@@ -113,6 +125,7 @@ type snapshotTaken struct {
 	bytes int
 	owner string
 	files *msg.SnapshotFiles
+	point uint64
 }
 
 type pluginSnapshot struct {
@@ -209,12 +222,12 @@ func (p *Keeper) writeSnapshot(ctx context.Context, s Session, target, kind stri
 			row.files, row.filesMark = pl.Files, fp
 		}
 	}
-	t := snapshotTaken{id: pl.SnapshotID, bytes: len(doc) + len(archive), owner: pl.Owner, files: pl.Files.taken()}
+	t := snapshotTaken{id: pl.SnapshotID, bytes: len(doc) + len(archive), owner: pl.Owner, files: pl.Files.taken(), point: pl.point()}
 	level := slog.LevelInfo
 	if kind == KindAuto {
 		level = slog.LevelDebug // twice a crash window per busy session
 	}
-	p.log.Log(ctx, level, "snapshot written", "session", s.Handle(), "snapshot_id", pl.SnapshotID, "target", target, "kind", kind,
+	p.log.Log(ctx, level, "snapshot written", "session", s.Handle(), "snapshot_id", pl.SnapshotID, "target", target, "kind", kind, "point", t.point,
 		"bytes", t.bytes, "plugins", len(pl.Plugins), "files", t.files.State, "files_bytes", t.files.Bytes, "files_reused", reused,
 		"files_skipped", pl.Files != nil && pl.Files.SkippedCount > 0)
 	// A snapshot without its files refers to the session's directory,
@@ -279,7 +292,7 @@ func (p *Keeper) storeSnapshot(ctx context.Context, target, kind string, pl *sna
 	return p.storeCall(ctx, "snapshot", wait, func(ctx context.Context) error {
 		c := p.store.Client.Snapshot.Create().SetID(pl.SnapshotID).SetSessionID(pl.Owner).
 			SetAgentID(pl.AgentID).SetData(doc).SetCreatedAt(pl.Created).SetKind(kind).SetFilesBytes(int64(len(archive))).
-			SetTenant(pl.Tenant)
+			SetTenant(pl.Tenant).SetPoint(int64(pl.point()))
 		if archive != nil {
 			c.SetFiles(archive)
 		}
@@ -304,7 +317,7 @@ func (p *Keeper) storeSnapshot(ctx context.Context, target, kind string, pl *sna
 func (p *Keeper) updateAutoRow(ctx context.Context, pl *snapshotPayload, doc, archive []byte, reused bool) (found bool, err error) {
 	err = p.storeCall(ctx, "snapshot", 0, func(ctx context.Context) error {
 		u := p.store.Client.Snapshot.Update().Where(snapshot.ID(pl.SnapshotID), snapshot.Kind(KindAuto)).
-			SetData(doc).SetCreatedAt(pl.Created)
+			SetData(doc).SetCreatedAt(pl.Created).SetPoint(int64(pl.point()))
 		if !reused {
 			u.SetFilesBytes(int64(len(archive)))
 			if archive != nil {
@@ -331,8 +344,11 @@ func (p *Keeper) filesLimits(maxBytes int64) filesLimits {
 // payload without a snapshot id, and the secrets it checked. Snapshots
 // store it; forks (fork.go) restore it into new sessions without storing it.
 func (p *Keeper) sessionState(ctx context.Context, s Session) (*snapshotPayload, []Secret, error) {
+	// The point first: a request answered after this may be in part in
+	// the state taken below, one answered before is in it whole.
+	point := s.Point()
 	agent, accepted := s.Identity()
-	pl := &snapshotPayload{SessionHandle: s.Handle(), AgentID: agent, AcceptedCaps: accepted}
+	pl := &snapshotPayload{SessionHandle: s.Handle(), AgentID: agent, AcceptedCaps: accepted, Point: &point}
 	pl.Created = time.Now().UTC()
 	pl.Plugins = []pluginSnapshot{}
 	pl.Owner = ownerKey(s.ID())

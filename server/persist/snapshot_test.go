@@ -183,8 +183,21 @@ func startRig(t *testing.T, ctx context.Context, dir string, log *lockedBuffer, 
 // startRigDSN is startRig with the store at dsn ("" for SQLite under dir).
 func startRigDSN(t *testing.T, ctx context.Context, dsn, dir string, log *lockedBuffer, names []string, extra string) *rig {
 	t.Helper()
+	return startRigConf(t, ctx, dsn, dir, log, names, extra, "")
+}
+
+// startRigWith starts a host with one notes plugin and serverYAML (keys
+// under server:, indented two spaces) in its config.
+func startRigWith(t *testing.T, ctx context.Context, dir string, log *lockedBuffer, serverYAML string) *rig {
+	t.Helper()
+	return startRigConf(t, ctx, "", dir, log, []string{"notes"}, "", serverYAML)
+}
+
+// startRigConf is startRigDSN with serverYAML added under server:.
+func startRigConf(t *testing.T, ctx context.Context, dsn, dir string, log *lockedBuffer, names []string, extra, serverYAML string) *rig {
+	t.Helper()
 	var y strings.Builder
-	fmt.Fprintf(&y, "server:\n  auth_token: %s\nplugins:\n", hostCanary)
+	fmt.Fprintf(&y, "server:\n  auth_token: %s\n%splugins:\n", hostCanary, serverYAML)
 	for _, n := range names {
 		fmt.Fprintf(&y, "  - name: %s\n    type: echo\n    cls: aep.test.snapnotes\n    config:\n      secret: %s\n%s", n, pluginCanary, extra)
 	}

@@ -107,6 +107,7 @@ type storedSnapshot struct {
 	kind                       string // request, drain or auto
 	bytes                      int    // the document and the files archive
 	created                    time.Time
+	point                      *uint64 // nil: taken before points were kept
 }
 
 // anyTenant selects the snapshots of every tenant (the host's retention):
@@ -173,7 +174,7 @@ func (p *Keeper) fileSnapshots(ctx context.Context, tenant string, sessions []st
 			if kind == "" {
 				kind = KindRequest
 			}
-			out = append(out, storedSnapshot{id: id, target: "file", session: owner, agent: pl.AgentID, kind: kind, bytes: len(doc), created: pl.Created})
+			out = append(out, storedSnapshot{id: id, target: "file", session: owner, agent: pl.AgentID, kind: kind, bytes: len(doc), created: pl.Created, point: pl.Point})
 		}
 	}
 	return out, nil
@@ -193,7 +194,7 @@ func (p *Keeper) sqlSnapshots(ctx context.Context, tenant string, sessions []str
 	var rows []*ent.Snapshot
 	err := p.storeCall(ctx, "list snapshots", p.storeWait(), func(ctx context.Context) (err error) {
 		rows, err = q.Clone().Select(snapshot.FieldID, snapshot.FieldSessionID, snapshot.FieldAgentID, snapshot.FieldData,
-			snapshot.FieldCreatedAt, snapshot.FieldKind, snapshot.FieldFilesBytes).All(ctx)
+			snapshot.FieldCreatedAt, snapshot.FieldKind, snapshot.FieldFilesBytes, snapshot.FieldPoint).All(ctx)
 		return err
 	})
 	if errors.Is(err, ErrStoreUnavailable) {
@@ -204,8 +205,13 @@ func (p *Keeper) sqlSnapshots(ctx context.Context, tenant string, sessions []str
 	}
 	out := make([]storedSnapshot, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, storedSnapshot{id: r.ID, target: "sql", session: r.SessionID, agent: r.AgentID, kind: r.Kind,
-			bytes: len(r.Data) + int(r.FilesBytes), created: r.CreatedAt})
+		st := storedSnapshot{id: r.ID, target: "sql", session: r.SessionID, agent: r.AgentID, kind: r.Kind,
+			bytes: len(r.Data) + int(r.FilesBytes), created: r.CreatedAt}
+		if r.Point != nil {
+			pt := uint64(*r.Point)
+			st.point = &pt
+		}
+		out = append(out, st)
 	}
 	return out, nil
 }

@@ -78,6 +78,15 @@ func node(v any) *yaml.Node {
 
 func ref(p string) om { return om{{"$ref", p}} }
 
+// The tag of the operations whose requests change the session's state
+// (x-aep-changes-state): a standard AsyncAPI operation tag, so the SDK
+// generators (tools/tsgen, tools/pygen) and stock tools read it without
+// any keyword of ours.
+const (
+	changesStateTag  = "changes-state"
+	changesStateText = "A successful reply takes the session's next point (the reply envelope's point): a client counts it as acknowledged work a restore must cover (docs/DECISIONS.md, Points)."
+)
+
 // operationName is an operation's key: "tool/call/req" over stdio →
 // "stdioToolCallReq".
 func operationName(tr transport, t string) string { return tr.ID + pascal(t) }
@@ -140,13 +149,17 @@ func (c *contract) asyncAPI(bundleFile string) ([]byte, error) {
 				if m.Reply != "error" {
 					replies = append(replies, ref(out+"/messages/"+c.byType["error"].Def))
 				}
-				ops = append(ops, kv{operationName(tr, m.Type), om{
+				op := om{
 					{"action", "receive"},
 					{"channel", ref(in)},
 					{"summary", fmt.Sprintf("The host receives %s and answers %s (or error), exactly once.", m.Type, m.Reply)},
-					{"messages", []any{ref(in + "/messages/" + m.Def)}},
-					{"reply", om{{"channel", ref(out)}, {"messages", replies}}},
-				}})
+				}
+				if m.ChangesState {
+					op = append(op, kv{"tags", []any{om{{"name", changesStateTag}, {"description", changesStateText}}}})
+				}
+				op = append(op, kv{"messages", []any{ref(in + "/messages/" + m.Def)}},
+					kv{"reply", om{{"channel", ref(out)}, {"messages", replies}}})
+				ops = append(ops, kv{operationName(tr, m.Type), op})
 			case kindNotification:
 				ops = append(ops, kv{operationName(tr, m.Type), om{
 					{"action", "receive"},

@@ -37,8 +37,12 @@ type message struct {
 	Reply     string // requests: the reply type
 	Def       string // its definition's name in the bundle
 	AliasOf   string // an alias's canonical type
-	body      map[string]any
-	file      string
+	// ChangesState marks a request whose success changes the session's
+	// state (x-aep-changes-state): its AsyncAPI operation carries the tag
+	// changes-state, which the SDK generators read.
+	ChangesState bool
+	body         map[string]any
+	file         string
 }
 
 // contract is everything read from schemas/: the bundle and the AsyncAPI
@@ -266,9 +270,10 @@ func readContract(sources []source) (*contract, error) {
 				ns, _ := s.raw["x-aep-namespace"].(string)
 				reply, _ := def["x-aep-reply"].(string)
 				aliases, _ := def["x-aep-aliases"].([]any)
+				changes, _ := def["x-aep-changes-state"].(bool)
 				for i, t := range append([]any{typ}, aliases...) {
 					t, _ := t.(string)
-					m := &message{Type: t, Kind: kind, Namespace: ns, Reply: reply, Def: typeName(t), body: def, file: s.name}
+					m := &message{Type: t, Kind: kind, Namespace: ns, Reply: reply, Def: typeName(t), body: def, file: s.name, ChangesState: changes}
 					if i > 0 {
 						m.AliasOf = typ
 					}
@@ -323,6 +328,17 @@ func readContract(sources []source) (*contract, error) {
 	}
 	sort.Slice(c.messages, func(i, j int) bool { return c.messages[i].Type < c.messages[j].Type })
 	for _, m := range c.messages {
+		// A body field named as an envelope field would be two fields of
+		// one name in one JSON object (the wire encoder splices both).
+		if props, ok := m.body["properties"].(map[string]any); ok && m.Kind != kindEvent {
+			for pk := range props {
+				_, env := c.envelope[pk]
+				_, reply := c.replyEnvelope[pk]
+				if (reply && !agentSends(m.Kind) && pk != "req_id") || (env && !slices.Contains([]string{"type", "id", "proto", "ts", "req_id"}, pk)) {
+					return nil, fmt.Errorf("%s (%s): body field %q is an envelope field (envelope.json); name it otherwise", m.Type, m.file, pk)
+				}
+			}
+		}
 		if m.Kind == kindRequest {
 			r, ok := c.byType[m.Reply]
 			if !ok || r.Kind != kindReply {
@@ -496,6 +512,14 @@ func (c *contract) wholeMessage(m *message) map[string]any {
 			continue
 		}
 		props[k] = v
+	}
+	if m.Kind == kindReply {
+		// Fields only a host's reply carries (point).
+		for k, v := range c.replyEnvelope {
+			if _, ok := props[k]; !ok {
+				props[k] = v
+			}
+		}
 	}
 	typeProp := map[string]any{"type": "string", "const": m.Type}
 	if d, ok := c.envelope["type"].(map[string]any)["description"]; ok {

@@ -100,6 +100,9 @@ func (g *generator) checkModels() error {
 		if g.models.structs[m.name] == nil {
 			return fmt.Errorf("%s: go-jsonschema made no struct for %s (give it \"type\": \"object\")", m.file.Path, m.name)
 		}
+		if m.node.XChangesState && m.kind != "request" {
+			return fmt.Errorf("%s: x-aep-changes-state on %s, which is no request", m.file.Path, m.name)
+		}
 		if m.kind != "request" {
 			continue
 		}
@@ -376,6 +379,9 @@ func (g *generator) entry(w *goFile, f *schemaFile, m *message, iface bool, hand
 	}
 	if n.XOwner != "" {
 		fmt.Fprintf(w, "Owner: %q,\n", n.XOwner)
+	}
+	if n.XChangesState {
+		fmt.Fprintf(w, "ChangesState: true,\n")
 	}
 	if len(n.Required) > 0 {
 		req := append([]string(nil), n.Required...)

@@ -113,6 +113,7 @@ var keywords = []keyword{
 	{"x-aep-aliases", inDef, "other type strings accepted for a request (`registry.Alias`)", "messages.json", false},
 	{"x-aep-audit-target", inDef, "a string field naming what the request acts on: `AuditTarget()`", "messages.json", false},
 	{"x-aep-owner", inDef, "the kind of claim whose owner answers the request alone: `wire.Entry.Owner`", "messages.json", false},
+	{"x-aep-changes-state", inDef, "`true` on a request whose success changes the session's state a snapshot holds: `wire.Entry.ChangesState`, which moves the session's point (docs/DECISIONS.md, Points); the contract's AsyncAPI operation gets the tag `changes-state`; only on requests", "messages.json", false},
 }
 
 var keywordByName = func() map[string]*keyword {

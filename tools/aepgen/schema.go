@@ -83,6 +83,10 @@ type schemaNode struct {
 	XOwner string `json:"x-aep-owner"`
 	// XCapability overrides the file's capability for one type.
 	XCapability string `json:"x-aep-capability"`
+	// XChangesState marks a request whose success changes the session's
+	// state that a snapshot holds: its reply takes the session's next
+	// point (wire.Entry.ChangesState).
+	XChangesState bool `json:"x-aep-changes-state"`
 }
 
 // goHint is go-jsonschema's type hint (goJSONSchema).

@@ -50,7 +50,7 @@ func (t *typeList) UnmarshalJSON(b []byte) error {
 // envelope are the fields of the envelope (schemas/envelope.json); a
 // request's body is the message without them, as the client fills them
 // in (traceparent from RequestOptions.traceparent).
-var envelope = []string{"type", "id", "proto", "ts", "req_id", "traceparent"}
+var envelope = []string{"type", "id", "proto", "ts", "req_id", "traceparent", "point"}
 
 type emitter struct {
 	defs map[string]*schema

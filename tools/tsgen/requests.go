@@ -16,6 +16,9 @@ type request struct {
 	Type  string // e.g. tool/call/req
 	Reply string // def of the reply; empty for a notification
 	Event string // def of the namespace's event; empty when it has none
+	// ChangesState: the operation carries the tag changes-state (its
+	// successful reply takes the session's next point).
+	ChangesState bool
 }
 
 // asyncDoc is the part of gen/contract/asyncapi.yaml read here: each
@@ -24,7 +27,10 @@ type asyncDoc struct {
 	Operations map[string]struct {
 		Action   string   `yaml:"action"`
 		Messages []refObj `yaml:"messages"`
-		Reply    *struct {
+		Tags     []struct {
+			Name string `yaml:"name"`
+		} `yaml:"tags"`
+		Reply *struct {
 			Messages []refObj `yaml:"messages"`
 		} `yaml:"reply"`
 	} `yaml:"operations"`
@@ -53,6 +59,9 @@ func requestTable(asyncapi []byte) ([]request, error) {
 			return nil, fmt.Errorf("asyncapi operation %s: %d messages, want 1", name, len(op.Messages))
 		}
 		r := request{Def: op.Messages[0].def()}
+		for _, tag := range op.Tags {
+			r.ChangesState = r.ChangesState || tag.Name == "changes-state"
+		}
 		if op.Reply != nil {
 			for _, m := range op.Reply.Messages {
 				if d := m.def(); d != "ErrorMessage" {
@@ -221,14 +230,14 @@ func (e *emitter) requests(reqs []request) error {
 	}
 	e.p("}\n\n/** A type an agent sends and the host answers. */\nexport type RequestType = keyof RequestTypes;\n\n")
 
-	e.p("/** Each request type's reply type and event type, for routing at run time. */\n")
-	e.p("export const requestTable: { readonly [T in RequestType]: { readonly reply: RequestTypes[T][\"reply\"][\"type\"]; readonly event: RequestTypes[T][\"event\"][\"type\"] | null } } = {\n")
+	e.p("/**\n * Each request type's reply type and event type, for routing at run time,\n * and whether its successful reply takes the session's next point\n * (changesState: the AsyncAPI operation's changes-state tag).\n */\n")
+	e.p("export const requestTable: { readonly [T in RequestType]: { readonly reply: RequestTypes[T][\"reply\"][\"type\"]; readonly event: RequestTypes[T][\"event\"][\"type\"] | null; readonly changesState: boolean } } = {\n")
 	for _, r := range rows {
 		ev := "null"
 		if r.event != "" {
 			ev = fmt.Sprintf("%q", r.event)
 		}
-		e.p("  %q: { reply: %q, event: %s },\n", r.typ, r.reply, ev)
+		e.p("  %q: { reply: %q, event: %s, changesState: %v },\n", r.typ, r.reply, ev, r.ChangesState)
 	}
 	e.p("};\n\n")
 

@@ -11,7 +11,7 @@ Message models (generated from gen/contract/aep.schema.json) are in
 from . import _models as models
 from ._models import AgentMessage, ErrorCode, EventMessage, HostMessage
 from .client import AsyncClient, Call, Client, Forks, Move, SyncCall
-from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError,
+from .errors import (AEPError, ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, PointGap, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport
 
@@ -19,6 +19,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AEPError", "AgentMessage", "AsyncClient", "Call", "Client", "ConnectionClosed", "ErrorCode",
-    "EventMessage", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "ProtocolError",
+    "EventMessage", "Forks", "HTTPTransport", "HandshakeError", "HostMessage", "Move", "MoveFailed", "NoSnapshot", "PointGap", "ProtocolError",
     "RequestInterrupted", "RequestTimeout", "SessionLost", "SessionTerminated", "StdioTransport", "SyncCall", "Transport", "WebSocketTransport", "models",
 ]

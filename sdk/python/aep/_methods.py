@@ -698,7 +698,9 @@ class AsyncMethods:
     async def session_restore(
         self,
         *,
+        accept_gap: Optional[bool] = None,
         from_session: Optional[str] = None,
+        last_point: Optional[int] = None,
         snapshot_id: Optional[str] = None,
         traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
@@ -710,7 +712,7 @@ class AsyncMethods:
         session named by `from_session` (a session that moved when its host
         drained or died, docs/deploy.md).
         """
-        return await self._request(m.SessionRestoreReqMessage, {}, {"from_session": from_session, "snapshot_id": snapshot_id, "traceparent": traceparent}, m.SessionRestoreRespMessage, call_timeout, on_event)
+        return await self._request(m.SessionRestoreReqMessage, {}, {"accept_gap": accept_gap, "from_session": from_session, "last_point": last_point, "snapshot_id": snapshot_id, "traceparent": traceparent}, m.SessionRestoreRespMessage, call_timeout, on_event)
 
     async def session_snapshot(
         self,
@@ -1665,7 +1667,9 @@ class SyncMethods:
     def session_restore(
         self,
         *,
+        accept_gap: Optional[bool] = None,
         from_session: Optional[str] = None,
+        last_point: Optional[int] = None,
         snapshot_id: Optional[str] = None,
         traceparent: Optional[str] = None,
         call_timeout: Optional[float] = None,
@@ -1677,7 +1681,7 @@ class SyncMethods:
         session named by `from_session` (a session that moved when its host
         drained or died, docs/deploy.md).
         """
-        return self._request(m.SessionRestoreReqMessage, {}, {"from_session": from_session, "snapshot_id": snapshot_id, "traceparent": traceparent}, m.SessionRestoreRespMessage, call_timeout, on_event)
+        return self._request(m.SessionRestoreReqMessage, {}, {"accept_gap": accept_gap, "from_session": from_session, "last_point": last_point, "snapshot_id": snapshot_id, "traceparent": traceparent}, m.SessionRestoreRespMessage, call_timeout, on_event)
 
     def session_snapshot(
         self,

@@ -167,6 +167,19 @@ class ChainDefineRespMessage(Model):
     name: str
     #: Number of nodes.
     nodes: int
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -351,6 +364,19 @@ class ChainRunRespMessage(Model):
     #: Output of every node that ran, by id: an action's reply body, a
     #: branch's boolean, a map's array, a gather's object, a reduce's acc.
     outputs: dict[str, Any]
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -499,6 +525,19 @@ class EnvCloseRespMessage(Model):
     episode_id: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -586,6 +625,19 @@ class EnvDataAddRespMessage(Model):
     added: list[DataFile]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -687,6 +739,19 @@ class EnvDataGetRespMessage(Model):
     files: list[DataFile]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -767,6 +832,19 @@ class EnvDataResetRespMessage(Model):
     type: Literal["env/data/reset/resp"] = "env/data/reset/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -862,6 +940,19 @@ class EnvListRespMessage(Model):
     envs: list[EnvInfo]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -914,6 +1005,19 @@ class EnvObserveRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     observation: Any
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -967,6 +1071,19 @@ class EnvRenderRespMessage(Model):
     episode_id: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1033,6 +1150,19 @@ class EnvResetRespMessage(Model):
     #: (as Gymnasium's reset and step always return one).
     info: dict[str, Any]
     observation: Any
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1087,6 +1217,19 @@ class EnvSpacesRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     observation_space: Any
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1145,6 +1288,19 @@ class EnvStepBatchRespMessage(Model):
     type: Literal["env/step_batch/resp"] = "env/step_batch/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1203,6 +1359,19 @@ class EnvStepRespMessage(Model):
     #: (as Gymnasium's reset and step always return one).
     info: dict[str, Any]
     observation: Any
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1255,6 +1424,19 @@ class ErrorMessage(Model):
     #: Human-readable text; never a stack trace or a secret
     #: (docs/DECISIONS.md, Wire).
     message: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1387,6 +1569,19 @@ class HandshakeRespMessage(Model):
     #: False means the session is invalid and the client cannot proceed (spec
     #: §2.4).
     ok: bool
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1452,6 +1647,19 @@ class LearnAdaptRespMessage(Model):
     feedbacks: int
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1534,6 +1742,19 @@ class LearnExperienceRespMessage(Model):
     batch_id: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1604,6 +1825,19 @@ class LearnExportRespMessage(Model):
     #: With to_file: the file written, relative to the plugin's data
     #: directory.
     path: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1659,6 +1893,19 @@ class LearnFeedbackRespMessage(Model):
     ids: list[int]
     #: How many feedbacks' correlation_id matched an audited call.
     linked: int
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1724,6 +1971,19 @@ class LearnRankRespMessage(Model):
     context: str
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1777,6 +2037,19 @@ class LearnStatsRespMessage(Model):
     components: list[ComponentStats]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1933,6 +2206,19 @@ class McpPromptGetRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     messages: list[MCPPromptMessage]
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -1985,6 +2271,19 @@ class McpPromptListRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     next_cursor: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     prompts: list[MCPPrompt]
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -2040,6 +2339,19 @@ class McpResourceListRespMessage(Model):
     id: str
     #: Present when more follow.
     next_cursor: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2093,6 +2405,19 @@ class McpResourceReadRespMessage(Model):
     contents: list[MCPResourceContents]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2144,6 +2469,19 @@ class McpServerListRespMessage(Model):
     type: Literal["mcp/server/list/resp"] = "mcp/server/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2214,6 +2552,19 @@ class McpServerRegisterRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     ok: bool
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2267,6 +2618,19 @@ class McpServerUnregisterRespMessage(Model):
     id: str
     #: False when the session registered no server of this id.
     ok: bool
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2385,6 +2749,19 @@ class MemoryForgetRespMessage(Model):
     deleted: int
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2460,6 +2837,19 @@ class MemoryInitRespMessage(Model):
     id: str
     memory_id: str
     namespace: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2527,6 +2917,19 @@ class MemoryRecallRespMessage(Model):
     hits: list[MemoryHit]
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2581,6 +2984,19 @@ class MemoryRetrieveRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     missing: list[str]
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2630,6 +3046,19 @@ class MemoryStatsRespMessage(Model):
     id: str
     memory_id: str
     namespace: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2686,6 +3115,19 @@ class MemoryStoreRespMessage(Model):
     evicted: Optional[int] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2749,6 +3191,21 @@ class PingMessage(Model):
     ts: float
 
 
+class PointGap(Model):
+    """Acknowledged state-changing requests a snapshot does not hold
+    (docs/DECISIONS.md, Points): those whose replies carried points from
+    `point` + 1 to `last_point`.
+    """
+
+    #: The client's last seen point.
+    last_point: int
+    #: How many acknowledged state-changing requests are lost: `last_point` −
+    #: `point`.
+    lost: int
+    #: The snapshot's point: the session resumed from it.
+    point: int
+
+
 class PongMessage(Model):
     """`pong` (reply). Answer to ping."""
 
@@ -2757,6 +3214,19 @@ class PongMessage(Model):
     type: Literal["pong"] = "pong"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -2837,6 +3307,19 @@ class ProcKillRespMessage(Model):
     type: Literal["proc/kill/resp"] = "proc/kill/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -2888,6 +3371,19 @@ class ProcListRespMessage(Model):
     type: Literal["proc/list/resp"] = "proc/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     processes: list[ProcRecord]
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -2951,6 +3447,19 @@ class ProcReadRespMessage(Model):
     type: Literal["proc/read/resp"] = "proc/read/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     proc_id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3043,6 +3552,19 @@ class ProcSignalRespMessage(Model):
     type: Literal["proc/signal/resp"] = "proc/signal/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3109,6 +3631,19 @@ class ProcSpawnRespMessage(Model):
     dropped_env: Optional[list[str]] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3157,6 +3692,19 @@ class ProcStatusRespMessage(Model):
     type: Literal["proc/status/resp"] = "proc/status/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3230,6 +3778,19 @@ class ProcWaitRespMessage(Model):
     type: Literal["proc/wait/resp"] = "proc/wait/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     process: ProcRecord
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3287,6 +3848,19 @@ class ProcWriteRespMessage(Model):
     closed: Optional[bool] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     proc_id: str
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
@@ -3408,6 +3982,10 @@ class SessionForkRespMessage(Model):
     #: copy (bytes copied), none (no files).
     copy_: Optional[Literal["reflink", "copy", "none"]] = Field(None, alias="copy")
     forks: list[ForkInfo]
+    #: The point the forks start from: the sender's at the moment its state
+    #: was taken (or the snapshot's, with `snapshot_id`). Each fork's session
+    #: starts with it, which its handshake/resp also carries.
+    from_point: Optional[int] = None
     #: Seconds within which each fork must handshake, or it is closed
     #: (server.limits.handshake_timeout).
     handshake_timeout: float
@@ -3416,6 +3994,19 @@ class SessionForkRespMessage(Model):
     #: What of the sender's state the forks do not carry as it runs in the
     #: sender: the same for every fork.
     not_forked: list[NotForked]
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3483,6 +4074,19 @@ class SessionInfoRespMessage(Model):
     #: The public handle of the session that spawned this subagent's session
     #: (never its transport id).
     parent_handle: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3501,19 +4105,36 @@ class SessionRestoreReqMessage(Model):
     session (spec §3: Session saved → live): the one named by `snapshot_id`,
     or the newest snapshot of the session named by `from_session` (a session
     that moved when its host drained or died, docs/deploy.md). An unknown or
-    corrupt snapshot changes nothing.
+    corrupt snapshot changes nothing. The session's point (the envelope's
+    `point`) becomes the snapshot's. With `last_point`, a snapshot that
+    covers less than it is refused with runtime_error, detail.reason
+    `point_gap`, naming the gap (`point`, `last_point`, `lost`: the count of
+    acknowledged state-changing requests it does not hold), and nothing
+    changes, unless `accept_gap` is true: then it is restored and the
+    reply's `gap` says what was lost (docs/DECISIONS.md, Points). A client
+    that moves keeps asking while the gap lasts: a draining host writes its
+    snapshot after it stops admitting requests.
     """
 
     _wire_consts: ClassVar[tuple[str, ...]] = ("type", "proto")
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/req"] = "session/restore/req"
+    #: Restore even when the snapshot covers less than `last_point`; the
+    #: reply's `gap` says how much was lost. Default false.
+    accept_gap: Optional[bool] = None
     #: The id of an earlier session of the sender (a bearer secret, so
-    #: holding it proves the session was the sender's): its newest snapshot,
-    #: from a drain or an automatic snapshot, is restored, and the reply
-    #: names it.
+    #: holding it proves the session was the sender's): its newest snapshot
+    #: (the one taken last, from a drain, an automatic round or the session's
+    #: own request) is restored, and the reply names it.
     from_session: Optional[str] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: The highest point the client saw in the session it restores over or
+    #: moved from (the envelope's `point` of its replies): every
+    #: state-changing request acknowledged up to it must be in the snapshot,
+    #: or the restore is refused with reason point_gap (unless `accept_gap`).
+    #: Absent: no check.
+    last_point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3542,8 +4163,26 @@ class SessionRestoreRespMessage(Model):
     #: Routing key `namespace/verb/suffix` (spec §2.1).
     type: Literal["session/restore/resp"] = "session/restore/resp"
     files: Optional[SnapshotFiles] = None
+    #: The point the session resumed from: the snapshot's, now the session's,
+    #: which this reply's envelope `point` also carries (an older snapshot
+    #: that recorded none counts as 0).
+    from_point: Optional[int] = None
+    gap: Optional[PointGap] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3601,6 +4240,19 @@ class SessionSnapshotDeleteRespMessage(Model):
     deleted: bool
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3660,6 +4312,19 @@ class SessionSnapshotListRespMessage(Model):
     type: Literal["session/snapshot/list/resp"] = "session/snapshot/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3713,9 +4378,27 @@ class SessionSnapshotRespMessage(Model):
     type: Literal["session/snapshot/resp"] = "session/snapshot/resp"
     #: Size of the stored snapshot.
     bytes: int
+    #: The point the snapshot covers (a body field: the envelope's `point` is
+    #: the session's own): every state-changing request answered before it
+    #: was taken, up to this point, is in it (a request still running as it
+    #: was taken may be in part).
+    covers_point: Optional[int] = None
     files: Optional[SnapshotFiles] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3788,6 +4471,19 @@ class SessionTrajectoryExportRespMessage(Model):
     lines: list[dict[str, Any]]
     #: The cursor of the next page; absent on the last page.
     next: Optional[int] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3884,6 +4580,19 @@ class SkillCallRespMessage(Model):
     type: Literal["skill/call/resp"] = "skill/call/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -3961,6 +4670,19 @@ class SkillDiscoverRespMessage(Model):
     type: Literal["skill/discover/resp"] = "skill/discover/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4062,6 +4784,19 @@ class SkillGetRespMessage(Model):
     type: Literal["skill/get/resp"] = "skill/get/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4136,6 +4871,19 @@ class SkillRegisterRespMessage(Model):
     type: Literal["skill/register/resp"] = "skill/register/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4198,6 +4946,9 @@ class SnapshotInfo(Model):
     agent_id: Optional[str] = None
     #: Size of the stored snapshot.
     bytes: int
+    #: The point it covers (see session/snapshot/resp `covers_point`); absent
+    #: for snapshots taken before points were kept.
+    covers_point: Optional[int] = None
     #: When it was taken, Unix epoch seconds.
     created: float
     #: Why it was taken: session/snapshot/req, a drain
@@ -4281,6 +5032,19 @@ class SubagentListRespMessage(Model):
     type: Literal["subagent/list/resp"] = "subagent/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4397,6 +5161,19 @@ class SubagentSpawnRespMessage(Model):
     handshake_timeout: float
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4457,6 +5234,19 @@ class SubagentStatusRespMessage(Model):
     children: Optional[list[str]] = None
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4511,6 +5301,19 @@ class SubagentTerminateRespMessage(Model):
     type: Literal["subagent/terminate/resp"] = "subagent/terminate/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4576,6 +5379,19 @@ class ToolCallRespMessage(Model):
     type: Literal["tool/call/resp"] = "tool/call/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4708,6 +5524,19 @@ class ToolListRespMessage(Model):
     id: str
     #: Present when more tools follow; pass it as cursor.
     next_cursor: Optional[str] = None
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4809,6 +5638,19 @@ class ToolkitConfigureRespMessage(Model):
     #: Unique id of the message (spec §2.1).
     id: str
     message: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"
@@ -4917,6 +5759,19 @@ class ToolkitListRespMessage(Model):
     type: Literal["toolkit/list/resp"] = "toolkit/list/resp"
     #: Unique id of the message (spec §2.1).
     id: str
+    #: On replies (not events): the session's point after this reply
+    #: (docs/DECISIONS.md, Points). A session's point counts the
+    #: state-changing requests it answered: a reply to one whose type changes
+    #: the session's state (the asyncapi operation's `changes-state` tag)
+    #: takes the next point, any other reply carries the current one. A
+    #: snapshot records the point it covers, and a restore sets the session's
+    #: point to its snapshot's, which session/restore/resp and
+    #: session/fork/resp say. A client keeps the highest point it saw and
+    #: passes it as `last_point` when it restores or moves
+    #: (session/restore/req): a host never resumes it from an earlier point
+    #: without saying what was lost. Hosts that do not keep points leave it
+    #: out.
+    point: Optional[int] = None
     #: Protocol version, `1.0` (spec §9 rule 1); any other is
     #: version_mismatch.
     proto: Literal["1.0"] = "1.0"

@@ -10,10 +10,13 @@ reply (spec §6). An ``error`` reply raises ProtocolError.
 With ``move=True`` a client survives the loss of its session (its host
 drained or died; docs/deploy.md): it opens a new session through the same
 URL, handshakes as before and restores the old session's newest snapshot
-(``session/restore/req {from_session}``); requests in flight at the loss
-fail with RequestInterrupted and are not resent. A lost session that left
-no snapshot ends the client with MoveFailed (NoSnapshot) unless
-``fresh=True`` lets it carry on in the new, empty session.
+(``session/restore/req {from_session, last_point}``); requests in flight at
+the loss fail with RequestInterrupted and are not resent. A lost session
+that left no snapshot ends the client with MoveFailed (NoSnapshot) unless
+``fresh=True`` lets it carry on in the new, empty session; one whose
+newest snapshot covers less than the client saw acknowledged (its
+``point``, docs/DECISIONS.md, Points) ends it with MoveFailed (PointGap)
+unless ``accept_gap=True``: never a silent rollback.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from pydantic import ValidationError
 
 from . import _models as m
 from ._methods import AsyncMethods, EventCallback, SyncMethods
-from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, ProtocolError, RequestInterrupted,
-                     RequestTimeout, SessionLost, SessionTerminated)
+from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, PointGap, ProtocolError,
+                     RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
 from .transports import HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
 
 # A request refused unread (e.g. 404 or 503 to POST /send, or a
@@ -53,6 +56,18 @@ class _Refused(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+def _wait_hint(cause: BaseException) -> float:
+    """How long a draining host said its snapshot of the session may take
+    (``shutting_down``'s ``detail.snapshot_wait``, seconds); 0 when it said
+    nothing."""
+    err = cause.cause if isinstance(cause, _Refused) else cause
+    d = getattr(err, "detail", None)
+    if _reason(err) != "shutting_down" or not isinstance(d, dict):
+        return 0.0
+    w = d.get("snapshot_wait")
+    return float(w) if isinstance(w, (int, float)) and 0 < w <= 3600 else 0.0
 
 
 def _reason(err: BaseException) -> Optional[str]:
@@ -100,6 +115,13 @@ class Move:
     cause: BaseException
     error: Optional[BaseException]
     took: float
+    #: The client's last seen point in the lost session, which the restore
+    #: had to cover; ``point`` is the point the new session resumed from
+    #: (the snapshot's). ``gap``, set only with ``accept_gap=True``, is what
+    #: was lost: the host's PointGap (``point``, ``last_point``, ``lost``).
+    last_point: int = 0
+    point: int = 0
+    gap: Optional[m.PointGap] = None
 
 
 MoveCallback = Callable[[Move], Any]
@@ -157,6 +179,15 @@ class AsyncClient(AsyncMethods):
         #: A move whose lost session left no snapshot carries on in the new,
         #: empty session (Move.fresh) instead of ending the client.
         self.fresh = False
+        #: A move may restore a snapshot that covers less than ``point``,
+        #: once snapshot_wait has passed without a newer one; Move.gap says
+        #: what was lost. Without it such a move ends the client (PointGap).
+        self.accept_gap = False
+        #: The highest point the current session's replies carried
+        #: (docs/DECISIONS.md, Points); a restore's reply sets it to the
+        #: point the session resumed from. Pass it as ``last_point`` when
+        #: restoring this session elsewhere.
+        self.point = 0
         self._gen = 0  # counts the sessions this client has had
         self._lost: Optional[BaseException] = None  # why the current session was lost, while moving
         self._move_task: Optional["asyncio.Task[None]"] = None
@@ -178,7 +209,8 @@ class AsyncClient(AsyncMethods):
                       on_event: Optional[EventCallback] = None,
                       record_trajectory: Optional[bool] = None,
                       move: bool = False, on_move: Optional[MoveCallback] = None,
-                      snapshot_wait: float = 5.0, fresh: bool = False) -> "AsyncClient":
+                      snapshot_wait: float = 5.0, fresh: bool = False,
+                      accept_gap: bool = False) -> "AsyncClient":
         """Opens transport and handshakes (spec §2.4). token defaults to
         $AEP_AUTH_TOKEN. Raises HandshakeError when the host refuses.
         ``record_trajectory=True`` asks the host to record the session's
@@ -200,7 +232,13 @@ class AsyncClient(AsyncMethods):
         move that fails ends the client with MoveFailed. So does a lost
         session that left no snapshot (the cause is NoSnapshot: its state is
         gone), unless ``fresh=True``: then the client carries on in the new,
-        empty session and the Move says ``fresh``."""
+        empty session and the Move says ``fresh``. The restore passes the
+        client's ``point`` as ``last_point``: a snapshot that covers less
+        (the draining host has not written its own yet) is asked for again
+        until ``snapshot_wait`` (or the host's longer ``snapshot_wait``)
+        passes, then the client ends with MoveFailed (PointGap), unless
+        ``accept_gap=True``: then it restores that snapshot and the Move's
+        ``gap`` says what was lost."""
         if token is None:
             token = os.environ.get("AEP_AUTH_TOKEN", "")
         if move and not transport.movable:
@@ -222,11 +260,12 @@ class AsyncClient(AsyncMethods):
         # session, as this session did.
         c._connect_kw = dict(token=token, agent_id=agent_id, caps=list(caps), timeout=timeout,
                              record_trajectory=record_trajectory, move=move, snapshot_wait=snapshot_wait,
-                             fresh=fresh)
+                             fresh=fresh, accept_gap=accept_gap)
         c.move = move
         c.on_move = on_move
         c.snapshot_wait = snapshot_wait
         c.fresh = fresh
+        c.accept_gap = accept_gap
         return c
 
     @classmethod
@@ -522,6 +561,7 @@ class AsyncClient(AsyncMethods):
         """Opens a new session and restores the lost one into it; on failure
         the client ends with MoveFailed. Never raises (but for cancel)."""
         from_id = self.session_id or ""
+        last_point = self.point
         cause = self._lost or ConnectionClosed("session lost")
         started = time.monotonic()
         timeout = self._connect_kw.get("timeout") or 30.0
@@ -539,7 +579,8 @@ class AsyncClient(AsyncMethods):
             pass
         try:
             reply = await self._open_session(old, deadline)
-            snapshot_id, restored = await self._restore_from(from_id, deadline)
+            snapshot_id, restored, resumed, gap = await self._restore_from(from_id, last_point, _wait_hint(cause),
+                                                                           deadline)
         except asyncio.CancelledError:
             await self._drop_transport()
             raise
@@ -548,7 +589,7 @@ class AsyncClient(AsyncMethods):
             fail = MoveFailed(f"moving to a new session failed: {e}")  # not the lost id: a bearer secret, and messages get logged
             fail.__cause__ = e
             mv = Move(from_session=from_id, session_id=None, snapshot_id=None, restored=(), fresh=False,
-                      cause=cause, error=e, took=time.monotonic() - started)
+                      cause=cause, error=e, took=time.monotonic() - started, last_point=last_point)
             self.moves.append(mv)
             if self._closed is None:
                 self._closed = fail
@@ -556,10 +597,11 @@ class AsyncClient(AsyncMethods):
             self._report(mv)
             return
         self.handshake_reply = reply
+        self.point = resumed
         self._lost = None
         mv = Move(from_session=from_id, session_id=reply.session_id, snapshot_id=snapshot_id,
                   restored=tuple(restored), fresh=snapshot_id is None, cause=cause, error=None,
-                  took=time.monotonic() - started)
+                  took=time.monotonic() - started, last_point=last_point, point=resumed, gap=gap)
         self.moves.append(mv)
         self._report(mv)
 
@@ -610,31 +652,53 @@ class AsyncClient(AsyncMethods):
                 raise HandshakeError(reply)
             return reply
 
-    async def _restore_from(self, from_id: str, deadline: float) -> tuple[Optional[str], list[str]]:
-        """Restores the newest snapshot of from_id, waiting up to
-        snapshot_wait seconds for one to appear: its host snapshots at the
-        end of its drain, which a proxy may notice before. When there is
-        none by then, raises NoSnapshot, or with fresh returns (None, [])."""
-        until = time.monotonic() + self.snapshot_wait
+    async def _restore_from(self, from_id: str, last_point: int, hint: float, deadline: float
+                            ) -> tuple[Optional[str], list[str], int, Optional[m.PointGap]]:
+        """Restores the newest snapshot of from_id that covers last_point,
+        waiting up to snapshot_wait seconds (or the draining host's longer
+        hint) for one to appear: its host snapshots as it drains, which a
+        proxy may notice before. When there is none by then, raises
+        NoSnapshot, or with fresh returns (None, [], 0, None); when there is
+        only an older one, raises PointGap, or with accept_gap restores it
+        and returns the gap. Returns the snapshot id, the plugins restored,
+        the point resumed from and the gap."""
+        wait = max(self.snapshot_wait, hint)
+        until = time.monotonic() + wait
+        accept = False
         while True:
+            opt: dict[str, Any] = {"from_session": from_id, "last_point": last_point}
+            if accept:
+                opt["accept_gap"] = True
             try:
-                r = await self._send_request(m.SessionRestoreReqMessage, {}, {"from_session": from_id},
+                r = await self._send_request(m.SessionRestoreReqMessage, {}, opt,
                                              m.SessionRestoreRespMessage, max(0.1, deadline - time.monotonic()),
                                              None, may_move=False)
-                return r.snapshot_id, list(r.restored or [])
+                resumed = r.from_point if r.from_point is not None else 0
+                return r.snapshot_id, list(r.restored or []), resumed, r.gap
             except ProtocolError as e:
                 if _reason(e) == "store_unavailable" and time.monotonic() + 1 < deadline:
                     # The store is down and the host waited for it already:
                     # ask again until the move's deadline, never settle for less.
                     await asyncio.sleep(1)
                     continue
+                if _reason(e) == "point_gap":
+                    # An older snapshot than the client saw: the draining
+                    # host may not have written its own yet.
+                    if time.monotonic() + _SNAPSHOT_POLL > until:
+                        if self.accept_gap:
+                            accept = True
+                            continue
+                        raise PointGap(f"the lost session's newest snapshot does not hold everything acknowledged "
+                                       f"({PointGap.reason}) after {wait:g}s: {e}", e.detail) from e
+                    await asyncio.sleep(_SNAPSHOT_POLL)
+                    continue
                 if _reason(e) != "unknown_snapshot":
                     raise
                 if time.monotonic() + _SNAPSHOT_POLL > until:
                     if self.fresh:
-                        return None, []  # it left none: this session stays, fresh
+                        return None, [], 0, None  # it left none: this session stays, fresh
                     raise NoSnapshot(f"the lost session left no snapshot ({NoSnapshot.reason}): the host answered "
-                                     f"unknown_snapshot for {self.snapshot_wait:g}s ({e})") from e
+                                     f"unknown_snapshot for {wait:g}s ({e})") from e
                 await asyncio.sleep(_SNAPSHOT_POLL)
 
     def _fail_all(self, err: BaseException) -> None:
@@ -661,6 +725,12 @@ class AsyncClient(AsyncMethods):
             for q in self._subscribers:
                 q.put_nowait(msg)
             return
+        pt = getattr(msg, "point", None)
+        if isinstance(pt, int) and p is not None and p.gen == self._gen and self._lost is None:
+            # The current session's point (docs/DECISIONS.md, Points): the
+            # highest its replies carried; a restore resumes from its own.
+            if t == "session/restore/resp" or pt > self.point:
+                self.point = pt
         if p is None or p.future.done():
             return  # the reply of a request given up on (cancelled, timed out)
         if t == "error":
@@ -767,6 +837,12 @@ class Client(SyncMethods):
     @property
     def handshake_reply(self) -> Optional[m.HandshakeRespMessage]:
         return self.aio.handshake_reply
+
+    @property
+    def point(self) -> int:
+        """The highest point the current session's replies carried
+        (docs/DECISIONS.md, Points)."""
+        return self.aio.point
 
     @property
     def on_event(self) -> Optional[EventCallback]:

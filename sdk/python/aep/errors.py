@@ -119,6 +119,24 @@ class NoSnapshot(AEPError):
     reason = "no_snapshot"
 
 
+class PointGap(AEPError):
+    """Why a move failed when the lost session's newest snapshot covers
+    less than the client saw acknowledged (docs/DECISIONS.md, Points): the
+    host answered ``point_gap`` for ``snapshot_wait`` seconds (the longer of
+    the client's and the draining host's ``detail.snapshot_wait``).
+    Restoring it would silently roll back acknowledged work, so the move
+    fails instead, unless the client was made with ``accept_gap=True``.
+    ``detail`` is the host's: ``snapshot_id``, ``point`` (the snapshot's),
+    ``last_point`` (the client's) and ``lost`` (how many acknowledged
+    state-changing requests it does not hold). ``reason`` is ``point_gap``."""
+
+    reason = "point_gap"
+
+    def __init__(self, message: str, detail: Optional[dict] = None) -> None:
+        super().__init__(message)
+        self.detail = detail or {}
+
+
 class RequestTimeout(AEPError, TimeoutError):
     """A request was not answered within its call_timeout; the SDK sent
     ``cancel`` for it, so the host stops working on it."""

@@ -83,6 +83,12 @@ class FleetHost:
         if rc != 0:
             raise AssertionError(f"{self.host_id} exited {rc} after SIGTERM:\n{self.stderr()}")
 
+    def kill(self) -> None:
+        """SIGKILL: the host dies without draining."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()

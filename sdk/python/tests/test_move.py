@@ -113,6 +113,10 @@ class Move:
                          (first, second, False, None))
         self.assertTrue(moves[0].snapshot_id and moves[0].snapshot_id.startswith("sql-"), moves[0])
         self.assertIn("memory.builtin", moves[0].restored)
+        # The drain's snapshot covers everything acknowledged: memory/init
+        # and memory/store (the call in flight was cancelled, no point).
+        self.assertEqual((moves[0].last_point, moves[0].point, moves[0].gap), (2, 2, None))
+        self.assertEqual(c.point, 2)
         self.assertEqual(c.moves, moves)
 
         # A second drain moves on from the newest id: B's session, which
@@ -128,6 +132,53 @@ class Move:
         self.assertIsNone(moves[1].error)
         self.assertTrue(c.session_id and c.session_id.startswith("s-py-c-"), c.session_id)
         self.assertEqual(c.tool_call("run_command", arguments={"argv": ["echo", "ok"]}).result.success, True)
+
+    def _killed_after_snapshot(self, **kw: Any) -> tuple[aep.Client, list[aep.Move], str]:
+        """A client on host A takes a snapshot, then writes once more; A
+        dies (SIGKILL) and the forwarder sends the client to host B."""
+        self: unittest.TestCase  # type: ignore[no-redef]
+        fleet = Fleet(self)
+        a = fleet.host("py-a")
+        b = fleet.host("py-b")
+        moves: list[aep.Move] = []
+        c = open_client(self.transport, fleet.fwd, move=True, on_move=moves.append, snapshot_wait=0.5, **kw)
+        self.addCleanup(c.close)
+        mid = c.memory_init().memory_id
+        store(c, mid, "plan", "saved")
+        self.assertEqual(c.point, 2)
+        snap = c.session_snapshot(target="sql")
+        self.assertEqual(snap.covers_point, 2)
+        store(c, mid, "plan2", "acknowledged, in no snapshot")
+        self.assertEqual(c.point, 3)
+        a.kill()
+        fleet.fwd.target = b.port
+        return c, moves, mid
+
+    def test_never_a_silent_rollback(self) -> None:
+        self: unittest.TestCase  # type: ignore[no-redef]
+        c, moves, mid = self._killed_after_snapshot()  # type: ignore[attr-defined]
+        # The newest snapshot covers point 2, the client saw 3: the move
+        # ends the client rather than resume it without plan2.
+        with self.assertRaises(aep.MoveFailed) as cm:
+            c.ping()
+        gap = cm.exception.__cause__
+        self.assertIsInstance(gap, aep.PointGap)
+        assert isinstance(gap, aep.PointGap)
+        self.assertEqual((gap.detail.get("point"), gap.detail.get("last_point"), gap.detail.get("lost")), (2, 3, 1))
+        self.assertEqual(len(moves), 1)
+        self.assertIsInstance(moves[0].error, aep.PointGap)
+        self.assertEqual(moves[0].last_point, 3)
+
+    def test_accept_gap_says_what_was_lost(self) -> None:
+        self: unittest.TestCase  # type: ignore[no-redef]
+        c, moves, mid = self._killed_after_snapshot(accept_gap=True)  # type: ignore[attr-defined]
+        self.assertEqual(working(c, mid, "plan", "plan2"), {"plan": "saved"})
+        self.assertEqual(len(moves), 1)
+        mv = moves[0]
+        self.assertIsNone(mv.error)
+        assert mv.gap is not None
+        self.assertEqual((mv.gap.point, mv.gap.last_point, mv.gap.lost), (2, 3, 1))
+        self.assertEqual((mv.last_point, mv.point, c.point), (3, 2, 2))
 
     def _drain_without_snapshot(self, **kw: Any) -> tuple[aep.Client, list[aep.Move], str, str]:
         """A client on host A, which drains without snapshotting, and holds

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { AepError, ConnectionError, MoveFailedError, NoSnapshotError, RequestInterruptedError, SessionLostError, SessionTerminatedError } from "./errors.js";
+import { AepError, ConnectionError, MoveFailedError, NoSnapshotError, PointGapError, RequestInterruptedError, SessionLostError, SessionTerminatedError } from "./errors.js";
 import {
   Methods,
   requestTable,
@@ -10,6 +10,7 @@ import {
   type HostMessage,
   type NotificationType,
   type NotificationTypes,
+  type PointGap,
   type RequestType,
   type RequestTypes,
 } from "./messages.gen.js";
@@ -86,6 +87,13 @@ export interface ClientOptions {
    * Default false.
    */
   moveFresh?: boolean;
+  /**
+   * Let a move restore a snapshot that covers less than the client's
+   * `point` once snapshotWaitSeconds passed without a newer one; the Move's
+   * `gap` says what was lost. Without it such a move ends the client with
+   * MoveFailedError (PointGapError): never a silent rollback. Default false.
+   */
+  acceptGap?: boolean;
 }
 
 /** A move from a lost session to a new one, given to `onMove` listeners and kept in `moves`. Session ids are bearer secrets: do not log them. */
@@ -112,6 +120,12 @@ export interface Move {
   error: Error | undefined;
   /** How long the move took, in milliseconds. */
   tookMs: number;
+  /** The client's last seen point in fromSession, which the restore had to cover. */
+  lastPoint: number;
+  /** The point the new session resumed from (the snapshot's); 0 when the move failed or was fresh. */
+  point: number;
+  /** What was lost, when the client accepted a gap (`acceptGap`); undefined otherwise. */
+  gap: PointGap | undefined;
 }
 
 /** A request refused unread by a session that is lost: it can go to the next one. */
@@ -142,7 +156,10 @@ export class AepClient extends Methods<RequestOptions> {
   readonly #moveTimeoutMs: number;
   readonly #snapshotWaitMs: number;
   readonly #moveFresh: boolean;
+  readonly #acceptGap: boolean;
   readonly #moves: Move[] = [];
+  /** The highest point the current session's replies carried (docs/DECISIONS.md, Points). */
+  #point = 0;
   #seq = 0;
   #sessionId: string | undefined;
   #ended: Error | undefined;
@@ -165,6 +182,7 @@ export class AepClient extends Methods<RequestOptions> {
     this.#moveTimeoutMs = (options.moveTimeoutSeconds ?? 30) * 1000;
     this.#snapshotWaitMs = (options.snapshotWaitSeconds ?? 5) * 1000;
     this.#moveFresh = options.moveFresh ?? false;
+    this.#acceptGap = options.acceptGap ?? false;
     this.#t = transport;
     this.#sessionId = transport.sessionId;
     this.#attach(transport);
@@ -197,6 +215,16 @@ export class AepClient extends Methods<RequestOptions> {
   /** The session's id, known after the handshake (or from the transport); a move changes it. */
   get sessionId(): string | undefined {
     return this.#sessionId;
+  }
+
+  /**
+   * The highest point the current session's replies carried, one per
+   * acknowledged state-changing request (docs/DECISIONS.md, Points); a
+   * restore's reply sets it to the point the session resumed from. Pass it
+   * as `last_point` when restoring this session elsewhere.
+   */
+  get point(): number {
+    return this.#point;
   }
 
   /** The moves made so far (`{ move: true }`), oldest first. */
@@ -451,6 +479,12 @@ export class AepClient extends Methods<RequestOptions> {
       for (const fn of this.#strayListeners) fn(m);
       return;
     }
+    const point = (m as { point?: unknown }).point;
+    if (typeof point === "number" && p.gen === this.#gen && !this.#lost) {
+      // The current session's point: the highest its replies carried; a
+      // restore resumes from its own.
+      if (m.type === "session/restore/resp" || point > this.#point) this.#point = point;
+    }
     if (m.type === "error") {
       const e = AepError.fromMessage(m);
       // Cancelled by the host, not by us: it closes the session.
@@ -514,6 +548,7 @@ export class AepClient extends Methods<RequestOptions> {
   /** Opens a new session and restores the lost one into it; on failure the client ends with MoveFailedError. Never rejects. */
   async #moveNow(): Promise<void> {
     const from = this.#sessionId ?? "";
+    const lastPoint = this.#point;
     const cause = this.#lost ?? new ConnectionError("session lost");
     const started = Date.now();
     const deadline = started + this.#moveTimeoutMs;
@@ -522,15 +557,16 @@ export class AepClient extends Methods<RequestOptions> {
     let move: Move;
     try {
       await this.#openSession(old, deadline);
-      const { snapshotId, restored } = await this.#restoreFrom(from, deadline);
+      const { snapshotId, restored, point, gap } = await this.#restoreFrom(from, lastPoint, waitHint(cause), deadline);
       if (this.#closing || this.#ended) throw this.#ended ?? new ConnectionError("client closed");
       this.#lost = undefined;
-      move = { fromSession: from, sessionId: this.#sessionId, snapshotId, restored, fresh: snapshotId === undefined, cause, error: undefined, tookMs: Date.now() - started };
+      this.#point = point;
+      move = { fromSession: from, sessionId: this.#sessionId, snapshotId, restored, fresh: snapshotId === undefined, cause, error: undefined, tookMs: Date.now() - started, lastPoint, point, gap };
     } catch (e) {
       const err = e instanceof Error ? e : new Error(String(e));
       this.#sessionId = from;
       await this.#t.close().catch(() => {});
-      move = { fromSession: from, sessionId: undefined, snapshotId: undefined, restored: [], fresh: false, cause, error: err, tookMs: Date.now() - started };
+      move = { fromSession: from, sessionId: undefined, snapshotId: undefined, restored: [], fresh: false, cause, error: err, tookMs: Date.now() - started, lastPoint, point: 0, gap: undefined };
       this.#end(new MoveFailedError(`moving to a new session failed: ${err.message}`, { cause: err })); // not the lost id: a bearer secret, and messages get logged
     }
     this.#moves.push(move);
@@ -576,17 +612,22 @@ export class AepClient extends Methods<RequestOptions> {
   }
 
   /**
-   * Restores the newest snapshot of from, waiting up to
-   * snapshotWaitSeconds for one to appear: its host snapshots at the end of
-   * its drain, which a proxy may notice before. When there is none by
-   * then, rejects with NoSnapshotError, or with moveFresh gives none.
+   * Restores the newest snapshot of from that covers lastPoint, waiting up
+   * to snapshotWaitSeconds (or the draining host's longer hint, ms) for one
+   * to appear: its host snapshots as it drains, which a proxy may notice
+   * before. When there is none by then, rejects with NoSnapshotError, or
+   * with moveFresh gives none; when there is only an older one, rejects
+   * with PointGapError, or with acceptGap restores it and gives the gap.
    */
-  async #restoreFrom(from: string, deadline: number): Promise<{ snapshotId: string | undefined; restored: string[] }> {
-    const until = Date.now() + this.#snapshotWaitMs;
+  async #restoreFrom(from: string, lastPoint: number, hintMs: number, deadline: number): Promise<{ snapshotId: string | undefined; restored: string[]; point: number; gap: PointGap | undefined }> {
+    const waitMs = Math.max(this.#snapshotWaitMs, hintMs);
+    const until = Date.now() + waitMs;
+    let accept = false;
     for (;;) {
       try {
-        const r = await within(this.#send("session/restore/req", { from_session: from }, {}, false), deadline);
-        return { snapshotId: r.snapshot_id, restored: r.restored };
+        const body = { from_session: from, last_point: lastPoint, ...(accept ? { accept_gap: true } : {}) };
+        const r = await within(this.#send("session/restore/req", body, {}, false), deadline);
+        return { snapshotId: r.snapshot_id, restored: r.restored, point: r.from_point ?? 0, gap: r.gap };
       } catch (e) {
         if (e instanceof AepError && reasonOf(e.detail) === "store_unavailable" && Date.now() + 1000 < deadline) {
           // The store is down and the host waited for it already: ask again
@@ -594,15 +635,36 @@ export class AepClient extends Methods<RequestOptions> {
           await new Promise((r) => setTimeout(r, 1000));
           continue;
         }
+        if (e instanceof AepError && reasonOf(e.detail) === "point_gap") {
+          // An older snapshot than the client saw: the draining host may
+          // not have written its own yet.
+          if (Date.now() + 200 > until) {
+            if (this.#acceptGap) {
+              accept = true;
+              continue;
+            }
+            throw new PointGapError(`the lost session's newest snapshot does not hold everything acknowledged (point_gap) after ${waitMs / 1000}s: ${e.message}`, e.detail, { cause: e });
+          }
+          await new Promise((r) => setTimeout(r, 200));
+          continue;
+        }
         if (!(e instanceof AepError && reasonOf(e.detail) === "unknown_snapshot")) throw e;
         if (Date.now() + 200 > until) {
-          if (this.#moveFresh) return { snapshotId: undefined, restored: [] }; // it left none: this session stays, fresh
-          throw new NoSnapshotError(`the lost session left no snapshot (no_snapshot): the host answered unknown_snapshot for ${this.#snapshotWaitMs / 1000}s (${e.message})`, { cause: e });
+          if (this.#moveFresh) return { snapshotId: undefined, restored: [], point: 0, gap: undefined }; // it left none: this session stays, fresh
+          throw new NoSnapshotError(`the lost session left no snapshot (no_snapshot): the host answered unknown_snapshot for ${waitMs / 1000}s (${e.message})`, { cause: e });
         }
         await new Promise((r) => setTimeout(r, 200));
       }
     }
   }
+}
+
+/** How long a draining host said its snapshot of the session may take (shutting_down's detail.snapshot_wait), in ms; 0 when it said nothing. */
+function waitHint(cause: Error): number {
+  const e = cause instanceof Refused ? cause.reason : cause;
+  if (!(e instanceof AepError) || reasonOf(e.detail) !== "shutting_down") return 0;
+  const w = (e.detail as { snapshot_wait?: unknown }).snapshot_wait;
+  return typeof w === "number" && w > 0 && w <= 3600 ? w * 1000 : 0;
 }
 
 function reasonOf(detail: unknown): string | undefined {

@@ -103,6 +103,25 @@ export class NoSnapshotError extends Error {
 }
 
 /**
+ * Why a move failed when the lost session's newest snapshot covers less
+ * than the client saw acknowledged (docs/DECISIONS.md, Points): the host
+ * answered `point_gap` for `snapshotWaitSeconds` (or the draining host's
+ * longer `snapshot_wait`). Restoring it would silently roll back
+ * acknowledged work, so the move fails instead, unless the client was made
+ * with `acceptGap: true`. `detail` is the host's: `snapshot_id`, `point`
+ * (the snapshot's), `last_point` (the client's) and `lost`.
+ */
+export class PointGapError extends Error {
+  override readonly name: string = "PointGapError";
+  readonly reason = "point_gap";
+  readonly detail: Record<string, unknown>;
+  constructor(message: string, detail: unknown, options?: { cause?: unknown }) {
+    super(message, options);
+    this.detail = typeof detail === "object" && detail !== null ? (detail as Record<string, unknown>) : {};
+  }
+}
+
+/**
  * A request was in flight when its session was lost, and the client (made
  * with `{ move: true }`) moved to a new session. The request may or may not
  * have run on the lost session; it is not sent again, since that could run

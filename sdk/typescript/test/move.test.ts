@@ -12,7 +12,7 @@
 // HTTP+SSE and WebSocket, on a SQLite file and (HTTP) on PostgreSQL.
 import assert from "node:assert/strict";
 import { describe, test, type TestContext } from "node:test";
-import { AepClient, AepError, ConnectionError, MoveFailedError, NoSnapshotError, RequestInterruptedError, spawnStdio, type ClientOptions, type Move, type WebSocketOptions } from "../src/index.js";
+import { AepClient, AepError, ConnectionError, MoveFailedError, NoSnapshotError, PointGapError, RequestInterruptedError, spawnStdio, type ClientOptions, type Move, type WebSocketOptions } from "../src/index.js";
 import { Forwarder, pgStore, sqliteStore, startFleetHost, type FleetHost, type Store } from "./fleet.js";
 import { aepBinary, dataDir, token } from "./host.js";
 
@@ -103,6 +103,9 @@ async function movesOnDrain(t: TestContext, kind: string, st: Store) {
   assert.deepEqual([seen[0]!.fromSession, seen[0]!.sessionId, seen[0]!.fresh, seen[0]!.error], [first, second, false, undefined]);
   assert.match(seen[0]!.snapshotId ?? "", /^sql-/);
   assert.ok(seen[0]!.restored.includes("memory.builtin"), seen[0]!.restored.join(","));
+  // The drain's snapshot covers everything acknowledged: memory/init and
+  // memory/store (the call in flight was cancelled: no point).
+  assert.deepEqual([seen[0]!.lastPoint, seen[0]!.point, seen[0]!.gap, c.point], [2, 2, undefined, 2]);
   assert.deepEqual(c.moves, seen);
 
   // A second drain moves on from the newest id: B's session, which holds
@@ -139,7 +142,57 @@ async function drainWithoutSnapshot(t: TestContext, kind: string, opts: ClientOp
   return { c, first, mid };
 }
 
+/**
+ * A client on host A takes a snapshot, then writes once more; A dies
+ * (SIGKILL) and the forwarder sends the client to host B.
+ */
+async function killedAfterSnapshot(t: TestContext, kind: string, opts: ClientOptions): Promise<{ c: AepClient; mid: string }> {
+  const fleet = await fleetFor(t, sqliteStore());
+  const a = await fleet.host("ts-a");
+  const b = await fleet.host("ts-b");
+  const c = await open(kind, fleet.fwd!, { move: true, snapshotWaitSeconds: 0.5, ...opts });
+  t.after(() => c.close());
+  const mid = (await c.memoryInit({})).memory_id;
+  await store(c, mid, "plan", "saved");
+  assert.equal(c.point, 2);
+  const snap = await c.sessionSnapshot({ target: "sql" });
+  assert.equal(snap.covers_point, 2);
+  await store(c, mid, "plan2", "acknowledged, in no snapshot");
+  assert.equal(c.point, 3);
+  await a.stop();
+  fleet.fwd!.target = b.port;
+  // The next request finds the session gone (over HTTP perhaps as an
+  // interrupted request: its connection dropped) and the client moves.
+  const moved = new Promise<Move>((resolve) => c.onMove(resolve));
+  await c.ping().catch(() => {});
+  await moved;
+  return { c, mid };
+}
+
 for (const kind of ["http", "websocket"]) {
+  describe(`points over ${kind}`, { skip: bin ? false : "no aep binary (set AEP_BIN or install Go)" }, () => {
+    test("never a silent rollback: a snapshot older than the last seen point ends the client", async (t) => {
+      const { c } = await killedAfterSnapshot(t, kind, {});
+      const err = await c.ping().then(() => undefined, (e: unknown) => e);
+      assert.ok(err instanceof MoveFailedError, String(err));
+      assert.ok(err.cause instanceof PointGapError, String(err.cause));
+      assert.match(err.message, /point_gap/);
+      assert.deepEqual([err.cause.detail.point, err.cause.detail.last_point, err.cause.detail.lost], [2, 3, 1]);
+      assert.equal(c.moves.length, 1);
+      assert.ok(c.moves[0]!.error instanceof PointGapError);
+      assert.equal(c.moves[0]!.lastPoint, 3);
+    });
+
+    test("acceptGap restores the older snapshot and says what was lost", async (t) => {
+      const { c, mid } = await killedAfterSnapshot(t, kind, { acceptGap: true });
+      assert.deepEqual(await working(c, mid, "plan", "plan2"), { plan: "saved" });
+      assert.equal(c.moves.length, 1);
+      const m = c.moves[0]!;
+      assert.equal(m.error, undefined);
+      assert.deepEqual([m.gap?.point, m.gap?.last_point, m.gap?.lost, m.lastPoint, m.point, c.point], [2, 3, 1, 3, 2, 2]);
+    });
+  });
+
   describe(`move over ${kind}`, { skip: bin ? false : "no aep binary (set AEP_BIN or install Go)" }, () => {
     test("a drained host's session moves and is restored; a request in flight is interrupted; a second move chains", (t) =>
       movesOnDrain(t, kind, sqliteStore()));
