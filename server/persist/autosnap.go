@@ -60,14 +60,13 @@ type autoSnapper struct {
 	// host, whose automatic snapshot goes.
 	ended chan string
 
-	// The crash saver (crashwin.go): sessions waiting for their save, in
-	// the order of their first unsaved change, and a wake-up for the
+	// The crash saver (crashwin.go): sessions waiting for their save, by
+	// due time, and a wake-up for the
 	// savers; saved is closed and replaced on every save that ends, what
 	// a request held back by the window waits for.
-	due     []dueSave
-	wake    chan struct{}
-	saved   chan struct{}
-	failing atomic.Bool // the last save failed: the store does not take writes
+	due   dueSaves
+	wake  chan struct{}
+	saved chan struct{}
 }
 
 // autoSession is the automatic saving of one session.
@@ -77,6 +76,10 @@ type autoSession struct {
 	mark  autoMark // what the session looked like at its last save
 	saved bool     // mark is set
 	ended bool     // the session is ending: never saved again
+	// failures counts the saves that failed in a row: the crash saver
+	// waits longer before each retry and logs fewer of them, and no
+	// request of the session is held for a save that keeps failing.
+	failures atomic.Int32
 }
 
 // autoRow is what the host knows of a session's automatic snapshot row.
@@ -214,13 +217,16 @@ func (p *Keeper) autoSave(ctx context.Context, s Session, unlessUnchanged bool) 
 		putBackUnsaved(&u.Since, since)
 	}
 	u.Saving.Store(0)
-	p.auto.savedOne(err == nil)
 	if err != nil {
-		if ctx.Err() == nil {
-			p.log.Warn("automatic snapshot failed; tried again", "session", s.Handle(), "err", err)
+		n := int(as.failures.Add(1))
+		p.auto.savedOne()
+		if ctx.Err() == nil && n&(n-1) == 0 { // the 1st, 2nd, 4th, 8th…
+			p.log.Warn("automatic snapshot failed; tried again", "session", s.Handle(), "failures_in_a_row", n, "err", err)
 		}
-		return false, err
+		return false, &saveFailed{err, n}
 	}
+	as.failures.Store(0)
+	p.auto.savedOne()
 	as.mark, as.saved = autoMark{active: active, files: as.row.filesMark}, true
 	if newRow {
 		// Rows an earlier host or an earlier row of this session left.
@@ -228,6 +234,15 @@ func (p *Keeper) autoSave(ctx context.Context, s Session, unlessUnchanged bool) 
 	}
 	return true, nil
 }
+
+// saveFailed is a failed automatic save, and how many failed in a row.
+type saveFailed struct {
+	err   error
+	inRow int
+}
+
+func (e *saveFailed) Error() string { return e.err.Error() }
+func (e *saveFailed) Unwrap() error { return e.err }
 
 // putBackUnsaved restores since, the time of a change a failed save did
 // not save, unless an older one is recorded; it reports whether the
@@ -249,8 +264,7 @@ func putBackUnsaved(unsaved *atomic.Int64, since int64) bool {
 
 // savedOne tells the requests that wait for a save (crashwin.go) that
 // one ended.
-func (a *autoSnapper) savedOne(ok bool) {
-	a.failing.Store(!ok)
+func (a *autoSnapper) savedOne() {
 	a.mu.Lock()
 	close(a.saved)
 	a.saved = make(chan struct{})

@@ -15,12 +15,17 @@ package persist
 // host goes on serving its sessions through a store outage.
 
 import (
+	"container/heap"
 	"context"
+	"errors"
 	"time"
 )
 
 // crashSavers is how many sessions are saved at once.
 const crashSavers = 4
+
+// maxRetryWait bounds the wait before a failed save is tried again.
+const maxRetryWait = 30 * time.Second
 
 // minCrashWindow is the shortest crash_window accepted: a save is a
 // store round trip, and half a window must leave room for it.
@@ -50,46 +55,79 @@ func (p *Keeper) Changed(s Session) {
 	p.auto.push(s, time.Now().Add(p.auto.window/2))
 }
 
+// dueSaves is the queue of sessions waiting for their save, a min-heap
+// by due time (container/heap): a retry after failures, due later, does
+// not hold back the sessions queued after it.
+type dueSaves []dueSave
+
+func (q dueSaves) Len() int           { return len(q) }
+func (q dueSaves) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q dueSaves) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *dueSaves) Push(x any)        { *q = append(*q, x.(dueSave)) }
+func (q *dueSaves) Pop() any {
+	old := *q
+	d := old[len(old)-1]
+	old[len(old)-1] = dueSave{}
+	*q = old[:len(old)-1]
+	return d
+}
+
 func (a *autoSnapper) push(s Session, due time.Time) {
 	a.mu.Lock()
-	a.due = append(a.due, dueSave{s, due})
+	heap.Push(&a.due, dueSave{s, due})
 	a.mu.Unlock()
+	a.signal()
+}
+
+// signal wakes one saver waiting in next.
+func (a *autoSnapper) signal() {
 	select {
 	case a.wake <- struct{}{}:
 	default:
 	}
 }
 
-// next takes the session whose save is due first, waiting for one.
+// next takes the session whose save is due first, once it is due.
 func (a *autoSnapper) next(ctx context.Context) (dueSave, bool) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
+		var tick <-chan time.Time
 		a.mu.Lock()
 		if len(a.due) > 0 {
-			d := a.due[0]
-			a.due[0] = dueSave{}
-			a.due = a.due[1:]
-			more := len(a.due) > 0
-			a.mu.Unlock()
-			if more {
-				select {
-				case a.wake <- struct{}{}:
-				default:
+			wait := time.Until(a.due[0].due)
+			if wait <= 0 {
+				d := heap.Pop(&a.due).(dueSave)
+				more := len(a.due) > 0
+				a.mu.Unlock()
+				if more {
+					a.signal() // another saver looks at the next one
 				}
+				return d, true
 			}
-			return d, true
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			tick = timer.C
 		}
 		a.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return dueSave{}, false
 		case <-a.wake:
+		case <-tick:
 		}
 	}
 }
 
-// crashSaver is one of the goroutines that save queued sessions. Every
-// entry is due half a window after it was queued, so the queue is in the
-// order of due times, oldest first.
+// crashSaver is one of the goroutines that save queued sessions, each
+// once it is due.
 func (p *Keeper) crashSaver(ctx context.Context) {
 	defer p.workers.Done()
 	for {
@@ -97,22 +135,21 @@ func (p *Keeper) crashSaver(ctx context.Context) {
 		if !ok {
 			return
 		}
-		if wait := time.Until(d.due); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
 		if d.s.Unsaved().Since.Load() == 0 {
 			continue // a round, or an earlier entry, saved it
 		}
 		if _, err := p.autoSave(ctx, d.s, false); err != nil && ctx.Err() == nil {
-			// Its unsaved time is back (autoSave); queue it again unless
-			// a later change did.
-			p.auto.push(d.s, time.Now().Add(p.auto.window/2))
+			// Its unsaved time is back (autoSave): queue it again, half a
+			// window later, doubling with each failure in a row up to
+			// maxRetryWait (a store down, a state that cannot be saved).
+			wait := p.auto.window / 2
+			var sf *saveFailed
+			if errors.As(err, &sf) {
+				for n := 1; n < sf.inRow && wait < maxRetryWait; n++ {
+					wait *= 2
+				}
+			}
+			p.auto.push(d.s, time.Now().Add(min(wait, maxRetryWait)))
 		}
 	}
 }
@@ -120,8 +157,9 @@ func (p *Keeper) crashSaver(ctx context.Context) {
 // HoldForSave holds back a request of session s (top-level: a
 // subagent's tree's root) that arrived at now while the oldest change of
 // s not yet saved is older than the crash window: it returns once that
-// change is saved, the wait passed store_wait, the store fails the
-// saves, or ctx ends. Otherwise it returns at once: one atomic load.
+// change is saved, the wait passed store_wait, the session's last save
+// failed (a store that does not answer, a state that cannot be saved),
+// or ctx ends. Otherwise it returns at once: two atomic loads.
 func (p *Keeper) HoldForSave(ctx context.Context, s Session, now time.Time) {
 	a := p.auto
 	if a == nil || a.window <= 0 {
@@ -132,6 +170,9 @@ func (p *Keeper) HoldForSave(ctx context.Context, s Session, now time.Time) {
 	if since == 0 || now.UnixNano()-since < int64(a.window) {
 		return
 	}
+	a.mu.Lock()
+	as := a.sessions[s.Handle()]
+	a.mu.Unlock()
 	deadline := time.NewTimer(p.storeWait())
 	defer deadline.Stop()
 	for {
@@ -140,8 +181,8 @@ func (p *Keeper) HoldForSave(ctx context.Context, s Session, now time.Time) {
 		a.mu.Lock()
 		saved := a.saved
 		a.mu.Unlock()
-		if cur := u.oldest(); cur == 0 || cur > since || a.failing.Load() {
-			return
+		if cur := u.oldest(); cur == 0 || cur > since || (as != nil && as.failures.Load() > 0) {
+			return // saved, or its saves fail: not held for one that may never come
 		}
 		select {
 		case <-saved:

@@ -238,3 +238,93 @@ func TestCrashWindowHoldsBack(t *testing.T) {
 		t.Fatal("the request stayed held after the save ended")
 	}
 }
+
+// autoRowsByCreated returns the automatic snapshot rows by id, each with
+// when it was last written.
+func autoRowsByCreated(t *testing.T, ctx context.Context, st *store.Store) map[string]time.Time {
+	t.Helper()
+	rows, err := st.Client.Snapshot.Query().Where(snapshot.Kind("auto")).All(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	for _, r := range rows {
+		out[r.ID] = r.CreatedAt
+	}
+	return out
+}
+
+// TestCrashWindowFailingSave: a session whose state cannot be saved
+// neither holds back the saves of the others (its retries wait longer
+// each time, in a queue by due time) nor has its own requests held for a
+// save that keeps failing; the failures are logged, fewer as they go on,
+// and once its state can be saved again it is.
+func TestCrashWindowFailingSave(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h := startWindowRig(t, ctx, "sqlite://"+filepath.Join(t.TempDir(), "s.db"),
+		fmt.Sprintf("  snapshots:\n    crash_window: %s\n    store_wait: 30s\n", crashWindow))
+	notes := h.plugin(t, "notes")
+	notes.poison.Store(true)
+	a, b := h.connect(t, ctx), h.connect(t, ctx)
+	deadline := time.Now().Add(liveness)
+	for len(autoRowsByCreated(t, ctx, h.st)) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the two sessions were not saved")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := autoRowsByCreated(t, ctx, h.st)
+	a.say(t, ctx, "poison")
+	time.Sleep(3 * crashWindow) // a's saves fail a few times
+	// b is saved within the window, a never.
+	b.say(t, ctx, "fine")
+	acked := time.Now()
+	deadline = time.Now().Add(liveness)
+	for {
+		rows := autoRowsByCreated(t, ctx, h.st)
+		saved := 0
+		for id, at := range rows {
+			if at.After(acked) {
+				saved++
+			} else if !at.Equal(before[id]) {
+				t.Fatalf("a row was written with a state that cannot be saved: %s", id)
+			}
+		}
+		if saved == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the other session was not saved while one failed: %v", rows)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// a's requests are not held for a save that keeps failing.
+	t0 := time.Now()
+	a.say(t, ctx, "still answered")
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("a request of a session whose saves fail was held %s", d)
+	}
+	if !strings.Contains(h.log.String(), `"failures_in_a_row":1`) || !strings.Contains(h.log.String(), `"failures_in_a_row":2`) {
+		t.Fatalf("the failures were not logged:\n%s", h.log.String())
+	}
+	// Saveable again: a is saved.
+	notes.poison.Store(false)
+	healed := time.Now()
+	deadline = time.Now().Add(liveness)
+	for {
+		n := 0
+		for _, at := range autoRowsByCreated(t, ctx, h.st) {
+			if at.After(healed) {
+				n++
+			}
+		}
+		if n >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session was not saved once its state could be")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

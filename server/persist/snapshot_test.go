@@ -50,6 +50,9 @@ type notesPlugin struct {
 	// hold, when set, makes Snapshot wait for it to be closed before it
 	// takes the plugin's lock: a save the store is slow to finish.
 	hold atomic.Pointer[chan struct{}]
+	// poison, when set, makes Snapshot fail for a session whose notes
+	// hold "poison": a state that cannot be saved.
+	poison atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[string]*notesState
@@ -124,6 +127,9 @@ func (p *notesPlugin) Snapshot(ctx context.Context, sid string) ([]byte, error) 
 	st := p.state(sid)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.poison.Load() && slices.Contains(st.Notes, "poison") {
+		return nil, errors.New("this state cannot be saved")
+	}
 	if p.Leak {
 		return json.Marshal(leakyState{Notes: st.Notes, APIKey: st.APIKey})
 	}
