@@ -10,9 +10,11 @@ package persist
 // request of a session whose oldest unsaved change is older than the
 // window waits for the save before it runs ([Keeper.HoldForSave]), up to
 // store_wait, so a slow store slows the session down instead of
-// stretching the window; a store that does not take writes at all holds
-// no one back (the saver retries every half window and logs), as the
-// host goes on serving its sessions through a store outage.
+// stretching the window. A session whose last save failed — a store
+// that does not take writes, a state that cannot be saved — is not held
+// (the host goes on serving its sessions through a store outage): its
+// save is tried again half a window later, doubling with each failure in
+// a row up to maxRetryWait, and the failures are logged.
 
 import (
 	"container/heap"
