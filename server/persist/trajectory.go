@@ -284,9 +284,9 @@ func redactBearer(v any) any {
 // trajRow is one record on its way to the store.
 type trajRow struct {
 	owner, handle, tenant string
-	seq           int64
-	data          []byte
-	at            time.Time
+	seq                   int64
+	data                  []byte
+	at                    time.Time
 }
 
 // trajWriter writes records to the store in batches from one goroutine,
