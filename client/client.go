@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -264,13 +265,30 @@ func (c *Client) Shutdown(ctx context.Context, timeoutSeconds float64) error {
 // when it was closed, or a move failed).
 func (c *Client) Done() <-chan struct{} { return c.done }
 
-// Close ends the transport (and stops a move under way).
+// closeShutdownTimeout bounds the `shutdown` Close sends.
+const closeShutdownTimeout = 2 * time.Second
+
+// Close ends the client's session on the host — a `shutdown` with no
+// grace, so what is still in flight is cancelled — then the transport,
+// and stops a move under way. Over every transport the session ends now,
+// rather than when it idles out (HTTP, single exchange) or when its
+// WebSocket's re-attach grace passes: an abandoned session would
+// otherwise stay, and a drain would spend its time saving it. Use
+// [Client.Shutdown] first to let requests in flight finish.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closing = true
 	t := c.t
+	live := c.sessionID != "" && c.err == nil && c.moving == nil
 	c.mu.Unlock()
 	c.stop()
+	if live {
+		ctx, cancel := context.WithTimeout(context.Background(), closeShutdownTimeout)
+		now := 0.0
+		// Best effort: a session already gone needs no shutdown.
+		_ = t.Send(ctx, &wire.Envelope{Type: "shutdown", ID: wire.NewID(), Proto: wire.ProtoVersion, TS: wire.Now()}, &msg.Shutdown{Timeout: &now})
+		cancel()
+	}
 	return t.Close()
 }
 

@@ -95,6 +95,7 @@ const (
 	CheckSessionFork       = "session.fork"
 	CheckSessionTrajectory = "session.trajectory"
 	CheckSessionOperator   = "session.operator"
+	CheckSessionPoints     = "session.points"
 
 	CheckHTTPOrigin    = "http.origin"
 	CheckHTTPHost      = "http.host"
@@ -202,6 +203,7 @@ var catalogue = []CheckInfo{
 	{CheckSessionSnapshot, Must, "spec §1.6, §3 (snapshot, restore); schemas/session.json", "a snapshot restores the state it saved (working memory); it is listed as the session's own until deleted; restoring an unknown snapshot is an error that changes nothing", ""},
 	{CheckSessionFork, Must, "schemas/session.json SessionForkReq", "a fork is a new session of its own id, which opens with the host's token and holds a copy of the sender's state", ""},
 	{CheckSessionTrajectory, Must, "schemas/session.json SessionTrajectoryExportResp", "a trajectory export counts the lines it returns", ""},
+	{CheckSessionPoints, Must, "schemas/envelope.json Reply.point; schemas/session.json SessionRestoreReq; docs/DECISIONS.md, Points", "a host that keeps points (its replies carry `point`) moves it by one for each state-changing request answered and never for a read; a snapshot covers the point it was taken at; a restore below last_point is runtime_error point_gap naming what would be lost, and changes nothing; accept_gap restores it and says the gap; a restore resumes from the snapshot's point", ""},
 	{CheckSessionOperator, Must, "spec §5; docs/operating.md, Admin API; schemas/session.json SessionInfoResp.operator_opened", "a session the operator opened for a tenant refuses the tenant's secret, opens with the token issued for it, and says operator_opened true in session/info; that token opens no other session, and an agent's own session does not say operator_opened", needOperator},
 
 	// The HTTP transport's edge (openapi.yaml) and message sizes.

@@ -1,6 +1,9 @@
 package conformance
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+)
 
 // sessionNS: the always-on session namespace (schemas/session.json):
 // info, snapshots that restore what they saved, forks, trajectories.
@@ -156,4 +159,84 @@ func (k *kit) fork(ctx context.Context, s *session, handle, mid, key string) {
 		got := str(r.body, "entries.0.content")
 		k.expect(f, got == "changed", "the fork's working entry is %q, the sender's was \"changed\" when it forked", got)
 	}
+}
+
+// points: the envelope's point on replies (docs/DECISIONS.md, Points),
+// judged by working memory: writes move it, reads do not, a snapshot
+// covers it, and a restore never resumes from an earlier point than the
+// caller saw without saying so.
+func (k *kit) points(ctx context.Context) error {
+	c := CheckSessionPoints
+	if !k.offered["memory"] {
+		k.skip("the host does not offer memory: no state-changing request to count", c)
+		return nil
+	}
+	s := k.sessionFor(ctx, c, "points", k.opts.Caps)
+	if s == nil {
+		return nil
+	}
+	defer s.close(ctx)
+	at := func(m *msg) float64 {
+		p, _ := num(m.body, "point")
+		return p
+	}
+	m := s.call(ctx, "session/info/req", nil)
+	if !k.want(c, m, "session/info/resp", "session/info") {
+		return nil
+	}
+	p0, ok := num(m.body, "point")
+	if !ok {
+		k.skip("the host keeps no points (its replies carry none)", c)
+		return nil
+	}
+	m = s.call(ctx, "memory/init/req", map[string]any{"namespace": k.name("points")})
+	if !k.want(c, m, "memory/init/resp", "memory/init") {
+		return nil
+	}
+	k.expect(c, at(m) == p0+1, "memory/init (state-changing) answered at point %v, after %v", at(m), p0)
+	mid, key := str(m.body, "memory_id"), k.name("point")
+	store := func(v string) *msg {
+		return s.call(ctx, "memory/store/req", map[string]any{"memory_id": mid, "entries": []any{map[string]any{"key": key, "content": v, "tier": "working"}}})
+	}
+	working := func() string {
+		m := s.call(ctx, "memory/retrieve/req", map[string]any{"memory_id": mid, "keys": []any{key}, "tier": "working"})
+		return str(m.body, "entries.0.content")
+	}
+	if m = store("saved"); !k.want(c, m, "memory/store/resp", "memory/store") {
+		return nil
+	}
+	k.expect(c, at(m) == p0+2, "memory/store answered at point %v, want %v", at(m), p0+2)
+	m = s.call(ctx, "memory/retrieve/req", map[string]any{"memory_id": mid, "keys": []any{key}, "tier": "working"})
+	k.expect(c, at(m) == p0+2, "memory/retrieve (a read) moved the point to %v", at(m))
+	m = s.call(ctx, "session/snapshot/req", nil)
+	if !k.want(c, m, "session/snapshot/resp", "session/snapshot") {
+		return nil
+	}
+	snap := str(m.body, "snapshot_id")
+	defer s.call(ctx, "session/snapshot/delete/req", map[string]any{"snapshot_id": snap})
+	cov, ok := num(m.body, "covers_point")
+	k.expect(c, ok && cov == p0+2, "session/snapshot covers_point %v, want %v", m.body["covers_point"], p0+2)
+	if m = store("after"); !k.want(c, m, "memory/store/resp", "memory/store after the snapshot") {
+		return nil
+	}
+	last := at(m)
+
+	m = s.call(ctx, "session/restore/req", map[string]any{"snapshot_id": snap, "last_point": last})
+	if k.wantError(c, m, "a restore below last_point", "runtime_error") {
+		var d map[string]any
+		_ = json.Unmarshal(m.Detail, &d)
+		lost, _ := num(d, "lost")
+		k.expect(c, str(d, "reason") == "point_gap" && lost == 1, "a restore below last_point: detail %s, want reason point_gap and lost 1", m.Detail)
+	}
+	k.expect(c, working() == "after", "a refused restore changed the working entry")
+	m = s.call(ctx, "session/restore/req", map[string]any{"snapshot_id": snap, "last_point": last, "accept_gap": true})
+	if k.want(c, m, "session/restore/resp", "a restore with accept_gap") {
+		lost, _ := num(m.body, "gap.lost")
+		from, _ := num(m.body, "from_point")
+		k.expect(c, lost == 1 && from == p0+2 && at(m) == p0+2, "a restore with accept_gap: gap %s, from_point %v, point %v; want lost 1, resumed at %v", show(m.body["gap"]), m.body["from_point"], at(m), p0+2)
+		k.expect(c, working() == "saved", "after the accepted restore the working entry is %q, want the snapshot's", working())
+	}
+	m = s.call(ctx, "session/restore/req", map[string]any{"snapshot_id": snap, "last_point": p0 + 2})
+	k.want(c, m, "session/restore/resp", "a restore that covers last_point")
+	return nil
 }

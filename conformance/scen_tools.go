@@ -22,6 +22,7 @@ func (k *kit) capabilityScenarios() []scenario {
 		{[]string{CheckSubagents, CheckSubagentsErrors, CheckSubagentGating}, k.subagents},
 		{[]string{CheckSessionInfo, CheckSessionSnapshot, CheckSessionFork, CheckSessionTrajectory}, k.sessionNS},
 		{[]string{CheckSessionOperator}, k.operatorSession},
+		{[]string{CheckSessionPoints}, k.points},
 	}
 }
 

@@ -375,10 +375,11 @@ func TestFleetThrottlePerClient(t *testing.T) {
 // reported interrupted (it was in flight), none fails with a transport
 // error, and it goes on in the new session; the others never move. The
 // time from the kill to each moved agent's first answer is logged
-// (docs/deploy.md). What the snapshot did not hold is lost here, and the
-// agents accept that gap (MoveOptions.AcceptGap: their Move says it):
-// the crash-loss window and what each agent is told are
-// TestFleetCrashWindow's.
+// (docs/deploy.md). What the automatic snapshot did not hold is lost
+// here, and never silently: the agents accept gaps
+// (client.MoveOptions.AcceptGap), and each move whose snapshot covers
+// less than the agent saw says so (Move.Gap); the crash-loss window is
+// its own test.
 func TestFleetHostKilled(t *testing.T) {
 	for _, k := range proxies {
 		t.Run(k.name, func(t *testing.T) {
@@ -457,8 +458,10 @@ func hostKilled(t *testing.T, base string, hosts []*host) {
 	agents := make([]*killAgent, 12)
 	mids := make([]string, len(agents))
 	var killedAt atomic.Int64
+	// A killed host writes no newer snapshot: a short wait, then the gap.
+	moveOpts := &client.MoveOptions{SnapshotWait: time.Second, AcceptGap: true}
 	for i := range agents {
-		c, err := client.Moving(ctx, dialers[i%len(dialers)], &client.MoveOptions{SnapshotWait: 10 * time.Second, AcceptGap: true})
+		c, err := client.Moving(ctx, dialers[i%len(dialers)], moveOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -488,7 +491,7 @@ func hostKilled(t *testing.T, base string, hosts []*host) {
 			t.Fatalf("no host holds an idle session of each transport after 30 rounds: %v", byHost)
 		}
 		for i, d := range dialers {
-			c, err := client.Moving(ctx, d, &client.MoveOptions{SnapshotWait: 10 * time.Second, AcceptGap: true})
+			c, err := client.Moving(ctx, d, moveOpts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -584,6 +587,13 @@ func hostKilled(t *testing.T, base string, hosts []*host) {
 		}
 		if len(ms) != 1 || ms[0].Err != nil || ms[0].SnapshotID == "" || hostOf(t, ms[0].To) == victimID {
 			t.Errorf("agent %d of the killed host: moves %+v", i, ms)
+			continue
+		}
+		// Never a silent rollback: a move onto a snapshot below the
+		// agent's last point says what was lost.
+		m := ms[0]
+		if silent := m.Point < m.LastPoint && (m.Gap == nil || m.Gap.Lost != int(m.LastPoint-m.Point)); silent || (m.Point >= m.LastPoint && m.Gap != nil) {
+			t.Errorf("agent %d moved from point %d to %d with gap %+v", i, m.LastPoint, m.Point, m.Gap)
 		}
 	}
 	slices.Sort(recovery)

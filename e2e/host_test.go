@@ -111,20 +111,35 @@ func (s *syncBuf) String() string {
 // dir (./aep-data, relative) and no config file when config is empty.
 func startHost(t testing.TB, config string) *host {
 	t.Helper()
-	return startHostOf(t, bin, config)
+	return startHostOn(t, bin, config, "")
+}
+
+// startHostAt is startHost listening on addr ("" a free port): a host
+// restarted where a proxy expects it.
+func startHostAt(t testing.TB, config, addr string) *host {
+	t.Helper()
+	return startHostOn(t, bin, config, addr)
 }
 
 // startHostOf is startHost with the aep binary at path (another build).
 func startHostOf(t testing.TB, path, config string) *host {
 	t.Helper()
+	return startHostOn(t, path, config, "")
+}
+
+// startHostOn runs the aep binary at path as startHostAt does.
+func startHostOn(t testing.TB, path, config, addr string) *host {
+	t.Helper()
 	touchSources()
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if addr == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = ln.Addr().String()
+		ln.Close()
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	args := []string{"serve", "--listen", addr}
 	if config != "" {
 		p := filepath.Join(dir, "aep.yaml")

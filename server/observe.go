@@ -244,7 +244,7 @@ var (
 	descNoSnap    = prometheus.NewDesc("aep_sessions_without_snapshot", "Live sessions (not subagents) of which this host has taken no snapshot.", nil, nil)
 	descDrainTime = prometheus.NewDesc("aep_drain_duration_seconds", "How long the host's drain took: waiting for requests in flight, then the snapshots (0 until a drain ended).", nil, nil)
 	descTenant    = prometheus.NewDesc("aep_tenant_sessions", "Live sessions of each tenant (server.tenants), subagents and forks included.", []string{"tenant"}, nil)
-	descNotSaved  = prometheus.NewDesc("aep_drain_sessions_not_saved", "Live sessions the drain left without a snapshot: every one when operator.snapshot_on_drain is off, else those whose snapshot failed.", nil, nil)
+	descNotSaved  = prometheus.NewDesc("aep_drain_sessions_not_saved", "Live sessions the drain left without a snapshot: every one when operator.snapshot_on_drain is off, else those whose snapshot failed or did not fit in operator.drain_timeout.", nil, nil)
 )
 
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -40,6 +40,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -50,9 +51,8 @@ import (
 
 // Files states a snapshot records (payload files.state).
 const (
-	filesStored  = "stored"  // the archive is in the store row
+	filesStored  = "stored"  // the archive is in the store row, or beside a file snapshot
 	filesOmitted = "omitted" // not stored; Reason says why
-	filesLocal   = "local"   // a file snapshot: the files stay on this host's disk
 )
 
 // Reasons a snapshot's files were omitted.
@@ -113,7 +113,8 @@ func (f *filesInfo) wire(state msg.SnapshotFilesState) *msg.SnapshotFiles {
 }
 
 // taken is what the reply to a snapshot says of the files of f: local
-// for a file snapshot, which has none (f nil).
+// for one that carries none (f nil: a file snapshot of a subagent that
+// works in its parent's directory, which stays on this host's disk).
 func (f *filesInfo) taken() *msg.SnapshotFiles {
 	if f == nil {
 		return &msg.SnapshotFiles{State: msg.SnapshotFilesStateLocal}
@@ -236,11 +237,25 @@ func (a *archiver) measureEntry(p string, e fs.DirEntry, err error) error {
 	return nil
 }
 
+// gzipWriters reuses the compressors of archives: a flate compressor is
+// some 1 MiB of tables, and a drain makes one per session at once
+// (server.snapshots.drain_parallel), whose garbage otherwise costs the
+// drain more than its store writes (docs/PERFORMANCE.md, Drain).
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+	return zw
+}}
+
 // write writes the archive of root (nil: an empty one), counting again:
 // the directory may change while it is read.
 func (a *archiver) write(root *os.Root) ([]byte, filesInfo) {
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	zw.Reset(&buf)
+	defer func() {
+		zw.Reset(io.Discard) // holds no reference to buf
+		gzipWriters.Put(zw)
+	}()
 	a.tw = tar.NewWriter(zw)
 	a.info.Entries, a.info.Bytes, a.info.Skipped, a.info.SkippedCount = 0, 0, nil, 0
 	if root != nil {

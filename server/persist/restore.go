@@ -14,6 +14,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/aephost/aep/ent"
@@ -250,11 +253,14 @@ func (p *Keeper) stageSnapshotFiles(ctx context.Context, s Session, id string, p
 	return staged, f, nil
 }
 
-// snapshotArchive reads the files archive of sql snapshot id and checks
-// it against what the snapshot's payload recorded.
+// snapshotArchive reads the files archive of snapshot id and checks it
+// against what the snapshot's payload recorded.
 func (p *Keeper) snapshotArchive(ctx context.Context, id string, fi *filesInfo) ([]byte, error) {
+	if strings.HasPrefix(id, "file-") {
+		return p.fileSnapshotArchive(id, fi)
+	}
 	if p.store == nil || !strings.HasPrefix(id, "sql-") {
-		return nil, fmt.Errorf("snapshot %s: %w: it says it carries files, which only sql snapshots do; nothing was restored", id, ErrSnapshotCorrupt)
+		return nil, fmt.Errorf("snapshot %s: %w: it says it carries files this host cannot read; nothing was restored", id, ErrSnapshotCorrupt)
 	}
 	var row *ent.Snapshot
 	err := p.storeCall(ctx, "read snapshot files", p.storeWait(), func(ctx context.Context) (err error) {
@@ -271,6 +277,25 @@ func (p *Keeper) snapshotArchive(ctx context.Context, id string, fi *filesInfo) 
 		return nil, fmt.Errorf("snapshot %s: files: %w", id, err)
 	}
 	archive := row.Files
+	sum := sha256.Sum256(archive)
+	if int64(len(archive)) != fi.ArchiveBytes || hex.EncodeToString(sum[:]) != fi.SHA256 {
+		return nil, fmt.Errorf("snapshot %s: %w: its files archive does not match its checksum; nothing was restored", id, ErrSnapshotCorrupt)
+	}
+	return archive, nil
+}
+
+// fileSnapshotArchive reads the files archive beside file snapshot id,
+// no more than the payload recorded, and checks it.
+func (p *Keeper) fileSnapshotArchive(id string, fi *filesInfo) ([]byte, error) {
+	f, err := os.Open(filepath.Join(p.dataDir, snapshotDir, id+filesSuffix))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w: its files archive cannot be read (%v); nothing was restored", id, ErrSnapshotCorrupt, err)
+	}
+	defer f.Close()
+	archive, err := io.ReadAll(io.LimitReader(f, fi.ArchiveBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: files: %w", id, err)
+	}
 	sum := sha256.Sum256(archive)
 	if int64(len(archive)) != fi.ArchiveBytes || hex.EncodeToString(sum[:]) != fi.SHA256 {
 		return nil, fmt.Errorf("snapshot %s: %w: its files archive does not match its checksum; nothing was restored", id, ErrSnapshotCorrupt)

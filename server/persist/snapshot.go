@@ -8,8 +8,11 @@ package persist
 // The payload holds the snapshot's own id, the source session's agent id and
 // accepted capabilities, the creation time, and per plugin implementing
 // [Snapshotter] the bytes its Snapshot returned. Target "file" writes it to
-// <data-dir>/snapshots/<id>.json atomically; target "sql" stores it in the
-// ent Snapshot entity of the host's store. Restore (restore.go) decodes and
+// <data-dir>/snapshots/<id>.json atomically, and the archive of the
+// session's directory (archive.go) beside it, <id>.files, first; target
+// "sql" stores both in the ent Snapshot entity of the host's store. Both
+// carry the files, so a restore rolls the directory back with the rest
+// (docs/DECISIONS.md, File snapshots roll files back). Restore (restore.go) decodes and
 // verifies the whole document before any plugin is touched, so an unknown
 // or corrupt snapshot changes nothing.
 
@@ -39,6 +42,9 @@ const (
 	snapshotVersion = 1
 	// snapshotDir is the directory of file snapshots under the data directory.
 	snapshotDir = "snapshots"
+	// filesSuffix names a file snapshot's files archive beside its
+	// document: <id>.files.
+	filesSuffix = ".files"
 	// maxSnapshotBytes bounds what restore reads, so a huge or endless file
 	// cannot exhaust memory.
 	maxSnapshotBytes = 256 << 20
@@ -91,8 +97,9 @@ type snapshotPayload struct {
 	// or "auto" (the store row's kind says the same).
 	Kind string `json:"kind,omitempty"`
 	// Files says what the snapshot holds of the session directory
-	// (archive.go); a sql snapshot has it, a file snapshot does not: its
-	// files stay on the host's disk.
+	// (archive.go). Every snapshot has it now; file snapshots written
+	// before they carried files have none (their files stayed on the
+	// host's disk).
 	Files *filesInfo `json:"files,omitempty"`
 	// Tenant is the saved session's tenant ("" for the default one):
 	// only a session of that tenant finds the snapshot (openSnapshot).
@@ -139,11 +146,10 @@ type pluginSnapshot struct {
 func newSnapshotID(target string) string { return target + "-" + wire.RandomHex(16) }
 
 // takeSnapshot saves the state of session s to target, for the reason
-// kind. A sql snapshot carries a copy of the session directory within
-// server.snapshots.files_max_bytes (archive.go); a file snapshot keeps
-// referring to the directory on this host's disk, which stays (pinned)
-// after the session ends. The kernel is told how it went, for its
-// metrics.
+// kind, with a copy of the session directory within
+// server.snapshots.files_max_bytes (archive.go): in the store row for a
+// sql snapshot, in a file beside the document for a file snapshot. The
+// kernel is told how it went, for its metrics.
 func (p *Keeper) takeSnapshot(ctx context.Context, s Session, target, kind string) (t snapshotTaken, err error) {
 	return p.takeSnapshotInto(ctx, s, target, kind, nil)
 }
@@ -189,7 +195,10 @@ func (p *Keeper) writeSnapshot(ctx context.Context, s Session, target, kind stri
 		// description.
 		fi := *row.files
 		pl.Files = &fi
-	case target == "sql":
+	// A file snapshot of a subagent that works in its parent's directory
+	// carries no files, as before file snapshots carried any: restoring
+	// them would replace the parent's directory, which restore refuses.
+	case target == "sql" || p.DirOf(s).Owner == s.Handle():
 		if archive, err = p.archiveSessionFiles(ctx, s, pl, secrets); err != nil {
 			return snapshotTaken{}, err
 		}
@@ -282,7 +291,18 @@ func (p *Keeper) archiveSessionFiles(ctx context.Context, s Session, pl *snapsho
 // to target.
 func (p *Keeper) storeSnapshot(ctx context.Context, target, kind string, pl *snapshotPayload, doc, archive []byte) error {
 	if target == "file" {
-		return writeFileAtomic(filepath.Join(p.dataDir, snapshotDir), pl.SnapshotID+".json", doc)
+		dir := filepath.Join(p.dataDir, snapshotDir)
+		if archive != nil {
+			// The archive first: a document names only files that exist.
+			if err := writeFileAtomic(dir, pl.SnapshotID+filesSuffix, archive); err != nil {
+				return err
+			}
+		}
+		if err := writeFileAtomic(dir, pl.SnapshotID+".json", doc); err != nil {
+			os.Remove(filepath.Join(dir, pl.SnapshotID+filesSuffix))
+			return err
+		}
+		return nil
 	}
 	wait := p.storeWait()
 	if kind == KindAuto {

@@ -2,6 +2,7 @@ package persist_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -204,8 +205,8 @@ func (m *filesMove) refusedDamaged(t *testing.T, ctx context.Context) {
 }
 
 // omittedPastBound: past files_max_bytes the files are omitted, said so,
-// and a restore leaves the directory as it is; a file snapshot refers to
-// the files on its host's disk, kept.
+// and a restore leaves the directory as it is, saying omitted; a file
+// snapshot carries its files as a sql one does.
 func (m *filesMove) omittedPastBound(t *testing.T, ctx context.Context) {
 	h4 := startRigServer(t, ctx, m.dsn, t.TempDir(), []string{"notes"}, "  snapshots:\n    files_max_bytes: 1024\n")
 	e := h4.connect(t, ctx)
@@ -223,7 +224,7 @@ func (m *filesMove) omittedPastBound(t *testing.T, ctx context.Context) {
 	}
 	fid := snap(t, ctx, m.a, "file")
 	res, err = m.a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: new(fid)})
-	if err != nil || res.Files.State != msg.SnapshotFilesStateKept {
+	if err != nil || res.Files.State != msg.SnapshotFilesStateRestored {
 		t.Fatalf("restore of a file snapshot: %+v %v", res, err)
 	}
 }
@@ -403,4 +404,59 @@ func deref[T any](p *T) T {
 		return z
 	}
 	return *p
+}
+
+// TestFileSnapshotRollsFilesBack: a snapshot of the default target (file)
+// carries the session's files, so snapshot, edit, restore gives the
+// pre-edit content back, removes what was added since, and says
+// restored; a damaged archive refuses the restore and changes nothing;
+// deleting the snapshot deletes its archive.
+func TestFileSnapshotRollsFilesBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := startRig(t, ctx, t.TempDir(), &lockedBuffer{}, []string{"notes"}, "")
+	a := r.connect(t, ctx)
+	dir := r.sessionDir(t, a)
+	writeTree(t, dir, map[string]string{"plan.md": "v1", "src/main.go": "package main"})
+	snap, err := a.SessionSnapshot(ctx, &msg.SessionSnapshotReq{}) // the default target: file
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Target != "file" || snap.Files == nil || snap.Files.State != msg.SnapshotFilesStateStored || snap.Files.Entries < 3 {
+		t.Fatalf("file snapshot: target %s, files %+v", snap.Target, snap.Files)
+	}
+	writeTree(t, dir, map[string]string{"plan.md": "v2, edited", "new.txt": "added later"})
+
+	res, err := a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: &snap.SnapshotID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Files == nil || res.Files.State != msg.SnapshotFilesStateRestored {
+		t.Fatalf("restore files %+v, want restored", res.Files)
+	}
+	want := []string{"plan.md=v1", "src/main.go=package main"}
+	if got := readTree(t, r.sessionDir(t, a)); !slices.Equal(got, want) {
+		t.Fatalf("after the restore the directory holds %q, want the snapshot's %q", got, want)
+	}
+
+	// A damaged archive: refused, nothing changed.
+	writeTree(t, r.sessionDir(t, a), map[string]string{"plan.md": "v3"})
+	archive := filepath.Join(r.dir, "snapshots", snap.SnapshotID+".files")
+	if err := os.WriteFile(archive, []byte("not the archive"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.SessionRestore(ctx, &msg.SessionRestoreReq{SnapshotID: &snap.SnapshotID})
+	if wire.ReasonOf(wireDetail(err)) != "corrupt_snapshot" {
+		t.Fatalf("restore with a damaged archive: %v, want corrupt_snapshot", err)
+	}
+	if got := readTree(t, r.sessionDir(t, a)); !slices.Equal(got, []string{"plan.md=v3", "src/main.go=package main"}) {
+		t.Fatalf("a refused restore changed the files: %q", got)
+	}
+
+	if _, err := a.SessionSnapshotDelete(ctx, &msg.SessionSnapshotDeleteReq{SnapshotID: snap.SnapshotID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(archive); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the deleted snapshot's archive is still there: %v", err)
+	}
 }

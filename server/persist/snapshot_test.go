@@ -200,7 +200,7 @@ func startRigWith(t *testing.T, ctx context.Context, dir string, log *lockedBuff
 }
 
 // startRigConf is startRigDSN with serverYAML added under server:.
-func startRigConf(t *testing.T, ctx context.Context, dsn, dir string, log *lockedBuffer, names []string, extra, serverYAML string) *rig {
+func startRigConf(t testing.TB, ctx context.Context, dsn, dir string, log *lockedBuffer, names []string, extra, serverYAML string) *rig {
 	t.Helper()
 	var y strings.Builder
 	fmt.Fprintf(&y, "server:\n  auth_token: %s\n%splugins:\n", hostCanary, serverYAML)
@@ -251,7 +251,7 @@ type agent struct {
 	echo testproto.Client
 }
 
-func (r *rig) connect(t *testing.T, ctx context.Context) *agent {
+func (r *rig) connect(t testing.TB, ctx context.Context) *agent {
 	t.Helper()
 	c, err := client.InProcess(r.h, client.JSON, msg.Registry().Union(testproto.Registry()))
 	if err != nil {
@@ -418,12 +418,20 @@ func checkStoredSize(t *testing.T, ctx context.Context, r *rig, target string, s
 	t.Helper()
 	switch target {
 	case "file":
-		fi, err := os.Stat(filepath.Join(r.dir, "snapshots", snap.SnapshotID+".json"))
-		if err != nil {
-			t.Fatal(err)
+		// The document and the files archive beside it.
+		size := int64(0)
+		for _, ext := range []string{".json", ".files"} {
+			fi, err := os.Stat(filepath.Join(r.dir, "snapshots", snap.SnapshotID+ext))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o600 {
+				t.Fatalf("snapshot file %s mode %v, want 0600", ext, fi.Mode().Perm())
+			}
+			size += fi.Size()
 		}
-		if fi.Mode().Perm() != 0o600 || int(fi.Size()) != snap.Bytes {
-			t.Fatalf("snapshot file mode %v size %d, want 0600 and %d", fi.Mode().Perm(), fi.Size(), snap.Bytes)
+		if int(size) != snap.Bytes {
+			t.Fatalf("snapshot files hold %d bytes, response says %d", size, snap.Bytes)
 		}
 	case "sql":
 		var n int

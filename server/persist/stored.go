@@ -174,7 +174,11 @@ func (p *Keeper) fileSnapshots(ctx context.Context, tenant string, sessions []st
 			if kind == "" {
 				kind = KindRequest
 			}
-			out = append(out, storedSnapshot{id: id, target: "file", session: owner, agent: pl.AgentID, kind: kind, bytes: len(doc), created: pl.Created, point: pl.Point})
+			size := len(doc)
+			if pl.Files != nil {
+				size += int(pl.Files.ArchiveBytes)
+			}
+			out = append(out, storedSnapshot{id: id, target: "file", session: owner, agent: pl.AgentID, kind: kind, bytes: size, created: pl.Created, point: pl.Point})
 		}
 	}
 	return out, nil
@@ -243,6 +247,10 @@ func (p *Keeper) deleteSnapshot(ctx context.Context, st storedSnapshot) error {
 		err := os.Remove(filepath.Join(p.dataDir, snapshotDir, st.id+".json"))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("delete snapshot %s: %w", st.id, err)
+		}
+		// Its files archive, once the document that names it is gone.
+		if err := os.Remove(filepath.Join(p.dataDir, snapshotDir, st.id+filesSuffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			p.log.Warn("delete snapshot files", "snapshot_id", st.id, "err", err)
 		}
 	default:
 		err := p.storeCall(ctx, "delete snapshot", p.storeWait(), func(ctx context.Context) error {

@@ -37,10 +37,10 @@ func TestPostgresHostsStartAtOnce(t *testing.T) {
 }
 
 // TestSnapshotColumnsAdded: a store made before snapshots carried files
-// (no kind, files, files_bytes columns) keeps its rows when hosts of this
+// and points (no kind, files, files_bytes, point columns) keeps its rows when hosts of this
 // release open it, several at once — on PostgreSQL under the advisory
 // lock, on a shared SQLite file by trying again — and the old rows read
-// as snapshots taken at a session's request, without files.
+// as snapshots taken at a session's request, without files or point.
 func TestSnapshotColumnsAdded(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -70,7 +70,7 @@ func TestSnapshotColumnsAdded(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Back to the earlier shape, with one row in it.
-			for _, col := range []string{"kind", "files", "files_bytes"} {
+			for _, col := range []string{"kind", "files", "files_bytes", "point"} {
 				if _, err := st.DB().ExecContext(ctx, "ALTER TABLE snapshots DROP COLUMN "+col); err != nil {
 					t.Fatal(err)
 				}
@@ -85,7 +85,7 @@ func TestSnapshotColumnsAdded(t *testing.T) {
 			st.Close()
 			for _, st := range openAtOnce(t, ctx, dsn, 3) {
 				row, err := st.Client.Snapshot.Get(ctx, "sql-old")
-				if err != nil || string(row.Data) != "{}" || row.Kind != "request" || len(row.Files) != 0 || row.FilesBytes != 0 {
+				if err != nil || string(row.Data) != "{}" || row.Kind != "request" || len(row.Files) != 0 || row.FilesBytes != 0 || row.Point != nil {
 					t.Errorf("old row after the migration: %+v %v", row, err)
 				}
 				st.Close()

@@ -118,12 +118,27 @@ func openPostgres(ctx context.Context, dsn, where string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open postgres %s: %w", where, err)
 	}
+	// database/sql keeps 2 idle connections by default: a drain's
+	// concurrent snapshots (server.snapshots.drain_parallel) or a burst
+	// of requests would close and reopen the rest on every statement,
+	// each reopening a TLS and SCRAM handshake. Keep as many as a drain
+	// uses, and let them go after a while.
+	db.SetMaxIdleConns(pgMaxIdleConns)
+	db.SetConnMaxIdleTime(pgConnMaxIdle)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: open postgres %s: %w", where, err)
 	}
 	return migrate(ctx, db, dialect.Postgres, where, m)
 }
+
+// The PostgreSQL pool's idle connections: as many as a drain snapshots at
+// once by default (server/persist, DefaultDrainParallel), closed after a
+// minute unused.
+const (
+	pgMaxIdleConns = 16
+	pgConnMaxIdle  = time.Minute
+)
 
 // pgMigrateLock is the PostgreSQL advisory lock key ("aep.migr" in ASCII)
 // that serialises the migrations of hosts starting at once on one

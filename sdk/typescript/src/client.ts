@@ -429,9 +429,22 @@ export class AepClient extends Methods<RequestOptions> {
     return q;
   }
 
-  /** Ends the transport; requests still in flight reject with ConnectionError. */
+  /**
+   * Ends the session on the host — a `shutdown` with no grace, so what is
+   * still in flight is cancelled — then the transport; requests still in
+   * flight reject with ConnectionError. Over every transport the session
+   * ends now, rather than when it idles out (HTTP) or when a WebSocket's
+   * re-attach grace passes: abandoned sessions would otherwise stay, and a
+   * drain would spend its time saving them. Call `shutdown()` first to let
+   * requests in flight finish.
+   */
   async close(): Promise<void> {
+    const live = this.#handshake !== undefined && !this.#ended && !this.#lost && !this.#closing;
     this.#closing = true;
+    if (live) {
+      // Best effort, bounded: a session already gone needs no shutdown.
+      await within(this.#t.send(JSON.stringify({ type: "shutdown", id: this.#nextId(), proto: "1.0", ts: Date.now() / 1000, timeout: 0 })), Date.now() + 2000).catch(() => {});
+    }
     await this.#t.close();
     this.#end(new ConnectionError("client closed"));
   }

@@ -196,5 +196,23 @@ for (const tr of transports) {
       await other.close();
       await assert.rejects(other.ping(), ConnectionError);
     });
+
+    if (tr.name !== "stdio") {
+      test("close ends the session on the host", async () => {
+        const other = await tr.open();
+        await other.connect({ agentId: "closer", token });
+        const sid = other.sessionId!;
+        await other.close();
+        // The host no longer has it: its id is answered 404, at once
+        // rather than after its idle timeout or re-attach grace.
+        const ping = JSON.stringify({ type: "ping", id: "p", proto: "1.0", ts: Date.now() / 1000 });
+        let status = 0;
+        for (let i = 0; i < 100 && status !== 404; i++) {
+          status = (await fetch(net!.base + "/send", { method: "POST", headers: { "X-Session-Id": sid, "Content-Type": "application/json" }, body: ping })).status;
+          if (status !== 404) await new Promise((r) => setTimeout(r, 20));
+        }
+        assert.equal(status, 404);
+      });
+    }
   });
 }
