@@ -22,7 +22,8 @@ COPY . .
 # The version and commit `aep version` and the aep_build_info metric
 # report (docs/operating.md, Versions):
 #   docker build --build-arg VERSION=$(git describe --tags --always --dirty) --build-arg COMMIT=$(git rev-parse HEAD) -t aep .
-# Unset, the Go toolchain's record of the checkout copied in is used.
+# .dockerignore keeps .git out of the build context, so unset, the image
+# reports version devel and commit unknown.
 ARG VERSION=""
 ARG COMMIT=""
 RUN CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags="-s -w -X github.com/aephost/aep/internal/version.version=${VERSION} -X github.com/aephost/aep/internal/version.commit=${COMMIT}" -o /out/aep ./cmd/aep

@@ -12,3 +12,4 @@ package aep
 //go:generate go tool oapi-codegen -config adminapi.cfg.yaml openapi.yaml
 //go:generate go run ./tools/retrygen -table schemas/errors/retryable.json -codes schemas/core.json -out wire/retryable.gen.go
 //go:generate go run ./tools/configgen -schemas schemas/config -root . -docs docs/config.md
+//go:generate go run ./tools/proxyconf -configmap -out deploy/kubernetes/proxy-config.yaml

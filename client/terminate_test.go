@@ -48,10 +48,10 @@ func TestMovingClientStopsWhenTerminated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := r.h.SnapshotForOperator(ctx, info.Handle, "sql"); err != nil {
+			if _, err := r.h.Operator().Snapshot(ctx, info.Handle, "sql"); err != nil {
 				t.Fatal(err) // a snapshot a move could restore, were it to move
 			}
-			if _, err := r.h.TerminateSession(info.Handle); err != nil {
+			if _, err := r.h.Operator().Terminate(info.Handle); err != nil {
 				t.Fatal(err)
 			}
 			_, err = c.Ping(ctx, &msg.Ping{})

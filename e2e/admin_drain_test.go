@@ -34,6 +34,7 @@ func startAdminFleet(t *testing.T, schema string) ([]*host, []string) {
 		ops[i] = freeAddr(t)
 		hosts[i] = startHost(t, fmt.Sprintf("server:\n  host_id: aep-%d\nstore:\n  dsn: %q\noperator:\n  listen: %s\n  token: %s\n  snapshot_on_drain: true\n  drain_timeout: 10s\n",
 			i+1, dsn, ops[i], fleetOpToken))
+		hosts[i].id = fmt.Sprintf("aep-%d", i+1)
 	}
 	return hosts, ops
 }

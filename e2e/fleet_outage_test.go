@@ -520,7 +520,7 @@ func hostKilled(t *testing.T, base string, hosts []*host) {
 	for _, a := range byHost[victimID] {
 		idle = append(idle, a)
 	}
-	victim := hosts[int(victimID[len(victimID)-1]-'1')]
+	victim := hostByID(t, hosts, victimID)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, a := range agents {

@@ -86,6 +86,7 @@ const token = "e2e-token"
 type host struct {
 	base   string // http://127.0.0.1:port
 	addr   string // 127.0.0.1:port
+	id     string // server.host_id, where a test sets it
 	cmd    *exec.Cmd
 	stderr *syncBuf
 }

@@ -171,6 +171,7 @@ func startFleetOn(t testing.TB, dsn, server, operator string) []*host {
 	hosts := make([]*host, 3)
 	for i := range hosts {
 		hosts[i] = startHost(t, fmt.Sprintf("server:\n  host_id: aep-%d\n  trusted_proxies: [\"127.0.0.1/32\"]\n%sstore:\n  dsn: %q\noperator:\n  snapshot_on_drain: true\n%s", i+1, server, dsn, operator))
+		hosts[i].id = fmt.Sprintf("aep-%d", i+1)
 	}
 	return hosts
 }
@@ -185,6 +186,18 @@ func hostOf(t testing.TB, sid string) string {
 		t.Fatalf("session id %q is not s-<host>-<32 hex>", sid)
 	}
 	return m[1]
+}
+
+// hostByID is the host of hosts whose server.host_id is id.
+func hostByID(t testing.TB, hosts []*host, id string) *host {
+	t.Helper()
+	for _, h := range hosts {
+		if h.id == id {
+			return h
+		}
+	}
+	t.Fatalf("no host has the id %q", id)
+	return nil
 }
 
 // proxied is an agent speaking HTTP through a proxy: each request is
@@ -265,99 +278,105 @@ func TestProxiedFleet(t *testing.T) {
 			findBinary(t, k.bin)
 			hosts := startFleet(t, "aep_e2e_fleet_"+k.name)
 			base := startProxy(t, k, hosts)
-			c := newClient()
-			run := server.GenerateToken()
+			proxiedFleet(t, base, hosts, k.ws)
+		})
+	}
+}
 
-			t.Run("semantic memory across hosts", func(t *testing.T) {
-				// New sessions land where the proxy balances them; open
-				// some until two are on different hosts.
-				var writer, reader *proxied
-				for range 12 {
-					a := newProxied(t, base, c, `["memory"]`)
-					switch {
-					case writer == nil:
-						writer = a
-					case hostOf(t, a.sid) != hostOf(t, writer.sid):
-						reader = a
-					}
-					if reader != nil {
-						break
-					}
-				}
-				if reader == nil {
-					t.Fatal("twelve sessions through the proxy all landed on one host")
-				}
-				ns := "fleet-" + run
-				init := func(a *proxied) string {
-					m := a.ask(t, fmt.Sprintf(`{"type":"memory/init/req","id":%q,"proto":"1.0","ts":1,"namespace":%q}`, a.next(), ns))
-					id, _ := m["memory_id"].(string)
-					if id == "" {
-						t.Fatalf("memory/init: %v", m)
-					}
-					return id
-				}
-				wid := init(writer)
-				m := writer.ask(t, fmt.Sprintf(`{"type":"memory/store/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"entries":[{"key":"dragon","content":"dragons guard the northern pass %s","tier":"semantic"}]}`, writer.next(), wid, run))
-				if m["type"] != "memory/store/resp" {
-					t.Fatalf("memory/store through %s: %v", hostOf(t, writer.sid), m)
-				}
-				rid := init(reader)
-				m = reader.ask(t, fmt.Sprintf(`{"type":"memory/recall/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"query":"dragon northern"}`, reader.next(), rid))
-				hits, _ := m["hits"].([]any)
-				if len(hits) != 1 || !strings.Contains(fmt.Sprint(hits[0]), run) {
-					t.Fatalf("recall through %s of what %s stored: %v", hostOf(t, reader.sid), hostOf(t, writer.sid), m)
-				}
-				t.Logf("stored through %s, recalled through %s", hostOf(t, writer.sid), hostOf(t, reader.sid))
-			})
+// proxiedFleet is TestProxiedFleet's run through the proxy at base in
+// front of hosts (which WebSocket sessions reach when ws is set).
+func proxiedFleet(t *testing.T, base string, hosts []*host, ws bool) {
+	c := newClient()
+	run := server.GenerateToken()
 
-			t.Run("30 agents spread", func(t *testing.T) {
-				const agents, rounds = 30, 5
-				spread := map[string]int{}
-				as := make([]*proxied, agents)
-				for i := range as {
-					as[i] = newProxied(t, base, c, `["tools"]`)
-					spread[hostOf(t, as[i].sid)]++
-				}
-				t.Logf("sessions per host: %v", spread)
-				for i := range hosts {
-					if got := spread[fmt.Sprintf("aep-%d", i+1)]; got < agents/len(hosts)/2 {
-						t.Errorf("aep-%d holds %d of %d sessions, want at least %d: %v", i+1, got, agents, agents/len(hosts)/2, spread)
-					}
-				}
-				// Every agent at once: each request reaches its session's
-				// host (elsewhere it would be 404) and is answered once.
-				var wg sync.WaitGroup
-				errs := make(chan error, agents*rounds)
-				for _, a := range as {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for range rounds {
-							id := a.next()
-							m, err := a.tryAsk(fmt.Sprintf(`{"type":"session/info/req","id":%q,"proto":"1.0","ts":1}`, id))
-							if err != nil {
-								errs <- err
-								return
-							}
-							if m["req_id"] != id || m["session_id"] != a.sid {
-								errs <- fmt.Errorf("session/info %s of %s: %v", id, a.sid[:12], m)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					t.Error(err)
-				}
-			})
-
-			if k.ws {
-				t.Run("websocket re-attach by header", func(t *testing.T) {
-					wsProxied(t, base)
-				})
+	t.Run("semantic memory across hosts", func(t *testing.T) {
+		// New sessions land where the proxy balances them; open
+		// some until two are on different hosts.
+		var writer, reader *proxied
+		for range 12 {
+			a := newProxied(t, base, c, `["memory"]`)
+			switch {
+			case writer == nil:
+				writer = a
+			case hostOf(t, a.sid) != hostOf(t, writer.sid):
+				reader = a
 			}
+			if reader != nil {
+				break
+			}
+		}
+		if reader == nil {
+			t.Fatal("twelve sessions through the proxy all landed on one host")
+		}
+		ns := "fleet-" + run
+		init := func(a *proxied) string {
+			m := a.ask(t, fmt.Sprintf(`{"type":"memory/init/req","id":%q,"proto":"1.0","ts":1,"namespace":%q}`, a.next(), ns))
+			id, _ := m["memory_id"].(string)
+			if id == "" {
+				t.Fatalf("memory/init: %v", m)
+			}
+			return id
+		}
+		wid := init(writer)
+		m := writer.ask(t, fmt.Sprintf(`{"type":"memory/store/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"entries":[{"key":"dragon","content":"dragons guard the northern pass %s","tier":"semantic"}]}`, writer.next(), wid, run))
+		if m["type"] != "memory/store/resp" {
+			t.Fatalf("memory/store through %s: %v", hostOf(t, writer.sid), m)
+		}
+		rid := init(reader)
+		m = reader.ask(t, fmt.Sprintf(`{"type":"memory/recall/req","id":%q,"proto":"1.0","ts":1,"memory_id":%q,"query":"dragon northern"}`, reader.next(), rid))
+		hits, _ := m["hits"].([]any)
+		if len(hits) != 1 || !strings.Contains(fmt.Sprint(hits[0]), run) {
+			t.Fatalf("recall through %s of what %s stored: %v", hostOf(t, reader.sid), hostOf(t, writer.sid), m)
+		}
+		t.Logf("stored through %s, recalled through %s", hostOf(t, writer.sid), hostOf(t, reader.sid))
+	})
+
+	t.Run("30 agents spread", func(t *testing.T) {
+		const agents, rounds = 30, 5
+		spread := map[string]int{}
+		as := make([]*proxied, agents)
+		for i := range as {
+			as[i] = newProxied(t, base, c, `["tools"]`)
+			spread[hostOf(t, as[i].sid)]++
+		}
+		t.Logf("sessions per host: %v", spread)
+		for i := range hosts {
+			if got := spread[hosts[i].id]; got < agents/len(hosts)/2 {
+				t.Errorf("%s holds %d of %d sessions, want at least %d: %v", hosts[i].id, got, agents, agents/len(hosts)/2, spread)
+			}
+		}
+		// Every agent at once: each request reaches its session's
+		// host (elsewhere it would be 404) and is answered once.
+		var wg sync.WaitGroup
+		errs := make(chan error, agents*rounds)
+		for _, a := range as {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rounds {
+					id := a.next()
+					m, err := a.tryAsk(fmt.Sprintf(`{"type":"session/info/req","id":%q,"proto":"1.0","ts":1}`, id))
+					if err != nil {
+						errs <- err
+						return
+					}
+					if m["req_id"] != id || m["session_id"] != a.sid {
+						errs <- fmt.Errorf("session/info %s of %s: %v", id, a.sid[:12], m)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+
+	if ws {
+		t.Run("websocket re-attach by header", func(t *testing.T) {
+			wsProxied(t, base)
 		})
 	}
 }
@@ -754,24 +773,19 @@ func drainMidRun(t *testing.T, k proxyKind, base string, hosts []*host, drain dr
 	// (single exchange) hold no connection for least_conn to count, and
 	// each nginx worker counts only its own, so one host may get as few as
 	// 4 of 30 (seen 4–9 for the same host in repeated runs).
-	for i := range hosts {
-		if got := spread[fmt.Sprintf("aep-%d", i+1)]; got < agents/len(hosts)/3 {
-			t.Fatalf("aep-%d holds %d of %d sessions, want at least %d: %v", i+1, got, agents, agents/len(hosts)/3, spread)
+	for _, h := range hosts {
+		if got := spread[h.id]; got < agents/len(hosts)/3 {
+			t.Fatalf("%s holds %d of %d sessions, want at least %d: %v", h.id, got, agents, agents/len(hosts)/3, spread)
 		}
 	}
 	// Drain the host holding the most sessions.
-	drainedID := "aep-1"
+	drainedID := hosts[0].id
 	for id, n := range spread {
 		if n > spread[drainedID] {
 			drainedID = id
 		}
 	}
-	var drained *host
-	for i, h := range hosts {
-		if fmt.Sprintf("aep-%d", i+1) == drainedID {
-			drained = h
-		}
-	}
+	drained := hostByID(t, hosts, drainedID)
 
 	stop := make(chan struct{})
 	var draining atomic.Bool

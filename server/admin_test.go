@@ -17,6 +17,7 @@ import (
 	"github.com/aephost/aep/internal/echoplug"
 	"github.com/aephost/aep/internal/testproto"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/operator"
 	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
@@ -84,10 +85,10 @@ func TestOperatorOpenedSession(t *testing.T) {
 	ctx := aeptest.Context(t)
 	rec := &records{}
 	h := adminHost(t, &echoplug.Plugin{}, rec)
-	if _, err := h.OpenForOperator("nobody", nil); !errors.Is(err, server.ErrNoSuchTenant) {
+	if _, err := h.Operator().Open("nobody", nil); !errors.Is(err, operator.ErrNoSuchTenant) {
 		t.Fatalf("unknown tenant: %v", err)
 	}
-	o, err := h.OpenForOperator("team-b", []string{"echo"})
+	o, err := h.Operator().Open("team-b", []string{"echo"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestOperatorOpenedSession(t *testing.T) {
 			say = &r
 		}
 	}
-	if say == nil || say.Actor != server.OperatorActor || say.Tenant != "team-b" {
+	if say == nil || say.Actor != operator.Actor || say.Tenant != "team-b" {
 		t.Fatalf("audit of the operator's session's request: %+v", say)
 	}
 	// An agent's own session says nothing of the operator.
@@ -135,7 +136,7 @@ func TestOperatorOpenedSession(t *testing.T) {
 	if err != nil || ai.OperatorOpened != nil {
 		t.Fatalf("an agent's session/info: %+v %v", ai, err)
 	}
-	rep, err := h.AdminSession(o.Handle)
+	rep, err := h.Operator().Session(o.Handle)
 	if err != nil || !rep.OperatorOpened || rep.Tenant != "team-b" || rep.AgentID != "inspector" || rep.State != "live" || rep.Budgets == nil {
 		t.Fatalf("report: %+v %v", rep, err)
 	}
@@ -160,11 +161,11 @@ func TestTerminateSession(t *testing.T) {
 	if err := waitFor(ctx, plug.Started, gate); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.TerminateSession("h-nobody"); !errors.Is(err, server.ErrNoSuchSession) {
+	if _, err := h.Operator().Terminate("h-nobody"); !errors.Is(err, operator.ErrNoSuchSession) {
 		t.Fatalf("unknown handle: %v", err)
 	}
-	r, err := h.TerminateSession(handle)
-	if err != nil || r.Handle != handle || r.Tenant != server.DefaultTenant {
+	r, err := h.Operator().Terminate(handle)
+	if err != nil || r.Handle != handle || r.Tenant != "default" {
 		t.Fatalf("terminate: %+v %v", r, err)
 	}
 	we := aeptest.WantReason(t, <-waited, wire.CodeRuntimeError, "terminated")
@@ -172,13 +173,13 @@ func TestTerminateSession(t *testing.T) {
 		t.Fatal("terminated is retryable")
 	}
 	plug.Release(gate)
-	if _, err := h.AdminSession(handle); !errors.Is(err, server.ErrNoSuchSession) {
+	if _, err := h.Operator().Session(handle); !errors.Is(err, operator.ErrNoSuchSession) {
 		t.Fatalf("inspect after terminate: %v", err)
 	}
-	if _, err := h.TerminateSession(handle); !errors.Is(err, server.ErrNoSuchSession) {
+	if _, err := h.Operator().Terminate(handle); !errors.Is(err, operator.ErrNoSuchSession) {
 		t.Fatalf("terminate twice: %v", err)
 	}
-	if _, err := h.SnapshotForOperator(ctx, handle, ""); !errors.Is(err, server.ErrNoSuchSession) {
+	if _, err := h.Operator().Snapshot(ctx, handle, ""); !errors.Is(err, operator.ErrNoSuchSession) {
 		t.Fatalf("snapshot after terminate: %v", err)
 	}
 }
@@ -191,15 +192,15 @@ func TestAdminSnapshotRestores(t *testing.T) {
 	h := adminHost(t, &echoplug.Plugin{}, &records{})
 	c, _ := connect(t, h, "echo", "session")
 	handle := aeptest.Handle(t, c)
-	snap, err := h.SnapshotForOperator(ctx, handle, "")
+	snap, err := h.Operator().Snapshot(ctx, handle, "")
 	if err != nil || snap.Target != "sql" || snap.ID == "" {
 		t.Fatalf("snapshot: %+v %v", snap, err)
 	}
-	list, total, _ := h.AdminSessions(0)
+	list, total, _ := h.Operator().Sessions(0)
 	if total != 1 || list[0].Newest == nil || list[0].Newest.ID != snap.ID {
 		t.Fatalf("list: %+v", list)
 	}
-	stored, err := h.SessionSnapshots(ctx, handle, 10)
+	stored, err := h.Operator().Snapshots(ctx, handle, 10)
 	if err != nil || len(stored) != 1 || stored[0].ID != snap.ID {
 		t.Fatalf("stored: %+v %v", stored, err)
 	}
@@ -208,7 +209,7 @@ func TestAdminSnapshotRestores(t *testing.T) {
 	if err != nil || res.SnapshotID != snap.ID {
 		t.Fatalf("restore of the operator's snapshot: %+v %v", res, err)
 	}
-	if _, err := h.SnapshotForOperator(ctx, handle, "tape"); err == nil {
+	if _, err := h.Operator().Snapshot(ctx, handle, "tape"); err == nil {
 		t.Fatal("an unknown target was taken")
 	}
 }
@@ -223,16 +224,16 @@ func TestAdminListAndUndrain(t *testing.T) {
 	if _, err := h.ConnectLines(8); err != nil { // an agent's, not handshaken
 		t.Fatal(err)
 	}
-	o, err := h.OpenForOperator(server.DefaultTenant, nil)
+	o, err := h.Operator().Open("default", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, ec := connect(t, h)
-	list, total, pending := h.AdminSessions(0)
+	list, total, pending := h.Operator().Sessions(0)
 	if total != 2 || pending != 1 || len(list) != 2 || list[0].Handle != o.Handle || list[0].State != "pending" || list[1].Transport != "inprocess" {
 		t.Fatalf("list: total %d pending %d %+v", total, pending, list)
 	}
-	if l, _, _ := h.AdminSessions(1); len(l) != 1 {
+	if l, _, _ := h.Operator().Sessions(1); len(l) != 1 {
 		t.Fatalf("limit 1: %d listed", len(l))
 	}
 	res, err := h.Drain(ctx, true)
@@ -242,20 +243,20 @@ func TestAdminListAndUndrain(t *testing.T) {
 	if err := h.Ready(ctx); !errors.Is(err, server.ErrDraining) {
 		t.Fatalf("ready while draining: %v", err)
 	}
-	if _, err := h.OpenForOperator(server.DefaultTenant, nil); !errors.Is(err, server.ErrDraining) {
+	if _, err := h.Operator().Open("default", nil); !errors.Is(err, server.ErrDraining) {
 		t.Fatalf("open while draining: %v", err)
 	}
 	handles := make([]string, 0, 1)
 	for hd := range res.Snapshots {
 		handles = append(handles, hd)
 	}
-	if n := h.EndSessions(handles); n != 1 {
+	if n := h.Operator().EndSessions(handles); n != 1 {
 		t.Fatalf("ended %d", n)
 	}
 	if _, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: "x"}); err == nil {
 		t.Fatal("a saved session still answers after the drain ended it")
 	}
-	if !h.Undrain() || h.Draining() {
+	if !h.Operator().Undrain() || h.Draining() {
 		t.Fatal("undrain")
 	}
 	if err := h.Ready(ctx); err != nil {
@@ -265,7 +266,7 @@ func TestAdminListAndUndrain(t *testing.T) {
 	if _, err := ec2.EchoSay(ctx, &testproto.EchoSayReq{Text: "y"}); err != nil {
 		t.Fatalf("a new session after undrain: %v", err)
 	}
-	if h.Undrain() {
+	if h.Operator().Undrain() {
 		t.Fatal("undrain of a host not draining said it was")
 	}
 }
@@ -276,8 +277,8 @@ func TestAuditAdmin(t *testing.T) {
 	rec := &records{}
 	h := adminHost(t, &echoplug.Plugin{}, rec)
 	t0 := time.Now()
-	h.AuditAdmin(server.AdminAction{Action: "session.terminate", Session: "h-x", Tenant: "team-b", Started: t0, Duration: time.Millisecond})
-	h.AuditAdmin(server.AdminAction{Action: "drain", Code: "conflict", Started: t0})
+	h.Operator().Audit(operator.Action{Action: "session.terminate", Session: "h-x", Tenant: "team-b", Started: t0, Duration: time.Millisecond})
+	h.Operator().Audit(operator.Action{Action: "drain", Code: "conflict", Started: t0})
 	got := rec.all()
 	if len(got) != 2 || got[0].Type != "admin/session.terminate" || got[0].Actor != "operator" || !got[0].Success || got[0].SessionID != "h-x" ||
 		got[1].Success || got[1].ErrorCode != "conflict" {

@@ -125,7 +125,7 @@ const auditFlushEvery = 20 * time.Millisecond
 
 // NewFileAuditor starts an auditor writing to path.
 func NewFileAuditor(path string, maxSizeMB, maxBackups int, log *slog.Logger) *FileAuditor {
-	return NewAuditor(&wholeLines{Logger: &lumberjack.Logger{Filename: path, MaxSize: maxSizeMB, MaxBackups: maxBackups}, path: path}, log)
+	return newAuditor(&wholeLines{Logger: &lumberjack.Logger{Filename: path, MaxSize: maxSizeMB, MaxBackups: maxBackups}, path: path}, log)
 }
 
 // wholeLines writes a batch of lines whole or not at all: a write cut
@@ -154,8 +154,8 @@ func (w *wholeLines) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// NewAuditor starts an auditor writing JSON lines to w.
-func NewAuditor(w io.WriteCloser, log *slog.Logger) *FileAuditor {
+// newAuditor starts an auditor writing JSON lines to w.
+func newAuditor(w io.WriteCloser, log *slog.Logger) *FileAuditor {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

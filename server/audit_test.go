@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -423,7 +422,7 @@ func (s *replyWatchSink) Close() {}
 func TestSubscribersSeeAnswerBeforeReply(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	h := newEchoHost(t, server.NewAuditor(nopWriteCloser{io.Discard}, nil), nil)
+	h := newEchoHost(t, server.NewFileAuditor(filepath.Join(t.TempDir(), "audit.log"), 1, 0, nil), nil)
 	defer h.Close(ctx)
 	var mu sync.Mutex
 	seen := map[string]bool{}
@@ -467,7 +466,3 @@ func TestSubscribersSeeAnswerBeforeReply(t *testing.T) {
 		}
 	}
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

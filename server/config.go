@@ -193,13 +193,7 @@ func (c Config) withDefaults() Config {
 // header matching or a path would have to escape.
 var hostIDPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$`)
 
-// defaultHostID is the machine's host name when it is a valid host id,
-// else "aep": each host of a deployment should have its own, which a
-// container's or pod's host name is.
-// DefaultHostID is server.host_id when the file sets none: the machine's
-// host name when it fits the pattern, else aep.
-func DefaultHostID() string { return defaultHostID() }
-
+// defaultHostID is the host name when it fits hostIDPattern, else "aep".
 func defaultHostID() string {
 	if name, err := os.Hostname(); err == nil && hostIDPattern.MatchString(name) {
 		return name

@@ -20,6 +20,9 @@ type DrainResult struct {
 	// Snapshots maps each live session's public handle to the snapshot
 	// taken of it (operator.snapshot_on_drain).
 	Snapshots map[string]string
+	// Snapshotted says whether the drain took snapshots: it was asked to
+	// and the host has a store to keep them in.
+	Snapshotted bool
 	// NotSaved counts the live sessions (not subagents) left without a
 	// snapshot: all of them when the drain takes none, else those whose
 	// snapshot failed.
@@ -62,7 +65,8 @@ func (h *Host) Drain(ctx context.Context, snapshot bool) (res DrainResult, err e
 	t0 := time.Now()
 	defer func() {
 		res.Took = time.Since(t0)
-		if !snapshot || h.store == nil {
+		res.Snapshotted = snapshot && h.store != nil
+		if !res.Snapshotted {
 			for _, s := range h.sessionList() {
 				if s.Live() && s.parent == nil {
 					res.NotSaved++

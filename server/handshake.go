@@ -70,7 +70,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 				Detail: map[string]any{"reason": "too_many_sessions"}})
 			return code
 		}
-		if errors.Is(err, ErrTenantSessions) {
+		if errors.Is(err, errTenantSessions) {
 			refuse(&wire.Error{Code: wire.CodeRuntimeError, Message: "your tenant is at its total of sessions on this host; try again later",
 				Detail: map[string]any{"reason": "tenant_sessions", "limit": s.tenant.total().Sessions}})
 			return

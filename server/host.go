@@ -274,9 +274,6 @@ func (h *Host) Logger() *slog.Logger { return h.log }
 // DataDir returns the host's data directory ("" when none).
 func (h *Host) DataDir() string { return h.dataDir }
 
-// Store returns the host's shared store (nil when none).
-func (h *Host) Store() *store.Store { return h.store }
-
 // Served returns the capabilities that some plugin serves, sorted.
 func (h *Host) Served() []string {
 	out := make([]string, 0, len(h.served))

@@ -165,14 +165,14 @@ func (c TrajectoryConfig) check() []error { return c.settings().Check() }
 
 // snapshotsOf lists the stored snapshots session s may list as its own
 // (its own and its lineage's), newest first, at most limit.
-func (h *Host) snapshotsOf(ctx context.Context, s *Session, limit int) ([]SnapshotNote, error) {
+func (h *Host) snapshotsOf(ctx context.Context, s *Session, limit int) ([]snapshotNote, error) {
 	stored, err := h.persist.SnapshotsOf(ctx, s.view(), limit)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SnapshotNote, len(stored))
+	out := make([]snapshotNote, len(stored))
 	for i, st := range stored {
-		out[i] = SnapshotNote{ID: st.ID, Target: st.Target, Kind: st.Kind, At: st.Created, Bytes: st.Bytes}
+		out[i] = snapshotNote{ID: st.ID, Target: st.Target, Kind: st.Kind, At: st.Created, Bytes: st.Bytes}
 	}
 	return out, nil
 }
@@ -277,7 +277,7 @@ func (k kernelView) NewFork(src persist.Session, nth, count int) (persist.Sessio
 		}
 	})
 	switch {
-	case errors.Is(err, ErrTenantSessions):
+	case errors.Is(err, errTenantSessions):
 		return nil, &wire.Error{Code: wire.CodeRuntimeError, Message: fmt.Sprintf("fork %d of %d: your tenant is at its total of sessions on this host; no fork was kept", nth, count),
 			Detail: map[string]any{"reason": "tenant_sessions", "limit": s.tenant.total().Sessions}}
 	case errors.Is(err, ErrTooManySessions):

@@ -73,7 +73,7 @@ type Session struct {
 	// errTerminated.
 	terminated atomic.Bool
 	// newest is the newest snapshot this host wrote of the session.
-	newest atomic.Pointer[SnapshotNote]
+	newest atomic.Pointer[snapshotNote]
 	// point is the session's point (docs/DECISIONS.md, Points): how many
 	// state-changing requests (wire.Entry.ChangesState) it answered, from
 	// the point it started or was restored at. Every reply carries it.
@@ -679,10 +679,11 @@ func (s *Session) Close() {
 	sink := s.sink
 	s.mu.Unlock()
 	if sink != nil {
-		if hc, ok := sink.(ConnectionSink); ok && s.terminated.Load() && hc.HoldsConnection() {
+		if hc, ok := sink.(connectionSink); ok && s.terminated.Load() {
 			// The client's connection stays a while, so its next
 			// request is answered that the session was terminated
 			// rather than finding the connection gone (admin.go).
+			hc.SessionTerminated()
 			time.AfterFunc(terminatedLinger, sink.Close)
 		} else {
 			sink.Close()

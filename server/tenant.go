@@ -23,8 +23,8 @@ import (
 	"github.com/aephost/aep/wire"
 )
 
-// DefaultTenant names the implicit tenant of server.auth_token.
-const DefaultTenant = "default"
+// defaultTenant names the implicit tenant of server.auth_token.
+const defaultTenant = "default"
 
 // budgetLimits are a session's budgets: server.budgets (or its tenant's)
 // and the bytes of its directory.
@@ -61,8 +61,8 @@ type tenants struct {
 	list []*tenant
 }
 
-// ErrTenantSessions refuses a session past its tenant's total.
-var ErrTenantSessions = wire.Reason("tenant_sessions", errors.New("the tenant is at its total of sessions on this host (server.tenants[].totals.sessions)"))
+// errTenantSessions refuses a session past its tenant's total.
+var errTenantSessions = wire.Reason("tenant_sessions", errors.New("the tenant is at its total of sessions on this host (server.tenants[].totals.sessions)"))
 
 // allows reports whether the tenant's sessions may have capability c.
 func (t *tenant) allows(c string) bool {
@@ -105,11 +105,11 @@ func (h *Host) configureTenants(cfg Config) ([]*tenant, error) {
 	}
 	var wants []want
 	if tok := cfg.Server.AuthToken; tok != "" {
-		wants = append(wants, want{tc: TenantConfig{Name: DefaultTenant}, sum: [][32]byte{sha256.Sum256([]byte(tok))}})
+		wants = append(wants, want{tc: TenantConfig{Name: defaultTenant}, sum: [][32]byte{sha256.Sum256([]byte(tok))}})
 	}
 	for _, tc := range cfg.Server.Tenants {
-		if tc.Name == DefaultTenant && cfg.Server.AuthToken != "" {
-			return nil, fmt.Errorf("server.tenants: %q is server.auth_token's tenant; name this one otherwise", DefaultTenant)
+		if tc.Name == defaultTenant && cfg.Server.AuthToken != "" {
+			return nil, fmt.Errorf("server.tenants: %q is server.auth_token's tenant; name this one otherwise", defaultTenant)
 		}
 		w := want{tc: tc}
 		for _, hx := range tc.SecretSHA256 {
@@ -256,7 +256,7 @@ func countTenant(s *Session) error {
 		for {
 			n := t.sessions.Load()
 			if n >= int64(max) {
-				return ErrTenantSessions
+				return errTenantSessions
 			}
 			if t.sessions.CompareAndSwap(n, n+1) {
 				break
@@ -397,7 +397,7 @@ func (h *Host) TenantKey(sessionHandle string) string {
 // default tenant, so that the records of a host from before tenants are
 // its, and the tenant's name for any other.
 func StorageTenant(name string) string {
-	if name == DefaultTenant {
+	if name == defaultTenant {
 		return ""
 	}
 	return name

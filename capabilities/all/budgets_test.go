@@ -275,7 +275,10 @@ func TestDiskBudgetEveryPath(t *testing.T) {
 			}
 			c.Close()
 			r.healthy(t)
-			if d := time.Since(t0); d > 10*time.Second {
+			// A liveness bound, not a speed target: a refusal that never
+			// comes (a writer retrying forever) fails here; speed is
+			// measured in benchmarks.
+			if d := time.Since(t0); d > time.Minute {
 				t.Errorf("took %s", d)
 			}
 		})

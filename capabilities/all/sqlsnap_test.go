@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aephost/aep/client"
 	"github.com/aephost/aep/gen/msg"
@@ -65,7 +66,11 @@ func checkDatabase(t *testing.T, ctx context.Context, c *client.Client, what str
 // holds the toolkit's worker (checkpointed) while it copies the files
 // (server/persist/dirs.go, FileHolder).
 func TestSQLiteCopiesWhileWriting(t *testing.T) {
-	ctx := aeptest.Context(t)
+	// Forty copies of a growing database under -race on a loaded runner
+	// take longer than aeptest.Context's 30 s; this is a liveness bound
+	// only, the test judges what the copies hold.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	r := newForkRig(t, nil)
 	a := aeptest.Connect(t, r.h, forkCaps...)
 	cfg := msg.ToolkitConfigureReqConfig{"driver": "sqlite", "database": "live.db", "mode": "read_write"}

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +43,8 @@ type k8sObject struct {
 		} `yaml:"selector"`
 		Template struct {
 			Metadata struct {
-				Labels map[string]string `yaml:"labels"`
+				Labels      map[string]string `yaml:"labels"`
+				Annotations map[string]string `yaml:"annotations"`
 			} `yaml:"metadata"`
 			Spec podSpec `yaml:"spec"`
 		} `yaml:"template"`
@@ -173,9 +175,21 @@ func subset(sel, labels map[string]string) bool {
 	return true
 }
 
+// named is the object of kind named name.
+func named(t *testing.T, objs map[string][]k8sObject, kind, name string) k8sObject {
+	t.Helper()
+	for _, o := range objs[kind] {
+		if o.Metadata.Name == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s in deploy/kubernetes", kind, name)
+	return k8sObject{}
+}
+
 func TestKubernetesManifests(t *testing.T) {
 	objs := loadManifests(t)
-	dep := objs["Deployment"][0]
+	dep := named(t, objs, "Deployment", "aep")
 	pod := dep.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
 		t.Fatalf("want one container, got %d", len(pod.Containers))
@@ -185,10 +199,8 @@ func TestKubernetesManifests(t *testing.T) {
 	if !subset(dep.Spec.Selector.MatchLabels, podLabels) {
 		t.Errorf("Deployment selector %v does not select its pods %v", dep.Spec.Selector.MatchLabels, podLabels)
 	}
-	for _, pdb := range objs["PodDisruptionBudget"] {
-		if !subset(pdb.Spec.Selector.MatchLabels, podLabels) {
-			t.Errorf("PodDisruptionBudget %s selects %v, not the pods %v", pdb.Metadata.Name, pdb.Spec.Selector.MatchLabels, podLabels)
-		}
+	if pdb := named(t, objs, "PodDisruptionBudget", "aep"); !subset(pdb.Spec.Selector.MatchLabels, podLabels) {
+		t.Errorf("PodDisruptionBudget %s selects %v, not the pods %v", pdb.Metadata.Name, pdb.Spec.Selector.MatchLabels, podLabels)
 	}
 
 	// The image's user (Dockerfile) is the pod's.
@@ -302,6 +314,9 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 	for _, s := range objs["Service"] {
+		if s.Metadata.Name == "aep-proxy" {
+			continue // the routing proxy's (proxy.yaml)
+		}
 		if !subset(s.ServiceSelector, podLabels) {
 			t.Errorf("Service %s selects %v, not the pods %v", s.Metadata.Name, s.ServiceSelector, podLabels)
 		}
@@ -329,16 +344,19 @@ func TestKubernetesManifests(t *testing.T) {
 	// as the kubelet sends them.
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "aep.yaml")
-	if err := os.WriteFile(cfgFile, []byte(cfgText), 0o600); err != nil {
+	// The operator listener (metrics) on a loopback port of this run.
+	opListen := regexp.MustCompile(`(?m)^operator:\n(?:  .*\n)*?  listen:\s*(\S+)`).FindStringSubmatch(cfgText + "\n")
+	if opListen == nil {
+		t.Fatal("the configuration sets no operator.listen: nothing serves /metrics")
+	}
+	_, opPort, _ := net.SplitHostPort(opListen[1])
+	opAddr := freeLoopback(t)
+	runCfg := strings.Replace(cfgText, "listen: "+opListen[1], "listen: "+opAddr, 1)
+	if err := os.WriteFile(cfgFile, []byte(runCfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env["AEP_STORE_DSN"] = filepath.Join(dir, "aep.db")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeLoopback(t)
 	cmd := exec.Command(bin, "serve", "--config", cfgFile, "--data-dir", filepath.Join(dir, "data"), "--listen", addr)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	for k, v := range env {
@@ -378,6 +396,129 @@ func TestKubernetesManifests(t *testing.T) {
 				t.Fatalf("probe %s: %v %v", pr.HTTPGet.Path, err, resp)
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	// Prometheus, with deploy/prometheus/scrape.yaml, finds the pod's
+	// /metrics from its labels and annotations, and reads it with the
+	// operator token.
+	scrapePod(t, dep.Spec.Template.Metadata.Labels, dep.Spec.Template.Metadata.Annotations, portNames, opPort, opAddr, env["AEP_OPERATOR_TOKEN"])
+}
+
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// promLabel is a Kubernetes label or annotation name as Prometheus's
+// Kubernetes discovery spells it in a __meta_ label.
+func promLabel(name string) string {
+	return regexp.MustCompile(`[^a-zA-Z0-9_]`).ReplaceAllString(name, "_")
+}
+
+// scrapePod runs the job of deploy/prometheus/scrape.yaml through
+// `promtool check service-discovery` with the targets Prometheus's pod
+// discovery makes of an aep pod and of a proxy pod (Debian's promtool is
+// built without Kubernetes discovery, so they are given as static
+// targets with the same __meta_ labels): the aep pod's target must be
+// its operator port opPort with path /metrics, the proxy's dropped. Then
+// it scrapes that path on the running host (at opAddr) with the token,
+// and without it.
+func scrapePod(t *testing.T, labels, annotations, containerPorts map[string]string, opPort, opAddr, token string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool is not installed (.ci/run installs Debian's prometheus package)")
+		}
+		t.Skip("promtool is not installed (CI unset)")
+	}
+	if containerPorts["metrics"] != opPort {
+		t.Errorf("the container port metrics is %q, operator.listen's port %s", containerPorts["metrics"], opPort)
+	}
+	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "prometheus", "scrape.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const podIP = "10.42.0.7"
+	target := func(labels, annotations map[string]string, name string) string {
+		var b strings.Builder
+		// Pod discovery makes a target of each declared port; the first
+		// is the http one.
+		fmt.Fprintf(&b, "      - targets: [%q]\n        labels:\n", podIP+":"+containerPorts["http"])
+		fmt.Fprintf(&b, "          __meta_kubernetes_namespace: default\n          __meta_kubernetes_pod_name: %s\n", name)
+		for k, v := range labels {
+			fmt.Fprintf(&b, "          __meta_kubernetes_pod_label_%s: %q\n", promLabel(k), v)
+		}
+		for k, v := range annotations {
+			fmt.Fprintf(&b, "          __meta_kubernetes_pod_annotation_%s: %q\n", promLabel(k), v)
+		}
+		return b.String()
+	}
+	sd := "    kubernetes_sd_configs:\n      - role: pod\n"
+	if !strings.Contains(string(raw), sd) {
+		t.Fatalf("scrape.yaml has no pod discovery (%q)", sd)
+	}
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(raw), sd, "    static_configs:\n"+target(labels, annotations, "aep-0")+
+		target(map[string]string{"app.kubernetes.io/name": "aep-proxy"}, nil, "aep-proxy-0"), 1)
+	cfg = strings.Replace(cfg, "/etc/prometheus/secrets/aep-operator/token", tokenFile, 1)
+	cfgPath := filepath.Join(dir, "prometheus.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "config", cfgPath).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check config: %v\n%s", err, out)
+	}
+	out, err := exec.Command(promtool, "check", "service-discovery", "--timeout=3s", cfgPath, "aep").Output()
+	if err != nil {
+		t.Fatalf("promtool check service-discovery: %v\n%s", err, out)
+	}
+	var targets []struct {
+		Labels map[string]string `json:"labels"`
+	}
+	if err := json.Unmarshal(out, &targets); err != nil {
+		t.Fatalf("promtool's targets: %v\n%s", err, out)
+	}
+	// A dropped target is listed with no labels.
+	var kept []map[string]string
+	for _, tg := range targets {
+		if len(tg.Labels) > 0 {
+			kept = append(kept, tg.Labels)
+		}
+	}
+	if len(targets) != 2 || len(kept) != 1 {
+		t.Fatalf("the job keeps %d of %d targets of an aep pod and a proxy pod, want the aep pod's:\n%s", len(kept), len(targets), out)
+	}
+	got := kept[0]
+	if got["__address__"] != podIP+":"+opPort || got["__metrics_path__"] != "/metrics" || got["pod"] != "aep-0" {
+		t.Fatalf("the job scrapes %s%s of pod %s, want %s:%s/metrics of aep-0", got["__address__"], got["__metrics_path__"], got["pod"], podIP, opPort)
+	}
+	for _, tc := range []struct {
+		auth string
+		code int
+	}{{"Bearer " + token, http.StatusOK}, {"", http.StatusUnauthorized}, {"Bearer wrong-token-0123456789", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+opAddr+got["__metrics_path__"], nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || (tc.code == http.StatusOK && !strings.Contains(string(b), "aep_build_info{")) {
+			t.Errorf("GET /metrics with %q: %d (want %d)\n%.300s", strings.SplitN(tc.auth, " ", 2)[0], resp.StatusCode, tc.code, b)
 		}
 	}
 }

@@ -126,11 +126,8 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	defer stop()
 	ctx = sigCtx
 	if ep := cfg.Operator.OTLPEndpoint; ep != "" {
-		hostID := cfg.Server.HostID
-		if hostID == "" {
-			hostID = server.DefaultHostID()
-		}
-		tp, err := newTracerProvider(ctx, ep, traceResource(hostID, instanceID))
+		// Both loadServeConfig's paths fill the default host id.
+		tp, err := newTracerProvider(ctx, ep, traceResource(cfg.Server.HostID, instanceID))
 		if err != nil {
 			return err
 		}
@@ -143,7 +140,7 @@ func cmdServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		// in its format, not to the standard library's logger.
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export failed", "err", err) }))
 		opts = append(opts, server.WithTracerProvider(tp))
-		log.Info("traces exported over OTLP/HTTP", "endpoint", ep, "instance_id", instanceID, "host_id", hostID)
+		log.Info("traces exported over OTLP/HTTP", "endpoint", ep, "instance_id", instanceID, "host_id", cfg.Server.HostID)
 	}
 	// The shared store: SQLite at <data-dir>/aep.db unless store.dsn says
 	// otherwise (docs/DECISIONS.md, State). It outlives the host, which may use it while
@@ -298,7 +295,12 @@ func loadServeConfig(path string) (server.Config, *configcheck.Document, error) 
 // defaultConfig is the configuration for `aep serve` without --config:
 // the default limits with the default plugins.
 func defaultConfig() server.Config {
-	cfg := server.Defaults()
+	// An empty document takes every default, the host id's included, as
+	// a file that sets nothing would.
+	cfg, err := server.ParseConfig(nil)
+	if err != nil {
+		panic(fmt.Sprintf("the empty configuration is refused: %v", err)) // a defaults bug
+	}
 	cfg.Plugins = defaultPlugins()
 	return cfg
 }

@@ -317,7 +317,7 @@ func TestSQLToolkitBounds(t *testing.T) {
 					t.Fatalf("%s: ran: %s", tc.name, toolText(res))
 				}
 				if res.Error == nil || !strings.Contains(*res.Error, tc.want) {
-					t.Fatalf("%s: error %v, want %q", tc.name, res.Error, tc.want)
+					t.Fatalf("%s: error %q, want %q", tc.name, toolErrorText(res), tc.want)
 				}
 				if took > 8*time.Second {
 					t.Fatalf("%s took %s", tc.name, took)
@@ -334,4 +334,12 @@ func TestSQLToolkitBounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// toolErrorText is a failed tool result's error, or "" when it has none.
+func toolErrorText(r *msg.ToolResult) string {
+	if r.Error == nil {
+		return ""
+	}
+	return *r.Error
 }

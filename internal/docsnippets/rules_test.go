@@ -44,9 +44,6 @@ const (
 	// kindEnvproto decodes every → and ← line of a transcript with the
 	// envproto registry.
 	kindEnvproto kind = "envproto"
-	// kindNginx checks a configuration fragment with nginx -t, inside an
-	// http block with the upstream it names.
-	kindNginx kind = "nginx"
 )
 
 // rule says how the snippets of file whose text contains contains run; an
@@ -108,7 +105,6 @@ var rules = []rule{
 	{file: "docs/contract.md", lang: "sh", contains: "aep conformance --url http://127.0.0.1:8765\n", kind: kindShell, needsHost: true, want: []string{"conformant"}},
 	{file: "docs/contract.md", lang: "sh", contains: "--all-transports", kind: kindShell, needsHost: true, want: []string{"=== across http, exchange, websocket", "conformant over every transport"}},
 	{file: "docs/contract.md", lang: "sh", contains: "conformance/aep/aep.yaml", kind: kindShell, want: []string{", 0 MUST failed, 0 SHOULD failed,", "\nconformant"}},
-	{file: "docs/deploy.md", lang: "nginx", contains: "map $http_x_session_id", kind: kindNginx, want: []string{"test is successful"}},
 	{file: "docs/env.md", lang: "go", contains: "type Mine struct", kind: kindGo, prelude: mineProgramPrelude, postlude: mineProgramPostlude,
 		want: []string{"at 10 after 10 steps, reward 10"}},
 	{file: "docs/env.md", lang: "", contains: "envproto/spec/req", kind: kindEnvproto},
@@ -149,6 +145,11 @@ var notRun = map[string][]string{
 	},
 	"docs/deploy.md": {
 		"needs several hosts behind a proxy at aep.example; client/move_test.go and e2e/ run client.Moving against real ones",
+	},
+	"docs/operating.md": {
+		"reads a host's store at /var/lib/aep/aep.db; e2e/backup_test.go runs the same commands under writes",
+		"needs the fleet's database at $AEP_STORE_DSN; e2e/backup_test.go runs the same commands under writes",
+		"needs a PostgreSQL server and a dump; e2e/backup_test.go runs the same commands",
 	},
 	"docs/mcp.md": {
 		"a client's configuration file, naming /usr/local/bin/aep and /etc/aep; the Inspector snippets below spawn the same command",

@@ -214,8 +214,6 @@ func (r *runner) run(t *testing.T, s Snippet, rl rule) {
 		r.message(t, s, rl, env)
 	case kindEnvproto:
 		r.envproto(t, s)
-	case kindNginx:
-		r.nginx(t, s, rl, env)
 	default:
 		t.Fatalf("unknown kind %q", rl.kind)
 	}
@@ -581,29 +579,6 @@ func (r *runner) envproto(t *testing.T, s Snippet) {
 
 // nginx checks the fragment in an http block that defines the upstream it
 // falls back to and uses the variable it maps.
-func (r *runner) nginx(t *testing.T, s Snippet, rl rule, env []string) {
-	dir := t.TempDir()
-	conf := fmt.Sprintf(`pid %s/nginx.pid;
-error_log stderr;
-events {}
-http {
-    access_log off;
-    upstream aep_pool { server 127.0.0.1:8765; }
-%s
-    server {
-        listen 127.0.0.1:18765;
-        location / { proxy_pass http://$aep_target; }
-    }
-}
-`, dir, s.Text)
-	p := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(p, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := r.command(t, dir, env, time.Minute, nil, "nginx", "-t", "-p", dir, "-c", p)
-	r.check(t, out, rl.want)
-}
-
 // removeLeftovers removes what the snippets left in the checkout that
 // git does not track and was not there before (base.test, base.txt, a pip
 // build's build/), so a local run leaves the tree as it was; it keeps the

@@ -14,6 +14,7 @@ import (
 
 	admin "github.com/aephost/aep/gen/adminapi"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/operator"
 	"github.com/aephost/aep/wire"
 )
 
@@ -21,8 +22,8 @@ import (
 // tagged admin, generated into gen/adminapi and served on the operator
 // listener only, always behind the operator token — on loopback too,
 // since it acts as any tenant. Each action goes through the kernel's
-// admin entry points (server/admin.go) and is audited with the operator as
-// its actor.
+// admin entry points (operator.Host, server.Host.Operator) and is audited
+// with the operator as its actor.
 
 // adminBodyLimit bounds an admin request's body: the largest is a list of
 // capabilities.
@@ -37,6 +38,7 @@ const inspectSnapshots = 50
 // adminAPI implements [admin.StrictServerInterface] over one host.
 type adminAPI struct {
 	h        *server.Host
+	op       operator.Host
 	reload   func(context.Context) error
 	stopping <-chan struct{}
 	log      *slog.Logger
@@ -50,7 +52,7 @@ var _ admin.StrictServerInterface = (*adminAPI)(nil)
 // adminHandler serves the admin API of h behind the token check. Without a
 // token every admin request is refused (403): the API is off.
 func adminHandler(h *server.Host, o OperatorOptions) http.Handler {
-	a := &adminAPI{h: h, reload: o.Reload, stopping: o.Stopping, log: o.Logger}
+	a := &adminAPI{h: h, op: h.Operator(), reload: o.Reload, stopping: o.Stopping, log: o.Logger}
 	if a.log == nil {
 		a.log = h.Logger()
 	}
@@ -121,7 +123,7 @@ func (a *adminAPI) internal(w http.ResponseWriter, r *http.Request, err error) {
 
 // audit writes the audit line of one action.
 func (a *adminAPI) audit(action, handle, tenant, target, code string, t0 time.Time) {
-	a.h.AuditAdmin(server.AdminAction{Action: action, Session: handle, Tenant: tenant, Target: target, Code: code,
+	a.op.Audit(operator.Action{Action: action, Session: handle, Tenant: tenant, Target: target, Code: code,
 		Started: t0, Duration: time.Since(t0)})
 }
 
@@ -142,7 +144,7 @@ func noSession(handle string) admin.Error {
 	return admin.Error{Ok: false, Error: "not_found", Message: "no session has the handle " + wire.Clip(handle)}
 }
 
-func sessionModel(r server.SessionReport) admin.AdminSession {
+func sessionModel(r operator.SessionReport) admin.AdminSession {
 	now := time.Now()
 	out := admin.AdminSession{Handle: r.Handle, Tenant: r.Tenant, AgentId: r.AgentID, State: admin.AdminSessionState(r.State),
 		Transport: r.Transport, Created: r.Created.UTC(), AgeSeconds: float32(now.Sub(r.Created).Seconds()),
@@ -181,7 +183,7 @@ func sessionModel(r server.SessionReport) admin.AdminSession {
 	return out
 }
 
-func snapshotRef(n server.SnapshotNote) admin.AdminSnapshotRef {
+func snapshotRef(n operator.SnapshotNote) admin.AdminSnapshotRef {
 	return admin.AdminSnapshotRef{SnapshotId: n.ID, Target: admin.AdminSnapshotRefTarget(n.Target), Kind: n.Kind, Created: n.At.UTC(), Bytes: n.Bytes}
 }
 
@@ -197,7 +199,7 @@ func (a *adminAPI) AdminListSessions(ctx context.Context, req admin.AdminListSes
 		}
 		limit = *l
 	}
-	list, total, pending := a.h.AdminSessions(limit)
+	list, total, pending := a.op.Sessions(limit)
 	out := admin.AdminSessionList{Draining: a.h.Draining(), Total: total, Pending: pending, Sessions: make([]admin.AdminSession, len(list))}
 	for i, r := range list {
 		out.Sessions[i] = sessionModel(r)
@@ -209,14 +211,14 @@ func (a *adminAPI) AdminListSessions(ctx context.Context, req admin.AdminListSes
 // AdminInspectSession implements GET /admin/sessions/{handle}.
 func (a *adminAPI) AdminInspectSession(ctx context.Context, req admin.AdminInspectSessionRequestObject) (admin.AdminInspectSessionResponseObject, error) {
 	t0 := time.Now()
-	r, err := a.h.AdminSession(req.Handle)
+	r, err := a.op.Session(req.Handle)
 	if err != nil {
 		a.audit("session.inspect", wire.Clip(req.Handle), "", "", "not_found", t0)
 		return admin.AdminInspectSession404JSONResponse{AdminNoSessionJSONResponse: admin.AdminNoSessionJSONResponse(noSession(req.Handle))}, nil
 	}
 	out := admin.AdminSessionDetail{Session: sessionModel(r), Snapshots: []admin.AdminSnapshotRef{}}
-	snaps, err := a.h.SessionSnapshots(ctx, req.Handle, inspectSnapshots)
-	if err != nil && !errors.Is(err, server.ErrNoSuchSession) {
+	snaps, err := a.op.Snapshots(ctx, req.Handle, inspectSnapshots)
+	if err != nil && !errors.Is(err, operator.ErrNoSuchSession) {
 		p := a.problem("session.inspect", err)
 		out.SnapshotsError = &p.Message
 	}
@@ -230,7 +232,7 @@ func (a *adminAPI) AdminInspectSession(ctx context.Context, req admin.AdminInspe
 // AdminTerminateSession implements POST /admin/sessions/{handle}/terminate.
 func (a *adminAPI) AdminTerminateSession(ctx context.Context, req admin.AdminTerminateSessionRequestObject) (admin.AdminTerminateSessionResponseObject, error) {
 	t0 := time.Now()
-	r, err := a.h.TerminateSession(req.Handle)
+	r, err := a.op.Terminate(req.Handle)
 	if err != nil {
 		a.audit("session.terminate", wire.Clip(req.Handle), "", "", "not_found", t0)
 		return admin.AdminTerminateSession404JSONResponse{AdminNoSessionJSONResponse: admin.AdminNoSessionJSONResponse(noSession(req.Handle))}, nil
@@ -252,14 +254,14 @@ func (a *adminAPI) AdminSnapshotSession(ctx context.Context, req admin.AdminSnap
 				Ok: false, Error: "bad_request", Message: "target: want file or sql"}}, nil
 		}
 	}
-	r, err := a.h.AdminSession(req.Handle)
+	r, err := a.op.Session(req.Handle)
 	if err != nil {
 		a.audit("session.snapshot", wire.Clip(req.Handle), "", "", "not_found", t0)
 		return admin.AdminSnapshotSession404JSONResponse{AdminNoSessionJSONResponse: admin.AdminNoSessionJSONResponse(noSession(req.Handle))}, nil
 	}
-	t, err := a.h.SnapshotForOperator(ctx, req.Handle, target)
+	t, err := a.op.Snapshot(ctx, req.Handle, target)
 	switch {
-	case errors.Is(err, server.ErrNoSuchSession):
+	case errors.Is(err, operator.ErrNoSuchSession):
 		a.audit("session.snapshot", r.Handle, r.Tenant, "", "not_found", t0)
 		return admin.AdminSnapshotSession404JSONResponse{AdminNoSessionJSONResponse: admin.AdminNoSessionJSONResponse(noSession(req.Handle))}, nil
 	case err != nil:
@@ -295,14 +297,14 @@ func (a *adminAPI) AdminOpenSession(ctx context.Context, req admin.AdminOpenSess
 			caps = []string{}
 		}
 	}
-	o, err := a.h.OpenForOperator(req.Body.Tenant, caps)
+	o, err := a.op.Open(req.Body.Tenant, caps)
 	switch {
-	case errors.Is(err, server.ErrNoSuchTenant):
+	case errors.Is(err, operator.ErrNoSuchTenant):
 		a.audit("session.open", "", wire.Clip(req.Body.Tenant), "", "not_found", t0)
 		return admin.AdminOpenSession404JSONResponse{Ok: false, Error: "not_found", Message: "no tenant is named " + wire.Clip(req.Body.Tenant)}, nil
 	case errors.Is(err, wire.ErrInvalid):
 		return bad(err.Error())
-	case errors.Is(err, server.ErrDraining), errors.Is(err, server.ErrClosed), errors.Is(err, server.ErrTooManySessions), errors.Is(err, server.ErrTenantSessions):
+	case errors.Is(err, operator.ErrUnavailable):
 		a.audit("session.open", "", req.Body.Tenant, "", "unavailable", t0)
 		return admin.AdminOpenSession503JSONResponse{Ok: false, Error: "unavailable", Message: err.Error()}, nil
 	case err != nil:
@@ -370,7 +372,7 @@ func (a *adminAPI) AdminDrain(ctx context.Context, req admin.AdminDrainRequestOb
 	res, err := a.h.Drain(dctx, snapshot)
 	handles := make([]string, 0, len(res.Snapshots))
 	// Without a store a drain takes no snapshot, whatever it was asked.
-	out := admin.AdminDrainResult{Draining: true, Snapshot: snapshot && a.h.Store() != nil, Unfinished: res.Unfinished, NotSaved: res.NotSaved}
+	out := admin.AdminDrainResult{Draining: true, Snapshot: res.Snapshotted, Unfinished: res.Unfinished, NotSaved: res.NotSaved}
 	out.Snapshots = make([]struct {
 		Handle     string `json:"handle"`
 		SnapshotId string `json:"snapshot_id"`
@@ -384,7 +386,7 @@ func (a *adminAPI) AdminDrain(ctx context.Context, req admin.AdminDrainRequestOb
 	}
 	// Each session saved is ended, so its client moves now (docs/deploy.md,
 	// How a client survives a drain) rather than at its next request.
-	out.Ended = a.h.EndSessions(handles)
+	out.Ended = a.op.EndSessions(handles)
 	out.TookSeconds = float32(time.Since(t0).Seconds())
 	code := ""
 	if err != nil {
@@ -412,7 +414,7 @@ func (a *adminAPI) AdminUndrain(ctx context.Context, req admin.AdminUndrainReque
 	if a.stoppingNow() {
 		return conflict("the host is stopping (SIGTERM)")
 	}
-	was := a.h.Undrain()
+	was := a.op.Undrain()
 	a.audit("undrain", "", "", "", "", t0)
 	return admin.AdminUndrain200JSONResponse{Draining: a.h.Draining(), WasDraining: was}, nil
 }

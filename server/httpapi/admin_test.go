@@ -2,6 +2,8 @@ package httpapi_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -76,7 +78,7 @@ func TestAdminRefusedWithoutToken(t *testing.T) {
 	if h.Draining() || h.LiveSessions() != 0 {
 		t.Fatal("a refused request acted")
 	}
-	if _, total, _ := h.AdminSessions(0); total != 0 {
+	if _, total, _ := h.Operator().Sessions(0); total != 0 {
 		t.Fatalf("a refused open made a session: %d", total)
 	}
 }
@@ -208,5 +210,51 @@ func TestTerminatedWebSocket(t *testing.T) {
 	// The same handle is no session any more.
 	if status, _ := do(t, "GET", ops+"/admin/sessions/"+info.Handle, nil, bearer(opToken)); status != http.StatusNotFound {
 		t.Fatalf("inspect after terminate: %d", status)
+	}
+}
+
+// TestAdminOpenUnavailable: an open the host refuses for now — past
+// server.limits.max_sessions, past the tenant's total, while draining, or
+// closed — is 503 unavailable with the kernel's own reason
+// (operator.ErrUnavailable).
+func TestAdminOpenUnavailable(t *testing.T) {
+	sum := sha256.Sum256([]byte("team-b-secret-123"))
+	for _, c := range []struct {
+		name   string
+		edit   func(*server.Config)
+		tenant string
+		// block makes the next open fail, after one open succeeded.
+		block func(*server.Host)
+		want  string
+	}{
+		{"max_sessions", func(c *server.Config) { c.Server.Limits.MaxSessions = 1 }, "default", nil, "too many sessions"},
+		{"tenant total", func(c *server.Config) {
+			c.Server.Tenants = []server.TenantConfig{{Name: "team-b", SecretSHA256: []string{hex.EncodeToString(sum[:])},
+				Totals: server.TenantTotals{Sessions: 1}}}
+		}, "team-b", nil, "tenant is at its total"},
+		{"draining", nil, "default", func(h *server.Host) {
+			if _, err := h.Drain(context.Background(), false); err != nil {
+				t.Fatal(err)
+			}
+		}, "draining"},
+		{"closed", nil, "default", func(h *server.Host) { h.Close(context.Background()) }, "closed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHost(t, c.edit)
+			base := operatorServer(t, h, httpapi.OperatorOptions{Token: opToken})
+			open := `{"tenant":"` + c.tenant + `"}`
+			if status, body := do(t, "POST", base+"/admin/sessions", strings.NewReader(open), bearer(opToken)); status != http.StatusCreated {
+				t.Fatalf("first open: %d %s", status, body)
+			}
+			if c.block != nil {
+				c.block(h)
+			}
+			status, body := do(t, "POST", base+"/admin/sessions", strings.NewReader(open), bearer(opToken))
+			var e admin.Error
+			if status != http.StatusServiceUnavailable || json.Unmarshal(body, &e) != nil || e.Error != "unavailable" ||
+				!strings.Contains(strings.ToLower(e.Message), c.want) {
+				t.Fatalf("open refused for now: %d %s, want 503 unavailable saying %q", status, body, c.want)
+			}
+		})
 	}
 }

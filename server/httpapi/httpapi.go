@@ -496,9 +496,9 @@ var _ gen.SendResponseObject = accepted{}
 // notFound answers a session id no session has: not_found, or terminated
 // for a session the operator terminated a short while ago, so that a
 // client knows it was ended on purpose and must not move it
-// (server/admin.go).
+// (operator.Host.WasTerminated).
 func (a *api) notFound(id string) gen.NotFoundJSONResponse {
-	if a.h.WasTerminated(id) {
+	if a.h.Operator().WasTerminated(id) {
 		return gen.NotFoundJSONResponse{Ok: false, Error: "terminated", Message: "the operator terminated this session"}
 	}
 	return gen.NotFoundJSONResponse{Ok: false, Error: "not_found", Message: "no session " + strconv.Quote(id)}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/aephost/aep/gen/msg"
 	"github.com/aephost/aep/server"
+	"github.com/aephost/aep/server/operator"
 	"github.com/aephost/aep/wire"
 )
 
@@ -311,8 +312,11 @@ type wsSession struct {
 	dropGen  uint64 // counts drops, so a stale grace timer does nothing
 	closed   bool
 	overflow bool
-	writing  bool // someone is writing frames to the connection
-	notify   chan struct{}
+	// terminated is set when the operator terminated the session, before
+	// the kernel closes this sink (operator.ConnectionSink).
+	terminated atomic.Bool
+	writing    bool // someone is writing frames to the connection
+	notify     chan struct{}
 
 	elem *list.Element // in wsHub.detached; guarded by wsHub.mu
 }
@@ -332,12 +336,12 @@ func (ws *wsSession) wake() {
 // Transport names the sink for the by-transport session gauge.
 func (*wsSession) Transport() string { return "websocket" }
 
-// HoldsConnection implements [server.ConnectionSink]: a terminated
+// SessionTerminated implements [operator.ConnectionSink]: a terminated
 // session's connection stays a while, so the client's next request is
-// answered why its session is gone.
-func (*wsSession) HoldsConnection() bool { return true }
+// answered why its session is gone, and then closes saying so.
+func (ws *wsSession) SessionTerminated() { ws.terminated.Store(true) }
 
-var _ server.ConnectionSink = (*wsSession)(nil)
+var _ operator.ConnectionSink = (*wsSession)(nil)
 
 func (ws *wsSession) Send(p *wire.Packet) (int, error) {
 	line, err := wire.Encode(&p.Envelope, p.Msg)
@@ -750,7 +754,7 @@ func (conn *wsConn) writeLoop() {
 			continue
 		} else if !ws.writing && ws.closed {
 			ws.mu.Unlock()
-			if ws.sess.Terminated() {
+			if ws.terminated.Load() {
 				conn.closeWith(closeTerminated, "session terminated by the operator")
 			} else {
 				conn.closeWith(websocket.StatusNormalClosure, "session ended")

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,10 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/aephost/aep/server"
 )
 
 // readFrame keeps a message of at most limit bytes whole and reports a
@@ -101,4 +106,71 @@ func TestWriteDeadlineMovedOnlyWhenDue(t *testing.T) {
 	t1 := time.Now()
 	w.Write([]byte("y"))
 	check(t1, 2)
+}
+
+// TestTerminatedCloseCode: a WebSocket whose session the operator
+// terminated is told so by the kernel (operator.ConnectionSink) before it
+// is closed, and its connection then closes with closeTerminated, so that
+// a moving client knows not to move; a session that ends otherwise closes
+// its connection normally. The kernel closes a terminated session's sink
+// only after the linger; the test closes it itself, as that timer would.
+func TestTerminatedCloseCode(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		end  func(h *server.Host, ws *wsSession) error
+		want websocket.StatusCode
+	}{
+		{"terminated", func(h *server.Host, ws *wsSession) error {
+			if _, err := h.Operator().Terminate(ws.sess.Handle()); err != nil {
+				return err
+			}
+			ws.Close() // what the kernel does once the linger is over
+			return nil
+		}, closeTerminated},
+		{"ended", func(h *server.Host, ws *wsSession) error { ws.sess.Close(); return nil }, websocket.StatusNormalClosure},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cfg := server.Defaults()
+			cfg.Server.AuthToken = "terminated-close-token"
+			h, err := server.New(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { h.Close(context.Background()) })
+			a := Handler(h, Options{}).(*guard).a
+			hub := &wsHub{a: a, opts: a.opts.WebSocket.withDefaults(), sessions: map[string]*wsSession{}, watch: newWatchdog()}
+			srv := httptest.NewServer(http.HandlerFunc(hub.serve))
+			defer srv.Close()
+			conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.CloseNow()
+			hs := `{"type":"handshake/req","id":"hs","proto":"1.0","ts":1,"agent_id":"a","agent_caps":["session"],"auth_token":"terminated-close-token"}`
+			if err := conn.Write(ctx, websocket.MessageText, []byte(hs)); err != nil {
+				t.Fatal(err)
+			}
+			if _, b, err := conn.Read(ctx); err != nil || !strings.Contains(string(b), `"ok":true`) {
+				t.Fatalf("handshake: %s %v", b, err)
+			}
+			var ws *wsSession
+			hub.mu.Lock()
+			for _, x := range hub.sessions {
+				ws = x
+			}
+			hub.mu.Unlock()
+			if ws == nil {
+				t.Fatal("the hub holds no session")
+			}
+			if err := c.end(h, ws); err != nil {
+				t.Fatal(err)
+			}
+			_, b, err := conn.Read(ctx)
+			if got := websocket.CloseStatus(err); got != c.want {
+				t.Fatalf("the connection's end: %s %v (status %d), want status %d", b, err, got, c.want)
+			}
+		})
+	}
 }
