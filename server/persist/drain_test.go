@@ -84,7 +84,7 @@ func TestDrainNamesTheSnapshot(t *testing.T) {
 	if a.Point() != 3 {
 		t.Fatalf("client point %d", a.Point())
 	}
-	r.h.Undrain()
+	r.h.Operator().Undrain()
 	b := r.connect(t, ctx)
 	from, last := a.SessionID(), int(a.Point())
 	resp, err := b.SessionRestore(ctx, &msg.SessionRestoreReq{FromSession: &from, LastPoint: &last})
