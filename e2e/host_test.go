@@ -112,20 +112,35 @@ func (s *syncBuf) String() string {
 // dir (./aep-data, relative) and no config file when config is empty.
 func startHost(t testing.TB, config string) *host {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return startHostAt(t, config, addr)
+	return startHostOn(t, bin, config, "")
 }
 
-// startHostAt is startHost listening on addr.
+// startHostAt is startHost listening on addr ("" a free port): a host
+// restarted where a proxy expects it.
 func startHostAt(t testing.TB, config, addr string) *host {
+	t.Helper()
+	return startHostOn(t, bin, config, addr)
+}
+
+// startHostOf is startHost with the aep binary at path (another build).
+func startHostOf(t testing.TB, path, config string) *host {
+	t.Helper()
+	return startHostOn(t, path, config, "")
+}
+
+// startHostOn runs the aep binary at path as startHostAt does.
+func startHostOn(t testing.TB, path, config, addr string) *host {
 	t.Helper()
 	touchSources()
 	dir := t.TempDir()
+	if addr == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = ln.Addr().String()
+		ln.Close()
+	}
 	args := []string{"serve", "--listen", addr}
 	if config != "" {
 		p := filepath.Join(dir, "aep.yaml")
@@ -134,7 +149,7 @@ func startHostAt(t testing.TB, config, addr string) *host {
 		}
 		args = append(args, "--config", p)
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "AEP_AUTH_TOKEN="+token)
 	h := &host{base: "http://" + addr, addr: addr, cmd: cmd, stderr: &syncBuf{}}

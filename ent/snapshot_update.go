@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
@@ -24,6 +25,86 @@ type SnapshotUpdate struct {
 // Where appends a list predicates to the SnapshotUpdate builder.
 func (_u *SnapshotUpdate) Where(ps ...predicate.Snapshot) *SnapshotUpdate {
 	_u.mutation.Where(ps...)
+	return _u
+}
+
+// SetData sets the "data" field.
+func (_u *SnapshotUpdate) SetData(v []byte) *SnapshotUpdate {
+	_u.mutation.SetData(v)
+	return _u
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (_u *SnapshotUpdate) SetCreatedAt(v time.Time) *SnapshotUpdate {
+	_u.mutation.SetCreatedAt(v)
+	return _u
+}
+
+// SetNillableCreatedAt sets the "created_at" field if the given value is not nil.
+func (_u *SnapshotUpdate) SetNillableCreatedAt(v *time.Time) *SnapshotUpdate {
+	if v != nil {
+		_u.SetCreatedAt(*v)
+	}
+	return _u
+}
+
+// SetFiles sets the "files" field.
+func (_u *SnapshotUpdate) SetFiles(v []byte) *SnapshotUpdate {
+	_u.mutation.SetFiles(v)
+	return _u
+}
+
+// ClearFiles clears the value of the "files" field.
+func (_u *SnapshotUpdate) ClearFiles() *SnapshotUpdate {
+	_u.mutation.ClearFiles()
+	return _u
+}
+
+// SetFilesBytes sets the "files_bytes" field.
+func (_u *SnapshotUpdate) SetFilesBytes(v int64) *SnapshotUpdate {
+	_u.mutation.ResetFilesBytes()
+	_u.mutation.SetFilesBytes(v)
+	return _u
+}
+
+// SetNillableFilesBytes sets the "files_bytes" field if the given value is not nil.
+func (_u *SnapshotUpdate) SetNillableFilesBytes(v *int64) *SnapshotUpdate {
+	if v != nil {
+		_u.SetFilesBytes(*v)
+	}
+	return _u
+}
+
+// AddFilesBytes adds value to the "files_bytes" field.
+func (_u *SnapshotUpdate) AddFilesBytes(v int64) *SnapshotUpdate {
+	_u.mutation.AddFilesBytes(v)
+	return _u
+}
+
+// SetPoint sets the "point" field.
+func (_u *SnapshotUpdate) SetPoint(v int64) *SnapshotUpdate {
+	_u.mutation.ResetPoint()
+	_u.mutation.SetPoint(v)
+	return _u
+}
+
+// SetNillablePoint sets the "point" field if the given value is not nil.
+func (_u *SnapshotUpdate) SetNillablePoint(v *int64) *SnapshotUpdate {
+	if v != nil {
+		_u.SetPoint(*v)
+	}
+	return _u
+}
+
+// AddPoint adds value to the "point" field.
+func (_u *SnapshotUpdate) AddPoint(v int64) *SnapshotUpdate {
+	_u.mutation.AddPoint(v)
+	return _u
+}
+
+// ClearPoint clears the value of the "point" field.
+func (_u *SnapshotUpdate) ClearPoint() *SnapshotUpdate {
+	_u.mutation.ClearPoint()
 	return _u
 }
 
@@ -59,7 +140,20 @@ func (_u *SnapshotUpdate) ExecX(ctx context.Context) {
 	}
 }
 
+// check runs all checks and user-defined validators on the builder.
+func (_u *SnapshotUpdate) check() error {
+	if v, ok := _u.mutation.Data(); ok {
+		if err := snapshot.DataValidator(v); err != nil {
+			return &ValidationError{Name: "data", err: fmt.Errorf(`ent: validator failed for field "Snapshot.data": %w`, err)}
+		}
+	}
+	return nil
+}
+
 func (_u *SnapshotUpdate) sqlSave(ctx context.Context) (_node int, err error) {
+	if err := _u.check(); err != nil {
+		return _node, err
+	}
 	_spec := sqlgraph.NewUpdateSpec(snapshot.Table, snapshot.Columns, sqlgraph.NewFieldSpec(snapshot.FieldID, field.TypeString))
 	if ps := _u.mutation.predicates; len(ps) > 0 {
 		_spec.Predicate = func(selector *sql.Selector) {
@@ -68,8 +162,29 @@ func (_u *SnapshotUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 			}
 		}
 	}
+	if value, ok := _u.mutation.Data(); ok {
+		_spec.SetField(snapshot.FieldData, field.TypeBytes, value)
+	}
+	if value, ok := _u.mutation.CreatedAt(); ok {
+		_spec.SetField(snapshot.FieldCreatedAt, field.TypeTime, value)
+	}
+	if value, ok := _u.mutation.Files(); ok {
+		_spec.SetField(snapshot.FieldFiles, field.TypeBytes, value)
+	}
 	if _u.mutation.FilesCleared() {
 		_spec.ClearField(snapshot.FieldFiles, field.TypeBytes)
+	}
+	if value, ok := _u.mutation.FilesBytes(); ok {
+		_spec.SetField(snapshot.FieldFilesBytes, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedFilesBytes(); ok {
+		_spec.AddField(snapshot.FieldFilesBytes, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.Point(); ok {
+		_spec.SetField(snapshot.FieldPoint, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedPoint(); ok {
+		_spec.AddField(snapshot.FieldPoint, field.TypeInt64, value)
 	}
 	if _u.mutation.PointCleared() {
 		_spec.ClearField(snapshot.FieldPoint, field.TypeInt64)
@@ -92,6 +207,86 @@ type SnapshotUpdateOne struct {
 	fields   []string
 	hooks    []Hook
 	mutation *SnapshotMutation
+}
+
+// SetData sets the "data" field.
+func (_u *SnapshotUpdateOne) SetData(v []byte) *SnapshotUpdateOne {
+	_u.mutation.SetData(v)
+	return _u
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (_u *SnapshotUpdateOne) SetCreatedAt(v time.Time) *SnapshotUpdateOne {
+	_u.mutation.SetCreatedAt(v)
+	return _u
+}
+
+// SetNillableCreatedAt sets the "created_at" field if the given value is not nil.
+func (_u *SnapshotUpdateOne) SetNillableCreatedAt(v *time.Time) *SnapshotUpdateOne {
+	if v != nil {
+		_u.SetCreatedAt(*v)
+	}
+	return _u
+}
+
+// SetFiles sets the "files" field.
+func (_u *SnapshotUpdateOne) SetFiles(v []byte) *SnapshotUpdateOne {
+	_u.mutation.SetFiles(v)
+	return _u
+}
+
+// ClearFiles clears the value of the "files" field.
+func (_u *SnapshotUpdateOne) ClearFiles() *SnapshotUpdateOne {
+	_u.mutation.ClearFiles()
+	return _u
+}
+
+// SetFilesBytes sets the "files_bytes" field.
+func (_u *SnapshotUpdateOne) SetFilesBytes(v int64) *SnapshotUpdateOne {
+	_u.mutation.ResetFilesBytes()
+	_u.mutation.SetFilesBytes(v)
+	return _u
+}
+
+// SetNillableFilesBytes sets the "files_bytes" field if the given value is not nil.
+func (_u *SnapshotUpdateOne) SetNillableFilesBytes(v *int64) *SnapshotUpdateOne {
+	if v != nil {
+		_u.SetFilesBytes(*v)
+	}
+	return _u
+}
+
+// AddFilesBytes adds value to the "files_bytes" field.
+func (_u *SnapshotUpdateOne) AddFilesBytes(v int64) *SnapshotUpdateOne {
+	_u.mutation.AddFilesBytes(v)
+	return _u
+}
+
+// SetPoint sets the "point" field.
+func (_u *SnapshotUpdateOne) SetPoint(v int64) *SnapshotUpdateOne {
+	_u.mutation.ResetPoint()
+	_u.mutation.SetPoint(v)
+	return _u
+}
+
+// SetNillablePoint sets the "point" field if the given value is not nil.
+func (_u *SnapshotUpdateOne) SetNillablePoint(v *int64) *SnapshotUpdateOne {
+	if v != nil {
+		_u.SetPoint(*v)
+	}
+	return _u
+}
+
+// AddPoint adds value to the "point" field.
+func (_u *SnapshotUpdateOne) AddPoint(v int64) *SnapshotUpdateOne {
+	_u.mutation.AddPoint(v)
+	return _u
+}
+
+// ClearPoint clears the value of the "point" field.
+func (_u *SnapshotUpdateOne) ClearPoint() *SnapshotUpdateOne {
+	_u.mutation.ClearPoint()
+	return _u
 }
 
 // Mutation returns the SnapshotMutation object of the builder.
@@ -139,7 +334,20 @@ func (_u *SnapshotUpdateOne) ExecX(ctx context.Context) {
 	}
 }
 
+// check runs all checks and user-defined validators on the builder.
+func (_u *SnapshotUpdateOne) check() error {
+	if v, ok := _u.mutation.Data(); ok {
+		if err := snapshot.DataValidator(v); err != nil {
+			return &ValidationError{Name: "data", err: fmt.Errorf(`ent: validator failed for field "Snapshot.data": %w`, err)}
+		}
+	}
+	return nil
+}
+
 func (_u *SnapshotUpdateOne) sqlSave(ctx context.Context) (_node *Snapshot, err error) {
+	if err := _u.check(); err != nil {
+		return _node, err
+	}
 	_spec := sqlgraph.NewUpdateSpec(snapshot.Table, snapshot.Columns, sqlgraph.NewFieldSpec(snapshot.FieldID, field.TypeString))
 	id, ok := _u.mutation.ID()
 	if !ok {
@@ -165,8 +373,29 @@ func (_u *SnapshotUpdateOne) sqlSave(ctx context.Context) (_node *Snapshot, err 
 			}
 		}
 	}
+	if value, ok := _u.mutation.Data(); ok {
+		_spec.SetField(snapshot.FieldData, field.TypeBytes, value)
+	}
+	if value, ok := _u.mutation.CreatedAt(); ok {
+		_spec.SetField(snapshot.FieldCreatedAt, field.TypeTime, value)
+	}
+	if value, ok := _u.mutation.Files(); ok {
+		_spec.SetField(snapshot.FieldFiles, field.TypeBytes, value)
+	}
 	if _u.mutation.FilesCleared() {
 		_spec.ClearField(snapshot.FieldFiles, field.TypeBytes)
+	}
+	if value, ok := _u.mutation.FilesBytes(); ok {
+		_spec.SetField(snapshot.FieldFilesBytes, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedFilesBytes(); ok {
+		_spec.AddField(snapshot.FieldFilesBytes, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.Point(); ok {
+		_spec.SetField(snapshot.FieldPoint, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedPoint(); ok {
+		_spec.AddField(snapshot.FieldPoint, field.TypeInt64, value)
 	}
 	if _u.mutation.PointCleared() {
 		_spec.ClearField(snapshot.FieldPoint, field.TypeInt64)

@@ -353,6 +353,14 @@ type SnapshotConfig struct {
 	// each (server/persist/autosnap.go); 0s takes none, else at least 1s. With
 	// several hosts on one store, e.g. 5m. Default: "0s".
 	AutoInterval Duration `yaml:"auto_interval"`
+	// CrashWindow: The most acknowledged work a session loses when its host dies
+	// without a drain (SIGKILL, an OOM kill): each live top-level session is saved
+	// to the store (its automatic snapshot, target sql) half this after its first
+	// unsaved change, and a request of a session whose oldest unsaved change is
+	// older than this waits for that save, up to store_wait
+	// (server/persist/crashwin.go, docs/deploy.md). Needs a store; 0s: off, else
+	// at least 200ms. The shipped fleet configuration sets 2s. Default: "0s".
+	CrashWindow Duration `yaml:"crash_window"`
 	// StoreWait: How long a snapshot, restore, listing or trajectory export an
 	// agent asked for waits for a store that does not answer before it fails with
 	// runtime_error, reason store_unavailable (retryable); never a fallback to

@@ -79,6 +79,7 @@ func TestConfigErrors(t *testing.T) {
 		{"files bound past 1 GiB", "server:\n  snapshots: {files_max_bytes: 2147483648}\n", []string{"server.snapshots.files_max_bytes: want at most 1073741824, got 2147483648"}},
 		{"negative entries bound", "server:\n  snapshots: {files_max_entries: -5}\n", []string{"server.snapshots.files_max_entries"}},
 		{"auto interval too short", "server:\n  snapshots: {auto_interval: 10ms}\n", []string{"server.snapshots.auto_interval: 10ms", "at least 1s"}},
+		{"crash window too short", "server:\n  snapshots: {crash_window: 50ms}\n", []string{"server.snapshots.crash_window: 50ms", "at least 200ms"}},
 		{"a second document", "server: {}\n---\nserver: {}\n", []string{"config:2:", "a second YAML document"}},
 		{"YAML syntax", "server:\n  listen: [\n", []string{"config:", "YAML"}},
 		{"libpq key/value DSN is checked as PostgreSQL", "store: {dsn: \"host=/x dbname=aep sslmode=bogus\"}\n", []string{"config:1: store.dsn", "sslmode"}},

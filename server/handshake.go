@@ -120,6 +120,7 @@ func (s *Session) handshake(env *wire.Envelope, req *msg.HandshakeReq) (code wir
 		refuse(alreadyHandshaken())
 		return code
 	}
+	s.changed(time.Now()) // saved within the crash window, though it did nothing yet
 	id := s.id
 	resp := &msg.HandshakeResp{Ok: true, SessionID: &id, AcceptedCaps: accepted}
 	if r := h.recorderFor(s, req); r != nil {

@@ -156,6 +156,9 @@ type Host struct {
 	// forks, trajectories, automatic snapshots and the session
 	// directories (server/persistence.go).
 	persist persistence
+	// crashWindow is set when the kernel records sessions' unsaved
+	// changes (server.snapshots.crash_window with a store).
+	crashWindow bool
 }
 
 // New provisions the plugins of cfg and returns a running host. On error
@@ -184,6 +187,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Host, error) {
 	// Whatever field of a request a secret arrives in, no log line holds it.
 	h.log = slog.New(&scrubHandler{inner: o.logger.Handler(), h: h})
 	h.persist = h.newPersistence()
+	h.crashWindow = h.persist.CrashWindow() > 0
 	h.logIsolation()
 	h.pending.max = cfg.Server.Limits.MaxPendingSessions
 	h.throttle = newHandshakeThrottle(cfg.Server.Limits.FailedHandshakeBurst, time.Duration(cfg.Server.Limits.FailedHandshakeInterval))
@@ -394,6 +398,7 @@ func (h *Host) forget(s *Session) {
 	h.inspectEnded(s) // likewise: an inspector page cuts them from what it shows
 	h.sessionTokens.Delete(s.id)
 	h.sessionsChanged()
+	h.persist.SessionClosing(s.view())
 	h.dropState("", s.handle)
 	h.forgetSecrets(s.handle)
 	for _, o := range h.observers {

@@ -53,8 +53,18 @@ type persistence interface {
 	// DrainSnapshots saves every live top-level session on a drain
 	// (drain.go), telling done of each as it is saved or given up.
 	DrainSnapshots(ctx context.Context, done func(s persist.Session, snapshotID string, point uint64, err error)) (saved map[string]string, notSaved int, err error)
-	// SessionEnded is told of every session that ended (host.go, forget).
+	// SessionEnded is told of every session that ended (host.go, forget);
+	// SessionClosing before its plugins drop its state.
 	SessionEnded(s persist.Session, hostGoing bool)
+	SessionClosing(s persist.Session)
+
+	// The crash window (server/persist/crashwin.go): CrashWindow is 0
+	// when it is off; Changed is told of a top-level session whose first
+	// unsaved change was recorded (Session.changed); HoldForSave holds
+	// back a request of a session that is a window behind.
+	CrashWindow() time.Duration
+	Changed(s persist.Session)
+	HoldForSave(ctx context.Context, s persist.Session, now time.Time)
 
 	// Session directories: where they are, made on first use, and the
 	// copy a snapshot-scoped subagent starts from (child.go).
@@ -75,6 +85,10 @@ const (
 
 // recorder records one session's trajectory (Session.rec).
 type recorder = persist.Recorder
+
+// unsavedChanges is what of a session tree's changes its automatic
+// snapshot does not hold yet (Session.unsaved).
+type unsavedChanges = persist.Unsaved
 
 // sessionDir is a session's directory (Host.SessionDir).
 type sessionDir = persist.Dir
@@ -99,6 +113,36 @@ func (h *Host) newPersistence() persistence {
 	})
 }
 
+// root is the top-level session of s's tree.
+func (s *Session) root() *Session {
+	for s.parent != nil {
+		s = s.parent
+	}
+	return s
+}
+
+// changed records a change of s's session tree at now, for the crash
+// window (server/persist/crashwin.go): the root's oldest unsaved change,
+// set only when none is recorded, which is when the keeper is told. Off,
+// it is one branch on a constant.
+func (s *Session) changed(now time.Time) {
+	if !s.h.crashWindow {
+		return
+	}
+	r := s.root()
+	if r.unsaved.Since.Load() == 0 && r.unsaved.Since.CompareAndSwap(0, now.UnixNano()) {
+		s.h.persist.Changed(r.view())
+	}
+}
+
+// holdForSave holds back a request of s that arrived at now while its
+// tree is a crash window behind its save.
+func (s *Session) holdForSave(ctx context.Context, now time.Time) {
+	if s.h.crashWindow {
+		s.h.persist.HoldForSave(ctx, s.root().view(), now)
+	}
+}
+
 // startPersistence hands the keeper the loaded plugins, in start order.
 func (h *Host) startPersistence() {
 	ps := make([]persist.Plugin, len(h.plugins))
@@ -111,7 +155,7 @@ func (h *Host) startPersistence() {
 func (c SnapshotConfig) settings() persist.SnapshotSettings {
 	return persist.SnapshotSettings{KeepPerSession: c.KeepPerSession, MaxAge: time.Duration(c.MaxAge),
 		FilesMaxBytes: c.FilesMaxBytes, FilesMaxEntries: c.FilesMaxEntries, AutoInterval: time.Duration(c.AutoInterval),
-		StoreWait: time.Duration(c.StoreWait), DrainParallel: c.DrainParallel}
+		CrashWindow: time.Duration(c.CrashWindow), StoreWait: time.Duration(c.StoreWait), DrainParallel: c.DrainParallel}
 }
 
 // check rejects settings that make no sense.
@@ -302,6 +346,11 @@ func (v *sessionView) Tenant() string    { return StorageTenant(v.session().Tena
 func (v *sessionView) Close()            { v.session().Close() }
 func (v *sessionView) Point() uint64     { return v.point.Load() }
 func (v *sessionView) SetPoint(p uint64) { v.point.Store(p) }
+func (v *sessionView) Ended() bool       { return v.session().closing() }
+
+// Unsaved is the session tree's oldest unsaved change (changed): the
+// root's.
+func (v *sessionView) Unsaved() *persist.Unsaved { return &v.session().root().unsaved }
 
 func (v *sessionView) Identity() (string, []msg.CapabilityEntry) {
 	v.mu.Lock()

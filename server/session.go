@@ -92,9 +92,13 @@ type Session struct {
 
 	state      atomic.Int32
 	lastActive atomic.Int64 // unix nanos
-	enabled    atomic.Pointer[map[string]bool]
-	rec        atomic.Pointer[recorder] // set when the trajectory is recorded (server/persist/trajectory.go)
-	tap        atomic.Pointer[tapList]  // set while an inspector page follows the session (inspect.go)
+	// unsaved is, on a top-level session, the time (unix nanos) of its
+	// tree's oldest change not yet in its automatic snapshot, 0 none
+	// (changed, server/persist/crashwin.go).
+	unsaved unsavedChanges
+	enabled atomic.Pointer[map[string]bool]
+	rec     atomic.Pointer[recorder] // set when the trajectory is recorded (server/persist/trajectory.go)
+	tap     atomic.Pointer[tapList]  // set while an inspector page follows the session (inspect.go)
 
 	mu       sync.Mutex
 	sink     Sink
@@ -588,7 +592,11 @@ func (s *Session) finish(c *call) {
 		s.drained = nil
 	}
 	s.mu.Unlock()
-	s.touch()
+	now := time.Now()
+	s.touchAt(now)
+	if c.entry.ChangesState {
+		s.changed(now) // what the request did is acknowledged now
+	}
 }
 
 // run executes one admitted request on a worker.
@@ -606,6 +614,10 @@ func (s *Session) run(c *call) {
 		return // cancelled while queued; already answered
 	}
 	t0 := c.t0
+	if c.entry.ChangesState {
+		s.holdForSave(ctx, t0)
+		s.changed(t0)
+	}
 	sctx, span := s.h.startRequestSpan(ctx, c, false)
 	resp, err := s.h.dispatch(sctx, c, c.entry, c.msg)
 	if ctx.Err() != nil && err == nil && resp == nil {

@@ -28,8 +28,11 @@ func (Snapshot) Fields() []ent.Field {
 		field.String("session_id").NotEmpty().Immutable(),
 		field.String("agent_id").Immutable(),
 		// Data is the snapshot envelope (JSON): format version, checksum, payload.
-		field.Bytes("data").NotEmpty().Immutable(),
-		field.Time("created_at").Default(time.Now).Immutable(),
+		// Data, created_at, files, files_bytes and point change only in a
+		// session's automatic snapshot, which its host writes over in
+		// place, one statement at a time (server/persist/autosnap.go).
+		field.Bytes("data").NotEmpty(),
+		field.Time("created_at").Default(time.Now),
 		// Kind says why the snapshot was taken: "request" (session/snapshot),
 		// "drain" (operator.snapshot_on_drain) or "auto" (the periodic
 		// snapshots of server.snapshots.auto_interval), so a host keeps only
@@ -41,10 +44,10 @@ func (Snapshot) Fields() []ent.Field {
 		// snapshot (server/persist/archive.go), verified against the checksum
 		// the payload records; NULL when the snapshot carries no files.
 		// It is read only by a restore or a fork, never by a listing.
-		field.Bytes("files").Optional().Immutable(),
+		field.Bytes("files").Optional(),
 		// FilesBytes is len(files), so a listing sizes a snapshot without
 		// reading the archive.
-		field.Int64("files_bytes").Default(0).Immutable(),
+		field.Int64("files_bytes").Default(0),
 		// Tenant is the saved session's tenant (server.StorageTenant: ""
 		// for the default one). Only a session of the same tenant restores,
 		// forks, lists or deletes it; to any other it does not exist.
@@ -54,7 +57,8 @@ func (Snapshot) Fields() []ent.Field {
 		// point, docs/DECISIONS.md, Points), so a listing says it without
 		// reading the document. NULL for snapshots taken before points were
 		// kept. Added after the first release, nullable: one ALTER TABLE.
-		field.Int64("point").Optional().Nillable().Immutable(),
+		// Written over with the document in an automatic snapshot.
+		field.Int64("point").Optional().Nillable(),
 	}
 }
 

@@ -62,6 +62,9 @@ type SnapshotSettings struct {
 	FilesMaxEntries int
 	// AutoInterval is the period of automatic snapshots; 0 takes none.
 	AutoInterval time.Duration
+	// CrashWindow bounds the acknowledged work a session loses when its
+	// host dies without a drain (crashwin.go); 0 is off.
+	CrashWindow time.Duration
 	// StoreWait bounds how long a request waits for a store that does not
 	// answer (storewait.go); 0 is [DefaultStoreWait].
 	StoreWait time.Duration
@@ -119,6 +122,9 @@ func (c SnapshotSettings) Check() []error {
 	if c.AutoInterval < 0 || (c.AutoInterval > 0 && c.AutoInterval < minAutoInterval) {
 		add("auto_interval", "%s: want 0s (off) or at least %s", c.AutoInterval, minAutoInterval)
 	}
+	if c.CrashWindow < 0 || (c.CrashWindow > 0 && c.CrashWindow < minCrashWindow) {
+		add("crash_window", "%s: want 0s (off) or at least %s", c.CrashWindow, minCrashWindow)
+	}
 	return probs
 }
 
@@ -172,7 +178,7 @@ type Keeper struct {
 
 	stop    chan struct{} // closed by Stop
 	stopped sync.Once
-	workers sync.WaitGroup // the automatic snapshots' goroutine
+	workers sync.WaitGroup // the automatic snapshots' goroutines
 }
 
 // New returns the keeper of a host. It serves session directories at
@@ -189,7 +195,8 @@ func New(k Kernel, set Settings) *Keeper {
 
 // Start finds what the loaded plugins implement of this package's
 // interfaces, in start order, and starts the trajectory writer and, with
-// server.snapshots.auto_interval and a store, the automatic snapshots.
+// server.snapshots.auto_interval or crash_window and a store, the
+// automatic snapshots.
 func (p *Keeper) Start(plugins []Plugin) {
 	p.snapshotters = implementing[Snapshotter](plugins)
 	p.fileHolders = implementing[FileHolder](plugins)
@@ -198,7 +205,7 @@ func (p *Keeper) Start(plugins []Plugin) {
 	p.startAutoSnapshots()
 }
 
-// Stop stops the automatic snapshots and waits for one under way. The
+// Stop stops the automatic snapshots and waits for those under way. The
 // host calls it before it ends its sessions.
 func (p *Keeper) Stop() {
 	p.stopped.Do(func() { close(p.stop) })

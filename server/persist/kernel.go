@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/aephost/aep/gen/msg"
@@ -77,6 +78,31 @@ type Session interface {
 	// SetPoint sets the session's point: a restore's or a fork's
 	// snapshot's, which its next replies carry.
 	SetPoint(point uint64)
+	// Ended reports whether the session has begun to end.
+	Ended() bool
+	// Unsaved is, for a top-level session, what of its tree's changes
+	// is not yet in its automatic snapshot (crashwin.go).
+	Unsaved() *Unsaved
+}
+
+// Unsaved records the changes of a top-level session's tree that are not
+// yet in its automatic snapshot, as times in Unix nanoseconds, 0 for
+// none. The kernel sets Since when it is 0 (a request started or was
+// answered); a save moves it to Saving before it reads the session's
+// state and clears Saving once the snapshot is written, so a change is
+// unsaved until its save is in the store.
+type Unsaved struct {
+	Since  atomic.Int64 // the oldest change no save has read yet
+	Saving atomic.Int64 // the oldest change the save under way holds
+}
+
+// oldest is the oldest change not yet in the store, 0 none.
+func (u *Unsaved) oldest() int64 {
+	a, b := u.Since.Load(), u.Saving.Load()
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // SnapshotReport is how taking one snapshot went.

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -150,31 +151,54 @@ func newSnapshotID(target string) string { return target + "-" + wire.RandomHex(
 // sql snapshot, in a file beside the document for a file snapshot. The
 // kernel is told how it went, for its metrics.
 func (p *Keeper) takeSnapshot(ctx context.Context, s Session, target, kind string) (t snapshotTaken, err error) {
+	return p.takeSnapshotInto(ctx, s, target, kind, nil)
+}
+
+// takeSnapshotInto is takeSnapshot that, with row, writes over the
+// session's automatic snapshot (autosnap.go) instead of adding one.
+func (p *Keeper) takeSnapshotInto(ctx context.Context, s Session, target, kind string, row *autoRow) (t snapshotTaken, err error) {
 	t0 := time.Now()
 	defer func() {
 		p.k.SnapshotDone(s, SnapshotReport{Kind: kind, Target: target, Began: t0, ID: t.id, Bytes: t.bytes, Err: err})
 	}()
-	return p.writeSnapshot(ctx, s, target, kind)
+	return p.writeSnapshot(ctx, s, target, kind, row)
 }
 
-// writeSnapshot is takeSnapshot without the kernel's metrics.
-func (p *Keeper) writeSnapshot(ctx context.Context, s Session, target, kind string) (snapshotTaken, error) {
+// writeSnapshot is takeSnapshotInto without the kernel's metrics.
+func (p *Keeper) writeSnapshot(ctx context.Context, s Session, target, kind string, row *autoRow) (snapshotTaken, error) {
 	if err := p.targetAvailable(target); err != nil {
 		return snapshotTaken{}, err
+	}
+	// Read before the state and files are: a change meanwhile shows as a
+	// different fingerprint at the next save.
+	var fp uint64
+	if row != nil {
+		fp = dirFingerprint(p.DirOf(s).Path, p.set.Snapshots.filesMaxEntries())
 	}
 	pl, secrets, err := p.sessionState(ctx, s)
 	if err != nil {
 		return snapshotTaken{}, err
 	}
 	pl.SnapshotID = newSnapshotID(target)
+	if row != nil && row.id != "" {
+		pl.SnapshotID = row.id
+	}
 	if kind != KindRequest {
 		pl.Kind = kind
 	}
 	var archive []byte
+	reused := row != nil && row.id != "" && row.files != nil && row.filesMark == fp
+	switch {
+	case reused:
+		// Incremental: the directory is as it was when the row's archive
+		// was made; the row keeps it and the document repeats its
+		// description.
+		fi := *row.files
+		pl.Files = &fi
 	// A file snapshot of a subagent that works in its parent's directory
 	// carries no files, as before file snapshots carried any: restoring
 	// them would replace the parent's directory, which restore refuses.
-	if target == "sql" || p.DirOf(s).Owner == s.Handle() {
+	case target == "sql" || p.DirOf(s).Owner == s.Handle():
 		if archive, err = p.archiveSessionFiles(ctx, s, pl, secrets); err != nil {
 			return snapshotTaken{}, err
 		}
@@ -187,12 +211,34 @@ func (p *Keeper) writeSnapshot(ctx context.Context, s Session, target, kind stri
 		p.log.Warn("snapshot refused: it holds a secret", "session", s.Handle(), "found", what)
 		return snapshotTaken{}, fmt.Errorf("%w (%s); nothing was written", ErrSnapshotSecret, what)
 	}
-	if err := p.storeSnapshot(ctx, target, kind, pl, doc, archive); err != nil {
+	if row != nil && row.id != "" {
+		found, err := p.updateAutoRow(ctx, pl, doc, archive, reused)
+		if err != nil {
+			return snapshotTaken{}, fmt.Errorf("write snapshot: %w", err)
+		}
+		if !found {
+			// Deleted under it (max_age, keep_per_session, the client's
+			// session/snapshot/delete, a drain): a new row, files and all.
+			row.id, row.files = "", nil
+			return p.writeSnapshot(ctx, s, target, kind, row)
+		}
+	} else if err := p.storeSnapshot(ctx, target, kind, pl, doc, archive); err != nil {
 		return snapshotTaken{}, fmt.Errorf("write snapshot: %w", err)
 	}
+	if row != nil {
+		row.id = pl.SnapshotID
+		if !reused {
+			row.files, row.filesMark = pl.Files, fp
+		}
+	}
 	t := snapshotTaken{id: pl.SnapshotID, bytes: len(doc) + len(archive), owner: pl.Owner, files: pl.Files.taken(), point: pl.point()}
-	p.log.Info("snapshot written", "session", s.Handle(), "snapshot_id", pl.SnapshotID, "target", target, "kind", kind, "point", t.point,
-		"bytes", t.bytes, "plugins", len(pl.Plugins), "files", t.files.State, "files_bytes", t.files.Bytes, "files_skipped", pl.Files != nil && pl.Files.SkippedCount > 0)
+	level := slog.LevelInfo
+	if kind == KindAuto {
+		level = slog.LevelDebug // twice a crash window per busy session
+	}
+	p.log.Log(ctx, level, "snapshot written", "session", s.Handle(), "snapshot_id", pl.SnapshotID, "target", target, "kind", kind, "point", t.point,
+		"bytes", t.bytes, "plugins", len(pl.Plugins), "files", t.files.State, "files_bytes", t.files.Bytes, "files_reused", reused,
+		"files_skipped", pl.Files != nil && pl.Files.SkippedCount > 0)
 	// A snapshot without its files refers to the session's directory,
 	// which then outlives the session on this host; an automatic one never
 	// keeps a directory, or every session's would stay.
@@ -281,6 +327,30 @@ func (p *Keeper) storeSnapshot(ctx context.Context, target, kind string, pl *sna
 		tried = true
 		return err
 	})
+}
+
+// updateAutoRow writes a new document over the session's automatic
+// snapshot row, with the files archive unless reused, in one statement;
+// found is false when the row is gone. Like storeSnapshot's automatic
+// writes it does not wait for a store that does not answer: the saver
+// tries again.
+func (p *Keeper) updateAutoRow(ctx context.Context, pl *snapshotPayload, doc, archive []byte, reused bool) (found bool, err error) {
+	err = p.storeCall(ctx, "snapshot", 0, func(ctx context.Context) error {
+		u := p.store.Client.Snapshot.Update().Where(snapshot.ID(pl.SnapshotID), snapshot.Kind(KindAuto)).
+			SetData(doc).SetCreatedAt(pl.Created).SetPoint(int64(pl.point()))
+		if !reused {
+			u.SetFilesBytes(int64(len(archive)))
+			if archive != nil {
+				u.SetFiles(archive)
+			} else {
+				u.ClearFiles()
+			}
+		}
+		n, err := u.Save(ctx)
+		found = n == 1
+		return err
+	})
+	return found, err
 }
 
 // filesLimits are the bounds of a files archive on this host: maxBytes of

@@ -266,10 +266,11 @@ func TestForkFromSnapshotWithFiles(t *testing.T) {
 
 // TestAutoSnapshots: with server.snapshots.auto_interval every live
 // session is snapshotted to the store with its files; an unchanged
-// session is not snapshotted again; only the newest automatic snapshot
-// of a session is kept; from_session on another host restores it; a
-// session that ends on a running host takes its automatic snapshot with
-// it; and the host stops taking them when it closes.
+// session is not snapshotted again; a session has one automatic
+// snapshot, written over in place (the same id, newer contents);
+// from_session on another host restores it; a session that ends on a
+// running host takes its automatic snapshot with it; and the host stops
+// taking them when it closes.
 func TestAutoSnapshots(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -283,16 +284,20 @@ func TestAutoSnapshots(t *testing.T) {
 
 	w := autoWatch{st: h1.st}
 	autos := func() []string { return w.autos(t, ctx) }
-	waitAuto := func(not string) string { return w.wait(t, ctx, not) }
-	first := waitAuto("")
+	waitAuto := func(after time.Time) string { return w.wait(t, ctx, after) }
+	first := waitAuto(time.Time{})
+	firstAt := w.created(t, ctx, first)
 	// Unchanged: the next rounds take none.
 	time.Sleep(2500 * time.Millisecond)
-	if ids := autos(); !slices.Equal(ids, []string{first}) {
+	if ids := autos(); !slices.Equal(ids, []string{first}) || !w.created(t, ctx, first).Equal(firstAt) {
 		t.Fatalf("an unchanged session was snapshotted again: %v, first %s", ids, first)
 	}
 	a.say(t, ctx, "two")
 	writeTree(t, h1.sessionDir(t, a), map[string]string{"w.txt": "v2"})
-	second := waitAuto(first)
+	second := waitAuto(firstAt)
+	if second != first {
+		t.Fatalf("the automatic snapshot was replaced by %s, not written over: %s", second, first)
+	}
 
 	list := listSnaps(t, ctx, a)
 	if len(list) != 1 || list[0].SnapshotID != second || list[0].Kind == nil || *list[0].Kind != msg.SnapshotInfoKindAuto {
@@ -324,7 +329,7 @@ func TestAutoSnapshots(t *testing.T) {
 	// Closed, the host takes no more.
 	c := h1.connect(t, ctx)
 	c.say(t, ctx, "three")
-	waitAuto("")
+	waitAuto(time.Time{})
 	h1.h.Close(ctx)
 	n := len(autos())
 	time.Sleep(2500 * time.Millisecond)
@@ -347,13 +352,23 @@ func (w autoWatch) autos(t *testing.T, ctx context.Context) []string {
 	return ids
 }
 
-// wait waits for the one automatic snapshot of the session to be other
-// than not, and returns it.
-func (w autoWatch) wait(t *testing.T, ctx context.Context, not string) string {
+// created is when the automatic snapshot id was last written.
+func (w autoWatch) created(t *testing.T, ctx context.Context, id string) time.Time {
+	t.Helper()
+	row, err := w.st.Client.Snapshot.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return row.CreatedAt
+}
+
+// wait waits for the one automatic snapshot of the session to be written
+// after after, and returns its id.
+func (w autoWatch) wait(t *testing.T, ctx context.Context, after time.Time) string {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if ids := w.autos(t, ctx); len(ids) == 1 && ids[0] != not {
+		if ids := w.autos(t, ctx); len(ids) == 1 && w.created(t, ctx, ids[0]).After(after) {
 			return ids[0]
 		} else if len(ids) > 1 {
 			t.Fatalf("%d automatic snapshots of one session: %v", len(ids), ids)

@@ -52,6 +52,13 @@ type notesPlugin struct {
 	// slow makes every Snapshot take that long.
 	slow time.Duration
 
+	// hold, when set, makes Snapshot wait for it to be closed before it
+	// takes the plugin's lock: a save the store is slow to finish.
+	hold atomic.Pointer[chan struct{}]
+	// poison, when set, makes Snapshot fail for a session whose notes
+	// hold "poison": a state that cannot be saved.
+	poison atomic.Bool
+
 	mu       sync.Mutex
 	sessions map[string]*notesState
 	restores atomic.Int32
@@ -115,6 +122,13 @@ func (p *notesPlugin) EchoWait(ctx context.Context, s wire.Scope, req *testproto
 }
 
 func (p *notesPlugin) Snapshot(ctx context.Context, sid string) ([]byte, error) {
+	if h := p.hold.Load(); h != nil {
+		select {
+		case <-*h:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	p.mu.Lock()
 	gate, entered, slow := p.gate, p.entered, p.slow
 	p.mu.Unlock()
@@ -129,6 +143,9 @@ func (p *notesPlugin) Snapshot(ctx context.Context, sid string) ([]byte, error) 
 	st := p.state(sid)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.poison.Load() && slices.Contains(st.Notes, "poison") {
+		return nil, errors.New("this state cannot be saved")
+	}
 	if p.Leak {
 		return json.Marshal(leakyState{Notes: st.Notes, APIKey: st.APIKey})
 	}
