@@ -241,7 +241,8 @@ func (x *exchange) take() (events [][]byte, dropped int, reply []byte) {
 // sendExchange answers one POST /send in single-exchange mode.
 func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode exchangeMode, traceparent string) gen.SendResponseObject {
 	var sc wire.Scanned
-	if err := wire.Scan(line, &sc); err != nil || !sc.HasID || sc.IDNotString || sc.ID == "" {
+	scanErr := wire.Scan(line, &sc)
+	if !sc.HasID || sc.IDNotString || sc.ID == "" {
 		// The kernel could answer this line only with an error whose
 		// req_id is empty, which no exchange can claim; the transport
 		// answers it with the kernel's decoder and error table instead.
@@ -251,7 +252,7 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		}
 		return answerNow(mode, errorLine(sc.ID, wire.AsError(derr)))
 	}
-	if e := a.h.Registry().Lookup(sc.Type); e != nil && e.Kind == wire.KindNotification {
+	if e := a.h.Registry().Lookup(sc.Type); scanErr == nil && e != nil && e.Kind == wire.KindNotification {
 		st.sess.ReceiveLine(line) // cancel, shutdown: no reply to wait for
 		return accepted{}
 	}
@@ -263,9 +264,15 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		return answerNow(mode, errorLine(sc.ID, &wire.Error{Code: wire.CodeSchemaViolation,
 			Message: "a request with this id is already in flight", Detail: map[string]any{"field": "id"}}))
 	}
-	if mode == modeSSE {
+	if mode == modeSSE || scanErr != nil {
+		// A malformed line whose id is readable is the kernel's to answer,
+		// as over every other transport: its error, with the session's
+		// point, comes to this exchange by that id.
 		st.sess.ReceiveLineWith(line, server.LineOptions{Traceparent: traceparent})
-		return &sseExchange{x: x, ctx: ctx}
+		if mode == modeSSE {
+			return &sseExchange{x: x, ctx: ctx}
+		}
+		return x.wait(ctx)
 	}
 	// This goroutine waits for the reply anyway, so the kernel may run the
 	// request on it (server.Session.ReceiveScannedHere); a client that
@@ -279,6 +286,12 @@ func (a *api) sendExchange(ctx context.Context, st *stream, line []byte, mode ex
 		x.Gone()
 		return nobodyLeft
 	}
+	return x.wait(ctx)
+}
+
+// wait answers the exchange with its reply when it comes, or nothing when
+// the client goes away first (its request is then cancelled).
+func (x *exchange) wait(ctx context.Context) gen.SendResponseObject {
 	for {
 		reply, wake := x.replyOrWake()
 		if reply != nil {

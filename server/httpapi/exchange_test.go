@@ -149,6 +149,11 @@ func TestSingleExchange(t *testing.T) {
 		{"not JSON", jsonOnly, `not json`, 200, []string{"error  parse_error"}},
 		{"not JSON as SSE", both, `{"type":`, 200, []string{"error  parse_error"}},
 		{"no id", jsonOnly, `{"type":"ping","proto":"1.0","ts":1}`, 200, []string{"error  schema_violation"}},
+		{"malformed with a readable id", jsonOnly, `{"type":"ping","id":"m1","proto":"1.0","ts":1} {}`, 200, []string{"error m1 parse_error"}},
+		{"malformed with a readable id as SSE", both, `{"type":"ping","id":"m2","proto":"1.0","proto":"1.0","ts":1}`, 200,
+			[]string{"error m2 parse_error"}},
+		{"a malformed cancel is answered", jsonOnly, `{"type":"cancel","id":"m3","proto":"1.0","ts":1,"req_id":"none"} x`, 200,
+			[]string{"error m3 parse_error"}},
 		{"handler error", jsonOnly, `{"type":"echo/wait/req","id":"p1","proto":"1.0","ts":1,"panic":true}`, 200,
 			[]string{"error p1 runtime_error"}},
 		{"cancel is a notification", jsonOnly, `{"type":"cancel","id":"c1","proto":"1.0","ts":1,"req_id":"none"}`, 202, nil},
@@ -167,6 +172,20 @@ func TestSingleExchange(t *testing.T) {
 			for i, l := range got.lines {
 				if s := summary(t, l); s != tc.want[i] {
 					t.Errorf("message %d: %s, want %s\n%s", i, s, tc.want[i], l)
+				}
+			}
+			for _, l := range got.lines {
+				// An answer to a line whose id was read is the session's
+				// reply, with its point, as over every other transport;
+				// one to a line without a readable id answers no request.
+				var m struct {
+					Type  string  `json:"type"`
+					ReqID string  `json:"req_id"`
+					Point *uint64 `json:"point"`
+				}
+				_ = json.Unmarshal([]byte(l), &m)
+				if !strings.HasSuffix(m.Type, "/event") && (m.ReqID != "") != (m.Point != nil) {
+					t.Errorf("req_id %q with point %v: %s", m.ReqID, m.Point, l)
 				}
 			}
 			if tc.status == 200 && tc.accept == jsonOnly && got.ctype != "application/json" {
