@@ -101,7 +101,7 @@ var rules = []rule{
 	{file: "docs/PERFORMANCE.md", lang: "sh", kind: kindBench, want: []string{"PASS"}},
 	{file: "docs/chains.md", lang: "json", contains: `"chain/run/req"`, kind: kindMessage, want: []string{`"success":true`}},
 	{file: "docs/contract.md", lang: "sh", contains: "npx json-schema-to-typescript@16.0.0", kind: kindShell, npmProject: ".ci",
-		files: map[string]string{"aep.schema.json": `"HostMessage"`, "aep.ts": "export type HostMessage ="}},
+		files: map[string]string{"aep.schema.json": `"HostMessage"`, "aep.ts": "export type AnyHostMessage ="}},
 	{file: "docs/contract.md", lang: "sh", contains: "aep conformance --url http://127.0.0.1:8765\n", kind: kindShell, needsHost: true, want: []string{"conformant"}},
 	{file: "docs/contract.md", lang: "sh", contains: "--all-transports", kind: kindShell, needsHost: true, want: []string{"=== across http, exchange, websocket", "conformant over every transport"}},
 	{file: "docs/contract.md", lang: "sh", contains: "conformance/aep/aep.yaml", kind: kindShell, want: []string{", 0 MUST failed, 0 SHOULD failed,", "\nconformant"}},
