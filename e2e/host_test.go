@@ -112,7 +112,7 @@ func (s *syncBuf) String() string {
 // dir (./aep-data, relative) and no config file when config is empty.
 func startHost(t testing.TB, config string) *host {
 	t.Helper()
-	return startHostOn(t, bin, config, "")
+	return startHostAt(t, config, "")
 }
 
 // startHostAt is startHost listening on addr ("" a free port): a host
@@ -120,12 +120,6 @@ func startHost(t testing.TB, config string) *host {
 func startHostAt(t testing.TB, config, addr string) *host {
 	t.Helper()
 	return startHostOn(t, bin, config, addr)
-}
-
-// startHostOf is startHost with the aep binary at path (another build).
-func startHostOf(t testing.TB, path, config string) *host {
-	t.Helper()
-	return startHostOn(t, path, config, "")
 }
 
 // startHostOn runs the aep binary at path as startHostAt does.

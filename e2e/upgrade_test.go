@@ -191,3 +191,9 @@ func freshSchema(t *testing.T) string {
 	})
 	return dsn
 }
+
+// startHostOf is startHost with the aep binary at path (another build).
+func startHostOf(t testing.TB, path, config string) *host {
+	t.Helper()
+	return startHostOn(t, path, config, "")
+}

@@ -308,7 +308,6 @@ func TestLineagePrefixMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	on := true
-	var forks []*client.Client
 	for _, f := range fr.Forks {
 		pipe, err := r.h.ConnectLinesTo(f.SessionID, 64)
 		if err != nil {
@@ -320,7 +319,6 @@ func TestLineagePrefixMissing(t *testing.T) {
 			t.Fatalf("%+v %v", hs, err)
 		}
 		step(t, ctx, fc, reset.EpisodeID, 25)
-		forks = append(forks, fc)
 	}
 	for _, format := range []msg.SessionTrajectoryExportReqFormat{msg.SessionTrajectoryExportReqFormatJsonl, msg.SessionTrajectoryExportReqFormatChat} {
 		lines, resp := exportAll(t, ctx, root, msg.SessionTrajectoryExportReq{Group: fr.Group, Format: format})
