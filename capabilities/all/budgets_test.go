@@ -314,7 +314,10 @@ func TestFilesBudget(t *testing.T) {
 	r := newBudgetRig(t, nil)
 	ctx := aeptest.Context(t)
 	c := r.connect(t)
-	res := runCmd(t, ctx, c, fmt.Sprintf(`mkdir d && cd d && i=0; while [ $i -lt %d ]; do : > f$i; i=$((i+1)); done`, 5*filesBudget))
+	// The directory is measured every diskPoll (server/budget.go): on a
+	// fast machine the loop may finish first, so the command stays on a
+	// while after it, and must be ended all the same.
+	res := runCmd(t, ctx, c, fmt.Sprintf(`mkdir d && cd d && i=0; while [ $i -lt %d ]; do : > f$i; i=$((i+1)); done; sleep 10`, 5*filesBudget))
 	if res.Success || !strings.Contains(deref(res.Error), "files") {
 		t.Fatalf("a command creating %d files: %+v", 5*filesBudget, res)
 	}

@@ -45,7 +45,7 @@ func TestValidation(t *testing.T) {
 			[]string{"w → g has when"}},
 		{"expression syntax", `{"nodes":[` + wait + `,{"id":"b","kind":"branch","condition":"input.x >"}],"edges":[{"from":"w","to":"b"}]}`,
 			[]string{`node "b": expression`}},
-		{"missing setting", `{"nodes":[` + wait + `,{"id":"r","kind":"reduce","items":[1]}]}`, []string{`node "r" (reduce) needs expr`}},
+		{"missing setting", `{"nodes":[` + wait + `,{"id":"r","kind":"reduce","items":[1]}]}`, []string{`chain.nodes[1].expr`, `required when kind is "reduce"`}},
 		{"unknown request type", `{"nodes":[{"id":"x","kind":"action","request":{"type":"nope/req"}}]}`, []string{`unknown request type "nope/req"`}},
 		{"kernel type", `{"nodes":[{"id":"x","kind":"action","request":{"type":"handshake/req"}}]}`, []string{"not a request a chain can send"}},
 		{"shared fallback", `{"nodes":[{"id":"a","kind":"action","on_error":"fallback","fallback":"f","request":{"type":"echo/wait/req"}},
@@ -489,13 +489,14 @@ func TestStoredAndNested(t *testing.T) {
 	}
 
 	_, _, err := e.run(t, `{"name":"missing"}`)
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, `"missing"`)
+	// A name nothing defines is an error of state (docs/DECISIONS.md).
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 	_, _, err = e.run(t, `{"name":"shout","chain":{"nodes":[{"id":"g","kind":"gather"}]}}`)
 	aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
 	// Another session does not see this session's chains.
 	other := aeptest.Connect(t, e.h, "chains", "echo")
 	_, err = other.ChainRun(aeptest.Context(t), runReq(t, `{"name":"shout"}`))
-	aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 }
 
 // TestCapabilityGating checks that an action needs its capability enabled

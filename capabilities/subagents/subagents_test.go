@@ -59,7 +59,8 @@ func TestMemoryScopes(t *testing.T) {
 				t.Fatalf("child write: %v", err)
 			}
 			if !tc.childWrites {
-				aeptest.WantError(t, err, wire.CodeSchemaViolation, "")
+				// Refused by the scope, not by the message's shape.
+				aeptest.WantError(t, err, wire.CodeRuntimeError, "read-only")
 			}
 			want := ""
 			if tc.parentSees {
@@ -199,7 +200,7 @@ func TestSpawnRefused(t *testing.T) {
 		req  *msg.SubagentSpawnReq
 		code wire.Code
 	}{
-		{"capability not held", &msg.SubagentSpawnReq{Name: "x", Capabilities: []string{"memory", "proc"}}, wire.CodeSchemaViolation},
+		{"capability not held", &msg.SubagentSpawnReq{Name: "x", Capabilities: []string{"memory", "proc"}}, wire.CodeRuntimeError},
 		{"steps over ceiling", &msg.SubagentSpawnReq{Name: "x", MaxSteps: aeptest.Ptr(101)}, wire.CodeSchemaViolation},
 		{"empty name", &msg.SubagentSpawnReq{Name: ""}, wire.CodeSchemaViolation},
 	} {

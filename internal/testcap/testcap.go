@@ -114,6 +114,6 @@ func (p *Plugin) TestcapGet(ctx context.Context, s wire.Scope, req *TestcapGetRe
 			return &TestcapGetResp{Key: req.Key, Total: total, UpdatedAt: wire.Epoch(c.at[req.Key])}, nil
 		}
 	}
-	// ErrNotFound: schema_violation with detail.reason "not_found".
+	// ErrNotFound: runtime_error with detail.reason "not_found".
 	return nil, fmt.Errorf("counter %q: %w", req.Key, wire.ErrNotFound)
 }

@@ -78,7 +78,7 @@ func TestRequestReachesHandler(t *testing.T) {
 	// Another session has its own counters (the kernel's SessionState).
 	_, b := connect(t, h, "testcap")
 	_, err = b.TestcapGet(ctx, &testcap.TestcapGetReq{Key: "k"})
-	aeptest.WantReason(t, err, wire.CodeSchemaViolation, "not_found")
+	aeptest.WantReason(t, err, wire.CodeRuntimeError, "not_found")
 }
 
 // TestErrors: the generated validator refuses a request that breaks the
@@ -102,7 +102,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"schema: empty key", &testcap.TestcapGetReq{Key: ""}, wire.CodeSchemaViolation, `"key"`, ""},
 		{"schema: by below minimum", &testcap.TestcapAddReq{Key: "a", By: -1}, wire.CodeSchemaViolation, `"by"`, ""},
-		{"ErrNotFound", &testcap.TestcapGetReq{Key: "absent"}, wire.CodeSchemaViolation, `counter "absent"`, "not_found"},
+		{"ErrNotFound", &testcap.TestcapGetReq{Key: "absent"}, wire.CodeRuntimeError, `counter "absent"`, "not_found"},
 		{"ErrDenied", &testcap.TestcapAddReq{Key: "c"}, wire.CodeRuntimeError, "2 counters", "denied"},
 	}
 	for _, tc := range cases {
