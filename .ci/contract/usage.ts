@@ -4,7 +4,9 @@
 // session's host lines. tsc --strict must accept it, and the @ts-expect-error
 // lines prove that wrong messages do not type-check.
 import { readFileSync } from "node:fs";
-import type { AgentMessage, ErrorCode, HostMessage, ToolCallReqMessage } from "./aep.js";
+import type { AnyAgentMessage as AgentMessage, AnyHostMessage as HostMessage, ErrorCode, ToolCallReqMessage } from "./aep.js";
+// The unions as generators see them: a oneOf of the messages (the bundle's
+// AgentMessage and HostMessage dispatch on type with if/then, for validators).
 
 // Each host message, narrowed by its type; every branch reads fields only
 // that type has.
