@@ -203,7 +203,19 @@ func TestEveryCheckHasAMutant(t *testing.T) {
 			caught[c] = true
 		}
 	}
+	// Checks that aep's own bundle leaves nothing to find: host.closed
+	// judges a line only after host.strict passed it, and the bundle closes
+	// host messages at every depth, so a nested extra field fails
+	// host.strict first (docs/DECISIONS.md, the mutation suite). The check
+	// stays for bundles of other hosts that leave objects open.
+	subsumed := map[string]string{conformance.CheckHostClosed: conformance.CheckHostStrict}
 	for _, c := range conformance.Checks() {
+		if by, ok := subsumed[c.ID]; ok {
+			if !caught[by] {
+				t.Errorf("no mutant fails %s, which reports what %s would", by, c.ID)
+			}
+			continue
+		}
 		if !caught[c.ID] {
 			t.Errorf("no mutant fails %s", c.ID)
 		}
