@@ -121,10 +121,16 @@ func TestOperatorOpenedSession(t *testing.T) {
 	if _, err := (testproto.Client{Requester: c}).EchoSay(ctx, &testproto.EchoSayReq{Text: "hi"}); err != nil {
 		t.Fatal(err)
 	}
+	// The audit line is written after the reply is sent: wait for it.
 	var say *server.AuditRecord
-	for _, r := range rec.all() {
-		if r.Type == "echo/say/req" && r.SessionID == o.Handle {
-			say = &r
+	for say == nil && ctx.Err() == nil {
+		for _, r := range rec.all() {
+			if r.Type == "echo/say/req" && r.SessionID == o.Handle {
+				say = &r
+			}
+		}
+		if say == nil {
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	if say == nil || say.Actor != operator.Actor || say.Tenant != "team-b" {
