@@ -122,7 +122,43 @@ type fleetProxy struct {
 
 	mu    sync.Mutex
 	down  map[string]bool
-	conns map[string][]net.Conn
+	conns map[string][]*muteConn
+}
+
+// muteConn is the proxy's connection to a host. Muted, it is what a
+// proxy's connection to a host that just died is before the proxy has
+// noticed: nothing more comes from it, and the next bytes the proxy
+// forwards are lost as the connection resets.
+type muteConn struct {
+	net.Conn
+	mute, gone chan struct{}
+	once       sync.Once
+}
+
+func (c *muteConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		select {
+		case <-c.mute:
+			<-c.gone
+			return 0, syscall.ECONNRESET
+		default:
+		}
+	}
+	return n, err
+}
+
+func (c *muteConn) Write(b []byte) (int, error) {
+	select {
+	case <-c.mute:
+		c.once.Do(func() {
+			close(c.gone)
+			_ = c.Conn.Close()
+		})
+		return len(b), nil
+	default:
+		return c.Conn.Write(b)
+	}
 }
 
 var sidHost = regexp.MustCompile(`^s-(.+)-[0-9a-f]{32}$`)
@@ -137,7 +173,7 @@ func hostOf(sid string) string {
 func newFleet(t *testing.T, fallback bool, ids ...string) *fleetProxy {
 	t.Helper()
 	db := filepath.Join(t.TempDir(), "shared.db")
-	p := &fleetProxy{fallback: fallback, down: map[string]bool{}, conns: map[string][]net.Conn{}}
+	p := &fleetProxy{fallback: fallback, down: map[string]bool{}, conns: map[string][]*muteConn{}}
 	for _, id := range ids {
 		p.hosts = append(p.hosts, startRigHost(t, id, db))
 	}
@@ -152,12 +188,14 @@ func newFleet(t *testing.T, fallback bool, ids ...string) *fleetProxy {
 				return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 			}
 			conn, err := d.DialContext(ctx, "tcp", p.host(id).addr)
-			if err == nil {
-				p.mu.Lock()
-				p.conns[id] = append(p.conns[id], conn)
-				p.mu.Unlock()
+			if err != nil {
+				return nil, err
 			}
-			return conn, err
+			mc := &muteConn{Conn: conn, mute: make(chan struct{}), gone: make(chan struct{})}
+			p.mu.Lock()
+			p.conns[id] = append(p.conns[id], mc)
+			p.mu.Unlock()
+			return mc, nil
 		}}
 	rp := &httputil.ReverseProxy{Transport: tr, ErrorLog: log.New(io.Discard, "", 0), Rewrite: func(pr *httputil.ProxyRequest) {
 		id := hostOf(pr.In.Header.Get("X-Session-Id"))
@@ -203,6 +241,21 @@ func (p *fleetProxy) kill(id string) {
 	p.mu.Unlock()
 	for _, c := range conns {
 		_ = c.Close()
+	}
+}
+
+// killUnnoticed makes a host unreachable as kill does, but the proxy has
+// not noticed yet: its clients' connections stay open until they next
+// send something, which is lost as the proxy finds the host gone.
+func (p *fleetProxy) killUnnoticed(id string) {
+	p.mu.Lock()
+	p.down[id] = true
+	conns := p.conns[id]
+	p.conns[id] = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		close(c.mute)
+		_ = c.SetReadDeadline(time.Now())
 	}
 }
 
@@ -440,6 +493,61 @@ func TestMoveInterruptsInFlight(t *testing.T) {
 			case g := <-p.host("hb").echo.Started:
 				t.Fatalf("echo/wait %q was sent again to the new host", g)
 			default:
+			}
+		})
+	}
+}
+
+// TestMoveIdleWebSocketHostGone: a WebSocket agent idle while its host
+// died sends its next request before the proxy has noticed. The idle
+// check's ping finds the connection dead first, so the request is known
+// never to have reached a host: the client moves and sends it in the new
+// session, where it runs once. With the check turned off the request is
+// written into the dead connection, and whether it ran is unknown: it
+// fails with ErrInterrupted and is not sent again.
+func TestMoveIdleWebSocketHostGone(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		idleCheck time.Duration
+		resent    bool
+	}{
+		{"idle check", 100 * time.Millisecond, true},
+		{"no idle check", -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			p := newFleet(t, true, "ha", "hb")
+			dial := client.WebSocketDialer("ws"+strings.TrimPrefix(p.url, "http")+"/ws", &client.WSOptions{Registry: moveReg, IdleCheck: tc.idleCheck})
+			a := newAgent(t, ctx, dial, client.MoveOptions{SnapshotWait: 300 * time.Millisecond})
+			a.store(t, ctx, "k", 1)
+			if _, err := a.SessionSnapshot(ctx, &msg.SessionSnapshotReq{Target: msg.SessionSnapshotReqTargetSQL}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond) // idle past the check
+			p.killUnnoticed("ha")
+			_, err := a.MemoryStore(ctx, &msg.MemoryStoreReq{MemoryID: a.mid, Entries: []msg.MemoryEntry{{Key: "after", Content: json.RawMessage(`2`), Tier: "working"}}})
+			m := a.move(t)
+			if m.Err != nil || hostOf(m.To) != "hb" {
+				t.Fatalf("move %+v", m)
+			}
+			if !tc.resent {
+				if !errors.Is(err, client.ErrInterrupted) {
+					t.Fatalf("request written into the dead connection: %v, want ErrInterrupted", err)
+				}
+				if got := a.recall(t, ctx, "k", "after"); got["k"] != "1" || got["after"] != "" {
+					t.Fatalf("working memory after the move: %v (want the snapshot's, the interrupted request not sent again)", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("request sent after the host died, while the client was idle: %v, want it answered in the new session", err)
+			}
+			if got := a.recall(t, ctx, "k", "after"); got["k"] != "1" || got["after"] != "2" {
+				t.Fatalf("working memory after the move: %v (want the snapshot's k and the request sent again)", got)
+			}
+			if ms := a.Moves(); len(ms) != 1 {
+				t.Fatalf("moves %+v, want one", ms)
 			}
 		})
 	}

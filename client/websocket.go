@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -26,7 +27,27 @@ type WSOptions struct {
 	HTTPClient *http.Client
 	// Registry decodes replies (msg.Registry() when nil); used by [WebSocket].
 	Registry *wire.Registry
+	// IdleCheck: a message written on a connection that has received
+	// nothing for this long is preceded by a ping, and goes out only once
+	// the pong came back. A connection whose host died while the client
+	// was idle is then found dead before the message is written, so the
+	// message is known never to have reached a host: a client that moves
+	// ([Moving]) sends it in the new session instead of reporting it
+	// [ErrInterrupted]. Zero means one second; negative turns the check off.
+	IdleCheck time.Duration
 }
+
+// idleCheck returns the option's value with its default applied.
+func (o WSOptions) idleCheck() time.Duration {
+	if o.IdleCheck == 0 {
+		return time.Second
+	}
+	return o.IdleCheck
+}
+
+// pingTimeout bounds the wait for the pong of an idle check; past it the
+// connection is taken for dead and re-attached.
+const pingTimeout = 10 * time.Second
 
 // WSConn is a [LineConn] over aep's WebSocket transport (GET /ws): one
 // session per connection, one message per text frame. A connection that
@@ -43,9 +64,15 @@ type WSConn struct {
 	stop  context.CancelFunc
 	done  chan struct{}
 
-	mu   sync.Mutex
-	c    *websocket.Conn
-	seen uint64 // messages received in this session, across connections
+	// heard is when a frame last came in (or a ping was answered), in
+	// Unix nanoseconds: the idle check's clock.
+	heard atomic.Int64
+
+	mu sync.Mutex
+	c  *websocket.Conn
+	// ended is closed once the pump has seen c end and set err or gap.
+	ended chan struct{}
+	seen  uint64 // messages received in this session, across connections
 	err  error
 	// gap is non-nil while the pump re-attaches a dropped connection;
 	// writes wait for it rather than go to the dead connection.
@@ -74,8 +101,9 @@ func DialWebSocket(ctx context.Context, url string, opts WSOptions) (*WSConn, er
 		w.stop()
 		return nil, err
 	}
-	w.c = c
-	go w.pump(c)
+	w.c, w.ended = c, make(chan struct{})
+	w.heard.Store(time.Now().UnixNano())
+	go w.pump(c, w.ended)
 	return w, nil
 }
 
@@ -114,16 +142,22 @@ func (w *WSConn) dial(ctx context.Context, reattach bool) (*websocket.Conn, erro
 var errNotSent = errors.New("not sent")
 
 // WriteLine sends one message as a text frame. While a dropped connection
-// is being re-attached it waits for the new one.
+// is being re-attached it waits for the new one; on a connection idle for
+// longer than [WSOptions.IdleCheck] it first makes sure the host answers.
 func (w *WSConn) WriteLine(ctx context.Context, line []byte) error {
 	for {
 		w.mu.Lock()
-		c, err, gap := w.c, w.err, w.gap
+		c, err, gap, ended := w.c, w.err, w.gap, w.ended
 		w.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("%w: %w", errNotSent, err)
 		}
 		if gap == nil {
+			if alive, err := w.check(ctx, c, ended); err != nil {
+				return fmt.Errorf("%w: %w", errNotSent, err)
+			} else if !alive {
+				continue // ended: wait for the re-attached connection
+			}
 			if err := c.Write(ctx, websocket.MessageText, line); err != nil {
 				return fmt.Errorf("websocket write: %w", err)
 			}
@@ -134,6 +168,36 @@ func (w *WSConn) WriteLine(ctx context.Context, line []byte) error {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", errNotSent, ctx.Err())
 		}
+	}
+}
+
+// check pings c if it has been idle past the idle check, and reports
+// whether it answered. A connection that did not is closed (if it has not
+// ended already) and check waits until the pump has seen it end; an error
+// means ctx ended first.
+func (w *WSConn) check(ctx context.Context, c *websocket.Conn, ended chan struct{}) (bool, error) {
+	idle := w.opts.idleCheck()
+	if idle < 0 || time.Since(time.Unix(0, w.heard.Load())) < idle {
+		return true, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	err := c.Ping(pctx)
+	cancel()
+	if err == nil {
+		w.heard.Store(time.Now().UnixNano())
+		return true, nil
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	// No pong: the host is gone, or unreachable. Nothing was written, so
+	// whatever happens to the connection the message is still unsent.
+	_ = c.CloseNow()
+	select {
+	case <-ended:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
 	}
 }
 
@@ -166,13 +230,14 @@ func (w *WSConn) Close() error {
 
 // pump reads frames into lines, re-attaching up to three times with back-off
 // when the connection drops (not when the host closes it on purpose).
-func (w *WSConn) pump(c *websocket.Conn) {
+func (w *WSConn) pump(c *websocket.Conn, ended chan struct{}) {
 	defer close(w.done)
 	defer close(w.lines)
 	for {
 		err := w.readAll(c)
 		if w.ctx.Err() != nil || websocket.CloseStatus(err) != -1 {
 			w.fail(err)
+			close(ended)
 			return
 		}
 		c = nil
@@ -180,6 +245,8 @@ func (w *WSConn) pump(c *websocket.Conn) {
 		w.mu.Lock()
 		w.gap = gap
 		w.mu.Unlock()
+		close(ended)
+		ended = make(chan struct{})
 		for try := range 3 {
 			select {
 			case <-time.After(time.Duration(50<<try) * time.Millisecond):
@@ -199,8 +266,9 @@ func (w *WSConn) pump(c *websocket.Conn) {
 		if c == nil {
 			w.fail(err)
 		} else {
+			w.heard.Store(time.Now().UnixNano())
 			w.mu.Lock()
-			w.c = c
+			w.c, w.ended = c, ended
 			w.mu.Unlock()
 		}
 		w.mu.Lock()
@@ -219,6 +287,7 @@ func (w *WSConn) readAll(c *websocket.Conn) error {
 		if err != nil {
 			return err
 		}
+		w.heard.Store(time.Now().UnixNano())
 		if typ != websocket.MessageText {
 			continue
 		}
