@@ -3,8 +3,8 @@
 // stock json-schema-to-typescript makes of the same bundle (default
 // settings, as docs/contract.md shows): for every message interface the
 // same `type` discriminant, the same required fields and the same
-// optional ones; and the same members in the AgentMessage and HostMessage
-// unions. Both files are read with the TypeScript compiler's parser.
+// optional ones; and the same members in the SDK's AgentMessage and
+// HostMessage unions as in the stock AnyAgentMessage and AnyHostMessage. Both files are read with the TypeScript compiler's parser.
 //
 // usage: node .ci/contract/ts-sdk-compat.mjs <aep.schema.json> <messages.gen.ts>
 import { readFile } from "node:fs/promises";
@@ -82,14 +82,18 @@ for (const [name, s] of stock.interfaces) {
 for (const [name, o] of sdk.interfaces) {
   if (o.discriminant !== null && !stock.interfaces.has(name)) fail(`${name} (${o.discriminant}) is in the SDK but not in the stock output`);
 }
-for (const u of ["AgentMessage", "HostMessage"]) {
-  const s = stock.unions.get(u), o = sdk.unions.get(u);
-  if (!s || !o) fail(`${u}: stock ${s ? "has" : "lacks"} it, the SDK ${o ? "has" : "lacks"} it`);
-  else if (!same(o, s)) fail(`${u}: members differ: SDK ${o.join(",")}; stock ${s.join(",")}`);
+// The bundle's AgentMessage and HostMessage dispatch on `type` with
+// if/then, which the stock generator does not make a union of; their
+// oneOf twins AnyAgentMessage and AnyHostMessage, made for generators,
+// hold the same messages. The SDK's unions keep the short names.
+for (const [u, any] of [["AgentMessage", "AnyAgentMessage"], ["HostMessage", "AnyHostMessage"]]) {
+  const s = stock.unions.get(any), o = sdk.unions.get(u);
+  if (!s || !o) fail(`${u}: stock ${s ? "has" : "lacks"} ${any}, the SDK ${o ? "has" : "lacks"} ${u}`);
+  else if (!same(o, s)) fail(`${u}: members differ: SDK ${o.join(",")}; stock ${any} ${s.join(",")}`);
 }
 if (messages === 0) fail("the stock output has no message interfaces");
 if (failed) {
   console.error(`${failed} differences`);
   process.exit(1);
 }
-console.log(`SDK types agree with json-schema-to-typescript on ${messages} messages (discriminant, required and optional fields) and on the AgentMessage and HostMessage unions`);
+console.log(`SDK types agree with json-schema-to-typescript on ${messages} messages (discriminant, required and optional fields) and on the AgentMessage and HostMessage unions (stock AnyAgentMessage, AnyHostMessage)`);
