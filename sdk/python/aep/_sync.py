@@ -34,7 +34,8 @@ from ._syncio import SSE, Exchange, FromAsync, Stdio, SyncTransport, WebSocket
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, PointGap, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
 from .trajectories import TrajectoryExport, _Pages
-from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
+from .transports import (IDLE_CHECK, ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport,
+                         default_argv)
 
 _log = logging.getLogger("aep")
 
@@ -66,7 +67,8 @@ def as_sync(transport: Any) -> SyncTransport:
         return transport
     if isinstance(transport, WebSocketTransport):
         return WebSocket(transport.url, session_id=transport.session_id, headers=transport.headers,
-                         open_timeout=transport.open_timeout, reattach_timeout=transport.reattach_timeout)
+                         open_timeout=transport.open_timeout, reattach_timeout=transport.reattach_timeout,
+                         idle_check=transport.idle_check)
     if isinstance(transport, ExchangeTransport):
         return Exchange(transport.base_url, session_id=transport.session_id, timeout=transport.timeout,
                         headers=transport.headers)
@@ -195,10 +197,12 @@ class Client(SyncMethods):
         return cls.connect(SSE(base_url, session_id=session_id), **kw)
 
     @classmethod
-    def websocket(cls, url: str, *, session_id: Optional[str] = None, **kw: Any) -> "Client":
+    def websocket(cls, url: str, *, session_id: Optional[str] = None, idle_check: Optional[float] = IDLE_CHECK,
+                  **kw: Any) -> "Client":
         """WebSocket to a host's ``/ws`` (``ws://127.0.0.1:8765/ws``): the
-        fastest transport over a network (docs/PERFORMANCE.md)."""
-        return cls.connect(WebSocket(url, session_id=session_id), **kw)
+        fastest transport over a network (docs/PERFORMANCE.md). idle_check:
+        see aep.WebSocketTransport."""
+        return cls.connect(WebSocket(url, session_id=session_id, idle_check=idle_check), **kw)
 
     @classmethod
     def exchange(cls, base_url: str, *, session_id: Optional[str] = None, **kw: Any) -> "Client":

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from . import _ws
 from ._http1 import BodyError, Chunked, EventStream
 from .errors import ConnectionClosed, SessionLost, SessionTerminated
-from .transports import _CLOSE_TERMINATED, _terminated_body
+from .transports import _CLOSE_TERMINATED, IDLE_CHECK, PING_TIMEOUT, _idle_check, _terminated_body
 
 # The host's message limit is 1 MiB (docs/DECISIONS.md, Dispatch); replies
 # carrying tool output may be as large, so readers allow well beyond it.
@@ -158,8 +158,9 @@ class _Socket:
 
     def gone(self) -> bool:
         """Whether the peer closed or reset the connection (checked without
-        blocking; TLS connections are not checked)."""
-        if self.tls or not self.poller.poll(0):
+        blocking; TLS connections are not checked). A peek that does not
+        wait, not the poller: another thread may be polling it to read."""
+        if self.tls:
             return False
         try:
             return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
@@ -180,7 +181,7 @@ class _Socket:
 
 
 class _WSConn(_Socket):
-    __slots__ = ("reader", "send_lock", "dead")
+    __slots__ = ("reader", "send_lock", "dead", "ping", "ponged")
 
     def __init__(self, sock: socket.socket, rest: bytes, max_size: int) -> None:
         super().__init__(sock)
@@ -188,6 +189,10 @@ class _WSConn(_Socket):
         self.reader.feed(rest)
         self.send_lock = threading.Lock()
         self.dead = False
+        # The idle check's ping under way (its payload), and whether its
+        # pong came back.
+        self.ping: Optional[bytes] = None
+        self.ponged = False
 
     def write(self, data: bytes) -> None:
         with self.send_lock:
@@ -203,12 +208,19 @@ class WebSocket(SyncTransport):
     received, so the host replays what was missed; tries go on for
     ``reattach_timeout`` seconds. Then, or when the host no longer has the
     session (404), or when the host closed the connection itself, the end
-    is SessionLost. ``reattached`` counts the re-attaches."""
+    is SessionLost. ``reattached`` counts the re-attaches.
+
+    ``idle_check`` as aep.WebSocketTransport's: a line sent on a connection
+    that received nothing for that long (default 1 s; None: never) waits
+    for a ping's pong first, so a connection found dead is known not to
+    have taken the line. Whichever thread reads when the pong comes sees
+    it: the sender itself when no other thread is reading."""
 
     movable = True
 
     def __init__(self, url: str, *, session_id: Optional[str] = None, headers: Optional[Mapping[str, str]] = None,
-                 open_timeout: float = 30.0, reattach_timeout: float = 10.0, max_size: int = LINE_LIMIT) -> None:
+                 open_timeout: float = 30.0, reattach_timeout: float = 10.0, max_size: int = LINE_LIMIT,
+                 idle_check: Optional[float] = IDLE_CHECK) -> None:
         self.url = url
         self._tls, self._host, self._port, self._hosthdr, self._path = _split(url, ("ws", "wss"))
         self.session_id = session_id
@@ -216,8 +228,16 @@ class WebSocket(SyncTransport):
         self.open_timeout = open_timeout
         self.reattach_timeout = reattach_timeout
         self.max_size = max_size
+        self.idle_check = _idle_check(idle_check)
         self.reattached = 0
         self._conn: Optional[_WSConn] = None
+        # Held by the thread reading the connection: recv's caller, or a
+        # sender waiting for its idle check's pong while no one else reads.
+        self._rlock = threading.Lock()
+        # Messages a sender read while waiting for its pong, for recv.
+        self._held: "collections.deque[str]" = collections.deque()
+        self._pong = threading.Condition()
+        self._pings = 0
         self._received = 0  # messages received in this session, for Last-Event-ID
         self._last_rx = 0.0
         self._closing = False
@@ -226,11 +246,11 @@ class WebSocket(SyncTransport):
 
     def attach(self, session_id: str) -> "WebSocket":
         return WebSocket(self.url, session_id=session_id, headers=self.headers, open_timeout=self.open_timeout,
-                         reattach_timeout=self.reattach_timeout, max_size=self.max_size)
+                         reattach_timeout=self.reattach_timeout, max_size=self.max_size, idle_check=self.idle_check)
 
     def new_session(self) -> "WebSocket":
         return WebSocket(self.url, headers=self.headers, open_timeout=self.open_timeout,
-                         reattach_timeout=self.reattach_timeout, max_size=self.max_size)
+                         reattach_timeout=self.reattach_timeout, max_size=self.max_size, idle_check=self.idle_check)
 
     def open(self, timeout: Optional[float] = None) -> None:
         self._conn = self._connect(None, self.open_timeout if timeout is None else timeout)
@@ -266,9 +286,11 @@ class WebSocket(SyncTransport):
             conn = self._conn
             if conn is None or self._closing:
                 raise ConnectionClosed("WebSocket transport is closed")
-            if conn.dead or (time.monotonic() - self._last_rx > _STALE and conn.gone()):
-                # Dropped since it was last read: the line goes on the
-                # connection that replaces it.
+            idle = time.monotonic() - self._last_rx
+            if conn.dead or (idle > _STALE and conn.gone()) or \
+                    (self.idle_check is not None and idle >= self.idle_check and not self._check(conn)):
+                # Dropped since it was last read, or found dead by the idle
+                # check: the line goes on the connection that replaces it.
                 conn.dead = True
                 try:
                     self._reattach(conn, ConnectionClosed("the connection dropped"))
@@ -285,64 +307,150 @@ class WebSocket(SyncTransport):
                 raise SessionLost(f"WebSocket send: {e}", delivered=True) from e
         raise SessionLost("WebSocket dropped again right after it was re-attached", delivered=False)
 
-    def recv(self, timeout: Optional[float]) -> Optional[str]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self._ended is not None:
-                raise self._ended
-            conn = self._conn
-            if conn is None or self._closing:
-                raise ConnectionClosed("WebSocket transport is closed")
+    def _check(self, conn: _WSConn) -> bool:
+        """The idle check: pings conn and says whether the pong came back
+        within PING_TIMEOUT, read by whichever thread is reading (this one
+        when no other is). False means the line was not written."""
+        deadline = time.monotonic() + PING_TIMEOUT
+        with self._pong:
+            if conn.ping is None or conn.ponged:
+                self._pings += 1
+                conn.ping, conn.ponged = self._pings.to_bytes(8, "big"), False
+                try:
+                    conn.write(_ws.encode_frame(_ws.OP_PING, conn.ping))
+                except OSError:
+                    return False
+        while not conn.ponged:
+            if conn.dead or self._conn is not conn or self._ended is not None or self._closing:
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self._rlock.acquire(blocking=False):
+                try:
+                    if not self._read_for_pong(conn, deadline):
+                        return False
+                finally:
+                    self._rlock.release()
+                continue
+            with self._pong:
+                if not conn.ponged:
+                    # Another thread reads: it tells of the pong, and this
+                    # one looks again now and then in case it stopped.
+                    self._pong.wait(min(left, 0.05))
+        self._last_rx = time.monotonic()
+        return True
+
+    def _read_for_pong(self, conn: _WSConn, deadline: float) -> bool:
+        """Reads conn (holding _rlock) until its idle check's pong, keeping
+        the messages for recv; False when it ended or deadline passed."""
+        while not conn.ponged:
+            if conn is not self._conn or conn.dead or self._ended is not None:
+                return False
             try:
                 item = conn.reader.next()
             except _ws.WSProtocolError as e:
                 self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
-                continue
+                return False
             if item is not None:
-                op, payload = item
-                if op == _ws.OP_TEXT:
-                    self._received += 1
-                    return payload  # type: ignore[return-value]
-                if op == _ws.OP_BINARY:
-                    self._received += 1
-                    return payload.decode(errors="replace")  # type: ignore[union-attr]
-                if op == _ws.OP_PING:
-                    try:
-                        conn.write(_ws.encode_frame(_ws.OP_PONG, payload))  # type: ignore[arg-type]
-                    except OSError:
-                        conn.dead = True
-                    continue
-                if op == _ws.OP_CLOSE:
-                    try:
-                        code, reason = _ws.parse_close(payload)  # type: ignore[arg-type]
-                    except _ws.WSProtocolError as e:
-                        self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
-                        continue
-                    echo = _ws.CLOSE_NORMAL if code == _ws.CLOSE_NO_STATUS else code
-                    if code == _CLOSE_TERMINATED:
-                        self._end(conn, SessionTerminated(
-                            f"WebSocket closed: the operator terminated session {self.session_id}"), echo, "")
-                    else:
-                        self._end(conn, SessionLost(
-                            f"WebSocket closed by the host ({code}{' ' + reason if reason else ''})"), echo, "")
-                    continue
-                continue  # a pong
-            err: Optional[BaseException] = None
+                line = self._frame(conn, item[0], item[1])
+                if line is not None:
+                    self._held.append(line)
+                continue
             try:
                 data = conn.read(deadline)
-            except OSError as e:
-                data, err = b"", e
+            except OSError:
+                data = b""
             if data is None:
+                return False
+            if not data:
+                conn.dead = True
+                return False
+            conn.reader.feed(data)
+        return True
+
+    def _frame(self, conn: _WSConn, op: int, payload: Any) -> Optional[str]:
+        """What a frame read from conn does: a message is returned (and
+        counted), a control frame answered or noted."""
+        if op == _ws.OP_TEXT:
+            self._received += 1
+            return payload  # type: ignore[no-any-return]
+        if op == _ws.OP_BINARY:
+            self._received += 1
+            return payload.decode(errors="replace")  # type: ignore[no-any-return]
+        if op == _ws.OP_PING:
+            try:
+                conn.write(_ws.encode_frame(_ws.OP_PONG, payload))
+            except OSError:
+                conn.dead = True
+        elif op == _ws.OP_PONG:
+            if payload == conn.ping:
+                with self._pong:
+                    conn.ponged = True
+                    self._pong.notify_all()
+        elif op == _ws.OP_CLOSE:
+            try:
+                code, reason = _ws.parse_close(payload)
+            except _ws.WSProtocolError as e:
+                self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
                 return None
-            if data:
-                conn.reader.feed(data)
-                self._last_rx = time.monotonic()
-                continue
-            if self._closing:
-                raise ConnectionClosed("WebSocket transport is closed")
-            # The end without a close frame: a drop.
-            conn.dead = True
-            self._reattach(conn, err or ConnectionClosed("the connection dropped"))
+            echo = _ws.CLOSE_NORMAL if code == _ws.CLOSE_NO_STATUS else code
+            if code == _CLOSE_TERMINATED:
+                self._end(conn, SessionTerminated(
+                    f"WebSocket closed: the operator terminated session {self.session_id}"), echo, "")
+            else:
+                self._end(conn, SessionLost(
+                    f"WebSocket closed by the host ({code}{' ' + reason if reason else ''})"), echo, "")
+        return None
+
+    def recv(self, timeout: Optional[float]) -> Optional[str]:
+        # One reader at a time: the caller, or a sender waiting for its
+        # idle check's pong (then for PING_TIMEOUT at most).
+        rlock = self._rlock
+        if not (rlock.acquire() if timeout is None else rlock.acquire(True, max(0.0, timeout))):
+            return None
+        try:
+            if self._held:
+                return self._held.popleft()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                if self._ended is not None:
+                    raise self._ended
+                conn = self._conn
+                if conn is None or self._closing:
+                    raise ConnectionClosed("WebSocket transport is closed")
+                try:
+                    item = conn.reader.next()
+                except _ws.WSProtocolError as e:
+                    self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
+                    continue
+                if item is not None:
+                    op, payload = item
+                    if op == _ws.OP_TEXT:
+                        self._received += 1
+                        return payload  # type: ignore[return-value]
+                    line = self._frame(conn, op, payload)
+                    if line is not None:
+                        return line
+                    continue
+                err: Optional[BaseException] = None
+                try:
+                    data = conn.read(deadline)
+                except OSError as e:
+                    data, err = b"", e
+                if data is None:
+                    return None
+                if data:
+                    conn.reader.feed(data)
+                    self._last_rx = time.monotonic()
+                    continue
+                if self._closing:
+                    raise ConnectionClosed("WebSocket transport is closed")
+                # The end without a close frame: a drop.
+                conn.dead = True
+                self._reattach(conn, err or ConnectionClosed("the connection dropped"))
+        finally:
+            rlock.release()
 
     def _end(self, conn: _WSConn, err: ConnectionClosed, code: int, reason: str) -> None:
         """The session's connection ends for good: the host closed it, or

@@ -6,24 +6,29 @@ length encodings), fragmented messages with pings between the fragments,
 pongs, the host's close (answered, not re-attached), a drop (re-attached
 with Last-Event-ID), broken frames (closed with 1002, 1007 or 1009), the
 client's own close, and the keep-alive thread answering a ping while the
-synchronous client is idle. The frame parser is also fed every frame a
-byte at a time and cut at every point."""
+synchronous client is idle, and the idle check (a line sent after a
+pause waits for a ping's pong; a connection whose ping goes unanswered is
+re-attached before the line is written). The frame parser is also fed
+every frame a byte at a time and cut at every point."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+import socket
 import struct
+import threading
 import time
 import unittest
 from typing import Any, Callable
+from unittest import mock
 
 from tests import hosts  # noqa: F401  (puts the SDK on sys.path)
 from tests.wspeer import Conn, Peer
 
 import aep
-from aep import _syncio, _ws
+from aep import _syncio, _ws, transports
 from aep.transports import WebSocketTransport
 
 TIMEOUT = 10.0
@@ -259,6 +264,110 @@ class Framing:
         p.join()
         self.assertEqual((got[0].opcode, got[0].masked, got[0].payload), (0x8, True, struct.pack("!H", 1000)))
 
+    def test_idle_check_pings_before_a_line_after_a_pause(self) -> None:
+        """A line sent on a busy connection goes straight out; after a pause
+        past idle_check a ping goes first and the line only once its own
+        pong is back (a message that came meanwhile is kept, a pong with
+        another payload does not count)."""
+        self: Any
+        quiet: list[bool] = []
+        pings: list[Any] = []
+
+        def silent(c: Conn, seconds: float) -> bool:
+            c.sock.settimeout(seconds)
+            try:
+                c.read_frame()
+                return False
+            except socket.timeout:
+                return True
+            finally:
+                c.sock.settimeout(None)
+
+        def script(c: Conn) -> None:
+            self.assertEqual(c.read_message(), "first")  # just connected: no ping
+            c.send_text("ack")
+            self.assertEqual(c.read_message(), "busy")  # a frame just came in: no ping
+            f = c.read_frame()
+            pings.append(f)
+            quiet.append(silent(c, 0.3))
+            c.send_text("in between")
+            c.send_frame(0xA, b"not this one")
+            quiet.append(silent(c, 0.2))
+            c.send_frame(0xA, f.payload)
+            self.assertEqual(c.read_message(), "after a pause")
+            c.send_text("done")
+
+        p = self.peer(script)
+        s = self.open(p, idle_check=0.3)
+        s.send("first")
+        self.assertEqual(s.recv(), "ack")
+        s.send("busy")
+        time.sleep(0.6)
+        s.send("after a pause")
+        self.assertEqual((s.recv(), s.recv()), ("in between", "done"))
+        p.join()
+        self.assertEqual((pings[0].opcode, pings[0].masked, len(pings[0].payload)), (0x9, True, 8))
+        self.assertEqual(quiet, [True, True], "the line was written before its pong came back")
+        self.assertEqual(s.reattached, 0)
+
+    def test_idle_check_unanswered_reattaches_before_writing(self) -> None:
+        """A ping unanswered within the ping timeout: the connection is
+        taken for dead and re-attached, and the line goes out on the new
+        connection only, once."""
+        self: Any
+        after: list[Any] = []
+        second: list[Conn] = []
+
+        def first(c: Conn) -> None:
+            self.assertEqual(c.read_message(), "hello")
+            c.send_text("hi")
+            self.assertEqual(c.read_frame().opcode, 0x9)  # and no answer
+            try:
+                while True:
+                    after.append(c.read_frame())
+            except (EOFError, OSError):
+                pass
+
+        def again(c: Conn) -> None:
+            second.append(c)
+            self.assertEqual(c.read_message(), "after a pause")
+            c.send_text("done")
+
+        with mock.patch.object(transports, "PING_TIMEOUT", 0.5), mock.patch.object(_syncio, "PING_TIMEOUT", 0.5):
+            p = self.peer(first, again, headers={"X-Session-Id": "s-idle"})
+            s = self.open(p, idle_check=0.2)
+            s.send("hello")
+            self.assertEqual(s.recv(), "hi")
+            time.sleep(0.4)
+            started = time.monotonic()
+            s.send("after a pause")
+            self.assertGreaterEqual(time.monotonic() - started, 0.5)
+            self.assertEqual(s.recv(), "done")
+        p.join()
+        self.assertEqual(after, [], "the line went to the connection that did not answer")
+        self.assertEqual((second[0].request.get("x-session-id"), second[0].request.get("last-event-id")),
+                         ("s-idle", "1"))
+        self.assertEqual(s.reattached, 1)
+
+    def test_idle_check_off(self) -> None:
+        """idle_check=None: a line after a pause goes straight out."""
+        self: Any
+
+        def script(c: Conn) -> None:
+            self.assertEqual(c.read_message(), "hello")
+            c.send_text("hi")
+            self.assertEqual(c.read_message(), "after a pause")  # a ping would fail here
+            c.send_text("done")
+
+        p = self.peer(script)
+        s = self.open(p, idle_check=None)
+        s.send("hello")
+        self.assertEqual(s.recv(), "hi")
+        time.sleep(0.3)
+        s.send("after a pause")
+        self.assertEqual(s.recv(), "done")
+        p.join()
+
     def test_refused_upgrade(self) -> None:
         self: Any
         import socket
@@ -283,6 +392,52 @@ class FramingSync(Framing, unittest.TestCase):
 
 class FramingAsync(Framing, unittest.TestCase):
     side = AsyncSide
+
+
+class IdleCheckSync(unittest.TestCase):
+    def test_pong_read_by_the_thread_that_reads(self) -> None:
+        """aep.Client shares a connection between threads: while one waits
+        in recv, a line sent from another after a pause is written once
+        the reading thread has seen the pong."""
+        def script(c: Conn) -> None:
+            self.assertEqual(c.read_message(), "hello")
+            c.send_text("hi")
+            f = c.read_frame()
+            self.assertEqual(f.opcode, 0x9)
+            time.sleep(0.2)
+            c.send_frame(0xA, f.payload)
+            self.assertEqual(c.read_message(), "after a pause")
+            c.send_text("reply")
+
+        p = Peer(script)
+        self.addCleanup(p.close)
+        s = SyncSide(p.url, idle_check=0.2)
+        self.addCleanup(s.close)
+        s.send("hello")
+        self.assertEqual(s.recv(), "hi")
+        got: list[Any] = []
+        reader = threading.Thread(target=lambda: got.append(s.t.recv(TIMEOUT)), daemon=True)
+        reader.start()
+        time.sleep(0.4)
+        self.assertTrue(s.t._rlock.locked(), "the other thread is not reading")
+        started = time.monotonic()
+        s.send("after a pause")
+        self.assertLess(time.monotonic() - started, 5)
+        reader.join(TIMEOUT)
+        self.assertEqual(got, ["reply"])
+        p.join()
+
+    def test_idle_check_argument(self) -> None:
+        for t in (WebSocketTransport, _syncio.WebSocket):
+            self.assertEqual(t("ws://127.0.0.1:1/ws").idle_check, 1.0)
+            self.assertIsNone(t("ws://127.0.0.1:1/ws", idle_check=None).idle_check)
+            self.assertEqual(t("ws://127.0.0.1:1/ws", idle_check=0).idle_check, 0.0)
+            for bad in (-1, -0.5, float("nan"), "1", True):
+                with self.assertRaises(ValueError, msg=repr(bad)):
+                    t("ws://127.0.0.1:1/ws", idle_check=bad)
+        # The synchronous client takes the asyncio transport's setting.
+        from aep._sync import as_sync
+        self.assertEqual(as_sync(WebSocketTransport("ws://127.0.0.1:1/ws", idle_check=0.25)).idle_check, 0.25)
 
 
 def handshake_answer(line: str, sid: str) -> str:
