@@ -96,7 +96,7 @@ class Client(SyncMethods):
 
     def __init__(self, transport: SyncTransport, *, on_event: Optional[EventCallback] = None) -> None:
         #: The blocking transport of the current session (a move replaces it).
-        self.transport = transport
+        self.transport = self._own(transport)
         self.on_event = on_event
         #: Move to a new session when this one is lost (see connect).
         self.move = False
@@ -560,6 +560,56 @@ class Client(SyncMethods):
                 return
             self._await(live[0], deadline)
 
+    def _own(self, t: SyncTransport) -> SyncTransport:
+        """t, told that this client reads it: a WebSocket's idle check reads
+        for its pong through _read_until."""
+        if isinstance(t, WebSocket):
+            t.owner = weakref.ref(self)
+        return t
+
+    def _read_until(self, done: Callable[[], bool], deadline: float) -> None:
+        """Reads for everyone, as _await does, until done() or deadline: the
+        WebSocket's idle check waiting for its pong, which the thread whose
+        turn it is to read sees (_wake)."""
+        me = threading.get_ident()
+        while not done():
+            with self._mu:
+                while self._reading and self._reader != me and not done():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self._cv.wait(left)
+                if done():
+                    return
+                nested = self._reading
+                self._reading, self._reader = True, me
+                t, gen = self.transport, self._gen
+            try:
+                while not done():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    try:
+                        line = t.recv(left)
+                    except Exception as e:  # noqa: BLE001 - the transport's end, for every waiter
+                        self._ended(gen, e)
+                        return
+                    if line is not None:
+                        self._dispatch(line)
+                    if t is not self.transport:
+                        return
+            finally:
+                if not nested:
+                    with self._mu:
+                        self._reading, self._reader = False, None
+                        self._cv.notify_all()
+
+    def _wake(self) -> None:
+        """A WebSocket's idle check got its pong: the sender waiting for
+        another thread's reading looks again."""
+        with self._mu:
+            self._cv.notify_all()
+
     def _idle_poll(self) -> None:
         """The keep-alive thread's turn: reads what has arrived, when no
         caller is reading."""
@@ -790,7 +840,7 @@ class Client(SyncMethods):
         while True:
             if self._closing:
                 raise ConnectionClosed("client closed")
-            t = old.new_session()
+            t = self._own(old.new_session())
             with self._mu:
                 self._gen += 1
                 self.transport = t

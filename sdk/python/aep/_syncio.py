@@ -213,8 +213,12 @@ class WebSocket(SyncTransport):
     ``idle_check`` as aep.WebSocketTransport's: a line sent on a connection
     that received nothing for that long (default 1 s; None: never) waits
     for a ping's pong first, so a connection found dead is known not to
-    have taken the line. Whichever thread reads when the pong comes sees
-    it: the sender itself when no other thread is reading."""
+    have taken the line. The pong is read as everything else is, by the
+    thread whose turn it is to read (recv's caller): ``owner``, a weak
+    reference to the aep.Client that reads this transport, provides
+    ``_read_until(done, deadline)``, which takes that turn or waits for
+    it, and ``_wake()``, told when the pong came. Without an owner there
+    is no reader to see a pong, and no check."""
 
     movable = True
 
@@ -231,12 +235,8 @@ class WebSocket(SyncTransport):
         self.idle_check = _idle_check(idle_check)
         self.reattached = 0
         self._conn: Optional[_WSConn] = None
-        # Held by the thread reading the connection: recv's caller, or a
-        # sender waiting for its idle check's pong while no one else reads.
-        self._rlock = threading.Lock()
-        # Messages a sender read while waiting for its pong, for recv.
-        self._held: "collections.deque[str]" = collections.deque()
-        self._pong = threading.Condition()
+        self.owner: Optional[Callable[[], Any]] = None  # a weakref.ref to the aep.Client reading this
+        self._ping_lock = threading.Lock()
         self._pings = 0
         self._received = 0  # messages received in this session, for Last-Event-ID
         self._last_rx = 0.0
@@ -309,72 +309,33 @@ class WebSocket(SyncTransport):
 
     def _check(self, conn: _WSConn) -> bool:
         """The idle check: pings conn and says whether the pong came back
-        within PING_TIMEOUT, read by whichever thread is reading (this one
-        when no other is). False means the line was not written."""
+        within PING_TIMEOUT. False means the line was not written; the
+        connection is then dead, or replaced, or the session's end known."""
+        owner = self.owner() if self.owner is not None else None
+        if owner is None:
+            return True  # no reader to see a pong
         deadline = time.monotonic() + PING_TIMEOUT
-        with self._pong:
-            if conn.ping is None or conn.ponged:
+        with self._ping_lock:
+            if conn.ping is None or conn.ponged:  # else: wait for the pong of the ping under way
                 self._pings += 1
                 conn.ping, conn.ponged = self._pings.to_bytes(8, "big"), False
                 try:
                     conn.write(_ws.encode_frame(_ws.OP_PING, conn.ping))
                 except OSError:
                     return False
-        while not conn.ponged:
-            if conn.dead or self._conn is not conn or self._ended is not None or self._closing:
-                return False
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if self._rlock.acquire(blocking=False):
-                try:
-                    if not self._read_for_pong(conn, deadline):
-                        return False
-                finally:
-                    self._rlock.release()
-                continue
-            with self._pong:
-                if not conn.ponged:
-                    # Another thread reads: it tells of the pong, and this
-                    # one looks again now and then in case it stopped.
-                    self._pong.wait(min(left, 0.05))
+
+        def done() -> bool:
+            return conn.ponged or conn.dead or self._conn is not conn or self._ended is not None or self._closing
+        owner._read_until(done, deadline)
+        if not conn.ponged:
+            return False
         self._last_rx = time.monotonic()
         return True
 
-    def _read_for_pong(self, conn: _WSConn, deadline: float) -> bool:
-        """Reads conn (holding _rlock) until its idle check's pong, keeping
-        the messages for recv; False when it ended or deadline passed."""
-        while not conn.ponged:
-            if conn is not self._conn or conn.dead or self._ended is not None:
-                return False
-            try:
-                item = conn.reader.next()
-            except _ws.WSProtocolError as e:
-                self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
-                return False
-            if item is not None:
-                line = self._frame(conn, item[0], item[1])
-                if line is not None:
-                    self._held.append(line)
-                continue
-            try:
-                data = conn.read(deadline)
-            except OSError:
-                data = b""
-            if data is None:
-                return False
-            if not data:
-                conn.dead = True
-                return False
-            conn.reader.feed(data)
-        return True
-
     def _frame(self, conn: _WSConn, op: int, payload: Any) -> Optional[str]:
-        """What a frame read from conn does: a message is returned (and
-        counted), a control frame answered or noted."""
-        if op == _ws.OP_TEXT:
-            self._received += 1
-            return payload  # type: ignore[no-any-return]
+        """What a frame read from conn other than a text message does: a
+        binary message is returned (and counted), a control frame answered
+        or noted."""
         if op == _ws.OP_BINARY:
             self._received += 1
             return payload.decode(errors="replace")  # type: ignore[no-any-return]
@@ -385,9 +346,10 @@ class WebSocket(SyncTransport):
                 conn.dead = True
         elif op == _ws.OP_PONG:
             if payload == conn.ping:
-                with self._pong:
-                    conn.ponged = True
-                    self._pong.notify_all()
+                conn.ponged = True
+                owner = self.owner() if self.owner is not None else None
+                if owner is not None:
+                    owner._wake()
         elif op == _ws.OP_CLOSE:
             try:
                 code, reason = _ws.parse_close(payload)
@@ -404,53 +366,43 @@ class WebSocket(SyncTransport):
         return None
 
     def recv(self, timeout: Optional[float]) -> Optional[str]:
-        # One reader at a time: the caller, or a sender waiting for its
-        # idle check's pong (then for PING_TIMEOUT at most).
-        rlock = self._rlock
-        if not (rlock.acquire() if timeout is None else rlock.acquire(True, max(0.0, timeout))):
-            return None
-        try:
-            if self._held:
-                return self._held.popleft()
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                if self._ended is not None:
-                    raise self._ended
-                conn = self._conn
-                if conn is None or self._closing:
-                    raise ConnectionClosed("WebSocket transport is closed")
-                try:
-                    item = conn.reader.next()
-                except _ws.WSProtocolError as e:
-                    self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
-                    continue
-                if item is not None:
-                    op, payload = item
-                    if op == _ws.OP_TEXT:
-                        self._received += 1
-                        return payload  # type: ignore[return-value]
-                    line = self._frame(conn, op, payload)
-                    if line is not None:
-                        return line
-                    continue
-                err: Optional[BaseException] = None
-                try:
-                    data = conn.read(deadline)
-                except OSError as e:
-                    data, err = b"", e
-                if data is None:
-                    return None
-                if data:
-                    conn.reader.feed(data)
-                    self._last_rx = time.monotonic()
-                    continue
-                if self._closing:
-                    raise ConnectionClosed("WebSocket transport is closed")
-                # The end without a close frame: a drop.
-                conn.dead = True
-                self._reattach(conn, err or ConnectionClosed("the connection dropped"))
-        finally:
-            rlock.release()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._ended is not None:
+                raise self._ended
+            conn = self._conn
+            if conn is None or self._closing:
+                raise ConnectionClosed("WebSocket transport is closed")
+            try:
+                item = conn.reader.next()
+            except _ws.WSProtocolError as e:
+                self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
+                continue
+            if item is not None:
+                op, payload = item
+                if op == _ws.OP_TEXT:
+                    self._received += 1
+                    return payload  # type: ignore[return-value]
+                line = self._frame(conn, op, payload)
+                if line is not None:
+                    return line
+                continue
+            err: Optional[BaseException] = None
+            try:
+                data = conn.read(deadline)
+            except OSError as e:
+                data, err = b"", e
+            if data is None:
+                return None
+            if data:
+                conn.reader.feed(data)
+                self._last_rx = time.monotonic()
+                continue
+            if self._closing:
+                raise ConnectionClosed("WebSocket transport is closed")
+            # The end without a close frame: a drop.
+            conn.dead = True
+            self._reattach(conn, err or ConnectionClosed("the connection dropped"))
 
     def _end(self, conn: _WSConn, err: ConnectionClosed, code: int, reason: str) -> None:
         """The session's connection ends for good: the host closed it, or

@@ -21,6 +21,7 @@ import struct
 import threading
 import time
 import unittest
+import weakref
 from typing import Any, Callable
 from unittest import mock
 
@@ -35,16 +36,30 @@ TIMEOUT = 10.0
 
 
 class SyncSide:
-    """The blocking transport, as aep.Client drives it."""
+    """The blocking transport, as aep.Client drives it: its owner, which
+    reads for the idle check's pong and keeps the lines read meanwhile."""
 
     def __init__(self, url: str, **kw: Any) -> None:
         self.t = _syncio.WebSocket(url, **kw)
+        self.t.owner = weakref.ref(self)
+        self.lines: list[str] = []
         self.t.open(TIMEOUT)
+
+    def _read_until(self, done: Callable[[], bool], deadline: float) -> None:
+        while not done() and time.monotonic() < deadline:
+            line = self.t.recv(deadline - time.monotonic())
+            if line is not None:
+                self.lines.append(line)
+
+    def _wake(self) -> None:
+        pass  # one thread: it reads itself
 
     def send(self, line: str) -> None:
         self.t.send(line)
 
     def recv(self) -> str:
+        if self.lines:
+            return self.lines.pop(0)
         line = self.t.recv(TIMEOUT)
         if line is None:
             raise TimeoutError("nothing received")
@@ -396,36 +411,50 @@ class FramingAsync(Framing, unittest.TestCase):
 
 class IdleCheckSync(unittest.TestCase):
     def test_pong_read_by_the_thread_that_reads(self) -> None:
-        """aep.Client shares a connection between threads: while one waits
-        in recv, a line sent from another after a pause is written once
-        the reading thread has seen the pong."""
+        """aep.Client shared by two threads: while one waits for its reply
+        (reading for everyone), a request made by the other after a pause
+        waits for the pong, which the reading thread sees, and is written
+        once it came."""
+        order: list[str] = []
+
+        def pong_to(req: dict[str, Any], n: int) -> str:
+            return json.dumps({"type": "pong", "id": f"h-{n}", "proto": "1.0", "ts": time.time(),
+                               "req_id": req["id"], "uptime_seconds": 1})
+
         def script(c: Conn) -> None:
-            self.assertEqual(c.read_message(), "hello")
-            c.send_text("hi")
+            c.send_text(handshake_answer(c.read_message(), "s-threads"))
+            first = json.loads(c.read_message())
+            order.append(first["type"])
             f = c.read_frame()
-            self.assertEqual(f.opcode, 0x9)
+            order.append({0x9: "ws ping"}.get(f.opcode, repr(f)))
+            if f.opcode != 0x9:
+                return  # the request came without a ping first
             time.sleep(0.2)
             c.send_frame(0xA, f.payload)
-            self.assertEqual(c.read_message(), "after a pause")
-            c.send_text("reply")
+            second = json.loads(c.read_message())
+            order.append(second["type"])
+            c.send_text(pong_to(second, 2))
+            c.send_text(pong_to(first, 3))
 
-        p = Peer(script)
+        p = Peer(script, headers={"X-Session-Id": "s-threads"})
         self.addCleanup(p.close)
-        s = SyncSide(p.url, idle_check=0.2)
-        self.addCleanup(s.close)
-        s.send("hello")
-        self.assertEqual(s.recv(), "hi")
+        c = aep.Client.websocket(p.url, token="t", idle_check=0.2)
+        self.addCleanup(c.close, shutdown=False)
         got: list[Any] = []
-        reader = threading.Thread(target=lambda: got.append(s.t.recv(TIMEOUT)), daemon=True)
+        reader = threading.Thread(target=lambda: got.append(c.ping(call_timeout=TIMEOUT).type), daemon=True)
         reader.start()
-        time.sleep(0.4)
-        self.assertTrue(s.t._rlock.locked(), "the other thread is not reading")
+        time.sleep(0.4)  # the other thread reads, waiting for its reply; the connection is idle
+        self.assertTrue(c._reading and c._reader == reader.ident, "the other thread is not reading")
         started = time.monotonic()
-        s.send("after a pause")
+        try:
+            self.assertEqual(c.ping(call_timeout=TIMEOUT).type, "pong")
+        finally:
+            self.assertEqual(order[:2], ["ping", "ws ping"], "the request went out without a ping first")
         self.assertLess(time.monotonic() - started, 5)
         reader.join(TIMEOUT)
-        self.assertEqual(got, ["reply"])
         p.join()
+        self.assertEqual(got, ["pong"])
+        self.assertEqual(order, ["ping", "ws ping", "ping"])
 
     def test_idle_check_argument(self) -> None:
         for t in (WebSocketTransport, _syncio.WebSocket):
