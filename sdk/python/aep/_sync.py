@@ -34,7 +34,8 @@ from ._syncio import SSE, Exchange, FromAsync, Stdio, SyncTransport, WebSocket
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, PointGap, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
 from .trajectories import TrajectoryExport, _Pages
-from .transports import ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport, default_argv
+from .transports import (IDLE_CHECK, ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport,
+                         default_argv)
 
 _log = logging.getLogger("aep")
 
@@ -66,7 +67,8 @@ def as_sync(transport: Any) -> SyncTransport:
         return transport
     if isinstance(transport, WebSocketTransport):
         return WebSocket(transport.url, session_id=transport.session_id, headers=transport.headers,
-                         open_timeout=transport.open_timeout, reattach_timeout=transport.reattach_timeout)
+                         open_timeout=transport.open_timeout, reattach_timeout=transport.reattach_timeout,
+                         idle_check=transport.idle_check)
     if isinstance(transport, ExchangeTransport):
         return Exchange(transport.base_url, session_id=transport.session_id, timeout=transport.timeout,
                         headers=transport.headers)
@@ -94,7 +96,7 @@ class Client(SyncMethods):
 
     def __init__(self, transport: SyncTransport, *, on_event: Optional[EventCallback] = None) -> None:
         #: The blocking transport of the current session (a move replaces it).
-        self.transport = transport
+        self.transport = self._own(transport)
         self.on_event = on_event
         #: Move to a new session when this one is lost (see connect).
         self.move = False
@@ -195,10 +197,12 @@ class Client(SyncMethods):
         return cls.connect(SSE(base_url, session_id=session_id), **kw)
 
     @classmethod
-    def websocket(cls, url: str, *, session_id: Optional[str] = None, **kw: Any) -> "Client":
+    def websocket(cls, url: str, *, session_id: Optional[str] = None, idle_check: Optional[float] = IDLE_CHECK,
+                  **kw: Any) -> "Client":
         """WebSocket to a host's ``/ws`` (``ws://127.0.0.1:8765/ws``): the
-        fastest transport over a network (docs/PERFORMANCE.md)."""
-        return cls.connect(WebSocket(url, session_id=session_id), **kw)
+        fastest transport over a network (docs/PERFORMANCE.md). idle_check:
+        see aep.WebSocketTransport."""
+        return cls.connect(WebSocket(url, session_id=session_id, idle_check=idle_check), **kw)
 
     @classmethod
     def exchange(cls, base_url: str, *, session_id: Optional[str] = None, **kw: Any) -> "Client":
@@ -556,6 +560,56 @@ class Client(SyncMethods):
                 return
             self._await(live[0], deadline)
 
+    def _own(self, t: SyncTransport) -> SyncTransport:
+        """t, told that this client reads it: a WebSocket's idle check reads
+        for its pong through _read_until."""
+        if isinstance(t, WebSocket):
+            t.owner = weakref.ref(self)
+        return t
+
+    def _read_until(self, done: Callable[[], bool], deadline: float) -> None:
+        """Reads for everyone, as _await does, until done() or deadline: the
+        WebSocket's idle check waiting for its pong, which the thread whose
+        turn it is to read sees (_wake)."""
+        me = threading.get_ident()
+        while not done():
+            with self._mu:
+                while self._reading and self._reader != me and not done():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self._cv.wait(left)
+                if done():
+                    return
+                nested = self._reading
+                self._reading, self._reader = True, me
+                t, gen = self.transport, self._gen
+            try:
+                while not done():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    try:
+                        line = t.recv(left)
+                    except Exception as e:  # noqa: BLE001 - the transport's end, for every waiter
+                        self._ended(gen, e)
+                        return
+                    if line is not None:
+                        self._dispatch(line)
+                    if t is not self.transport:
+                        return
+            finally:
+                if not nested:
+                    with self._mu:
+                        self._reading, self._reader = False, None
+                        self._cv.notify_all()
+
+    def _wake(self) -> None:
+        """A WebSocket's idle check got its pong: the sender waiting for
+        another thread's reading looks again."""
+        with self._mu:
+            self._cv.notify_all()
+
     def _idle_poll(self) -> None:
         """The keep-alive thread's turn: reads what has arrived, when no
         caller is reading."""
@@ -786,7 +840,7 @@ class Client(SyncMethods):
         while True:
             if self._closing:
                 raise ConnectionClosed("client closed")
-            t = old.new_session()
+            t = self._own(old.new_session())
             with self._mu:
                 self._gen += 1
                 self.transport = t

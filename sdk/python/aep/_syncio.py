@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from . import _ws
 from ._http1 import BodyError, Chunked, EventStream
 from .errors import ConnectionClosed, SessionLost, SessionTerminated
-from .transports import _CLOSE_TERMINATED, _terminated_body
+from .transports import _CLOSE_TERMINATED, IDLE_CHECK, PING_TIMEOUT, _idle_check, _terminated_body
 
 # The host's message limit is 1 MiB (docs/DECISIONS.md, Dispatch); replies
 # carrying tool output may be as large, so readers allow well beyond it.
@@ -158,8 +158,9 @@ class _Socket:
 
     def gone(self) -> bool:
         """Whether the peer closed or reset the connection (checked without
-        blocking; TLS connections are not checked)."""
-        if self.tls or not self.poller.poll(0):
+        blocking; TLS connections are not checked). A peek that does not
+        wait, not the poller: another thread may be polling it to read."""
+        if self.tls:
             return False
         try:
             return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
@@ -180,7 +181,7 @@ class _Socket:
 
 
 class _WSConn(_Socket):
-    __slots__ = ("reader", "send_lock", "dead")
+    __slots__ = ("reader", "send_lock", "dead", "ping", "ponged")
 
     def __init__(self, sock: socket.socket, rest: bytes, max_size: int) -> None:
         super().__init__(sock)
@@ -188,6 +189,10 @@ class _WSConn(_Socket):
         self.reader.feed(rest)
         self.send_lock = threading.Lock()
         self.dead = False
+        # The idle check's ping under way (its payload), and whether its
+        # pong came back.
+        self.ping: Optional[bytes] = None
+        self.ponged = False
 
     def write(self, data: bytes) -> None:
         with self.send_lock:
@@ -203,12 +208,23 @@ class WebSocket(SyncTransport):
     received, so the host replays what was missed; tries go on for
     ``reattach_timeout`` seconds. Then, or when the host no longer has the
     session (404), or when the host closed the connection itself, the end
-    is SessionLost. ``reattached`` counts the re-attaches."""
+    is SessionLost. ``reattached`` counts the re-attaches.
+
+    ``idle_check`` as aep.WebSocketTransport's: a line sent on a connection
+    that received nothing for that long (default 1 s; None: never) waits
+    for a ping's pong first, so a connection found dead is known not to
+    have taken the line. The pong is read as everything else is, by the
+    thread whose turn it is to read (recv's caller): ``owner``, a weak
+    reference to the aep.Client that reads this transport, provides
+    ``_read_until(done, deadline)``, which takes that turn or waits for
+    it, and ``_wake()``, told when the pong came. Without an owner there
+    is no reader to see a pong, and no check."""
 
     movable = True
 
     def __init__(self, url: str, *, session_id: Optional[str] = None, headers: Optional[Mapping[str, str]] = None,
-                 open_timeout: float = 30.0, reattach_timeout: float = 10.0, max_size: int = LINE_LIMIT) -> None:
+                 open_timeout: float = 30.0, reattach_timeout: float = 10.0, max_size: int = LINE_LIMIT,
+                 idle_check: Optional[float] = IDLE_CHECK) -> None:
         self.url = url
         self._tls, self._host, self._port, self._hosthdr, self._path = _split(url, ("ws", "wss"))
         self.session_id = session_id
@@ -216,8 +232,12 @@ class WebSocket(SyncTransport):
         self.open_timeout = open_timeout
         self.reattach_timeout = reattach_timeout
         self.max_size = max_size
+        self.idle_check = _idle_check(idle_check)
         self.reattached = 0
         self._conn: Optional[_WSConn] = None
+        self.owner: Optional[Callable[[], Any]] = None  # a weakref.ref to the aep.Client reading this
+        self._ping_lock = threading.Lock()
+        self._pings = 0
         self._received = 0  # messages received in this session, for Last-Event-ID
         self._last_rx = 0.0
         self._closing = False
@@ -226,11 +246,11 @@ class WebSocket(SyncTransport):
 
     def attach(self, session_id: str) -> "WebSocket":
         return WebSocket(self.url, session_id=session_id, headers=self.headers, open_timeout=self.open_timeout,
-                         reattach_timeout=self.reattach_timeout, max_size=self.max_size)
+                         reattach_timeout=self.reattach_timeout, max_size=self.max_size, idle_check=self.idle_check)
 
     def new_session(self) -> "WebSocket":
         return WebSocket(self.url, headers=self.headers, open_timeout=self.open_timeout,
-                         reattach_timeout=self.reattach_timeout, max_size=self.max_size)
+                         reattach_timeout=self.reattach_timeout, max_size=self.max_size, idle_check=self.idle_check)
 
     def open(self, timeout: Optional[float] = None) -> None:
         self._conn = self._connect(None, self.open_timeout if timeout is None else timeout)
@@ -266,9 +286,11 @@ class WebSocket(SyncTransport):
             conn = self._conn
             if conn is None or self._closing:
                 raise ConnectionClosed("WebSocket transport is closed")
-            if conn.dead or (time.monotonic() - self._last_rx > _STALE and conn.gone()):
-                # Dropped since it was last read: the line goes on the
-                # connection that replaces it.
+            idle = time.monotonic() - self._last_rx
+            if conn.dead or (idle > _STALE and conn.gone()) or \
+                    (self.idle_check is not None and idle >= self.idle_check and not self._check(conn)):
+                # Dropped since it was last read, or found dead by the idle
+                # check: the line goes on the connection that replaces it.
                 conn.dead = True
                 try:
                     self._reattach(conn, ConnectionClosed("the connection dropped"))
@@ -284,6 +306,64 @@ class WebSocket(SyncTransport):
                 conn.dead = True
                 raise SessionLost(f"WebSocket send: {e}", delivered=True) from e
         raise SessionLost("WebSocket dropped again right after it was re-attached", delivered=False)
+
+    def _check(self, conn: _WSConn) -> bool:
+        """The idle check: pings conn and says whether the pong came back
+        within PING_TIMEOUT. False means the line was not written; the
+        connection is then dead, or replaced, or the session's end known."""
+        owner = self.owner() if self.owner is not None else None
+        if owner is None:
+            return True  # no reader to see a pong
+        deadline = time.monotonic() + PING_TIMEOUT
+        with self._ping_lock:
+            if conn.ping is None or conn.ponged:  # else: wait for the pong of the ping under way
+                self._pings += 1
+                conn.ping, conn.ponged = self._pings.to_bytes(8, "big"), False
+                try:
+                    conn.write(_ws.encode_frame(_ws.OP_PING, conn.ping))
+                except OSError:
+                    return False
+
+        def done() -> bool:
+            return conn.ponged or conn.dead or self._conn is not conn or self._ended is not None or self._closing
+        owner._read_until(done, deadline)
+        if not conn.ponged:
+            return False
+        self._last_rx = time.monotonic()
+        return True
+
+    def _frame(self, conn: _WSConn, op: int, payload: Any) -> Optional[str]:
+        """What a frame read from conn other than a text message does: a
+        binary message is returned (and counted), a control frame answered
+        or noted."""
+        if op == _ws.OP_BINARY:
+            self._received += 1
+            return payload.decode(errors="replace")  # type: ignore[no-any-return]
+        if op == _ws.OP_PING:
+            try:
+                conn.write(_ws.encode_frame(_ws.OP_PONG, payload))
+            except OSError:
+                conn.dead = True
+        elif op == _ws.OP_PONG:
+            if payload == conn.ping:
+                conn.ponged = True
+                owner = self.owner() if self.owner is not None else None
+                if owner is not None:
+                    owner._wake()
+        elif op == _ws.OP_CLOSE:
+            try:
+                code, reason = _ws.parse_close(payload)
+            except _ws.WSProtocolError as e:
+                self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
+                return None
+            echo = _ws.CLOSE_NORMAL if code == _ws.CLOSE_NO_STATUS else code
+            if code == _CLOSE_TERMINATED:
+                self._end(conn, SessionTerminated(
+                    f"WebSocket closed: the operator terminated session {self.session_id}"), echo, "")
+            else:
+                self._end(conn, SessionLost(
+                    f"WebSocket closed by the host ({code}{' ' + reason if reason else ''})"), echo, "")
+        return None
 
     def recv(self, timeout: Optional[float]) -> Optional[str]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -303,30 +383,10 @@ class WebSocket(SyncTransport):
                 if op == _ws.OP_TEXT:
                     self._received += 1
                     return payload  # type: ignore[return-value]
-                if op == _ws.OP_BINARY:
-                    self._received += 1
-                    return payload.decode(errors="replace")  # type: ignore[union-attr]
-                if op == _ws.OP_PING:
-                    try:
-                        conn.write(_ws.encode_frame(_ws.OP_PONG, payload))  # type: ignore[arg-type]
-                    except OSError:
-                        conn.dead = True
-                    continue
-                if op == _ws.OP_CLOSE:
-                    try:
-                        code, reason = _ws.parse_close(payload)  # type: ignore[arg-type]
-                    except _ws.WSProtocolError as e:
-                        self._end(conn, SessionLost(f"WebSocket: the host broke the protocol: {e}"), e.code, str(e))
-                        continue
-                    echo = _ws.CLOSE_NORMAL if code == _ws.CLOSE_NO_STATUS else code
-                    if code == _CLOSE_TERMINATED:
-                        self._end(conn, SessionTerminated(
-                            f"WebSocket closed: the operator terminated session {self.session_id}"), echo, "")
-                    else:
-                        self._end(conn, SessionLost(
-                            f"WebSocket closed by the host ({code}{' ' + reason if reason else ''})"), echo, "")
-                    continue
-                continue  # a pong
+                line = self._frame(conn, op, payload)
+                if line is not None:
+                    return line
+                continue
             err: Optional[BaseException] = None
             try:
                 data = conn.read(deadline)

@@ -35,8 +35,8 @@ from ._common import MoveCallback, Refused as _Refused, note_point as _note_poin
 from ._methods import AsyncMethods, EventCallback
 from .errors import (ConnectionClosed, HandshakeError, MoveFailed, NoSnapshot, PointGap, ProtocolError,
                      RequestInterrupted, RequestTimeout, SessionLost, SessionTerminated)
-from .transports import (ExchangeTransport, HTTPTransport, StdioTransport, Transport, WebSocketTransport,
-                         default_argv)
+from .transports import (IDLE_CHECK, ExchangeTransport, HTTPTransport, StdioTransport, Transport,
+                         WebSocketTransport, default_argv)
 from .trajectories import TrajectoryExport, _Pages
 
 _log = logging.getLogger("aep")
@@ -223,10 +223,12 @@ class AsyncClient(AsyncMethods):
         return await cls.connect(HTTPTransport(base_url, session_id=session_id), **kw)
 
     @classmethod
-    async def websocket(cls, url: str, *, session_id: Optional[str] = None, **kw: Any) -> "AsyncClient":
+    async def websocket(cls, url: str, *, session_id: Optional[str] = None,
+                        idle_check: Optional[float] = IDLE_CHECK, **kw: Any) -> "AsyncClient":
         """WebSocket to a host's ``/ws`` (``ws://127.0.0.1:8765/ws``): the
-        fastest transport over a network (docs/PERFORMANCE.md)."""
-        return await cls.connect(WebSocketTransport(url, session_id=session_id), **kw)
+        fastest transport over a network (docs/PERFORMANCE.md). idle_check:
+        see WebSocketTransport."""
+        return await cls.connect(WebSocketTransport(url, session_id=session_id, idle_check=idle_check), **kw)
 
     @classmethod
     async def exchange(cls, base_url: str, *, session_id: Optional[str] = None, **kw: Any) -> "AsyncClient":

@@ -25,6 +25,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -35,6 +36,24 @@ from .errors import ConnectionClosed, SessionLost, SessionTerminated
 
 # The WebSocket close code of a session the operator terminated.
 _CLOSE_TERMINATED = 4410
+
+# The default idle check of the WebSocket transports (seconds): a line sent
+# on a connection that received nothing for this long waits for a ping's
+# pong first (docs/DECISIONS.md, The Python SDK pings an idle WebSocket).
+IDLE_CHECK = 1.0
+# How long an idle check waits for its pong before taking the connection for
+# dead.
+PING_TIMEOUT = 10.0
+
+
+def _idle_check(value: Optional[float]) -> Optional[float]:
+    """An idle_check argument checked: None turns the check off, a number
+    must not be negative."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise ValueError(f"idle_check: {value!r} is not None or a number of seconds >= 0")
+    return float(value)
 
 
 def _terminated_body(status: int, body: bytes) -> bool:
@@ -381,6 +400,10 @@ class _WSProtocol(asyncio.Protocol):
         self.ended = False  # closed on purpose (by either side) or broken: not a drop
         self._paused = False
         self._drained: Optional["asyncio.Future[None]"] = None
+        # The idle check under way on this connection: its ping's payload
+        # and what it resolves to (True once the pong came back).
+        self.ping: Optional[bytes] = None
+        self.checked: Optional["asyncio.Future[bool]"] = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -417,8 +440,9 @@ class _WSProtocol(asyncio.Protocol):
             data = rest
             if not data:
                 return
-        self.reader.feed(data)
         owner = self.owner
+        owner._heard = time.monotonic()  # the idle check's clock: all a busy connection pays
+        self.reader.feed(data)
         while True:
             try:
                 item = self.reader.next()
@@ -434,6 +458,9 @@ class _WSProtocol(asyncio.Protocol):
                 owner._message(self, payload.decode(errors="replace"))  # type: ignore[union-attr]
             elif op == _ws.OP_PING:
                 self.write(_ws.encode_frame(_ws.OP_PONG, payload))  # type: ignore[arg-type]
+            elif op == _ws.OP_PONG:
+                if payload == self.ping and self.checked is not None and not self.checked.done():
+                    self.checked.set_result(True)
             elif op == _ws.OP_CLOSE:
                 try:
                     code, reason = _ws.parse_close(payload)  # type: ignore[arg-type]
@@ -477,6 +504,8 @@ class _WSProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         if not self.lost.done():
             self.lost.set_result(None)
+        if self.checked is not None and not self.checked.done():
+            self.checked.set_result(False)
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         if not self.opened.done():
@@ -513,13 +542,24 @@ class WebSocketTransport(Transport):
     has the session, or when the host closed the connection itself, the end
     of the connection is SessionLost. A line whose send failed before it was
     written is sent again on the new connection. ``reattached`` counts the
-    re-attaches."""
+    re-attaches.
+
+    A line sent on a connection that has received nothing for
+    ``idle_check`` seconds (default 1; None turns the check off) is
+    preceded by a ping and written once the pong came back. A connection
+    whose host died while the client was idle (a proxy between them that
+    has not noticed yet) is so found dead before the line is written,
+    rather than swallowing it: it is re-attached, or, when that fails, the
+    line fails as provably unsent (SessionLost with ``delivered`` False),
+    which a client made with ``move=True`` sends in its new session. A ping
+    unanswered in 10 s takes the connection for dead."""
 
     movable = True
 
     def __init__(self, url: str, *, session_id: Optional[str] = None,
                  headers: Optional[Mapping[str, str]] = None, open_timeout: float = 30.0,
-                 reattach_timeout: float = 10.0, max_size: int = _LINE_LIMIT) -> None:
+                 reattach_timeout: float = 10.0, max_size: int = _LINE_LIMIT,
+                 idle_check: Optional[float] = IDLE_CHECK) -> None:
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("ws", "wss") or not u.hostname:
             raise ValueError(f"WebSocketTransport: {url!r} is not a ws:// or wss:// URL")
@@ -534,8 +574,13 @@ class WebSocketTransport(Transport):
         self.open_timeout = open_timeout
         self.reattach_timeout = reattach_timeout
         self.max_size = max_size
+        self.idle_check = _idle_check(idle_check)
         self.reattached = 0  # how many times a dropped connection was re-attached
         self._proto: Optional[_WSProtocol] = None
+        # When a frame last came in (time.monotonic), or a connection was
+        # made, or an idle check's pong came back.
+        self._heard = 0.0
+        self._pings = 0
         self._received = 0  # messages received, for Last-Event-ID
         self._closing = False
         self._reattaching: Optional["asyncio.Task[None]"] = None
@@ -547,11 +592,12 @@ class WebSocketTransport(Transport):
     def attach(self, session_id: str) -> "WebSocketTransport":
         return WebSocketTransport(self.url, session_id=session_id, headers=self.headers,
                                   open_timeout=self.open_timeout, reattach_timeout=self.reattach_timeout,
-                                  max_size=self.max_size)
+                                  max_size=self.max_size, idle_check=self.idle_check)
 
     def new_session(self) -> "WebSocketTransport":
         return WebSocketTransport(self.url, headers=self.headers, open_timeout=self.open_timeout,
-                                  reattach_timeout=self.reattach_timeout, max_size=self.max_size)
+                                  reattach_timeout=self.reattach_timeout, max_size=self.max_size,
+                                  idle_check=self.idle_check)
 
     async def open(self) -> None:
         self._queue = asyncio.Queue()
@@ -586,6 +632,7 @@ class WebSocketTransport(Transport):
     def _adopt(self, proto: _WSProtocol, headers: Mapping[str, str]) -> None:
         """proto's upgrade succeeded: it is the connection in use."""
         self.session_id = headers.get("x-session-id") or self.session_id
+        self._heard = time.monotonic()
         old, self._proto = self._proto, proto
         if old is not None and old is not proto and old.transport is not None:
             old.ended = True
@@ -673,7 +720,7 @@ class WebSocketTransport(Transport):
 
     async def send(self, line: str) -> None:
         frame = _ws.encode_text(line)
-        for _ in range(3):
+        for _ in range(4):
             if self._ended_with is not None:
                 raise SessionLost(f"WebSocket closed: {self._ended_with}", delivered=False)
             r = self._reattaching
@@ -689,11 +736,43 @@ class WebSocketTransport(Transport):
                 await proto.lost
                 await asyncio.sleep(0)
                 continue
+            idle = self.idle_check
+            if idle is not None and time.monotonic() - self._heard >= idle and not await self._check(proto):
+                # Found dead before the line was written: it goes on the
+                # connection that replaces this one, or fails unsent.
+                await proto.lost
+                await asyncio.sleep(0)
+                continue
+            t = proto.transport
+            if t is None or t.is_closing():
+                continue
             t.write(frame)
             if proto._paused:
                 await proto.drain()
             return
         raise SessionLost("WebSocket dropped again right after it was re-attached", delivered=False)
+
+    async def _check(self, proto: _WSProtocol) -> bool:
+        """The idle check: pings proto and says whether the pong came back
+        within PING_TIMEOUT. One ping at a time per connection: lines sent
+        meanwhile wait for the same pong. A connection that did not answer
+        is aborted, which makes it a drop (re-attached, or the end)."""
+        checked = proto.checked
+        if checked is None or checked.done():
+            self._pings += 1
+            proto.ping = self._pings.to_bytes(8, "big")
+            checked = proto.checked = asyncio.get_running_loop().create_future()
+            proto.write(_ws.encode_frame(_ws.OP_PING, proto.ping))
+        try:
+            ok = await asyncio.wait_for(asyncio.shield(checked), PING_TIMEOUT)
+        except asyncio.TimeoutError:
+            ok = False
+        if ok:
+            self._heard = time.monotonic()
+            return True
+        if proto.transport is not None:
+            proto.transport.abort()
+        return False
 
     async def recv(self) -> str:
         assert self._queue is not None, "recv before open"

@@ -98,6 +98,19 @@ class FleetHost:
         shutil.rmtree(self.data, ignore_errors=True)
 
 
+class _Pair:
+    """A client's connection through the forwarder and the forwarder's to
+    the target. ``muted``: the target died and the forwarder has not
+    noticed (Forwarder.kill_unnoticed)."""
+
+    __slots__ = ("client", "upstream", "muted")
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.muted = False
+
+
 class Forwarder:
     """A TCP forwarder on a free loopback port to 127.0.0.1:``target``.
     Each connection is joined to the target of the moment it was accepted;
@@ -111,6 +124,7 @@ class Forwarder:
         self.port = self._sock.getsockname()[1]
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        self._pairs: set[_Pair] = set()
         self._threads: list[threading.Thread] = []
         t = threading.Thread(target=self._accept, name="forwarder", daemon=True)
         t.start()
@@ -142,32 +156,53 @@ class Forwarder:
             c.close()  # nothing there: the client sees its connection end
             return
         u.settimeout(None)
+        pair = _Pair(c, u)
         with self._lock:
             self._open.update((c, u))
-        back = threading.Thread(target=self._pump, args=(u, c), daemon=True)
+            self._pairs.add(pair)
+        back = threading.Thread(target=self._pump, args=(u, c, pair), daemon=True)
         back.start()
-        self._pump(c, u)
+        self._pump(c, u, pair)
         back.join()
         with self._lock:
             self._open.difference_update((c, u))
+            self._pairs.discard(pair)
         c.close()
         u.close()
 
     @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(src: socket.socket, dst: socket.socket, pair: _Pair) -> None:
         try:
             while True:
                 b = src.recv(65536)
+                if pair.muted:
+                    if src is pair.upstream:
+                        return  # the dead target's end, not passed on: the client's connection stays open
+                    break  # the client's bytes, lost as the forwarder finds its target gone
                 if not b:
                     break
                 dst.sendall(b)
         except OSError:
-            pass
+            if pair.muted and src is pair.upstream:
+                return
         for s in (src, dst):
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def kill_unnoticed(self) -> int:
+        """What a proxy's connections to a host killed a moment ago are
+        before it notices: every open connection's target goes silent and
+        its end is not passed on, so the client's connection stays open
+        until the client next sends something, which is lost as the
+        connection is dropped (no close frame). Call before the target
+        dies. Returns how many connections it affects."""
+        with self._lock:
+            pairs = list(self._pairs)
+        for p in pairs:
+            p.muted = True
+        return len(pairs)
 
     def sever(self) -> int:
         """Cuts every open connection, as a network drop would (no close

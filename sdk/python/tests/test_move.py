@@ -12,12 +12,13 @@ SQLite file and (HTTP) on PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import unittest
 from typing import Any
 
 from tests.fleet import FleetHost, Forwarder, Store
-from tests.hosts import TOKEN, PerTransport
+from tests.hosts import TOKEN, PerTransport, skip_unless_transport
 
 import aep
 
@@ -310,6 +311,116 @@ class MovePostgres(PerTransport, Move, unittest.TestCase):
     test_fresh_when_asked_and_no_snapshot = None  # type: ignore[assignment]
     test_without_move_the_loss_is_an_error = None  # type: ignore[assignment]
     test_a_move_that_finds_no_host_ends_the_client = None  # type: ignore[assignment]
+
+
+class IdleWebSocketHostGone(unittest.TestCase):
+    """An agent idle while its host was killed sends its next request
+    before the proxy has noticed: the forwarder keeps the client's
+    connection open, swallows what the client sends next and then drops
+    the connection; the session cannot be re-attached (the forwarder now
+    goes to host B, which does not have it). With the idle check the ping
+    is what is swallowed, so the request is known never to have reached a
+    host: the client moves, restores the snapshot, and the request runs
+    once, in the new session. With the check off the request is written
+    into the dead connection, its fate unknown: RequestInterrupted, and it
+    is not sent again. The synchronous client and the asyncio client."""
+
+    def setUp(self) -> None:
+        skip_unless_transport(self, "websocket")
+
+    def _fleet(self) -> tuple[Fleet, FleetHost, FleetHost]:
+        fleet = Fleet(self)
+        return fleet, fleet.host("py-a"), fleet.host("py-b")
+
+    @staticmethod
+    def _kill_unnoticed(fleet: Fleet, a: FleetHost, b: FleetHost) -> None:
+        time.sleep(0.5)  # idle past the check
+        if fleet.fwd.kill_unnoticed() != 1:
+            raise AssertionError("the client has not exactly one connection through the forwarder")
+        a.kill()
+        fleet.fwd.target = b.port
+
+    def _check_moved(self, resent: bool, err: BaseException | None, moves: list[aep.Move], first: str,
+                     got: dict[str, Any], point: int) -> None:
+        self.assertEqual(len(moves), 1, moves)
+        mv = moves[0]
+        self.assertIsNone(mv.error)
+        self.assertEqual(mv.from_session, first)
+        self.assertTrue(mv.session_id and mv.session_id.startswith("s-py-b-"), mv)
+        self.assertEqual((mv.last_point, mv.point), (2, 2))
+        if resent:
+            if err is not None:
+                raise AssertionError(f"the request sent after the host died unseen failed: {err!r}, "
+                                     "want it answered in the new session")
+            # Run once, in the new session: the snapshot's entry and the
+            # request's, and one state change past the restored point.
+            self.assertEqual(got, {"k": "1", "after": "2"})
+            self.assertEqual(point, 3)
+            return
+        self.assertIsInstance(err, aep.RequestInterrupted, "the request written into the dead connection")
+        self.assertIn("may or may not have run", str(err))
+        self.assertEqual(got, {"k": "1"})  # not sent again
+        self.assertEqual(point, 2)
+
+    def _sync(self, idle_check: float | None, resent: bool) -> None:
+        fleet, a, b = self._fleet()
+        moves: list[aep.Move] = []
+        c = aep.Client.websocket(fleet.fwd.ws_url, token=TOKEN, caps=CAPS, move=True, on_move=moves.append,
+                                 snapshot_wait=0.5, idle_check=idle_check)
+        self.addCleanup(c.close)
+        first = c.session_id
+        assert first is not None
+        mid = c.memory_init().memory_id
+        store(c, mid, "k", "1")
+        self.assertEqual(c.session_snapshot(target="sql").covers_point, 2)
+        self._kill_unnoticed(fleet, a, b)
+        err: BaseException | None = None
+        try:
+            store(c, mid, "after", "2")
+        except aep.ConnectionClosed as e:
+            err = e
+        got = working(c, mid, "k", "after")
+        self._check_moved(resent, err, moves, first, got, c.point)
+
+    def _async(self, idle_check: float | None, resent: bool) -> None:
+        fleet, a, b = self._fleet()
+        moves: list[aep.Move] = []
+
+        async def run() -> tuple[BaseException | None, str, dict[str, Any], int]:
+            c = await aep.AsyncClient.websocket(fleet.fwd.ws_url, token=TOKEN, caps=CAPS, move=True,
+                                                on_move=moves.append, snapshot_wait=0.5, idle_check=idle_check)
+            try:
+                first = c.session_id
+                assert first is not None
+                mid = (await c.memory_init()).memory_id
+                await c.memory_store(memory_id=mid, entries=[aep.models.MemoryEntry(key="k", content="1", tier="working")])
+                self.assertEqual((await c.session_snapshot(target="sql")).covers_point, 2)
+                await asyncio.sleep(0.5)  # idle past the check, the loop running
+                self._kill_unnoticed(fleet, a, b)
+                err: BaseException | None = None
+                try:
+                    await c.memory_store(memory_id=mid, entries=[
+                        aep.models.MemoryEntry(key="after", content="2", tier="working")])
+                except aep.ConnectionClosed as e:
+                    err = e
+                r = await c.memory_retrieve(memory_id=mid, keys=["k", "after"], tier="working")
+                return err, first, {e.key: e.content for e in r.entries}, c.point
+            finally:
+                await c.aclose()
+        err, first, got, point = asyncio.run(run())
+        self._check_moved(resent, err, moves, first, got, point)
+
+    def test_sync_idle_check_sends_in_new_session(self) -> None:
+        self._sync(0.2, resent=True)
+
+    def test_sync_without_idle_check_interrupted(self) -> None:
+        self._sync(None, resent=False)
+
+    def test_async_idle_check_sends_in_new_session(self) -> None:
+        self._async(0.2, resent=True)
+
+    def test_async_without_idle_check_interrupted(self) -> None:
+        self._async(None, resent=False)
 
 
 class MoveNeedsANetworkTransport(unittest.TestCase):

@@ -6,40 +6,60 @@ length encodings), fragmented messages with pings between the fragments,
 pongs, the host's close (answered, not re-attached), a drop (re-attached
 with Last-Event-ID), broken frames (closed with 1002, 1007 or 1009), the
 client's own close, and the keep-alive thread answering a ping while the
-synchronous client is idle. The frame parser is also fed every frame a
-byte at a time and cut at every point."""
+synchronous client is idle, and the idle check (a line sent after a
+pause waits for a ping's pong; a connection whose ping goes unanswered is
+re-attached before the line is written). The frame parser is also fed
+every frame a byte at a time and cut at every point."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+import socket
 import struct
+import threading
 import time
 import unittest
+import weakref
 from typing import Any, Callable
+from unittest import mock
 
 from tests import hosts  # noqa: F401  (puts the SDK on sys.path)
 from tests.wspeer import Conn, Peer
 
 import aep
-from aep import _syncio, _ws
+from aep import _syncio, _ws, transports
 from aep.transports import WebSocketTransport
 
 TIMEOUT = 10.0
 
 
 class SyncSide:
-    """The blocking transport, as aep.Client drives it."""
+    """The blocking transport, as aep.Client drives it: its owner, which
+    reads for the idle check's pong and keeps the lines read meanwhile."""
 
     def __init__(self, url: str, **kw: Any) -> None:
         self.t = _syncio.WebSocket(url, **kw)
+        self.t.owner = weakref.ref(self)
+        self.lines: list[str] = []
         self.t.open(TIMEOUT)
+
+    def _read_until(self, done: Callable[[], bool], deadline: float) -> None:
+        while not done() and time.monotonic() < deadline:
+            line = self.t.recv(deadline - time.monotonic())
+            if line is not None:
+                self.lines.append(line)
+
+    def _wake(self) -> None:
+        pass  # one thread: it reads itself
 
     def send(self, line: str) -> None:
         self.t.send(line)
 
     def recv(self) -> str:
+        if self.lines:
+            return self.lines.pop(0)
         line = self.t.recv(TIMEOUT)
         if line is None:
             raise TimeoutError("nothing received")
@@ -259,6 +279,110 @@ class Framing:
         p.join()
         self.assertEqual((got[0].opcode, got[0].masked, got[0].payload), (0x8, True, struct.pack("!H", 1000)))
 
+    def test_idle_check_pings_before_a_line_after_a_pause(self) -> None:
+        """A line sent on a busy connection goes straight out; after a pause
+        past idle_check a ping goes first and the line only once its own
+        pong is back (a message that came meanwhile is kept, a pong with
+        another payload does not count)."""
+        self: Any
+        quiet: list[bool] = []
+        pings: list[Any] = []
+
+        def silent(c: Conn, seconds: float) -> bool:
+            c.sock.settimeout(seconds)
+            try:
+                c.read_frame()
+                return False
+            except socket.timeout:
+                return True
+            finally:
+                c.sock.settimeout(None)
+
+        def script(c: Conn) -> None:
+            self.assertEqual(c.read_message(), "first")  # just connected: no ping
+            c.send_text("ack")
+            self.assertEqual(c.read_message(), "busy")  # a frame just came in: no ping
+            f = c.read_frame()
+            pings.append(f)
+            quiet.append(silent(c, 0.3))
+            c.send_text("in between")
+            c.send_frame(0xA, b"not this one")
+            quiet.append(silent(c, 0.2))
+            c.send_frame(0xA, f.payload)
+            self.assertEqual(c.read_message(), "after a pause")
+            c.send_text("done")
+
+        p = self.peer(script)
+        s = self.open(p, idle_check=0.3)
+        s.send("first")
+        self.assertEqual(s.recv(), "ack")
+        s.send("busy")
+        time.sleep(0.6)
+        s.send("after a pause")
+        self.assertEqual((s.recv(), s.recv()), ("in between", "done"))
+        p.join()
+        self.assertEqual((pings[0].opcode, pings[0].masked, len(pings[0].payload)), (0x9, True, 8))
+        self.assertEqual(quiet, [True, True], "the line was written before its pong came back")
+        self.assertEqual(s.reattached, 0)
+
+    def test_idle_check_unanswered_reattaches_before_writing(self) -> None:
+        """A ping unanswered within the ping timeout: the connection is
+        taken for dead and re-attached, and the line goes out on the new
+        connection only, once."""
+        self: Any
+        after: list[Any] = []
+        second: list[Conn] = []
+
+        def first(c: Conn) -> None:
+            self.assertEqual(c.read_message(), "hello")
+            c.send_text("hi")
+            self.assertEqual(c.read_frame().opcode, 0x9)  # and no answer
+            try:
+                while True:
+                    after.append(c.read_frame())
+            except (EOFError, OSError):
+                pass
+
+        def again(c: Conn) -> None:
+            second.append(c)
+            self.assertEqual(c.read_message(), "after a pause")
+            c.send_text("done")
+
+        with mock.patch.object(transports, "PING_TIMEOUT", 0.5), mock.patch.object(_syncio, "PING_TIMEOUT", 0.5):
+            p = self.peer(first, again, headers={"X-Session-Id": "s-idle"})
+            s = self.open(p, idle_check=0.2)
+            s.send("hello")
+            self.assertEqual(s.recv(), "hi")
+            time.sleep(0.4)
+            started = time.monotonic()
+            s.send("after a pause")
+            self.assertGreaterEqual(time.monotonic() - started, 0.5)
+            self.assertEqual(s.recv(), "done")
+        p.join()
+        self.assertEqual(after, [], "the line went to the connection that did not answer")
+        self.assertEqual((second[0].request.get("x-session-id"), second[0].request.get("last-event-id")),
+                         ("s-idle", "1"))
+        self.assertEqual(s.reattached, 1)
+
+    def test_idle_check_off(self) -> None:
+        """idle_check=None: a line after a pause goes straight out."""
+        self: Any
+
+        def script(c: Conn) -> None:
+            self.assertEqual(c.read_message(), "hello")
+            c.send_text("hi")
+            self.assertEqual(c.read_message(), "after a pause")  # a ping would fail here
+            c.send_text("done")
+
+        p = self.peer(script)
+        s = self.open(p, idle_check=None)
+        s.send("hello")
+        self.assertEqual(s.recv(), "hi")
+        time.sleep(0.3)
+        s.send("after a pause")
+        self.assertEqual(s.recv(), "done")
+        p.join()
+
     def test_refused_upgrade(self) -> None:
         self: Any
         import socket
@@ -283,6 +407,66 @@ class FramingSync(Framing, unittest.TestCase):
 
 class FramingAsync(Framing, unittest.TestCase):
     side = AsyncSide
+
+
+class IdleCheckSync(unittest.TestCase):
+    def test_pong_read_by_the_thread_that_reads(self) -> None:
+        """aep.Client shared by two threads: while one waits for its reply
+        (reading for everyone), a request made by the other after a pause
+        waits for the pong, which the reading thread sees, and is written
+        once it came."""
+        order: list[str] = []
+
+        def pong_to(req: dict[str, Any], n: int) -> str:
+            return json.dumps({"type": "pong", "id": f"h-{n}", "proto": "1.0", "ts": time.time(),
+                               "req_id": req["id"], "uptime_seconds": 1})
+
+        def script(c: Conn) -> None:
+            c.send_text(handshake_answer(c.read_message(), "s-threads"))
+            first = json.loads(c.read_message())
+            order.append(first["type"])
+            f = c.read_frame()
+            order.append({0x9: "ws ping"}.get(f.opcode, repr(f)))
+            if f.opcode != 0x9:
+                return  # the request came without a ping first
+            time.sleep(0.2)
+            c.send_frame(0xA, f.payload)
+            second = json.loads(c.read_message())
+            order.append(second["type"])
+            c.send_text(pong_to(second, 2))
+            c.send_text(pong_to(first, 3))
+
+        p = Peer(script, headers={"X-Session-Id": "s-threads"})
+        self.addCleanup(p.close)
+        c = aep.Client.websocket(p.url, token="t", idle_check=0.2)
+        self.addCleanup(c.close, shutdown=False)
+        got: list[Any] = []
+        reader = threading.Thread(target=lambda: got.append(c.ping(call_timeout=TIMEOUT).type), daemon=True)
+        reader.start()
+        time.sleep(0.4)  # the other thread reads, waiting for its reply; the connection is idle
+        self.assertTrue(c._reading and c._reader == reader.ident, "the other thread is not reading")
+        started = time.monotonic()
+        try:
+            self.assertEqual(c.ping(call_timeout=TIMEOUT).type, "pong")
+        finally:
+            self.assertEqual(order[:2], ["ping", "ws ping"], "the request went out without a ping first")
+        self.assertLess(time.monotonic() - started, 5)
+        reader.join(TIMEOUT)
+        p.join()
+        self.assertEqual(got, ["pong"])
+        self.assertEqual(order, ["ping", "ws ping", "ping"])
+
+    def test_idle_check_argument(self) -> None:
+        for t in (WebSocketTransport, _syncio.WebSocket):
+            self.assertEqual(t("ws://127.0.0.1:1/ws").idle_check, 1.0)
+            self.assertIsNone(t("ws://127.0.0.1:1/ws", idle_check=None).idle_check)
+            self.assertEqual(t("ws://127.0.0.1:1/ws", idle_check=0).idle_check, 0.0)
+            for bad in (-1, -0.5, float("nan"), "1", True):
+                with self.assertRaises(ValueError, msg=repr(bad)):
+                    t("ws://127.0.0.1:1/ws", idle_check=bad)
+        # The synchronous client takes the asyncio transport's setting.
+        from aep._sync import as_sync
+        self.assertEqual(as_sync(WebSocketTransport("ws://127.0.0.1:1/ws", idle_check=0.25)).idle_check, 0.25)
 
 
 def handshake_answer(line: str, sid: str) -> str:
