@@ -66,6 +66,18 @@ export interface WebSocketOptions {
    * session counts as lost; default 10.
    */
   reattachTimeoutSeconds?: number;
+  /**
+   * A line written on a connection that has received no frame for this
+   * long is preceded by a WebSocket ping, and goes out only once the pong
+   * came back (at most 10 s; past that, or if the connection ends
+   * meanwhile, the connection is taken for dropped and re-attached, and
+   * the line, never written, goes on the new connection or, when the
+   * session is lost, to the client's new session). A host that died while
+   * the client was idle, behind a proxy that has not noticed yet, is so
+   * found dead before a request is written into the void. Default 1; 0 or
+   * less turns the check off.
+   */
+  idleCheckSeconds?: number;
 }
 
 /** aep's WebSocket transport: a Transport that re-attaches a dropped connection to its session. */
@@ -125,11 +137,20 @@ function terminatedBody(status: number, text: string): boolean {
 /** How often a send waits for the connection to come back (its close, then a re-attach) before it gives up. */
 const maxSendWaits = 8;
 
+/** How long an idle check waits for its pong before the connection is taken for dead. */
+const pingTimeoutMs = 10_000;
+
 /** The WebSocket transport of one session, across the connections its re-attaches open. */
 class WebSocketLine implements WebSocketTransport {
   readonly #url: string;
   readonly #opts: WebSocketOptions;
   readonly #reattachMs: number;
+  /** The idle check's threshold in ms (idleCheckSeconds); 0: no check. */
+  readonly #idleMs: number;
+  /** When the connection in use last received a frame, opened, or answered a ping (performance.now()): the idle check's clock. */
+  #heard = 0;
+  /** The idle check under way on the connection in use: true once its pong came back, false once the connection ended (or the ping timed out). */
+  #checking: Promise<boolean> | undefined;
   #sessionId: string | undefined;
   /** The connection in use; after a drop, the dropped one until a re-attach replaces it. */
   #ws: WebSocket | undefined;
@@ -158,6 +179,8 @@ class WebSocketLine implements WebSocketTransport {
     this.#opts = opts;
     this.#sessionId = opts.sessionId;
     this.#reattachMs = (opts.reattachTimeoutSeconds ?? 10) * 1000;
+    const idle = opts.idleCheckSeconds ?? 1;
+    this.#idleMs = idle > 0 ? idle * 1000 : 0;
   }
 
   get sessionId(): string | undefined {
@@ -199,12 +222,21 @@ class WebSocketLine implements WebSocketTransport {
       ws.terminate();
     });
     ws.on("message", (data, isBinary) => {
-      if (isBinary || ws !== this.#ws) return;
+      if (ws !== this.#ws) return;
+      this.#heard = performance.now();
+      if (isBinary) return;
       this.#received++;
       const line = data.toString();
       if (this.#onLine) this.#onLine(line);
       else this.#early.push(line);
     });
+    // A ping of the host's (its keep-alive) or the pong of an idle check:
+    // the host was there.
+    const heard = () => {
+      if (ws === this.#ws) this.#heard = performance.now();
+    };
+    ws.on("ping", heard);
+    ws.on("pong", heard);
     ws.on("error", (e) => {
       failure ??= e;
     });
@@ -225,6 +257,7 @@ class WebSocketLine implements WebSocketTransport {
           return;
         }
         this.#ws = ws;
+        this.#heard = performance.now();
         resolve();
       });
       ws.once("close", () => {
@@ -303,9 +336,42 @@ class WebSocketLine implements WebSocketTransport {
     this.#tell();
   }
 
+  /** Whether the connection in use has been quiet past the idle check: a line must wait for a ping's answer. */
+  #idle(): boolean {
+    return this.#idleMs > 0 && performance.now() - this.#heard >= this.#idleMs;
+  }
+
+  /**
+   * Pings ws, the connection in use, and resolves true when the pong
+   * comes back; false when ws ends first, or after pingTimeoutMs, when ws
+   * is cut (its close event then re-attaches it, as for any drop). Nothing
+   * of a line has been written either way.
+   */
+  #check(ws: WebSocket): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const done = (alive: boolean) => {
+        clearTimeout(timer);
+        ws.off("pong", onPong);
+        ws.off("close", onClose);
+        resolve(alive);
+      };
+      const onPong = () => done(true);
+      const onClose = () => done(false);
+      const timer = setTimeout(() => {
+        ws.terminate();
+        done(false);
+      }, pingTimeoutMs);
+      ws.on("pong", onPong);
+      ws.on("close", onClose);
+      // A failed write of the ping ends the connection: its close settles this.
+      ws.ping(undefined, undefined, () => {});
+    });
+  }
+
   sendNow(line: string, onError: (err: ConnectionError) => void): boolean {
     const ws = this.#ws;
-    if (!ws || this.#ended || this.#closing || this.#gap || ws.readyState !== WebSocket.OPEN) return false;
+    // An idle connection, or one being checked, is for send: it pings first.
+    if (!ws || this.#ended || this.#closing || this.#gap || this.#checking || ws.readyState !== WebSocket.OPEN || this.#idle()) return false;
     // Handed to the open connection: a failure to write it goes to onError
     // (perhaps written, so not sent again).
     ws.send(line, textFrame, (err) => {
@@ -315,6 +381,8 @@ class WebSocketLine implements WebSocketTransport {
   }
 
   async send(line: string): Promise<void> {
+    /** The connection whose idle check this send saw answered. */
+    let checked: WebSocket | undefined;
     for (let waits = 0; waits < maxSendWaits; waits++) {
       // Refused before a byte is written: the line did not reach the session.
       if (this.#ended || this.#closing) throw new SessionLostError(`websocket is not open${this.#ended ? ": " + this.#ended.message : ""}`, { delivered: false, ...(this.#ended ? { cause: this.#ended } : {}) });
@@ -327,6 +395,20 @@ class WebSocketLine implements WebSocketTransport {
         // Closing: its close event says whether it is re-attached (then a
         // re-attach is under way) or the transport ends.
         if (ws.readyState !== WebSocket.CLOSED) await new Promise((r) => ws.once("close", r));
+        continue;
+      }
+      if (checked !== ws && (this.#checking || this.#idle())) {
+        // Quiet for a while (or being checked by an earlier line, which
+        // goes first): the host may be gone with the connection still
+        // open. The line is written once a pong proves it is not; if none
+        // comes, the connection's end says where it goes instead.
+        if (!this.#checking) {
+          const c: Promise<boolean> = this.#check(ws).finally(() => {
+            if (this.#checking === c) this.#checking = undefined;
+          });
+          this.#checking = c;
+        }
+        if (await this.#checking) checked = ws;
         continue;
       }
       return new Promise<void>((resolve, reject) => {
@@ -356,8 +438,13 @@ class WebSocketLine implements WebSocketTransport {
   }
 
   attach(sessionId: string): Promise<WebSocketTransport> {
-    const { headers, reattachTimeoutSeconds } = this.#opts;
-    return openWebSocket(this.#url, { ...(headers ? { headers } : {}), ...(reattachTimeoutSeconds !== undefined ? { reattachTimeoutSeconds } : {}), sessionId });
+    const { headers, reattachTimeoutSeconds, idleCheckSeconds } = this.#opts;
+    return openWebSocket(this.#url, {
+      ...(headers ? { headers } : {}),
+      ...(reattachTimeoutSeconds !== undefined ? { reattachTimeoutSeconds } : {}),
+      ...(idleCheckSeconds !== undefined ? { idleCheckSeconds } : {}),
+      sessionId,
+    });
   }
 
   newSession(): Promise<WebSocketTransport> {
