@@ -110,6 +110,36 @@ describe("websocket re-attach", { skip: bin ? false : "no aep binary (set AEP_BI
     assert.equal(c.closedReason, undefined);
   });
 
+  // A connection lost while the client was idle, unnoticed (the forwarder
+  // holds the client's side open and loses whatever comes next), with the
+  // host alive. With the idle check what is lost is the check's ping: the
+  // call waits, the connection is re-attached, and the call goes out on
+  // the new one and is answered. With the check off the call itself is
+  // lost with the connection, and nothing ever answers it.
+  for (const { name, idleCheckSeconds, answered } of [
+    { name: "a call after an idle spell on a connection lost unnoticed goes out on the re-attached connection", idleCheckSeconds: 0.1, answered: true },
+    { name: "with the idle check off, such a call is lost with the connection", idleCheckSeconds: 0, answered: false },
+  ]) {
+    // Bounded: a call written into the lost connection would wait forever.
+    test(name, { timeout: 20_000 }, async (t) => {
+      const { c, tr, fwd } = await open(t, { idleCheckSeconds });
+      const sid = c.sessionId;
+      await sleep(300); // idle past the check
+      assert.equal(fwd.loseUnnoticed(), 1);
+      const call = c.toolCall({ tool_name: "run_command", arguments: { argv: ["echo", "checked"] } });
+      if (answered) {
+        assert.equal(stdout(await call), "checked\n");
+      } else {
+        call.catch(() => {}); // rejects as the client closes
+        const got = await Promise.race([call.then(() => "answered"), sleep(2000).then(() => "no answer")]);
+        assert.equal(got, "no answer");
+      }
+      assert.equal(tr.reattached, 1);
+      assert.equal(c.sessionId, sid);
+      assert.equal(c.closedReason, undefined);
+    });
+  }
+
   test("a host that no longer has the session ends the client with SessionLostError", async (t) => {
     const { c, tr, fwd } = await open(t);
     const other = await startNetHost(bin!);
