@@ -148,16 +148,19 @@ export class Forwarder {
    * before the proxy noticed: nothing more comes from the host, the
    * clients' connections stay open, and the next bytes a client sends are
    * lost as the proxy finds the host gone and drops that connection (no
-   * close frame). Returns how many connections it holds so.
+   * close frame). With `keep`, the proxy never notices: it keeps the
+   * connections open and loses everything that comes on them. Returns how
+   * many connections it holds so.
    */
-  loseUnnoticed(): number {
+  loseUnnoticed(opts: { keep?: boolean } = {}): number {
     const held = [...this.#open];
     for (const p of held) {
       p.unnoticed = true;
       p.c.unpipe(p.u);
       p.u.unpipe(p.c);
       p.u.destroy();
-      p.c.once("data", () => p.c.destroy()).resume();
+      if (opts.keep) p.c.on("data", () => {}).resume();
+      else p.c.once("data", () => p.c.destroy()).resume();
     }
     return held.length;
   }

@@ -140,6 +140,21 @@ describe("websocket re-attach", { skip: bin ? false : "no aep binary (set AEP_BI
     });
   }
 
+  test("an idle check's ping unanswered for 10 s takes the connection for dead: the call goes out on the re-attached connection", { timeout: 30_000 }, async (t) => {
+    const { c, tr, fwd } = await open(t, { idleCheckSeconds: 0.1 });
+    const sid = c.sessionId;
+    await sleep(300); // idle past the check
+    // Open, and silent: whatever the client sends is lost, nothing comes back.
+    assert.equal(fwd.loseUnnoticed({ keep: true }), 1);
+    const started = Date.now();
+    const r = await c.toolCall({ tool_name: "run_command", arguments: { argv: ["echo", "after the timeout"] } });
+    const took = Date.now() - started;
+    assert.equal(stdout(r), "after the timeout\n");
+    assert.ok(took >= 9_900 && took < 20_000, `answered after ${took} ms`);
+    assert.equal(tr.reattached, 1);
+    assert.equal(c.sessionId, sid);
+  });
+
   test("a host that no longer has the session ends the client with SessionLostError", async (t) => {
     const { c, tr, fwd } = await open(t);
     const other = await startNetHost(bin!);
