@@ -140,6 +140,12 @@ const maxSendWaits = 8;
 /** How long an idle check waits for its pong before the connection is taken for dead. */
 const pingTimeoutMs = 10_000;
 
+/** A ping on an idle connection and the lines waiting for its pong: each is told true once written, false if never written (the check failed), or an error if its write failed. */
+interface IdleCheck {
+  ws: WebSocket;
+  waiting: { line: string; done: (r: boolean | ConnectionError) => void }[];
+}
+
 /** The WebSocket transport of one session, across the connections its re-attaches open. */
 class WebSocketLine implements WebSocketTransport {
   readonly #url: string;
@@ -149,8 +155,8 @@ class WebSocketLine implements WebSocketTransport {
   readonly #idleMs: number;
   /** When the connection in use last received a frame, opened, or answered a ping (performance.now()): the idle check's clock. */
   #heard = 0;
-  /** The idle check under way on the connection in use: true once its pong came back, false once the connection ended (or the ping timed out). */
-  #checking: Promise<boolean> | undefined;
+  /** The idle check under way on the connection in use, with the lines that wait for its pong, in the order they were sent. */
+  #check: IdleCheck | undefined;
   #sessionId: string | undefined;
   /** The connection in use; after a drop, the dropped one until a re-attach replaces it. */
   #ws: WebSocket | undefined;
@@ -342,24 +348,38 @@ class WebSocketLine implements WebSocketTransport {
   }
 
   /**
-   * Pings ws, the connection in use, and resolves true when the pong
-   * comes back; false when ws ends first, or after pingTimeoutMs, when ws
-   * is cut (its close event then re-attaches it, as for any drop). Nothing
-   * of a line has been written either way.
+   * Writes line on ws, the connection in use, once an idle check's pong
+   * proves the host is there: the check under way, or a new one (a ping).
+   * Resolves true once written (rejects if the write fails: perhaps
+   * written); false, with nothing written, when ws ends first, or after
+   * pingTimeoutMs, when ws is cut (its close event then re-attaches it, as
+   * for any drop). The lines waiting for a pong are written in order in
+   * its event, before any other line can be.
    */
-  #check(ws: WebSocket): Promise<boolean> {
-    return new Promise<boolean>((resolve) => {
-      const done = (alive: boolean) => {
+  #afterCheck(ws: WebSocket, line: string): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      const done = (r: boolean | ConnectionError) => (r instanceof ConnectionError ? reject(r) : resolve(r));
+      if (this.#check?.ws === ws) {
+        this.#check.waiting.push({ line, done });
+        return;
+      }
+      const check: IdleCheck = { ws, waiting: [{ line, done }] };
+      this.#check = check;
+      const finish = (alive: boolean) => {
         clearTimeout(timer);
         ws.off("pong", onPong);
         ws.off("close", onClose);
-        resolve(alive);
+        if (this.#check === check) this.#check = undefined;
+        for (const w of check.waiting) {
+          if (!alive) w.done(false);
+          else ws.send(w.line, textFrame, (err) => w.done(err ? new ConnectionError(`websocket send: ${err.message}`, { cause: err }) : true));
+        }
       };
-      const onPong = () => done(true);
-      const onClose = () => done(false);
+      const onPong = () => finish(true);
+      const onClose = () => finish(false);
       const timer = setTimeout(() => {
         ws.terminate();
-        done(false);
+        finish(false);
       }, pingTimeoutMs);
       ws.on("pong", onPong);
       ws.on("close", onClose);
@@ -371,7 +391,7 @@ class WebSocketLine implements WebSocketTransport {
   sendNow(line: string, onError: (err: ConnectionError) => void): boolean {
     const ws = this.#ws;
     // An idle connection, or one being checked, is for send: it pings first.
-    if (!ws || this.#ended || this.#closing || this.#gap || this.#checking || ws.readyState !== WebSocket.OPEN || this.#idle()) return false;
+    if (!ws || this.#ended || this.#closing || this.#gap || this.#check || ws.readyState !== WebSocket.OPEN || this.#idle()) return false;
     // Handed to the open connection: a failure to write it goes to onError
     // (perhaps written, so not sent again).
     ws.send(line, textFrame, (err) => {
@@ -381,8 +401,6 @@ class WebSocketLine implements WebSocketTransport {
   }
 
   async send(line: string): Promise<void> {
-    /** The connection whose idle check this send saw answered. */
-    let checked: WebSocket | undefined;
     for (let waits = 0; waits < maxSendWaits; waits++) {
       // Refused before a byte is written: the line did not reach the session.
       if (this.#ended || this.#closing) throw new SessionLostError(`websocket is not open${this.#ended ? ": " + this.#ended.message : ""}`, { delivered: false, ...(this.#ended ? { cause: this.#ended } : {}) });
@@ -397,18 +415,12 @@ class WebSocketLine implements WebSocketTransport {
         if (ws.readyState !== WebSocket.CLOSED) await new Promise((r) => ws.once("close", r));
         continue;
       }
-      if (checked !== ws && (this.#checking || this.#idle())) {
-        // Quiet for a while (or being checked by an earlier line, which
+      if (this.#check || this.#idle()) {
+        // Quiet for a while (or being checked for an earlier line, which
         // goes first): the host may be gone with the connection still
         // open. The line is written once a pong proves it is not; if none
         // comes, the connection's end says where it goes instead.
-        if (!this.#checking) {
-          const c: Promise<boolean> = this.#check(ws).finally(() => {
-            if (this.#checking === c) this.#checking = undefined;
-          });
-          this.#checking = c;
-        }
-        if (await this.#checking) checked = ws;
+        if (await this.#afterCheck(ws, line)) return;
         continue;
       }
       return new Promise<void>((resolve, reject) => {

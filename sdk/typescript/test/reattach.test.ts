@@ -110,6 +110,18 @@ describe("websocket re-attach", { skip: bin ? false : "no aep binary (set AEP_BI
     assert.equal(c.closedReason, undefined);
   });
 
+  test("on a live connection the idle check passes: calls made at once after a pause are all answered, and nothing is re-attached", { timeout: 20_000 }, async (t) => {
+    const { c, tr } = await open(t, { idleCheckSeconds: 0.1 });
+    const sid = c.sessionId;
+    for (let round = 0; round < 2; round++) {
+      await sleep(300); // idle past the check: the first call pings, the others wait for its pong
+      const rs = await Promise.all(["a", "b", "c"].map((w) => c.toolCall({ tool_name: "run_command", arguments: { argv: ["echo", w] } })));
+      assert.deepEqual(rs.map(stdout), ["a\n", "b\n", "c\n"]);
+    }
+    assert.equal(tr.reattached, 0);
+    assert.equal(c.sessionId, sid);
+  });
+
   // A connection lost while the client was idle, unnoticed (the forwarder
   // holds the client's side open and loses whatever comes next), with the
   // host alive. With the idle check what is lost is the check's ping: the
