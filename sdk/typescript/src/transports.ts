@@ -370,6 +370,9 @@ class WebSocketLine implements WebSocketTransport {
         ws.off("pong", onPong);
         ws.off("close", onClose);
         if (this.#check === check) this.#check = undefined;
+        // A pong that comes as the connection or the transport closes
+        // writes nothing: the lines go where the close says.
+        if (ws.readyState !== WebSocket.OPEN || this.#closing || this.#ended) alive = false;
         for (const w of check.waiting) {
           if (!alive) w.done(false);
           else ws.send(w.line, textFrame, (err) => w.done(err ? new ConnectionError(`websocket send: ${err.message}`, { cause: err }) : true));
