@@ -229,6 +229,13 @@ func (c *Client) exchange(ctx context.Context, t Transport, gen uint64, req wire
 		c.notifyOn(t, &msg.Cancel{ReqID: id})
 		return nil, ctx.Err(), false
 	case <-c.done:
+		// The reader delivers a reply before it ends the client, but a
+		// select with both ready picks either: the reply wins.
+		select {
+		case r := <-p.reply:
+			return r.m, r.err, false
+		default:
+		}
 		return nil, c.err, false
 	}
 }

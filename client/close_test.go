@@ -2,6 +2,9 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
@@ -80,5 +83,56 @@ func TestCloseEndsTheSession(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// lastWordConn answers the one request written to it with a pong and then
+// ends, as a host does that answers a request and closes the session; its
+// write returns only once the client has ended, so the request finds its
+// reply and the client's end both there when it starts to wait.
+type lastWordConn struct {
+	sent  chan []byte
+	ended func() <-chan struct{}
+}
+
+func (c lastWordConn) WriteLine(_ context.Context, line []byte) error {
+	c.sent <- append([]byte(nil), line...)
+	<-c.ended()
+	return nil
+}
+
+func (c lastWordConn) ReadLine(ctx context.Context) ([]byte, error) {
+	select {
+	case line, ok := <-c.sent:
+		if !ok {
+			return nil, io.EOF
+		}
+		close(c.sent)
+		var env struct{ ID string }
+		if err := json.Unmarshal(line, &env); err != nil {
+			return nil, err
+		}
+		return fmt.Appendf(nil, `{"type":"pong","id":"r","req_id":%q,"proto":"1.0","ts":1,"uptime_seconds":1}`, env.ID), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (lastWordConn) Close() error { return nil }
+
+// TestReplyBeforeTheEnd: a reply that came in just before the transport
+// ended is the request's answer, never the client's end.
+func TestReplyBeforeTheEnd(t *testing.T) {
+	for i := range 200 {
+		var c *client.Client
+		conn := lastWordConn{sent: make(chan []byte, 1), ended: func() <-chan struct{} { return c.Done() }}
+		c = client.New(client.Lines(conn, nil))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		m, err := c.Request(ctx, &msg.Ping{})
+		cancel()
+		if _, ok := m.(*msg.Pong); !ok || err != nil {
+			t.Fatalf("round %d: %T %v, want the pong", i, m, err)
+		}
+		c.Close()
 	}
 }

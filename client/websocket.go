@@ -73,7 +73,7 @@ type WSConn struct {
 	// ended is closed once the pump has seen c end and set err or gap.
 	ended chan struct{}
 	seen  uint64 // messages received in this session, across connections
-	err  error
+	err   error
 	// gap is non-nil while the pump re-attaches a dropped connection;
 	// writes wait for it rather than go to the dead connection.
 	gap chan struct{}

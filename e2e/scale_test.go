@@ -129,6 +129,7 @@ func startProxy(t testing.TB, k proxyKind, hosts []*host) string {
 			<-done
 		}
 		if t.Failed() {
+			t.Logf("%s output, summed up:\n%s", k.name, proxyLogSummary(out.String(), 40))
 			t.Logf("%s output (tail):\n%s", k.name, tail(out.String(), 4000))
 		}
 	})
@@ -846,4 +847,50 @@ func drainMidRun(t *testing.T, k proxyKind, base string, hosts []*host, drain dr
 	}
 	t.Logf("through %s: %d agents moved off %s; %d requests: %d answered, %d interrupted",
 		k.name, moved, drainedID, issued, answered, interrupted)
+}
+
+// proxyNoise is what varies between two log lines of the same event:
+// nginx's and HAProxy's timestamps, process and connection numbers, and
+// a client's port (an upstream's stays: it names the host).
+var proxyNoise = regexp.MustCompile(`^\S+ \S+ |\d+#\d+: \*\d+ |( 127\.0\.0\.\d+):\d+`)
+
+// proxyLogSummary sums a proxy's log up by event, for a failed run whose
+// log is too long to print: each distinct line (its noise cut) with how
+// often it came and the first and last time, at most max of them.
+func proxyLogSummary(log string, max int) string {
+	type seen struct {
+		n           int
+		first, last string
+	}
+	var order []string
+	by := map[string]*seen{}
+	for line := range strings.Lines(log) {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		when := ""
+		if f := strings.Fields(line); len(f) > 1 {
+			when = f[1]
+		}
+		key := proxyNoise.ReplaceAllString(line, "$1")
+		e := by[key]
+		if e == nil {
+			e = &seen{first: when}
+			by[key] = e
+			order = append(order, key)
+		}
+		e.n++
+		e.last = when
+	}
+	var b strings.Builder
+	for i, key := range order {
+		if i == max {
+			fmt.Fprintf(&b, "… and %d more distinct lines\n", len(order)-max)
+			break
+		}
+		e := by[key]
+		fmt.Fprintf(&b, "%6d× %s–%s %s\n", e.n, e.first, e.last, key)
+	}
+	return b.String()
 }
