@@ -94,8 +94,10 @@ export interface ClientOptions {
    * (`session/restore/req { from_session }`, waiting up to
    * `snapshotWaitSeconds` for it to appear), tells `onMove`, and carries
    * on. Requests in flight at the loss reject with RequestInterruptedError
-   * and are not sent again; requests the old host refused unread, and
-   * those made during the move, go to the new session. A move that fails
+   * and are not sent again; requests the old host refused unread, those
+   * a WebSocket's idle check kept from a dead connection
+   * (`idleCheckSeconds`), and those made during the move, go to the new
+   * session. A move that fails
    * ends the client with MoveFailedError; so does a lost session that left
    * no snapshot (its `cause` is a NoSnapshotError), unless `moveFresh`.
    * HTTP and WebSocket only: a stdio host is one process.
@@ -219,7 +221,9 @@ export class AepClient extends Methods<RequestOptions> {
    * Connects over WebSocket, e.g. "ws://127.0.0.1:8765/ws". A connection
    * that drops is re-attached to the same session for up to
    * `reattachTimeoutSeconds` (openWebSocket); requests in flight meanwhile
-   * get their replies, and new ones wait for the new connection.
+   * get their replies, and new ones wait for the new connection. The first
+   * request after `idleCheckSeconds` without a frame waits for a ping's
+   * answer (WebSocketOptions).
    */
   static async websocket(url: string, opts?: WebSocketOptions & ClientOptions): Promise<AepClient> {
     return new AepClient(await openWebSocket(url, opts), opts);

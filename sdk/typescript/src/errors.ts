@@ -70,7 +70,8 @@ export class ConnectionError extends Error {
  * proxy sent the request elsewhere), 503 (draining or closing) or 502 (a
  * proxy could not reach it). `delivered` is false when the message being
  * sent provably did not reach the session (404, 503, refused, a closed
- * WebSocket), so sending it to a new session cannot run it twice.
+ * WebSocket, or one whose idle check found it dead before the message was
+ * written), so sending it to a new session cannot run it twice.
  */
 export class SessionLostError extends ConnectionError {
   override readonly name: string = "SessionLostError";

@@ -66,6 +66,18 @@ export interface WebSocketOptions {
    * session counts as lost; default 10.
    */
   reattachTimeoutSeconds?: number;
+  /**
+   * A line written on a connection that has received no frame for this
+   * long is preceded by a WebSocket ping, and goes out only once the pong
+   * came back (at most 10 s; past that, or if the connection ends
+   * meanwhile, the connection is taken for dropped and re-attached, and
+   * the line, never written, goes on the new connection or, when the
+   * session is lost, to the client's new session). A host that died while
+   * the client was idle, behind a proxy that has not noticed yet, is so
+   * found dead before a request is written into the void. Default 1; 0 or
+   * less turns the check off.
+   */
+  idleCheckSeconds?: number;
 }
 
 /** aep's WebSocket transport: a Transport that re-attaches a dropped connection to its session. */
@@ -125,11 +137,26 @@ function terminatedBody(status: number, text: string): boolean {
 /** How often a send waits for the connection to come back (its close, then a re-attach) before it gives up. */
 const maxSendWaits = 8;
 
+/** How long an idle check waits for its pong before the connection is taken for dead. */
+const pingTimeoutMs = 10_000;
+
+/** A ping on an idle connection and the lines waiting for its pong: each is told true once written, false if never written (the check failed), or an error if its write failed. */
+interface IdleCheck {
+  ws: WebSocket;
+  waiting: { line: string; done: (r: boolean | ConnectionError) => void }[];
+}
+
 /** The WebSocket transport of one session, across the connections its re-attaches open. */
 class WebSocketLine implements WebSocketTransport {
   readonly #url: string;
   readonly #opts: WebSocketOptions;
   readonly #reattachMs: number;
+  /** The idle check's threshold in ms (idleCheckSeconds); 0: no check. */
+  readonly #idleMs: number;
+  /** When the connection in use last received a frame, opened, or answered a ping (performance.now()): the idle check's clock. */
+  #heard = 0;
+  /** The idle check under way on the connection in use, with the lines that wait for its pong, in the order they were sent. */
+  #check: IdleCheck | undefined;
   #sessionId: string | undefined;
   /** The connection in use; after a drop, the dropped one until a re-attach replaces it. */
   #ws: WebSocket | undefined;
@@ -158,6 +185,8 @@ class WebSocketLine implements WebSocketTransport {
     this.#opts = opts;
     this.#sessionId = opts.sessionId;
     this.#reattachMs = (opts.reattachTimeoutSeconds ?? 10) * 1000;
+    const idle = opts.idleCheckSeconds ?? 1;
+    this.#idleMs = idle > 0 ? idle * 1000 : 0;
   }
 
   get sessionId(): string | undefined {
@@ -199,12 +228,21 @@ class WebSocketLine implements WebSocketTransport {
       ws.terminate();
     });
     ws.on("message", (data, isBinary) => {
-      if (isBinary || ws !== this.#ws) return;
+      if (ws !== this.#ws) return;
+      this.#heard = performance.now();
+      if (isBinary) return;
       this.#received++;
       const line = data.toString();
       if (this.#onLine) this.#onLine(line);
       else this.#early.push(line);
     });
+    // A ping of the host's (its keep-alive) or the pong of an idle check:
+    // the host was there.
+    const heard = () => {
+      if (ws === this.#ws) this.#heard = performance.now();
+    };
+    ws.on("ping", heard);
+    ws.on("pong", heard);
     ws.on("error", (e) => {
       failure ??= e;
     });
@@ -225,6 +263,7 @@ class WebSocketLine implements WebSocketTransport {
           return;
         }
         this.#ws = ws;
+        this.#heard = performance.now();
         resolve();
       });
       ws.once("close", () => {
@@ -303,9 +342,59 @@ class WebSocketLine implements WebSocketTransport {
     this.#tell();
   }
 
+  /** Whether the connection in use has been quiet past the idle check: a line must wait for a ping's answer. */
+  #idle(): boolean {
+    return this.#idleMs > 0 && performance.now() - this.#heard >= this.#idleMs;
+  }
+
+  /**
+   * Writes line on ws, the connection in use, once an idle check's pong
+   * proves the host is there: the check under way, or a new one (a ping).
+   * Resolves true once written (rejects if the write fails: perhaps
+   * written); false, with nothing written, when ws ends first, or after
+   * pingTimeoutMs, when ws is cut (its close event then re-attaches it, as
+   * for any drop). The lines waiting for a pong are written in order in
+   * its event, before any other line can be.
+   */
+  #afterCheck(ws: WebSocket, line: string): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      const done = (r: boolean | ConnectionError) => (r instanceof ConnectionError ? reject(r) : resolve(r));
+      if (this.#check?.ws === ws) {
+        this.#check.waiting.push({ line, done });
+        return;
+      }
+      const check: IdleCheck = { ws, waiting: [{ line, done }] };
+      this.#check = check;
+      const finish = (alive: boolean) => {
+        clearTimeout(timer);
+        ws.off("pong", onPong);
+        ws.off("close", onClose);
+        if (this.#check === check) this.#check = undefined;
+        // A pong that comes as the connection or the transport closes
+        // writes nothing: the lines go where the close says.
+        if (ws.readyState !== WebSocket.OPEN || this.#closing || this.#ended) alive = false;
+        for (const w of check.waiting) {
+          if (!alive) w.done(false);
+          else ws.send(w.line, textFrame, (err) => w.done(err ? new ConnectionError(`websocket send: ${err.message}`, { cause: err }) : true));
+        }
+      };
+      const onPong = () => finish(true);
+      const onClose = () => finish(false);
+      const timer = setTimeout(() => {
+        ws.terminate();
+        finish(false);
+      }, pingTimeoutMs);
+      ws.on("pong", onPong);
+      ws.on("close", onClose);
+      // A failed write of the ping ends the connection: its close settles this.
+      ws.ping(undefined, undefined, () => {});
+    });
+  }
+
   sendNow(line: string, onError: (err: ConnectionError) => void): boolean {
     const ws = this.#ws;
-    if (!ws || this.#ended || this.#closing || this.#gap || ws.readyState !== WebSocket.OPEN) return false;
+    // An idle connection, or one being checked, is for send: it pings first.
+    if (!ws || this.#ended || this.#closing || this.#gap || this.#check || ws.readyState !== WebSocket.OPEN || this.#idle()) return false;
     // Handed to the open connection: a failure to write it goes to onError
     // (perhaps written, so not sent again).
     ws.send(line, textFrame, (err) => {
@@ -327,6 +416,14 @@ class WebSocketLine implements WebSocketTransport {
         // Closing: its close event says whether it is re-attached (then a
         // re-attach is under way) or the transport ends.
         if (ws.readyState !== WebSocket.CLOSED) await new Promise((r) => ws.once("close", r));
+        continue;
+      }
+      if (this.#check || this.#idle()) {
+        // Quiet for a while (or being checked for an earlier line, which
+        // goes first): the host may be gone with the connection still
+        // open. The line is written once a pong proves it is not; if none
+        // comes, the connection's end says where it goes instead.
+        if (await this.#afterCheck(ws, line)) return;
         continue;
       }
       return new Promise<void>((resolve, reject) => {
@@ -356,8 +453,13 @@ class WebSocketLine implements WebSocketTransport {
   }
 
   attach(sessionId: string): Promise<WebSocketTransport> {
-    const { headers, reattachTimeoutSeconds } = this.#opts;
-    return openWebSocket(this.#url, { ...(headers ? { headers } : {}), ...(reattachTimeoutSeconds !== undefined ? { reattachTimeoutSeconds } : {}), sessionId });
+    const { headers, reattachTimeoutSeconds, idleCheckSeconds } = this.#opts;
+    return openWebSocket(this.#url, {
+      ...(headers ? { headers } : {}),
+      ...(reattachTimeoutSeconds !== undefined ? { reattachTimeoutSeconds } : {}),
+      ...(idleCheckSeconds !== undefined ? { idleCheckSeconds } : {}),
+      sessionId,
+    });
   }
 
   newSession(): Promise<WebSocketTransport> {

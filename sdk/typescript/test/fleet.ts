@@ -65,17 +65,26 @@ export async function startFleetHost(bin: string, hostId: string, dsn: string, o
   };
 }
 
+/** One forwarded connection: the client's side and the host's. */
+interface Pair {
+  c: Socket;
+  u: Socket;
+  /** The host's side is gone and the forwarder has not noticed (Forwarder.loseUnnoticed). */
+  unnoticed: boolean;
+}
+
 /**
  * A TCP forwarder on a free loopback port to 127.0.0.1:target; when either
  * side of a connection ends, both do. `sever` cuts every connection as a
  * network drop would; while `refuse` is set, new connections are cut at
- * once, as when the network is still down.
+ * once, as when the network is still down; `loseUnnoticed` is a proxy the
+ * moment after its host died.
  */
 export class Forwarder {
   target: number;
   refuse = false;
   readonly #server: Server;
-  readonly #open = new Set<Socket>();
+  readonly #open = new Set<Pair>();
   port = 0;
 
   private constructor(target: number) {
@@ -86,15 +95,18 @@ export class Forwarder {
         return;
       }
       const u = connect(this.target, "127.0.0.1");
-      this.#open.add(c).add(u);
+      const pair: Pair = { c, u, unnoticed: false };
+      this.#open.add(pair);
       const end = () => {
         c.destroy();
         u.destroy();
-        this.#open.delete(c);
-        this.#open.delete(u);
+        this.#open.delete(pair);
+      };
+      const hostEnded = () => {
+        if (!pair.unnoticed) end();
       };
       c.on("error", end).on("close", end);
-      u.on("error", end).on("close", end);
+      u.on("error", hostEnded).on("close", hostEnded);
       c.pipe(u);
       u.pipe(c);
     });
@@ -124,12 +136,40 @@ export class Forwarder {
    */
   sever(): number {
     const cut = [...this.#open];
-    for (const s of cut) s.destroy();
-    return cut.length / 2;
+    for (const p of cut) {
+      p.c.destroy();
+      p.u.destroy();
+    }
+    return cut.length;
+  }
+
+  /**
+   * What a proxy's open connections are the moment after their host died,
+   * before the proxy noticed: nothing more comes from the host, the
+   * clients' connections stay open, and the next bytes a client sends are
+   * lost as the proxy finds the host gone and drops that connection (no
+   * close frame). With `keep`, the proxy never notices: it keeps the
+   * connections open and loses everything that comes on them. Returns how
+   * many connections it holds so.
+   */
+  loseUnnoticed(opts: { keep?: boolean } = {}): number {
+    const held = [...this.#open];
+    for (const p of held) {
+      p.unnoticed = true;
+      p.c.unpipe(p.u);
+      p.u.unpipe(p.c);
+      p.u.destroy();
+      if (opts.keep) p.c.on("data", () => {}).resume();
+      else p.c.once("data", () => p.c.destroy()).resume();
+    }
+    return held.length;
   }
 
   close(): Promise<void> {
-    for (const s of this.#open) s.destroy();
+    for (const p of this.#open) {
+      p.c.destroy();
+      p.u.destroy();
+    }
     return new Promise((resolve) => this.#server.close(() => resolve()));
   }
 }

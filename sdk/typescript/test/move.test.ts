@@ -273,6 +273,63 @@ for (const kind of ["http", "websocket"]) {
   });
 }
 
+// A WebSocket agent idle while its host died (SIGKILL) sends its next
+// request before the proxy has noticed: the forwarder still holds the
+// client's connection, loses what comes next and drops it, and the host is
+// gone, so the re-attach fails (the forwarder now reaches host B, which
+// does not have the session: 404) and the client moves to B, restoring
+// the snapshot. With the idle check the request waits for a ping's answer;
+// the ping is what gets lost, so the request is known never to have been
+// written: it is sent in the new session and runs there once. With the
+// check off the request itself goes into the dead connection; whether it
+// ran is unknown, so it fails with RequestInterruptedError and is not sent
+// again.
+describe("idle WebSocket whose host died unnoticed", { skip: bin ? false : "no aep binary (set AEP_BIN or install Go)" }, () => {
+  for (const { name, idleCheckSeconds, resent } of [
+    { name: "the idle check finds it dead first: the request goes to the new session and runs once", idleCheckSeconds: 0.1, resent: true },
+    { name: "with the check off the request is written into the dead connection: interrupted", idleCheckSeconds: 0, resent: false },
+  ]) {
+    test(name, async (t) => {
+      const fleet = await fleetFor(t, sqliteStore());
+      const a = await fleet.host("ts-a");
+      const b = await fleet.host("ts-b");
+      const c = await AepClient.websocket(fleet.fwd!.wsUrl, { move: true, snapshotWaitSeconds: 0.5, idleCheckSeconds });
+      t.after(() => c.close());
+      await c.connect({ agentId: "ts-move", token, caps });
+      const first = c.sessionId!;
+      const mid = (await c.memoryInit({})).memory_id;
+      await store(c, mid, "plan", "saved");
+      assert.equal((await c.sessionSnapshot({ target: "sql" })).covers_point, 2);
+      await new Promise((r) => setTimeout(r, 300)); // idle past the check
+      const moved = new Promise<Move>((resolve) => c.onMove(resolve));
+      assert.equal(fleet.fwd!.loseUnnoticed(), 1);
+      await a.stop();
+      fleet.fwd!.target = b.port; // new connections reach B only
+
+      const sent = await store(c, mid, "after", "sent once").then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      const m = await moved;
+      assert.deepEqual([m.fromSession, m.error, m.snapshotId !== undefined, m.point], [first, undefined, true, 2]);
+      assert.match(c.sessionId!, /^s-ts-b-/);
+      assert.equal(c.moves.length, 1);
+      if (!resent) {
+        assert.ok(sent instanceof RequestInterruptedError, `the request written into the dead connection: ${String(sent)}`);
+        assert.equal(sent.sessionId, first);
+        // The snapshot's state, the interrupted request not sent again.
+        assert.deepEqual(await working(c, mid, "plan", "after"), { plan: "saved" });
+        assert.equal(c.point, 2);
+        return;
+      }
+      assert.equal(sent, undefined, `the request sent after the host died, while the client was idle: ${String(sent)}`);
+      assert.deepEqual(await working(c, mid, "plan", "after"), { plan: "saved", after: "sent once" });
+      // Restored at point 2, and one state-changing request since: it ran once.
+      assert.equal(c.point, 3);
+    });
+  }
+});
+
 describe("move on PostgreSQL", { skip: bin ? false : "no aep binary (set AEP_BIN or install Go)" }, () => {
   const pg = pgStore();
   test("over http", { skip: typeof pg === "string" ? pg : false }, (t) => movesOnDrain(t, "http", pg as Store));

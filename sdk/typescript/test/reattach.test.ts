@@ -110,6 +110,63 @@ describe("websocket re-attach", { skip: bin ? false : "no aep binary (set AEP_BI
     assert.equal(c.closedReason, undefined);
   });
 
+  test("on a live connection the idle check passes: calls made at once after a pause are all answered, and nothing is re-attached", { timeout: 20_000 }, async (t) => {
+    const { c, tr } = await open(t, { idleCheckSeconds: 0.1 });
+    const sid = c.sessionId;
+    for (let round = 0; round < 2; round++) {
+      await sleep(300); // idle past the check: the first call pings, the others wait for its pong
+      const rs = await Promise.all(["a", "b", "c"].map((w) => c.toolCall({ tool_name: "run_command", arguments: { argv: ["echo", w] } })));
+      assert.deepEqual(rs.map(stdout), ["a\n", "b\n", "c\n"]);
+    }
+    assert.equal(tr.reattached, 0);
+    assert.equal(c.sessionId, sid);
+  });
+
+  // A connection lost while the client was idle, unnoticed (the forwarder
+  // holds the client's side open and loses whatever comes next), with the
+  // host alive. With the idle check what is lost is the check's ping: the
+  // call waits, the connection is re-attached, and the call goes out on
+  // the new one and is answered. With the check off the call itself is
+  // lost with the connection, and nothing ever answers it.
+  for (const { name, idleCheckSeconds, answered } of [
+    { name: "a call after an idle spell on a connection lost unnoticed goes out on the re-attached connection", idleCheckSeconds: 0.1, answered: true },
+    { name: "with the idle check off, such a call is lost with the connection", idleCheckSeconds: 0, answered: false },
+  ]) {
+    // Bounded: a call written into the lost connection would wait forever.
+    test(name, { timeout: 20_000 }, async (t) => {
+      const { c, tr, fwd } = await open(t, { idleCheckSeconds });
+      const sid = c.sessionId;
+      await sleep(300); // idle past the check
+      assert.equal(fwd.loseUnnoticed(), 1);
+      const call = c.toolCall({ tool_name: "run_command", arguments: { argv: ["echo", "checked"] } });
+      if (answered) {
+        assert.equal(stdout(await call), "checked\n");
+      } else {
+        call.catch(() => {}); // rejects as the client closes
+        const got = await Promise.race([call.then(() => "answered"), sleep(2000).then(() => "no answer")]);
+        assert.equal(got, "no answer");
+      }
+      assert.equal(tr.reattached, 1);
+      assert.equal(c.sessionId, sid);
+      assert.equal(c.closedReason, undefined);
+    });
+  }
+
+  test("an idle check's ping unanswered for 10 s takes the connection for dead: the call goes out on the re-attached connection", { timeout: 30_000 }, async (t) => {
+    const { c, tr, fwd } = await open(t, { idleCheckSeconds: 0.1 });
+    const sid = c.sessionId;
+    await sleep(300); // idle past the check
+    // Open, and silent: whatever the client sends is lost, nothing comes back.
+    assert.equal(fwd.loseUnnoticed({ keep: true }), 1);
+    const started = Date.now();
+    const r = await c.toolCall({ tool_name: "run_command", arguments: { argv: ["echo", "after the timeout"] } });
+    const took = Date.now() - started;
+    assert.equal(stdout(r), "after the timeout\n");
+    assert.ok(took >= 9_900 && took < 20_000, `answered after ${took} ms`);
+    assert.equal(tr.reattached, 1);
+    assert.equal(c.sessionId, sid);
+  });
+
   test("a host that no longer has the session ends the client with SessionLostError", async (t) => {
     const { c, tr, fwd } = await open(t);
     const other = await startNetHost(bin!);
