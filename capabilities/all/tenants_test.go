@@ -69,6 +69,11 @@ func TestTenantAttribution(t *testing.T) {
 			}
 		}
 	}
+	// Gathered once the host has closed, which waits for every worker: a
+	// worker counts its request after the reply the client already has.
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	fams, err := h.MetricsRegistry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -84,9 +89,6 @@ func TestTenantAttribution(t *testing.T) {
 				}
 			}
 		}
-	}
-	if err := h.Close(ctx); err != nil {
-		t.Fatal(err)
 	}
 	// Each session: session/info (aeptest.Handle) and three tool calls.
 	if perTenant["team-a"] < 8 || perTenant["team-b"] < 8 {
