@@ -142,9 +142,11 @@ const writer160 = `i=0; while [ $i -lt 20 ]; do head -c 33554432 /dev/zero > big
 // overshoot is what the disk budget allows past itself (docs/SECURITY.md,
 // Budgets): a process's files may grow to what was left of the budget when
 // it started, each, for as long as the directory is not measured again
-// (20 ms once it holds half its budget): measured here, under 100 MiB
-// past a 32 MiB budget with a writer at the page cache's speed.
-const overshoot = 4 * diskBudget
+// (20 ms once it holds half its budget, later when the machine is busy):
+// measured here, under 100 MiB past a 32 MiB budget with a writer at the
+// page cache's speed, and 129 MiB once under -race on a loaded machine,
+// where the measure ran about 100 ms late.
+const overshoot = 6 * diskBudget
 
 func TestDiskBudgetEveryPath(t *testing.T) {
 	r := newBudgetRig(t, nil)
