@@ -73,3 +73,46 @@ func TestDrainSeals(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainSealsRequestsBeingAdmitted: a request that passed its checks
+// just before the seal and is admitted after the drain found nothing in
+// flight (and snapshotted) is refused shutting_down like any request after
+// the seal; admitted, it would run and be answered past the snapshot's
+// point, lost to the session's next host.
+func TestDrainSealsRequestsBeingAdmitted(t *testing.T) {
+	ctx := aeptest.Context(t)
+	dir := t.TempDir()
+	st, err := store.Open(ctx, "sqlite://"+filepath.Join(dir, "aep.db"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	h, err := server.New(ctx, server.Config{Server: server.ServerConfig{AuthToken: "secret"}},
+		server.WithRegistry(testRegistry()), server.WithDataDir(dir), server.WithStore(st),
+		server.WithPlugin(echoSpec("e", 0, false, &echoplug.Plugin{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	_, ec := connect(t, h)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	reset := server.SetBeforeAdmit(func() {
+		close(paused)
+		<-resume
+	})
+	defer reset()
+	said := make(chan error, 1)
+	go func() {
+		_, err := ec.EchoSay(ctx, &testproto.EchoSayReq{Text: "raced"})
+		said <- err
+	}()
+	<-paused
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	res, err := h.Drain(dctx, true)
+	cancel()
+	if err != nil || res.Unfinished != 0 || len(res.Snapshots) != 1 {
+		t.Fatalf("drain: %+v %v", res, err)
+	}
+	close(resume)
+	aeptest.WantReason(t, <-said, wire.CodeRuntimeError, "shutting_down")
+}

@@ -478,8 +478,16 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 		s.sendError(env.ID, err)
 		return
 	}
+	if f := beforeAdmit.Load(); f != nil {
+		(*f)()
+	}
 	s.admit(&call{s: s, id: env.ID, entry: e, msg: m, inBytes: size, t0: now, traceparent: env.Traceparent}, h)
 }
+
+// beforeAdmit, set only by tests (export_test.go), runs between a
+// request's checks and its admission: the window a drain's seal must
+// close.
+var beforeAdmit atomic.Pointer[func()]
 
 // admit queues a request for the session's workers: up to max_parallel run
 // at once, up to queue_size wait, and beyond that the request is refused as
@@ -488,6 +496,16 @@ func (s *Session) receive(e *wire.Entry, env *wire.Envelope, m wire.Message, siz
 // a worker while it runs, so max_parallel still bounds what runs at once.
 func (s *Session) admit(c *call, h here) {
 	s.mu.Lock()
+	if s.h.sealed.Load() {
+		// Sealed since receive looked: a drain that saw no request of this
+		// session in flight (pending, read under s.mu after the seal) may
+		// be snapshotting it, and a request admitted now would be answered
+		// past the snapshot's point (docs/DECISIONS.md, Points). Refused as
+		// receive refuses it.
+		s.mu.Unlock()
+		s.refuseSealed(c.entry, &wire.Envelope{Type: c.entry.Type, ID: c.id, Traceparent: c.traceparent}, c.t0)
+		return
+	}
 	if _, dup := s.inflight[c.id]; dup {
 		s.mu.Unlock()
 		s.sendError(c.id, &wire.Error{Code: wire.CodeSchemaViolation, Message: "a request with id " + wire.Clip(c.id) + " is already in flight", Detail: map[string]any{"field": "id"}})
