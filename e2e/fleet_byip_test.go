@@ -150,8 +150,13 @@ func TestFleetByIP(t *testing.T) {
 // accepts, answering each request 418.
 type countingListener struct {
 	ln       net.Listener
+	srv      *http.Server
 	accepted atomic.Int64
 }
+
+// close stops listening and ends the connections already accepted, which
+// a proxy would otherwise reuse.
+func (l *countingListener) close() { _ = l.srv.Close() }
 
 func listenCounting(t *testing.T, addr string) *countingListener {
 	t.Helper()
@@ -170,6 +175,7 @@ func listenCounting(t *testing.T, addr string) *countingListener {
 			}
 		},
 	}
+	l.srv = srv
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return l
@@ -258,7 +264,9 @@ func outsideNetwork(t *testing.T, base string) {
 	// An id naming 127.0.0.5 with nothing listening there: the host is
 	// dead, the request goes to a live host, which answers 404 (the
 	// client moves), and nothing ran.
-	inside.ln.Close()
+	// The server too: a connection HAProxy opened to it earlier would
+	// otherwise stay, and be reused for this request.
+	inside.close()
 	time.Sleep(100 * time.Millisecond)
 	if code, body := send(http.MethodPost, "/send", "s-127.0.0.5-"+hex); code != http.StatusNotFound || !strings.Contains(body, `"message":"no session `) {
 		t.Errorf("an id naming 127.0.0.5 with no host there: %d %q, want a live host's 404", code, body)
