@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -225,6 +226,11 @@ func (w *WSConn) Close() error {
 	w.mu.Unlock()
 	err := c.Close(websocket.StatusNormalClosure, "")
 	<-w.done
+	if errors.Is(err, net.ErrClosed) {
+		// The host closed it first (a session that ended, as Client.Close's
+		// shutdown asks): closed is what was wanted.
+		err = nil
+	}
 	return err
 }
 
