@@ -234,26 +234,27 @@ func (p *fleetProxy) host(id string) *rigHost {
 // kill makes a host unreachable at once, as if its machine died: every
 // connection to it drops, new ones are refused. The host itself runs on.
 func (p *fleetProxy) kill(id string) {
+	for _, c := range p.takeDown(id) {
+		_ = c.Close()
+	}
+}
+
+// takeDown marks a host down, so new connections to it are refused, and
+// returns the proxy's connections to it, forgotten.
+func (p *fleetProxy) takeDown(id string) []*muteConn {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.down[id] = true
 	conns := p.conns[id]
 	p.conns[id] = nil
-	p.mu.Unlock()
-	for _, c := range conns {
-		_ = c.Close()
-	}
+	return conns
 }
 
 // killUnnoticed makes a host unreachable as kill does, but the proxy has
 // not noticed yet: its clients' connections stay open until they next
 // send something, which is lost as the proxy finds the host gone.
 func (p *fleetProxy) killUnnoticed(id string) {
-	p.mu.Lock()
-	p.down[id] = true
-	conns := p.conns[id]
-	p.conns[id] = nil
-	p.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range p.takeDown(id) {
 		close(c.mute)
 		_ = c.SetReadDeadline(time.Now())
 	}

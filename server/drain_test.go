@@ -23,20 +23,8 @@ func TestDrainSeals(t *testing.T) {
 	for _, snapshot := range []bool{true, false} {
 		t.Run(map[bool]string{true: "snapshot", false: "no snapshot"}[snapshot], func(t *testing.T) {
 			ctx := aeptest.Context(t)
-			dir := t.TempDir()
-			st, err := store.Open(ctx, "sqlite://"+filepath.Join(dir, "aep.db"), dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
 			plug := &echoplug.Plugin{Started: make(chan string, 8)}
-			h, err := server.New(ctx, server.Config{Server: server.ServerConfig{AuthToken: "secret"}},
-				server.WithRegistry(testRegistry()), server.WithDataDir(dir), server.WithStore(st),
-				server.WithPlugin(echoSpec("e", 0, false, plug)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { h.Close(context.Background()) })
+			h := storedEchoHost(t, plug)
 			_, ec := connect(t, h)
 			gate := "g"
 			waited := make(chan error, 1)
@@ -81,19 +69,7 @@ func TestDrainSeals(t *testing.T) {
 // point, lost to the session's next host.
 func TestDrainSealsRequestsBeingAdmitted(t *testing.T) {
 	ctx := aeptest.Context(t)
-	dir := t.TempDir()
-	st, err := store.Open(ctx, "sqlite://"+filepath.Join(dir, "aep.db"), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	h, err := server.New(ctx, server.Config{Server: server.ServerConfig{AuthToken: "secret"}},
-		server.WithRegistry(testRegistry()), server.WithDataDir(dir), server.WithStore(st),
-		server.WithPlugin(echoSpec("e", 0, false, &echoplug.Plugin{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(context.Background()) })
+	h := storedEchoHost(t, &echoplug.Plugin{})
 	_, ec := connect(t, h)
 	paused, resume := make(chan struct{}), make(chan struct{})
 	reset := server.SetBeforeAdmit(func() {
@@ -115,4 +91,25 @@ func TestDrainSealsRequestsBeingAdmitted(t *testing.T) {
 	}
 	close(resume)
 	aeptest.WantReason(t, <-said, wire.CodeRuntimeError, "shutting_down")
+}
+
+// storedEchoHost is a host with a SQLite store, so its drains snapshot,
+// and plug as its echo plugin.
+func storedEchoHost(t *testing.T, plug *echoplug.Plugin) *server.Host {
+	t.Helper()
+	ctx := aeptest.Context(t)
+	dir := t.TempDir()
+	st, err := store.Open(ctx, "sqlite://"+filepath.Join(dir, "aep.db"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	h, err := server.New(ctx, server.Config{Server: server.ServerConfig{AuthToken: "secret"}},
+		server.WithRegistry(testRegistry()), server.WithDataDir(dir), server.WithStore(st),
+		server.WithPlugin(echoSpec("e", 0, false, plug)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	return h
 }
