@@ -97,7 +97,7 @@ func (st *stream) Send(p *wire.Packet) (int, error) {
 	buf = append(buf, "\n\n"...)
 	st.ring[i] = frame{seq: seq, data: buf}
 	st.n++
-	st.bytes += len(buf)
+	st.bytes += cap(buf)
 	st.wake()
 	st.mu.Unlock()
 	*bp = line
@@ -108,10 +108,20 @@ func (st *stream) Send(p *wire.Packet) (int, error) {
 // evict drops the oldest frame. A frame no reader delivered yet is lost to
 // this session's reader; the reader notes the gap on its stream when it
 // reaches it (docs/DECISIONS.md, HTTP transport).
+//
+// Its memory is kept for the next frame written to its slot only when it
+// is no larger than the ring's share per slot: the bound counts the
+// frames held, and without this a slot that once held a large message
+// would keep that memory for good, every slot of the ring the largest
+// message it ever held (the ring's slots times the output cap).
 func (st *stream) evict() {
 	f := &st.ring[st.head]
-	st.bytes -= len(f.data)
-	f.data = f.data[:0]
+	st.bytes -= cap(f.data)
+	if cap(f.data) <= st.limit()/len(st.ring) {
+		f.data = f.data[:0]
+	} else {
+		f.data = nil
+	}
 	st.head = (st.head + 1) % len(st.ring)
 	st.n--
 }
