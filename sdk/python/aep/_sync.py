@@ -510,41 +510,53 @@ class Client(SyncMethods):
     # --- reading
 
     def _await(self, slot: _Slot, deadline: Optional[float]) -> None:
-        """Returns when slot is settled: reads the transport for everyone
-        while no other thread does, else waits for the thread that does. A
-        call made by a callback runs on the reading thread itself: it reads
-        on, nested."""
+        """Returns when slot is settled, following the transport's end or a
+        move to the slot's settling; raises _Expired at deadline."""
+        if not self._read(lambda: slot.done, deadline, follow=True):
+            raise _Expired()
+
+    def _read(self, done: Callable[[], bool], deadline: Optional[float], follow: bool) -> bool:
+        """Reads the transport for everyone while no other thread does, else
+        waits for the thread that does, until done(): True then. False at
+        deadline and, unless follow, when the transport ends or a move
+        replaces it (the idle check's pong will not come on it). A call made
+        by a callback runs on the reading thread itself: it reads on,
+        nested."""
         me = threading.get_ident()
         while True:
             with self._mu:
-                while not slot.done and self._reading and self._reader != me:
+                while not done() and self._reading and self._reader != me:
                     if deadline is None:
                         self._cv.wait()
                     else:
                         left = deadline - time.monotonic()
                         if left <= 0:
-                            raise _Expired()
+                            return False
                         self._cv.wait(left)
-                if slot.done:
-                    return
+                if done():
+                    return True
                 nested = self._reading
                 self._reading, self._reader = True, me
                 t, gen = self.transport, self._gen
             try:
-                while not slot.done:
+                while not done():
                     timeout = None
                     if deadline is not None:
                         timeout = deadline - time.monotonic()
                         if timeout <= 0:
-                            raise _Expired()
+                            return False
                     try:
                         line = t.recv(timeout)
                     except Exception as e:  # noqa: BLE001 - the transport's end, for every waiter
                         self._ended(gen, e)
+                        if not follow:
+                            return False
                         break
                     if line is not None:
                         self._dispatch(line)
                     if t is not self.transport:
+                        if not follow:
+                            return False
                         break  # a move replaced it: read the new one
             finally:
                 if not nested:
@@ -570,39 +582,9 @@ class Client(SyncMethods):
     def _read_until(self, done: Callable[[], bool], deadline: float) -> None:
         """Reads for everyone, as _await does, until done() or deadline: the
         WebSocket's idle check waiting for its pong, which the thread whose
-        turn it is to read sees (_wake)."""
-        me = threading.get_ident()
-        while not done():
-            with self._mu:
-                while self._reading and self._reader != me and not done():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return
-                    self._cv.wait(left)
-                if done():
-                    return
-                nested = self._reading
-                self._reading, self._reader = True, me
-                t, gen = self.transport, self._gen
-            try:
-                while not done():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return
-                    try:
-                        line = t.recv(left)
-                    except Exception as e:  # noqa: BLE001 - the transport's end, for every waiter
-                        self._ended(gen, e)
-                        return
-                    if line is not None:
-                        self._dispatch(line)
-                    if t is not self.transport:
-                        return
-            finally:
-                if not nested:
-                    with self._mu:
-                        self._reading, self._reader = False, None
-                        self._cv.notify_all()
+        turn it is to read sees (_wake). It stops at the transport's end or
+        a move: the pong would never come."""
+        self._read(done, deadline, follow=False)
 
     def _wake(self) -> None:
         """A WebSocket's idle check got its pong: the sender waiting for
