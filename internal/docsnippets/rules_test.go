@@ -139,6 +139,7 @@ var notRun = map[string][]string{
 		"run A's benchmark again in five processes, one after another; run A is run",
 		"compares the test binaries of two commits with benchstat; BenchmarkEchoDirect itself runs in the Operator surface block above",
 		"compares the test binaries of two commits with benchstat on a loaded machine; the benchmarks themselves are the transports' own",
+		"swaps a source file of the checkout between two commits, which a run of the docs must not do",
 	},
 	"docs/chains.md": {"an outline, elided with ..."},
 	"docs/contract.md": {
