@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"github.com/aephost/aep/internal/testproto"
 	"github.com/aephost/aep/server"
 	"github.com/aephost/aep/server/operator"
-	"github.com/aephost/aep/server/store"
 	"github.com/aephost/aep/wire"
 )
 
@@ -46,12 +44,7 @@ func (r *records) all() []server.AuditRecord {
 func adminHost(t *testing.T, plug *echoplug.Plugin, rec *records) *server.Host {
 	t.Helper()
 	ctx := aeptest.Context(t)
-	dir := t.TempDir()
-	st, err := store.Open(ctx, "sqlite://"+filepath.Join(dir, "aep.db"), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, dir := sqliteStore(t)
 	sum := sha256.Sum256([]byte("team-b-secret-123"))
 	cfg := server.Config{Server: server.ServerConfig{AuthToken: "secret", Tenants: []server.TenantConfig{
 		{Name: "team-b", SecretSHA256: []string{hex.EncodeToString(sum[:])}, Capabilities: []string{"echo"}}}}}

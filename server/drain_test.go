@@ -93,17 +93,25 @@ func TestDrainSealsRequestsBeingAdmitted(t *testing.T) {
 	aeptest.WantReason(t, <-said, wire.CodeRuntimeError, "shutting_down")
 }
 
+// sqliteStore is a SQLite store in a temporary data directory, closed
+// when the test ends, and that directory.
+func sqliteStore(t *testing.T) (*store.Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(aeptest.Context(t), "sqlite://"+filepath.Join(dir, "aep.db"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, dir
+}
+
 // storedEchoHost is a host with a SQLite store, so its drains snapshot,
 // and plug as its echo plugin.
 func storedEchoHost(t *testing.T, plug *echoplug.Plugin) *server.Host {
 	t.Helper()
 	ctx := aeptest.Context(t)
-	dir := t.TempDir()
-	st, err := store.Open(ctx, "sqlite://"+filepath.Join(dir, "aep.db"), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, dir := sqliteStore(t)
 	h, err := server.New(ctx, server.Config{Server: server.ServerConfig{AuthToken: "secret"}},
 		server.WithRegistry(testRegistry()), server.WithDataDir(dir), server.WithStore(st),
 		server.WithPlugin(echoSpec("e", 0, false, plug)))
